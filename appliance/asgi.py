@@ -1,0 +1,21 @@
+"""The one ASGI entry point: ``/v1/*`` goes to the gateway's lean async path, the rest to Django."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+django_application = get_asgi_application()
+
+from gateway.app import Gateway, Receive, Scope, Send  # noqa: E402 - needs Django set up first
+
+gateway = Gateway()
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        await gateway.lifespan(scope, receive, send)
+    elif scope["type"] == "http" and (scope["path"] == "/v1" or scope["path"].startswith("/v1/")):
+        await gateway(scope, receive, send)
+    else:
+        await django_application(scope, receive, send)

@@ -1,0 +1,21 @@
+"""Runtimes turn a LaunchSpec into a running engine: ``process`` (local subprocess) or ``docker``."""
+
+from django.conf import settings
+
+from appliance.runtimes.base import Runtime, RuntimeError_, RuntimeStatus
+
+__all__ = ["Runtime", "RuntimeError_", "RuntimeStatus", "get_runtime"]
+
+
+def get_runtime(name: str | None = None) -> Runtime:
+    """The runtime named ``name`` (default: HEARTH_RUNTIME). Raises ValueError for an unknown name."""
+    name = name or settings.HEARTH_RUNTIME
+    if name == "process":
+        from appliance.runtimes.process import ProcessRuntime
+
+        return ProcessRuntime(settings.DATA_DIR / "engines")
+    if name == "docker":
+        from appliance.runtimes.docker import DockerRuntime
+
+        return DockerRuntime()
+    raise ValueError(f"unknown runtime {name!r} (use process or docker)")

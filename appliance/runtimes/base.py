@@ -1,0 +1,41 @@
+"""The runtime interface both the process and the Docker runtime implement."""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from engines.launch import LaunchSpec
+
+
+class RuntimeError_(Exception):
+    """The runtime could not start or reach an engine; the message is shown to the admin."""
+
+
+@dataclass(frozen=True)
+class RuntimeStatus:
+    """Whether a replica's engine runs; after it ended, its exit code (None when unknown)."""
+
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+
+
+class Runtime(Protocol):
+    """Starts, inspects and stops engines by a name Hearth chooses (e.g. ``hearth-replica-12``)."""
+
+    name: str
+
+    def start(self, name: str, spec: LaunchSpec) -> str:
+        """Start the engine; return its handle (pid or container id). Raises RuntimeError_."""
+        ...
+
+    def status(self, name: str) -> RuntimeStatus:
+        """Whether ``name`` runs now; a name never started reads as not running."""
+        ...
+
+    def stop(self, name: str, grace_seconds: float = 10.0) -> RuntimeStatus:
+        """Stop it (SIGTERM, then SIGKILL after ``grace_seconds``) and remove what is left."""
+        ...
+
+    def logs(self, name: str, lines: int = 50) -> str:
+        """The last ``lines`` lines the engine printed (stdout and stderr together)."""
+        ...

@@ -1,0 +1,109 @@
+"""The process runtime: engines as local subprocesses (no Docker, no GPUs: laptops, CI, the demo).
+
+Each engine runs in its own session (process group) so that stopping it ends its children too, and
+so that a worker restart leaves it running for reconcile to find. Files under ``root``:
+``NAME.pid``, ``NAME.log`` (stdout+stderr), ``NAME.exit`` (exit code, written by a reaper thread in
+the process that started it).
+"""
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from appliance.runtimes.base import RuntimeError_, RuntimeStatus
+from engines.launch import LaunchSpec
+
+OOM_EXIT_CODES = {-signal.SIGKILL, 137}
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, name: str, suffix: str) -> Path:
+        return self.root / f"{name}.{suffix}"
+
+    def start(self, name: str, spec: LaunchSpec) -> str:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for suffix in ("exit", "pid"):
+            self._path(name, suffix).unlink(missing_ok=True)
+        env = {**os.environ, **spec.env}
+        log = self._path(name, "log").open("ab")
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - argv built by engines.*, never a shell
+                spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True, cwd=self.root,
+            )
+        except OSError as exc:
+            raise RuntimeError_(f"could not start {spec.argv[0]}: {exc.strerror}") from None
+        finally:
+            log.close()
+        self._path(name, "pid").write_text(str(proc.pid))
+        threading.Thread(target=self._reap, args=(proc, name), daemon=True).start()
+        return str(proc.pid)
+
+    def _reap(self, proc: subprocess.Popen[bytes], name: str) -> None:
+        code = proc.wait()
+        self._path(name, "exit").write_text(str(code))
+
+    def _pid(self, name: str) -> int | None:
+        try:
+            return int(self._path(name, "pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _exit_code(self, name: str) -> int | None:
+        try:
+            return int(self._path(name, "exit").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def status(self, name: str) -> RuntimeStatus:
+        code = self._exit_code(name)
+        pid = self._pid(name)
+        if code is None and pid is not None and _alive(pid):
+            return RuntimeStatus(running=True)
+        return RuntimeStatus(running=False, exit_code=code, oom_killed=code in OOM_EXIT_CODES)
+
+    def stop(self, name: str, grace_seconds: float = 10.0) -> RuntimeStatus:
+        pid = self._pid(name)
+        if pid is not None and _alive(pid):
+            _signal_group(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_seconds
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            _signal_group(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        status = self.status(name)
+        self._path(name, "pid").unlink(missing_ok=True)
+        return RuntimeStatus(running=False, exit_code=status.exit_code, oom_killed=status.oom_killed)
+
+    def logs(self, name: str, lines: int = 50) -> str:
+        try:
+            with self._path(name, "log").open("rb") as f:
+                return b"".join(deque(f, maxlen=lines)).decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (an exited child its parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -1,0 +1,149 @@
+"""The JSON API under /api (django-ninja), for scripts and tests; the console pages use the same services.
+
+Auth is the console's session (login first; send the CSRF token as X-CSRFToken). Errors a user can fix
+answer 400 ``{"detail": message}``.
+"""
+
+import dataclasses
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from ninja import NinjaAPI, Schema
+from ninja.security import django_auth
+
+from console import services
+from console.models import ApiKey, Deployment, ModelSource
+from console.panel import panel_data
+from console.services import ConsoleError
+
+api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api")
+
+
+@api.exception_handler(ConsoleError)
+def console_error(request: HttpRequest, exc: ConsoleError) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc)}, status=400)
+
+
+class ModelIn(Schema):
+    name: str
+    path: str = ""
+    repo_id: str = ""
+    revision: str = "main"
+
+
+class ModelOut(Schema):
+    id: int
+    name: str
+    kind: str
+    source: str
+    weights_bytes: int
+
+
+class PlanIn(Schema):
+    model: str
+    engine: str = "vllm-cpu"
+    max_model_len: int = 0
+    kv_space_gib: float = 1.0
+
+
+class DeploymentIn(PlanIn):
+    name: str
+    served_model_name: str = ""
+    extra_args: list[str] = []
+
+
+class DeploymentOut(Schema):
+    id: int
+    name: str
+    engine: str
+    served_model_name: str
+    state: str
+    state_reason: str
+    plan: dict[str, object]
+
+
+class KeyIn(Schema):
+    name: str
+
+
+class KeyOut(Schema):
+    id: int
+    name: str
+    prefix: str
+    key: str
+
+
+def _model(name: str) -> ModelSource:
+    model = ModelSource.objects.filter(name=name).first()
+    if model is None:
+        raise ConsoleError(f"No model named {name!r}.")
+    return model
+
+
+@api.get("/models", response=list[ModelOut])
+def list_models(request: HttpRequest) -> list[ModelSource]:
+    return list(ModelSource.objects.order_by("name"))
+
+
+@api.post("/models", response={201: ModelOut})
+def add_model(request: HttpRequest, data: ModelIn) -> tuple[int, ModelSource]:
+    if data.path and data.repo_id:
+        raise ConsoleError("Give either a local path or a Hugging Face repo_id, not both.")
+    if data.path:
+        return 201, services.add_local_model(data.name, data.path)
+    if data.repo_id:
+        return 201, services.add_hf_model(data.name, data.repo_id, data.revision)
+    raise ConsoleError("Give a local path or a Hugging Face repo_id.")
+
+
+@api.post("/plan")
+def plan(request: HttpRequest, data: PlanIn) -> dict[str, object]:
+    return dataclasses.asdict(services.plan_for(_model(data.model), data.engine, data.max_model_len,
+                                                data.kv_space_gib))
+
+
+@api.post("/deployments", response={201: DeploymentOut})
+def create_deployment(request: HttpRequest, data: DeploymentIn) -> tuple[int, Deployment]:
+    return 201, services.create_deployment(
+        name=data.name, model=_model(data.model), engine=data.engine, max_model_len=data.max_model_len,
+        kv_space_gib=data.kv_space_gib, served_model_name=data.served_model_name, extra_args=data.extra_args,
+    )
+
+
+@api.get("/deployments/{pk}", response=DeploymentOut)
+def get_deployment(request: HttpRequest, pk: int) -> Deployment:
+    return get_object_or_404(Deployment, pk=pk)
+
+
+@api.post("/deployments/{pk}/launch", response={202: DeploymentOut})
+def launch_deployment(request: HttpRequest, pk: int) -> tuple[int, Deployment]:
+    dep = get_object_or_404(Deployment, pk=pk)
+    services.launch(dep)
+    return 202, dep
+
+
+@api.post("/deployments/{pk}/stop", response={202: DeploymentOut})
+def stop_deployment(request: HttpRequest, pk: int) -> tuple[int, Deployment]:
+    dep = get_object_or_404(Deployment, pk=pk)
+    services.stop(dep)
+    return 202, dep
+
+
+@api.get("/deployments/{pk}/metrics")
+def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
+    """The live panel's numbers: canonical values (absent = no data), tokens/s, scrape age in seconds."""
+    replica = get_object_or_404(Deployment, pk=pk).current_replica
+    data = panel_data(replica.pk if replica else None)
+    return {**dataclasses.asdict(data), "stale": data.stale}
+
+
+@api.post("/keys", response={201: KeyOut})
+def create_key(request: HttpRequest, data: KeyIn) -> tuple[int, dict[str, object]]:
+    row, key = services.create_key(data.name, request.user)
+    return 201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key}
+
+
+@api.delete("/keys/{pk}", response={204: None})
+def revoke_key(request: HttpRequest, pk: int) -> tuple[int, None]:
+    services.revoke_key(get_object_or_404(ApiKey, pk=pk))
+    return 204, None

@@ -1,0 +1,33 @@
+from django import forms
+
+from console.models import ModelSource
+from engines.launch import EngineKind
+
+
+class LocalModelForm(forms.Form):
+    name = forms.SlugField(max_length=100, help_text="Also the default name clients ask for.")
+    path = forms.CharField(max_length=500, help_text="Absolute path of a folder with config.json and *.safetensors.")
+
+
+class HfModelForm(forms.Form):
+    name = forms.SlugField(max_length=100)
+    repo_id = forms.CharField(max_length=200, help_text="e.g. HuggingFaceTB/SmolLM2-135M-Instruct")
+    revision = forms.CharField(max_length=100, initial="main", help_text="Branch, tag or commit; pinned to its commit.")
+
+
+class DeploymentForm(forms.Form):
+    name = forms.SlugField(max_length=100)
+    model = forms.ModelChoiceField(queryset=ModelSource.objects.order_by("name"))
+    engine = forms.ChoiceField(choices=[(e.value, e.label) for e in EngineKind])
+    served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")
+    max_model_len = forms.IntegerField(min_value=0, initial=2048, help_text="Tokens; 0 = the model's maximum.")
+    kv_space_gib = forms.FloatField(min_value=0.01, initial=1.0, label="KV cache space (GiB)")
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Who or what will use it, e.g. 'alice laptop'.")
+
+
+class SetupForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(widget=forms.PasswordInput, min_length=8)

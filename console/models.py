@@ -1,0 +1,149 @@
+"""Durable state: models, deployments and their replicas, API keys.
+
+Deployment states (transitions written once, in TRANSITIONS)::
+
+    pending ──► starting ──► loading ──► ready
+       │           │            │          │
+       └───────────┴─► failed ◄─┴──────────┤
+                                           ▼
+    (any active) ──────────────────────► stopping ──► stopped
+    failed / stopped ──► pending (launch again)
+"""
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ModelSource(models.Model):
+    """A model checkpoint: a local folder, or a Hugging Face repo pinned to a commit."""
+
+    class Kind(models.TextChoices):
+        LOCAL = "local", "Local folder"
+        HF = "hf", "Hugging Face"
+
+    name = models.SlugField(max_length=100, unique=True, help_text="Default served model name.")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    path = models.CharField(max_length=500, blank=True, help_text="Local folder (kind local).")
+    repo_id = models.CharField(max_length=200, blank=True)
+    revision = models.CharField(max_length=64, blank=True, help_text="Pinned commit sha (kind hf).")
+    config = models.JSONField(help_text="config.json as read.")
+    weights_bytes = models.BigIntegerField(help_text="Real tensor bytes from the safetensors headers.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def source(self) -> str:
+        return self.path if self.kind == self.Kind.LOCAL else f"{self.repo_id}@{self.revision[:12]}"
+
+
+class DeploymentState(models.TextChoices):
+    PENDING = "pending"
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+S = DeploymentState
+ACTIVE_STATES = (S.PENDING, S.STARTING, S.LOADING, S.READY)
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    S.PENDING: (S.STARTING, S.FAILED, S.STOPPING),
+    S.STARTING: (S.LOADING, S.FAILED, S.STOPPING),
+    S.LOADING: (S.READY, S.FAILED, S.STOPPING),
+    S.READY: (S.FAILED, S.STOPPING),
+    S.FAILED: (S.PENDING,),
+    S.STOPPING: (S.STOPPED,),
+    S.STOPPED: (S.PENDING,),
+}
+
+
+def sources_of(target: str) -> list[str]:
+    """The states from which ``target`` may be entered."""
+    return [state for state, targets in TRANSITIONS.items() if target in targets]
+
+
+class Deployment(models.Model):
+    """A model served by one engine: its plan, its state, and the name clients ask for."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    model = models.ForeignKey(ModelSource, on_delete=models.PROTECT, related_name="deployments")
+    engine = models.CharField(max_length=20)
+    served_model_name = models.CharField(max_length=200, unique=True)
+    max_model_len = models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")
+    kv_space_gib = models.FloatField(help_text="KV cache budget in GiB (vLLM CPU).")
+    extra_args = models.JSONField(default=list, blank=True, help_text="Engine flags the admin added.")
+    plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
+    state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
+    state_reason = models.TextField(blank=True)
+    engine_version = models.CharField(max_length=50, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def move(self, target: str, reason: str = "", **fields: Any) -> bool:
+        """Claim the transition to ``target`` with a conditional UPDATE; False if another got there first.
+
+        Only states that TRANSITIONS allows into ``target`` are matched, so two workers never both win.
+        """
+        updated = Deployment.objects.filter(pk=self.pk, state__in=sources_of(target)).update(
+            state=target, state_reason=reason, updated_at=timezone.now(), **fields
+        )
+        if updated:
+            self.state, self.state_reason = target, reason
+            for key, value in fields.items():
+                setattr(self, key, value)
+        return bool(updated)
+
+    @property
+    def current_replica(self) -> "Replica | None":
+        return self.replicas.order_by("-id").first()
+
+
+class Replica(models.Model):
+    """One engine process or container of a deployment."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="replicas")
+    runtime = models.CharField(max_length=10)
+    runtime_name = models.CharField(max_length=100, blank=True, help_text="Process or container name.")
+    handle = models.CharField(max_length=100, blank=True, help_text="pid or container id.")
+    host = models.CharField(max_length=100)
+    port = models.PositiveIntegerField()
+    engine_api_key = models.CharField(max_length=100, help_text="Per-launch secret; only the gateway uses it.")
+    running = models.BooleanField(default=False)
+    exit_code = models.IntegerField(null=True, blank=True)
+    oom_killed = models.BooleanField(default=False)
+    log_tail = models.TextField(blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.runtime_name
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class ApiKey(models.Model):
+    """A long-lived key for people and their tools. Only its SHA-256 is stored; the key is shown once."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=20, unique=True, help_text="Public part, shown in lists and logs.")
+    key_hash = models.CharField(max_length=64)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

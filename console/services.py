@@ -1,0 +1,172 @@
+"""What the console pages and the JSON API both do: add models, plan, deploy, launch, stop, keys.
+
+Errors a user can fix raise ConsoleError with a message fit to show as it is. Work with side effects
+on engines is handed to Celery tasks after the transaction commits.
+"""
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from console.models import ACTIVE_STATES, ApiKey, Deployment, DeploymentState, ModelSource
+from engines.launch import EngineKind
+from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
+from engines.sizing import SizingPlan, plan_cpu
+from gateway.keys import new_key
+
+ROUTING_VERSION_KEY = "hearth:routing-version"
+SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+
+
+class ConsoleError(ValueError):
+    """A request the user can correct; the message says how."""
+
+
+def bump_routing_version() -> None:
+    """Tell every gateway process, through Redis, that keys or routes changed (they reload lazily)."""
+    redis.Redis.from_url(settings.REDIS_URL).incr(ROUTING_VERSION_KEY)
+
+
+def _check_name(name: str, what: str) -> str:
+    name = name.strip().lower()
+    if not SLUG.match(name):
+        raise ConsoleError(f"{what} {name!r} must be 1–100 lowercase letters, digits, '.', '-' or '_'.")
+    return name
+
+
+def add_local_model(name: str, path: str) -> ModelSource:
+    """Register a local checkpoint folder. Raises ConsoleError when it is unreadable or the name is taken."""
+    name = _check_name(name, "Model name")
+    folder = Path(path).expanduser()
+    if not folder.is_absolute():
+        raise ConsoleError(f"Model path {path!r} must be an absolute path on the appliance.")
+    try:
+        ckpt = read_checkpoint(folder)
+    except ModelConfigError as exc:
+        raise ConsoleError(str(exc)) from None
+    return _save_model(name=name, kind=ModelSource.Kind.LOCAL, path=str(folder),
+                       config=ckpt.raw_config, weights_bytes=ckpt.weights_bytes)
+
+
+def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
+    """Register a Hugging Face repo, pinning ``revision`` (branch, tag or sha) to its commit sha.
+
+    Reads config.json and the safetensors headers remotely; no weights are downloaded.
+    Raises ConsoleError when the hub cannot be reached or the repo is not a safetensors checkpoint.
+    """
+    import json
+
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    name = _check_name(name, "Model name")
+    api = HfApi()
+    try:
+        sha = api.model_info(repo_id, revision=revision or "main").sha or ""
+        config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=sha)).read_text())
+        weights = api.get_safetensors_metadata(repo_id, revision=sha)
+    except (HfHubHTTPError, OfflineModeIsEnabled, OSError, ValueError) as exc:
+        raise ConsoleError(f"Could not read {repo_id}@{revision or 'main'} from Hugging Face: {exc}") from None
+    total = sum(
+        int(t.data_offsets[1]) - int(t.data_offsets[0])
+        for f in weights.files_metadata.values()
+        for t in f.tensors.values()
+    )
+    return _save_model(name=name, kind=ModelSource.Kind.HF, repo_id=repo_id, revision=sha,
+                       config=config, weights_bytes=total)
+
+
+def _save_model(**fields: Any) -> ModelSource:
+    try:
+        parse_config(fields["config"])
+    except ModelConfigError as exc:
+        raise ConsoleError(str(exc)) from None
+    try:
+        with transaction.atomic():
+            return ModelSource.objects.create(**fields)
+    except IntegrityError:
+        raise ConsoleError(f"A model named {fields['name']!r} already exists.") from None
+
+
+def plan_for(model: ModelSource, engine: str, max_model_len: int, kv_space_gib: float) -> SizingPlan:
+    """The sizing plan for ``model`` on ``engine``. Raises ConsoleError for an unknown engine or bad numbers."""
+    if engine not in EngineKind:
+        raise ConsoleError(f"Unknown engine {engine!r}; choose one of: {', '.join(EngineKind)}.")
+    if kv_space_gib <= 0 or max_model_len < 0:
+        raise ConsoleError("KV space must be above 0 GiB and max_model_len 0 (model default) or more.")
+    return plan_cpu(parse_config(model.config), model.weights_bytes, kv_space_gib, max_model_len)
+
+
+def create_deployment(
+    *, name: str, model: ModelSource, engine: str, max_model_len: int = 0, kv_space_gib: float = 1.0,
+    served_model_name: str = "", extra_args: list[str] | None = None,
+) -> Deployment:
+    """Create a pending deployment with its plan; launch it with ``launch``.
+
+    Raises ConsoleError when the plan does not fit or a name is taken.
+    """
+    name = _check_name(name, "Deployment name")
+    plan = plan_for(model, engine, max_model_len, kv_space_gib)
+    if not plan.fits:
+        raise ConsoleError(plan.reasons[-1])
+    try:
+        with transaction.atomic():
+            return Deployment.objects.create(
+                name=name, model=model, engine=engine, served_model_name=served_model_name.strip() or name,
+                max_model_len=plan.max_model_len, kv_space_gib=kv_space_gib, extra_args=extra_args or [],
+                plan=dataclasses.asdict(plan), state=DeploymentState.STOPPED,
+            )
+    except IntegrityError:
+        raise ConsoleError("A deployment with that name or served model name already exists.") from None
+
+
+def launch(deployment: Deployment) -> None:
+    """Move a stopped or failed deployment to pending and enqueue its launch after commit.
+
+    Raises ConsoleError when it is already active.
+    """
+    from console.tasks import launch_deployment
+
+    with transaction.atomic():
+        if not deployment.move(DeploymentState.PENDING, "Waiting for a worker."):
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before launching again.")
+        transaction.on_commit(lambda: launch_deployment.delay(deployment.pk))
+
+
+def stop(deployment: Deployment) -> None:
+    """Move an active deployment to stopping and enqueue the stop after commit.
+
+    Raises ConsoleError when it is not running.
+    """
+    from console.tasks import stop_deployment
+
+    with transaction.atomic():
+        if deployment.state not in ACTIVE_STATES or not deployment.move(DeploymentState.STOPPING):
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; there is nothing to stop.")
+        transaction.on_commit(bump_routing_version)
+        transaction.on_commit(lambda: stop_deployment.delay(deployment.pk))
+
+
+def create_key(name: str, user: Any) -> tuple[ApiKey, str]:
+    """A new API key; returns (row, key). The key is in no row and no log: show it once."""
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise ConsoleError("Give the key a name of 1–100 characters (who or what will use it).")
+    key, prefix, digest = new_key()
+    with transaction.atomic():
+        row = ApiKey.objects.create(name=name, prefix=prefix, key_hash=digest, created_by=user)
+        transaction.on_commit(bump_routing_version)
+    return row, key
+
+
+def revoke_key(key: ApiKey) -> None:
+    """Revoke at once: every gateway process drops it on its next request."""
+    with transaction.atomic():
+        ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        transaction.on_commit(bump_routing_version)

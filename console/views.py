@@ -1,0 +1,141 @@
+"""Console pages: short function views; pages and their htmx refreshes share template partials."""
+
+import dataclasses
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model, login
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console import services
+from console.forms import ApiKeyForm, DeploymentForm, HfModelForm, LocalModelForm, SetupForm
+from console.models import ApiKey, Deployment, ModelSource
+from console.panel import panel_data
+from console.services import ConsoleError
+
+
+def setup(request: HttpRequest) -> HttpResponse:
+    """First run: create the admin. Gone once any user exists."""
+    user_model = get_user_model()
+    if user_model.objects.exists():
+        return redirect("console:login")
+    form = SetupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = user_model.objects.create_superuser(form.cleaned_data["username"], "", form.cleaned_data["password"])
+        login(request, user)
+        return redirect("console:models")
+    return render(request, "console/setup.html", {"form": form})
+
+
+def login_page(request: HttpRequest) -> HttpResponse:
+    """Django's login, or the first-run setup while no user exists."""
+    if not get_user_model().objects.exists():
+        return redirect("console:setup")
+    return LoginView.as_view(template_name="console/login.html")(request)
+
+
+@login_required
+def models_page(request: HttpRequest) -> HttpResponse:
+    local = LocalModelForm(request.POST if "path" in request.POST else None, prefix="local")
+    hf = HfModelForm(request.POST if "repo_id" in request.POST else None, prefix="hf")
+    if request.method == "POST":
+        form = local if "path" in request.POST else hf
+        try:
+            if form.is_valid():
+                data = form.cleaned_data
+                model = (services.add_local_model(data["name"], data["path"]) if form is local
+                         else services.add_hf_model(data["name"], data["repo_id"], data["revision"]))
+                messages.success(request, f"Added {model.name}.")
+                return redirect("console:models")
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+    models = ModelSource.objects.order_by("name")
+    return render(request, "console/models.html", {"models": models, "local": local, "hf": hf})
+
+
+@login_required
+def deployments_page(request: HttpRequest) -> HttpResponse:
+    form = DeploymentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dep = services.create_deployment(**form.cleaned_data)
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("console:deployment", dep.pk)
+    deployments = Deployment.objects.select_related("model").order_by("name")
+    return render(request, "console/deployments.html", {"form": form, "deployments": deployments})
+
+
+@login_required
+@require_POST
+def plan_preview(request: HttpRequest) -> HttpResponse:
+    """The plan for the deployment form's current values, before anything is created (htmx)."""
+    form = DeploymentForm(request.POST)
+    plan, error = None, ""
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            plan = services.plan_for(data["model"], data["engine"], data["max_model_len"], data["kv_space_gib"])
+        except ConsoleError as exc:
+            error = str(exc)
+    else:
+        error = "Fill in the model, engine, max_model_len and KV space to see the plan."
+    context = {"plan": dataclasses.asdict(plan) if plan else None, "error": error}
+    return render(request, "console/deployments.html#plan", context)
+
+
+@login_required
+def deployment_page(request: HttpRequest, pk: int) -> HttpResponse:
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    return render(request, "console/deployment.html", _deployment_context(dep))
+
+
+@login_required
+def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
+    """The live panel alone, polled every 2 s by htmx."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    return render(request, "console/deployment.html#panel", _deployment_context(dep))
+
+
+def _deployment_context(dep: Deployment) -> dict[str, object]:
+    replica = dep.current_replica
+    return {"dep": dep, "replica": replica, "panel": panel_data(replica.pk if replica else None)}
+
+
+@login_required
+@require_POST
+def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    dep = get_object_or_404(Deployment, pk=pk)
+    try:
+        (services.launch if action == "launch" else services.stop)(dep)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+    return redirect("console:deployment", dep.pk)
+
+
+@login_required
+def keys_page(request: HttpRequest) -> HttpResponse:
+    form = ApiKeyForm(request.POST or None)
+    new_key = ""
+    if request.method == "POST" and form.is_valid():
+        try:
+            _, new_key = services.create_key(form.cleaned_data["name"], request.user)
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            form = ApiKeyForm()
+    keys = ApiKey.objects.order_by("-created_at")
+    return render(request, "console/keys.html", {"form": form, "keys": keys, "new_key": new_key})
+
+
+@login_required
+@require_POST
+def key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    key = get_object_or_404(ApiKey, pk=pk)
+    services.revoke_key(key)
+    messages.success(request, f"Revoked {key.name} ({key.prefix}…).")
+    return redirect("console:keys")

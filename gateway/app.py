@@ -1,0 +1,182 @@
+"""The /v1 gateway: a lean ASGI app (no Django request cycle, no DB query on the hot path).
+
+Upstream client: aiohttp, chosen by benchmark (../shared/FACTS.md: at 64 streams an httpx relay kept
+0.30–0.46 of direct throughput, aiohttp 0.98–1.00). Bytes are relayed as they arrive; a side copy is
+watched so a stream the engine ends without its terminal event gets an in-stream error instead of a
+clean-looking end. A client that goes away cancels the upstream request at once.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import aiohttp
+from django.conf import settings
+
+from gateway import errors
+from gateway.errors import GatewayError
+from gateway.registry import Registry, Route, Snapshot
+from gateway.sse import OpenAIStreamWatcher
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = logging.getLogger(__name__)
+SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+
+class Gateway:
+    def __init__(self) -> None:
+        self.registry = Registry()
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=10, sock_read=settings.HEARTH_STREAM_IDLE_TIMEOUT
+            )
+            self._session = aiohttp.ClientSession(
+                timeout=timeout, connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
+            )
+        return self._session
+
+    async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._session is not None:
+                    await self._session.close()
+                await self.registry.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._dispatch(scope, receive, send)
+        except GatewayError as exc:
+            await _send_json(send, exc.status, exc.body())
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method, path = scope["method"], scope["path"].rstrip("/")
+        snapshot = await self.registry.current()
+        _authenticate(scope, snapshot)
+        if method == "GET" and path == "/v1/models":
+            await _send_json(send, 200, _models_body(snapshot))
+        elif method == "POST" and path == "/v1/chat/completions":
+            body = await _read_body(receive)
+            route = _route(body, snapshot)
+            await self._relay(route, "/v1/chat/completions", body, receive, send)
+        else:
+            raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
+
+    async def _relay(self, route: Route, path: str, body: bytes, receive: Receive, send: Send) -> None:
+        relay = asyncio.ensure_future(self._forward(route, path, body, send))
+        watcher = asyncio.ensure_future(_wait_disconnect(receive))
+        done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if relay in done:
+            watcher.cancel()
+            relay.result()
+        else:
+            relay.cancel()
+            log.info("client left; upstream request to %s aborted", route.served_model_name)
+
+    async def _forward(self, route: Route, path: str, body: bytes, send: Send) -> None:
+        headers = {"Authorization": f"Bearer {route.engine_api_key}", "Content-Type": "application/json"}
+        started = time.monotonic()
+        try:
+            resp = await self.session.post(route.base_url + path, data=body, headers=headers)
+        except (aiohttp.ClientError, TimeoutError):
+            raise errors.upstream_unreachable(route.served_model_name) from None
+        async with resp:
+            streaming = resp.content_type == "text/event-stream"
+            out_headers = [(b"content-type", resp.headers.get("Content-Type", "application/json").encode())]
+            await send({"type": "http.response.start", "status": resp.status,
+                        "headers": out_headers + (SSE_HEADERS if streaming else [])})
+            watcher = OpenAIStreamWatcher()
+            try:
+                async for chunk in resp.content.iter_any():
+                    if streaming:
+                        watcher.feed(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("stream from %s broke: %s", route.served_model_name, exc)
+            tail = b""
+            if streaming and resp.status == 200 and not watcher.complete:
+                tail = errors.stream_error_event(
+                    "The engine ended the stream before it finished; the response is incomplete.",
+                    "upstream_truncated",
+                )
+                log.warning("truncated stream from %s after %.1f s", route.served_model_name,
+                            time.monotonic() - started)
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _authenticate(scope: Scope, snapshot: Snapshot) -> int:
+    headers = dict(scope["headers"])
+    key = headers.get(b"x-api-key", b"").decode("latin-1").strip()
+    auth = headers.get(b"authorization", b"").decode("latin-1")
+    if not key and auth[:7].lower() == "bearer ":
+        key = auth[7:].strip()
+    if not key:
+        raise errors.missing_key()
+    key_id = Registry.authenticate(snapshot, key)
+    if key_id is None:
+        raise errors.invalid_key()
+    return key_id
+
+
+def _route(body: bytes, snapshot: Snapshot) -> Route:
+    try:
+        request = json.loads(body)
+    except ValueError:
+        raise GatewayError(400, "The request body is not valid JSON.") from None
+    model = request.get("model") if isinstance(request, dict) else None
+    if not isinstance(model, str) or not model:
+        raise GatewayError(400, "The request body needs a 'model' string.", param="model")
+    route = snapshot.routes.get(model)
+    if route is not None:
+        return route
+    if model in snapshot.states:
+        raise errors.not_ready(model, snapshot.states[model])
+    raise errors.unknown_model(model)
+
+
+def _models_body(snapshot: Snapshot) -> bytes:
+    data = [
+        {"id": r.served_model_name, "object": "model", "owned_by": "hearth", "max_model_len": r.max_model_len}
+        for r in snapshot.routes.values()
+    ]
+    return json.dumps({"object": "list", "data": data}).encode()
+
+
+async def _read_body(receive: Receive) -> bytes:
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise asyncio.CancelledError
+        body += message.get("body", b"")
+        if len(body) > settings.HEARTH_MAX_BODY_BYTES:
+            raise GatewayError(413, f"The request body is over {settings.HEARTH_MAX_BODY_BYTES:,} bytes.",
+                               code="request_too_large")
+        if not message.get("more_body"):
+            return bytes(body)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _send_json(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,80 @@
+"""The gateway's in-process view of keys and routes, so the hot path runs no DB query.
+
+Reloaded from the database when Redis's ``hearth:routing-version`` changes (the console bumps it on
+every key or deployment change) and at least every RELOAD_EVERY seconds in case a bump was missed.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from console.models import ApiKey, Deployment, DeploymentState
+from console.services import ROUTING_VERSION_KEY
+from gateway.keys import key_prefix, matches
+
+RELOAD_EVERY = 30.0  # seconds
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a served model name goes: a ready replica's base URL and its per-launch engine key."""
+
+    served_model_name: str
+    base_url: str
+    engine_api_key: str
+    max_model_len: int
+
+
+@dataclass
+class Snapshot:
+    keys: dict[str, tuple[int, str]] = field(default_factory=dict)  # prefix → (id, sha256)
+    routes: dict[str, Route] = field(default_factory=dict)  # ready models
+    states: dict[str, str] = field(default_factory=dict)  # every deployed model → its state
+
+
+def load_snapshot() -> Snapshot:
+    snap = Snapshot()
+    for key_id, prefix, digest in ApiKey.objects.filter(revoked_at__isnull=True).values_list(
+        "id", "prefix", "key_hash"
+    ):
+        snap.keys[prefix] = (key_id, digest)
+    for dep in Deployment.objects.prefetch_related("replicas"):
+        snap.states[dep.served_model_name] = dep.state
+        replica = dep.current_replica
+        if dep.state == DeploymentState.READY and replica is not None and replica.running:
+            snap.routes[dep.served_model_name] = Route(
+                dep.served_model_name, replica.base_url, replica.engine_api_key, dep.max_model_len
+            )
+    return snap
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.snapshot = Snapshot()
+        self._version: bytes | None = None
+        self._loaded_at = 0.0
+        self._redis: aioredis.Redis | None = None
+
+    async def current(self) -> Snapshot:
+        if self._redis is None:
+            self._redis = aioredis.Redis.from_url(settings.REDIS_URL)
+        version = await self._redis.get(ROUTING_VERSION_KEY)
+        if version != self._version or time.monotonic() - self._loaded_at > RELOAD_EVERY:
+            self.snapshot = await sync_to_async(load_snapshot)()
+            self._version, self._loaded_at = version, time.monotonic()
+        return self.snapshot
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    @staticmethod
+    def authenticate(snapshot: Snapshot, key: str) -> int | None:
+        """The key's id when ``key`` is a live key, else None (constant-time hash comparison)."""
+        entry = snapshot.keys.get(key_prefix(key))
+        if entry is None or not matches(key, entry[1]):
+            return None
+        return entry[0]

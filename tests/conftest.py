@@ -1,0 +1,120 @@
+"""The shared test world: real PostgreSQL and Redis, and real web and Celery processes when asked.
+
+Tests that talk to the live processes use ``@pytest.mark.django_db(transaction=True)`` so their rows
+are committed and visible to those processes.
+"""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(autouse=True, scope="session")
+def clean_redis() -> None:
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+@pytest.fixture(scope="session")
+def live_env(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) -> dict[str, str]:
+    """Environment for child processes: the test database pytest-django created, and test settings."""
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        db = connection.settings_dict
+    url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    return {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+
+
+class Proc:
+    """A child process whose output goes to a file, for assertions and for the failure report."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The appliance's ASGI server (uvicorn) as a real process; yields its base URL."""
+    port = free_port()
+    proc = Proc([sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1",
+                 "--port", str(port), "--no-access-log"], live_env, tmp_path_factory.mktemp("web") / "web.log")
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(base + "/login/", timeout=1)
+            break
+        except httpx.TransportError:
+            assert proc.proc.poll() is None, proc.output()
+            time.sleep(0.2)
+    else:
+        pytest.fail("web server did not come up:\n" + proc.output())
+    yield base
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def worker(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """A Celery worker with embedded beat, as a real process."""
+    proc = Proc([sys.executable, "-m", "celery", "-A", "appliance", "worker", "-B", "-c", "3",
+                 "--loglevel", "INFO", "-s", str(tmp_path_factory.mktemp("beat") / "schedule")],
+                live_env, tmp_path_factory.mktemp("worker") / "worker.log")
+    deadline = time.monotonic() + 60
+    while "ready." not in proc.output():
+        assert proc.proc.poll() is None and time.monotonic() < deadline, proc.output()
+        time.sleep(0.3)
+    yield proc
+    proc.stop()
+
+
+def login(base: str, username: str = "admin", password: str = "admin-password-1") -> httpx.Client:
+    """An httpx client logged in to the console, sending the CSRF token the JSON API wants."""
+    client = httpx.Client(base_url=base, timeout=30)
+    client.get("/login/")
+    token = client.cookies["csrftoken"]
+    resp = client.post("/login/", data={"username": username, "password": password,
+                                        "csrfmiddlewaretoken": token})
+    assert resp.status_code == 302, resp.text
+    client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
+    client.headers["Referer"] = base + "/"
+    return client
+
+
+@pytest.fixture
+def admin_user(django_user_model: type) -> object:
+    return django_user_model.objects.create_superuser("admin", "", "admin-password-1")  # type: ignore[attr-defined]
+
+
+def csrf_from(html: str) -> str:
+    match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
+    assert match, "no CSRF token in page"
+    return match.group(1)

@@ -1,0 +1,72 @@
+"""The gateway's refusals over real HTTP, in OpenAI's error shape: no key, wrong key, unknown model."""
+
+import httpx
+import pytest
+
+from console import services
+from console.models import ModelSource
+
+pytestmark = pytest.mark.django_db(transaction=True)
+CHAT = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def assert_openai_error(resp: httpx.Response, status: int, code: str) -> None:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == "application/json"
+    error = resp.json()["error"]
+    assert set(error) >= {"message", "type", "code"}
+    assert error["code"] == code and error["message"]
+
+
+@pytest.fixture
+def key(admin_user: object) -> str:
+    return services.create_key("tests", admin_user)[1]
+
+
+def test_no_key_is_401(web: str) -> None:
+    assert_openai_error(httpx.post(f"{web}/v1/chat/completions", json=CHAT), 401, "missing_api_key")
+
+
+def test_a_wrong_key_is_401(web: str, key: str) -> None:
+    wrong = key[:-4] + "AAAA"
+    resp = httpx.post(f"{web}/v1/chat/completions", json=CHAT, headers={"Authorization": f"Bearer {wrong}"})
+    assert_openai_error(resp, 401, "invalid_api_key")
+
+
+def test_an_unknown_model_is_404_with_bearer_and_with_x_api_key(web: str, key: str) -> None:
+    for headers in ({"Authorization": f"Bearer {key}"}, {"x-api-key": key}):
+        resp = httpx.post(f"{web}/v1/chat/completions", json=CHAT, headers=headers)
+        assert_openai_error(resp, 404, "model_not_found")
+
+
+def test_a_revoked_key_is_refused_at_once(web: str, key: str) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(f"{web}/v1/models", headers=headers).status_code == 200
+    services.revoke_key(services.ApiKey.objects.get())
+    assert_openai_error(httpx.get(f"{web}/v1/models", headers=headers), 401, "invalid_api_key")
+
+
+def test_a_deployment_that_is_not_ready_is_503(web: str, key: str) -> None:
+    model = ModelSource.objects.create(name="m", kind="local", path="/x", weights_bytes=1, config={
+        "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64})
+    services.create_deployment(name="d", model=model, engine="vllm-cpu", max_model_len=64)
+    services.bump_routing_version()
+    resp = httpx.post(f"{web}/v1/chat/completions", json={**CHAT, "model": "d"},
+                      headers={"Authorization": f"Bearer {key}"})
+    assert_openai_error(resp, 503, "no_ready_replica")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [(b"{not json", 400, None), (b'{"messages": []}', 400, None)],
+    ids=["not-json", "no-model"],
+)
+def test_bad_bodies_are_400(web: str, key: str, body: bytes, status: int, code: str | None) -> None:
+    resp = httpx.post(f"{web}/v1/chat/completions", content=body, headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == status
+    assert resp.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_an_unknown_endpoint_is_404_in_openai_shape(web: str, key: str) -> None:
+    resp = httpx.get(f"{web}/v1/nothing", headers={"Authorization": f"Bearer {key}"})
+    assert_openai_error(resp, 404, "unknown_url")

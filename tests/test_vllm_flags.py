@@ -1,0 +1,34 @@
+"""The vLLM CPU flag builder: flags from the plan, never overriding one the user set."""
+
+import json
+from pathlib import Path
+
+from engines.modelconfig import parse_config
+from engines.sizing import plan_cpu
+from engines.vllm import build_vllm_cpu_spec
+
+CONFIG = parse_config(json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text()))
+
+
+def spec(user_args: list[str]):  # type: ignore[no-untyped-def]
+    return build_vllm_cpu_spec(
+        python="/venv/bin/python", model_path=Path("/models/smol"), served_model_name="smol",
+        plan=plan_cpu(CONFIG, 1, 1.0, 2048), kv_space_gib=1.0, host="127.0.0.1", port=8001,
+        api_key="k", cache_dir=Path("/cache"), user_args=user_args,
+    )
+
+
+def test_it_builds_the_flags_that_worked_on_vllm_cpu() -> None:
+    s = spec([])
+    assert s.argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert s.added_flags == ["--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager"]
+    assert s.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert s.env["HF_HUB_OFFLINE"] == "1"
+    assert s.base_url == "http://127.0.0.1:8001"
+
+
+def test_it_never_overrides_a_flag_the_user_set() -> None:
+    s = spec(["--dtype=float32", "--max-model-len", "1024"])
+    assert s.added_flags == ["--enforce-eager"]
+    assert s.argv[-3:] == ["--dtype=float32", "--max-model-len", "1024"]
+    assert "bfloat16" not in s.argv
