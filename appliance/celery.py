@@ -22,6 +22,4 @@ def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
     scrape = settings.HEARTH_SCRAPE_INTERVAL
     reconcile = settings.HEARTH_RECONCILE_INTERVAL
     sender.add_periodic_task(scrape, sender.signature("console.tasks.scrape_metrics", expires=scrape * 0.9))
-    sender.add_periodic_task(
-        reconcile, sender.signature("console.tasks.reconcile", expires=reconcile * 0.9)
-    )
+    sender.add_periodic_task(reconcile, sender.signature("console.tasks.reconcile", expires=reconcile * 0.9))

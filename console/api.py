@@ -8,7 +8,7 @@ import dataclasses
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
-from ninja import NinjaAPI, Schema
+from ninja import Field, NinjaAPI, Schema
 from ninja.security import django_auth
 
 from console import services
@@ -49,7 +49,7 @@ class PlanIn(Schema):
 class DeploymentIn(PlanIn):
     name: str
     served_model_name: str = ""
-    extra_args: list[str] = []
+    extra_args: list[str] = Field(default_factory=list)
 
 
 class DeploymentOut(Schema):
@@ -98,15 +98,19 @@ def add_model(request: HttpRequest, data: ModelIn) -> tuple[int, ModelSource]:
 
 @api.post("/plan")
 def plan(request: HttpRequest, data: PlanIn) -> dict[str, object]:
-    return dataclasses.asdict(services.plan_for(_model(data.model), data.engine, data.max_model_len,
-                                                data.kv_space_gib))
+    return dataclasses.asdict(services.plan_for(_model(data.model), data.engine, data.max_model_len, data.kv_space_gib))
 
 
 @api.post("/deployments", response={201: DeploymentOut})
 def create_deployment(request: HttpRequest, data: DeploymentIn) -> tuple[int, Deployment]:
     return 201, services.create_deployment(
-        name=data.name, model=_model(data.model), engine=data.engine, max_model_len=data.max_model_len,
-        kv_space_gib=data.kv_space_gib, served_model_name=data.served_model_name, extra_args=data.extra_args,
+        name=data.name,
+        model=_model(data.model),
+        engine=data.engine,
+        max_model_len=data.max_model_len,
+        kv_space_gib=data.kv_space_gib,
+        served_model_name=data.served_model_name,
+        extra_args=data.extra_args,
     )
 
 

@@ -50,8 +50,13 @@ def add_local_model(name: str, path: str) -> ModelSource:
         ckpt = read_checkpoint(folder)
     except ModelConfigError as exc:
         raise ConsoleError(str(exc)) from None
-    return _save_model(name=name, kind=ModelSource.Kind.LOCAL, path=str(folder),
-                       config=ckpt.raw_config, weights_bytes=ckpt.weights_bytes)
+    return _save_model(
+        name=name,
+        kind=ModelSource.Kind.LOCAL,
+        path=str(folder),
+        config=ckpt.raw_config,
+        weights_bytes=ckpt.weights_bytes,
+    )
 
 
 def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
@@ -63,7 +68,6 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
     import json
 
     from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
     name = _check_name(name, "Model name")
     api = HfApi()
@@ -71,15 +75,16 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
         sha = api.model_info(repo_id, revision=revision or "main").sha or ""
         config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=sha)).read_text())
         weights = api.get_safetensors_metadata(repo_id, revision=sha)
-    except (HfHubHTTPError, OfflineModeIsEnabled, OSError, ValueError) as exc:
+    except Exception as exc:  # the hub client raises its own HTTP library's transport errors too
         raise ConsoleError(f"Could not read {repo_id}@{revision or 'main'} from Hugging Face: {exc}") from None
     total = sum(
         int(t.data_offsets[1]) - int(t.data_offsets[0])
         for f in weights.files_metadata.values()
         for t in f.tensors.values()
     )
-    return _save_model(name=name, kind=ModelSource.Kind.HF, repo_id=repo_id, revision=sha,
-                       config=config, weights_bytes=total)
+    return _save_model(
+        name=name, kind=ModelSource.Kind.HF, repo_id=repo_id, revision=sha, config=config, weights_bytes=total
+    )
 
 
 def _save_model(**fields: Any) -> ModelSource:
@@ -104,8 +109,14 @@ def plan_for(model: ModelSource, engine: str, max_model_len: int, kv_space_gib: 
 
 
 def create_deployment(
-    *, name: str, model: ModelSource, engine: str, max_model_len: int = 0, kv_space_gib: float = 1.0,
-    served_model_name: str = "", extra_args: list[str] | None = None,
+    *,
+    name: str,
+    model: ModelSource,
+    engine: str,
+    max_model_len: int = 0,
+    kv_space_gib: float = 1.0,
+    served_model_name: str = "",
+    extra_args: list[str] | None = None,
 ) -> Deployment:
     """Create a pending deployment with its plan; launch it with ``launch``.
 
@@ -118,9 +129,15 @@ def create_deployment(
     try:
         with transaction.atomic():
             return Deployment.objects.create(
-                name=name, model=model, engine=engine, served_model_name=served_model_name.strip() or name,
-                max_model_len=plan.max_model_len, kv_space_gib=kv_space_gib, extra_args=extra_args or [],
-                plan=dataclasses.asdict(plan), state=DeploymentState.STOPPED,
+                name=name,
+                model=model,
+                engine=engine,
+                served_model_name=served_model_name.strip() or name,
+                max_model_len=plan.max_model_len,
+                kv_space_gib=kv_space_gib,
+                extra_args=extra_args or [],
+                plan=dataclasses.asdict(plan),
+                state=DeploymentState.STOPPED,
             )
     except IntegrityError:
         raise ConsoleError("A deployment with that name or served model name already exists.") from None

@@ -29,16 +29,14 @@ S = DeploymentState
 WATCH_EVERY = 2.0  # seconds between health polls of a loading replica
 METRICS_KEEP = 720  # scrapes kept per replica (1 h at the default 5 s interval)
 LOG_LINES = 60
-OOM_HINT = (
-    "The engine ran out of memory. Lower the KV space or max_model_len, or give the engine more memory."
-)
+OOM_HINT = "The engine ran out of memory. Lower the KV space or max_model_len, or give the engine more memory."
 
 
 def metrics_key(replica_id: int) -> str:
     return f"hearth:metrics:{replica_id}"
 
 
-def _redis() -> "redis.Redis[bytes]":
+def _redis() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL)
 
 
@@ -57,16 +55,25 @@ def launch_deployment(deployment_id: int) -> None:
     runtime = get_runtime()
     host = settings.HEARTH_ENGINE_HOST
     replica = Replica.objects.create(
-        deployment=dep, runtime=runtime.name, host=host, port=_free_port(host),
+        deployment=dep,
+        runtime=runtime.name,
+        host=host,
+        port=_free_port(host),
         engine_api_key=secrets.token_urlsafe(24),
     )
     replica.runtime_name = f"hearth-replica-{replica.pk}"
     plan = SizingPlan(**dep.plan)
     spec = build_vllm_cpu_spec(
-        python=settings.HEARTH_VLLM_CPU_PYTHON, model_path=Path(dep.model.path),
-        served_model_name=dep.served_model_name, plan=plan, kv_space_gib=dep.kv_space_gib,
-        host=host, port=replica.port, api_key=replica.engine_api_key,
-        cache_dir=settings.HEARTH_CACHE_DIR, user_args=dep.extra_args,
+        python=settings.HEARTH_VLLM_CPU_PYTHON,
+        model_path=Path(dep.model.path),
+        served_model_name=dep.served_model_name,
+        plan=plan,
+        kv_space_gib=dep.kv_space_gib,
+        host=host,
+        port=replica.port,
+        api_key=replica.engine_api_key,
+        cache_dir=settings.HEARTH_CACHE_DIR,
+        user_args=dep.extra_args,
     )
     try:
         replica.handle = runtime.start(replica.runtime_name, spec)
@@ -157,9 +164,9 @@ def reconcile() -> None:
 def scrape_metrics() -> None:
     """Scrape every ready replica's /metrics into Redis (newest first), and refresh its log tail."""
     r = _redis()
-    for replica in Replica.objects.filter(
-        running=True, deployment__state__in=[S.LOADING, S.READY]
-    ).select_related("deployment"):
+    for replica in Replica.objects.filter(running=True, deployment__state__in=[S.LOADING, S.READY]).select_related(
+        "deployment"
+    ):
         runtime = get_runtime(replica.runtime)
         replica.log_tail = runtime.logs(replica.runtime_name, LOG_LINES)
         replica.save(update_fields=["log_tail"])

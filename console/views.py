@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -30,7 +30,7 @@ def setup(request: HttpRequest) -> HttpResponse:
     return render(request, "console/setup.html", {"form": form})
 
 
-def login_page(request: HttpRequest) -> HttpResponse:
+def login_page(request: HttpRequest) -> HttpResponseBase:
     """Django's login, or the first-run setup while no user exists."""
     if not get_user_model().objects.exists():
         return redirect("console:setup")
@@ -39,15 +39,19 @@ def login_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def models_page(request: HttpRequest) -> HttpResponse:
-    local = LocalModelForm(request.POST if "path" in request.POST else None, prefix="local")
-    hf = HfModelForm(request.POST if "repo_id" in request.POST else None, prefix="hf")
+    is_local = "local-path" in request.POST
+    local = LocalModelForm(request.POST if is_local else None, prefix="local")
+    hf = HfModelForm(request.POST if "hf-repo_id" in request.POST else None, prefix="hf")
     if request.method == "POST":
-        form = local if "path" in request.POST else hf
+        form = local if is_local else hf
         try:
             if form.is_valid():
                 data = form.cleaned_data
-                model = (services.add_local_model(data["name"], data["path"]) if form is local
-                         else services.add_hf_model(data["name"], data["repo_id"], data["revision"]))
+                model = (
+                    services.add_local_model(data["name"], data["path"])
+                    if form is local
+                    else services.add_hf_model(data["name"], data["repo_id"], data["revision"])
+                )
                 messages.success(request, f"Added {model.name}.")
                 return redirect("console:models")
         except ConsoleError as exc:

@@ -12,14 +12,16 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# canonical name → engine sample name, per mapping. Gauges and counters; values summed over label sets.
-METRIC_MAPPINGS: dict[str, dict[str, str]] = {
+# canonical name → engine sample name, or (sample name, label) for a number the engine reports as an
+# info label. Gauges and counters; values summed over label sets.
+METRIC_MAPPINGS: dict[str, dict[str, str | tuple[str, str]]] = {
     "vllm": {
         "requests_running": "vllm:num_requests_running",
         "requests_waiting": "vllm:num_requests_waiting",
         "kv_cache_usage": "vllm:kv_cache_usage_perc",
         "prompt_tokens_total": "vllm:prompt_tokens_total",
         "generation_tokens_total": "vllm:generation_tokens_total",
+        "kv_cache_size_tokens": ("vllm:cache_config_info", "kv_cache_size_tokens"),
     },
     "vllm-v0": {
         "requests_running": "vllm:num_requests_running",
@@ -54,16 +56,20 @@ def parse_metrics(text: str, mapping: str, time: float) -> Scrape:
 
     Raises KeyError for an unknown mapping and ValueError for text that is not Prometheus format.
     """
-    wanted = {engine_name: canonical for canonical, engine_name in METRIC_MAPPINGS[mapping].items()}
+    wanted: dict[str, list[tuple[str, str | None]]] = {}
+    for canonical, source in METRIC_MAPPINGS[mapping].items():
+        name, label = (source, None) if isinstance(source, str) else source
+        wanted.setdefault(name, []).append((canonical, label))
     found: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            canonical = wanted.get(sample.name)
-            if canonical is not None:
-                found.setdefault(canonical, []).append(float(sample.value))
-    values = {
-        name: (sum(vs) / len(vs) if name in RATIO_METRICS else sum(vs)) for name, vs in found.items()
-    }
+            for canonical, label in wanted.get(sample.name, ()):
+                raw = sample.value if label is None else sample.labels.get(label)
+                try:
+                    found.setdefault(canonical, []).append(float(raw))  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    continue  # a label such as "None": no data
+    values = {name: (sum(vs) / len(vs) if name in RATIO_METRICS else sum(vs)) for name, vs in found.items()}
     return Scrape(time=time, values=values)
 
 

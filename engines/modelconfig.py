@@ -81,9 +81,7 @@ def safetensors_tensor_bytes(path: Path) -> int:
         except ValueError as exc:
             raise ModelConfigError(f"{path.name} has a malformed header: {exc}") from None
     return sum(
-        int(t["data_offsets"][1]) - int(t["data_offsets"][0])
-        for name, t in header.items()
-        if name != "__metadata__"
+        int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for name, t in header.items() if name != "__metadata__"
     )
 
 

@@ -71,9 +71,7 @@ def plan_cpu(config: ModelConfig, weights_bytes: int, kv_space_gib: float, max_m
     ]
     concurrency = capacity / context if context else 0.0
     if fits:
-        reasons.append(
-            f"At max_model_len {context:,} that is {concurrency:.2f} concurrent full-length sequences."
-        )
+        reasons.append(f"At max_model_len {context:,} that is {concurrency:.2f} concurrent full-length sequences.")
     else:
         need = -(-context * per_token // GIB)
         reasons.append(

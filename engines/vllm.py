@@ -46,12 +46,19 @@ def build_vllm_cpu_spec(
         if flag not in taken:
             added += [flag] if value is None else [flag, value]
     argv = [
-        python, "-m", API_SERVER_MODULE,
-        "--model", str(model_path),
-        "--served-model-name", served_model_name,
-        "--host", host,
-        "--port", str(port),
-        "--api-key", api_key,
+        python,
+        "-m",
+        API_SERVER_MODULE,
+        "--model",
+        str(model_path),
+        "--served-model-name",
+        served_model_name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--api-key",
+        api_key,
         *added,
         *user_args,
     ]

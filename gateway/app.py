@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -21,10 +21,9 @@ from gateway.errors import GatewayError
 from gateway.registry import Registry, Route, Snapshot
 from gateway.sse import OpenAIStreamWatcher
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
@@ -38,9 +37,7 @@ class Gateway:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            timeout = aiohttp.ClientTimeout(
-                total=None, sock_connect=10, sock_read=settings.HEARTH_STREAM_IDLE_TIMEOUT
-            )
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=settings.HEARTH_STREAM_IDLE_TIMEOUT)
             self._session = aiohttp.ClientSession(
                 timeout=timeout, connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
             )
@@ -98,8 +95,13 @@ class Gateway:
         async with resp:
             streaming = resp.content_type == "text/event-stream"
             out_headers = [(b"content-type", resp.headers.get("Content-Type", "application/json").encode())]
-            await send({"type": "http.response.start", "status": resp.status,
-                        "headers": out_headers + (SSE_HEADERS if streaming else [])})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": resp.status,
+                    "headers": out_headers + (SSE_HEADERS if streaming else []),
+                }
+            )
             watcher = OpenAIStreamWatcher()
             try:
                 async for chunk in resp.content.iter_any():
@@ -114,8 +116,9 @@ class Gateway:
                     "The engine ended the stream before it finished; the response is incomplete.",
                     "upstream_truncated",
                 )
-                log.warning("truncated stream from %s after %.1f s", route.served_model_name,
-                            time.monotonic() - started)
+                log.warning(
+                    "truncated stream from %s after %.1f s", route.served_model_name, time.monotonic() - started
+                )
             await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
@@ -165,8 +168,9 @@ async def _read_body(receive: Receive) -> bytes:
             raise asyncio.CancelledError
         body += message.get("body", b"")
         if len(body) > settings.HEARTH_MAX_BODY_BYTES:
-            raise GatewayError(413, f"The request body is over {settings.HEARTH_MAX_BODY_BYTES:,} bytes.",
-                               code="request_too_large")
+            raise GatewayError(
+                413, f"The request body is over {settings.HEARTH_MAX_BODY_BYTES:,} bytes.", code="request_too_large"
+            )
         if not message.get("more_body"):
             return bytes(body)
 
@@ -177,6 +181,5 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 
 async def _send_json(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": body})

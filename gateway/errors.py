@@ -25,8 +25,9 @@ class GatewayError(Exception):
 
 
 def missing_key() -> GatewayError:
-    return GatewayError(401, "No API key given. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.",
-                        code="missing_api_key")
+    return GatewayError(
+        401, "No API key given. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", code="missing_api_key"
+    )
 
 
 def invalid_key() -> GatewayError:
@@ -34,18 +35,27 @@ def invalid_key() -> GatewayError:
 
 
 def unknown_model(name: str) -> GatewayError:
-    return GatewayError(404, f"The model '{name}' does not exist or you do not have access to it.",
-                        code="model_not_found", param="model")
+    return GatewayError(
+        404,
+        f"The model '{name}' does not exist or you do not have access to it.",
+        code="model_not_found",
+        param="model",
+    )
 
 
 def not_ready(name: str, state: str) -> GatewayError:
-    return GatewayError(503, f"The model '{name}' has no ready replica (its deployment is {state}).",
-                        type="server_error", code="no_ready_replica")
+    return GatewayError(
+        503,
+        f"The model '{name}' has no ready replica (its deployment is {state}).",
+        type="server_error",
+        code="no_ready_replica",
+    )
 
 
 def upstream_unreachable(name: str) -> GatewayError:
-    return GatewayError(502, f"The engine serving '{name}' did not answer.", type="server_error",
-                        code="upstream_unreachable")
+    return GatewayError(
+        502, f"The engine serving '{name}' did not answer.", type="server_error", code="upstream_unreachable"
+    )
 
 
 def stream_error_event(message: str, code: str) -> bytes:

@@ -54,7 +54,7 @@ def load_snapshot() -> Snapshot:
 class Registry:
     def __init__(self) -> None:
         self.snapshot = Snapshot()
-        self._version: bytes | None = None
+        self._version: bytes | str | None = None
         self._loaded_at = 0.0
         self._redis: aioredis.Redis | None = None
 

@@ -65,8 +65,21 @@ class Proc:
 def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The appliance's ASGI server (uvicorn) as a real process; yields its base URL."""
     port = free_port()
-    proc = Proc([sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1",
-                 "--port", str(port), "--no-access-log"], live_env, tmp_path_factory.mktemp("web") / "web.log")
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "appliance.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
+        live_env,
+        tmp_path_factory.mktemp("web") / "web.log",
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -85,9 +98,25 @@ def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.fixture(scope="session")
 def worker(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     """A Celery worker with embedded beat, as a real process."""
-    proc = Proc([sys.executable, "-m", "celery", "-A", "appliance", "worker", "-B", "-c", "3",
-                 "--loglevel", "INFO", "-s", str(tmp_path_factory.mktemp("beat") / "schedule")],
-                live_env, tmp_path_factory.mktemp("worker") / "worker.log")
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "appliance",
+            "worker",
+            "-B",
+            "-c",
+            "3",
+            "--loglevel",
+            "INFO",
+            "-s",
+            str(tmp_path_factory.mktemp("beat") / "schedule"),
+        ],
+        live_env,
+        tmp_path_factory.mktemp("worker") / "worker.log",
+    )
     deadline = time.monotonic() + 60
     while "ready." not in proc.output():
         assert proc.proc.poll() is None and time.monotonic() < deadline, proc.output()
@@ -101,8 +130,7 @@ def login(base: str, username: str = "admin", password: str = "admin-password-1"
     client = httpx.Client(base_url=base, timeout=30)
     client.get("/login/")
     token = client.cookies["csrftoken"]
-    resp = client.post("/login/", data={"username": username, "password": password,
-                                        "csrfmiddlewaretoken": token})
+    resp = client.post("/login/", data={"username": username, "password": password, "csrfmiddlewaretoken": token})
     assert resp.status_code == 302, resp.text
     client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
     client.headers["Referer"] = base + "/"

@@ -55,8 +55,10 @@ def test_it_serves_a_real_vllm_end_to_end(web: str, worker: Proc, admin_user: ob
     assert plan.json()["kv_bytes_per_token"] == 23_040
     assert plan.json()["kv_capacity_tokens"] == 46_592
 
-    resp = client.post("/api/deployments", json={
-        "name": "smol", "model": "smollm2-135m", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1})
+    resp = client.post(
+        "/api/deployments",
+        json={"name": "smol", "model": "smollm2-135m", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+    )
     assert resp.status_code == 201, resp.text
     dep_id = resp.json()["id"]
     assert client.post(f"/api/deployments/{dep_id}/launch").status_code == 202
@@ -92,10 +94,11 @@ def test_it_serves_a_real_vllm_end_to_end(web: str, worker: Proc, admin_user: ob
     assert panel_number(panel, "requests_running") != "no data"
     assert panel_number(panel, "kv_cache_usage") != "no data"
 
-    log_tail = client.get(f"/deployments/{dep_id}/").text
-    reported = re.search(r"KV cache size: ([\d,]+) tokens", worker_log := _engine_log(dep_id))
-    assert reported and reported.group(1) == "46,592", worker_log[-2000:]
-    assert "smol" in log_tail
+    # The plan's KV capacity is what vLLM itself reports: in its startup log and in cache_config_info.
+    assert panel_number(panel, "kv_cache_size_tokens") == "46,592 tokens"
+    reported = re.search(r"KV cache size: ([\d,]+) tokens", engine_log := _engine_log(dep_id))
+    assert reported and reported.group(1) == "46,592", engine_log[-2000:]
+    assert "INFO" in client.get(f"/deployments/{dep_id}/").text.split('<section id="logs">')[1]
 
     pid = _engine_pid(dep_id)
     assert client.post(f"/api/deployments/{dep_id}/stop").status_code == 202
@@ -116,3 +119,26 @@ def _engine_pid(dep_id: int) -> int:
     from console.models import Replica
 
     return int(Replica.objects.filter(deployment_id=dep_id).latest("id").handle)
+
+
+def test_an_engine_that_exits_while_loading_fails_with_its_reason_and_log(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    client = login(web)
+    client.post("/api/models", json={"name": "smollm2-bad", "path": str(MODEL_DIR)})
+    dep_id = client.post(
+        "/api/deployments",
+        json={
+            "name": "bad-flag",
+            "model": "smollm2-bad",
+            "engine": "vllm-cpu",
+            "max_model_len": 2048,
+            "extra_args": ["--no-such-flag"],
+        },
+    ).json()["id"]
+    client.post(f"/api/deployments/{dep_id}/launch")
+    dep = wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)
+    assert dep["state"] == "failed"
+    assert "exited while loading with code 2" in str(dep["state_reason"])
+    page = client.get(f"/deployments/{dep_id}/").text
+    assert "unrecognized arguments: --no-such-flag" in page and "exit code 2" in page

@@ -47,12 +47,18 @@ def test_a_revoked_key_is_refused_at_once(web: str, key: str) -> None:
 
 
 def test_a_deployment_that_is_not_ready_is_503(web: str, key: str) -> None:
-    model = ModelSource.objects.create(name="m", kind="local", path="/x", weights_bytes=1, config={
-        "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64})
+    model = ModelSource.objects.create(
+        name="m",
+        kind="local",
+        path="/x",
+        weights_bytes=1,
+        config={"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
+    )
     services.create_deployment(name="d", model=model, engine="vllm-cpu", max_model_len=64)
     services.bump_routing_version()
-    resp = httpx.post(f"{web}/v1/chat/completions", json={**CHAT, "model": "d"},
-                      headers={"Authorization": f"Bearer {key}"})
+    resp = httpx.post(
+        f"{web}/v1/chat/completions", json={**CHAT, "model": "d"}, headers={"Authorization": f"Bearer {key}"}
+    )
     assert_openai_error(resp, 503, "no_ready_replica")
 
 

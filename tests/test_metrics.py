@@ -21,6 +21,7 @@ def test_it_maps_an_idle_vllm_scrape() -> None:
     assert scrape.values["requests_running"] == 0
     assert scrape.values["kv_cache_usage"] == 0
     assert "generation_tokens_total" in scrape.values
+    assert scrape.values["kv_cache_size_tokens"] == 46_592  # from cache_config_info's label
 
 
 def test_it_maps_a_vllm_scrape_under_load() -> None:
@@ -35,7 +36,7 @@ def test_a_missing_metric_is_absent_not_zero() -> None:
 
 
 def test_it_maps_sglang_names() -> None:
-    text = "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name=\"m\"} 3\n"
+    text = '# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{model_name="m"} 3\n'
     assert parse_metrics(text, "sglang", 1.0).values == {"requests_running": 3}
 
 

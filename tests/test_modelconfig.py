@@ -8,8 +8,14 @@ import pytest
 
 from engines.modelconfig import ModelConfigError, read_checkpoint
 
-CONFIG = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 4,
-          "num_key_value_heads": 2, "hidden_size": 64, "torch_dtype": "bfloat16"}
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_size": 64,
+    "torch_dtype": "bfloat16",
+}
 
 
 def write_safetensors(path: Path, tensors: dict[str, int]) -> None:
@@ -37,13 +43,13 @@ def test_it_sums_tensor_bytes_across_shards(tmp_path: Path) -> None:
 
 
 def test_it_refuses_a_folder_without_config(tmp_path: Path) -> None:
-    with pytest.raises(ModelConfigError, match="no config.json"):
+    with pytest.raises(ModelConfigError, match=r"no config\.json"):
         read_checkpoint(tmp_path)
 
 
 def test_it_refuses_a_folder_without_safetensors(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
-    with pytest.raises(ModelConfigError, match="no .safetensors"):
+    with pytest.raises(ModelConfigError, match=r"no \.safetensors"):
         read_checkpoint(tmp_path)
 
 

@@ -22,11 +22,28 @@ def test_it_computes_smollm2_kv_bytes_per_token() -> None:
     ("config", "expected"),
     [
         # Llama 3 70B: 80 layers, 8 KV heads, head_dim 128 (hidden 8192 / 64 heads), bf16
-        ({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 8192,
-          "torch_dtype": "bfloat16"}, 327_680),
+        (
+            {
+                "num_hidden_layers": 80,
+                "num_attention_heads": 64,
+                "num_key_value_heads": 8,
+                "hidden_size": 8192,
+                "torch_dtype": "bfloat16",
+            },
+            327_680,
+        ),
         # Qwen3-4B: explicit head_dim 128 wins over hidden_size / heads (2560 / 32 = 80)
-        ({"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 2560,
-          "head_dim": 128, "torch_dtype": "bfloat16"}, 147_456),
+        (
+            {
+                "num_hidden_layers": 36,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "hidden_size": 2560,
+                "head_dim": 128,
+                "torch_dtype": "bfloat16",
+            },
+            147_456,
+        ),
     ],
     ids=["llama-3-70b", "qwen3-4b"],
 )
@@ -39,9 +56,16 @@ def test_it_halves_kv_bytes_for_fp8() -> None:
 
 
 def test_it_reads_a_multimodal_models_text_config() -> None:
-    raw = {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
-        "num_hidden_layers": 34, "num_attention_heads": 8, "num_key_value_heads": 4, "hidden_size": 2560,
-        "head_dim": 256}}
+    raw = {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "text_config": {
+            "num_hidden_layers": 34,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "hidden_size": 2560,
+            "head_dim": 256,
+        },
+    }
     assert parse_config(raw).num_hidden_layers == 34
 
 

@@ -12,9 +12,16 @@ CONFIG = parse_config(json.loads((Path(__file__).parent / "data" / "smollm2-135m
 
 def spec(user_args: list[str]):  # type: ignore[no-untyped-def]
     return build_vllm_cpu_spec(
-        python="/venv/bin/python", model_path=Path("/models/smol"), served_model_name="smol",
-        plan=plan_cpu(CONFIG, 1, 1.0, 2048), kv_space_gib=1.0, host="127.0.0.1", port=8001,
-        api_key="k", cache_dir=Path("/cache"), user_args=user_args,
+        python="/venv/bin/python",
+        model_path=Path("/models/smol"),
+        served_model_name="smol",
+        plan=plan_cpu(CONFIG, 1, 1.0, 2048),
+        kv_space_gib=1.0,
+        host="127.0.0.1",
+        port=8001,
+        api_key="k",
+        cache_dir=Path("/cache"),
+        user_args=user_args,
     )
 
 

@@ -27,8 +27,13 @@ class DockerRuntime:
             raise RuntimeError_(f"the {spec.engine.label} engine has no container image")
         try:
             container = self.client.containers.run(
-                spec.image, command=spec.argv, name=name, detach=True, environment=spec.env,
-                labels={"hearth.replica": name}, network=settings.HEARTH_DOCKER_NETWORK,
+                spec.image,
+                command=spec.argv,
+                name=name,
+                detach=True,
+                environment=spec.env,
+                labels={"hearth.replica": name},
+                network=settings.HEARTH_DOCKER_NETWORK,
             )
         except ImageNotFound:
             raise RuntimeError_(f"image {spec.image} is not present and no registry is reachable") from None

@@ -38,8 +38,13 @@ class ProcessRuntime:
         log = self._path(name, "log").open("ab")
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv built by engines.*, never a shell
-                spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, cwd=self.root,
+                spec.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                cwd=self.root,
             )
         except OSError as exc:
             raise RuntimeError_(f"could not start {spec.argv[0]}: {exc.strerror}") from None

