@@ -1,0 +1,12 @@
+# One image for web, worker, beat and migrate (different commands in compose.yaml).
+FROM python:3.12-slim
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HEARTH_DATA_DIR=/data
+WORKDIR /app
+COPY pyproject.toml README.md ./
+RUN pip install --no-compile . && useradd --system --create-home --uid 1000 hearth && mkdir /data && chown hearth /data
+COPY --chown=hearth . .
+USER hearth
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
+  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/login/', timeout=2)"
+CMD ["python", "-m", "uvicorn", "appliance.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--no-access-log"]
