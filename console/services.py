@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from console.hub import HubError, read_hub_model
 from console.models import ACTIVE_STATES, ApiKey, Deployment, DeploymentState, ModelSource
 from engines.launch import EngineKind
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
@@ -65,25 +66,18 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
     Reads config.json and the safetensors headers remotely; no weights are downloaded.
     Raises ConsoleError when the hub cannot be reached or the repo is not a safetensors checkpoint.
     """
-    import json
-
-    from huggingface_hub import HfApi, hf_hub_download
-
     name = _check_name(name, "Model name")
-    api = HfApi()
     try:
-        sha = api.model_info(repo_id, revision=revision or "main").sha or ""
-        config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=sha)).read_text())
-        weights = api.get_safetensors_metadata(repo_id, revision=sha)
-    except Exception as exc:  # the hub client raises its own HTTP library's transport errors too
-        raise ConsoleError(f"Could not read {repo_id}@{revision or 'main'} from Hugging Face: {exc}") from None
-    total = sum(
-        int(t.data_offsets[1]) - int(t.data_offsets[0])
-        for f in weights.files_metadata.values()
-        for t in f.tensors.values()
-    )
+        model = read_hub_model(repo_id, revision)
+    except HubError as exc:
+        raise ConsoleError(str(exc)) from None
     return _save_model(
-        name=name, kind=ModelSource.Kind.HF, repo_id=repo_id, revision=sha, config=config, weights_bytes=total
+        name=name,
+        kind=ModelSource.Kind.HF,
+        repo_id=repo_id,
+        revision=model.revision,
+        config=model.config,
+        weights_bytes=model.weights_bytes,
     )
 
 

@@ -1,4 +1,4 @@
-"""Model facts read from a checkpoint folder: config.json and the safetensors headers.
+"""Model facts read from a checkpoint: config.json and the safetensors headers.
 
 Weight bytes are the checkpoint's real tensor bytes, summed from each safetensors header's
 ``data_offsets`` (format: 8-byte little-endian header length, then a JSON header;
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engines.layers import LayerMix, layer_mix
+
 HEADER_LEN_BYTES = 8
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit on header size
 
@@ -18,49 +20,89 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "f
 
 
 class ModelConfigError(ValueError):
-    """The folder is not a usable checkpoint; the message says what is missing or malformed."""
+    """The folder or config is not a usable checkpoint; the message says what is missing or malformed."""
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The attention geometry sizing needs, from config.json.
+    """What sizing needs from config.json.
 
     head_dim is config's explicit ``head_dim`` when present, else hidden_size / num_attention_heads.
+    ``kv_lora_rank`` > 0 marks multi-head latent attention (MLA). ``layers`` says which layers keep
+    per-token KV (full or sliding-window) and which keep a fixed state per sequence.
     """
 
     architecture: str
+    model_type: str
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
     hidden_size: int
+    intermediate_size: int
+    vocab_size: int
     max_position_embeddings: int
     torch_dtype: str
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    num_experts: int
+    num_experts_per_tok: int
+    quantization: str  # "" for none, else quantization_config.quant_method (fp8, awq, gptq, mxfp4, ...)
+    tie_word_embeddings: bool
+    needs_remote_code: bool
+    layers: LayerMix
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+
+def _int(cfg: dict[str, Any], *names: str, default: int = 0) -> int:
+    for name in names:
+        if cfg.get(name) is not None:
+            return int(cfg[name])
+    return default
 
 
 def parse_config(raw: dict[str, Any]) -> ModelConfig:
-    """Read a config.json dict (a multimodal model's nested ``text_config`` wins).
+    """Read a config.json dict (a multimodal model's nested ``text_config`` or ``llm_config`` wins).
 
     Raises ModelConfigError naming the first missing field.
     """
-    cfg = {**raw, **raw.get("text_config", {})}
+    if not isinstance(raw, dict):
+        raise ModelConfigError("config.json is not a JSON object")
+    cfg = {**raw, **(raw.get("text_config") or raw.get("llm_config") or {})}
     try:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         layers = int(cfg["num_hidden_layers"])
     except KeyError as missing:
         raise ModelConfigError(f"config.json has no {missing.args[0]!r}") from None
-    head_dim = cfg.get("head_dim") or hidden // heads
-    architectures = raw.get("architectures") or ["unknown"]
+    except (TypeError, ValueError) as exc:
+        raise ModelConfigError(f"config.json has a non-numeric size: {exc}") from None
+    if heads <= 0 or hidden <= 0 or layers <= 0:
+        raise ModelConfigError("config.json sizes must be positive")
+    quant = raw.get("quantization_config") or cfg.get("quantization_config") or {}
     return ModelConfig(
-        architecture=str(architectures[0]),
+        architecture=str((raw.get("architectures") or ["unknown"])[0]),
+        model_type=str(cfg.get("model_type") or raw.get("model_type") or ""),
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(head_dim),
+        num_key_value_heads=_int(cfg, "num_key_value_heads", default=heads),
+        head_dim=_int(cfg, "head_dim", default=hidden // heads),
         hidden_size=hidden,
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 0),
-        torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
+        intermediate_size=_int(cfg, "moe_intermediate_size", "intermediate_size", "ffn_dim", default=4 * hidden),
+        vocab_size=_int(cfg, "vocab_size", default=32_000),
+        max_position_embeddings=_int(cfg, "max_position_embeddings", "max_sequence_length"),
+        torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
+        kv_lora_rank=_int(cfg, "kv_lora_rank"),
+        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
+        num_experts=_int(cfg, "num_local_experts", "n_routed_experts", "num_experts"),
+        num_experts_per_tok=_int(cfg, "num_experts_per_tok", "moe_topk", "top_k_experts"),
+        quantization=str(quant.get("quant_method") or "") if isinstance(quant, dict) else "",
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))),
+        needs_remote_code="auto_map" in raw,
+        layers=layer_mix(cfg, layers),
     )
 
 

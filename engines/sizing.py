@@ -17,17 +17,48 @@ GIB = 1024**3
 VLLM_CPU_BLOCK_SIZE = 128  # vLLM's CPU attention backend block size, read back from cache_config_info
 
 
-def kv_bytes_per_token(config: ModelConfig, kv_dtype: str = "auto") -> int:
-    """Bytes of KV cache one token holds across all layers, before any tensor-parallel split.
+def kv_value_bytes(config: ModelConfig, kv_dtype: str = "auto") -> int:
+    """Bytes per cached value: the model's dtype for "auto", one byte for "fp8" (any fp8 variant).
 
-    ``kv_dtype`` "auto" uses the model's dtype; "fp8" one byte per value.
     Raises ValueError for an unknown dtype.
     """
     dtype = config.torch_dtype if kv_dtype == "auto" else kv_dtype
-    bytes_per_value = 1 if dtype.startswith("fp8") else DTYPE_BYTES.get(dtype)
-    if bytes_per_value is None:
+    value_bytes = 1 if dtype.startswith(("fp8", "float8")) else DTYPE_BYTES.get(dtype)
+    if value_bytes is None:
         raise ValueError(f"unknown KV cache dtype {dtype!r}")
-    return 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * bytes_per_value
+    return value_bytes
+
+
+def kv_bytes_per_token(config: ModelConfig, kv_dtype: str = "auto") -> int:
+    """Bytes of KV cache one token holds across all attention layers, before any tensor-parallel split.
+
+    - standard / grouped-query attention: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_value;
+    - multi-head latent attention (DeepSeek-V2/V3/R1, Kimi K2): layers x (kv_lora_rank +
+      qk_rope_head_dim) x bytes_per_value (the compressed latent and the decoupled RoPE key; vLLM
+      caches exactly this, vllm/attention/backends/mla);
+    sliding-window layers are counted as full here (what a paged cache reserves per token); the
+    window cap applies per sequence (kv_bytes_per_sequence). Mamba / linear-attention layers hold no
+    per-token KV. Raises ValueError for an unknown dtype.
+    """
+    value_bytes = kv_value_bytes(config, kv_dtype)
+    layers = config.layers.attention
+    if config.is_mla:
+        return layers * (config.kv_lora_rank + config.qk_rope_head_dim) * value_bytes
+    return 2 * layers * config.num_key_value_heads * config.head_dim * value_bytes
+
+
+def kv_bytes_per_sequence(config: ModelConfig, tokens: int, kv_dtype: str = "auto") -> int:
+    """Cache bytes one sequence of ``tokens`` tokens holds: full layers for every token, sliding-window
+    layers for at most ``window`` tokens, state layers a fixed state (in the model's dtype)."""
+    per_token = kv_bytes_per_token(config, kv_dtype)
+    mix = config.layers
+    if mix.attention == 0:
+        sliding_part = 0
+    else:
+        sliding_part = per_token * mix.sliding // mix.attention
+    full_part = per_token - sliding_part
+    state = mix.state * mix.state_values * kv_value_bytes(config, "auto")
+    return full_part * tokens + sliding_part * min(tokens, mix.window or tokens) + state
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,44 @@
+"""Model facts from the Hugging Face Hub, without downloading weights (huggingface_hub).
+
+The revision is pinned to its commit sha; config.json is fetched; weight bytes come from the
+safetensors headers the hub serves (``HfApi.get_safetensors_metadata`` reads them by HTTP range).
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class HubError(RuntimeError):
+    """The hub could not be read; the message says what was asked and what went wrong."""
+
+
+@dataclass(frozen=True)
+class HubModel:
+    repo_id: str
+    revision: str  # commit sha
+    config: dict[str, Any]
+    weights_bytes: int
+    license: str
+
+
+def read_hub_model(repo_id: str, revision: str = "main") -> HubModel:
+    """Read a repo at ``revision`` (branch, tag or sha). Raises HubError."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    api = HfApi()
+    try:
+        info = api.model_info(repo_id, revision=revision or "main")
+        sha = info.sha or ""
+        config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=sha)).read_text())
+        weights = api.get_safetensors_metadata(repo_id, revision=sha)
+    except Exception as exc:  # the hub client raises its own HTTP library's transport errors too
+        raise HubError(f"Could not read {repo_id}@{revision or 'main'} from Hugging Face: {exc}") from None
+    total = sum(
+        int(t.data_offsets[1]) - int(t.data_offsets[0])
+        for f in weights.files_metadata.values()
+        for t in f.tensors.values()
+    )
+    card = info.card_data.to_dict() if info.card_data else {}
+    return HubModel(repo_id, sha, config, total, str(card.get("license") or ""))
