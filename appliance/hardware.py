@@ -51,7 +51,7 @@ def read_nvml() -> Inventory:
                     uuid=str(pynvml.nvmlDeviceGetUUID(handle)),
                     memory_total_bytes=int(memory.total),
                     memory_used_bytes=int(memory.used),
-                    compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),  # type: ignore[arg-type]
+                    compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
                 )
             )
         return Inventory("nvml", devices)

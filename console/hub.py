@@ -40,5 +40,5 @@ def read_hub_model(repo_id: str, revision: str = "main") -> HubModel:
         for f in weights.files_metadata.values()
         for t in f.tensors.values()
     )
-    card = info.card_data.to_dict() if info.card_data else {}
-    return HubModel(repo_id, sha, config, total, str(card.get("license") or ""))
+    license_ = getattr(info.card_data, "license", None) if info.card_data else None
+    return HubModel(repo_id, sha, config, total, str(license_ or ""))

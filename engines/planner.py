@@ -244,7 +244,8 @@ def _kv_reason(config: ModelConfig, kv_dtype: str, per_token: int, tp: int) -> s
     else:
         text = (
             f"KV cache per token: 2 × {mix.attention} attention layers × {config.num_key_value_heads} KV heads × "
-            f"head_dim {config.head_dim} × {dtype} = {per_token:,} bytes, split over {tp} GPU(s)."
+            f"head_dim {config.head_dim} × {dtype} = {per_token:,} bytes"
+            + (f", split over {tp} GPUs." if tp > 1 else ".")
         )
     if mix.sliding:
         text += f" {mix.sliding} layers use a {mix.window:,}-token sliding window, so long sequences hold less."
