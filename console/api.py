@@ -5,6 +5,7 @@ answer 400 ``{"detail": message}``.
 """
 
 import dataclasses
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
@@ -44,6 +45,12 @@ class PlanIn(Schema):
     engine: str = "vllm-cpu"
     max_model_len: int = 0
     kv_space_gib: float = 1.0
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.0
+    tensor_parallel_size: int = 0
+
+    def options(self) -> dict[str, Any]:
+        return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args"})
 
 
 class DeploymentIn(PlanIn):
@@ -98,7 +105,7 @@ def add_model(request: HttpRequest, data: ModelIn) -> tuple[int, ModelSource]:
 
 @api.post("/plan")
 def plan(request: HttpRequest, data: PlanIn) -> dict[str, object]:
-    return dataclasses.asdict(services.plan_for(_model(data.model), data.engine, data.max_model_len, data.kv_space_gib))
+    return services.plan_for(_model(data.model), data.engine, **data.options())
 
 
 @api.post("/deployments", response={201: DeploymentOut})
@@ -107,10 +114,9 @@ def create_deployment(request: HttpRequest, data: DeploymentIn) -> tuple[int, De
         name=data.name,
         model=_model(data.model),
         engine=data.engine,
-        max_model_len=data.max_model_len,
-        kv_space_gib=data.kv_space_gib,
         served_model_name=data.served_model_name,
         extra_args=data.extra_args,
+        **data.options(),
     )
 
 

@@ -1,3 +1,5 @@
+from typing import Any
+
 from django import forms
 
 from console.models import ModelSource
@@ -21,7 +23,40 @@ class DeploymentForm(forms.Form):
     engine = forms.ChoiceField(choices=[(e.value, e.label) for e in EngineKind])
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")
     max_model_len = forms.IntegerField(min_value=0, initial=2048, help_text="Tokens; 0 = the model's maximum.")
-    kv_space_gib = forms.FloatField(min_value=0.01, initial=1.0, label="KV cache space (GiB)")
+    kv_space_gib = forms.FloatField(
+        min_value=0.01, initial=1.0, label="KV cache space (GiB)", help_text="vLLM (CPU) only.", required=False
+    )
+    kv_cache_dtype = forms.ChoiceField(
+        choices=[("auto", "auto (the model's dtype)"), ("fp8", "fp8 (Ada, Hopper, Blackwell)")],
+        initial="auto",
+        label="KV cache dtype",
+        help_text="GPU engines only.",
+        required=False,
+    )
+    gpu_memory_utilization = forms.FloatField(
+        min_value=0,
+        max_value=0.99,
+        initial=0,
+        required=False,
+        help_text="GPU engines only; 0 = let the plan choose (0.90).",
+    )
+    tensor_parallel_size = forms.IntegerField(
+        min_value=0, initial=0, required=False, help_text="GPU engines only; 0 = auto."
+    )
+
+    PLAN_FIELDS = ("max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size")
+
+    def clean(self) -> dict[str, Any]:
+        """An option left empty takes its default (the field's initial value)."""
+        data = super().clean() or {}
+        for name in self.PLAN_FIELDS:
+            if data.get(name) in (None, ""):
+                data[name] = self.fields[name].initial
+        return data
+
+    def plan_options(self) -> dict[str, Any]:
+        """The cleaned values services.plan_for takes as options."""
+        return {k: self.cleaned_data[k] for k in self.PLAN_FIELDS}
 
 
 class ApiKeyForm(forms.Form):

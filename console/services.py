@@ -14,11 +14,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from appliance.hardware import InventoryError, current_inventory
 from console.hub import HubError, read_hub_model
 from console.models import ACTIVE_STATES, ApiKey, Deployment, DeploymentState, ModelSource
 from engines.launch import EngineKind
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
-from engines.sizing import SizingPlan, plan_cpu
+from engines.planner import PlanRequest, plan_gpu
+from engines.sizing import plan_cpu
 from gateway.keys import new_key
 
 ROUTING_VERSION_KEY = "hearth:routing-version"
@@ -93,13 +95,46 @@ def _save_model(**fields: Any) -> ModelSource:
         raise ConsoleError(f"A model named {fields['name']!r} already exists.") from None
 
 
-def plan_for(model: ModelSource, engine: str, max_model_len: int, kv_space_gib: float) -> SizingPlan:
-    """The sizing plan for ``model`` on ``engine``. Raises ConsoleError for an unknown engine or bad numbers."""
+def plan_for(
+    model: ModelSource,
+    engine: str,
+    *,
+    max_model_len: int = 0,
+    kv_space_gib: float = 1.0,
+    kv_cache_dtype: str = "auto",
+    gpu_memory_utilization: float = 0.0,
+    tensor_parallel_size: int = 0,
+) -> dict[str, Any]:
+    """The sizing plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict).
+
+    vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force.
+    Raises ConsoleError for an unknown engine, bad numbers, or an inventory that cannot be read.
+    """
     if engine not in EngineKind:
         raise ConsoleError(f"Unknown engine {engine!r}; choose one of: {', '.join(EngineKind)}.")
-    if kv_space_gib <= 0 or max_model_len < 0:
-        raise ConsoleError("KV space must be above 0 GiB and max_model_len 0 (model default) or more.")
-    return plan_cpu(parse_config(model.config), model.weights_bytes, kv_space_gib, max_model_len)
+    if max_model_len < 0 or tensor_parallel_size < 0 or not 0 <= gpu_memory_utilization < 1:
+        raise ConsoleError(
+            "max_model_len and tensor parallel size must be 0 (auto) or more, "
+            "gpu_memory_utilization 0 (auto) or a ratio below 1."
+        )
+    config = parse_config(model.config)
+    if engine == EngineKind.VLLM_CPU:
+        if kv_space_gib <= 0:
+            raise ConsoleError("KV space must be above 0 GiB.")
+        plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len)
+        return {**dataclasses.asdict(plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
+    try:
+        inventory = current_inventory()
+        request = PlanRequest(
+            max_model_len=max_model_len,
+            kv_cache_dtype=kv_cache_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+        )
+        gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
+    except (InventoryError, ValueError) as exc:
+        raise ConsoleError(str(exc)) from None
+    return {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe()}
 
 
 def create_deployment(
@@ -111,15 +146,26 @@ def create_deployment(
     kv_space_gib: float = 1.0,
     served_model_name: str = "",
     extra_args: list[str] | None = None,
+    kv_cache_dtype: str = "auto",
+    gpu_memory_utilization: float = 0.0,
+    tensor_parallel_size: int = 0,
 ) -> Deployment:
-    """Create a pending deployment with its plan; launch it with ``launch``.
+    """Create a stopped deployment with its plan; launch it with ``launch``.
 
-    Raises ConsoleError when the plan does not fit or a name is taken.
+    Raises ConsoleError when the plan does not fit (with what would) or a name is taken.
     """
     name = _check_name(name, "Deployment name")
-    plan = plan_for(model, engine, max_model_len, kv_space_gib)
-    if not plan.fits:
-        raise ConsoleError(plan.reasons[-1])
+    plan = plan_for(
+        model,
+        engine,
+        max_model_len=max_model_len,
+        kv_space_gib=kv_space_gib,
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+    if not plan["fits"]:
+        raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
     try:
         with transaction.atomic():
             return Deployment.objects.create(
@@ -127,10 +173,10 @@ def create_deployment(
                 model=model,
                 engine=engine,
                 served_model_name=served_model_name.strip() or name,
-                max_model_len=plan.max_model_len,
+                max_model_len=plan["max_model_len"],
                 kv_space_gib=kv_space_gib,
                 extra_args=extra_args or [],
-                plan=dataclasses.asdict(plan),
+                plan=plan,
                 state=DeploymentState.STOPPED,
             )
     except IntegrityError:

@@ -4,10 +4,12 @@ Each task takes an id, re-reads the row and does nothing when the row is gone or
 state changes are claimed with conditional updates (Deployment.move).
 """
 
+import dataclasses
 import json
 import logging
 import secrets
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -20,9 +22,13 @@ from django.utils import timezone
 from appliance.runtimes import RuntimeError_, get_runtime
 from console.models import Deployment, DeploymentState, Replica
 from console.services import bump_routing_version
+from engines.launch import EngineKind, LaunchSpec
 from engines.metrics import parse_metrics
+from engines.planner import GpuPlan
 from engines.sizing import SizingPlan
-from engines.vllm import build_vllm_cpu_spec
+from engines.vllm import build_simulator_spec, build_vllm_cpu_spec
+
+SIZING_FIELDS = {f.name for f in dataclasses.fields(SizingPlan)}
 
 log = logging.getLogger(__name__)
 S = DeploymentState
@@ -62,19 +68,7 @@ def launch_deployment(deployment_id: int) -> None:
         engine_api_key=secrets.token_urlsafe(24),
     )
     replica.runtime_name = f"hearth-replica-{replica.pk}"
-    plan = SizingPlan(**dep.plan)
-    spec = build_vllm_cpu_spec(
-        python=settings.HEARTH_VLLM_CPU_PYTHON,
-        model_path=Path(dep.model.path),
-        served_model_name=dep.served_model_name,
-        plan=plan,
-        kv_space_gib=dep.kv_space_gib,
-        host=host,
-        port=replica.port,
-        api_key=replica.engine_api_key,
-        cache_dir=settings.HEARTH_CACHE_DIR,
-        user_args=dep.extra_args,
-    )
+    spec = launch_spec(dep, replica)
     try:
         replica.handle = runtime.start(replica.runtime_name, spec)
     except RuntimeError_ as exc:
@@ -86,6 +80,31 @@ def launch_deployment(deployment_id: int) -> None:
     log.info("deployment %s: started replica %s (%s)", dep.name, replica.runtime_name, replica.handle)
     if dep.move(S.LOADING, "Loading weights."):
         watch_replica.apply_async((replica.pk,), countdown=WATCH_EVERY)
+
+
+def launch_spec(dep: Deployment, replica: Replica) -> LaunchSpec:
+    """The engine's launch spec from the deployment's stored plan."""
+    common = {
+        "served_model_name": dep.served_model_name,
+        "host": replica.host,
+        "port": replica.port,
+        "api_key": replica.engine_api_key,
+        "user_args": dep.extra_args,
+    }
+    if dep.engine == EngineKind.SIMULATOR:
+        fields = {f.name for f in dataclasses.fields(GpuPlan)}
+        plan = GpuPlan(**{k: v for k, v in dep.plan.items() if k in fields and k != "split"})
+        return build_simulator_spec(
+            python=sys.executable, model_path=dep.model.path or dep.model.repo_id, plan=plan, **common
+        )
+    return build_vllm_cpu_spec(
+        python=settings.HEARTH_VLLM_CPU_PYTHON,
+        model_path=Path(dep.model.path),
+        plan=SizingPlan(**{k: v for k, v in dep.plan.items() if k in SIZING_FIELDS}),
+        kv_space_gib=dep.kv_space_gib,
+        cache_dir=settings.HEARTH_CACHE_DIR,
+        **common,
+    )
 
 
 @shared_task

@@ -1,7 +1,5 @@
 """Console pages: short function views; pages and their htmx refreshes share template partials."""
 
-import dataclasses
-
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required
@@ -83,12 +81,14 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            plan = services.plan_for(data["model"], data["engine"], data["max_model_len"], data["kv_space_gib"])
+            plan = services.plan_for(data["model"], data["engine"], **form.plan_options())
         except ConsoleError as exc:
             error = str(exc)
+    elif "model" in form.errors or "engine" in form.errors:
+        error = "Pick a model and an engine to see the plan."
     else:
-        error = "Fill in the model, engine, max_model_len and KV space to see the plan."
-    context = {"plan": dataclasses.asdict(plan) if plan else None, "error": error}
+        error = " ".join(f"{form.fields[f].label or f}: {' '.join(e)}" for f, e in form.errors.items() if f != "name")
+    context = {"plan": plan, "error": error}
     return render(request, "console/deployments.html#plan", context)
 
 

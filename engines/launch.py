@@ -12,13 +12,16 @@ class EngineKind(StrEnum):
     """The engines Hearth can launch; the value is stored on the deployment."""
 
     VLLM_CPU = "vllm-cpu"
+    SIMULATOR = "simulator"
 
     @property
     def label(self) -> str:
         return ENGINE_LABELS[self]
 
 
-ENGINE_LABELS = {EngineKind.VLLM_CPU: "vLLM (CPU)"}
+ENGINE_LABELS = {EngineKind.VLLM_CPU: "vLLM (CPU)", EngineKind.SIMULATOR: "Simulator (demo, on the GPU inventory)"}
+
+GPU_ENGINES = frozenset({EngineKind.SIMULATOR})  # engines planned with engines.planner on the GPU inventory
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engines.launch import EngineKind, LaunchSpec
+from engines.planner import GpuPlan
 from engines.sizing import SizingPlan
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -19,6 +20,29 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 def user_flag_names(user_args: Sequence[str]) -> set[str]:
     """The ``--flag`` names a user set, whether written ``--flag value`` or ``--flag=value``."""
     return {a.split("=", 1)[0] for a in user_args if a.startswith("--")}
+
+
+def merge_flags(wanted: Sequence[tuple[str, str | None]], user_args: Sequence[str]) -> list[str]:
+    """Hearth's flags (``(flag, value)``, value None for a switch) that the user did not set, in order."""
+    taken = user_flag_names(user_args)
+    added: list[str] = []
+    for flag, value in wanted:
+        if flag not in taken:
+            added += [flag] if value is None else [flag, value]
+    return added
+
+
+def gpu_plan_flags(plan: GpuPlan) -> list[tuple[str, str | None]]:
+    """vLLM's flags for a GPU plan (vllm/engine/arg_utils.py names), in the order the plan decided them."""
+    flags: list[tuple[str, str | None]] = [
+        ("--tensor-parallel-size", str(plan.tensor_parallel_size)),
+        ("--gpu-memory-utilization", f"{plan.gpu_memory_utilization:.2f}"),
+        ("--max-model-len", str(plan.max_model_len)),
+        ("--max-num-seqs", str(plan.max_num_seqs)),
+    ]
+    if plan.kv_cache_dtype != "auto":
+        flags.append(("--kv-cache-dtype", plan.kv_cache_dtype))
+    return flags
 
 
 def build_vllm_cpu_spec(
@@ -35,16 +59,9 @@ def build_vllm_cpu_spec(
     user_args: Sequence[str] = (),
 ) -> LaunchSpec:
     """A LaunchSpec for vLLM CPU; flags from the plan, never overriding one the user set."""
-    taken = user_flag_names(user_args)
-    wanted: list[tuple[str, str | None]] = [
-        ("--max-model-len", str(plan.max_model_len)),
-        ("--dtype", "bfloat16"),
-        ("--enforce-eager", None),
-    ]
-    added: list[str] = []
-    for flag, value in wanted:
-        if flag not in taken:
-            added += [flag] if value is None else [flag, value]
+    added = merge_flags(
+        [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None)], user_args
+    )
     argv = [
         python,
         "-m",
@@ -78,3 +95,36 @@ def build_vllm_cpu_spec(
         served_model_name=served_model_name,
         added_flags=added,
     )
+
+
+def build_simulator_spec(
+    *,
+    python: str,
+    model_path: str,
+    served_model_name: str,
+    plan: GpuPlan,
+    host: str,
+    port: int,
+    api_key: str,
+    user_args: Sequence[str] = (),
+) -> LaunchSpec:
+    """A LaunchSpec for the engine simulator, started exactly as vLLM would be on the planned GPUs.
+
+    The simulator takes vLLM's flags; ``--kv-cache-tokens`` gives it the KV capacity the plan found,
+    since it has no GPU memory to profile.
+    """
+    added = merge_flags([*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens))], user_args)
+    argv = [
+        python, "-m", "engines.simulator",
+        "--model", model_path,
+        "--served-model-name", served_model_name,
+        "--host", host,
+        "--port", str(port),
+        "--api-key", api_key,
+        *added,
+        *user_args,
+    ]  # fmt: skip
+    return LaunchSpec(
+        engine=EngineKind.SIMULATOR, argv=argv, env={}, host=host, port=port, api_key=api_key,
+        served_model_name=served_model_name, added_flags=added,
+    )  # fmt: skip
