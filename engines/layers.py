@@ -7,6 +7,7 @@
 
 Sources: each family's config fields as transformers reads them — ``layer_types`` (Gemma 3, gpt-oss,
 Qwen3-Next, recent configs), ``hybrid_override_pattern`` (Nemotron-H: ``M`` Mamba, ``*`` attention),
+``full_attention_interval`` (Qwen3-Next: the rest is gated DeltaNet linear attention),
 ``attn_layer_period``/``attn_layer_offset`` (Jamba), ``sliding_window_pattern`` (Gemma 3 before
 ``layer_types``), model_type ``gemma2`` (alternating, transformers' Gemma2 modeling), ``falcon_h1``
 (attention and Mamba in every layer).
@@ -78,8 +79,11 @@ def layer_mix(cfg: dict[str, Any], num_layers: int) -> LayerMix:
         return LayerMix(num_layers, 0, 0, num_layers, mamba_state_values(cfg))
     elif window and cfg.get("model_type") == "gemma2":
         kinds = ["sliding" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
-    elif window and cfg.get("sliding_window_pattern"):
-        pattern = int(cfg["sliding_window_pattern"])
+    elif cfg.get("full_attention_interval"):  # Qwen3-Next: every Nth layer full, the rest linear attention
+        every = int(cfg["full_attention_interval"])
+        kinds = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(num_layers)]
+    elif window and (cfg.get("sliding_window_pattern") or str(cfg.get("model_type", "")).startswith("gemma3")):
+        pattern = int(cfg.get("sliding_window_pattern") or 6)  # Gemma3TextConfig's default: 5 local, 1 global
         kinds = ["full_attention" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers)]
     elif window and cfg.get("use_sliding_window", True) and cfg.get("model_type") in {"mistral", "mixtral"}:
         kinds = ["sliding"] * num_layers
