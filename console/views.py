@@ -87,7 +87,8 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     elif "model" in form.errors or "engine" in form.errors:
         error = "Pick a model and an engine to see the plan."
     else:
-        error = " ".join(f"{form.fields[f].label or f}: {' '.join(str(m) for m in e)}" for f, e in form.errors.items() if f != "name")
+        problems = [(form.fields[f].label or f, " ".join(str(m) for m in e)) for f, e in form.errors.items()]
+        error = " ".join(f"{label}: {text}" for label, text in problems if label != "name")
     context = {"plan": plan, "error": error}
     return render(request, "console/deployments.html#plan", context)
 

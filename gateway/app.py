@@ -17,9 +17,9 @@ import aiohttp
 from django.conf import settings
 
 from gateway import errors
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Surface
 from gateway.registry import Registry, Route, Snapshot
-from gateway.sse import OpenAIStreamWatcher
+from gateway.sse import StreamKind, StreamWatcher
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -27,6 +27,16 @@ Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+
+# POST endpoints relayed to the engine serving the body's model: path → (stream kind, error surface).
+POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
+    "/v1/chat/completions": (StreamKind.CHAT, Surface.OPENAI),
+    "/v1/completions": (StreamKind.CHAT, Surface.OPENAI),
+    "/v1/embeddings": (StreamKind.CHAT, Surface.OPENAI),
+    "/v1/responses": (StreamKind.RESPONSES, Surface.OPENAI),
+    "/v1/messages": (StreamKind.MESSAGES, Surface.ANTHROPIC),
+    "/v1/messages/count_tokens": (StreamKind.MESSAGES, Surface.ANTHROPIC),
+}
 
 
 class Gateway:
@@ -56,21 +66,23 @@ class Gateway:
                 return
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"].rstrip("/")
+        surface = Surface.ANTHROPIC if path.startswith("/v1/messages") else Surface.OPENAI
         try:
-            await self._dispatch(scope, receive, send)
+            await self._dispatch(scope, path, receive, send)
         except GatewayError as exc:
-            await _send_json(send, exc.status, exc.body())
+            await _send_json(send, exc.status, exc.body(surface))
 
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        method, path = scope["method"], scope["path"].rstrip("/")
+    async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
+        method = scope["method"]
         snapshot = await self.registry.current()
         _authenticate(scope, snapshot)
         if method == "GET" and path == "/v1/models":
             await _send_json(send, 200, _models_body(snapshot))
-        elif method == "POST" and path == "/v1/chat/completions":
+        elif method == "POST" and path in POST_ROUTES:
             body = await _read_body(receive)
             route = _route(body, snapshot)
-            await self._relay(route, "/v1/chat/completions", body, receive, send)
+            await self._relay(route, path, body, receive, send)
         else:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
 
@@ -102,7 +114,8 @@ class Gateway:
                     "headers": out_headers + (SSE_HEADERS if streaming else []),
                 }
             )
-            watcher = OpenAIStreamWatcher()
+            kind, surface = POST_ROUTES[path]
+            watcher = StreamWatcher(kind)
             try:
                 async for chunk in resp.content.iter_any():
                     if streaming:
@@ -115,6 +128,7 @@ class Gateway:
                 tail = errors.stream_error_event(
                     "The engine ended the stream before it finished; the response is incomplete.",
                     "upstream_truncated",
+                    surface,
                 )
                 log.warning(
                     "truncated stream from %s after %.1f s", route.served_model_name, time.monotonic() - started

@@ -1,11 +1,26 @@
-"""Error bodies in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+"""Errors in each API's own shape.
 
-Types and codes follow the OpenAI API reference ("Error codes"): 401 invalid_api_key, 404
-model_not_found, 400 invalid_request_error, 413, 503 and 502 as server errors.
+- OpenAI: ``{"error": {"message", "type", "param", "code"}}`` (OpenAI API reference, "Error codes":
+  401 invalid_api_key, 404 model_not_found, 400 invalid_request_error, 5xx server errors);
+- Anthropic: ``{"type": "error", "error": {"type", "message"}}`` with the type named by status (Anthropic
+  API reference, "Errors": 400 invalid_request_error, 401 authentication_error, 403 permission_error,
+  404 not_found_error, 413 request_too_large, 429 rate_limit_error, 500 api_error, 529 overloaded_error).
 """
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Surface(StrEnum):
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+    413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -18,7 +33,10 @@ class GatewayError(Exception):
     code: str | None = None
     param: str | None = None
 
-    def body(self) -> bytes:
+    def body(self, surface: Surface = Surface.OPENAI) -> bytes:
+        if surface == Surface.ANTHROPIC:
+            kind = ANTHROPIC_TYPES.get(self.status, "api_error")
+            return json.dumps({"type": "error", "error": {"type": kind, "message": self.message}}).encode()
         return json.dumps(
             {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
         ).encode()
@@ -58,7 +76,14 @@ def upstream_unreachable(name: str) -> GatewayError:
     )
 
 
-def stream_error_event(message: str, code: str) -> bytes:
-    """An in-stream SSE error event, sent when a stream cannot end cleanly; no ``[DONE]`` follows it."""
-    payload = {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
-    return f"data: {json.dumps(payload)}\n\n".encode()
+def stream_error_event(message: str, code: str, surface: Surface = Surface.OPENAI) -> bytes:
+    """An in-stream SSE error event, sent when a stream cannot end cleanly; no terminal event follows it.
+
+    Anthropic's documented form is ``event: error`` with an error body; OpenAI's streams carry
+    ``data: {"error": ...}``, which the openai SDK raises as an APIError.
+    """
+    if surface == Surface.ANTHROPIC:
+        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return f"event: error\ndata: {json.dumps(payload)}\n\n".encode()
+    error = {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+    return f"data: {json.dumps(error)}\n\n".encode()

@@ -1,21 +1,38 @@
-"""A side-copy reader of an OpenAI event stream, for accounting and for spotting truncated streams.
+"""A side-copy reader of an engine's event stream, for accounting and for spotting truncated streams.
 
 The relay forwards bytes untouched; this reader only watches them. It tolerates events split across
 reads, ``data:`` with or without a space, and CRLF line ends (the SSE spec,
 https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation).
+
+A stream is complete only when it ends as its API says it must:
+- OpenAI chat and completions: a ``finish_reason``, then ``data: [DONE]``;
+- OpenAI Responses: a ``response.completed``, ``response.incomplete`` or ``response.failed`` event;
+- Anthropic Messages: a ``message_stop`` event.
 """
 
 import json
+from enum import StrEnum
+from typing import Any
 
 
-class OpenAIStreamWatcher:
-    """Feed it the stream's bytes; it records ``finish_reason``, ``usage`` and whether ``[DONE]`` came."""
+class StreamKind(StrEnum):
+    CHAT = "chat"  # /v1/chat/completions and /v1/completions
+    RESPONSES = "responses"
+    MESSAGES = "messages"
 
-    def __init__(self) -> None:
+
+RESPONSES_TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+
+
+class StreamWatcher:
+    """Feed it the stream's bytes; it records the finish reason, usage, and whether the stream ended properly."""
+
+    def __init__(self, kind: StreamKind = StreamKind.CHAT) -> None:
+        self.kind = kind
         self._pending = b""
         self.done = False
         self.finish_reason: str | None = None
-        self.usage: dict[str, int] | None = None
+        self.usage: dict[str, Any] | None = None
         self.error: str | None = None
 
     def feed(self, chunk: bytes) -> None:
@@ -29,21 +46,35 @@ class OpenAIStreamWatcher:
             return
         data = line[5:].strip()
         if data == b"[DONE]":
-            self.done = True
+            self.done = self.kind == StreamKind.CHAT
             return
         try:
             event = json.loads(data)
         except ValueError:
             return
+        if isinstance(event, dict):
+            self._event(event)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
         if "error" in event:
             self.error = str(event["error"])
-        for choice in event.get("choices") or []:
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-        if event.get("usage"):
-            self.usage = event["usage"]
+        if self.kind == StreamKind.CHAT:
+            for choice in event.get("choices") or []:
+                self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            self.usage = event.get("usage") or self.usage
+        elif self.kind == StreamKind.RESPONSES and kind in RESPONSES_TERMINAL:
+            self.done, self.finish_reason = True, kind
+            self.usage = (event.get("response") or {}).get("usage")
+        elif self.kind == StreamKind.MESSAGES:
+            if kind == "message_delta":
+                self.finish_reason = (event.get("delta") or {}).get("stop_reason")
+                self.usage = event.get("usage") or self.usage
+            self.done = self.done or kind == "message_stop"
 
     @property
     def complete(self) -> bool:
-        """True when the stream ended as OpenAI's protocol says: a finish_reason, then ``[DONE]``."""
-        return self.done and self.finish_reason is not None
+        """True when the stream ended as its API's protocol says it must (see the module docstring)."""
+        if self.kind == StreamKind.CHAT:
+            return self.done and self.finish_reason is not None
+        return self.done

@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -80,6 +81,12 @@ def test_it_serves_a_real_vllm_end_to_end(web: str, worker: Proc, admin_user: ob
             finish = choice.finish_reason or finish
     assert text.strip() and finish in {"stop", "length"}
 
+    claude = anthropic.Anthropic(base_url=web, api_key=key)
+    with claude.messages.stream(model="smol", max_tokens=16, messages=[{"role": "user", "content": "Hi"}]) as stream:
+        events = [event.type for event in stream]
+    assert events[0] == "message_start" and events[-1] == "message_stop" and "content_block_delta" in events
+    assert stream.get_final_message().stop_reason in {"end_turn", "max_tokens"}
+
     reply = sdk.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Hi"}], max_tokens=8)
     assert reply.choices[0].message.content and reply.usage and reply.usage.completion_tokens > 0
 
@@ -142,3 +149,28 @@ def test_an_engine_that_exits_while_loading_fails_with_its_reason_and_log(
     assert "exited while loading with code 2" in str(dep["state_reason"])
     page = client.get(f"/deployments/{dep_id}/").text
     assert "unrecognized arguments: --no-such-flag" in page and "exit code 2" in page
+
+
+def test_the_plan_s_kv_capacity_is_what_vllm_reports_at_another_budget(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    client = login(web)
+    client.post("/api/models", json={"name": "smollm2-2g", "path": str(MODEL_DIR)})
+    resp = client.post(
+        "/api/deployments",
+        json={"name": "smol-2g", "model": "smollm2-2g", "engine": "vllm-cpu", "max_model_len": 4096, "kv_space_gib": 2},
+    )
+    dep_id, plan = resp.json()["id"], resp.json()["plan"]
+    assert plan["kv_capacity_tokens"] == 93_184
+    client.post(f"/api/deployments/{dep_id}/launch")
+    dep = wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)
+    assert dep["state"] == "ready", dep
+    reported = re.search(r"KV cache size: ([\d,]+) tokens", _engine_log(dep_id))
+    assert reported and int(reported.group(1).replace(",", "")) == plan["kv_capacity_tokens"]
+    deadline = time.monotonic() + 20
+    while (scraped := client.get(f"/api/deployments/{dep_id}/metrics").json())["age_seconds"] is None:
+        assert time.monotonic() < deadline, "no scrape within 20 s"
+        time.sleep(1)
+    assert scraped["values"]["kv_cache_size_tokens"] == plan["kv_capacity_tokens"]
+    client.post(f"/api/deployments/{dep_id}/stop")
+    assert wait_for(client, dep_id, {"stopped"}, 60)["state"] == "stopped"

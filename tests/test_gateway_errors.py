@@ -76,3 +76,26 @@ def test_bad_bodies_are_400(web: str, key: str, body: bytes, status: int, code: 
 def test_an_unknown_endpoint_is_404_in_openai_shape(web: str, key: str) -> None:
     resp = httpx.get(f"{web}/v1/nothing", headers={"Authorization": f"Bearer {key}"})
     assert_openai_error(resp, 404, "unknown_url")
+
+
+MESSAGE = {"model": "nope", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_anthropic_endpoints_answer_in_anthropics_error_shape(web: str, key: str) -> None:
+    resp = httpx.post(f"{web}/v1/messages", json=MESSAGE, headers={"anthropic-version": "2023-06-01"})
+    assert resp.status_code == 401
+    assert resp.json() == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": resp.json()["error"]["message"]},
+    }
+    resp = httpx.post(f"{web}/v1/messages/count_tokens", json=MESSAGE, headers={"x-api-key": key})
+    assert resp.status_code == 404 and resp.json()["error"]["type"] == "not_found_error"
+
+
+def test_the_anthropic_sdk_sees_typed_errors(web: str, key: str) -> None:
+    import anthropic
+
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=web, api_key="hk-wrong.key").messages.create(**MESSAGE)  # type: ignore[call-overload]
+    with pytest.raises(anthropic.NotFoundError):
+        anthropic.Anthropic(base_url=web, api_key=key).messages.create(**MESSAGE)  # type: ignore[call-overload]
