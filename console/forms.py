@@ -22,7 +22,9 @@ class DeploymentForm(forms.Form):
     model = forms.ModelChoiceField(queryset=ModelSource.objects.order_by("name"))
     engine = forms.ChoiceField(choices=[(e.value, e.label) for e in EngineKind])
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")
-    max_model_len = forms.IntegerField(min_value=0, initial=2048, help_text="Tokens; 0 = the model's maximum.")
+    max_model_len = forms.IntegerField(
+        min_value=0, initial=2048, label="max_model_len", help_text="Tokens; 0 = the model's maximum."
+    )
     kv_space_gib = forms.FloatField(
         min_value=0.01, initial=1.0, label="KV cache space (GiB)", help_text="vLLM (CPU) only.", required=False
     )
@@ -41,7 +43,7 @@ class DeploymentForm(forms.Form):
         help_text="GPU engines only; 0 = let the plan choose (0.90).",
     )
     tensor_parallel_size = forms.IntegerField(
-        min_value=0, initial=0, required=False, help_text="GPU engines only; 0 = auto."
+        min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPU engines only; 0 = auto."
     )
 
     PLAN_FIELDS = ("max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size")

@@ -124,16 +124,19 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
 
 @login_required
 def keys_page(request: HttpRequest) -> HttpResponse:
+    """Keys and a form for a new one. A new key is shown once, on the page the create redirects to
+    (kept in the session only until that page is rendered), so a reload never creates a second key."""
     form = ApiKeyForm(request.POST or None)
-    new_key = ""
     if request.method == "POST" and form.is_valid():
         try:
-            _, new_key = services.create_key(form.cleaned_data["name"], request.user)
+            _, key = services.create_key(form.cleaned_data["name"], request.user)
         except ConsoleError as exc:
             form.add_error(None, str(exc))
         else:
-            form = ApiKeyForm()
+            request.session["new_key"] = key
+            return redirect("console:keys")
     keys = ApiKey.objects.order_by("-created_at")
+    new_key = request.session.pop("new_key", "")
     return render(request, "console/keys.html", {"form": form, "keys": keys, "new_key": new_key})
 
 

@@ -99,7 +99,7 @@ def test_stopping_a_stopped_deployment_is_explained(admin: Client, smollm2: Mode
 
 
 def test_a_key_is_shown_once_and_stored_only_as_a_hash(admin: Client) -> None:
-    resp = admin.post("/keys/", {"name": "alice laptop"})
+    resp = admin.post("/keys/", {"name": "alice laptop"}, follow=True)
     key = re.search(r'data-field="new_key">([^<]+)<', resp.text).group(1)  # type: ignore[union-attr]
     row = ApiKey.objects.get()
     assert key.startswith(row.prefix) and key not in json.dumps(list(ApiKey.objects.values()), default=str)

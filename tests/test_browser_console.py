@@ -1,0 +1,86 @@
+"""The console in headless Chromium (Debian's chromium, driven by Playwright): first run to a planned deployment."""
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Without the background-networking flags Chromium keeps dialling out, and this machine's network refuses it.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SMOLLM2 = settings.HEARTH_CACHE_DIR / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is not installed (apt-get install chromium); .ci/run installs it")
+    # Playwright's sync API keeps an event loop in this thread; Django's test database work here stays
+    # synchronous, which its async-safety check cannot tell (Django docs, "Async safety").
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser, web: str) -> Iterator[Page]:
+    context = browser.new_context(base_url=web)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def test_first_run_to_a_planned_deployment_and_a_key(page: Page, tmp_path: Path) -> None:
+    page.goto("/")
+    expect(page.get_by_role("heading", name="Welcome to Hearth")).to_be_visible()
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("admin-password-1")
+    page.get_by_role("button", name="Create admin").click()
+    expect(page.get_by_role("heading", name="Models")).to_be_visible()
+    expect(page.locator("[data-field=inventory]")).to_contain_text("GPUs:")
+
+    page.locator("#id_local-name").fill("smollm2-135m")
+    page.locator("#id_local-path").fill("/no/such/folder")
+    page.get_by_role("button", name="Add model").first.click()
+    expect(page.locator(".errorlist")).to_contain_text("is not a folder")
+    page.locator("#id_local-path").fill(str(SMOLLM2))
+    page.get_by_role("button", name="Add model").first.click()
+    expect(page.get_by_text("Added smollm2-135m.")).to_be_visible()
+
+    page.get_by_role("link", name="Deployments").click()
+    page.locator("#id_name").fill("smol")
+    page.locator("#id_model").select_option(label="smollm2-135m")
+    page.locator("#id_engine").select_option("vllm-cpu")
+    page.locator("#id_max_model_len").fill("2048")
+    page.locator("#id_kv_space_gib").fill("1")
+    page.locator("#id_kv_space_gib").dispatch_event("change")  # htmx previews the plan on change
+    expect(page.locator("[data-field=kv_bytes_per_token]")).to_have_text("23,040")
+    expect(page.locator("[data-field=kv_capacity_tokens]")).to_have_text("46,592")
+    page.screenshot(path=str(tmp_path / "plan.png"))
+    page.get_by_role("button", name="Create deployment").click()
+    expect(page.locator("[data-field=state]")).to_have_text("stopped")
+    expect(page.get_by_role("button", name="Launch")).to_be_visible()
+
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_label("Name").fill("alice laptop")
+    page.get_by_role("button", name="Create key").click()
+    key = page.locator("[data-field=new_key]").inner_text()
+    assert key.startswith("hk-")
+    page.reload()
+    expect(page.locator("[data-field=new_key]")).to_have_count(0)
+    expect(page.get_by_role("cell", name="alice laptop")).to_be_visible()
