@@ -18,9 +18,9 @@ help:
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Hearth needs Python 3.12 or newer; none found." >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-	$(PY) -m pip install -q -e '.[test]' 2>&1 | grep -v "is ignored" || true
-	$(PY) -c "import django, ninja, celery, aiohttp, openai, pytest_django"
+	$(PY) -m pip install -q --upgrade pip 2> >(grep -v 'is ignored' >&2)
+	$(PY) -m pip install -q -e '.[test]' 2> >(grep -v 'is ignored' >&2)
+	$(PY) -c "import django, celery, aiohttp, openai, anthropic, playwright, pytest_django"
 	touch $@
 
 venv: $(VENV)/.installed

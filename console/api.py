@@ -9,12 +9,12 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
-from ninja import Field, NinjaAPI, Schema
+from ninja import Field, NinjaAPI, Schema, Status
 from ninja.security import django_auth
 
 from console import services
 from console.models import ApiKey, Deployment, ModelSource
-from console.panel import panel_data
+from console.panel import live_panel
 from console.services import ConsoleError
 
 api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api")
@@ -93,13 +93,13 @@ def list_models(request: HttpRequest) -> list[ModelSource]:
 
 
 @api.post("/models", response={201: ModelOut})
-def add_model(request: HttpRequest, data: ModelIn) -> tuple[int, ModelSource]:
+def add_model(request: HttpRequest, data: ModelIn) -> Status[ModelSource]:
     if data.path and data.repo_id:
         raise ConsoleError("Give either a local path or a Hugging Face repo_id, not both.")
     if data.path:
-        return 201, services.add_local_model(data.name, data.path)
+        return Status(201, services.add_local_model(data.name, data.path))
     if data.repo_id:
-        return 201, services.add_hf_model(data.name, data.repo_id, data.revision)
+        return Status(201, services.add_hf_model(data.name, data.repo_id, data.revision))
     raise ConsoleError("Give a local path or a Hugging Face repo_id.")
 
 
@@ -109,14 +109,17 @@ def plan(request: HttpRequest, data: PlanIn) -> dict[str, object]:
 
 
 @api.post("/deployments", response={201: DeploymentOut})
-def create_deployment(request: HttpRequest, data: DeploymentIn) -> tuple[int, Deployment]:
-    return 201, services.create_deployment(
-        name=data.name,
-        model=_model(data.model),
-        engine=data.engine,
-        served_model_name=data.served_model_name,
-        extra_args=data.extra_args,
-        **data.options(),
+def create_deployment(request: HttpRequest, data: DeploymentIn) -> Status[Deployment]:
+    return Status(
+        201,
+        services.create_deployment(
+            name=data.name,
+            model=_model(data.model),
+            engine=data.engine,
+            served_model_name=data.served_model_name,
+            extra_args=data.extra_args,
+            **data.options(),
+        ),
     )
 
 
@@ -126,34 +129,33 @@ def get_deployment(request: HttpRequest, pk: int) -> Deployment:
 
 
 @api.post("/deployments/{pk}/launch", response={202: DeploymentOut})
-def launch_deployment(request: HttpRequest, pk: int) -> tuple[int, Deployment]:
+def launch_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     services.launch(dep)
-    return 202, dep
+    return Status(202, dep)
 
 
 @api.post("/deployments/{pk}/stop", response={202: DeploymentOut})
-def stop_deployment(request: HttpRequest, pk: int) -> tuple[int, Deployment]:
+def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     services.stop(dep)
-    return 202, dep
+    return Status(202, dep)
 
 
 @api.get("/deployments/{pk}/metrics")
 def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
     """The live panel's numbers: canonical values (absent = no data), tokens/s, scrape age in seconds."""
-    replica = get_object_or_404(Deployment, pk=pk).current_replica
-    data = panel_data(replica.pk if replica else None)
+    data = live_panel(get_object_or_404(Deployment, pk=pk))
     return {**dataclasses.asdict(data), "stale": data.stale}
 
 
 @api.post("/keys", response={201: KeyOut})
-def create_key(request: HttpRequest, data: KeyIn) -> tuple[int, dict[str, object]]:
+def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
     row, key = services.create_key(data.name, request.user)
-    return 201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key}
+    return Status(201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key})
 
 
 @api.delete("/keys/{pk}", response={204: None})
-def revoke_key(request: HttpRequest, pk: int) -> tuple[int, None]:
+def revoke_key(request: HttpRequest, pk: int) -> Status[None]:
     services.revoke_key(get_object_or_404(ApiKey, pk=pk))
-    return 204, None
+    return Status(204, None)

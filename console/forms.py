@@ -7,18 +7,18 @@ from engines.launch import EngineKind
 
 
 class LocalModelForm(forms.Form):
-    name = forms.SlugField(max_length=100, help_text="Also the default name clients ask for.")
+    name = forms.CharField(max_length=100, help_text="Letters, digits, '.', '-', '_'.")
     path = forms.CharField(max_length=500, help_text="Absolute path of a folder with config.json and *.safetensors.")
 
 
 class HfModelForm(forms.Form):
-    name = forms.SlugField(max_length=100)
+    name = forms.CharField(max_length=100)
     repo_id = forms.CharField(max_length=200, help_text="e.g. HuggingFaceTB/SmolLM2-135M-Instruct")
     revision = forms.CharField(max_length=100, initial="main", help_text="Branch, tag or commit; pinned to its commit.")
 
 
 class DeploymentForm(forms.Form):
-    name = forms.SlugField(max_length=100)
+    name = forms.CharField(max_length=100, help_text="Also the model name clients ask for, unless set below.")
     model = forms.ModelChoiceField(queryset=ModelSource.objects.order_by("name"))
     engine = forms.ChoiceField(choices=[(e.value, e.label) for e in EngineKind])
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")

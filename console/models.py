@@ -24,7 +24,7 @@ class ModelSource(models.Model):
         LOCAL = "local", "Local folder"
         HF = "hf", "Hugging Face"
 
-    name = models.SlugField(max_length=100, unique=True, help_text="Default served model name.")
+    name = models.CharField(max_length=100, unique=True, help_text="Letters, digits, '.', '-', '_'.")
     kind = models.CharField(max_length=10, choices=Kind.choices)
     path = models.CharField(max_length=500, blank=True, help_text="Local folder (kind local).")
     repo_id = models.CharField(max_length=200, blank=True)
@@ -72,7 +72,7 @@ def sources_of(target: str) -> list[str]:
 class Deployment(models.Model):
     """A model served by one engine: its plan, its state, and the name clients ask for."""
 
-    name = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=100, unique=True, help_text="Default served model name.")
     model = models.ForeignKey(ModelSource, on_delete=models.PROTECT, related_name="deployments")
     engine = models.CharField(max_length=20)
     served_model_name = models.CharField(max_length=200, unique=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 
+from console.models import Deployment, DeploymentState
 from console.tasks import metrics_key
 from engines.metrics import Scrape, tokens_per_second
 
@@ -26,6 +27,13 @@ class PanelData:
         return self.age_seconds is not None and (
             self.age_seconds > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL
         )
+
+
+def live_panel(dep: Deployment) -> PanelData:
+    """Live numbers of a ready deployment's current replica; none for any other state (old numbers of
+    a stopped engine would look live)."""
+    replica = dep.current_replica
+    return panel_data(replica.pk if replica and dep.state == DeploymentState.READY else None)
 
 
 def panel_data(replica_id: int | None) -> PanelData:

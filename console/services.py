@@ -5,6 +5,7 @@ on engines is handed to Celery tasks after the transaction commits.
 """
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from engines.sizing import plan_cpu
 from gateway.keys import new_key
 
 ROUTING_VERSION_KEY = "hearth:routing-version"
-SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")  # e.g. meta-llama/Llama-3.1-8B-Instruct
 
 
 class ConsoleError(ValueError):
@@ -36,10 +38,14 @@ def bump_routing_version() -> None:
     redis.Redis.from_url(settings.REDIS_URL).incr(ROUTING_VERSION_KEY)
 
 
-def _check_name(name: str, what: str) -> str:
-    name = name.strip().lower()
-    if not SLUG.match(name):
-        raise ConsoleError(f"{what} {name!r} must be 1–100 lowercase letters, digits, '.', '-' or '_'.")
+def _check_name(name: str, what: str, pattern: re.Pattern[str] = NAME) -> str:
+    """The name, stripped; names are case-sensitive, as model names are in the OpenAI API."""
+    name = name.strip()
+    if not pattern.match(name):
+        allowed = "'.', '-', '_', ':' or '/'" if pattern is SERVED_NAME else "'.', '-' or '_'"
+        raise ConsoleError(
+            f"{what} {name!r} must start with a letter or digit and use only letters, digits, {allowed}."
+        )
     return name
 
 
@@ -121,7 +127,8 @@ def plan_for(
     if engine == EngineKind.VLLM_CPU:
         if kv_space_gib <= 0:
             raise ConsoleError("KV space must be above 0 GiB.")
-        plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len)
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
         return {**dataclasses.asdict(plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
     try:
         inventory = current_inventory()
@@ -155,6 +162,7 @@ def create_deployment(
     Raises ConsoleError when the plan does not fit (with what would) or a name is taken.
     """
     name = _check_name(name, "Deployment name")
+    served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
     plan = plan_for(
         model,
         engine,
@@ -172,7 +180,7 @@ def create_deployment(
                 name=name,
                 model=model,
                 engine=engine,
-                served_model_name=served_model_name.strip() or name,
+                served_model_name=served,
                 max_model_len=plan["max_model_len"],
                 kv_space_gib=kv_space_gib,
                 extra_args=extra_args or [],

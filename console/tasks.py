@@ -19,10 +19,11 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from appliance.runtimes import RuntimeError_, get_runtime
-from console.models import Deployment, DeploymentState, Replica
+from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
+from console.models import Deployment, DeploymentState, ModelSource, Replica
 from console.services import bump_routing_version
 from engines.launch import EngineKind, LaunchSpec
+from engines.logscan import scan
 from engines.metrics import parse_metrics
 from engines.planner import GpuPlan
 from engines.sizing import SizingPlan
@@ -34,8 +35,10 @@ log = logging.getLogger(__name__)
 S = DeploymentState
 WATCH_EVERY = 2.0  # seconds between health polls of a loading replica
 METRICS_KEEP = 720  # scrapes kept per replica (1 h at the default 5 s interval)
-LOG_LINES = 60
-OOM_HINT = "The engine ran out of memory. Lower the KV space or max_model_len, or give the engine more memory."
+LOG_LINES = 60  # kept on the replica and shown in the console
+SCAN_LINES = 2000  # read for the root cause of a failure
+SIGKILL_CODES = {-9, 137}
+OOM_HINT = "It ran out of memory: lower the KV space or max_model_len, or give the engine more memory."
 
 
 def metrics_key(replica_id: int) -> str:
@@ -57,6 +60,9 @@ def launch_deployment(deployment_id: int) -> None:
     """pending → starting → loading: start one replica, then hand over to watch_replica."""
     dep = Deployment.objects.filter(pk=deployment_id).select_related("model").first()
     if dep is None or not dep.move(S.STARTING, "Starting the engine."):
+        return
+    if dep.model.kind == ModelSource.Kind.LOCAL and not Path(dep.model.path).is_dir():
+        dep.move(S.FAILED, f"The model folder {dep.model.path} is gone; add the model again.")
         return
     runtime = get_runtime()
     host = settings.HEARTH_ENGINE_HOST
@@ -116,8 +122,7 @@ def watch_replica(replica_id: int) -> None:
     dep = replica.deployment
     status = get_runtime(replica.runtime).status(replica.runtime_name)
     if not status.running:
-        _record_exit(replica, status.exit_code, status.oom_killed)
-        dep.move(S.FAILED, _exit_reason(replica, "while loading"))
+        dep.move(S.FAILED, _ended(replica, status, "while loading"))
         return
     try:
         healthy = httpx.get(f"{replica.base_url}/health", timeout=2).status_code == 200
@@ -131,8 +136,7 @@ def watch_replica(replica_id: int) -> None:
         return
     elapsed = (timezone.now() - replica.started_at).total_seconds()
     if elapsed > settings.HEARTH_START_TIMEOUT:
-        get_runtime(replica.runtime).stop(replica.runtime_name)
-        _record_exit(replica, None, False)
+        _ended(replica, RuntimeStatus(running=True), "")
         dep.move(S.FAILED, f"No healthy answer within HEARTH_START_TIMEOUT ({settings.HEARTH_START_TIMEOUT} s).")
         return
     dep.move(S.LOADING, f"Loading weights ({elapsed:.0f} s so far).")
@@ -146,25 +150,31 @@ def stop_deployment(deployment_id: int) -> None:
     if dep is None or dep.state != S.STOPPING:
         return
     for replica in dep.replicas.filter(running=True):
-        status = get_runtime(replica.runtime).stop(replica.runtime_name)
-        _record_exit(replica, status.exit_code, status.oom_killed)
+        _ended(replica, RuntimeStatus(running=True), "")
     dep.move(S.STOPPED, "Stopped by the admin.")
 
 
-def _record_exit(replica: Replica, exit_code: int | None, oom_killed: bool) -> None:
-    replica.log_tail = get_runtime(replica.runtime).logs(replica.runtime_name, LOG_LINES)
+def _ended(replica: Replica, status: RuntimeStatus, when: str) -> str:
+    """Stop what is left of the replica (an engine's children can outlive it), keep its last log lines
+    and exit state, and say why it ended: its exit code and the root cause found in its log."""
+    runtime = get_runtime(replica.runtime)
+    final = runtime.stop(replica.runtime_name)
+    log = runtime.logs(replica.runtime_name, SCAN_LINES)
+    found = scan(log)
+    replica.log_tail = "".join(log.splitlines(keepends=True)[-LOG_LINES:])
     replica.running = False
-    replica.exit_code = exit_code
-    replica.oom_killed = oom_killed
+    replica.exit_code = status.exit_code if status.exit_code is not None else final.exit_code
+    replica.oom_killed = status.oom_killed or final.oom_killed or found.oom
     replica.stopped_at = timezone.now()
     replica.save()
-
-
-def _exit_reason(replica: Replica, when: str) -> str:
     code = "an unknown code" if replica.exit_code is None else f"code {replica.exit_code}"
-    reason = f"The engine exited {when} with {code}."
-    if replica.oom_killed or "out of memory" in replica.log_tail.lower():
+    reason = f"The engine exited {when} with {code}" + (f": {found.cause}" if found.cause else ".")
+    if replica.oom_killed:
         reason += " " + OOM_HINT
+    elif replica.exit_code in SIGKILL_CODES:
+        reason += (
+            " It was killed (SIGKILL): by an admin, or by the kernel's OOM killer when the host ran out of memory."
+        )
     return reason
 
 
@@ -173,10 +183,8 @@ def reconcile() -> None:
     """Mark ready deployments whose engine has died as failed, keeping the engine's last log lines."""
     for replica in Replica.objects.filter(running=True, deployment__state=S.READY).select_related("deployment"):
         status = get_runtime(replica.runtime).status(replica.runtime_name)
-        if not status.running:
-            _record_exit(replica, status.exit_code, status.oom_killed)
-            if replica.deployment.move(S.FAILED, _exit_reason(replica, "while serving")):
-                bump_routing_version()
+        if not status.running and replica.deployment.move(S.FAILED, _ended(replica, status, "while serving")):
+            bump_routing_version()
 
 
 @shared_task

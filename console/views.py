@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from console import services
 from console.forms import ApiKeyForm, DeploymentForm, HfModelForm, LocalModelForm, SetupForm
 from console.models import ApiKey, Deployment, ModelSource
-from console.panel import panel_data
+from console.panel import live_panel
 from console.services import ConsoleError
 
 
@@ -107,8 +107,7 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _deployment_context(dep: Deployment) -> dict[str, object]:
-    replica = dep.current_replica
-    return {"dep": dep, "replica": replica, "panel": panel_data(replica.pk if replica else None)}
+    return {"dep": dep, "replica": dep.current_replica, "panel": live_panel(dep)}
 
 
 @login_required

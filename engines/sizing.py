@@ -15,6 +15,7 @@ from engines.modelconfig import DTYPE_BYTES, ModelConfig
 
 GIB = 1024**3
 VLLM_CPU_BLOCK_SIZE = 128  # vLLM's CPU attention backend block size, read back from cache_config_info
+CPU_ENGINE_OVERHEAD = 3 * GIB  # vLLM CPU's process tree besides KV cache and weights (~3.7-4.0 GiB RSS with 1 GiB KV)
 
 
 def kv_value_bytes(config: ModelConfig, kv_dtype: str = "auto") -> int:
@@ -79,35 +80,53 @@ class SizingPlan:
     reasons: list[str] = field(default_factory=list)
 
 
-def plan_cpu(config: ModelConfig, weights_bytes: int, kv_space_gib: float, max_model_len: int) -> SizingPlan:
+def plan_cpu(
+    config: ModelConfig, weights_bytes: int, kv_space_gib: float, max_model_len: int, host_memory_bytes: int = 0
+) -> SizingPlan:
     """Plan a model on vLLM's CPU engine with ``kv_space_gib`` GiB of KV cache (VLLM_CPU_KVCACHE_SPACE).
 
     ``max_model_len`` 0 means the model's own max_position_embeddings. The plan does not fit when the
-    KV cache cannot hold one sequence of max_model_len tokens (vLLM refuses to start then).
+    KV cache cannot hold one sequence of max_model_len tokens (vLLM refuses to start then), or when the
+    KV space, the weights and the engine's own CPU_ENGINE_OVERHEAD exceed ``host_memory_bytes``
+    (0: not checked; vLLM checks it against the NUMA node's free memory and exits).
     """
     per_token = kv_bytes_per_token(config)
     budget = int(kv_space_gib * GIB)
     blocks = budget // per_token // VLLM_CPU_BLOCK_SIZE
     capacity = blocks * VLLM_CPU_BLOCK_SIZE
     context = max_model_len or config.max_position_embeddings
-    fits = capacity >= context > 0
+    needed = budget + weights_bytes + CPU_ENGINE_OVERHEAD
+    fits_memory = not host_memory_bytes or needed <= host_memory_bytes
+    fits = capacity >= context > 0 and fits_memory
     reasons = [
         f"Weights: {weights_bytes:,} bytes ({weights_bytes / GIB:.2f} GiB), summed from the checkpoint's "
         "safetensors headers.",
-        f"KV cache per token: 2 × {config.num_hidden_layers} layers × {config.num_key_value_heads} KV heads "
+        f"KV cache per token: 2 × {config.layers.attention} layers × {config.num_key_value_heads} KV heads "
         f"× head_dim {config.head_dim} × {DTYPE_BYTES.get(config.torch_dtype, 2)} bytes "
         f"({config.torch_dtype}) = {per_token:,} bytes.",
         f"KV budget: {kv_space_gib:g} GiB (VLLM_CPU_KVCACHE_SPACE) = {budget:,} bytes → {blocks:,} blocks "
         f"of {VLLM_CPU_BLOCK_SIZE} tokens = {capacity:,} tokens of KV capacity.",
     ]
     concurrency = capacity / context if context else 0.0
-    if fits:
+    if not fits_memory:
+        room = (host_memory_bytes - weights_bytes - CPU_ENGINE_OVERHEAD) / GIB
+        reasons.append(
+            f"Does not fit: {kv_space_gib:g} GiB of KV cache, {weights_bytes / GIB:.2f} GiB of weights and about "
+            f"{CPU_ENGINE_OVERHEAD / GIB:.0f} GiB for the engine exceed this host's {host_memory_bytes / GIB:.1f} GiB "
+            f"of memory. Lower the KV space to {max(room, 0):.1f} GiB or less."
+        )
+    elif fits:
         reasons.append(f"At max_model_len {context:,} that is {concurrency:.2f} concurrent full-length sequences.")
     else:
         need = -(-context * per_token // GIB)
+        shorter = (
+            f"Lower max_model_len to {capacity:,} or below, or raise"
+            if capacity
+            else f"The KV space holds not one block of {VLLM_CPU_BLOCK_SIZE} tokens. Raise"
+        )
         reasons.append(
             f"Does not fit: one {context:,}-token sequence needs {context * per_token:,} bytes of KV cache. "
-            f"Lower max_model_len to {capacity:,} or below, or raise the KV space to {need} GiB."
+            f"{shorter} the KV space to {need} GiB."
         )
     return SizingPlan(
         weights_bytes=weights_bytes,

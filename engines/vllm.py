@@ -63,23 +63,16 @@ def build_vllm_cpu_spec(
         [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None)], user_args
     )
     argv = [
-        python,
-        "-m",
-        API_SERVER_MODULE,
-        "--model",
-        str(model_path),
-        "--served-model-name",
-        served_model_name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--api-key",
-        api_key,
+        python, "-m", API_SERVER_MODULE,
+        "--model", str(model_path),
+        "--served-model-name", served_model_name,
+        "--host", host,
+        "--port", str(port),
         *added,
         *user_args,
-    ]
+    ]  # fmt: skip
     env = {
+        "VLLM_API_KEY": api_key,  # vLLM reads it like --api-key (vllm/envs.py), but ps does not show it
         "HF_HUB_OFFLINE": "1",
         "VLLM_CPU_KVCACHE_SPACE": f"{kv_space_gib:g}",
         "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),

@@ -78,7 +78,13 @@ class Gateway:
         snapshot = await self.registry.current()
         _authenticate(scope, snapshot)
         if method == "GET" and path == "/v1/models":
-            await _send_json(send, 200, _models_body(snapshot))
+            await _send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot)}).encode())
+        elif method == "GET" and path.startswith("/v1/models/"):
+            name = path.removeprefix("/v1/models/")
+            found = [m for m in _models(snapshot) if m["id"] == name]
+            if not found:
+                raise errors.unknown_model(name)
+            await _send_json(send, 200, json.dumps(found[0]).encode())
         elif method == "POST" and path in POST_ROUTES:
             body = await _read_body(receive)
             route = _route(body, snapshot)
@@ -104,27 +110,27 @@ class Gateway:
             resp = await self.session.post(route.base_url + path, data=body, headers=headers)
         except (aiohttp.ClientError, TimeoutError):
             raise errors.upstream_unreachable(route.served_model_name) from None
+        kind, surface = POST_ROUTES[path]
         async with resp:
-            streaming = resp.content_type == "text/event-stream"
-            out_headers = [(b"content-type", resp.headers.get("Content-Type", "application/json").encode())]
+            if resp.content_type != "text/event-stream":
+                await _relay_whole(route, resp, surface, send)
+                return
             await send(
                 {
                     "type": "http.response.start",
                     "status": resp.status,
-                    "headers": out_headers + (SSE_HEADERS if streaming else []),
+                    "headers": [(b"content-type", resp.headers["Content-Type"].encode()), *SSE_HEADERS],
                 }
             )
-            kind, surface = POST_ROUTES[path]
             watcher = StreamWatcher(kind)
             try:
                 async for chunk in resp.content.iter_any():
-                    if streaming:
-                        watcher.feed(chunk)
+                    watcher.feed(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.warning("stream from %s broke: %s", route.served_model_name, exc)
             tail = b""
-            if streaming and resp.status == 200 and not watcher.complete:
+            if resp.status == 200 and not watcher.complete:
                 tail = errors.stream_error_event(
                     "The engine ended the stream before it finished; the response is incomplete.",
                     "upstream_truncated",
@@ -134,6 +140,20 @@ class Gateway:
                     "truncated stream from %s after %.1f s", route.served_model_name, time.monotonic() - started
                 )
             await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _relay_whole(route: Route, resp: aiohttp.ClientResponse, surface: Surface, send: Send) -> None:
+    """A non-streaming answer is read whole before any byte goes out, so a body the engine cuts short
+    becomes a 502 rather than a 200 with half a JSON document; engine errors get the API's own shape."""
+    try:
+        body = await resp.read()
+    except (aiohttp.ClientError, TimeoutError):
+        raise errors.upstream_broke(route.served_model_name) from None
+    if resp.status >= 400:
+        body = errors.reshape(resp.status, body, surface)
+    content_type = resp.headers.get("Content-Type", "application/json").encode()
+    await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", content_type)]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _authenticate(scope: Scope, snapshot: Snapshot) -> int:
@@ -166,12 +186,12 @@ def _route(body: bytes, snapshot: Snapshot) -> Route:
     raise errors.unknown_model(model)
 
 
-def _models_body(snapshot: Snapshot) -> bytes:
-    data = [
-        {"id": r.served_model_name, "object": "model", "owned_by": "hearth", "max_model_len": r.max_model_len}
+def _models(snapshot: Snapshot) -> list[dict[str, object]]:
+    return [
+        {"id": r.served_model_name, "object": "model", "created": r.created, "owned_by": "hearth",
+         "max_model_len": r.max_model_len}
         for r in snapshot.routes.values()
-    ]
-    return json.dumps({"object": "list", "data": data}).encode()
+    ]  # fmt: skip
 
 
 async def _read_body(receive: Receive) -> bytes:

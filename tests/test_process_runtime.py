@@ -72,3 +72,19 @@ def test_a_missing_program_is_a_clear_error(tmp_path: Path) -> None:
     )
     with pytest.raises(RuntimeError_, match="could not start"):
         ProcessRuntime(tmp_path).start("r3", bad)
+
+
+def test_stop_ends_children_the_engine_left_behind_when_it_died(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    code = (
+        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); "
+        "print(p.pid, flush=True)"
+    )  # the leader exits at once; its child ignores SIGTERM, like vLLM's EngineCore
+    runtime.start("r4", spec(code))
+    wait_until_stopped(runtime, "r4")
+    time.sleep(0.3)
+    child = int(runtime.logs("r4").split()[0])
+    assert Path(f"/proc/{child}").exists()
+    runtime.stop("r4", grace_seconds=0.5)
+    assert not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"

@@ -101,3 +101,13 @@ def test_it_uses_the_models_own_context_when_max_model_len_is_zero() -> None:
 
 def test_gib_is_binary() -> None:
     assert GIB == 2**30
+
+
+def test_it_refuses_a_kv_space_the_host_cannot_hold() -> None:
+    plan = plan_cpu(SMOLLM2, SMOLLM2_WEIGHTS, 100_000, 2048, host_memory_bytes=24 * GIB)
+    assert not plan.fits and "exceed this host's 24.0 GiB of memory. Lower the KV space to 20.7 GiB" in plan.reasons[-1]
+
+
+def test_a_kv_space_below_one_block_says_so_rather_than_suggesting_zero() -> None:
+    plan = plan_cpu(SMOLLM2, SMOLLM2_WEIGHTS, 0.001, 2048)
+    assert not plan.fits and "holds not one block of 128 tokens. Raise the KV space to 1 GiB" in plan.reasons[-1]

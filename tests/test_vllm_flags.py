@@ -31,6 +31,7 @@ def test_it_builds_the_flags_that_worked_on_vllm_cpu() -> None:
     assert s.added_flags == ["--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager"]
     assert s.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert s.env["HF_HUB_OFFLINE"] == "1"
+    assert s.env["VLLM_API_KEY"] == "k" and "k" not in s.argv  # the engine key stays out of ps
     assert s.base_url == "http://127.0.0.1:8001"
 
 

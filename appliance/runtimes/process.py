@@ -18,8 +18,6 @@ from pathlib import Path
 from appliance.runtimes.base import RuntimeError_, RuntimeStatus
 from engines.launch import LaunchSpec
 
-OOM_EXIT_CODES = {-signal.SIGKILL, 137}
-
 
 class ProcessRuntime:
     name = "process"
@@ -75,19 +73,14 @@ class ProcessRuntime:
         pid = self._pid(name)
         if code is None and pid is not None and _alive(pid):
             return RuntimeStatus(running=True)
-        return RuntimeStatus(running=False, exit_code=code, oom_killed=code in OOM_EXIT_CODES)
+        return RuntimeStatus(running=False, exit_code=code)
 
     def stop(self, name: str, grace_seconds: float = 10.0) -> RuntimeStatus:
+        """End the engine's whole process group, also when its leader has already exited: engines such as
+        vLLM leave children (EngineCore, workers) behind otherwise."""
         pid = self._pid(name)
-        if pid is not None and _alive(pid):
-            _signal_group(pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace_seconds
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            _signal_group(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 5
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
+        if pid is not None:
+            _end_group(pid, grace_seconds)
         status = self.status(name)
         self._path(name, "pid").unlink(missing_ok=True)
         return RuntimeStatus(running=False, exit_code=status.exit_code, oom_killed=status.oom_killed)
@@ -100,9 +93,28 @@ class ProcessRuntime:
             return ""
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+def _group_alive(pgid: int) -> bool:
+    """True while any process of the group is alive (zombies aside)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
+
+
+def _end_group(pgid: int, grace_seconds: float) -> None:
+    """SIGTERM the process group, then SIGKILL what is left after ``grace_seconds``."""
+    for sig, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + wait
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _group_alive(pgid):
+            return
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,38 @@
+"""Find why an engine died in its log: the root-cause line, and whether it ran out of memory.
+
+Engines end their logs with generic lines ("Engine core initialization failed. See root cause above",
+vllm/v1/engine/core.py); the cause is the last specific ``SomeError: message`` or argparse ``error:``
+line before them.
+"""
+
+import re
+from dataclasses import dataclass
+
+ERROR_LINE = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)$|\berror: (.+)$")
+GENERIC = ("Engine core initialization failed", "See root cause above", "EngineCore failed to start",
+           "Worker failed", "Traceback (most recent call last)")  # fmt: skip
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Cannot allocate memory",
+               "out of memory")  # fmt: skip
+MAX_CAUSE_CHARS = 400
+
+
+@dataclass(frozen=True)
+class LogFindings:
+    """``cause``: the most specific error line (None when none is found); ``oom``: the log says memory ran out."""
+
+    cause: str | None
+    oom: bool
+
+
+def scan(log: str) -> LogFindings:
+    """Scan an engine log's text (stdout and stderr together)."""
+    cause = None
+    for raw in log.splitlines():
+        line = raw.strip()
+        if any(g in line for g in GENERIC):
+            continue
+        match = ERROR_LINE.search(line)
+        if match:
+            cause = (f"{match.group(1)}: {match.group(2)}" if match.group(1) else f"error: {match.group(3)}").strip()
+    oom = any(marker.lower() in log.lower() for marker in OOM_MARKERS)
+    return LogFindings(cause[:MAX_CAUSE_CHARS] if cause else None, oom)
