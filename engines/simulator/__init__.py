@@ -1,0 +1,26 @@
+"""A vLLM look-alike for demo mode and failure tests: ``python -m engines.simulator --port 8000 ...``.
+
+Serves, at the protocol level as vLLM 0.32.0 does: ``/health``, ``/version``, ``/v1/models``,
+``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/messages``,
+``/v1/messages/count_tokens``, ``/tokenize`` and ``/metrics`` (flavors ``vllm``, ``vllm-v0``, ``sglang``).
+Answers are deterministic words paced by a simulated scheduler with a KV budget, a FIFO queue and a
+prefix cache (``scheduler.py``). Pure Python (aiohttp, prometheus_client); imports nothing of Hearth.
+Flags mirror vLLM's (``python -m engines.simulator --help``; ``config.py``); unknown ones are ignored
+with a warning.
+
+Per-request faults: header ``x-sim-fault: NAME[=VALUE][,NAME...]`` or a marker ``[[sim:NAME[=VALUE]]]`` in the
+last user message (the prompt for /v1/completions). An unknown name is a 400 that lists the known ones.
+
+- ``die-mid-stream[=N]``: after N tokens (default 3) have been sent, the whole process exits with
+  ``os._exit(1)``; the client's stream ends without ``[DONE]`` / ``message_stop``.
+- ``drop-mid-stream[=N]``: after N tokens (default 3) this one connection is closed without the
+  terminal event; the server keeps serving.
+- ``stall-first=SECONDS``: silence before the first token (headers are sent at once, as vLLM does).
+- ``stall-between=SECONDS``: silence before every token after the first.
+- ``error-500``: HTTP 500 with an error body (OpenAI shape; Anthropic shape on /v1/messages).
+- ``context-length``: the 400 context-length error with the request's real token counts.
+
+Instance faults (flags): ``--fault-oom-at-start`` (a CUDA OOM traceback on stderr, exit 1, after
+``--load-seconds``), ``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), and
+``--load-seconds SECONDS`` (everything, /health included, answers 503 until loaded).
+"""

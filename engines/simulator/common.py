@@ -1,0 +1,199 @@
+"""What both API dialects share: server state, errors, request checks, SSE writing and stream faults."""
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from engines.simulator.config import SimConfig
+from engines.simulator.faults import FaultError, Faults, parse_faults
+from engines.simulator.metrics import SimMetrics
+from engines.simulator.scheduler import Emission, Engine, Job
+from engines.simulator.tokenizer import content_text
+
+log = logging.getLogger("engines.simulator")
+
+
+@dataclass
+class SimState:
+    """Everything the handlers share; ``loaded`` turns true after ``--load-seconds``."""
+
+    cfg: SimConfig
+    engine: Engine
+    metrics: SimMetrics
+    created: int = field(default_factory=lambda: int(time.time()))
+    loaded: bool = False
+
+
+STATE = web.AppKey("sim_state", SimState)
+
+
+class APIError(Exception):
+    """A request the simulator refuses; rendered once, in the dialect of the route, by the server's middleware.
+
+    ``status`` is the HTTP status; ``kind`` the OpenAI error type (vLLM's exception class names).
+    """
+
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError", param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+
+
+class Dropped(Exception):
+    """The drop-mid-stream fault closed this connection; the handler has nothing more to send."""
+
+
+ANTHROPIC_KINDS = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
+
+
+def openai_error_body(err: APIError) -> dict[str, Any]:
+    """vLLM's ErrorResponse: ``{"error": {"message", "type", "param", "code"}}`` (code = HTTP status)."""
+    return {"error": {"message": err.message, "type": err.kind, "param": err.param, "code": err.status}}
+
+
+def anthropic_error_body(err: APIError) -> dict[str, Any]:
+    """The Anthropic error shape vLLM's /v1/messages uses: ``{"type": "error", "error": {"type", "message"}}``."""
+    kind = ANTHROPIC_KINDS.get(err.status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+FAULT_HEADER = "x-sim-fault"
+
+
+def request_faults(request: web.Request, text: str) -> Faults:
+    """Faults from the header and markers; raises APIError 400 for a malformed one, 500 for error-500."""
+    try:
+        faults = parse_faults(request.headers.get(FAULT_HEADER), text)
+    except FaultError as exc:
+        raise APIError(400, str(exc), param=FAULT_HEADER) from None
+    if faults.error_500:
+        raise APIError(500, "Simulated internal server error (sim fault error-500).", "InternalServerError")
+    return faults
+
+
+def new_id(prefix: str) -> str:
+    """A response id such as ``chatcmpl-<32 hex>``."""
+    return prefix + uuid.uuid4().hex
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object; raises APIError 400 otherwise."""
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise APIError(400, f"Invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "The request body must be a JSON object.")
+    return body
+
+
+def check_model(state: SimState, requested: Any) -> str:
+    """The model name to answer with; raises APIError 404 for a name this server does not serve."""
+    if requested in (None, ""):
+        return state.cfg.served_model_name
+    if requested not in state.cfg.served_model_names:
+        raise APIError(404, f"The model `{requested}` does not exist.", "NotFoundError", "model")
+    return str(requested)
+
+
+def last_user_text(messages: list[Any]) -> str:
+    """Text of the last user message (for tool picking and ``[[sim:...]]`` markers)."""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return content_text(message.get("content"))
+    return ""
+
+
+def budget(cfg: SimConfig, prompt_tokens: int, requested: Any, forced: bool) -> int:
+    """The completion budget in tokens: ``requested``, or what the context leaves (vLLM's default).
+
+    Raises APIError 400 with vLLM's context-length message when prompt + completion does not fit, or
+    when the context-length fault is ``forced``.
+    """
+    limit = cfg.max_model_len
+    if requested is not None and (not isinstance(requested, int) or isinstance(requested, bool) or requested < 1):
+        raise APIError(400, f"max_tokens must be at least 1, got {requested}.", param="max_tokens")
+    if requested is None and (forced or prompt_tokens >= limit):
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, your request has "
+            f"{prompt_tokens} input tokens. Please reduce the length of the input messages.",
+        )
+    if requested is None:
+        return limit - prompt_tokens
+    if forced or prompt_tokens + requested > limit:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt_tokens + requested} tokens ({prompt_tokens} in the messages, {requested} in the completion). "
+            "Please reduce the length of the messages or completion.",
+        )
+    return int(requested)
+
+
+def dumps(payload: Any) -> str:
+    """Compact JSON, as pydantic's ``model_dump_json`` writes it."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def reply(payload: Any, status: int = 200) -> web.Response:
+    """A JSON response with compact JSON, as vLLM (FastAPI + pydantic) sends."""
+    return web.json_response(payload, status=status, dumps=dumps)
+
+
+async def start_sse(request: web.Request) -> web.StreamResponse:
+    """Send the headers of a server-sent-events response."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp
+
+
+async def send(resp: web.StreamResponse, payload: Any, event: str | None = None) -> None:
+    """Write one SSE event: ``data: <json>`` (OpenAI) or ``event: NAME`` + ``data:`` (Anthropic)."""
+    data = payload if isinstance(payload, str) else dumps(payload)
+    head = f"event: {event}\n" if event else ""
+    await resp.write(f"{head}data: {data}\n\n".encode())
+
+
+async def paced(job: Job, faults: Faults) -> AsyncIterator[Emission]:
+    """``job``'s tokens with the stall faults applied: silence before the first and between the others."""
+    first = True
+    async for emission in job.emissions():
+        delay = faults.stall_first if first else faults.stall_between
+        if delay:
+            await asyncio.sleep(delay)
+        first = False
+        yield emission
+
+
+def strike(sent: int, faults: Faults, request: web.Request, job: Job) -> None:
+    """After ``sent`` tokens, apply die-mid-stream (exit the process) or drop-mid-stream (raise Dropped)."""
+    if faults.die_after is not None and sent >= faults.die_after:
+        log.error("EngineCore encountered a fatal error (simulated fault die-mid-stream); exiting")
+        os._exit(1)
+    if faults.drop_after is not None and sent >= faults.drop_after:
+        log.warning("closing a connection mid-stream (simulated fault drop-mid-stream)")
+        job.abort()
+        if request.transport is not None:
+            request.transport.close()
+        raise Dropped
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """OpenAI usage, tokens."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }

@@ -1,0 +1,147 @@
+"""Command-line flags, mirroring vLLM's ``python -m vllm.entrypoints.openai.api_server`` where they exist.
+
+Flags vLLM has and the simulator does not model (``--dtype``, ``--enforce-eager``, …) are accepted
+silently; any other unknown ``--flag`` is accepted with a warning on stderr, so a launcher that adds a
+newer engine flag never crashes the simulator.
+"""
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+
+METRICS_FLAVORS = ("vllm", "vllm-v0", "sglang")
+
+# vLLM flags with no effect here; the value-taking ones must be declared so their value is not
+# mistaken for a stray argument. Source: vllm/engine/arg_utils.py (0.32.0).
+IGNORED_VALUE_FLAGS = (
+    "--dtype",
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--swap-space",
+    "--max-num-batched-tokens",
+    "--uvicorn-log-level",
+    "--tokenizer",
+    "--revision",
+    "--download-dir",
+    "--quantization",
+    "--chat-template",
+    "--tool-call-parser",
+    "--generation-config",
+    "--distributed-executor-backend",
+)
+IGNORED_SWITCHES = (
+    "--enforce-eager",
+    "--trust-remote-code",
+    "--disable-log-requests",
+    "--disable-log-stats",
+    "--enable-log-requests",
+    "--enable-auto-tool-choice",
+    "--enable-chunked-prefill",
+    "--disable-frontend-multiprocessing",
+    "--enable-metrics",
+)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the simulator needs; times in seconds or milliseconds as named, sizes in tokens."""
+
+    model: str
+    served_model_names: tuple[str, ...]
+    max_model_len: int
+    host: str
+    port: int
+    api_key: str | None
+    max_num_seqs: int
+    kv_cache_tokens: int
+    block_size: int
+    seed: int
+    metrics_flavor: str
+    prefill_tokens_per_s: float
+    decode_ms_per_token: float
+    decode_ms_per_seq: float
+    natural_output_tokens: int
+    embedding_dim: int
+    enable_prefix_caching: bool
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    load_seconds: float
+    fault_oom_at_start: bool
+    fault_metrics_delay: float
+
+    @property
+    def served_model_name(self) -> str:
+        """The first served name: the one /metrics labels and responses carry."""
+        return self.served_model_names[0]
+
+    @property
+    def num_blocks(self) -> int:
+        """Whole KV blocks in the budget (vLLM's ``num_gpu_blocks``)."""
+        return self.kv_cache_tokens // self.block_size
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser; defaults are the simulator's, chosen so one token takes ~10–20 ms."""
+    p = argparse.ArgumentParser(prog="python -m engines.simulator", description="A vLLM-compatible simulator.")
+    p.add_argument("--model", default="hearth-sim/tiny-chat", help="model path or name (only a label here)")
+    p.add_argument("--served-model-name", nargs="+", default=None, help="names clients use; default --model")
+    p.add_argument("--max-model-len", type=int, default=4096, help="context length, tokens")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"), help="demand this key on /v1/*")
+    p.add_argument("--max-num-seqs", type=int, default=256, help="most sequences running at once")
+    p.add_argument("--kv-cache-tokens", type=int, default=65536, help="KV cache budget, tokens")
+    p.add_argument("--block-size", type=int, default=16, help="KV block size, tokens")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--metrics-flavor", choices=METRICS_FLAVORS, default="vllm")
+    p.add_argument("--prefill-tokens-per-s", type=float, default=5000.0, help="prefill speed, tokens/s")
+    p.add_argument("--decode-ms-per-token", type=float, default=12.0, help="decode step base, ms")
+    p.add_argument("--decode-ms-per-seq", type=float, default=0.2, help="extra step time per running seq, ms")
+    p.add_argument("--natural-output-tokens", type=int, default=32, help="mean length of an unbounded answer")
+    p.add_argument("--embedding-dim", type=int, default=384, help="length of /v1/embeddings vectors")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="reported only, 0–1")
+    p.add_argument("--kv-cache-dtype", default="auto", help="reported only")
+    p.add_argument("--load-seconds", type=float, default=0.0, help="/health answers 503 this long")
+    p.add_argument("--fault-oom-at-start", action="store_true", help="print a CUDA OOM and exit 1")
+    p.add_argument("--fault-metrics-delay", type=float, default=0.0, help="delay every /metrics, seconds")
+    for flag in IGNORED_VALUE_FLAGS:
+        p.add_argument(flag, default=None, help=argparse.SUPPRESS)
+    for flag in IGNORED_SWITCHES:
+        p.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def parse_config(argv: list[str]) -> SimConfig:
+    """Parse ``argv`` (without the program name); unknown flags are warned about on stderr and ignored.
+
+    Exits with status 2 (argparse) on a malformed known flag.
+    """
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        print(f"WARNING simulator: ignoring unknown arguments: {' '.join(unknown)}", file=sys.stderr, flush=True)
+    return SimConfig(
+        model=args.model,
+        served_model_names=tuple(args.served_model_name or [args.model]),
+        max_model_len=args.max_model_len,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or None,
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_tokens=args.kv_cache_tokens,
+        block_size=args.block_size,
+        seed=args.seed,
+        metrics_flavor=args.metrics_flavor,
+        prefill_tokens_per_s=args.prefill_tokens_per_s,
+        decode_ms_per_token=args.decode_ms_per_token,
+        decode_ms_per_seq=args.decode_ms_per_seq,
+        natural_output_tokens=max(1, args.natural_output_tokens),
+        embedding_dim=args.embedding_dim,
+        enable_prefix_caching=args.enable_prefix_caching,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        load_seconds=args.load_seconds,
+        fault_oom_at_start=args.fault_oom_at_start,
+        fault_metrics_delay=args.fault_metrics_delay,
+    )

@@ -1,0 +1,288 @@
+"""/v1/chat/completions and /v1/completions in vLLM's OpenAI-compatible shapes, streaming and not.
+
+Stream shape (vLLM 0.32.0, vllm/entrypoints/openai/serving_chat.py): per choice a first chunk whose
+delta is ``{"role": "assistant", "content": ""}``, then content (or tool-call) deltas, then a chunk
+with an empty delta and ``finish_reason``; with ``stream_options.include_usage`` a last chunk with
+``choices: []`` and ``usage``; then ``data: [DONE]``.
+"""
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from engines.simulator import textgen, tokenizer
+from engines.simulator.common import (
+    STATE,
+    APIError,
+    Dropped,
+    SimState,
+    budget,
+    check_model,
+    last_user_text,
+    new_id,
+    paced,
+    read_json,
+    reply,
+    request_faults,
+    send,
+    start_sse,
+    strike,
+    usage,
+)
+from engines.simulator.faults import Faults
+from engines.simulator.scheduler import Job
+
+
+def _choice_count(body: dict[str, Any]) -> int:
+    n = body.get("n") or 1
+    if not isinstance(n, int) or not 1 <= n <= 128:
+        raise APIError(400, f"n must be between 1 and 128, got {n}.", param="n")
+    return n
+
+
+def _stops(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [s for s in value or [] if isinstance(s, str)]
+
+
+def _plan_text(state: SimState, body: dict[str, Any], prompt: str, index: int, max_tokens: int) -> textgen.Output:
+    """A text answer; the request's ``seed`` shifts the server's, ``stop`` and vLLM's ``ignore_eos`` apply."""
+    seed = body.get("seed")
+    return textgen.plan_text(
+        prompt,
+        seed=state.cfg.seed + (seed if isinstance(seed, int) else 0),
+        index=index,
+        max_tokens=max_tokens,
+        natural=state.cfg.natural_output_tokens,
+        stop=_stops(body.get("stop")),
+        ignore_eos=bool(body.get("ignore_eos")),
+    )
+
+
+def _tool_plan(body: dict[str, Any], messages: list[Any]) -> tuple[str, Any] | None:
+    """The (name, parameters schema) of the tool to call, or None for a text answer."""
+    tools = [
+        (str(t["function"].get("name", "")), t["function"].get("parameters"))
+        for t in body.get("tools") or []
+        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    ]
+    choice = body.get("tool_choice", "auto")
+    if not tools or choice == "none":
+        return None
+    forced = choice["function"].get("name") if isinstance(choice, dict) and "function" in choice else None
+    required = choice == "required"
+    if forced is None and not required and (messages[-1] or {}).get("role") != "user":
+        return None  # answering a tool result: talk, don't loop
+    index = textgen.pick_tool(tools, last_user_text(messages), forced, required)
+    return None if index is None else tools[index]
+
+
+def _submit(state: SimState, prompts: list[list[int]], outputs: list[textgen.Output]) -> Job:
+    reasons = [(len(o.pieces), "length" if o.finish == "length" else "stop") for o in outputs]
+    return state.engine.submit(prompts, reasons)
+
+
+async def _consume(request: web.Request, job: Job, faults: Faults) -> None:
+    """Wait for a non-streamed answer, applying the same faults a stream would see."""
+    sent = 0
+    async for _ in paced(job, faults):
+        sent += 1
+        strike(sent, faults, request, job)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/chat/completions."""
+    state = request.app[STATE]
+    body = await read_json(request)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise APIError(400, "messages must be a non-empty list of message objects.", param="messages")
+    model = check_model(state, body.get("model"))
+    faults = request_faults(request, last_user_text(messages))
+    prompt = tokenizer.render_chat(messages, tools=body.get("tools"))
+    ids = tokenizer.encode(prompt)
+    requested = body.get("max_completion_tokens")
+    requested = body.get("max_tokens") if requested is None else requested  # max_completion_tokens wins
+    max_tokens = budget(state.cfg, len(ids), requested, faults.context_length)
+    n = _choice_count(body)
+    tool = _tool_plan(body, messages)
+    outputs = [
+        textgen.plan_tool_call(tool[0], tool[1], max_tokens=max_tokens, id_prefix="chatcmpl-tool-")
+        if tool
+        else _plan_text(state, body, prompt, i, max_tokens)
+        for i in range(n)
+    ]
+    job = _submit(state, [ids] * n, outputs)
+    try:
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await _stream_chat(request, job, faults, outputs, model, len(ids), include_usage)
+        await _consume(request, job, faults)
+        choices = [_chat_choice(i, o) for i, o in enumerate(outputs)]
+        return reply(_chat_response(model, choices, len(ids), outputs, job.cached_tokens))
+    finally:
+        if not job.done:
+            job.abort()
+
+
+def _chat_choice(index: int, out: textgen.Output) -> dict[str, Any]:
+    calls = []
+    if out.tool:
+        function = {"name": out.tool.name, "arguments": out.text}
+        calls = [{"id": out.tool.id, "type": "function", "function": function}]
+    message: dict[str, Any] = {"role": "assistant", "content": None if out.tool else out.text, "refusal": None}
+    message.update({"annotations": None, "audio": None, "function_call": None, "tool_calls": calls})
+    message["reasoning_content"] = None
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": out.finish,
+        "stop_reason": out.stop_sequence,
+    }
+
+
+def _chat_response(
+    model: str, choices: list[dict[str, Any]], prompt: int, outputs: list[textgen.Output], cached: int
+) -> dict[str, Any]:
+    return {
+        "id": new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": usage(prompt, sum(len(o.pieces) for o in outputs), cached),
+        "prompt_logprobs": None,
+        "kv_transfer_params": None,
+    }
+
+
+async def _stream_chat(
+    request: web.Request,
+    job: Job,
+    faults: Faults,
+    outputs: list[textgen.Output],
+    model: str,
+    prompt_tokens: int,
+    include_usage: bool,
+) -> web.StreamResponse:
+    head = {"id": new_id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish, **extra}
+        return {**head, "choices": [choice]}
+
+    resp = await start_sse(request)
+    started: set[int] = set()
+    sent = 0
+    try:
+        async for em in paced(job, faults):
+            out = outputs[em.choice]
+            if em.choice not in started:
+                started.add(em.choice)
+                await send(resp, chunk(em.choice, {"role": "assistant", "content": ""}))
+                if out.tool:
+                    function = {"name": out.tool.name, "arguments": ""}
+                    call = {"index": 0, "id": out.tool.id, "type": "function", "function": function}
+                    await send(resp, chunk(em.choice, {"tool_calls": [call]}))
+            piece = out.pieces[em.position] if em.position < len(out.pieces) else ""
+            if piece and out.tool:
+                await send(resp, chunk(em.choice, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
+            elif piece:
+                await send(resp, chunk(em.choice, {"content": piece}))
+            if em.last:
+                await send(resp, chunk(em.choice, {}, out.finish, stop_reason=out.stop_sequence))
+            sent += 1
+            strike(sent, faults, request, job)
+        if include_usage:
+            total = sum(len(o.pieces) for o in outputs)
+            await send(resp, {**head, "choices": [], "usage": usage(prompt_tokens, total, job.cached_tokens)})
+        await send(resp, "[DONE]")
+    except (Dropped, ConnectionError):
+        pass
+    return resp
+
+
+def _prompts(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """(text, ids) per prompt: a string, a list of strings, a list of ids or a list of id lists."""
+    raw = body.get("prompt")
+    if isinstance(raw, str):
+        raw = [raw]
+    if isinstance(raw, list) and raw and all(isinstance(t, int) for t in raw):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw:
+        raise APIError(400, "prompt must be a string, a list of strings or a list of token ids.", param="prompt")
+    out: list[tuple[str, list[int]]] = []
+    for item in raw:
+        if isinstance(item, str):
+            out.append((item, tokenizer.encode(item)))
+        elif isinstance(item, list) and all(isinstance(t, int) for t in item):
+            out.append((str(item), list(item)))
+        else:
+            raise APIError(400, "prompt must be a string, a list of strings or a list of token ids.", param="prompt")
+    return out
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/completions: choice index = prompt number × n + sample number."""
+    state = request.app[STATE]
+    body = await read_json(request)
+    model = check_model(state, body.get("model"))
+    prompts = _prompts(body)
+    faults = request_faults(request, prompts[-1][0])
+    n = _choice_count(body)
+    longest = max(len(ids) for _, ids in prompts)
+    max_tokens = budget(state.cfg, longest, body.get("max_tokens", 16), faults.context_length)  # OpenAI's default 16
+    plans = [(text, ids, i) for text, ids in prompts for i in range(n)]
+    outputs = [_plan_text(state, body, text, i, max_tokens) for text, _, i in plans]
+    job = _submit(state, [ids for _, ids, _ in plans], outputs)
+    prompt_tokens = sum(len(ids) for _, ids in prompts)
+    head = {"id": new_id("cmpl-"), "object": "text_completion", "created": int(time.time()), "model": model}
+    try:
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await _stream_completions(request, job, faults, outputs, head, prompt_tokens, include_usage)
+        await _consume(request, job, faults)
+        choices = [
+            {"index": i, "text": o.text, "logprobs": None, "finish_reason": o.finish}
+            | {"stop_reason": o.stop_sequence, "prompt_logprobs": None}
+            for i, o in enumerate(outputs)
+        ]
+        total = sum(len(o.pieces) for o in outputs)
+        return reply({**head, "choices": choices, "usage": usage(prompt_tokens, total, job.cached_tokens)})
+    finally:
+        if not job.done:
+            job.abort()
+
+
+async def _stream_completions(
+    request: web.Request,
+    job: Job,
+    faults: Faults,
+    outputs: list[textgen.Output],
+    head: dict[str, Any],
+    prompt_tokens: int,
+    include_usage: bool,
+) -> web.StreamResponse:
+    """One chunk per token; the last of each choice carries its finish_reason, as vLLM's completions do."""
+    resp = await start_sse(request)
+    sent = 0
+    try:
+        async for em in paced(job, faults):
+            out = outputs[em.choice]
+            piece = out.pieces[em.position] if em.position < len(out.pieces) else ""
+            choice = {"index": em.choice, "text": piece, "logprobs": None, "finish_reason": None}
+            if em.last:
+                choice.update(finish_reason=out.finish, stop_reason=out.stop_sequence)
+            await send(resp, {**head, "choices": [choice]})
+            sent += 1
+            strike(sent, faults, request, job)
+        if include_usage:
+            total = sum(len(o.pieces) for o in outputs)
+            await send(resp, {**head, "choices": [], "usage": usage(prompt_tokens, total, job.cached_tokens)})
+        await send(resp, "[DONE]")
+    except (Dropped, ConnectionError):
+        pass
+    return resp
