@@ -99,10 +99,11 @@ def launch_spec(dep: Deployment, replica: Replica) -> LaunchSpec:
     }
     if dep.engine == EngineKind.SIMULATOR:
         fields = {f.name for f in dataclasses.fields(GpuPlan)}
-        plan = GpuPlan(**{k: v for k, v in dep.plan.items() if k in fields and k != "split"})
+        plan = GpuPlan(**{k: v for k, v in dep.plan.items() if k in fields} | {"split": None})
         return build_simulator_spec(
-            python=sys.executable, model_path=dep.model.path or dep.model.repo_id, plan=plan, **common
-        )
+            python=sys.executable, code_dir=str(settings.BASE_DIR), model_path=dep.model.path or dep.model.repo_id,
+            plan=plan, **common,
+        )  # fmt: skip
     return build_vllm_cpu_spec(
         python=settings.HEARTH_VLLM_CPU_PYTHON,
         model_path=Path(dep.model.path),

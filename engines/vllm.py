@@ -93,6 +93,7 @@ def build_vllm_cpu_spec(
 def build_simulator_spec(
     *,
     python: str,
+    code_dir: str,
     model_path: str,
     served_model_name: str,
     plan: GpuPlan,
@@ -104,7 +105,7 @@ def build_simulator_spec(
     """A LaunchSpec for the engine simulator, started exactly as vLLM would be on the planned GPUs.
 
     The simulator takes vLLM's flags; ``--kv-cache-tokens`` gives it the KV capacity the plan found,
-    since it has no GPU memory to profile.
+    since it has no GPU memory to profile. ``code_dir`` is where the ``engines`` package lives.
     """
     added = merge_flags([*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens))], user_args)
     argv = [
@@ -113,11 +114,10 @@ def build_simulator_spec(
         "--served-model-name", served_model_name,
         "--host", host,
         "--port", str(port),
-        "--api-key", api_key,
         *added,
         *user_args,
     ]  # fmt: skip
     return LaunchSpec(
-        engine=EngineKind.SIMULATOR, argv=argv, env={}, host=host, port=port, api_key=api_key,
-        served_model_name=served_model_name, added_flags=added,
+        engine=EngineKind.SIMULATOR, argv=argv, env={"VLLM_API_KEY": api_key, "PYTHONPATH": code_dir},
+        host=host, port=port, api_key=api_key, served_model_name=served_model_name, added_flags=added,
     )  # fmt: skip

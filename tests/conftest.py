@@ -123,6 +123,16 @@ def worker(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -
         time.sleep(0.3)
     yield proc
     proc.stop()
+    _stop_engines_left_running()
+
+
+def _stop_engines_left_running() -> None:
+    """A failed test can leave an engine running: end every process-runtime engine of this test run."""
+    from appliance.runtimes.process import ProcessRuntime
+
+    runtime = ProcessRuntime(settings.DATA_DIR / "engines")
+    for pidfile in runtime.root.glob("*.pid"):
+        runtime.stop(pidfile.stem, grace_seconds=5)
 
 
 def login(base: str, username: str = "admin", password: str = "admin-password-1") -> httpx.Client:

@@ -1,0 +1,290 @@
+"""The gateway with the official SDKs against the engine simulator, launched by Celery on a simulated 8×H100.
+
+Each fault the simulator injects is shown with what Hearth does about it.
+"""
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from console.models import ModelSource, Replica
+from tests.conftest import Proc, login
+
+pytestmark = pytest.mark.django_db(transaction=True)
+LLAMA_8B = "tests/data/models/llama-3.1-8b-instruct.json"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+CLAUDE_TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
+
+
+class Served:
+    """A ready simulator deployment behind the gateway, and a key for it."""
+
+    def __init__(self, web: str, client: httpx.Client, dep_id: int, key: str) -> None:
+        self.web, self.client, self.dep_id, self.key = web, client, dep_id, key
+
+    def openai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.web}/v1", api_key=self.key, max_retries=0, timeout=60)
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.web, api_key=self.key, max_retries=0, timeout=60)
+
+    def state(self) -> dict[str, Any]:
+        return self.client.get(f"/api/deployments/{self.dep_id}").json()  # type: ignore[no-any-return]
+
+    def engine_metrics(self) -> str:
+        replica = Replica.objects.filter(deployment_id=self.dep_id).latest("id")
+        return httpx.get(f"{replica.base_url}/metrics", timeout=10).text
+
+
+def deploy(web: str, client: httpx.Client, name: str, extra_args: list[str] | None = None) -> int:
+    config = json.loads(open(LLAMA_8B).read())["config"]
+    if not ModelSource.objects.filter(name="llama-8b").exists():
+        ModelSource.objects.create(
+            name="llama-8b",
+            kind="hf",
+            repo_id="meta-llama/Llama-3.1-8B-Instruct",
+            revision="0e9e39f249a16976918f6564b8830bc894c89659",
+            config=config,
+            weights_bytes=16_060_522_496,
+        )
+    resp = client.post(
+        "/api/deployments",
+        json={
+            "name": name,
+            "model": "llama-8b",
+            "engine": "simulator",
+            "max_model_len": 8192,
+            "extra_args": extra_args or [],
+        },
+    )
+    assert resp.status_code == 201, resp.text
+    dep_id: int = resp.json()["id"]
+    assert client.post(f"/api/deployments/{dep_id}/launch").status_code == 202
+    return dep_id
+
+
+def wait_state(client: httpx.Client, dep_id: int, states: set[str], within: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while (dep := client.get(f"/api/deployments/{dep_id}").json())["state"] not in states:
+        assert time.monotonic() < deadline, dep
+        time.sleep(0.5)
+    return dep  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def served(web: str, worker: Proc, admin_user: object) -> Iterator[Served]:
+    client = login(web)
+    dep_id = deploy(web, client, "llama")
+    dep = wait_state(client, dep_id, {"ready", "failed"})
+    assert dep["state"] == "ready", (dep, worker.output()[-3000:])
+    assert dep["plan"]["inventory"].startswith("8× NVIDIA H100") and dep["plan"]["tensor_parallel_size"] == 1
+    yield Served(web, client, dep_id, client.post("/api/keys", json={"name": "sim"}).json()["key"])
+    client.post(f"/api/deployments/{dep_id}/stop")
+    wait_state(client, dep_id, {"stopped", "failed"})
+
+
+def test_openai_sdk_streams_and_calls_tools_through_the_gateway(served: Served) -> None:
+    sdk = served.openai()
+    chunks = list(
+        sdk.chat.completions.create(
+            model="llama",
+            messages=[{"role": "user", "content": "Hello"}],
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 12
+    reply = sdk.chat.completions.create(
+        model="llama", messages=[{"role": "user", "content": "Use get_weather"}], tools=TOOLS
+    )  # type: ignore[arg-type]
+    call = reply.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert "city" in json.loads(call.function.arguments)  # type: ignore[union-attr]
+    args, finish = "", None
+    for chunk in sdk.chat.completions.create(
+        model="llama", messages=[{"role": "user", "content": "get_weather"}], tools=TOOLS, stream=True
+    ):  # type: ignore[arg-type]
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                args += delta.function.arguments or ""  # type: ignore[union-attr]
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls" and "city" in json.loads(args)
+    assert [m.id for m in sdk.models.list()] == ["llama"] and sdk.models.retrieve("llama").id == "llama"
+
+
+def test_anthropic_sdk_streams_in_the_documented_order_and_uses_tools(served: Served) -> None:
+    claude = served.anthropic()
+    with claude.messages.stream(
+        model="llama",
+        max_tokens=10,
+        system=[{"type": "text", "text": "Be brief."}],
+        messages=[{"role": "user", "content": "Hi"}],
+    ) as stream:
+        kinds = [
+            event.type
+            for event in stream
+            if event.type
+            in {
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+            }
+        ]
+    assert kinds[:2] == ["message_start", "content_block_start"] and kinds[-3:] == [
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert set(kinds[2:-3]) == {"content_block_delta"}
+    message = claude.messages.create(
+        model="llama",
+        max_tokens=64,
+        tools=CLAUDE_TOOLS,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "Call get_weather"}],
+    )
+    assert message.stop_reason == "tool_use" and message.content[-1].type == "tool_use"
+    counted = claude.messages.count_tokens(model="llama", messages=[{"role": "user", "content": "Hi there"}])
+    assert counted.input_tokens > 0
+
+
+def test_an_engine_that_drops_a_stream_gives_the_client_an_error_not_a_clean_end(served: Served) -> None:
+    stream = served.openai().chat.completions.create(
+        model="llama", messages=[{"role": "user", "content": "Go [[sim:drop-mid-stream=3]]"}], stream=True
+    )
+    with pytest.raises(openai.APIError, match="ended the stream before it finished"):
+        for _ in stream:
+            pass
+    with pytest.raises(anthropic.APIError, match="ended the stream before it finished"):
+        with served.anthropic().messages.stream(
+            model="llama", max_tokens=32, messages=[{"role": "user", "content": "Go [[sim:drop-mid-stream=2]]"}]
+        ) as claude_stream:
+            for _ in claude_stream:
+                pass
+    assert served.state()["state"] == "ready"
+
+
+def test_engine_errors_arrive_in_each_apis_shape(served: Served) -> None:
+    with pytest.raises(openai.InternalServerError) as server_error:
+        served.openai().chat.completions.create(
+            model="llama", messages=[{"role": "user", "content": "[[sim:error-500]]"}]
+        )
+    assert server_error.value.body["type"] == "server_error"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 8192 tokens"):
+        served.openai().chat.completions.create(
+            model="llama", messages=[{"role": "user", "content": "[[sim:context-length]]"}]
+        )
+    with pytest.raises(anthropic.InternalServerError):
+        served.anthropic().messages.create(
+            model="llama", max_tokens=8, messages=[{"role": "user", "content": "[[sim:error-500]]"}]
+        )
+
+
+def test_a_long_silence_before_the_first_token_is_waited_out(served: Served) -> None:
+    started = time.monotonic()
+    chunks = list(
+        served.openai().chat.completions.create(
+            model="llama",
+            messages=[{"role": "user", "content": "Think [[sim:stall-first=3]]"}],
+            max_tokens=4,
+            stream=True,
+        )
+    )
+    assert time.monotonic() - started >= 3
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_a_client_that_leaves_aborts_the_engine_request(served: Served) -> None:
+    with httpx.stream(
+        "POST",
+        f"{served.web}/v1/chat/completions",
+        timeout=30,
+        headers={"Authorization": f"Bearer {served.key}"},
+        json={
+            "model": "llama",
+            "max_tokens": 2000,
+            "stream": True,
+            "messages": [{"role": "user", "content": "A long story please"}],
+        },
+    ) as resp:
+        lines = resp.iter_lines()
+        next(lines)
+        next(lines)
+    deadline = time.monotonic() + 5
+    while 'finished_reason="abort"' not in (scrape := served.engine_metrics()) or not _aborted(scrape):
+        assert time.monotonic() < deadline, "the engine never saw the request aborted"
+        time.sleep(0.2)
+
+
+def _aborted(scrape: str) -> bool:
+    for line in scrape.splitlines():
+        if line.startswith("vllm:request_success_total") and 'finished_reason="abort"' in line:
+            return float(line.rsplit(" ", 1)[1]) >= 1
+    return False
+
+
+def test_an_engine_that_dies_mid_stream_fails_the_deployment_with_its_log(served: Served) -> None:
+    stream = served.openai().chat.completions.create(
+        model="llama", messages=[{"role": "user", "content": "Go [[sim:die-mid-stream=3]]"}], stream=True
+    )
+    with pytest.raises(openai.APIError, match="ended the stream before it finished"):
+        for _ in stream:
+            pass
+    dep = wait_state(served.client, served.dep_id, {"failed"}, within=30)
+    assert "exited while serving with code 1" in dep["state_reason"]
+    page = served.client.get(f"/deployments/{served.dep_id}/").text
+    assert "exit code 1" in page
+    with pytest.raises(openai.APIStatusError) as gone:
+        served.openai().chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}])
+    assert gone.value.status_code == 503
+
+
+def test_an_engine_that_runs_out_of_memory_at_start_fails_with_the_remedy(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    client = login(web)
+    dep_id = deploy(web, client, "oom", ["--fault-oom-at-start"])
+    dep = wait_state(client, dep_id, {"ready", "failed"})
+    assert dep["state"] == "failed"
+    assert "torch.OutOfMemoryError: CUDA out of memory" in dep["state_reason"]
+    assert "It ran out of memory" in dep["state_reason"]
+
+
+def test_slow_engine_metrics_show_no_numbers_rather_than_old_or_zero_ones(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    client = login(web)
+    dep_id = deploy(web, client, "slow-metrics", ["--fault-metrics-delay", "10"])
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+    time.sleep(4)  # several scrape intervals (1 s in tests), each timing out
+    metrics = client.get(f"/api/deployments/{dep_id}/metrics").json()
+    assert metrics["age_seconds"] is None and metrics["values"] == {}
+    assert 'data-field="requests_running">no data<' in client.get(f"/deployments/{dep_id}/panel/").text
+    client.post(f"/api/deployments/{dep_id}/stop")
+    assert wait_state(client, dep_id, {"stopped"})["state"] == "stopped"
+    assert not Replica.objects.get(deployment_id=dep_id).running
