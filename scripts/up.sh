@@ -27,6 +27,12 @@ if ! "$PY" -c "import redis, os; redis.Redis.from_url(os.environ['REDIS_URL']).p
   sleep 0.5
 fi
 
+# Demo mode: with no NVIDIA driver, plan on a simulated box (the console says so) and offer the simulator.
+if [ -z "${HEARTH_GPU_INVENTORY:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
+  export HEARTH_GPU_INVENTORY=sim:8xH100-80GB
+  echo "up: no NVIDIA GPU here: demo mode, planning on a simulated 8x H100 box (set HEARTH_GPU_INVENTORY to change)"
+fi
+
 "$PY" manage.py migrate --noinput >/dev/null
 bash scripts/down.sh >/dev/null 2>&1 || true
 

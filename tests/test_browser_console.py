@@ -1,10 +1,11 @@
-"""The console in headless Chromium (Debian's chromium, driven by Playwright): first run to a planned deployment."""
+"""The console in headless Chromium (Debian's chromium, driven by Playwright): first run, and the demo walk."""
 
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 from django.conf import settings
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -84,3 +85,53 @@ def test_first_run_to_a_planned_deployment_and_a_key(page: Page, tmp_path: Path)
     page.reload()
     expect(page.locator("[data-field=new_key]")).to_have_count(0)
     expect(page.get_by_role("cell", name="alice laptop")).to_be_visible()
+
+
+def test_the_demo_plan_on_a_simulated_8xh100_launch_key_and_stream(
+    page: Page, worker: object, admin_user: object
+) -> None:
+    page.goto("/login/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("admin-password-1")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator("[data-field=inventory]")).to_contain_text(
+        "8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated"
+    )
+
+    page.goto("/models/")
+    page.locator("#id_local-name").fill("smollm2")
+    page.locator("#id_local-path").fill(str(SMOLLM2))
+    page.get_by_role("button", name="Add model").first.click()
+
+    page.goto("/deployments/")
+    page.locator("#id_name").fill("demo")
+    page.locator("#id_model").select_option(label="smollm2")
+    page.locator("#id_engine").select_option("simulator")
+    page.locator("#id_max_model_len").fill("8192")
+    page.locator("#id_max_model_len").dispatch_event("change")
+    expect(page.locator("[data-field=inventory]").last).to_contain_text("simulated (8xH100-80GB)")
+    expect(page.locator(".membar .kv")).to_be_visible()
+    expect(page.get_by_text("Tensor parallel 1 on 1 GPU")).to_be_visible()
+    page.get_by_role("button", name="Create deployment").click()
+    page.get_by_role("button", name="Launch").click()
+    expect(page.locator("[data-field=state]")).to_have_text("ready", timeout=60_000)  # the panel refreshes itself
+
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_label("Name").fill("demo")
+    page.get_by_role("button", name="Create key").click()
+    key = page.locator("[data-field=new_key]").inner_text()
+    sdk = openai.OpenAI(base_url=page.url.split("/keys/")[0] + "/v1", api_key=key, max_retries=0)
+    text = "".join(
+        chunk.choices[0].delta.content or ""
+        for chunk in sdk.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": "Hello"}], max_tokens=16, stream=True
+        )
+        if chunk.choices
+    )
+    assert text.strip()
+
+    page.get_by_role("link", name="Deployments").click()
+    page.get_by_role("link", name="demo").click()
+    expect(page.locator("[data-field=generation_tokens_total]")).not_to_have_text("no data", timeout=15_000)
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("[data-field=state]")).to_have_text("stopped", timeout=30_000)
