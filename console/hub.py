@@ -21,6 +21,7 @@ class HubModel:
     config: dict[str, Any]
     weights_bytes: int
     license: str
+    tensor_dtypes: list[str]
 
 
 def read_hub_model(repo_id: str, revision: str = "main") -> HubModel:
@@ -41,4 +42,5 @@ def read_hub_model(repo_id: str, revision: str = "main") -> HubModel:
         for t in f.tensors.values()
     )
     license_ = getattr(info.card_data, "license", None) if info.card_data else None
-    return HubModel(repo_id, sha, config, total, str(license_ or ""))
+    dtypes = sorted({str(t.dtype) for f in weights.files_metadata.values() for t in f.tensors.values()})
+    return HubModel(repo_id, sha, config, total, str(license_ or ""), dtypes)

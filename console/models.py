@@ -16,6 +16,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from engines.modelconfig import ModelConfig, parse_config
+
 
 class ModelSource(models.Model):
     """A model checkpoint: a local folder, or a Hugging Face repo pinned to a commit."""
@@ -31,10 +33,17 @@ class ModelSource(models.Model):
     revision = models.CharField(max_length=64, blank=True, help_text="Pinned commit sha (kind hf).")
     config = models.JSONField(help_text="config.json as read.")
     weights_bytes = models.BigIntegerField(help_text="Real tensor bytes from the safetensors headers.")
+    tensor_dtypes = models.JSONField(default=list, help_text="Dtypes the checkpoint actually stores.")
+    license = models.CharField(max_length=100, blank=True, help_text="From the model card, when known.")
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def facts(self) -> ModelConfig:
+        """config.json as sizing reads it (quantization, remote code, layer kinds...)."""
+        return parse_config(self.config)
 
     @property
     def source(self) -> str:

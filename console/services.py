@@ -22,9 +22,13 @@ from engines.launch import EngineKind
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
 from engines.planner import PlanRequest, plan_gpu
 from engines.sizing import plan_cpu
+from engines.vllm import user_flag_names
 from gateway.keys import new_key
 
 ROUTING_VERSION_KEY = "hearth:routing-version"
+PLANNED_FLAGS = frozenset(
+    {"--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size", "--kv-cache-dtype", "--max-num-seqs"}
+)  # flags whose values come from the plan; an override in extra_args would bypass its checks
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")  # e.g. meta-llama/Llama-3.1-8B-Instruct
 
@@ -65,6 +69,7 @@ def add_local_model(name: str, path: str) -> ModelSource:
         path=str(folder),
         config=ckpt.raw_config,
         weights_bytes=ckpt.weights_bytes,
+        tensor_dtypes=ckpt.tensor_dtypes,
     )
 
 
@@ -86,6 +91,8 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
         revision=model.revision,
         config=model.config,
         weights_bytes=model.weights_bytes,
+        tensor_dtypes=model.tensor_dtypes,
+        license=model.license,
     )
 
 
@@ -163,6 +170,13 @@ def create_deployment(
     """
     name = _check_name(name, "Deployment name")
     served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
+    planned = sorted(user_flag_names(extra_args or []) & PLANNED_FLAGS)
+    if planned:
+        raise ConsoleError(
+            f"{', '.join(planned)} decide{'s' if len(planned) == 1 else ''} the plan: set "
+            f"{'it' if len(planned) == 1 else 'them'} in the deployment's fields, so the plan can check "
+            "the value fits, not among the extra engine flags."
+        )
     plan = plan_for(
         model,
         engine,

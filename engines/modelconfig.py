@@ -106,8 +106,8 @@ def parse_config(raw: dict[str, Any]) -> ModelConfig:
     )
 
 
-def safetensors_tensor_bytes(path: Path) -> int:
-    """Bytes of tensor data in one .safetensors file, from its header's data_offsets.
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of one .safetensors file: tensor name → {dtype, shape, data_offsets}.
 
     Raises ModelConfigError when the header is truncated or not JSON.
     """
@@ -122,9 +122,14 @@ def safetensors_tensor_bytes(path: Path) -> int:
             header = json.loads(f.read(length))
         except ValueError as exc:
             raise ModelConfigError(f"{path.name} has a malformed header: {exc}") from None
-    return sum(
-        int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for name, t in header.items() if name != "__metadata__"
-    )
+    if not isinstance(header, dict):
+        raise ModelConfigError(f"{path.name} has a malformed header: not a JSON object")
+    return {name: t for name, t in header.items() if name != "__metadata__"}
+
+
+def safetensors_tensor_bytes(path: Path) -> int:
+    """Bytes of tensor data in one .safetensors file, from its header's data_offsets."""
+    return sum(int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for t in safetensors_header(path).values())
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ class Checkpoint:
     config: ModelConfig
     weights_bytes: int
     raw_config: dict[str, Any]
+    tensor_dtypes: list[str]  # the dtypes actually stored, e.g. ["BF16"] or ["F8_E4M3", "BF16"]
 
 
 def read_checkpoint(folder: Path) -> Checkpoint:
@@ -154,9 +160,12 @@ def read_checkpoint(folder: Path) -> Checkpoint:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelConfigError(f"{folder} has no .safetensors weights")
+    headers = [safetensors_header(p) for p in files]
+    tensors = [t for header in headers for t in header.values()]
     return Checkpoint(
         path=folder,
         config=parse_config(raw),
-        weights_bytes=sum(safetensors_tensor_bytes(p) for p in files),
+        weights_bytes=sum(int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for t in tensors),
         raw_config=raw,
+        tensor_dtypes=sorted({str(t["dtype"]) for t in tensors}),
     )

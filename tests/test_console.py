@@ -157,3 +157,13 @@ def test_names_keep_their_case_and_follow_one_rule_in_console_and_api(admin: Cli
     )
     assert "Served model name &#x27;a b/c&#x27; must start with a letter or digit" in resp.text
     assert Deployment.objects.count() == 1
+
+
+def test_a_planned_flag_among_extra_engine_flags_is_refused(admin: Client, smollm2: ModelSource) -> None:
+    resp = admin.post(
+        "/api/deployments",
+        {"name": "smol", "model": smollm2.name, "max_model_len": 2048, "extra_args": ["--max-model-len=999999"]},
+        content_type="application/json",
+    )
+    assert resp.status_code == 400 and resp.json()["detail"].startswith("--max-model-len decides the plan")
+    assert not Deployment.objects.exists()

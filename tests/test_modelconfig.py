@@ -39,6 +39,7 @@ def checkpoint(tmp_path: Path, shards: list[dict[str, int]]) -> Path:
 def test_it_sums_tensor_bytes_across_shards(tmp_path: Path) -> None:
     ckpt = read_checkpoint(checkpoint(tmp_path, [{"a": 1000, "b": 24}, {"c": 4096}]))
     assert ckpt.weights_bytes == 1000 + 24 + 4096
+    assert ckpt.tensor_dtypes == ["BF16"]
     assert ckpt.config.head_dim == 16
 
 
