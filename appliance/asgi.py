@@ -7,7 +7,7 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 django_application = get_asgi_application()
 
-from gateway.app import Gateway, Receive, Scope, Send  # noqa: E402 - needs Django set up first
+from gateway.app import Gateway, Receive, Scope, Send, metrics_app  # noqa: E402 - needs Django set up first
 
 gateway = Gateway()
 
@@ -17,5 +17,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         await gateway.lifespan(scope, receive, send)
     elif scope["type"] == "http" and (scope["path"] == "/v1" or scope["path"].startswith("/v1/")):
         await gateway(scope, receive, send)
+    elif scope["type"] == "http" and scope["path"] == "/metrics":
+        await metrics_app(scope, receive, send)
     else:
         await django_application(scope, receive, send)

@@ -115,3 +115,4 @@ HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # se
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
 HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # internal: no host ports
 HEARTH_GPU_INVENTORY = envstr("HEARTH_GPU_INVENTORY", "auto")  # auto | nvml | sim:<profile>
+HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engine silence between keep-alives

@@ -1,9 +1,9 @@
 """The /v1 gateway: a lean ASGI app (no Django request cycle, no DB query on the hot path).
 
 Upstream client: aiohttp, chosen by benchmark (../shared/FACTS.md: at 64 streams an httpx relay kept
-0.30–0.46 of direct throughput, aiohttp 0.98–1.00). Bytes are relayed as they arrive; a side copy is
-watched so a stream the engine ends without its terminal event gets an in-stream error instead of a
-clean-looking end. A client that goes away cancels the upstream request at once.
+0.30–0.46 of direct throughput, aiohttp 0.98–1.00). Auth and routing read an in-process snapshot that
+Redis invalidates (gateway.registry); the relay itself is gateway.relay; each finished request is
+recorded by gateway.accounting. A client that goes away cancels the upstream request at once.
 """
 
 import asyncio
@@ -15,18 +15,21 @@ from typing import Any
 
 import aiohttp
 from django.conf import settings
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway import errors
+from gateway.accounting import Outcome, flush, record
 from gateway.errors import GatewayError, Surface
+from gateway.keys import key_prefix
 from gateway.registry import Registry, Route, Snapshot
-from gateway.sse import StreamKind, StreamWatcher
+from gateway.relay import Exchange, ask_for_usage
+from gateway.sse import StreamKind
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger(__name__)
-SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 # POST endpoints relayed to the engine serving the body's model: path → (stream kind, error surface).
 POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
@@ -59,6 +62,7 @@ class Gateway:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await flush()
                 if self._session is not None:
                     await self._session.close()
                 await self.registry.close()
@@ -76,7 +80,10 @@ class Gateway:
     async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
         method = scope["method"]
         snapshot = await self.registry.current()
-        _authenticate(scope, snapshot)
+        key = _api_key(scope)
+        key_id = Registry.authenticate(snapshot, key)
+        if key_id is None:
+            raise errors.invalid_key()
         if method == "GET" and path == "/v1/models":
             await _send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot)}).encode())
         elif method == "GET" and path.startswith("/v1/models/"):
@@ -87,95 +94,72 @@ class Gateway:
             await _send_json(send, 200, json.dumps(found[0]).encode())
         elif method == "POST" and path in POST_ROUTES:
             body = await _read_body(receive)
-            route = _route(body, snapshot)
-            await self._relay(route, path, body, receive, send)
+            request = _parse(body)
+            route = _route(request, snapshot)
+            kind, surface = POST_ROUTES[path]
+            outcome = Outcome(
+                key_id, key_prefix(key), route.served_model_name, surface, path, bool(request.get("stream"))
+            )
+            exchange = Exchange(self.session, route, outcome, kind)
+            if ask_for_usage(path, request):
+                exchange.strip_usage, body = True, json.dumps(request).encode()
+            try:
+                await _until_client_leaves(exchange.run(path, body, send), receive, outcome)
+            except GatewayError as exc:
+                outcome.status = exc.status
+                raise
+            finally:
+                outcome.duration_seconds = time.monotonic() - exchange.started
+                await record(outcome)
         else:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
 
-    async def _relay(self, route: Route, path: str, body: bytes, receive: Receive, send: Send) -> None:
-        relay = asyncio.ensure_future(self._forward(route, path, body, send))
-        watcher = asyncio.ensure_future(_wait_disconnect(receive))
-        done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if relay in done:
-            watcher.cancel()
-            relay.result()
-        else:
-            relay.cancel()
-            log.info("client left; upstream request to %s aborted", route.served_model_name)
 
-    async def _forward(self, route: Route, path: str, body: bytes, send: Send) -> None:
-        headers = {"Authorization": f"Bearer {route.engine_api_key}", "Content-Type": "application/json"}
-        started = time.monotonic()
-        try:
-            resp = await self.session.post(route.base_url + path, data=body, headers=headers)
-        except (aiohttp.ClientError, TimeoutError):
-            raise errors.upstream_unreachable(route.served_model_name) from None
-        kind, surface = POST_ROUTES[path]
-        async with resp:
-            if resp.content_type != "text/event-stream":
-                await _relay_whole(route, resp, surface, send)
-                return
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": resp.status,
-                    "headers": [(b"content-type", resp.headers["Content-Type"].encode()), *SSE_HEADERS],
-                }
-            )
-            watcher = StreamWatcher(kind)
-            try:
-                async for chunk in resp.content.iter_any():
-                    watcher.feed(chunk)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                log.warning("stream from %s broke: %s", route.served_model_name, exc)
-            tail = b""
-            if resp.status == 200 and not watcher.complete:
-                tail = errors.stream_error_event(
-                    "The engine ended the stream before it finished; the response is incomplete.",
-                    "upstream_truncated",
-                    surface,
-                )
-                log.warning(
-                    "truncated stream from %s after %.1f s", route.served_model_name, time.monotonic() - started
-                )
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
+async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The appliance's own Prometheus metrics (gateway side), for an external Prometheus or Grafana."""
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": generate_latest()})
 
 
-async def _relay_whole(route: Route, resp: aiohttp.ClientResponse, surface: Surface, send: Send) -> None:
-    """A non-streaming answer is read whole before any byte goes out, so a body the engine cuts short
-    becomes a 502 rather than a 200 with half a JSON document; engine errors get the API's own shape."""
-    try:
-        body = await resp.read()
-    except (aiohttp.ClientError, TimeoutError):
-        raise errors.upstream_broke(route.served_model_name) from None
-    if resp.status >= 400:
-        body = errors.reshape(resp.status, body, surface)
-    content_type = resp.headers.get("Content-Type", "application/json").encode()
-    await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", content_type)]})
-    await send({"type": "http.response.body", "body": body})
+async def _until_client_leaves(work: Awaitable[None], receive: Receive, outcome: Outcome) -> None:
+    """Run the relay; if the client disconnects first, cancel it (aborting the engine's request) at once."""
+    relay = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_wait_disconnect(receive))
+    done, _ = await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if relay in done:
+        gone.cancel()
+        relay.result()
+        return
+    relay.cancel()
+    outcome.client_cancelled = True
+    log.info("client left; upstream request to %s aborted", outcome.model)
 
 
-def _authenticate(scope: Scope, snapshot: Snapshot) -> int:
-    headers = dict(scope["headers"])
+def _api_key(scope: Scope) -> str:
+    """The key from ``x-api-key`` or ``Authorization: Bearer``. Raises GatewayError 401 when there is none."""
+    headers: dict[bytes, bytes] = dict(scope["headers"])
     key = headers.get(b"x-api-key", b"").decode("latin-1").strip()
     auth = headers.get(b"authorization", b"").decode("latin-1")
     if not key and auth[:7].lower() == "bearer ":
         key = auth[7:].strip()
     if not key:
         raise errors.missing_key()
-    key_id = Registry.authenticate(snapshot, key)
-    if key_id is None:
-        raise errors.invalid_key()
-    return key_id
+    return key
 
 
-def _route(body: bytes, snapshot: Snapshot) -> Route:
+def _parse(body: bytes) -> dict[str, Any]:
     try:
         request = json.loads(body)
     except ValueError:
         raise GatewayError(400, "The request body is not valid JSON.") from None
-    model = request.get("model") if isinstance(request, dict) else None
+    if not isinstance(request, dict):
+        raise GatewayError(400, "The request body must be a JSON object.")
+    return request
+
+
+def _route(request: dict[str, Any], snapshot: Snapshot) -> Route:
+    model = request.get("model")
     if not isinstance(model, str) or not model:
         raise GatewayError(400, "The request body needs a 'model' string.", param="model")
     route = snapshot.routes.get(model)

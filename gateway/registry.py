@@ -4,6 +4,7 @@ Reloaded from the database when Redis's ``hearth:routing-version`` changes (the 
 every key or deployment change) and at least every RELOAD_EVERY seconds in case a bump was missed.
 """
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -59,15 +60,27 @@ class Registry:
         self._version: bytes | str | None = None
         self._loaded_at = 0.0
         self._redis: aioredis.Redis | None = None
+        self._check: asyncio.Future[None] | None = None
 
     async def current(self) -> Snapshot:
+        """The snapshot, reloaded first if Redis says keys or routes changed.
+
+        Concurrent requests share one version check in flight (a burst of hundreds would otherwise open
+        as many Redis connections); a request that starts after a change commits still sees it.
+        """
+        if self._check is None or self._check.done():
+            self._check = asyncio.ensure_future(self._refresh())
+        await asyncio.shield(self._check)
+        return self.snapshot
+
+    async def _refresh(self) -> None:
         if self._redis is None:
-            self._redis = aioredis.Redis.from_url(settings.REDIS_URL)
+            pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=16, timeout=5)
+            self._redis = aioredis.Redis(connection_pool=pool)
         version = await self._redis.get(ROUTING_VERSION_KEY)
         if version != self._version or time.monotonic() - self._loaded_at > RELOAD_EVERY:
             self.snapshot = await sync_to_async(load_snapshot)()
             self._version, self._loaded_at = version, time.monotonic()
-        return self.snapshot
 
     async def close(self) -> None:
         if self._redis is not None:

@@ -34,6 +34,7 @@ class StreamWatcher:
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.error: str | None = None
+        self.token_seen = False  # a generated token (text, tool-call or JSON delta) has gone by
 
     def feed(self, chunk: bytes) -> None:
         lines = (self._pending + chunk).split(b"\n")
@@ -62,14 +63,21 @@ class StreamWatcher:
         if self.kind == StreamKind.CHAT:
             for choice in event.get("choices") or []:
                 self.finish_reason = choice.get("finish_reason") or self.finish_reason
+                delta = choice.get("delta") or {}
+                self.token_seen |= bool(delta.get("content") or delta.get("tool_calls") or choice.get("text"))
             self.usage = event.get("usage") or self.usage
-        elif self.kind == StreamKind.RESPONSES and kind in RESPONSES_TERMINAL:
-            self.done, self.finish_reason = True, kind
-            self.usage = (event.get("response") or {}).get("usage")
+        elif self.kind == StreamKind.RESPONSES:
+            self.token_seen |= kind == "response.output_text.delta"
+            if kind in RESPONSES_TERMINAL:
+                self.done, self.finish_reason = True, kind
+                self.usage = (event.get("response") or {}).get("usage")
         elif self.kind == StreamKind.MESSAGES:
-            if kind == "message_delta":
+            self.token_seen |= kind == "content_block_delta"
+            if kind == "message_start":
+                self.usage = dict((event.get("message") or {}).get("usage") or {})
+            elif kind == "message_delta":
                 self.finish_reason = (event.get("delta") or {}).get("stop_reason")
-                self.usage = event.get("usage") or self.usage
+                self.usage = {**(self.usage or {}), **(event.get("usage") or {})}
             self.done = self.done or kind == "message_stop"
 
     @property
@@ -78,3 +86,44 @@ class StreamWatcher:
         if self.kind == StreamKind.CHAT:
             return self.done and self.finish_reason is not None
         return self.done
+
+
+class UsageStripper:
+    """Forwards whole events, dropping the usage-only chunk (``"choices": []`` with ``usage``) that the
+    gateway asked the engine for on behalf of a client that did not ask for it."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The complete events in what has arrived so far, minus the usage chunk; a partial event waits."""
+        self._buffer += chunk
+        out = bytearray()
+        while True:
+            end = _event_end(self._buffer)
+            if end < 0:
+                return bytes(out)
+            event, self._buffer = self._buffer[:end], self._buffer[end:]
+            if not _is_usage_only(event):
+                out += event
+
+    def flush(self) -> bytes:
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def _event_end(buffer: bytes) -> int:
+    """Index just past the first blank line that ends an event, or -1."""
+    ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := buffer.find(sep)) >= 0]
+    return min(ends) if ends else -1
+
+
+def _is_usage_only(event: bytes) -> bool:
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                data = json.loads(line[5:])
+            except ValueError:
+                return False
+            return isinstance(data, dict) and data.get("choices") == [] and bool(data.get("usage"))
+    return False

@@ -12,6 +12,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from console.models import ModelSource, Replica
 from tests.conftest import Proc, login
@@ -288,3 +289,98 @@ def test_slow_engine_metrics_show_no_numbers_rather_than_old_or_zero_ones(
     client.post(f"/api/deployments/{dep_id}/stop")
     assert wait_state(client, dep_id, {"stopped"})["state"] == "stopped"
     assert not Replica.objects.get(deployment_id=dep_id).running
+
+
+def test_keep_alives_flow_while_the_engine_thinks_and_sdks_ignore_them(served: Served) -> None:
+    body = {
+        "model": "llama",
+        "max_tokens": 3,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Think hard [[sim:stall-first=3]]"}],
+    }
+    with httpx.stream(
+        "POST",
+        f"{served.web}/v1/chat/completions",
+        json=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {served.key}"},
+    ) as resp:
+        lines = [line for line in resp.iter_lines() if line]
+    first_data = next(i for i, line in enumerate(lines) if line.startswith("data:"))
+    assert lines[:first_data].count(": keep-alive") >= 2  # HEARTH_SSE_KEEPALIVE is 1 s in tests
+    assert lines[-1] == "data: [DONE]"
+    with served.anthropic().messages.stream(
+        model="llama", max_tokens=3, messages=[{"role": "user", "content": "Think [[sim:stall-first=2]]"}]
+    ) as stream:
+        assert stream.get_final_message().stop_reason == "max_tokens"
+
+
+def test_every_request_is_accounted_even_when_the_client_did_not_ask_for_usage(served: Served) -> None:
+
+    body = {"model": "llama", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "Count"}]}
+    with httpx.stream(
+        "POST",
+        f"{served.web}/v1/chat/completions",
+        json=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {served.key}"},
+    ) as resp:
+        data = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: {")]
+    assert all(chunk["choices"] for chunk in data)  # the usage chunk Hearth asked for is not passed on
+    served.openai().chat.completions.create(model="llama", max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+    logs = wait_for_logs(2)
+    assert (
+        [(r.stream, r.completion_tokens, r.status, r.api_key.prefix) for r in logs]
+        == [  # type: ignore[union-attr]
+            (True, 5, 200, served.key[:11]),
+            (False, 4, 200, served.key[:11]),
+        ]
+    )
+    assert logs[0].ttft_seconds is not None and logs[0].prompt_tokens and logs[0].finish_reason == "length"
+
+
+def test_truncated_and_cancelled_requests_are_logged_and_counted(served: Served) -> None:
+
+    before = truncated_count(served.web)
+    stream = served.openai().chat.completions.create(
+        model="llama", messages=[{"role": "user", "content": "Go [[sim:drop-mid-stream=2]]"}], stream=True
+    )
+    with pytest.raises(openai.APIError):
+        list(stream)
+    with httpx.stream(
+        "POST",
+        f"{served.web}/v1/chat/completions",
+        timeout=30,
+        headers={"Authorization": f"Bearer {served.key}"},
+        json={
+            "model": "llama",
+            "max_tokens": 2000,
+            "stream": True,
+            "messages": [{"role": "user", "content": "A long story"}],
+        },
+    ) as resp:
+        next(resp.iter_lines())
+    truncated, cancelled = wait_for_logs(2)
+    assert truncated.truncated and not truncated.client_cancelled
+    assert cancelled.client_cancelled and not cancelled.truncated
+    assert truncated_count(served.web) == before + 1
+
+
+def truncated_count(web: str) -> float:
+    """The appliance's own counter of truncated streams for "llama" (the web process lives all session)."""
+    for family in text_string_to_metric_families(httpx.get(f"{web}/metrics").text):
+        for sample in family.samples:
+            if sample.name == "hearth_gateway_truncated_streams_total" and sample.labels["model"] == "llama":
+                return sample.value
+    return 0.0
+
+
+def wait_for_logs(count: int) -> list[Any]:
+    """The request log once it holds ``count`` rows (rows are written after the answer is out)."""
+    from gateway.models import RequestLog
+
+    deadline = time.monotonic() + 10
+    while len(logs := list(RequestLog.objects.order_by("id"))) < count:
+        assert time.monotonic() < deadline, f"{len(logs)} of {count} request log rows"
+        time.sleep(0.1)
+    return logs

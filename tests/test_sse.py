@@ -2,7 +2,7 @@
 
 import json
 
-from gateway.sse import StreamKind, StreamWatcher
+from gateway.sse import StreamKind, StreamWatcher, UsageStripper
 
 
 def chunk(delta: str, finish: str | None = None) -> bytes:
@@ -59,7 +59,7 @@ def test_an_anthropic_stream_is_complete_only_with_message_stop() -> None:
     watcher.feed(raw)
     assert not watcher.complete and watcher.finish_reason == "end_turn"
     watcher.feed(b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
-    assert watcher.complete and watcher.usage == {"output_tokens": 1}
+    assert watcher.complete and watcher.usage == {"input_tokens": 3, "output_tokens": 1}
 
 
 def test_a_responses_stream_is_complete_with_response_completed() -> None:
@@ -68,3 +68,20 @@ def test_a_responses_stream_is_complete_with_response_completed() -> None:
     assert not watcher.complete
     watcher.feed(b'data: {"type": "response.completed", "response": {"usage": {"total_tokens": 9}}}\n\n')
     assert watcher.complete and watcher.usage == {"total_tokens": 9}
+
+
+def test_the_usage_chunk_the_gateway_asked_for_is_stripped_wherever_reads_split() -> None:
+    stream = (chunk("Hel") + chunk("lo", "stop") + b'data: {"choices": [], "usage": {"prompt_tokens": 1}}\n\n'
+              + b"data: [DONE]\n\n")  # fmt: skip
+    for size in (1, 7, len(stream)):
+        stripper = UsageStripper()
+        out = b"".join(stripper.feed(stream[i : i + size]) for i in range(0, len(stream), size)) + stripper.flush()
+        assert out == chunk("Hel") + chunk("lo", "stop") + b"data: [DONE]\n\n"
+
+
+def test_it_notices_the_first_generated_token() -> None:
+    watcher = StreamWatcher()
+    watcher.feed(b'data: {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}\n\n')
+    assert not watcher.token_seen
+    watcher.feed(chunk("x"))
+    assert watcher.token_seen

@@ -1,0 +1,99 @@
+"""What the gateway records about each request: a RequestLog row and the appliance's Prometheus metrics.
+
+Metrics (served at /metrics for an external Prometheus): requests by model, surface and status;
+truncated streams; gateway-side TTFT; tokens by model and API key prefix (never the key itself).
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from prometheus_client import Counter, Histogram
+
+from gateway.models import RequestLog
+
+log = logging.getLogger(__name__)
+
+REQUESTS = Counter("hearth_gateway_requests", "Gateway requests", ["model", "surface", "status"])
+TRUNCATED = Counter("hearth_gateway_truncated_streams", "Streams the engine ended without their terminal event",
+                    ["model"])  # fmt: skip
+TTFT = Histogram("hearth_gateway_time_to_first_token_seconds", "Until the first generated token reached the client",
+                 ["model"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
+TOKENS = Counter("hearth_gateway_tokens", "Tokens used", ["model", "key_prefix", "kind"])
+
+
+_pending: list[RequestLog] = []
+_flusher: asyncio.Future[None] | None = None
+FLUSH_EVERY = 0.5  # seconds: rows are written in batches, off the relay's path
+
+
+@dataclass
+class Outcome:
+    """How one request ended; filled in by the relay."""
+
+    key_id: int | None
+    key_prefix: str
+    model: str
+    surface: str
+    endpoint: str
+    stream: bool
+    status: int = 0
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    ttft_seconds: float | None = None
+    duration_seconds: float = 0.0
+    truncated: bool = False
+    client_cancelled: bool = False
+
+    def tokens(self) -> tuple[int | None, int | None, int | None]:
+        """(prompt, completion, cached) from either API's usage object."""
+        u = self.usage
+        prompt = u.get("prompt_tokens", u.get("input_tokens"))
+        completion = u.get("completion_tokens", u.get("output_tokens"))
+        details = u.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens", u.get("cache_read_input_tokens"))
+        return prompt, completion, cached
+
+
+async def record(outcome: Outcome) -> None:
+    """Count the request in the metrics and queue its RequestLog row for the next batch write."""
+    REQUESTS.labels(outcome.model, outcome.surface, str(outcome.status)).inc()
+    if outcome.truncated:
+        TRUNCATED.labels(outcome.model).inc()
+    if outcome.ttft_seconds is not None:
+        TTFT.labels(outcome.model).observe(outcome.ttft_seconds)
+    prompt, completion, cached = outcome.tokens()
+    for kind, count in (("prompt", prompt), ("completion", completion)):
+        if count:
+            TOKENS.labels(outcome.model, outcome.key_prefix, kind).inc(count)
+    _pending.append(
+        RequestLog(
+            api_key_id=outcome.key_id, model=outcome.model, surface=outcome.surface, endpoint=outcome.endpoint,
+            stream=outcome.stream, status=outcome.status, finish_reason=outcome.finish_reason or "",
+            prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
+            ttft_seconds=outcome.ttft_seconds, duration_seconds=outcome.duration_seconds,
+            truncated=outcome.truncated, client_cancelled=outcome.client_cancelled,
+        )
+    )  # fmt: skip
+    global _flusher
+    if _flusher is None or _flusher.done():
+        _flusher = asyncio.ensure_future(_flush_soon())
+
+
+async def _flush_soon() -> None:
+    await asyncio.sleep(FLUSH_EVERY)
+    await flush()
+
+
+async def flush() -> None:
+    """Write the pending RequestLog rows in one batch (also called at shutdown)."""
+    batch = _pending[:]
+    del _pending[:]
+    if not batch:
+        return
+    try:
+        await sync_to_async(RequestLog.objects.bulk_create, thread_sensitive=False)(batch)
+    except Exception:  # the answers are already out: a lost log row must not turn into an error
+        log.exception("could not write %d request log rows", len(batch))

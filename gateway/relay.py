@@ -1,0 +1,142 @@
+"""One request's trip to the engine and back.
+
+Streams are relayed as the engine sends them, watched on the side (gateway.sse); a stream that ends
+without its terminal event gets an in-stream error. While the engine is silent (a model thinking
+before its first token) the client gets an SSE keep-alive every HEARTH_SSE_KEEPALIVE seconds, between
+events only: an SSE comment for OpenAI clients, Anthropic's own ``ping`` event for Anthropic clients.
+Non-streaming answers are read whole first, so an answer the engine cuts short becomes a 502.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+from django.conf import settings
+
+from gateway import errors
+from gateway.accounting import Outcome
+from gateway.errors import Surface
+from gateway.registry import Route
+from gateway.sse import StreamKind, StreamWatcher, UsageStripper
+
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+log = logging.getLogger(__name__)
+SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+KEEPALIVE = {Surface.OPENAI: b": keep-alive\n\n", Surface.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n'}
+USAGE_ENDPOINTS = {"/v1/chat/completions", "/v1/completions"}
+
+
+def ask_for_usage(path: str, request: dict[str, Any]) -> bool:
+    """Make a stream end with a usage chunk (OpenAI ``stream_options.include_usage``), so every request is
+    accounted; True when the client had not asked for it, so the relay strips it again."""
+    if path not in USAGE_ENDPOINTS or not request.get("stream"):
+        return False
+    options = request.get("stream_options") or {}
+    if options.get("include_usage"):
+        return False
+    request["stream_options"] = {**options, "include_usage": True}
+    return True
+
+
+class Exchange:
+    """Relays one request to ``route`` and fills ``outcome`` as it goes."""
+
+    def __init__(self, session: aiohttp.ClientSession, route: Route, outcome: Outcome, kind: StreamKind) -> None:
+        self.session, self.route, self.outcome, self.kind = session, route, outcome, kind
+        self.started = self.last_sent = time.monotonic()
+        self.strip_usage = False
+        self.at_boundary = True  # the bytes sent so far end between two events
+
+    async def run(self, path: str, body: bytes, send: Send) -> None:
+        headers = {"Authorization": f"Bearer {self.route.engine_api_key}", "Content-Type": "application/json"}
+        try:
+            resp = await self.session.post(self.route.base_url + path, data=body, headers=headers)
+        except (aiohttp.ClientError, TimeoutError):
+            raise errors.upstream_unreachable(self.route.served_model_name) from None
+        self.outcome.status = resp.status
+        async with resp:
+            if resp.content_type == "text/event-stream":
+                await self._stream(resp, send)
+            else:
+                await self._whole(resp, send)
+
+    async def _whole(self, resp: aiohttp.ClientResponse, send: Send) -> None:
+        try:
+            body = await resp.read()
+        except (aiohttp.ClientError, TimeoutError):
+            self.outcome.status = 502
+            raise errors.upstream_broke(self.route.served_model_name) from None
+        if resp.status >= 400:
+            body = errors.reshape(resp.status, body, Surface(self.outcome.surface))
+        else:
+            self._account_whole(body)
+        content_type = resp.headers.get("Content-Type", "application/json").encode()
+        await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", content_type)]})
+        await send({"type": "http.response.body", "body": body})
+
+    def _account_whole(self, body: bytes) -> None:
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            return
+        if isinstance(answer, dict):
+            self.outcome.usage = answer.get("usage") or {}
+            choices = answer.get("choices") or [{}]
+            self.outcome.finish_reason = answer.get("stop_reason") or choices[0].get("finish_reason")
+
+    async def _stream(self, resp: aiohttp.ClientResponse, send: Send) -> None:
+        content_type = resp.headers["Content-Type"].encode()
+        await send({"type": "http.response.start", "status": resp.status,
+                    "headers": [(b"content-type", content_type), *SSE_HEADERS]})  # fmt: skip
+        watcher, stripper = StreamWatcher(self.kind), UsageStripper()
+        pinger = asyncio.ensure_future(self._keep_alive(send))
+        try:
+            async for chunk in resp.content.iter_any():
+                self.last_sent = time.monotonic()
+                watcher.feed(chunk)
+                if self.outcome.ttft_seconds is None and watcher.token_seen:
+                    self.outcome.ttft_seconds = time.monotonic() - self.started
+                out = stripper.feed(chunk) if self.strip_usage else chunk
+                if out:
+                    boundary = out.endswith(b"\n\n")
+                    self.at_boundary = False  # until this write is out, a keep-alive could split an event
+                    await self._send(send, out)
+                    self.at_boundary = boundary
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("stream from %s broke: %s", self.route.served_model_name, exc)
+        finally:
+            pinger.cancel()
+        self._finish_stream(watcher, resp.status)
+        tail = stripper.flush() if self.strip_usage else b""
+        if self.outcome.truncated:
+            tail += errors.stream_error_event(
+                "The engine ended the stream before it finished; the response is incomplete.",
+                "upstream_truncated", Surface(self.outcome.surface),
+            )  # fmt: skip
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _keep_alive(self, send: Send) -> None:
+        """Every HEARTH_SSE_KEEPALIVE seconds of engine silence, a keep-alive between two events."""
+        interval = settings.HEARTH_SSE_KEEPALIVE
+        ping = KEEPALIVE[Surface(self.outcome.surface)]
+        while True:
+            await asyncio.sleep(max(self.last_sent + interval - time.monotonic(), 0.05))
+            if time.monotonic() - self.last_sent >= interval and self.at_boundary:
+                self.last_sent = time.monotonic()
+                await self._send(send, ping)
+
+    def _finish_stream(self, watcher: StreamWatcher, status: int) -> None:
+        self.outcome.usage = watcher.usage or {}
+        self.outcome.finish_reason = watcher.finish_reason
+        self.outcome.truncated = status == 200 and not watcher.complete
+        if self.outcome.truncated:
+            log.warning("truncated stream from %s after %.1f s", self.route.served_model_name,
+                        time.monotonic() - self.started)  # fmt: skip
+
+    @staticmethod
+    async def _send(send: Send, body: bytes) -> None:
+        await send({"type": "http.response.body", "body": body, "more_body": True})
