@@ -1,0 +1,76 @@
+"""A lean fake OpenAI-compatible engine for ``gateway_overhead.py``: vLLM-shaped SSE at a fixed pace.
+
+Usage: ``python bench/fake_upstream.py PORT`` (listens on 127.0.0.1 only; SIGTERM stops it).
+
+``POST /v1/chat/completions`` with ``"stream": true`` waits FIRST_CHUNK_DELAY, then sends CHUNKS content
+chunks CHUNK_INTERVAL apart (on an absolute schedule, so a late wake-up does not push back the rest), a
+``finish_reason`` chunk and ``data: [DONE]``, as vLLM's OpenAI server does. Any Bearer key is accepted.
+The pacing is the one FACTS.md's relay measurements used.
+"""
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import uvloop
+from aiohttp import web
+
+FIRST_CHUNK_DELAY = 0.050  # seconds to the first chunk
+CHUNKS = 64  # content chunks per answer
+CHUNK_INTERVAL = 0.010  # seconds between content chunks
+CREATED = int(time.time())
+
+
+def _event(delta: dict[str, str], finish: str | None = None) -> bytes:
+    chunk = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": "bench",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+
+
+ROLE = _event({"role": "assistant", "content": ""})
+CONTENT = [_event({"content": f"tok{i} "}) for i in range(CHUNKS)]
+END = _event({"content": ""}, finish="length") + b"data: [DONE]\n\n"
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    if not request.headers.get("Authorization", "").startswith("Bearer "):
+        return web.json_response({"error": {"message": "missing key", "type": "auth"}}, status=401)
+    body: dict[str, Any] = await request.json()
+    if not body.get("stream"):
+        text = "".join(f"tok{i} " for i in range(CHUNKS))
+        message = {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message, "finish_reason": "length"}
+        return web.json_response({"id": "chatcmpl-bench", "object": "chat.completion", "choices": [choice]})
+    resp = web.StreamResponse(headers={"Cache-Control": "no-cache"})
+    resp.content_type = "text/event-stream"
+    await resp.prepare(request)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i, chunk in enumerate(CONTENT):
+        await asyncio.sleep(max(0.0, start + FIRST_CHUNK_DELAY + i * CHUNK_INTERVAL - loop.time()))
+        await resp.write(ROLE + chunk if i == 0 else chunk)
+    await resp.write(END)
+    await resp.write_eof()
+    return resp
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def main() -> None:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None, loop=uvloop.new_event_loop())
+
+
+if __name__ == "__main__":
+    main()
