@@ -71,6 +71,9 @@ class DeploymentOut(Schema):
 
 class KeyIn(Schema):
     name: str
+    allowed_models: list[str] = Field(default_factory=list)
+    max_tokens_cap: int | None = None
+    expires_in_days: int | None = None
 
 
 class KeyOut(Schema):
@@ -151,7 +154,7 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
 
 @api.post("/keys", response={201: KeyOut})
 def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
-    row, key = services.create_key(data.name, request.user)
+    row, key = services.create_key(data.name, request.user, **data.dict(exclude={"name"}))
     return Status(201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key})
 
 

@@ -63,6 +63,19 @@ class DeploymentForm(forms.Form):
 
 class ApiKeyForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="Who or what will use it, e.g. 'alice laptop'.")
+    allowed_models = forms.CharField(
+        required=False, max_length=2000, help_text="Served model names, comma-separated; empty: every model."
+    )
+    max_tokens_cap = forms.IntegerField(
+        required=False, min_value=1, label="max_tokens cap", help_text="Tokens per request; empty: no cap."
+    )
+    expires_in_days = forms.IntegerField(required=False, min_value=1, help_text="Empty: never expires.")
+
+    def limits(self) -> dict[str, Any]:
+        """The cleaned limits as services.create_key takes them."""
+        models = [m.strip() for m in self.cleaned_data["allowed_models"].split(",") if m.strip()]
+        return {"allowed_models": models, "max_tokens_cap": self.cleaned_data["max_tokens_cap"],
+                "expires_in_days": self.cleaned_data["expires_in_days"]}  # fmt: skip
 
 
 class SetupForm(forms.Form):

@@ -153,6 +153,11 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="None: never.")
+    allowed_models = models.JSONField(default=list, blank=True, help_text="Served model names; empty: all.")
+    max_tokens_cap = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tokens; a request asking for more (or for no limit) is capped to this."
+    )
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

@@ -7,6 +7,7 @@ on engines is handed to Celery tasks after the transaction commits.
 import dataclasses
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -232,14 +233,34 @@ def stop(deployment: Deployment) -> None:
         transaction.on_commit(lambda: stop_deployment.delay(deployment.pk))
 
 
-def create_key(name: str, user: Any) -> tuple[ApiKey, str]:
-    """A new API key; returns (row, key). The key is in no row and no log: show it once."""
+def create_key(
+    name: str,
+    user: Any,
+    *,
+    allowed_models: list[str] | None = None,
+    max_tokens_cap: int | None = None,
+    expires_in_days: int | None = None,
+) -> tuple[ApiKey, str]:
+    """A new API key; returns (row, key). The key is in no row and no log: show it once.
+
+    ``allowed_models`` (served model names; empty: all), ``max_tokens_cap`` (tokens per request) and
+    ``expires_in_days`` limit it. Raises ConsoleError for a bad name or limit.
+    """
     name = name.strip()
     if not name or len(name) > 100:
         raise ConsoleError("Give the key a name of 1–100 characters (who or what will use it).")
+    if max_tokens_cap is not None and max_tokens_cap < 1:
+        raise ConsoleError("The max_tokens cap must be at least 1 token (or empty for none).")
+    if expires_in_days is not None and expires_in_days < 1:
+        raise ConsoleError("A key expires after at least 1 day (or leave it empty: never).")
+    models = sorted({_check_name(m, "Allowed model", SERVED_NAME) for m in allowed_models or [] if m.strip()})
+    expires = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
     key, prefix, digest = new_key()
     with transaction.atomic():
-        row = ApiKey.objects.create(name=name, prefix=prefix, key_hash=digest, created_by=user)
+        row = ApiKey.objects.create(
+            name=name, prefix=prefix, key_hash=digest, created_by=user, allowed_models=models,
+            max_tokens_cap=max_tokens_cap, expires_at=expires,
+        )  # fmt: skip
         transaction.on_commit(bump_routing_version)
     return row, key
 

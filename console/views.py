@@ -128,7 +128,7 @@ def keys_page(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            _, key = services.create_key(form.cleaned_data["name"], request.user)
+            _, key = services.create_key(form.cleaned_data["name"], request.user, **form.limits())
         except ConsoleError as exc:
             form.add_error(None, str(exc))
         else:

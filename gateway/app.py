@@ -20,9 +20,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway import errors
 from gateway.accounting import Outcome, flush, record
 from gateway.errors import GatewayError, Surface
-from gateway.keys import key_prefix
-from gateway.registry import Registry, Route, Snapshot
-from gateway.relay import Exchange, ask_for_usage
+from gateway.registry import KeyEntry, Registry, Route, Snapshot
+from gateway.relay import Exchange, ask_for_usage, cap_max_tokens
 from gateway.sse import StreamKind
 
 Scope = dict[str, Any]
@@ -80,15 +79,14 @@ class Gateway:
     async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
         method = scope["method"]
         snapshot = await self.registry.current()
-        key = _api_key(scope)
-        key_id = Registry.authenticate(snapshot, key)
-        if key_id is None:
+        entry = Registry.authenticate(snapshot, _api_key(scope))
+        if entry is None:
             raise errors.invalid_key()
         if method == "GET" and path == "/v1/models":
-            await _send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot)}).encode())
+            await _send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot, entry)}).encode())
         elif method == "GET" and path.startswith("/v1/models/"):
             name = path.removeprefix("/v1/models/")
-            found = [m for m in _models(snapshot) if m["id"] == name]
+            found = [m for m in _models(snapshot, entry) if m["id"] == name]
             if not found:
                 raise errors.unknown_model(name)
             await _send_json(send, 200, json.dumps(found[0]).encode())
@@ -96,13 +94,16 @@ class Gateway:
             body = await _read_body(receive)
             request = _parse(body)
             route = _route(request, snapshot)
+            if not entry.allows(route.served_model_name):
+                raise errors.model_not_allowed(route.served_model_name)
             kind, surface = POST_ROUTES[path]
             outcome = Outcome(
-                key_id, key_prefix(key), route.served_model_name, surface, path, bool(request.get("stream"))
+                entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream"))
             )
             exchange = Exchange(self.session, route, outcome, kind)
-            if ask_for_usage(path, request):
-                exchange.strip_usage, body = True, json.dumps(request).encode()
+            exchange.strip_usage = ask_for_usage(path, request)
+            if exchange.strip_usage | cap_max_tokens(path, request, entry.max_tokens_cap):
+                body = json.dumps(request).encode()
             try:
                 await _until_client_leaves(exchange.run(path, body, send), receive, outcome)
             except GatewayError as exc:
@@ -170,11 +171,13 @@ def _route(request: dict[str, Any], snapshot: Snapshot) -> Route:
     raise errors.unknown_model(model)
 
 
-def _models(snapshot: Snapshot) -> list[dict[str, object]]:
+def _models(snapshot: Snapshot, entry: KeyEntry) -> list[dict[str, object]]:
+    """The ready models this key may use, as OpenAI's model objects (plus vLLM's max_model_len)."""
     return [
         {"id": r.served_model_name, "object": "model", "created": r.created, "owned_by": "hearth",
          "max_model_len": r.max_model_len}
         for r in snapshot.routes.values()
+        if entry.allows(r.served_model_name)
     ]  # fmt: skip
 
 

@@ -61,6 +61,17 @@ def unknown_model(name: str) -> GatewayError:
     )
 
 
+def model_not_allowed(name: str) -> GatewayError:
+    return GatewayError(403, f"This API key may not use the model '{name}'.", code="model_not_allowed", param="model")
+
+
+def upstream_timeout(name: str) -> GatewayError:
+    return GatewayError(
+        504, f"The engine serving '{name}' went silent for longer than HEARTH_STREAM_IDLE_TIMEOUT.",
+        type="server_error", code="upstream_timeout",
+    )  # fmt: skip
+
+
 def not_ready(name: str, state: str) -> GatewayError:
     return GatewayError(
         503,

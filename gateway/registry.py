@@ -30,19 +30,35 @@ class Route:
     created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
 
 
+@dataclass(frozen=True)
+class KeyEntry:
+    """A live API key as the gateway needs it; ``allowed_models`` empty means every model."""
+
+    id: int
+    prefix: str
+    key_hash: str
+    allowed_models: frozenset[str]
+    max_tokens_cap: int | None
+    expires_at: float | None  # Unix seconds
+
+    def allows(self, model: str) -> bool:
+        return not self.allowed_models or model in self.allowed_models
+
+
 @dataclass
 class Snapshot:
-    keys: dict[str, tuple[int, str]] = field(default_factory=dict)  # prefix → (id, sha256)
+    keys: dict[str, KeyEntry] = field(default_factory=dict)  # by public prefix
     routes: dict[str, Route] = field(default_factory=dict)  # ready models
     states: dict[str, str] = field(default_factory=dict)  # every deployed model → its state
 
 
 def load_snapshot() -> Snapshot:
     snap = Snapshot()
-    for key_id, prefix, digest in ApiKey.objects.filter(revoked_at__isnull=True).values_list(
-        "id", "prefix", "key_hash"
-    ):
-        snap.keys[prefix] = (key_id, digest)
+    for key in ApiKey.objects.filter(revoked_at__isnull=True):
+        expires = key.expires_at.timestamp() if key.expires_at else None
+        snap.keys[key.prefix] = KeyEntry(
+            key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap, expires
+        )
     for dep in Deployment.objects.prefetch_related("replicas"):
         snap.states[dep.served_model_name] = dep.state
         replica = dep.current_replica
@@ -87,9 +103,14 @@ class Registry:
             await self._redis.aclose()
 
     @staticmethod
-    def authenticate(snapshot: Snapshot, key: str) -> int | None:
-        """The key's id when ``key`` is a live key, else None (constant-time hash comparison)."""
+    def authenticate(snapshot: Snapshot, key: str) -> KeyEntry | None:
+        """The entry of ``key`` when it is live (not revoked, not expired), else None.
+
+        The hash comparison is constant-time (gateway.keys.matches).
+        """
         entry = snapshot.keys.get(key_prefix(key))
-        if entry is None or not matches(key, entry[1]):
+        if entry is None or not matches(key, entry.key_hash):
             return None
-        return entry[0]
+        if entry.expires_at is not None and entry.expires_at <= time.time():
+            return None
+        return entry

@@ -42,6 +42,29 @@ def ask_for_usage(path: str, request: dict[str, Any]) -> bool:
     return True
 
 
+# Where each endpoint takes its output-token limit; the first present wins (OpenAI: max_completion_tokens
+# over the deprecated max_tokens).
+MAX_TOKENS_FIELDS = {
+    "/v1/chat/completions": ("max_completion_tokens", "max_tokens"),
+    "/v1/completions": ("max_tokens",),
+    "/v1/responses": ("max_output_tokens",),
+    "/v1/messages": ("max_tokens",),
+}
+
+
+def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> bool:
+    """Lower the request's output-token limit to the key's cap (setting it when absent); True if changed."""
+    fields = MAX_TOKENS_FIELDS.get(path)
+    if cap is None or fields is None:
+        return False
+    name = next((f for f in fields if request.get(f) is not None), fields[0])
+    asked = request.get(name)
+    if isinstance(asked, int) and asked <= cap:
+        return False
+    request[name] = cap
+    return True
+
+
 class Exchange:
     """Relays one request to ``route`` and fills ``outcome`` as it goes."""
 
@@ -67,8 +90,9 @@ class Exchange:
     async def _whole(self, resp: aiohttp.ClientResponse, send: Send) -> None:
         try:
             body = await resp.read()
-        except (aiohttp.ClientError, TimeoutError):
-            self.outcome.status = 502
+        except TimeoutError:
+            raise errors.upstream_timeout(self.route.served_model_name) from None
+        except aiohttp.ClientError:
             raise errors.upstream_broke(self.route.served_model_name) from None
         if resp.status >= 400:
             body = errors.reshape(resp.status, body, Surface(self.outcome.surface))

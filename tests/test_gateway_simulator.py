@@ -384,3 +384,43 @@ def wait_for_logs(count: int) -> list[Any]:
         assert time.monotonic() < deadline, f"{len(logs)} of {count} request log rows"
         time.sleep(0.1)
     return logs
+
+
+def test_a_key_limited_to_other_models_gets_403_in_each_apis_shape(served: Served) -> None:
+    key = served.client.post("/api/keys", json={"name": "only-other", "allowed_models": ["other"]}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
+    assert sdk.models.list().data == []
+    with pytest.raises(openai.PermissionDeniedError, match="may not use the model 'llama'"):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}])
+    with pytest.raises(anthropic.PermissionDeniedError):
+        anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0).messages.create(
+            model="llama", max_tokens=5, messages=[{"role": "user", "content": "Hi"}]
+        )
+
+
+def test_a_keys_max_tokens_cap_lowers_what_a_request_asks_for(served: Served) -> None:
+    key = served.client.post("/api/keys", json={"name": "capped", "max_tokens_cap": 3}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
+    for asked in ({"max_tokens": 50}, {"max_completion_tokens": 50}, {}):
+        reply = sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Talk"}], **asked)
+        assert reply.usage and reply.usage.completion_tokens <= 3  # type: ignore[union-attr]
+    claude = anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0)
+    message = claude.messages.create(model="llama", max_tokens=50, messages=[{"role": "user", "content": "Talk"}])
+    assert message.usage.output_tokens <= 3 and message.stop_reason == "max_tokens"
+
+
+def test_an_expired_key_is_refused(served: Served) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.models import ApiKey
+    from console.services import bump_routing_version
+
+    resp = served.client.post("/api/keys", json={"name": "short", "expires_in_days": 1}).json()
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=resp["key"], max_retries=0)
+    assert [m.id for m in sdk.models.list()] == ["llama"]
+    ApiKey.objects.filter(pk=resp["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    bump_routing_version()
+    with pytest.raises(openai.AuthenticationError):
+        sdk.models.list()
