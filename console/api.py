@@ -50,18 +50,20 @@ class PlanIn(Schema):
     tensor_parallel_size: int = 0
 
     def options(self) -> dict[str, Any]:
-        return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args"})
+        return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "replica_count"})
 
 
 class DeploymentIn(PlanIn):
     name: str
     served_model_name: str = ""
     extra_args: list[str] = Field(default_factory=list)
+    replica_count: int = 1
 
 
 class DeploymentOut(Schema):
     id: int
     name: str
+    replica_count: int
     engine: str
     served_model_name: str
     state: str
@@ -121,6 +123,7 @@ def create_deployment(request: HttpRequest, data: DeploymentIn) -> Status[Deploy
             engine=data.engine,
             served_model_name=data.served_model_name,
             extra_args=data.extra_args,
+            replica_count=data.replica_count,
             **data.options(),
         ),
     )

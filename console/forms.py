@@ -46,12 +46,17 @@ class DeploymentForm(forms.Form):
         min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPU engines only; 0 = auto."
     )
 
+    replica_count = forms.IntegerField(
+        min_value=1, max_value=8, initial=1, required=False, label="Replicas",
+        help_text="Engines serving this model at once.",
+    )  # fmt: skip
+
     PLAN_FIELDS = ("max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size")
 
     def clean(self) -> dict[str, Any]:
         """An option left empty takes its default (the field's initial value)."""
         data = super().clean() or {}
-        for name in self.PLAN_FIELDS:
+        for name in (*self.PLAN_FIELDS, "replica_count"):
             if data.get(name) in (None, ""):
                 data[name] = self.fields[name].initial
         return data

@@ -88,6 +88,7 @@ class Deployment(models.Model):
     max_model_len = models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")
     kv_space_gib = models.FloatField(help_text="KV cache budget in GiB (vLLM CPU).")
     extra_args = models.JSONField(default=list, blank=True, help_text="Engine flags the admin added.")
+    replica_count = models.PositiveSmallIntegerField(default=1, help_text="Engines serving this model at once.")
     plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
     state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
     state_reason = models.TextField(blank=True)

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from console.models import Deployment, DeploymentState
 from console.tasks import metrics_key
-from engines.metrics import Scrape, tokens_per_second
+from engines.metrics import RATIO_METRICS, Scrape, tokens_per_second
 
 STALE_AFTER_SCRAPES = 3  # a scrape older than this many intervals is shown as stale
 
@@ -30,15 +30,32 @@ class PanelData:
 
 
 def live_panel(dep: Deployment) -> PanelData:
-    """Live numbers of a ready deployment's current replica; none for any other state (old numbers of
-    a stopped engine would look live)."""
-    replica = dep.current_replica
-    return panel_data(replica.pk if replica and dep.state == DeploymentState.READY else None)
-
-
-def panel_data(replica_id: int | None) -> PanelData:
-    if replica_id is None:
+    """Live numbers of a ready deployment, summed over its serving replicas (KV-cache use averaged);
+    none for any other state (old numbers of a stopped engine would look live)."""
+    if dep.state != DeploymentState.READY:
         return PanelData({}, None, None)
+    ids = list(dep.replicas.filter(running=True).values_list("pk", flat=True))
+    return combine([panel_data(pk) for pk in ids])
+
+
+def combine(parts: list[PanelData]) -> PanelData:
+    """Several replicas' panels as one: counts and rates add up, ratios average, the oldest scrape's age
+    counts (a replica without data makes the whole panel no fresher than "no data")."""
+    present = [p for p in parts if p.age_seconds is not None]
+    if not present:
+        return PanelData({}, None, None)
+    values: dict[str, float] = {}
+    for name in {n for p in present for n in p.values}:
+        found = [p.values[name] for p in present if name in p.values]
+        values[name] = sum(found) / len(found) if name in RATIO_METRICS else sum(found)
+    rates = [p.generation_tokens_per_second for p in present]
+    rate = None if any(r is None for r in rates) else sum(r for r in rates if r is not None)
+    ages = [p.age_seconds for p in present if p.age_seconds is not None]
+    return PanelData(values, rate, max(ages))
+
+
+def panel_data(replica_id: int) -> PanelData:
+    """One replica's latest scrape and its generation tokens/s against the scrape before."""
     r = redis.Redis.from_url(settings.REDIS_URL)
     raw = r.lrange(metrics_key(replica_id), 0, 1)
     scrapes = [Scrape(**json.loads(item)) for item in raw]

@@ -27,6 +27,7 @@ from engines.vllm import user_flag_names
 from gateway.keys import new_key
 
 ROUTING_VERSION_KEY = "hearth:routing-version"
+MAX_REPLICAS = 8
 PLANNED_FLAGS = frozenset(
     {"--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size", "--kv-cache-dtype", "--max-num-seqs"}
 )  # flags whose values come from the plan; an override in extra_args would bypass its checks
@@ -118,6 +119,7 @@ def plan_for(
     kv_cache_dtype: str = "auto",
     gpu_memory_utilization: float = 0.0,
     tensor_parallel_size: int = 0,
+    replica_count: int = 1,
 ) -> dict[str, Any]:
     """The sizing plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict).
 
@@ -135,7 +137,7 @@ def plan_for(
     if engine == EngineKind.VLLM_CPU:
         if kv_space_gib <= 0:
             raise ConsoleError("KV space must be above 0 GiB.")
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
         plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
         return {**dataclasses.asdict(plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
     try:
@@ -149,7 +151,7 @@ def plan_for(
         gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
     except (InventoryError, ValueError) as exc:
         raise ConsoleError(str(exc)) from None
-    return {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe()}
+    return {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices)}
 
 
 def create_deployment(
@@ -164,11 +166,15 @@ def create_deployment(
     kv_cache_dtype: str = "auto",
     gpu_memory_utilization: float = 0.0,
     tensor_parallel_size: int = 0,
+    replica_count: int = 1,
 ) -> Deployment:
     """Create a stopped deployment with its plan; launch it with ``launch``.
 
-    Raises ConsoleError when the plan does not fit (with what would) or a name is taken.
+    Raises ConsoleError when the plan does not fit (with what would), the replicas do not fit the
+    GPUs or the host's memory, or a name is taken.
     """
+    if not 1 <= replica_count <= MAX_REPLICAS:
+        raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
     name = _check_name(name, "Deployment name")
     served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
     planned = sorted(user_flag_names(extra_args or []) & PLANNED_FLAGS)
@@ -186,9 +192,16 @@ def create_deployment(
         kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
         tensor_parallel_size=tensor_parallel_size,
+        replica_count=replica_count,
     )
     if not plan["fits"]:
         raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
+    gpus_needed = plan.get("tensor_parallel_size", 0) * replica_count
+    if gpus_needed > plan.get("gpu_count", gpus_needed):
+        raise ConsoleError(
+            f"{replica_count} replicas at tensor parallel {plan['tensor_parallel_size']} need {gpus_needed} GPUs; "
+            f"this box has {plan['gpu_count']}."
+        )
     try:
         with transaction.atomic():
             return Deployment.objects.create(
@@ -200,6 +213,7 @@ def create_deployment(
                 kv_space_gib=kv_space_gib,
                 extra_args=extra_args or [],
                 plan=plan,
+                replica_count=replica_count,
                 state=DeploymentState.STOPPED,
             )
     except IntegrityError:

@@ -1,15 +1,13 @@
 """Celery tasks: the only code that starts, watches and stops engines, and scrapes their metrics.
 
 Each task takes an id, re-reads the row and does nothing when the row is gone or already moved on;
-state changes are claimed with conditional updates (Deployment.move).
+state changes are claimed with conditional updates (Deployment.move). A deployment runs
+``replica_count`` replicas: it is ready when all have answered /health, stays ready while at least one
+serves, and fails when one dies while loading or the last one dies while serving.
 """
 
-import dataclasses
 import json
 import logging
-import secrets
-import socket
-import sys
 import time
 from pathlib import Path
 
@@ -19,125 +17,74 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
+from appliance.runtimes import RuntimeError_, get_runtime
+from console.lifecycle import LOG_LINES, end_all, end_replica, start_replica
 from console.models import Deployment, DeploymentState, ModelSource, Replica
 from console.services import bump_routing_version
-from engines.launch import EngineKind, LaunchSpec
-from engines.logscan import scan
 from engines.metrics import parse_metrics
-from engines.planner import GpuPlan
-from engines.sizing import SizingPlan
-from engines.vllm import build_simulator_spec, build_vllm_cpu_spec
-
-SIZING_FIELDS = {f.name for f in dataclasses.fields(SizingPlan)}
 
 log = logging.getLogger(__name__)
 S = DeploymentState
 WATCH_EVERY = 2.0  # seconds between health polls of a loading replica
 METRICS_KEEP = 720  # scrapes kept per replica (1 h at the default 5 s interval)
-LOG_LINES = 60  # kept on the replica and shown in the console
-SCAN_LINES = 2000  # read for the root cause of a failure
-SIGKILL_CODES = {-9, 137}
-OOM_HINT = "It ran out of memory: lower the KV space or max_model_len, or give the engine more memory."
 
 
 def metrics_key(replica_id: int) -> str:
     return f"hearth:metrics:{replica_id}"
 
 
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 @shared_task
 def launch_deployment(deployment_id: int) -> None:
-    """pending → starting → loading: start one replica, then hand over to watch_replica."""
+    """pending → starting → loading: start the replicas, then hand each over to watch_replica."""
     dep = Deployment.objects.filter(pk=deployment_id).select_related("model").first()
     if dep is None or not dep.move(S.STARTING, "Starting the engine."):
         return
     if dep.model.kind == ModelSource.Kind.LOCAL and not Path(dep.model.path).is_dir():
         dep.move(S.FAILED, f"The model folder {dep.model.path} is gone; add the model again.")
         return
-    runtime = get_runtime()
-    host = settings.HEARTH_ENGINE_HOST
-    replica = Replica.objects.create(
-        deployment=dep,
-        runtime=runtime.name,
-        host=host,
-        port=_free_port(host),
-        engine_api_key=secrets.token_urlsafe(24),
-    )
-    replica.runtime_name = f"hearth-replica-{replica.pk}"
-    spec = launch_spec(dep, replica)
+    started = []
     try:
-        replica.handle = runtime.start(replica.runtime_name, spec)
+        for _ in range(dep.replica_count):
+            started.append(start_replica(dep))
     except RuntimeError_ as exc:
-        replica.save()
+        end_all(dep)
         dep.move(S.FAILED, str(exc))
         return
-    replica.running = True
-    replica.save()
-    log.info("deployment %s: started replica %s (%s)", dep.name, replica.runtime_name, replica.handle)
+    log.info("deployment %s: started %s", dep.name, ", ".join(r.runtime_name for r in started))
     if dep.move(S.LOADING, "Loading weights."):
-        watch_replica.apply_async((replica.pk,), countdown=WATCH_EVERY)
-
-
-def launch_spec(dep: Deployment, replica: Replica) -> LaunchSpec:
-    """The engine's launch spec from the deployment's stored plan."""
-    common = {
-        "served_model_name": dep.served_model_name,
-        "host": replica.host,
-        "port": replica.port,
-        "api_key": replica.engine_api_key,
-        "user_args": dep.extra_args,
-    }
-    if dep.engine == EngineKind.SIMULATOR:
-        fields = {f.name for f in dataclasses.fields(GpuPlan)}
-        plan = GpuPlan(**{k: v for k, v in dep.plan.items() if k in fields} | {"split": None})
-        return build_simulator_spec(
-            python=sys.executable, code_dir=str(settings.BASE_DIR), model_path=dep.model.path or dep.model.repo_id,
-            plan=plan, **common,
-        )  # fmt: skip
-    return build_vllm_cpu_spec(
-        python=settings.HEARTH_VLLM_CPU_PYTHON,
-        model_path=Path(dep.model.path),
-        plan=SizingPlan(**{k: v for k, v in dep.plan.items() if k in SIZING_FIELDS}),
-        kv_space_gib=dep.kv_space_gib,
-        cache_dir=settings.HEARTH_CACHE_DIR,
-        **common,
-    )
+        for replica in started:
+            watch_replica.apply_async((replica.pk,), countdown=WATCH_EVERY)
 
 
 @shared_task
 def watch_replica(replica_id: int) -> None:
-    """loading → ready when /health answers 200; → failed when the engine exits or the start times out."""
-    replica = Replica.objects.filter(pk=replica_id).select_related("deployment").first()
+    """A loading replica: ready when /health answers 200 (the deployment when all are); failed when it
+    exits or the start times out (then the deployment fails and its other replicas stop)."""
+    replica = Replica.objects.filter(pk=replica_id, running=True).select_related("deployment").first()
     if replica is None or replica.deployment.state != S.LOADING:
         return
     dep = replica.deployment
     status = get_runtime(replica.runtime).status(replica.runtime_name)
     if not status.running:
-        dep.move(S.FAILED, _ended(replica, status, "while loading"))
+        reason = end_replica(replica, status, "while loading")
+        end_all(dep)
+        dep.move(S.FAILED, reason)
         return
     try:
         healthy = httpx.get(f"{replica.base_url}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         healthy = False
-    if healthy:
-        replica.ready_at = timezone.now()
-        replica.save(update_fields=["ready_at"])
-        if dep.move(S.READY, "Serving."):
-            bump_routing_version()
-        return
     elapsed = (timezone.now() - replica.started_at).total_seconds()
+    if healthy:
+        Replica.objects.filter(pk=replica.pk).update(ready_at=timezone.now())
+        waiting = dep.replicas.filter(running=True, ready_at__isnull=True).count()
+        if waiting == 0 and dep.move(S.READY, "Serving."):
+            bump_routing_version()
+        elif waiting:
+            dep.move(S.LOADING, f"{dep.replica_count - waiting} of {dep.replica_count} replicas ready.")
+        return
     if elapsed > settings.HEARTH_START_TIMEOUT:
-        _ended(replica, RuntimeStatus(running=True), "")
+        end_all(dep)
         dep.move(S.FAILED, f"No healthy answer within HEARTH_START_TIMEOUT ({settings.HEARTH_START_TIMEOUT} s).")
         return
     dep.move(S.LOADING, f"Loading weights ({elapsed:.0f} s so far).")
@@ -150,42 +97,32 @@ def stop_deployment(deployment_id: int) -> None:
     dep = Deployment.objects.filter(pk=deployment_id).first()
     if dep is None or dep.state != S.STOPPING:
         return
-    for replica in dep.replicas.filter(running=True):
-        _ended(replica, RuntimeStatus(running=True), "")
+    end_all(dep)
     dep.move(S.STOPPED, "Stopped by the admin.")
-
-
-def _ended(replica: Replica, status: RuntimeStatus, when: str) -> str:
-    """Stop what is left of the replica (an engine's children can outlive it), keep its last log lines
-    and exit state, and say why it ended: its exit code and the root cause found in its log."""
-    runtime = get_runtime(replica.runtime)
-    final = runtime.stop(replica.runtime_name)
-    log = runtime.logs(replica.runtime_name, SCAN_LINES)
-    found = scan(log)
-    replica.log_tail = "".join(log.splitlines(keepends=True)[-LOG_LINES:])
-    replica.running = False
-    replica.exit_code = status.exit_code if status.exit_code is not None else final.exit_code
-    replica.oom_killed = status.oom_killed or final.oom_killed or found.oom
-    replica.stopped_at = timezone.now()
-    replica.save()
-    code = "an unknown code" if replica.exit_code is None else f"code {replica.exit_code}"
-    reason = f"The engine exited {when} with {code}" + (f": {found.cause}" if found.cause else ".")
-    if replica.oom_killed:
-        reason += " " + OOM_HINT
-    elif replica.exit_code in SIGKILL_CODES:
-        reason += (
-            " It was killed (SIGKILL): by an admin, or by the kernel's OOM killer when the host ran out of memory."
-        )
-    return reason
 
 
 @shared_task
 def reconcile() -> None:
-    """Mark ready deployments whose engine has died as failed, keeping the engine's last log lines."""
+    """Notice replicas of ready deployments that died: keep their logs, route around them, and fail the
+    deployment when none is left."""
     for replica in Replica.objects.filter(running=True, deployment__state=S.READY).select_related("deployment"):
         status = get_runtime(replica.runtime).status(replica.runtime_name)
-        if not status.running and replica.deployment.move(S.FAILED, _ended(replica, status, "while serving")):
-            bump_routing_version()
+        if status.running:
+            continue
+        reason = end_replica(replica, status, "while serving")
+        dep = replica.deployment
+        serving = dep.replicas.filter(running=True).count()
+        if serving == 0:
+            dep.move(S.FAILED, reason)
+        else:
+            Deployment.objects.filter(pk=dep.pk).update(
+                state_reason=f"{serving} of {dep.replica_count} replicas serving; {replica.runtime_name}: {reason}"
+            )
+        bump_routing_version()
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
 
 
 @shared_task

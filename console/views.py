@@ -107,7 +107,8 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _deployment_context(dep: Deployment) -> dict[str, object]:
-    return {"dep": dep, "replica": dep.current_replica, "panel": live_panel(dep)}
+    latest = list(dep.replicas.order_by("-id")[: dep.replica_count])  # the latest launch's replicas
+    return {"dep": dep, "replicas": latest[::-1], "panel": live_panel(dep)}
 
 
 @login_required

@@ -22,6 +22,7 @@ from gateway.accounting import Outcome, flush, record
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
 from gateway.relay import Exchange, ask_for_usage, cap_max_tokens
+from gateway.routing import Router, prefix_key
 from gateway.sse import StreamKind
 
 Scope = dict[str, Any]
@@ -44,6 +45,7 @@ POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
 class Gateway:
     def __init__(self) -> None:
         self.registry = Registry()
+        self.router = Router()
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -100,12 +102,13 @@ class Gateway:
             outcome = Outcome(
                 entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream"))
             )
-            exchange = Exchange(self.session, route, outcome, kind)
+            exchange = Exchange(self.session, route, outcome, kind, self.router)
             exchange.strip_usage = ask_for_usage(path, request)
             if exchange.strip_usage | cap_max_tokens(path, request, entry.max_tokens_cap):
                 body = json.dumps(request).encode()
             try:
-                await _until_client_leaves(exchange.run(path, body, send), receive, outcome)
+                prefix = prefix_key(route.served_model_name, request)
+                await _until_client_leaves(exchange.run(path, body, prefix, send), receive, outcome)
             except GatewayError as exc:
                 outcome.status = exc.status
                 raise

@@ -20,12 +20,20 @@ RELOAD_EVERY = 30.0  # seconds
 
 
 @dataclass(frozen=True)
-class Route:
-    """Where a served model name goes: a ready replica's base URL and its per-launch engine key."""
+class Upstream:
+    """One ready replica: where it listens and the per-launch key its engine demands."""
 
-    served_model_name: str
+    replica_id: int
     base_url: str
     engine_api_key: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a served model name goes: its ready replicas."""
+
+    served_model_name: str
+    upstreams: tuple[Upstream, ...]
     max_model_len: int
     created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
 
@@ -61,12 +69,11 @@ def load_snapshot() -> Snapshot:
         )
     for dep in Deployment.objects.prefetch_related("replicas"):
         snap.states[dep.served_model_name] = dep.state
-        replica = dep.current_replica
-        if dep.state == DeploymentState.READY and replica is not None and replica.running:
-            ready = int((replica.ready_at or replica.started_at).timestamp())
-            snap.routes[dep.served_model_name] = Route(
-                dep.served_model_name, replica.base_url, replica.engine_api_key, dep.max_model_len, ready
-            )
+        ready = [r for r in dep.replicas.all() if r.running and r.ready_at is not None]
+        if dep.state == DeploymentState.READY and ready:
+            upstreams = tuple(Upstream(r.pk, r.base_url, r.engine_api_key) for r in sorted(ready, key=lambda r: r.pk))
+            created = int(min(r.ready_at for r in ready if r.ready_at).timestamp())
+            snap.routes[dep.served_model_name] = Route(dep.served_model_name, upstreams, dep.max_model_len, created)
     return snap
 
 

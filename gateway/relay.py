@@ -21,6 +21,7 @@ from gateway import errors
 from gateway.accounting import Outcome
 from gateway.errors import Surface
 from gateway.registry import Route
+from gateway.routing import Router
 from gateway.sse import StreamKind, StreamWatcher, UsageStripper
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
@@ -66,20 +67,34 @@ def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> bool:
 
 
 class Exchange:
-    """Relays one request to ``route`` and fills ``outcome`` as it goes."""
+    """Relays one request to one of ``route``'s replicas and fills ``outcome`` as it goes."""
 
-    def __init__(self, session: aiohttp.ClientSession, route: Route, outcome: Outcome, kind: StreamKind) -> None:
-        self.session, self.route, self.outcome, self.kind = session, route, outcome, kind
+    def __init__(
+        self, session: aiohttp.ClientSession, route: Route, outcome: Outcome, kind: StreamKind, router: Router
+    ) -> None:
+        self.session, self.route, self.outcome, self.kind, self.router = session, route, outcome, kind, router
         self.started = self.last_sent = time.monotonic()
         self.strip_usage = False
         self.at_boundary = True  # the bytes sent so far end between two events
 
-    async def run(self, path: str, body: bytes, send: Send) -> None:
-        headers = {"Authorization": f"Bearer {self.route.engine_api_key}", "Content-Type": "application/json"}
-        try:
-            resp = await self.session.post(self.route.base_url + path, data=body, headers=headers)
-        except (aiohttp.ClientError, TimeoutError):
-            raise errors.upstream_unreachable(self.route.served_model_name) from None
+    async def run(self, path: str, body: bytes, prefix: bytes, send: Send) -> None:
+        """Try the replicas in the router's order; move on only when one cannot be reached at all."""
+        for upstream in self.router.order(self.route, prefix):
+            headers = {"Authorization": f"Bearer {upstream.engine_api_key}", "Content-Type": "application/json"}
+            self.router.started(upstream, prefix)
+            try:
+                try:
+                    resp = await self.session.post(upstream.base_url + path, data=body, headers=headers)
+                except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                    log.warning("replica %s of %s unreachable: %s", upstream.replica_id, self.outcome.model, exc)
+                    continue
+                await self._relay(resp, send)
+            finally:
+                self.router.finished(upstream)
+            return
+        raise errors.upstream_unreachable(self.route.served_model_name)
+
+    async def _relay(self, resp: aiohttp.ClientResponse, send: Send) -> None:
         self.outcome.status = resp.status
         async with resp:
             if resp.content_type == "text/event-stream":
