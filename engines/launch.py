@@ -24,6 +24,14 @@ ENGINE_LABELS = {EngineKind.VLLM_CPU: "vLLM (CPU)", EngineKind.SIMULATOR: "Simul
 GPU_ENGINES = frozenset({EngineKind.SIMULATOR})  # engines planned with engines.planner on the GPU inventory
 
 
+def speaks_anthropic(engine: str, extra_args: list[str]) -> bool:
+    """Whether the engine serves Anthropic's /v1/messages itself (vLLM does since 0.11; SGLang does not).
+
+    The simulator can pretend not to (``--no-anthropic``); the gateway translates for engines that don't.
+    """
+    return engine in {EngineKind.VLLM_CPU, EngineKind.SIMULATOR} and "--no-anthropic" not in extra_args
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """How to start one replica.

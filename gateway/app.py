@@ -21,9 +21,10 @@ from gateway import errors
 from gateway.accounting import Outcome, flush, record
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
-from gateway.relay import Exchange, ask_for_usage, cap_max_tokens
+from gateway.relay import Exchange, ask_for_usage, cap_max_tokens, translate_for_chat_engine
 from gateway.routing import Router, prefix_key
 from gateway.sse import StreamKind
+from gateway.translate import TranslationError
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -93,30 +94,44 @@ class Gateway:
                 raise errors.unknown_model(name)
             await _send_json(send, 200, json.dumps(found[0]).encode())
         elif method == "POST" and path in POST_ROUTES:
-            body = await _read_body(receive)
-            request = _parse(body)
-            route = _route(request, snapshot)
-            if not entry.allows(route.served_model_name):
-                raise errors.model_not_allowed(route.served_model_name)
-            kind, surface = POST_ROUTES[path]
-            outcome = Outcome(
-                entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream"))
-            )
-            exchange = Exchange(self.session, route, outcome, kind, self.router)
-            exchange.strip_usage = ask_for_usage(path, request)
-            if exchange.strip_usage | cap_max_tokens(path, request, entry.max_tokens_cap):
-                body = json.dumps(request).encode()
-            try:
-                prefix = prefix_key(route.served_model_name, request)
-                await _until_client_leaves(exchange.run(path, body, prefix, send), receive, outcome)
-            except GatewayError as exc:
-                outcome.status = exc.status
-                raise
-            finally:
-                outcome.duration_seconds = time.monotonic() - exchange.started
-                await record(outcome)
+            await self._relay(path, entry, snapshot, receive, send)
         else:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
+
+    async def _relay(self, path: str, entry: KeyEntry, snapshot: Snapshot, receive: Receive, send: Send) -> None:
+        """Relay a POST to a replica of the body's model, adjusting the request on the way:
+        the key's max_tokens cap, usage asked for on the client's behalf, or a translation to the chat API
+        for an engine that does not speak Anthropic's."""
+        body = await _read_body(receive)
+        request = _parse(body)
+        route = _route(request, snapshot)
+        if not entry.allows(route.served_model_name):
+            raise errors.model_not_allowed(route.served_model_name)
+        kind, surface = POST_ROUTES[path]
+        outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
+        exchange = Exchange(self.session, route, outcome, kind, self.router)
+        changed = cap_max_tokens(path, request, entry.max_tokens_cap)
+        engine_path = path
+        if surface == Surface.ANTHROPIC and not route.speaks_anthropic:
+            try:
+                engine_path, request, exchange.translation = translate_for_chat_engine(path, request)
+            except TranslationError as exc:
+                raise GatewayError(400, str(exc)) from None
+            exchange.kind, changed = StreamKind.CHAT, True
+        else:
+            exchange.strip_usage = ask_for_usage(path, request)
+            changed |= exchange.strip_usage
+        if changed:
+            body = json.dumps(request).encode()
+        try:
+            prefix = prefix_key(route.served_model_name, request)
+            await _until_client_leaves(exchange.run(engine_path, body, prefix, send), receive, outcome)
+        except GatewayError as exc:
+            outcome.status = exc.status
+            raise
+        finally:
+            outcome.duration_seconds = time.monotonic() - exchange.started
+            await record(outcome)
 
 
 async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:

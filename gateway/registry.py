@@ -14,6 +14,7 @@ from django.conf import settings
 
 from console.models import ApiKey, Deployment, DeploymentState
 from console.services import ROUTING_VERSION_KEY
+from engines.launch import speaks_anthropic
 from gateway.keys import key_prefix, matches
 
 RELOAD_EVERY = 30.0  # seconds
@@ -36,6 +37,7 @@ class Route:
     upstreams: tuple[Upstream, ...]
     max_model_len: int
     created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
+    speaks_anthropic: bool = True  # else the gateway translates /v1/messages to the chat API
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,10 @@ def load_snapshot() -> Snapshot:
         if dep.state == DeploymentState.READY and ready:
             upstreams = tuple(Upstream(r.pk, r.base_url, r.engine_api_key) for r in sorted(ready, key=lambda r: r.pk))
             created = int(min(r.ready_at for r in ready if r.ready_at).timestamp())
-            snap.routes[dep.served_model_name] = Route(dep.served_model_name, upstreams, dep.max_model_len, created)
+            snap.routes[dep.served_model_name] = Route(
+                dep.served_model_name, upstreams, dep.max_model_len, created,
+                speaks_anthropic(dep.engine, dep.extra_args),
+            )  # fmt: skip
     return snap
 
 

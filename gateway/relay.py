@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from enum import StrEnum
 from typing import Any
 
 import aiohttp
@@ -23,6 +24,8 @@ from gateway.errors import Surface
 from gateway.registry import Route
 from gateway.routing import Router
 from gateway.sse import StreamKind, StreamWatcher, UsageStripper
+from gateway.translate import chat_to_message, messages_to_chat
+from gateway.translate_stream import ChatStreamToMessages
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 log = logging.getLogger(__name__)
@@ -66,6 +69,24 @@ def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> bool:
     return True
 
 
+class Translation(StrEnum):
+    """How the engine's answer reaches an Anthropic client of an engine without /v1/messages."""
+
+    NONE = "none"
+    MESSAGES = "messages"  # chat completions → Anthropic messages (gateway.translate)
+    COUNT_TOKENS = "count_tokens"  # the engine's /tokenize count → {"input_tokens"}
+
+
+def translate_for_chat_engine(path: str, request: dict[str, Any]) -> tuple[str, dict[str, Any], Translation]:
+    """(engine path, engine request, translation) for an Anthropic request to an engine that only speaks
+    OpenAI's chat API. Raises TranslationError for messages that cannot be translated."""
+    chat = messages_to_chat(request)
+    if path == "/v1/messages/count_tokens":
+        tokenize = {"model": chat["model"], "messages": chat["messages"], "tools": chat.get("tools")}
+        return "/tokenize", {k: v for k, v in tokenize.items() if v is not None}, Translation.COUNT_TOKENS
+    return "/v1/chat/completions", chat, Translation.MESSAGES
+
+
 class Exchange:
     """Relays one request to one of ``route``'s replicas and fills ``outcome`` as it goes."""
 
@@ -75,6 +96,7 @@ class Exchange:
         self.session, self.route, self.outcome, self.kind, self.router = session, route, outcome, kind, router
         self.started = self.last_sent = time.monotonic()
         self.strip_usage = False
+        self.translation = Translation.NONE
         self.at_boundary = True  # the bytes sent so far end between two events
 
     async def run(self, path: str, body: bytes, prefix: bytes, send: Send) -> None:
@@ -112,26 +134,34 @@ class Exchange:
         if resp.status >= 400:
             body = errors.reshape(resp.status, body, Surface(self.outcome.surface))
         else:
-            self._account_whole(body)
+            answer = self._account_whole(body)
+            if self.translation == Translation.MESSAGES and answer is not None:
+                body = json.dumps(chat_to_message(answer, self.outcome.model)).encode()
+            elif self.translation == Translation.COUNT_TOKENS and answer is not None:
+                body = json.dumps({"input_tokens": answer.get("count", 0)}).encode()
         content_type = resp.headers.get("Content-Type", "application/json").encode()
         await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", content_type)]})
         await send({"type": "http.response.body", "body": body})
 
-    def _account_whole(self, body: bytes) -> None:
+    def _account_whole(self, body: bytes) -> dict[str, Any] | None:
+        """Usage and finish reason from a whole answer; the answer, or None when it is not a JSON object."""
         try:
             answer = json.loads(body)
         except ValueError:
-            return
-        if isinstance(answer, dict):
-            self.outcome.usage = answer.get("usage") or {}
-            choices = answer.get("choices") or [{}]
-            self.outcome.finish_reason = answer.get("stop_reason") or choices[0].get("finish_reason")
+            return None
+        if not isinstance(answer, dict):
+            return None
+        self.outcome.usage = answer.get("usage") or {}
+        choices = answer.get("choices") or [{}]
+        self.outcome.finish_reason = answer.get("stop_reason") or choices[0].get("finish_reason")
+        return answer
 
     async def _stream(self, resp: aiohttp.ClientResponse, send: Send) -> None:
         content_type = resp.headers["Content-Type"].encode()
         await send({"type": "http.response.start", "status": resp.status,
                     "headers": [(b"content-type", content_type), *SSE_HEADERS]})  # fmt: skip
         watcher, stripper = StreamWatcher(self.kind), UsageStripper()
+        converter = ChatStreamToMessages(self.outcome.model) if self.translation == Translation.MESSAGES else None
         pinger = asyncio.ensure_future(self._keep_alive(send))
         try:
             async for chunk in resp.content.iter_any():
@@ -139,7 +169,7 @@ class Exchange:
                 watcher.feed(chunk)
                 if self.outcome.ttft_seconds is None and watcher.token_seen:
                     self.outcome.ttft_seconds = time.monotonic() - self.started
-                out = stripper.feed(chunk) if self.strip_usage else chunk
+                out = converter.feed(chunk) if converter else stripper.feed(chunk) if self.strip_usage else chunk
                 if out:
                     boundary = out.endswith(b"\n\n")
                     self.at_boundary = False  # until this write is out, a keep-alive could split an event
@@ -151,6 +181,8 @@ class Exchange:
             pinger.cancel()
         self._finish_stream(watcher, resp.status)
         tail = stripper.flush() if self.strip_usage else b""
+        if converter is not None and not self.outcome.truncated:
+            tail = converter.finish()
         if self.outcome.truncated:
             tail += errors.stream_error_event(
                 "The engine ended the stream before it finished; the response is incomplete.",

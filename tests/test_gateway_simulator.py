@@ -504,3 +504,34 @@ def test_replicas_that_need_more_gpus_than_the_box_has_are_refused(web: str, wor
     )
     assert resp.status_code == 400
     assert resp.json()["detail"] == "3 replicas at tensor parallel 4 need 12 GPUs; this box has 8."
+
+
+def test_anthropic_clients_work_with_an_engine_that_only_speaks_openai(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    client = login(web)
+    dep_id = deploy(web, client, "chat-only", ["--no-anthropic"])  # answers /v1/messages with 404, like SGLang
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+    key = client.post("/api/keys", json={"name": "claude"}).json()["key"]
+    claude = anthropic.Anthropic(base_url=web, api_key=key, max_retries=0)
+    with claude.messages.stream(
+        model="chat-only", max_tokens=8, system="Be brief.", messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
+        kinds = [event.type for event in stream]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert stream.get_final_message().stop_reason == "max_tokens"
+    message = claude.messages.create(
+        model="chat-only",
+        max_tokens=64,
+        tools=CLAUDE_TOOLS,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "Call get_weather"}],
+    )
+    assert message.stop_reason == "tool_use" and message.content[-1].type == "tool_use"
+    assert claude.messages.count_tokens(model="chat-only", messages=[{"role": "user", "content": "Hi"}]).input_tokens
+    with pytest.raises(anthropic.APIError, match="ended the stream before it finished"):
+        with claude.messages.stream(
+            model="chat-only", max_tokens=32, messages=[{"role": "user", "content": "Go [[sim:drop-mid-stream=2]]"}]
+        ) as broken:
+            list(broken)
+    client.post(f"/api/deployments/{dep_id}/stop")
+    wait_state(client, dep_id, {"stopped"})

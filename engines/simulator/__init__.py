@@ -23,4 +23,7 @@ last user message (the prompt for /v1/completions). An unknown name is a 400 tha
 Instance faults (flags): ``--fault-oom-at-start`` (a CUDA OOM traceback on stderr, exit 1, after
 ``--load-seconds``), ``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), and
 ``--load-seconds SECONDS`` (everything, /health included, answers 503 until loaded).
+
+``--no-anthropic`` drops ``/v1/messages`` and ``/v1/messages/count_tokens`` (404), like an engine that
+serves only the OpenAI API (SGLang, older vLLM releases).
 """

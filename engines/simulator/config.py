@@ -69,6 +69,7 @@ class SimConfig:
     load_seconds: float
     fault_oom_at_start: bool
     fault_metrics_delay: float
+    no_anthropic: bool = False
 
     @property
     def served_model_name(self) -> str:
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-seconds", type=float, default=0.0, help="/health answers 503 this long")
     p.add_argument("--fault-oom-at-start", action="store_true", help="print a CUDA OOM and exit 1")
     p.add_argument("--fault-metrics-delay", type=float, default=0.0, help="delay every /metrics, seconds")
+    p.add_argument("--no-anthropic", action="store_true", help="no /v1/messages routes (404), as SGLang serves")
     for flag in IGNORED_VALUE_FLAGS:
         p.add_argument(flag, default=None, help=argparse.SUPPRESS)
     for flag in IGNORED_SWITCHES:
@@ -144,4 +146,5 @@ def parse_config(argv: list[str]) -> SimConfig:
         load_seconds=args.load_seconds,
         fault_oom_at_start=args.fault_oom_at_start,
         fault_metrics_delay=args.fault_metrics_delay,
+        no_anthropic=args.no_anthropic,
     )

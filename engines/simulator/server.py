@@ -243,6 +243,7 @@ def create_app(cfg: SimConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", openai_api.chat_completions)
     app.router.add_post("/v1/completions", openai_api.completions)
     app.router.add_post("/v1/embeddings", embeddings)
-    app.router.add_post("/v1/messages", anthropic_api.messages)
-    app.router.add_post("/v1/messages/count_tokens", anthropic_api.count_tokens)
+    if not cfg.no_anthropic:  # an engine with only the OpenAI API answers these 404 (SGLang, older vLLM)
+        app.router.add_post("/v1/messages", anthropic_api.messages)
+        app.router.add_post("/v1/messages/count_tokens", anthropic_api.count_tokens)
     return app
