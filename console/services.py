@@ -31,6 +31,7 @@ MAX_REPLICAS = 8
 PLANNED_FLAGS = frozenset(
     {"--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size", "--kv-cache-dtype", "--max-num-seqs"}
 )  # flags whose values come from the plan; an override in extra_args would bypass its checks
+HEARTH_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port", "--api-key"})  # Hearth sets these
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")  # e.g. meta-llama/Llama-3.1-8B-Instruct
 
@@ -177,12 +178,13 @@ def create_deployment(
         raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
     name = _check_name(name, "Deployment name")
     served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
-    planned = sorted(user_flag_names(extra_args or []) & PLANNED_FLAGS)
-    if planned:
+    flags = user_flag_names(extra_args or [])
+    if owned := sorted(flags & HEARTH_FLAGS):
+        raise ConsoleError(f"{', '.join(owned)}: Hearth sets these itself (the gateway relies on them).")
+    if planned := sorted(flags & PLANNED_FLAGS):
         raise ConsoleError(
-            f"{', '.join(planned)} decide{'s' if len(planned) == 1 else ''} the plan: set "
-            f"{'it' if len(planned) == 1 else 'them'} in the deployment's fields, so the plan can check "
-            "the value fits, not among the extra engine flags."
+            f"{', '.join(planned)}: set {'it' if len(planned) == 1 else 'them'} in the deployment's fields, so the "
+            "plan can check the value fits, not among the extra engine flags."
         )
     plan = plan_for(
         model,

@@ -17,9 +17,23 @@ from engines.sizing import SizingPlan
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
+# vLLM's argument parser takes "_" for "-" in long flags and these short aliases
+# (vllm/engine/arg_utils.py, vllm/utils FlexibleArgumentParser).
+FLAG_ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
+                "-q": "--quantization"}  # fmt: skip
+
+
 def user_flag_names(user_args: Sequence[str]) -> set[str]:
-    """The ``--flag`` names a user set, whether written ``--flag value`` or ``--flag=value``."""
-    return {a.split("=", 1)[0] for a in user_args if a.startswith("--")}
+    """The flags a user set, normalised as vLLM reads them: ``--flag value`` or ``--flag=value``, ``_`` or
+    ``-`` inside the name, and short aliases such as ``-tp``."""
+    names = set()
+    for arg in user_args:
+        if not arg.startswith("-") or arg[1:2].isdigit():
+            continue  # a value, a negative number among them
+        name = arg.split("=", 1)[0]
+        name = FLAG_ALIASES.get(name, name)
+        names.add("--" + name.lstrip("-").replace("_", "-") if name.startswith("--") else name)
+    return names
 
 
 def merge_flags(wanted: Sequence[tuple[str, str | None]], user_args: Sequence[str]) -> list[str]:

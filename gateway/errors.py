@@ -97,11 +97,18 @@ def reshape(status: int, body: bytes, surface: Surface) -> bytes:
     """An engine's error body in the API's own shape, keeping its message (vLLM's carries the real
     numbers of a context-length error) and its status."""
     try:
-        error = json.loads(body).get("error") or {}
-        message = str(error.get("message") if isinstance(error, dict) else error)
-    except (ValueError, AttributeError):
-        message, error = body.decode("utf-8", "replace")[:2000], {}
-    param = error.get("param") if isinstance(error, dict) else None
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        message, param = str(error["message"]), error.get("param")
+    elif isinstance(data, dict) and (error or data.get("detail") or data.get("message")):
+        message, param = str(error or data.get("detail") or data.get("message")), None  # FastAPI's {"detail": ...}
+    else:
+        message, param = body.decode("utf-8", "replace")[:2000] or f"The engine answered HTTP {status}.", None
+    if status == 404 and message == "Not Found":
+        message = "The engine serving this model does not offer this endpoint."
     kind = "invalid_request_error" if status < 500 else "server_error"
     return GatewayError(status, message, type=kind, param=param).body(surface)
 

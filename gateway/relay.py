@@ -183,7 +183,7 @@ class Exchange:
         tail = stripper.flush() if self.strip_usage else b""
         if converter is not None and not self.outcome.truncated:
             tail = converter.finish()
-        if self.outcome.truncated:
+        if self.outcome.truncated and not (watcher.done or watcher.error):  # never after [DONE] or the engine's own
             tail += errors.stream_error_event(
                 "The engine ended the stream before it finished; the response is incomplete.",
                 "upstream_truncated", Surface(self.outcome.surface),

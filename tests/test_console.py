@@ -159,11 +159,23 @@ def test_names_keep_their_case_and_follow_one_rule_in_console_and_api(admin: Cli
     assert Deployment.objects.count() == 1
 
 
-def test_a_planned_flag_among_extra_engine_flags_is_refused(admin: Client, smollm2: ModelSource) -> None:
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        (["--max-model-len=999999"], "--max-model-len: set it in the deployment's fields"),
+        (["--max_model_len", "4096"], "--max-model-len: set it"),
+        (["-tp", "8"], "--tensor-parallel-size: set it"),
+        (["--port", "1"], "--port: Hearth sets these itself"),
+        (["--served-model-name", "other"], "--served-model-name: Hearth sets these itself"),
+    ],
+)
+def test_flags_the_plan_or_hearth_own_are_refused_among_extra_engine_flags(
+    admin: Client, smollm2: ModelSource, flags: list[str], refused: str
+) -> None:
     resp = admin.post(
         "/api/deployments",
-        {"name": "smol", "model": smollm2.name, "max_model_len": 2048, "extra_args": ["--max-model-len=999999"]},
+        {"name": "smol", "model": smollm2.name, "max_model_len": 2048, "extra_args": flags},
         content_type="application/json",
     )
-    assert resp.status_code == 400 and resp.json()["detail"].startswith("--max-model-len decides the plan")
+    assert resp.status_code == 400 and resp.json()["detail"].startswith(refused)
     assert not Deployment.objects.exists()

@@ -40,3 +40,13 @@ def test_it_never_overrides_a_flag_the_user_set() -> None:
     assert s.added_flags == ["--enforce-eager"]
     assert s.argv[-3:] == ["--dtype=float32", "--max-model-len", "1024"]
     assert "bfloat16" not in s.argv
+
+
+def test_flag_names_are_read_as_vllm_reads_them() -> None:
+    from engines.vllm import user_flag_names
+
+    assert user_flag_names(["--max_model_len", "4096", "-tp", "2", "--dtype=half", "-5"]) == {
+        "--max-model-len",
+        "--tensor-parallel-size",
+        "--dtype",
+    }
