@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from appliance.runtimes import RuntimeStatus, get_runtime
 from console.models import Deployment, Replica
-from engines.launch import EngineKind, LaunchSpec
+from engines.launch import GPU_ENGINES, EngineKind, LaunchSpec
 from engines.logscan import scan
 from engines.planner import GpuPlan
 from engines.sizing import SizingPlan
@@ -25,7 +25,11 @@ GPU_PLAN_FIELDS = {f.name for f in dataclasses.fields(GpuPlan)}
 LOG_LINES = 60  # kept on the replica and shown in the console
 SCAN_LINES = 2000  # read for the root cause of a failure
 SIGKILL_CODES = {-9, 137}
-OOM_HINT = "It ran out of memory: lower the KV space or max_model_len, or give the engine more memory."
+OOM_HINT_CPU = "It ran out of memory: lower the KV space or max_model_len, or give the engine more memory."
+OOM_HINT_GPU = (
+    "It ran out of GPU memory: lower gpu_memory_utilization (e.g. 0.90 → 0.85) or max_num_seqs, or add "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to the engine's environment."
+)
 
 
 def _free_port(host: str) -> int:
@@ -93,7 +97,7 @@ def end_replica(replica: Replica, status: RuntimeStatus, when: str) -> str:
     code = "an unknown code" if replica.exit_code is None else f"code {replica.exit_code}"
     reason = f"The engine exited {when} with {code}" + (f": {found.cause}" if found.cause else ".")
     if replica.oom_killed:
-        reason += " " + OOM_HINT
+        reason += " " + (OOM_HINT_GPU if replica.deployment.engine in GPU_ENGINES else OOM_HINT_CPU)
     elif replica.exit_code in SIGKILL_CODES:
         reason += (
             " It was killed (SIGKILL): by an admin, or by the kernel's OOM killer when the host ran out of memory."

@@ -19,6 +19,7 @@ from django.utils import timezone
 from appliance.hardware import InventoryError, current_inventory
 from console.hub import HubError, read_hub_model
 from console.models import ACTIVE_STATES, ApiKey, Deployment, DeploymentState, ModelSource
+from engines.gpus import Inventory
 from engines.launch import EngineKind
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
 from engines.planner import PlanRequest, plan_gpu
@@ -139,10 +140,12 @@ def plan_for(
         if kv_space_gib <= 0:
             raise ConsoleError("KV space must be above 0 GiB.")
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
-        plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
-        return {**dataclasses.asdict(plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
+        cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
+        return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
     try:
-        inventory = current_inventory()
+        inventory, held = free_gpus(current_inventory())
+        if held and not inventory.devices:
+            raise ConsoleError(f"Every GPU is held by a running deployment: {held}. Stop one first.")
         request = PlanRequest(
             max_model_len=max_model_len,
             kv_cache_dtype=kv_cache_dtype,
@@ -152,7 +155,30 @@ def plan_for(
         gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
     except (InventoryError, ValueError) as exc:
         raise ConsoleError(str(exc)) from None
-    return {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices)}
+    plan = {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices)}
+    if held:
+        plan["reasons"].append(f"GPUs held by running deployments are left out: {held}.")
+    if gpu_plan.tensor_parallel_size:
+        free = [d.index for d in inventory.devices]
+        plan["gpu_indices"] = free[: gpu_plan.tensor_parallel_size * replica_count]
+    return plan
+
+
+def held_gpus(exclude: int | None = None) -> dict[int, str]:
+    """GPU index → the active deployment holding it (each deployment holds its plan's GPUs exclusively)."""
+    held: dict[int, str] = {}
+    for dep in Deployment.objects.filter(state__in=ACTIVE_STATES).exclude(pk=exclude or 0):
+        for index in dep.plan.get("gpu_indices") or []:
+            held[int(index)] = dep.name
+    return held
+
+
+def free_gpus(inventory: Inventory) -> tuple[Inventory, str]:
+    """The inventory less the GPUs active deployments hold, and which those are, in words."""
+    held = held_gpus()
+    free = Inventory(inventory.source, [d for d in inventory.devices if d.index not in held])
+    words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
+    return free, words
 
 
 def create_deployment(
@@ -202,7 +228,7 @@ def create_deployment(
     if gpus_needed > plan.get("gpu_count", gpus_needed):
         raise ConsoleError(
             f"{replica_count} replicas at tensor parallel {plan['tensor_parallel_size']} need {gpus_needed} GPUs; "
-            f"this box has {plan['gpu_count']}."
+            f"{plan['gpu_count']} are free on this box."
         )
     try:
         with transaction.atomic():

@@ -20,7 +20,7 @@ from django.utils import timezone
 from appliance.runtimes import RuntimeError_, get_runtime
 from console.lifecycle import LOG_LINES, end_all, end_replica, start_replica
 from console.models import Deployment, DeploymentState, ModelSource, Replica
-from console.services import bump_routing_version
+from console.services import bump_routing_version, held_gpus
 from engines.metrics import parse_metrics
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,11 @@ def launch_deployment(deployment_id: int) -> None:
         return
     if dep.model.kind == ModelSource.Kind.LOCAL and not Path(dep.model.path).is_dir():
         dep.move(S.FAILED, f"The model folder {dep.model.path} is gone; add the model again.")
+        return
+    held = held_gpus(exclude=dep.pk)
+    if taken := [f"GPU {i} ({held[i]})" for i in dep.plan.get("gpu_indices") or [] if i in held]:
+        dep.move(S.FAILED, f"Its GPUs are held by other deployments: {', '.join(taken)}. Stop those, or create "
+                 "this deployment again to plan it on the free GPUs.")  # fmt: skip
         return
     started = []
     try:

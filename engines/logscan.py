@@ -27,12 +27,22 @@ class LogFindings:
 def scan(log: str) -> LogFindings:
     """Scan an engine log's text (stdout and stderr together)."""
     cause = None
-    for raw in log.splitlines():
+    lines = log.splitlines()
+    for i, raw in enumerate(lines):
         line = raw.strip()
         if any(g in line for g in GENERIC):
             continue
         match = ERROR_LINE.search(line)
         if match:
             cause = (f"{match.group(1)}: {match.group(2)}" if match.group(1) else f"error: {match.group(3)}").strip()
+            if "validation error" in cause and i + 2 < len(lines):  # pydantic names the field, then the reason
+                cause += " — " + " ".join(_message(lines[j]) for j in (i + 1, i + 2)).strip()
     oom = any(marker.lower() in log.lower() for marker in OOM_MARKERS)
-    return LogFindings(cause[:MAX_CAUSE_CHARS] if cause else None, oom)
+    if cause and len(cause) > MAX_CAUSE_CHARS:
+        cause = cause[: MAX_CAUSE_CHARS - 1].rsplit(" ", 1)[0] + "…"
+    return LogFindings(cause, oom)
+
+
+def _message(line: str) -> str:
+    """A log line without vLLM's ``(Proc pid=N) LEVEL date time [file:line]`` prefix."""
+    return re.sub(r"^\(.*?\)\s+[A-Z]+\s+\S+\s+\S+\s+\[[^\]]*\]\s*", "", line.strip())

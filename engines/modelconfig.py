@@ -41,7 +41,7 @@ class ModelConfig:
     hidden_size: int
     intermediate_size: int
     vocab_size: int
-    max_position_embeddings: int
+    max_position_embeddings: int  # the model's longest context, tokens (max_context); 0 when unknown
     torch_dtype: str
     kv_lora_rank: int
     qk_rope_head_dim: int
@@ -62,6 +62,17 @@ def _int(cfg: dict[str, Any], *names: str, default: int = 0) -> int:
         if cfg.get(name) is not None:
             return int(cfg[name])
     return default
+
+
+def max_context(cfg: dict[str, Any]) -> int:
+    """The longest context the model takes, tokens (0: unknown), as vLLM derives it
+    (vllm/config/model.py ``_get_and_verify_max_len``): max_position_embeddings or its aliases; YaRN
+    rope scaling multiplies its original_max_position_embeddings by its factor."""
+    base = _int(cfg, "max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
+    rope = cfg.get("rope_scaling") or {}
+    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "yarn" and rope.get("factor"):
+        base = int(int(rope.get("original_max_position_embeddings") or base) * float(rope["factor"]))
+    return base
 
 
 def parse_config(raw: dict[str, Any]) -> ModelConfig:
@@ -93,7 +104,7 @@ def parse_config(raw: dict[str, Any]) -> ModelConfig:
         hidden_size=hidden,
         intermediate_size=_int(cfg, "moe_intermediate_size", "intermediate_size", "ffn_dim", default=4 * hidden),
         vocab_size=_int(cfg, "vocab_size", default=32_000),
-        max_position_embeddings=_int(cfg, "max_position_embeddings", "max_sequence_length"),
+        max_position_embeddings=max_context(cfg),
         torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or raw.get("torch_dtype") or "bfloat16"),
         kv_lora_rank=_int(cfg, "kv_lora_rank"),
         qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),

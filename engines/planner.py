@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from engines.gpus import GpuDevice, Inventory
 from engines.modelconfig import ModelConfig
-from engines.sizing import GIB, kv_bytes_per_sequence, kv_bytes_per_token
+from engines.sizing import GIB, context_beyond_model, kv_bytes_per_sequence, kv_bytes_per_token
 
 BLOCK_SIZE = 16  # vLLM's default KV block size on GPUs (--block-size)
 DEFAULT_UTILIZATION = 0.90  # vLLM's default --gpu-memory-utilization
@@ -148,6 +148,8 @@ def plan_gpu(
         raise ValueError(f"FP8 KV cache needs compute capability 8.9 or newer; {gpus[0].name} is {cc}.")
     util = _utilization(gpus, request.gpu_memory_utilization)
     model_len = request.max_model_len or config.max_position_embeddings or 4096
+    if beyond := context_beyond_model(config, model_len):
+        return _refusal(config, weights_bytes, request, beyond)
     tps = [request.tensor_parallel_size] if request.tensor_parallel_size else tp_candidates(config, len(gpus))
     if not tps or tps[0] > len(gpus) or config.num_attention_heads % tps[0]:
         return _refusal(
@@ -183,11 +185,11 @@ def _plan_at(
     typical = req.typical_context or min(model_len, TYPICAL_CONTEXT)
     per_seq = kv_bytes_per_sequence(config, typical, req.kv_cache_dtype)
     per_token = kv_bytes_per_token(config, req.kv_cache_dtype)
-    concurrency = capacity * per_token / per_seq if per_seq else 0.0
+    concurrency = min(capacity * per_token / per_seq if per_seq else 0.0, float(req.max_num_seqs))
     fits = capacity >= model_len and split.headroom >= split.cuda_graphs
     gib = GIB
     reasons = [
-        f"Weights: {weights / gib:.2f} GiB read from the checkpoint's safetensors headers"
+        f"Weights: {weights / gib:.2f} GiB, the checkpoint's own tensor bytes"
         + (f", {split.weights / gib:.2f} GiB per GPU at tensor parallel {tp}." if tp > 1 else "."),
         _tp_reason(config, tp, len(gpus)),
         f"Per GPU: {split.total / gib:.1f} GiB × gpu_memory_utilization {util:.2f} = "
@@ -197,7 +199,8 @@ def _plan_at(
         f"{max(split.kv_cache, 0) / gib:.2f} GiB.",
         _kv_reason(config, req.kv_cache_dtype, per_token, tp),
         f"KV capacity: {capacity:,} tokens (whole blocks of {BLOCK_SIZE}); at {typical:,} tokens per sequence "
-        f"that is {concurrency:.1f} concurrent sequences.",
+        f"that is {concurrency:.1f} concurrent sequences"
+        + (f" (max_num_seqs {req.max_num_seqs} caps it)." if concurrency >= req.max_num_seqs else "."),
     ]
     if split.used_by_others:
         reasons.append(f"Other processes already use {split.used_by_others / gib:.1f} GiB of a GPU; it counts as used.")
@@ -277,32 +280,26 @@ def _refusal(config: ModelConfig, weights: int, req: PlanRequest, why: str) -> G
 
 
 def _remedies(config: ModelConfig, weights: int, inventory: Inventory, req: PlanRequest, best: GpuPlan) -> list[str]:
-    """What would make it fit, each with its numbers: shorter context, FP8 KV, quantized weights, more GPUs."""
+    """What would make it fit, each with its numbers, at the context asked for: a shorter context, an FP8
+    KV cache, a quantized checkpoint, more GPUs. Only alternatives that do fit are offered."""
     out = []
     if best.kv_capacity_tokens >= 1024:
         out.append(f"Lower max_model_len to {best.kv_capacity_tokens // 1024 * 1024:,} tokens or less.")
+    wanted = replace(req, max_model_len=best.max_model_len)  # alternatives must hold this context, not a shorter one
     gpus = inventory.devices
     if req.kv_cache_dtype != "fp8" and all(g.supports_fp8_kv for g in gpus):
-        fp8 = plan_gpu(config, weights, inventory, replace(req, kv_cache_dtype="fp8"), with_remedies=False)
-        if fp8.kv_capacity_tokens > best.kv_capacity_tokens:
-            out.append(
-                f"Use an FP8 KV cache (kv_cache_dtype fp8): {fp8.kv_capacity_tokens:,} tokens of KV capacity"
-                + (" — enough." if fp8.fits else ".")
-            )
+        fp8 = plan_gpu(config, weights, inventory, replace(wanted, kv_cache_dtype="fp8"), with_remedies=False)
+        out += _offer("Use an FP8 KV cache (kv_cache_dtype fp8)", fp8)
     if not config.quantization:
         for label, ratio in (("an FP8 checkpoint", 0.5), ("a 4-bit (AWQ/GPTQ) checkpoint", 0.28)):
-            quant = plan_gpu(config, int(weights * ratio), inventory, req, with_remedies=False)
-            if quant.fits:
-                out.append(
-                    f"Use {label} (about {weights * ratio / GIB:.0f} GiB of weights): "
-                    f"{quant.kv_capacity_tokens:,} tokens of KV capacity at tensor parallel "
-                    f"{quant.tensor_parallel_size}."
-                )
+            quant = plan_gpu(config, int(weights * ratio), inventory, wanted, with_remedies=False)
+            if offer := _offer(f"Use {label} (about {weights * ratio / GIB:.0f} GiB of weights)", quant):
+                out += offer
                 break
     base = gpus[0]
     for count in (n for n in (2, 4, 8, 16) if n > len(gpus)):
         bigger = Inventory(inventory.source, [replace(base, index=i, memory_used_bytes=0) for i in range(count)])
-        more = plan_gpu(config, weights, bigger, replace(req, tensor_parallel_size=0), with_remedies=False)
+        more = plan_gpu(config, weights, bigger, replace(wanted, tensor_parallel_size=0), with_remedies=False)
         if more.fits:
             out.append(
                 f"More GPUs: {count} × {base.name} at tensor parallel {more.tensor_parallel_size} would hold "
@@ -310,3 +307,15 @@ def _remedies(config: ModelConfig, weights: int, inventory: Inventory, req: Plan
             )
             break
     return out
+
+
+def _offer(label: str, plan: GpuPlan) -> list[str]:
+    """An alternative in words: as asked when it fits, with a shorter context when only that fits, else none."""
+    if plan.fits:
+        return [
+            f"{label}: {plan.kv_capacity_tokens:,} tokens of KV cache at tensor parallel {plan.tensor_parallel_size}."
+        ]
+    if plan.kv_capacity_tokens >= 1024:
+        shorter = plan.kv_capacity_tokens // 1024 * 1024
+        return [f"{label}, with max_model_len {shorter:,} or less: {plan.kv_capacity_tokens:,} tokens of KV cache."]
+    return []

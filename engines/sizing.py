@@ -80,6 +80,17 @@ class SizingPlan:
     reasons: list[str] = field(default_factory=list)
 
 
+def context_beyond_model(config: ModelConfig, max_model_len: int) -> str:
+    """Why ``max_model_len`` is longer than the model takes (vLLM refuses to start then), or ""."""
+    most = config.max_position_embeddings
+    if not most or max_model_len <= most:
+        return ""
+    return (
+        f"Does not fit: max_model_len {max_model_len:,} is longer than the model's own context of {most:,} tokens "
+        f"(config.json); vLLM refuses to start with it. Use {most:,} or less."
+    )
+
+
 def plan_cpu(
     config: ModelConfig, weights_bytes: int, kv_space_gib: float, max_model_len: int, host_memory_bytes: int = 0
 ) -> SizingPlan:
@@ -97,7 +108,8 @@ def plan_cpu(
     context = max_model_len or config.max_position_embeddings
     needed = budget + weights_bytes + CPU_ENGINE_OVERHEAD
     fits_memory = not host_memory_bytes or needed <= host_memory_bytes
-    fits = capacity >= context > 0 and fits_memory
+    beyond_model = context_beyond_model(config, context)
+    fits = capacity >= context > 0 and fits_memory and not beyond_model
     reasons = [
         f"Weights: {weights_bytes:,} bytes ({weights_bytes / GIB:.2f} GiB), summed from the checkpoint's "
         "safetensors headers.",
@@ -108,7 +120,9 @@ def plan_cpu(
         f"of {VLLM_CPU_BLOCK_SIZE} tokens = {capacity:,} tokens of KV capacity.",
     ]
     concurrency = capacity / context if context else 0.0
-    if not fits_memory:
+    if beyond_model:
+        reasons.append(beyond_model)
+    elif not fits_memory:
         room = (host_memory_bytes - weights_bytes - CPU_ENGINE_OVERHEAD) / GIB
         reasons.append(
             f"Does not fit: {kv_space_gib:g} GiB of KV cache, {weights_bytes / GIB:.2f} GiB of weights and about "

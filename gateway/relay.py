@@ -98,6 +98,7 @@ class Exchange:
         self.strip_usage = False
         self.translation = Translation.NONE
         self.at_boundary = True  # the bytes sent so far end between two events
+        self.events_out = False  # some of the engine's stream has gone to the client
 
     async def run(self, path: str, body: bytes, prefix: bytes, send: Send) -> None:
         """Try the replicas in the router's order; move on only when one cannot be reached at all."""
@@ -171,6 +172,7 @@ class Exchange:
                     self.outcome.ttft_seconds = time.monotonic() - self.started
                 out = converter.feed(chunk) if converter else stripper.feed(chunk) if self.strip_usage else chunk
                 if out:
+                    self.events_out = True
                     boundary = out.endswith(b"\n\n")
                     self.at_boundary = False  # until this write is out, a keep-alive could split an event
                     await self._send(send, out)
@@ -194,10 +196,14 @@ class Exchange:
         """Every HEARTH_SSE_KEEPALIVE seconds of engine silence, a keep-alive between two events."""
         interval = settings.HEARTH_SSE_KEEPALIVE
         ping = KEEPALIVE[Surface(self.outcome.surface)]
+        anthropic = self.outcome.surface == Surface.ANTHROPIC
         while True:
             await asyncio.sleep(max(self.last_sent + interval - time.monotonic(), 0.05))
-            if time.monotonic() - self.last_sent >= interval and self.at_boundary:
-                self.last_sent = time.monotonic()
+            if time.monotonic() - self.last_sent < interval:
+                continue
+            self.last_sent = time.monotonic()
+            # Anthropic's own streams ping only after message_start; an SSE comment is fine anywhere.
+            if self.at_boundary and not (anthropic and not self.events_out):
                 await self._send(send, ping)
 
     def _finish_stream(self, watcher: StreamWatcher, status: int) -> None:

@@ -3,9 +3,10 @@
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 
 from console.models import ApiKey, Deployment, ModelSource
 from tests.test_modelconfig import CONFIG, write_safetensors
@@ -179,3 +180,22 @@ def test_flags_the_plan_or_hearth_own_are_refused_among_extra_engine_flags(
     )
     assert resp.status_code == 400 and resp.json()["detail"].startswith(refused)
     assert not Deployment.objects.exists()
+
+
+@override_settings(HEARTH_GPU_INVENTORY="sim:2xA100-80GB")
+def test_gpus_held_by_a_running_deployment_are_not_planned_again(admin: Client, smollm2: ModelSource) -> None:
+    def create(name: str) -> Any:
+        return admin.post(
+            "/api/deployments",
+            {"name": name, "model": smollm2.name, "engine": "simulator", "max_model_len": 2048},
+            content_type="application/json",
+        )
+
+    first = create("first").json()
+    assert first["plan"]["gpu_indices"] == [0]
+    Deployment.objects.filter(pk=first["id"]).update(state="ready")
+    second = create("second").json()
+    assert second["plan"]["gpu_indices"] == [1] and "GPU 0 (first)" in second["plan"]["reasons"][-1]
+    Deployment.objects.filter(pk=second["id"]).update(state="loading")
+    third = create("third")
+    assert third.status_code == 400 and third.json()["detail"].startswith("Every GPU is held by a running deployment")

@@ -29,3 +29,18 @@ def test_it_recognises_cuda_out_of_memory() -> None:
 
 def test_a_clean_log_has_no_cause() -> None:
     assert scan("INFO: Application startup complete.\n") == scan("")
+
+
+def test_a_pydantic_error_brings_the_reason_on_the_following_lines() -> None:
+    log = """(APIServer pid=7) ERROR 11-30 02:01:00 [api.py:1] pydantic_core._pydantic_core.ValidationError: 1 \
+validation error for ModelConfig
+  Value error, User-specified max_model_len (20000) is greater than the derived max_model_len (8192). [type=value_error]
+    For further information visit https://errors.pydantic.dev/2.12/v/value_error
+"""
+    cause = scan(log).cause
+    assert cause is not None and "User-specified max_model_len (20000) is greater" in cause
+
+
+def test_a_long_cause_is_cut_at_a_word_with_an_ellipsis() -> None:
+    cause = scan("RuntimeError: " + "word " * 200).cause
+    assert cause is not None and cause.endswith("…") and len(cause) <= 400 and "wor…" not in cause

@@ -145,7 +145,8 @@ def test_llama_70b_on_one_h100_does_not_fit_and_says_what_would() -> None:
     plan = plan_gpu(parse_config(LLAMA_70B), LLAMA_70B_BYTES, simulated_inventory("1xH100-80GB"), PlanRequest())
     assert not plan.fits and plan.kv_capacity_tokens == 0
     remedies = " ".join(plan.remedies)
-    assert "Use an FP8 checkpoint" in remedies and "More GPUs: 2 × NVIDIA H100 80GB HBM3" in remedies
+    assert "Use an FP8 checkpoint (about 66 GiB of weights), with max_model_len 12,288 or less" in remedies
+    assert "More GPUs: 4 × NVIDIA H100 80GB HBM3 at tensor parallel 4" in remedies  # 2 cannot hold 131,072 tokens
 
 
 def test_a_context_too_long_for_one_gpu_is_shortened_when_not_set_and_said_so() -> None:
@@ -191,3 +192,10 @@ def test_tensor_parallel_must_divide_the_attention_heads() -> None:
 def test_no_gpus_is_a_refusal_not_a_crash() -> None:
     plan = plan_gpu(parse_config(LLAMA_8B), LLAMA_8B_BYTES, Inventory("none"), PlanRequest())
     assert not plan.fits and plan.reasons == ["There are no GPUs in this inventory."]
+
+
+def test_the_gpu_plan_refuses_a_context_beyond_the_model_too() -> None:
+    plan = plan_gpu(
+        parse_config(LLAMA_8B), LLAMA_8B_BYTES, simulated_inventory("1xH100-80GB"), PlanRequest(max_model_len=999_999)
+    )
+    assert not plan.fits and "longer than the model's own context of 131,072 tokens" in plan.reasons[0]

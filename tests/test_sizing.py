@@ -111,3 +111,8 @@ def test_it_refuses_a_kv_space_the_host_cannot_hold() -> None:
 def test_a_kv_space_below_one_block_says_so_rather_than_suggesting_zero() -> None:
     plan = plan_cpu(SMOLLM2, SMOLLM2_WEIGHTS, 0.001, 2048)
     assert not plan.fits and "holds not one block of 128 tokens. Raise the KV space to 1 GiB" in plan.reasons[-1]
+
+
+def test_a_context_longer_than_the_model_takes_is_refused_as_vllm_would() -> None:
+    plan = plan_cpu(SMOLLM2, SMOLLM2_WEIGHTS, 4, 20_000)
+    assert not plan.fits and "longer than the model's own context of 8,192 tokens" in plan.reasons[-1]

@@ -6,6 +6,7 @@ or *.safetensors, or --weights-bytes), or ``org/name@revision`` on Hugging Face.
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,10 @@ def _sibling_weights(config_path: Path) -> int:
 
 
 class Command(BaseCommand):
-    help = "Print the sizing plan for a model on a GPU box (a simulated profile or the inventory in force)."
+    help = (
+        "Print the sizing plan for a model on a GPU box (a simulated profile or the inventory in force); "
+        "exit status 1 when it does not fit."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("model", help="checkpoint folder, config.json, or org/name@revision")
@@ -81,15 +85,16 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if opts["json"]:
             self.stdout.write(json.dumps(dataclasses.asdict(plan), indent=2))
-            return
-        self.stdout.write(f"{config.architecture} on {inventory.describe()}")
-        self.stdout.write(
-            ("FITS" if plan.fits else "DOES NOT FIT") + f" at tensor parallel {plan.tensor_parallel_size}"
-        )
-        for line in plan.reasons:
-            self.stdout.write(f"  - {line}")
-        for line in plan.remedies:
-            self.stdout.write(f"  * {line}")
+        else:
+            verdict = "FITS" if plan.fits else "DOES NOT FIT"
+            self.stdout.write(f"{config.architecture} on {inventory.describe()}")
+            self.stdout.write(f"{verdict} at tensor parallel {plan.tensor_parallel_size}")
+            for line in plan.reasons:
+                self.stdout.write(f"  - {line}")
+            for line in plan.remedies:
+                self.stdout.write(f"  * {line}")
+        if not plan.fits:
+            sys.exit(1)  # scripts can tell "does not fit" apart
 
     @staticmethod
     def _inventory(name: str) -> Inventory:
