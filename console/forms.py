@@ -1,3 +1,4 @@
+import shlex
 from typing import Any
 
 from django import forms
@@ -46,6 +47,11 @@ class DeploymentForm(forms.Form):
         min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPU engines only; 0 = auto."
     )
 
+    extra_args = forms.CharField(
+        required=False, max_length=2000, label="Extra engine flags",
+        help_text="Added to the engine's command line as written, e.g. --enable-prefix-caching. "
+        "Flags the plan decides (max_model_len, TP...) go in their own fields.",
+    )  # fmt: skip
     replica_count = forms.IntegerField(
         min_value=1, max_value=8, initial=1, required=False, label="Replicas",
         help_text="Engines serving this model at once.",
@@ -60,6 +66,12 @@ class DeploymentForm(forms.Form):
             if data.get(name) in (None, ""):
                 data[name] = self.fields[name].initial
         return data
+
+    def clean_extra_args(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data.get("extra_args") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(f"Cannot read these flags: {exc}.") from None
 
     def plan_options(self) -> dict[str, Any]:
         """The cleaned values services.plan_for takes as options."""

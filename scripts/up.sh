@@ -21,8 +21,9 @@ if ! "$PY" -c "import redis, os; redis.Redis.from_url(os.environ['REDIS_URL']).p
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
   fi
   command -v redis-server >/dev/null || { echo "up: no Redis at $REDIS_URL and redis-server is not installed" >&2; exit 1; }
-  echo "up: starting redis-server on 127.0.0.1:6379 (data in $DATA)"
-  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no --dir "$DATA" \
+  REDIS_PORT=$("$PY" -c "import os, urllib.parse; print(urllib.parse.urlsplit(os.environ['REDIS_URL']).port or 6379)")
+  echo "up: starting redis-server on 127.0.0.1:$REDIS_PORT (data in $DATA)"
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no --dir "$DATA" \
     --pidfile "$DATA/redis.pid" --logfile "$DATA/logs/redis.log"
   sleep 0.5
 fi

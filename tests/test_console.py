@@ -199,3 +199,30 @@ def test_gpus_held_by_a_running_deployment_are_not_planned_again(admin: Client, 
     Deployment.objects.filter(pk=second["id"]).update(state="loading")
     third = create("third")
     assert third.status_code == 400 and third.json()["detail"].startswith("Every GPU is held by a running deployment")
+
+
+def test_extra_engine_flags_from_the_console_form(admin: Client, smollm2: ModelSource) -> None:
+    admin.post(
+        "/deployments/",
+        {
+            "name": "smol",
+            "model": smollm2.pk,
+            "engine": "vllm-cpu",
+            "max_model_len": 2048,
+            "kv_space_gib": 1,
+            "extra_args": "--enable-prefix-caching --seed '7'",
+        },
+    )
+    assert Deployment.objects.get().extra_args == ["--enable-prefix-caching", "--seed", "7"]
+    resp = admin.post(
+        "/deployments/",
+        {
+            "name": "bad",
+            "model": smollm2.pk,
+            "engine": "vllm-cpu",
+            "max_model_len": 2048,
+            "kv_space_gib": 1,
+            "extra_args": "--seed 'unclosed",
+        },
+    )
+    assert "Cannot read these flags" in resp.text and Deployment.objects.count() == 1
