@@ -185,7 +185,9 @@ class Exchange:
         tail = stripper.flush() if self.strip_usage else b""
         if converter is not None and not self.outcome.truncated:
             tail = converter.finish()
-        if self.outcome.truncated and not (watcher.done or watcher.error):  # never after [DONE] or the engine's own
+        # An error event closes a cut stream, but never after [DONE] or the engine's own error event
+        # (a translated stream has neither: its client never sees the engine's OpenAI events).
+        if self.outcome.truncated and (converter is not None or not (watcher.done or watcher.error)):
             tail += errors.stream_error_event(
                 "The engine ended the stream before it finished; the response is incomplete.",
                 "upstream_truncated", Surface(self.outcome.surface),
