@@ -50,7 +50,9 @@ class PlanIn(Schema):
     tensor_parallel_size: int = 0
 
     def options(self) -> dict[str, Any]:
-        return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "replica_count"})
+        return self.dict(
+            exclude={"model", "engine", "name", "served_model_name", "extra_args", "replica_count", "max_tokens_cap"}
+        )
 
 
 class DeploymentIn(PlanIn):
@@ -58,6 +60,7 @@ class DeploymentIn(PlanIn):
     served_model_name: str = ""
     extra_args: list[str] = Field(default_factory=list)
     replica_count: int = 1
+    max_tokens_cap: int | None = None
 
 
 class DeploymentOut(Schema):
@@ -76,6 +79,10 @@ class KeyIn(Schema):
     allowed_models: list[str] = Field(default_factory=list)
     max_tokens_cap: int | None = None
     expires_in_days: int | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    max_concurrent: int | None = None
 
 
 class KeyOut(Schema):
@@ -124,6 +131,7 @@ def create_deployment(request: HttpRequest, data: DeploymentIn) -> Status[Deploy
             served_model_name=data.served_model_name,
             extra_args=data.extra_args,
             replica_count=data.replica_count,
+            max_tokens_cap=data.max_tokens_cap,
             **data.options(),
         ),
     )

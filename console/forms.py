@@ -47,6 +47,9 @@ class DeploymentForm(forms.Form):
         min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPU engines only; 0 = auto."
     )
 
+    max_tokens_cap = forms.IntegerField(
+        required=False, min_value=1, label="max_tokens cap", help_text="Tokens a request may generate; empty: none."
+    )
     extra_args = forms.CharField(
         required=False, max_length=2000, label="Extra engine flags",
         help_text="Added to the engine's command line as written, e.g. --enable-prefix-caching. "
@@ -87,12 +90,18 @@ class ApiKeyForm(forms.Form):
         required=False, min_value=1, label="max_tokens cap", help_text="Tokens per request; empty: no cap."
     )
     expires_in_days = forms.IntegerField(required=False, min_value=1, help_text="Empty: never expires.")
+    requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: unlimited.")
+    tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion.")
+    tokens_per_day = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion, per UTC day.")
+    max_concurrent = forms.IntegerField(required=False, min_value=1, label="Requests at once")
 
     def limits(self) -> dict[str, Any]:
         """The cleaned limits as services.create_key takes them."""
-        models = [m.strip() for m in self.cleaned_data["allowed_models"].split(",") if m.strip()]
-        return {"allowed_models": models, "max_tokens_cap": self.cleaned_data["max_tokens_cap"],
-                "expires_in_days": self.cleaned_data["expires_in_days"]}  # fmt: skip
+        data = self.cleaned_data
+        models = [m.strip() for m in data["allowed_models"].split(",") if m.strip()]
+        names = ("max_tokens_cap", "expires_in_days", "requests_per_minute", "tokens_per_minute", "tokens_per_day",
+                 "max_concurrent")  # fmt: skip
+        return {"allowed_models": models, **{name: data[name] for name in names}}
 
 
 class SetupForm(forms.Form):

@@ -89,6 +89,9 @@ class Deployment(models.Model):
     kv_space_gib = models.FloatField(help_text="KV cache budget in GiB (vLLM CPU).")
     extra_args = models.JSONField(default=list, blank=True, help_text="Engine flags the admin added.")
     replica_count = models.PositiveSmallIntegerField(default=1, help_text="Engines serving this model at once.")
+    max_tokens_cap = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tokens a request may generate here, whatever it asks; None: no cap."
+    )
     plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
     state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
     state_reason = models.TextField(blank=True)
@@ -159,6 +162,10 @@ class ApiKey(models.Model):
     max_tokens_cap = models.PositiveIntegerField(
         null=True, blank=True, help_text="Tokens; a request asking for more (or for no limit) is capped to this."
     )
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True, help_text="None: unlimited.")
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True, help_text="Prompt + completion tokens.")
+    tokens_per_day = models.PositiveIntegerField(null=True, blank=True, help_text="Prompt + completion, UTC day.")
+    max_concurrent = models.PositiveIntegerField(null=True, blank=True, help_text="Requests at once.")
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

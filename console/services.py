@@ -194,6 +194,7 @@ def create_deployment(
     gpu_memory_utilization: float = 0.0,
     tensor_parallel_size: int = 0,
     replica_count: int = 1,
+    max_tokens_cap: int | None = None,
 ) -> Deployment:
     """Create a stopped deployment with its plan; launch it with ``launch``.
 
@@ -202,6 +203,8 @@ def create_deployment(
     """
     if not 1 <= replica_count <= MAX_REPLICAS:
         raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
+    if max_tokens_cap is not None and max_tokens_cap < 1:
+        raise ConsoleError("The max_tokens cap must be at least 1 token (or empty for none).")
     name = _check_name(name, "Deployment name")
     served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
     flags = user_flag_names(extra_args or [])
@@ -242,6 +245,7 @@ def create_deployment(
                 extra_args=extra_args or [],
                 plan=plan,
                 replica_count=replica_count,
+                max_tokens_cap=max_tokens_cap,
                 state=DeploymentState.STOPPED,
             )
     except IntegrityError:
@@ -275,6 +279,9 @@ def stop(deployment: Deployment) -> None:
         transaction.on_commit(lambda: stop_deployment.delay(deployment.pk))
 
 
+QUOTA_FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
+
+
 def create_key(
     name: str,
     user: Any,
@@ -282,26 +289,29 @@ def create_key(
     allowed_models: list[str] | None = None,
     max_tokens_cap: int | None = None,
     expires_in_days: int | None = None,
+    **quota: int | None,
 ) -> tuple[ApiKey, str]:
     """A new API key; returns (row, key). The key is in no row and no log: show it once.
 
-    ``allowed_models`` (served model names; empty: all), ``max_tokens_cap`` (tokens per request) and
-    ``expires_in_days`` limit it. Raises ConsoleError for a bad name or limit.
+    ``allowed_models`` (served model names; empty: all), ``max_tokens_cap`` (tokens per request),
+    ``expires_in_days`` and the quotas in QUOTA_FIELDS (None: unlimited) limit it. Raises ConsoleError
+    for a bad name or limit.
     """
     name = name.strip()
     if not name or len(name) > 100:
         raise ConsoleError("Give the key a name of 1–100 characters (who or what will use it).")
-    if max_tokens_cap is not None and max_tokens_cap < 1:
-        raise ConsoleError("The max_tokens cap must be at least 1 token (or empty for none).")
-    if expires_in_days is not None and expires_in_days < 1:
-        raise ConsoleError("A key expires after at least 1 day (or leave it empty: never).")
+    if unknown := set(quota) - set(QUOTA_FIELDS):
+        raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
+    limits = {"max_tokens_cap": max_tokens_cap, "expires_in_days": expires_in_days, **quota}
+    if bad := [k for k, v in limits.items() if v is not None and v < 1]:
+        raise ConsoleError(f"{', '.join(bad)} must be at least 1 (or empty for no limit).")
     models = sorted({_check_name(m, "Allowed model", SERVED_NAME) for m in allowed_models or [] if m.strip()})
     expires = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
     key, prefix, digest = new_key()
     with transaction.atomic():
         row = ApiKey.objects.create(
             name=name, prefix=prefix, key_hash=digest, created_by=user, allowed_models=models,
-            max_tokens_cap=max_tokens_cap, expires_at=expires,
+            max_tokens_cap=max_tokens_cap, expires_at=expires, **quota,
         )  # fmt: skip
         transaction.on_commit(bump_routing_version)
     return row, key

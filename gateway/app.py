@@ -17,7 +17,7 @@ import aiohttp
 from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway import errors
+from gateway import errors, quotas
 from gateway.accounting import Outcome, flush, record
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
@@ -77,7 +77,8 @@ class Gateway:
         try:
             await self._dispatch(scope, path, receive, send)
         except GatewayError as exc:
-            await _send_json(send, exc.status, exc.body(surface))
+            retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
+            await _send_json(send, exc.status, exc.body(surface), retry)
 
     async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
         method = scope["method"]
@@ -110,7 +111,8 @@ class Gateway:
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
         exchange = Exchange(self.session, route, outcome, kind, self.router)
-        changed = cap_max_tokens(path, request, entry.max_tokens_cap)
+        caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
+        changed = cap_max_tokens(path, request, min(caps) if caps else None)
         engine_path = path
         if surface == Surface.ANTHROPIC and not route.speaks_anthropic:
             try:
@@ -123,14 +125,22 @@ class Gateway:
             changed |= exchange.strip_usage
         if changed:
             body = json.dumps(request).encode()
+        slot = False
         try:
+            if entry.quota.any:
+                slot = await quotas.admit(self.registry.redis, entry.id, entry.quota)
             prefix = prefix_key(route.served_model_name, request)
             await _until_client_leaves(exchange.run(engine_path, body, prefix, send), receive, outcome)
         except GatewayError as exc:
-            outcome.status = exc.status
+            outcome.status = exc.status  # refusals are logged and counted as errors, never as successes
             raise
         finally:
             outcome.duration_seconds = time.monotonic() - exchange.started
+            if slot:
+                await quotas.release(self.registry.redis, entry.id)
+            if entry.quota.tokens_per_minute or entry.quota.tokens_per_day:
+                prompt, completion, _ = outcome.tokens()
+                await quotas.spend(self.registry.redis, entry.id, (prompt or 0) + (completion or 0))
             await record(outcome)
 
 
@@ -219,6 +229,7 @@ async def _wait_disconnect(receive: Receive) -> None:
         pass
 
 
-async def _send_json(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+async def _send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    all_headers = [(b"content-type", b"application/json"), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
     await send({"type": "http.response.body", "body": body})

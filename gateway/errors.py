@@ -32,6 +32,7 @@ class GatewayError(Exception):
     type: str = "invalid_request_error"
     code: str | None = None
     param: str | None = None
+    retry_after: int | None = None  # seconds, sent as the Retry-After header
 
     def body(self, surface: Surface = Surface.OPENAI) -> bytes:
         if surface == Surface.ANTHROPIC:

@@ -16,6 +16,7 @@ from console.models import ApiKey, Deployment, DeploymentState
 from console.services import ROUTING_VERSION_KEY
 from engines.launch import speaks_anthropic
 from gateway.keys import key_prefix, matches
+from gateway.quotas import Quota
 
 RELOAD_EVERY = 30.0  # seconds
 
@@ -38,6 +39,7 @@ class Route:
     max_model_len: int
     created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
     speaks_anthropic: bool = True  # else the gateway translates /v1/messages to the chat API
+    max_tokens_cap: int | None = None  # the deployment's own cap on generated tokens per request
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class KeyEntry:
     allowed_models: frozenset[str]
     max_tokens_cap: int | None
     expires_at: float | None  # Unix seconds
+    quota: Quota = field(default_factory=Quota)
 
     def allows(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
@@ -66,8 +69,9 @@ def load_snapshot() -> Snapshot:
     snap = Snapshot()
     for key in ApiKey.objects.filter(revoked_at__isnull=True):
         expires = key.expires_at.timestamp() if key.expires_at else None
+        quota = Quota(key.requests_per_minute, key.tokens_per_minute, key.tokens_per_day, key.max_concurrent)
         snap.keys[key.prefix] = KeyEntry(
-            key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap, expires
+            key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap, expires, quota
         )
     for dep in Deployment.objects.prefetch_related("replicas"):
         snap.states[dep.served_model_name] = dep.state
@@ -77,7 +81,7 @@ def load_snapshot() -> Snapshot:
             created = int(min(r.ready_at for r in ready if r.ready_at).timestamp())
             snap.routes[dep.served_model_name] = Route(
                 dep.served_model_name, upstreams, dep.max_model_len, created,
-                speaks_anthropic(dep.engine, dep.extra_args),
+                speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
             )  # fmt: skip
     return snap
 
@@ -101,11 +105,16 @@ class Registry:
         await asyncio.shield(self._check)
         return self.snapshot
 
-    async def _refresh(self) -> None:
+    @property
+    def redis(self) -> aioredis.Redis:
+        """This process's Redis client (a bounded pool that waits for a free connection rather than failing)."""
         if self._redis is None:
-            pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=16, timeout=5)
+            pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=32, timeout=5)
             self._redis = aioredis.Redis(connection_pool=pool)
-        version = await self._redis.get(ROUTING_VERSION_KEY)
+        return self._redis
+
+    async def _refresh(self) -> None:
+        version = await self.redis.get(ROUTING_VERSION_KEY)
         if version != self._version or time.monotonic() - self._loaded_at > RELOAD_EVERY:
             self.snapshot = await sync_to_async(load_snapshot)()
             self._version, self._loaded_at = version, time.monotonic()

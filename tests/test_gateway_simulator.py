@@ -62,7 +62,8 @@ class Served:
         return httpx.get(f"{replica.base_url}/metrics", timeout=10).text
 
 
-def deploy(web: str, client: httpx.Client, name: str, extra_args: list[str] | None = None) -> int:
+def ensure_model() -> None:
+    """The llama-8b model row (a Hugging Face repo: the simulator loads no weights)."""
     config = json.loads(open(LLAMA_8B).read())["config"]
     if not ModelSource.objects.filter(name="llama-8b").exists():
         ModelSource.objects.create(
@@ -73,6 +74,10 @@ def deploy(web: str, client: httpx.Client, name: str, extra_args: list[str] | No
             config=config,
             weights_bytes=16_060_522_496,
         )
+
+
+def deploy(web: str, client: httpx.Client, name: str, extra_args: list[str] | None = None) -> int:
+    ensure_model()
     resp = client.post(
         "/api/deployments",
         json={
@@ -443,22 +448,11 @@ def test_two_replicas_share_the_load_keep_conversations_together_and_survive_one
     web: str, worker: Proc, admin_user: object
 ) -> None:
     client = login(web)
+    ensure_model()
     resp = client.post(
         "/api/deployments",
         json={"name": "pair", "model": "llama-8b", "engine": "simulator", "max_model_len": 8192, "replica_count": 2},
     )
-    if resp.status_code == 400:  # the model row is made by deploy(); make it, then ask again
-        deploy(web, client, "seed")
-        resp = client.post(
-            "/api/deployments",
-            json={
-                "name": "pair",
-                "model": "llama-8b",
-                "engine": "simulator",
-                "max_model_len": 8192,
-                "replica_count": 2,
-            },
-        )
     dep_id = resp.json()["id"]
     client.post(f"/api/deployments/{dep_id}/launch")
     assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
@@ -498,7 +492,7 @@ def test_two_replicas_share_the_load_keep_conversations_together_and_survive_one
 
 def test_replicas_that_need_more_gpus_than_the_box_has_are_refused(web: str, worker: Proc, admin_user: object) -> None:
     client = login(web)
-    deploy(web, client, "seed2")
+    ensure_model()
     resp = client.post(
         "/api/deployments",
         json={"name": "big", "model": "llama-8b", "engine": "simulator", "tensor_parallel_size": 4, "replica_count": 3},
@@ -536,5 +530,58 @@ def test_anthropic_clients_work_with_an_engine_that_only_speaks_openai(
             model="chat-only", max_tokens=32, messages=[{"role": "user", "content": "Go [[sim:drop-mid-stream=2]]"}]
         ) as broken:
             list(broken)
+    client.post(f"/api/deployments/{dep_id}/stop")
+    wait_state(client, dep_id, {"stopped"})
+
+
+def test_quotas_answer_429_with_retry_after_and_are_logged_as_errors(served: Served) -> None:
+    rpm = served.client.post("/api/keys", json={"name": "rpm", "requests_per_minute": 2}).json()
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=rpm["key"], max_retries=0)
+    for _ in range(2):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    with pytest.raises(openai.RateLimitError) as limited:
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert 1 <= int(limited.value.response.headers["retry-after"]) <= 60
+    assert limited.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
+    with pytest.raises(anthropic.RateLimitError):
+        anthropic.Anthropic(base_url=served.web, api_key=rpm["key"], max_retries=0).messages.create(
+            model="llama", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
+        )
+    assert [log.status for log in wait_for_logs(4)] == [200, 200, 429, 429]
+
+    tokens = served.client.post("/api/keys", json={"name": "tpm", "tokens_per_minute": 5}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=tokens, max_retries=0)
+    sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hello there"}], max_tokens=8)
+    with pytest.raises(openai.RateLimitError, match="tokens per minute"):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+
+
+def test_a_key_limited_to_one_request_at_once_is_refused_a_second(served: Served) -> None:
+    key = served.client.post("/api/keys", json={"name": "one", "max_concurrent": 1}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
+    slow = sdk.chat.completions.create(
+        model="llama", max_tokens=3, stream=True, messages=[{"role": "user", "content": "Slow [[sim:stall-first=2]]"}]
+    )
+    with pytest.raises(openai.RateLimitError, match="requests at once"):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert list(slow)[-1].choices[0].finish_reason == "length"
+    sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)  # freed
+
+
+def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Proc, admin_user: object) -> None:
+    client = login(web)
+    ensure_model()
+    resp = client.post(
+        "/api/deployments",
+        json={"name": "capped", "model": "llama-8b", "engine": "simulator", "max_model_len": 8192, "max_tokens_cap": 2},
+    )
+    dep_id = resp.json()["id"]
+    client.post(f"/api/deployments/{dep_id}/launch")
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+    key = client.post("/api/keys", json={"name": "any"}).json()["key"]
+    reply = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0).chat.completions.create(
+        model="capped", messages=[{"role": "user", "content": "Talk a lot"}], max_tokens=100
+    )
+    assert reply.usage and reply.usage.completion_tokens == 2
     client.post(f"/api/deployments/{dep_id}/stop")
     wait_state(client, dep_id, {"stopped"})
