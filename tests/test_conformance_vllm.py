@@ -1,0 +1,120 @@
+"""The gateway's surfaces with the official SDKs against the real vLLM CPU engine (SmolLM2-135M).
+
+One deployment serves the whole module. What a 135M model cannot do (tool calls) and the faults only a
+simulator can inject are covered against the simulator in tests/test_gateway_simulator.py.
+"""
+
+import time
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from console.models import Replica
+from tests.conftest import Proc, login
+from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, wait_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
+HI = [{"role": "user", "content": "Say hello."}]
+
+
+class Engine:
+    def __init__(self, web: str, key: str, dep_id: int) -> None:
+        self.web, self.key, self.dep_id = web, key, dep_id
+
+    def openai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.web}/v1", api_key=self.key, max_retries=0, timeout=120)
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.web, api_key=self.key, max_retries=0, timeout=120)
+
+    def running(self) -> float:
+        replica = Replica.objects.filter(deployment_id=self.dep_id).latest("id")
+        for family in text_string_to_metric_families(httpx.get(f"{replica.base_url}/metrics").text):
+            for sample in family.samples:
+                if sample.name == "vllm:num_requests_running":
+                    return sample.value
+        return -1.0
+
+
+@pytest.fixture
+def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
+    client = login(web)
+    client.post("/api/models", json={"name": "smollm2", "path": str(MODEL_DIR)})
+    dep_id = client.post(
+        "/api/deployments",
+        json={"name": "smol", "model": "smollm2", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+    ).json()["id"]
+    client.post(f"/api/deployments/{dep_id}/launch")
+    assert wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)["state"] == "ready"
+    yield Engine(web, client.post("/api/keys", json={"name": "conformance"}).json()["key"], dep_id)
+    client.post(f"/api/deployments/{dep_id}/stop")
+    wait_for(client, dep_id, {"stopped"}, 60)
+
+
+def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine: Engine) -> None:
+    from gateway.models import RequestLog
+
+    sdk = engine.openai()
+    chunks = list(
+        sdk.chat.completions.create(
+            model="smol",
+            messages=HI,
+            max_tokens=6,
+            stream=True,  # type: ignore[arg-type]
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[-1].usage and chunks[-1].usage.completion_tokens == 6 and chunks[-2].choices[0].finish_reason
+    plain = list(sdk.chat.completions.create(model="smol", messages=HI, max_tokens=4, stream=True))  # type: ignore[arg-type]
+    assert all(chunk.choices for chunk in plain)  # no usage chunk the client did not ask for...
+    reply = sdk.chat.completions.create(
+        model="smol",
+        messages=HI,
+        n=2,
+        max_tokens=50,  # type: ignore[arg-type]
+        max_completion_tokens=3,
+        logprobs=True,
+    )
+    assert [c.index for c in reply.choices] == [0, 1] and reply.usage and reply.usage.completion_tokens <= 6
+    assert reply.choices[0].logprobs is not None
+    text = "".join(
+        c.choices[0].text for c in sdk.completions.create(model="smol", prompt="Once upon", max_tokens=4, stream=True)
+    )
+    assert text
+    with pytest.raises(openai.BadRequestError, match="2048"):
+        sdk.chat.completions.create(model="smol", max_tokens=4, messages=[{"role": "user", "content": "word " * 3000}])
+
+    claude = engine.anthropic()
+    with claude.messages.stream(
+        model="smol",
+        max_tokens=8,
+        system=[{"type": "text", "text": "Be brief."}],
+        messages=[{"role": "user", "content": "Hi"}],
+    ) as stream:
+        kinds = [event.type for event in stream]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert claude.messages.count_tokens(model="smol", messages=[{"role": "user", "content": "Hi"}]).input_tokens > 0
+    time.sleep(1)  # rows are written in batches
+    logs = list(RequestLog.objects.order_by("id"))
+    assert logs[1].stream and logs[1].completion_tokens == 4  # ...yet its usage was recorded
+    assert [log.status for log in logs if log.status != 200] == [400]  # the refusal counts as an error
+
+    # A client that leaves stops vLLM generating for it.
+    with httpx.stream(
+        "POST",
+        f"{engine.web}/v1/chat/completions",
+        timeout=60,
+        headers={"Authorization": f"Bearer {engine.key}"},
+        json={"model": "smol", "max_tokens": 1500, "stream": True, "messages": HI},
+    ) as resp:
+        lines = resp.iter_lines()
+        for _ in range(6):
+            next(lines)
+    deadline = time.monotonic() + 3
+    while engine.running() != 0:
+        assert time.monotonic() < deadline, "vLLM kept generating for a client that left"
+        time.sleep(0.1)
