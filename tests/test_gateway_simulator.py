@@ -585,3 +585,23 @@ def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Pro
     assert reply.usage and reply.usage.completion_tokens == 2
     client.post(f"/api/deployments/{dep_id}/stop")
     wait_state(client, dep_id, {"stopped"})
+
+
+def test_silences_between_tokens_keep_the_stream_alive_and_whole(served: Served) -> None:
+    body = {
+        "model": "llama",
+        "max_tokens": 3,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Slowly [[sim:stall-between=2]]"}],
+    }
+    with httpx.stream(
+        "POST",
+        f"{served.web}/v1/chat/completions",
+        json=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {served.key}"},
+    ) as resp:
+        lines = [line for line in resp.iter_lines() if line]
+    first = next(i for i, line in enumerate(lines) if line.startswith("data:"))
+    assert ": keep-alive" in lines[first:]  # between events, never inside one
+    assert lines[-1] == "data: [DONE]" and '"finish_reason":"length"' in lines[-2].replace(" ", "")
