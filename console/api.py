@@ -10,6 +10,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, NinjaAPI, Schema, Status
+from ninja.errors import ValidationError
 from ninja.security import django_auth
 
 from console import services
@@ -23,6 +24,13 @@ api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="ap
 @api.exception_handler(ConsoleError)
 def console_error(request: HttpRequest, exc: ConsoleError) -> HttpResponse:
     return api.create_response(request, {"detail": str(exc)}, status=400)
+
+
+@api.exception_handler(ValidationError)
+def invalid_input(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    """Malformed input answers like any other fixable error: 400 with one readable sentence."""
+    problems = [f"{'.'.join(str(p) for p in e.get('loc', [])[1:])}: {e.get('msg')}" for e in exc.errors]
+    return api.create_response(request, {"detail": "; ".join(problems) or "Invalid input."}, status=400)
 
 
 class ModelIn(Schema):
@@ -48,11 +56,10 @@ class PlanIn(Schema):
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.0
     tensor_parallel_size: int = 0
+    replica_count: int = 1
 
     def options(self) -> dict[str, Any]:
-        return self.dict(
-            exclude={"model", "engine", "name", "served_model_name", "extra_args", "replica_count", "max_tokens_cap"}
-        )
+        return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "max_tokens_cap"})
 
 
 class DeploymentIn(PlanIn):
@@ -130,11 +137,27 @@ def create_deployment(request: HttpRequest, data: DeploymentIn) -> Status[Deploy
             engine=data.engine,
             served_model_name=data.served_model_name,
             extra_args=data.extra_args,
-            replica_count=data.replica_count,
             max_tokens_cap=data.max_tokens_cap,
             **data.options(),
         ),
     )
+
+
+@api.get("/deployments", response=list[DeploymentOut])
+def list_deployments(request: HttpRequest) -> list[Deployment]:
+    return list(Deployment.objects.order_by("name"))
+
+
+@api.delete("/deployments/{pk}", response={204: None})
+def delete_deployment(request: HttpRequest, pk: int) -> Status[None]:
+    services.delete_deployment(get_object_or_404(Deployment, pk=pk))
+    return Status(204, None)
+
+
+@api.delete("/models/{pk}", response={204: None})
+def delete_model(request: HttpRequest, pk: int) -> Status[None]:
+    services.delete_model(get_object_or_404(ModelSource, pk=pk))
+    return Status(204, None)
 
 
 @api.get("/deployments/{pk}", response=DeploymentOut)
@@ -161,6 +184,25 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
     """The live panel's numbers: canonical values (absent = no data), tokens/s, scrape age in seconds."""
     data = live_panel(get_object_or_404(Deployment, pk=pk))
     return {**dataclasses.asdict(data), "stale": data.stale}
+
+
+class KeyRow(Schema):
+    id: int
+    name: str
+    prefix: str
+    allowed_models: list[str]
+    max_tokens_cap: int | None
+    revoked: bool
+
+
+@api.get("/keys", response=list[KeyRow])
+def list_keys(request: HttpRequest) -> list[dict[str, object]]:
+    """Every key without its secret (Hearth keeps only its hash)."""
+    return [
+        {"id": k.pk, "name": k.name, "prefix": k.prefix, "allowed_models": k.allowed_models,
+         "max_tokens_cap": k.max_tokens_cap, "revoked": k.revoked_at is not None}
+        for k in ApiKey.objects.order_by("id")
+    ]  # fmt: skip
 
 
 @api.post("/keys", response={201: KeyOut})

@@ -78,7 +78,7 @@ class DeploymentForm(forms.Form):
 
     def plan_options(self) -> dict[str, Any]:
         """The cleaned values services.plan_for takes as options."""
-        return {k: self.cleaned_data[k] for k in self.PLAN_FIELDS}
+        return {k: self.cleaned_data[k] for k in (*self.PLAN_FIELDS, "replica_count")}
 
 
 class ApiKeyForm(forms.Form):

@@ -27,8 +27,8 @@ SCAN_LINES = 2000  # read for the root cause of a failure
 SIGKILL_CODES = {-9, 137}
 OOM_HINT_CPU = "It ran out of memory: lower the KV space or max_model_len, or give the engine more memory."
 OOM_HINT_GPU = (
-    "It ran out of GPU memory: lower gpu_memory_utilization (e.g. 0.90 → 0.85) or max_num_seqs, or add "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to the engine's environment."
+    "It ran out of GPU memory: create the deployment again with a lower gpu_memory_utilization (e.g. 0.90 → 0.85) "
+    "or a shorter max_model_len."
 )
 
 

@@ -29,10 +29,16 @@ from gateway.keys import new_key
 
 ROUTING_VERSION_KEY = "hearth:routing-version"
 MAX_REPLICAS = 8
+MAX_KV_SPACE_GIB = 65_536
+INT_MAX = 2**31 - 1  # PostgreSQL's integer column
+LIMIT_MAX = {"expires_in_days": 36_500}
 PLANNED_FLAGS = frozenset(
     {"--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size", "--kv-cache-dtype", "--max-num-seqs"}
 )  # flags whose values come from the plan; an override in extra_args would bypass its checks
-HEARTH_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port", "--api-key"})  # Hearth sets these
+HEARTH_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port", "--api-key", "--uds"})  # Hearth's
+# Flags that change how much GPU memory or how many GPUs an engine takes, behind the plan's back.
+RESOURCE_FLAGS = frozenset({"--pipeline-parallel-size", "--data-parallel-size", "--num-gpu-blocks-override",
+                            "--kv-cache-memory-bytes", "--block-size", "--cpu-offload-gb", "--config"})  # fmt: skip
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")  # e.g. meta-llama/Llama-3.1-8B-Instruct
 
@@ -130,15 +136,15 @@ def plan_for(
     """
     if engine not in EngineKind:
         raise ConsoleError(f"Unknown engine {engine!r}; choose one of: {', '.join(EngineKind)}.")
-    if max_model_len < 0 or tensor_parallel_size < 0 or not 0 <= gpu_memory_utilization < 1:
+    if not 0 <= max_model_len <= INT_MAX or not 0 <= tensor_parallel_size <= 64 or not 0 <= gpu_memory_utilization < 1:
         raise ConsoleError(
             "max_model_len and tensor parallel size must be 0 (auto) or more, "
             "gpu_memory_utilization 0 (auto) or a ratio below 1."
         )
     config = parse_config(model.config)
     if engine == EngineKind.VLLM_CPU:
-        if kv_space_gib <= 0:
-            raise ConsoleError("KV space must be above 0 GiB.")
+        if not 0 < kv_space_gib <= MAX_KV_SPACE_GIB:
+            raise ConsoleError(f"KV space must be above 0 and at most {MAX_KV_SPACE_GIB:,} GiB.")
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
         cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
         return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
@@ -156,11 +162,18 @@ def plan_for(
     except (InventoryError, ValueError) as exc:
         raise ConsoleError(str(exc)) from None
     plan = {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices)}
-    if held:
-        plan["reasons"].append(f"GPUs held by running deployments are left out: {held}.")
+    if held:  # first, so that a refusal's own reason stays the last one
+        plan["reasons"].insert(0, f"GPUs held by running deployments are left out: {held}.")
     if gpu_plan.tensor_parallel_size:
         free = [d.index for d in inventory.devices]
         plan["gpu_indices"] = free[: gpu_plan.tensor_parallel_size * replica_count]
+        needed = gpu_plan.tensor_parallel_size * replica_count
+        if gpu_plan.fits and needed > len(free):
+            plan["fits"] = False
+            plan["reasons"].append(
+                f"{replica_count} replicas at tensor parallel {gpu_plan.tensor_parallel_size} need {needed} GPUs; "
+                f"{len(free)} are free on this box."
+            )
     return plan
 
 
@@ -179,6 +192,12 @@ def free_gpus(inventory: Inventory) -> tuple[Inventory, str]:
     free = Inventory(inventory.source, [d for d in inventory.devices if d.index not in held])
     words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
     return free, words
+
+
+def _matching(flags: set[str], protected: frozenset[str]) -> list[str]:
+    """The protected flags that ``flags`` name, abbreviations included (vLLM's argparse accepts any
+    unambiguous prefix: ``--max-model`` is ``--max-model-len``)."""
+    return sorted({p for p in protected for f in flags if f.startswith("--") and len(f) > 3 and p.startswith(f)})
 
 
 def create_deployment(
@@ -203,14 +222,17 @@ def create_deployment(
     """
     if not 1 <= replica_count <= MAX_REPLICAS:
         raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
-    if max_tokens_cap is not None and max_tokens_cap < 1:
-        raise ConsoleError("The max_tokens cap must be at least 1 token (or empty for none).")
+    if max_tokens_cap is not None and not 1 <= max_tokens_cap <= INT_MAX:
+        raise ConsoleError(f"The max_tokens cap must be from 1 to {INT_MAX:,} tokens (or empty for none).")
     name = _check_name(name, "Deployment name")
     served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
     flags = user_flag_names(extra_args or [])
-    if owned := sorted(flags & HEARTH_FLAGS):
+    if owned := _matching(flags, HEARTH_FLAGS):
         raise ConsoleError(f"{', '.join(owned)}: Hearth sets these itself (the gateway relies on them).")
-    if planned := sorted(flags & PLANNED_FLAGS):
+    if resources := _matching(flags, RESOURCE_FLAGS):
+        raise ConsoleError(f"{', '.join(resources)}: these change what the engine takes of the GPUs behind the plan's "
+                           "back; Hearth does not pass them.")  # fmt: skip
+    if planned := _matching(flags, PLANNED_FLAGS):
         raise ConsoleError(
             f"{', '.join(planned)}: set {'it' if len(planned) == 1 else 'them'} in the deployment's fields, so the "
             "plan can check the value fits, not among the extra engine flags."
@@ -227,12 +249,6 @@ def create_deployment(
     )
     if not plan["fits"]:
         raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
-    gpus_needed = plan.get("tensor_parallel_size", 0) * replica_count
-    if gpus_needed > plan.get("gpu_count", gpus_needed):
-        raise ConsoleError(
-            f"{replica_count} replicas at tensor parallel {plan['tensor_parallel_size']} need {gpus_needed} GPUs; "
-            f"{plan['gpu_count']} are free on this box."
-        )
     try:
         with transaction.atomic():
             return Deployment.objects.create(
@@ -282,6 +298,23 @@ def stop(deployment: Deployment) -> None:
 QUOTA_FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
 
 
+def delete_deployment(deployment: Deployment) -> None:
+    """Forget a stopped or failed deployment and its replicas' records. Raises ConsoleError while it runs."""
+    with transaction.atomic():
+        if not Deployment.objects.filter(
+            pk=deployment.pk, state__in=[DeploymentState.STOPPED, DeploymentState.FAILED]
+        ).delete()[0]:
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
+        transaction.on_commit(bump_routing_version)
+
+
+def delete_model(model: ModelSource) -> None:
+    """Forget a model no deployment uses (its files stay where they are). Raises ConsoleError otherwise."""
+    if names := list(model.deployments.values_list("name", flat=True)):
+        raise ConsoleError(f"{model.name} is used by {', '.join(names)}; delete those deployments first.")
+    model.delete()
+
+
 def create_key(
     name: str,
     user: Any,
@@ -303,8 +336,10 @@ def create_key(
     if unknown := set(quota) - set(QUOTA_FIELDS):
         raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
     limits = {"max_tokens_cap": max_tokens_cap, "expires_in_days": expires_in_days, **quota}
-    if bad := [k for k, v in limits.items() if v is not None and v < 1]:
-        raise ConsoleError(f"{', '.join(bad)} must be at least 1 (or empty for no limit).")
+    if bad := [k for k, v in limits.items() if v is not None and not 1 <= v <= LIMIT_MAX.get(k, INT_MAX)]:
+        raise ConsoleError(
+            f"{', '.join(bad)} must be from 1 to {LIMIT_MAX.get(bad[0], INT_MAX):,} (or empty for no limit)."
+        )
     models = sorted({_check_name(m, "Allowed model", SERVED_NAME) for m in allowed_models or [] if m.strip()})
     expires = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
     key, prefix, digest = new_key()

@@ -147,3 +147,29 @@ def key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     services.revoke_key(key)
     messages.success(request, f"Revoked {key.name} ({key.prefix}…).")
     return redirect("console:keys")
+
+
+@login_required
+@require_POST
+def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    dep = get_object_or_404(Deployment, pk=pk)
+    try:
+        services.delete_deployment(dep)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+        return redirect("console:deployment", dep.pk)
+    messages.success(request, f"Deleted {dep.name}.")
+    return redirect("console:deployments")
+
+
+@login_required
+@require_POST
+def model_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    model = get_object_or_404(ModelSource, pk=pk)
+    try:
+        services.delete_model(model)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Deleted {model.name} (its files stay where they are).")
+    return redirect("console:models")

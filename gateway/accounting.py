@@ -57,6 +57,11 @@ class Outcome:
         return prompt, completion, cached
 
 
+def count_refusal(surface: str, status: int) -> None:
+    """Count a request the gateway refused before choosing an engine (bad key, unknown model, ...)."""
+    REQUESTS.labels("", surface, str(status)).inc()
+
+
 async def record(outcome: Outcome) -> None:
     """Count the request in the metrics and queue its RequestLog row for the next batch write."""
     REQUESTS.labels(outcome.model, outcome.surface, str(outcome.status)).inc()

@@ -18,7 +18,7 @@ from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway import errors, quotas
-from gateway.accounting import Outcome, flush, record
+from gateway.accounting import Outcome, count_refusal, flush, record
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
 from gateway.relay import Exchange, ask_for_usage, cap_max_tokens, translate_for_chat_engine
@@ -31,6 +31,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger(__name__)
+REFUSED_BEFORE_RELAY = {400, 401, 403, 404, 413, 503}  # answered by the gateway alone (400: a bad body)
 
 # POST endpoints relayed to the engine serving the body's model: path → (stream kind, error surface).
 POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
@@ -77,6 +78,8 @@ class Gateway:
         try:
             await self._dispatch(scope, path, receive, send)
         except GatewayError as exc:
+            if exc.status in REFUSED_BEFORE_RELAY:  # relayed requests are counted by gateway.accounting
+                count_refusal(surface, exc.status)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
             await _send_json(send, exc.status, exc.body(surface), retry)
 

@@ -82,10 +82,14 @@ def not_ready(name: str, state: str) -> GatewayError:
     )
 
 
+def engine_refused(name: str) -> GatewayError:
+    return GatewayError(502, f"The engine serving '{name}' refused the gateway's credentials; relaunch the "
+                        "deployment.", type="server_error", code="engine_refused")  # fmt: skip
+
+
 def upstream_unreachable(name: str) -> GatewayError:
-    return GatewayError(
-        502, f"The engine serving '{name}' did not answer.", type="server_error", code="upstream_unreachable"
-    )
+    return GatewayError(502, f"No replica serving '{name}' could be reached, or each closed the connection "
+                        "without an answer.", type="server_error", code="upstream_unreachable")  # fmt: skip
 
 
 def upstream_broke(name: str) -> GatewayError:

@@ -120,6 +120,8 @@ class Exchange:
     async def _relay(self, resp: aiohttp.ClientResponse, send: Send) -> None:
         self.outcome.status = resp.status
         async with resp:
+            if resp.status in (401, 403):  # the engine refused the gateway's own key: not the client's fault
+                raise errors.engine_refused(self.route.served_model_name)
             if resp.content_type == "text/event-stream":
                 await self._stream(resp, send)
             else:

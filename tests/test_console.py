@@ -168,6 +168,10 @@ def test_names_keep_their_case_and_follow_one_rule_in_console_and_api(admin: Cli
         (["-tp", "8"], "--tensor-parallel-size: set it"),
         (["--port", "1"], "--port: Hearth sets these itself"),
         (["--served-model-name", "other"], "--served-model-name: Hearth sets these itself"),
+        (["--max-model", "100000"], "--max-model-len: set it"),  # argparse takes unambiguous prefixes
+        (["--api-k", "stolen"], "--api-key: Hearth sets these itself"),
+        (["-pp", "2"], "--pipeline-parallel-size: these change what the engine takes of the GPUs"),
+        (["--num-gpu-blocks-override=9"], "--num-gpu-blocks-override: these change"),
     ],
 )
 def test_flags_the_plan_or_hearth_own_are_refused_among_extra_engine_flags(
@@ -195,8 +199,14 @@ def test_gpus_held_by_a_running_deployment_are_not_planned_again(admin: Client, 
     assert first["plan"]["gpu_indices"] == [0]
     Deployment.objects.filter(pk=first["id"]).update(state="ready")
     second = create("second").json()
-    assert second["plan"]["gpu_indices"] == [1] and "GPU 0 (first)" in second["plan"]["reasons"][-1]
+    assert second["plan"]["gpu_indices"] == [1] and "GPU 0 (first)" in second["plan"]["reasons"][0]
     Deployment.objects.filter(pk=second["id"]).update(state="loading")
+    wide = admin.post(
+        "/api/deployments",
+        {"name": "wide", "model": smollm2.name, "engine": "simulator", "tensor_parallel_size": 2},
+        content_type="application/json",
+    )
+    assert "There are no GPUs" not in wide.json()["detail"]  # the refusal's own reason, not the held-GPU note
     third = create("third")
     assert third.status_code == 400 and third.json()["detail"].startswith("Every GPU is held by a running deployment")
 
@@ -226,3 +236,51 @@ def test_extra_engine_flags_from_the_console_form(admin: Client, smollm2: ModelS
         },
     )
     assert "Cannot read these flags" in resp.text and Deployment.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "detail"),
+    [
+        ("/api/keys", {"name": "k", "max_tokens_cap": 10**20}, "max_tokens_cap must be from 1 to 2,147,483,647"),
+        ("/api/keys", {"name": "k", "expires_in_days": 10**9}, "expires_in_days must be from 1 to 36,500"),
+        ("/api/keys", {"name": "k", "max_tokens_cap": "lots"}, "max_tokens_cap: Input should be a valid integer"),
+        ("/api/plan", {"model": "smollm2-135m", "kv_space_gib": 1e308}, "KV space must be above 0 and at most"),
+    ],
+)
+def test_out_of_range_and_mistyped_input_is_a_400_not_a_500(
+    admin: Client, smollm2: ModelSource, path: str, body: dict[str, object], detail: str
+) -> None:
+    resp = admin.post(path, body, content_type="application/json")
+    assert resp.status_code == 400 and detail in resp.json()["detail"]
+
+
+def test_stopped_deployments_and_unused_models_can_be_deleted(admin: Client, smollm2: ModelSource) -> None:
+    dep = admin.post(
+        "/api/deployments",
+        {"name": "smol", "model": smollm2.name, "max_model_len": 2048},
+        content_type="application/json",
+    ).json()
+    assert [d["name"] for d in admin.get("/api/deployments").json()] == ["smol"]
+    resp = admin.delete(f"/api/models/{smollm2.pk}")
+    assert resp.status_code == 400 and "used by smol" in resp.json()["detail"]
+    Deployment.objects.filter(pk=dep["id"]).update(state="ready")
+    assert admin.delete(f"/api/deployments/{dep['id']}").json()["detail"].startswith("smol is ready; stop it")
+    Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
+    assert admin.delete(f"/api/deployments/{dep['id']}").status_code == 204
+    assert admin.post(f"/models/{smollm2.pk}/delete/", follow=True).status_code == 200
+    assert not ModelSource.objects.exists()
+
+
+def test_keys_are_listed_without_their_secret(admin: Client) -> None:
+    created = admin.post("/api/keys", {"name": "ci", "allowed_models": ["smol"]}, content_type="application/json")
+    listed = admin.get("/api/keys").json()
+    assert listed == [
+        {
+            "id": created.json()["id"],
+            "name": "ci",
+            "prefix": created.json()["prefix"],
+            "allowed_models": ["smol"],
+            "max_tokens_cap": None,
+            "revoked": False,
+        }
+    ]

@@ -33,7 +33,7 @@ def load_model(spec: str, weights_bytes: int | None) -> tuple[dict[str, Any], in
             return raw, weights_bytes or _sibling_weights(path)
     except (ModelConfigError, ValueError) as exc:
         raise CommandError(str(exc)) from None
-    if "/" in spec and not spec.startswith((".", "/")):
+    if "/" in spec and not spec.startswith((".", "/")) and not path.parent.exists():
         repo, _, revision = spec.partition("@")
         try:
             model = read_hub_model(repo, revision or "main")
@@ -88,7 +88,8 @@ class Command(BaseCommand):
         else:
             verdict = "FITS" if plan.fits else "DOES NOT FIT"
             self.stdout.write(f"{config.architecture} on {inventory.describe()}")
-            self.stdout.write(f"{verdict} at tensor parallel {plan.tensor_parallel_size}")
+            tp = plan.tensor_parallel_size
+            self.stdout.write(f"{verdict} at tensor parallel {tp}" if tp else verdict)
             for line in plan.reasons:
                 self.stdout.write(f"  - {line}")
             for line in plan.remedies:
