@@ -5,11 +5,13 @@ Usage: ``python bench/fake_upstream.py PORT`` (listens on 127.0.0.1 only; SIGTER
 ``POST /v1/chat/completions`` with ``"stream": true`` waits FIRST_CHUNK_DELAY, then sends CHUNKS content
 chunks CHUNK_INTERVAL apart (on an absolute schedule, so a late wake-up does not push back the rest), a
 ``finish_reason`` chunk and ``data: [DONE]``, as vLLM's OpenAI server does. Any Bearer key is accepted.
-The pacing is the one FACTS.md's relay measurements used.
+The pacing is the one FACTS.md's relay measurements used. A smaller ``max_tokens`` sends fewer chunks, and a
+``[[sim:stall-between=SECONDS]]`` marker in the body (the simulator's) spaces them that far apart instead.
 """
 
 import asyncio
 import json
+import re
 import sys
 import time
 from typing import Any
@@ -21,6 +23,7 @@ FIRST_CHUNK_DELAY = 0.050  # seconds to the first chunk
 CHUNKS = 64  # content chunks per answer
 CHUNK_INTERVAL = 0.010  # seconds between content chunks
 CREATED = int(time.time())
+STALL_RE = re.compile(r"\[\[sim:stall-between=([0-9.]+)\]\]")
 
 
 def _event(delta: dict[str, str], finish: str | None = None) -> bytes:
@@ -51,10 +54,14 @@ async def chat(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Cache-Control": "no-cache"})
     resp.content_type = "text/event-stream"
     await resp.prepare(request)
+    stall = STALL_RE.search(json.dumps(body.get("messages")))
+    interval = float(stall.group(1)) if stall else CHUNK_INTERVAL
+    limit = body.get("max_tokens")
+    count = min(CHUNKS, limit) if isinstance(limit, int) and limit > 0 else CHUNKS
     loop = asyncio.get_running_loop()
     start = loop.time()
-    for i, chunk in enumerate(CONTENT):
-        await asyncio.sleep(max(0.0, start + FIRST_CHUNK_DELAY + i * CHUNK_INTERVAL - loop.time()))
+    for i, chunk in enumerate(CONTENT[:count]):
+        await asyncio.sleep(max(0.0, start + FIRST_CHUNK_DELAY + i * interval - loop.time()))
         await resp.write(ROLE + chunk if i == 0 else chunk)
     await resp.write(END)
     await resp.write_eof()

@@ -1,0 +1,175 @@
+"""The load generator of ``gateway_overhead.py``: concurrent streaming chats, timed, and streams held open.
+
+Runs on the benchmark's own uvloop loop. A content chunk is an SSE ``data:`` line whose delta has
+non-empty ``content``, whichever way the server spaces its JSON.
+"""
+
+import asyncio
+import json
+import math
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+from procs import CHUNKS, proc_stats
+
+CONTENT_RE = re.compile(rb'"content":\s*"[^"]')
+
+
+def body(max_tokens: int, text: str = "hi") -> bytes:
+    message = {"role": "user", "content": text}
+    return json.dumps({"model": "bench", "messages": [message], "stream": True, "max_tokens": max_tokens}).encode()
+
+
+MEASURED = body(CHUNKS)
+WARMUP = body(1)  # opens the connections and warms the path without a whole answer's cost
+
+
+@dataclass
+class Sample:
+    ttft: float | None = None  # seconds to the first content chunk
+    total: float = 0.0  # seconds to the end of the stream
+    chunks: int = 0  # content chunks received
+    error: str | None = None
+
+
+@dataclass
+class Run:
+    """One path (direct, hearth or litellm) at one level and repetition."""
+
+    samples: list[Sample] = field(default_factory=list)
+    wall: float = 0.0  # seconds, summed over rounds
+    cpu: float = 0.0  # CPU seconds the gateway process used over the rounds (not for direct)
+    rss_mb: float = 0.0  # gateway RSS after the rounds (not for direct)
+
+    def ttfts_ms(self) -> list[float]:
+        return [s.ttft * 1000 for s in self.samples if s.ttft is not None and s.error is None]
+
+    @property
+    def chunks(self) -> int:
+        return sum(s.chunks for s in self.samples)
+
+    @property
+    def errors(self) -> Counter[str]:
+        return Counter(s.error for s in self.samples if s.error)
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, q in 0–1; NaN for no values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else math.nan
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes], seconds: float,
+                     check: Callable[[bytes], bool] = lambda _: True) -> None:  # fmt: skip
+    """Poll ``url`` until it answers 200 and ``check`` likes the body; raise if ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            async with session.get(url) as resp:
+                if resp.status == 200 and check(await resp.read()):
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.3)
+    raise RuntimeError(f"{url} not ready after {seconds:.0f} s")
+
+
+async def one(session: aiohttp.ClientSession, url: str, data: bytes = MEASURED, expect: int = CHUNKS) -> Sample:
+    sample = Sample()
+    started = time.perf_counter()
+    done = False
+    try:
+        async with session.post(url, data=data) as resp:
+            if resp.status != 200:
+                return Sample(error=f"HTTP {resp.status}")
+            async for line in resp.content:  # one SSE line at a time
+                if line.startswith(b"data: [DONE]"):
+                    done = True
+                elif CONTENT_RE.search(line):
+                    sample.chunks += 1
+                    if sample.ttft is None:
+                        sample.ttft = time.perf_counter() - started
+                elif line.startswith(b"data:") and b'"error"' in line:
+                    sample.error = "in-stream error event"
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        sample.error = type(exc).__name__
+    sample.total = time.perf_counter() - started
+    if sample.error is None and (not done or sample.chunks != expect):
+        sample.error = f"incomplete ({sample.chunks} chunks, done={done})"
+    return sample
+
+
+async def measure(session: aiohttp.ClientSession, url: str, n: int, rounds: int, pid: int | None) -> Run:
+    """``rounds`` rounds of ``n`` concurrent streams, after one unmeasured round of one-token answers that
+    opens the connections; with ``pid``, that process's CPU seconds over the measured rounds and its RSS."""
+    await asyncio.gather(*(one(session, url, WARMUP, 1) for _ in range(n)))
+    run = Run()
+    cpu_before = proc_stats(pid)[0] if pid else 0.0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        run.samples += await asyncio.gather(*(one(session, url) for _ in range(n)))
+        run.wall += time.perf_counter() - started
+    if pid:
+        cpu_after, run.rss_mb = proc_stats(pid)
+        run.cpu = cpu_after - cpu_before
+    return run
+
+
+@dataclass
+class Held:
+    """RSS of a gateway with ``opened`` of ``asked`` streams open, against its idle RSS; MB."""
+
+    asked: int
+    opened: int
+    idle_mb: float
+    open_mb: float
+    after_mb: float  # a few seconds after the clients went away
+    open_s: float  # seconds it took to get the first chunk of every stream
+
+    @property
+    def per_1000_mb(self) -> float:
+        return (self.open_mb - self.idle_mb) * 1000 / self.opened if self.opened else math.nan
+
+
+async def hold(url: str, headers: dict[str, str], n: int, pid: int, deadline_s: float) -> Held:
+    """Open ``n`` streams that stall 30 s after their first chunk, read the gateway's RSS with them open,
+    then drop them all. Waits at most ``deadline_s`` for the first chunks."""
+    data = body(3, "hold this open [[sim:stall-between=30]]")
+    connector = aiohttp.TCPConnector(limit=0)
+    opened = 0
+    everyone = asyncio.Event()
+
+    async def stream(session: aiohttp.ClientSession) -> None:
+        nonlocal opened
+        async with session.post(url, data=data) as resp:
+            async for line in resp.content:
+                if CONTENT_RE.search(line):
+                    opened += 1
+                    if opened == n:
+                        everyone.set()
+                    await asyncio.sleep(3600)  # hold it; cancelled below
+
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        await asyncio.sleep(1.0)
+        idle_mb = proc_stats(pid)[1]
+        started = time.perf_counter()
+        tasks = [asyncio.create_task(stream(session)) for _ in range(n)]
+        try:
+            await asyncio.wait_for(everyone.wait(), deadline_s)
+        except TimeoutError:
+            pass
+        open_s = time.perf_counter() - started
+        await asyncio.sleep(1.0)
+        open_mb = proc_stats(pid)[1]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(3.0)
+    return Held(n, opened, idle_mb, open_mb, proc_stats(pid)[1], open_s)

@@ -1,0 +1,121 @@
+"""Processes for ``gateway_overhead.py``: the engine (simulator or fake), Hearth's web server, /proc readings.
+
+Every process is started with ``start`` and must be ended with ``stop``; the caller keeps the list.
+"""
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHUNKS = 64  # content chunks per measured answer (max_tokens)
+DECODE_MS = 10  # ms between chunks, both engines
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(argv: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own process group (so ``stop`` reaches any children it forks), output to ``log``."""
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process's group, then SIGKILL it after 10 s."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 15)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    else:  # the leader is gone; children it forked may not be
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a proxy that forks workers is measured whole)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
+def proc_stats(pid: int) -> tuple[float, float]:
+    """(CPU seconds used so far, resident MB) of a process and its descendants, from /proc."""
+    cpu, rss_kb = 0.0, 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{p}/status").read_text().splitlines()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        rss_kb += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+    return cpu, rss_kb / 1024
+
+
+def engine_argv(kind: str, port: int) -> list[str]:
+    """The engine: Hearth's simulator (``engines.simulator``) or the lean ``fake_upstream.py``.
+
+    Simulator: one engine step every DECODE_MS with no per-sequence cost and prefill at 1M tokens/s, so
+    the first chunk comes ~10 ms after arrival and then one per step; answers are planned at
+    ``natural`` 1000 ± 50 % tokens, so ``max_tokens`` always cuts them at exactly CHUNKS ("length").
+    """
+    if kind == "fake":
+        return [sys.executable, str(ROOT / "bench/fake_upstream.py"), str(port)]
+    return [
+        sys.executable, "-m", "engines.simulator", "--model", "bench", "--served-model-name", "bench",
+        "--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", "1024", "--kv-cache-tokens", "4000000",
+        "--max-model-len", "4096", "--decode-ms-per-token", str(DECODE_MS), "--decode-ms-per-seq", "0",
+        "--prefill-tokens-per-s", "1000000", "--natural-output-tokens", "1000", "--no-enable-prefix-caching",
+    ]  # fmt: skip
+
+
+def web_argv(port: int) -> list[str]:
+    """Hearth's web server as the appliance runs it: uvicorn, uvloop, httptools, one process."""
+    return [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1",
+            "--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log"]  # fmt: skip
+
+
+def seed(upstream_port: int) -> str:
+    """Rows for one ready deployment "bench" routed to the engine; returns a new API key."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+    sys.path.insert(0, str(ROOT))
+    django.setup()
+    from console.models import Deployment, DeploymentState, ModelSource, Replica
+    from console.services import bump_routing_version, create_key
+
+    source = ModelSource.objects.create(name="bench", kind="local", path="/nonexistent", config={}, weights_bytes=0)
+    deployment = Deployment.objects.create(
+        name="bench", model=source, engine="vllm", served_model_name="bench", max_model_len=4096,
+        kv_space_gib=1.0, plan={}, state=DeploymentState.READY,
+    )  # fmt: skip
+    Replica.objects.create(
+        deployment=deployment, runtime="process", runtime_name="bench-engine", host="127.0.0.1",
+        port=upstream_port, engine_api_key=secrets.token_hex(16), running=True, ready_at=deployment.created_at,
+    )  # fmt: skip
+    _, key = create_key("bench", None)
+    bump_routing_version()
+    return str(key)

@@ -1,0 +1,157 @@
+"""The table, the memory lines and the verdict of ``gateway_overhead.py``, as text or Markdown.
+
+Per level and path, samples are pooled over the repetitions: TTFT percentiles are of the pooled samples,
+"added" is the path's percentile minus direct's, throughput is content chunks over the summed wall time
+of the measured rounds, and the ratio's per-repetition range follows it in brackets.
+"""
+
+import math
+from dataclasses import dataclass
+
+from loadgen import Held, Run, pct
+
+# The issue's targets
+ADDED_P50_MS, ADDED_P99_MS, TARGET_LEVEL = 2.0, 10.0, 64
+MIN_RATIO = 0.95
+VS_LITELLM = 3.0
+
+
+@dataclass
+class Row:
+    """One level and repetition: a Run per path ("direct" and each gateway), measured in rotating order."""
+
+    streams: int
+    rep: int
+    runs: dict[str, Run]
+
+    def ratio(self, path: str) -> float:
+        direct, run = self.runs["direct"], self.runs[path]
+        if not direct.wall or not run.wall or not direct.chunks:
+            return math.nan
+        return (run.chunks / run.wall) / (direct.chunks / direct.wall)
+
+
+@dataclass
+class Cell:
+    """One level and path, pooled over repetitions."""
+
+    streams: int
+    path: str
+    n: int
+    p50: float
+    p99: float
+    added50: float
+    added99: float
+    chunks_per_s: float
+    ratio: float
+    ratio_low: float
+    ratio_high: float
+    errors: int
+    cpu_us_per_chunk: float
+    rss_mb: float
+
+
+def pool(rows: list[Row], paths: list[str]) -> list[Cell]:
+    cells = []
+    for n in dict.fromkeys(r.streams for r in rows):
+        mine = [r for r in rows if r.streams == n]
+        direct = [x for r in mine for x in r.runs["direct"].ttfts_ms()]
+        d_rate = sum(r.runs["direct"].chunks for r in mine) / (sum(r.runs["direct"].wall for r in mine) or math.inf)
+        for path in paths:
+            runs = [r.runs[path] for r in mine if path in r.runs]
+            ttfts = [x for run in runs for x in run.ttfts_ms()]
+            chunks, wall = sum(run.chunks for run in runs), sum(run.wall for run in runs)
+            rate = chunks / wall if wall else 0.0
+            per_rep = [r.ratio(path) for r in mine if path in r.runs]
+            cells.append(Cell(
+                n, path, sum(len(run.samples) for run in runs), pct(ttfts, .5), pct(ttfts, .99),
+                pct(ttfts, .5) - pct(direct, .5), pct(ttfts, .99) - pct(direct, .99), rate,
+                rate / d_rate if d_rate else math.nan, min(per_rep, default=math.nan), max(per_rep, default=math.nan),
+                sum(sum(run.errors.values()) for run in runs),
+                sum(run.cpu for run in runs) * 1e6 / chunks if chunks else math.nan,
+                max((run.rss_mb for run in runs), default=math.nan),
+            ))  # fmt: skip
+    return cells
+
+
+HEAD = ["streams", "path", "n", "TTFT p50 ms", "TTFT p99 ms", "added p50 ms", "added p99 ms", "chunks/s",
+        "vs direct (per rep)", "errors", "CPU µs/chunk", "RSS MB"]  # fmt: skip
+
+
+def _cells(c: Cell) -> list[str]:
+    direct = c.path == "direct"
+
+    def num(x: float, fmt: str = ".1f") -> str:
+        return "—" if math.isnan(x) else format(x, fmt)
+
+    ratio = "1.00" if direct else f"{num(c.ratio, '.2f')} ({num(c.ratio_low, '.2f')}–{num(c.ratio_high, '.2f')})"
+    gateway = [num(c.added50), num(c.added99), num(c.cpu_us_per_chunk, ".0f"), num(c.rss_mb)]
+    added50, added99, cpu, rss = [""] * 4 if direct else gateway
+    rate, errors = num(c.chunks_per_s, ".0f"), str(c.errors)
+    return [str(c.streams), c.path, str(c.n), num(c.p50), num(c.p99), added50, added99, rate, ratio, errors, cpu, rss]
+
+
+def table(cells: list[Cell], markdown: bool) -> str:
+    body = [_cells(c) for c in cells]
+    if markdown:
+        lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+    widths = [max(len(x) for x in col) for col in zip(HEAD, *body, strict=True)]
+    fmt = "  ".join(f"{{:>{w}}}" if i not in (1,) else f"{{:<{w}}}" for i, w in enumerate(widths))
+    lines = [fmt.format(*HEAD), "-" * (sum(widths) + 2 * (len(widths) - 1))]
+    return "\n".join(lines + [fmt.format(*row) for row in body])
+
+
+def memory(held: dict[str, Held | str]) -> list[str]:
+    lines = []
+    for path, h in held.items():
+        if isinstance(h, str):
+            lines.append(f"{path}: not measured ({h})")
+            continue
+        lines.append(
+            f"{path}: {h.per_1000_mb:.0f} MB per 1,000 open streams (RSS {h.idle_mb:.0f} MB idle, {h.open_mb:.0f} MB "
+            f"with {h.opened}/{h.asked} open after {h.open_s:.1f} s, {h.after_mb:.0f} MB 3 s after they closed)"
+        )
+    return lines
+
+
+def verdict(cells: list[Cell], peers: list[str]) -> str:
+    """One line against the issue's targets; a level that was not run is left out."""
+    get = {(c.streams, c.path): c for c in cells}
+    parts, misses = [], []
+    hearth = get.get((TARGET_LEVEL, "hearth"))
+    if hearth:
+        p50_ok, p99_ok = hearth.added50 <= ADDED_P50_MS, hearth.added99 <= ADDED_P99_MS
+        parts.append(f"{TARGET_LEVEL} streams added TTFT p50 {hearth.added50:.1f} ms (≤ {ADDED_P50_MS:g} "
+                     f"{'ok' if p50_ok else 'MISS'}), p99 {hearth.added99:.1f} ms (≤ {ADDED_P99_MS:g} "
+                     f"{'ok' if p99_ok else 'MISS'})")  # fmt: skip
+        misses += [] if p50_ok else ["added p50"]
+        misses += [] if p99_ok else ["added p99"]
+    ratios = [c for c in cells if c.path == "hearth"]
+    if ratios:
+        low = [c for c in ratios if not c.ratio >= MIN_RATIO]
+        judged = "ok" if not low else "MISS at " + ",".join(str(c.streams) for c in low)
+        listed = ", ".join(f"{c.streams}: {c.ratio:.2f}" for c in ratios)
+        parts.append(f"throughput vs direct {listed} (≥ {MIN_RATIO:.2f} {judged})")
+        misses += [f"throughput at {c.streams}" for c in low]
+    for peer in peers:
+        pairs = [(h, get[(h.streams, peer)]) for h in ratios if (h.streams, peer) in get]
+        if not pairs:
+            continue
+        texts, bad = [], []
+        for h, p in pairs:
+            ok = p.added50 >= VS_LITELLM * max(h.added50, 0.0) and p.added50 > 0
+            factor = f"{p.added50 / h.added50:.0f}×" if h.added50 > 0 else "Hearth ≤ 0"
+            texts.append(f"{h.streams}: {p.added50:.1f} vs {h.added50:.1f} ms ({factor})")
+            bad += [] if ok else [str(h.streams)]
+        parts.append(f"added p50 {peer} vs hearth " + "; ".join(texts)
+                     + f" (≥ {VS_LITELLM:g}× {'ok' if not bad else 'MISS at ' + ','.join(bad)})")  # fmt: skip
+        misses += [f"vs {peer} at {s}" for s in bad]
+    if not peers:
+        parts.append("vs LiteLLM: NOT CHECKED (no LiteLLM in this run)")
+    errors = sum(c.errors for c in cells if c.path == "hearth")
+    parts.append(f"hearth errors {errors}")
+    misses += [f"{errors} hearth errors"] if errors else []
+    met = "MEETS the issue's targets" if peers else "MEETS the targets it could check"
+    head = met if not misses else "MISSES " + ", ".join(misses)
+    return f"verdict: {head}: " + "; ".join(parts)
