@@ -24,7 +24,7 @@ from gateway.errors import Surface
 from gateway.registry import Route
 from gateway.routing import Router
 from gateway.sse import StreamKind, StreamWatcher, UsageStripper
-from gateway.translate import chat_to_message, messages_to_chat
+from gateway.translate import TranslationError, chat_to_message, messages_to_chat
 from gateway.translate_stream import ChatStreamToMessages
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
@@ -81,6 +81,8 @@ def translate_for_chat_engine(path: str, request: dict[str, Any]) -> tuple[str, 
     """(engine path, engine request, translation) for an Anthropic request to an engine that only speaks
     OpenAI's chat API. Raises TranslationError for messages that cannot be translated."""
     chat = messages_to_chat(request)
+    if path == "/v1/messages" and (not isinstance(request.get("max_tokens"), int) or request["max_tokens"] < 1):
+        raise TranslationError("max_tokens: a positive integer is required, as Anthropic's API requires it.")
     if path == "/v1/messages/count_tokens":
         tokenize = {"model": chat["model"], "messages": chat["messages"], "tools": chat.get("tools")}
         return "/tokenize", {k: v for k, v in tokenize.items() if v is not None}, Translation.COUNT_TOKENS

@@ -44,8 +44,6 @@ def messages_to_chat(request: Json) -> Json:
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise TranslationError("messages: must be a non-empty list of message objects.")
-    if not isinstance(request.get("max_tokens"), int) or request["max_tokens"] < 1:
-        raise TranslationError("max_tokens: a positive integer is required, as Anthropic's API requires it.")
     chat: Json = {"model": request.get("model"), "messages": _system(request.get("system"))}
     for message in messages:
         chat["messages"] += _message(message)

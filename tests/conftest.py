@@ -12,12 +12,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
+
+if TYPE_CHECKING:
+    from tests.simworld import Served
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,3 +160,18 @@ def csrf_from(html: str) -> str:
     match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
     assert match, "no CSRF token in page"
     return match.group(1)
+
+
+@pytest.fixture
+def served(web: str, worker: Proc, admin_user: object) -> Iterator["Served"]:
+    """A ready simulator deployment "llama" behind the gateway, and a key for it (tests/simworld.py)."""
+    from tests.simworld import Served, deploy, wait_state  # simworld imports this module
+
+    client = login(web)
+    dep_id = deploy(web, client, "llama")
+    dep = wait_state(client, dep_id, {"ready", "failed"})
+    assert dep["state"] == "ready", (dep, worker.output()[-3000:])
+    assert dep["plan"]["inventory"].startswith("8× NVIDIA H100") and dep["plan"]["tensor_parallel_size"] == 1
+    yield Served(web, client, dep_id, client.post("/api/keys", json={"name": "sim"}).json()["key"])
+    client.post(f"/api/deployments/{dep_id}/stop")
+    wait_state(client, dep_id, {"stopped", "failed"})

@@ -88,3 +88,13 @@ def test_stop_ends_children_the_engine_left_behind_when_it_died(tmp_path: Path) 
     assert Path(f"/proc/{child}").exists()
     runtime.stop("r4", grace_seconds=0.5)
     assert not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_name_started_again_gets_a_fresh_log_and_keeps_the_last_one_apart(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    for word in ("first", "second"):
+        runtime.start("r5", spec(f"print('{word}')"))
+        wait_until_stopped(runtime, "r5")
+        time.sleep(0.1)
+    assert runtime.logs("r5").strip() == "second"
+    assert (tmp_path / "r5.previous.log").read_text().strip() == "first"

@@ -2,8 +2,8 @@
 
 Each engine runs in its own session (process group) so that stopping it ends its children too, and
 so that a worker restart leaves it running for reconcile to find. Files under ``root``:
-``NAME.pid``, ``NAME.log`` (stdout+stderr), ``NAME.exit`` (exit code, written by a reaper thread in
-the process that started it).
+``NAME.pid``, ``NAME.log`` (stdout+stderr; an earlier run's under the same name moves to
+``NAME.previous.log``), ``NAME.exit`` (exit code, written by a reaper thread in the process that started it).
 """
 
 import contextlib
@@ -33,7 +33,10 @@ class ProcessRuntime:
         for suffix in ("exit", "pid"):
             self._path(name, suffix).unlink(missing_ok=True)
         env = {**os.environ, **spec.env}
-        log = self._path(name, "log").open("ab")
+        log_path = self._path(name, "log")
+        if log_path.exists():  # a name used before (a reset database): keep that run's log apart, not mixed in
+            log_path.replace(self._path(name, "previous.log"))
+        log = log_path.open("wb")
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv built by engines.*, never a shell
                 spec.argv,

@@ -1,0 +1,108 @@
+"""API key limits through the gateway: allowed models, max_tokens caps, expiry and quotas."""
+
+import anthropic
+import openai
+import pytest
+
+from tests.conftest import Proc, login
+from tests.simworld import (
+    Served,
+    ensure_model,
+    wait_for_logs,
+    wait_state,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_key_limited_to_other_models_gets_403_in_each_apis_shape(served: Served) -> None:
+    key = served.client.post("/api/keys", json={"name": "only-other", "allowed_models": ["other"]}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
+    assert sdk.models.list().data == []
+    with pytest.raises(openai.PermissionDeniedError, match="may not use the model 'llama'"):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}])
+    with pytest.raises(anthropic.PermissionDeniedError):
+        anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0).messages.create(
+            model="llama", max_tokens=5, messages=[{"role": "user", "content": "Hi"}]
+        )
+
+
+def test_a_keys_max_tokens_cap_lowers_what_a_request_asks_for(served: Served) -> None:
+    key = served.client.post("/api/keys", json={"name": "capped", "max_tokens_cap": 3}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
+    for asked in ({"max_tokens": 50}, {"max_completion_tokens": 50}, {}):
+        reply = sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Talk"}], **asked)
+        assert reply.usage and reply.usage.completion_tokens <= 3  # type: ignore[union-attr]
+    claude = anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0)
+    message = claude.messages.create(model="llama", max_tokens=50, messages=[{"role": "user", "content": "Talk"}])
+    assert message.usage.output_tokens <= 3 and message.stop_reason == "max_tokens"
+
+
+def test_an_expired_key_is_refused(served: Served) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from console.models import ApiKey
+    from console.services import bump_routing_version
+
+    resp = served.client.post("/api/keys", json={"name": "short", "expires_in_days": 1}).json()
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=resp["key"], max_retries=0)
+    assert [m.id for m in sdk.models.list()] == ["llama"]
+    ApiKey.objects.filter(pk=resp["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    bump_routing_version()
+    with pytest.raises(openai.AuthenticationError):
+        sdk.models.list()
+
+
+def test_quotas_answer_429_with_retry_after_and_are_logged_as_errors(served: Served) -> None:
+    rpm = served.client.post("/api/keys", json={"name": "rpm", "requests_per_minute": 2}).json()
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=rpm["key"], max_retries=0)
+    for _ in range(2):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    with pytest.raises(openai.RateLimitError) as limited:
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert 1 <= int(limited.value.response.headers["retry-after"]) <= 60
+    assert limited.value.body["code"] == "rate_limit_exceeded"  # type: ignore[index]
+    with pytest.raises(anthropic.RateLimitError):
+        anthropic.Anthropic(base_url=served.web, api_key=rpm["key"], max_retries=0).messages.create(
+            model="llama", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
+        )
+    assert [log.status for log in wait_for_logs(4)] == [200, 200, 429, 429]
+
+    tokens = served.client.post("/api/keys", json={"name": "tpm", "tokens_per_minute": 5}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=tokens, max_retries=0)
+    sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hello there"}], max_tokens=8)
+    with pytest.raises(openai.RateLimitError, match="tokens per minute"):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+
+
+def test_a_key_limited_to_one_request_at_once_is_refused_a_second(served: Served) -> None:
+    key = served.client.post("/api/keys", json={"name": "one", "max_concurrent": 1}).json()["key"]
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
+    slow = sdk.chat.completions.create(
+        model="llama", max_tokens=3, stream=True, messages=[{"role": "user", "content": "Slow [[sim:stall-first=2]]"}]
+    )
+    with pytest.raises(openai.RateLimitError, match="requests at once"):
+        sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert list(slow)[-1].choices[0].finish_reason == "length"
+    sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)  # freed
+
+
+def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Proc, admin_user: object) -> None:
+    client = login(web)
+    ensure_model()
+    resp = client.post(
+        "/api/deployments",
+        json={"name": "capped", "model": "llama-8b", "engine": "simulator", "max_model_len": 8192, "max_tokens_cap": 2},
+    )
+    dep_id = resp.json()["id"]
+    client.post(f"/api/deployments/{dep_id}/launch")
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+    key = client.post("/api/keys", json={"name": "any"}).json()["key"]
+    reply = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0).chat.completions.create(
+        model="capped", messages=[{"role": "user", "content": "Talk a lot"}], max_tokens=100
+    )
+    assert reply.usage and reply.usage.completion_tokens == 2
+    client.post(f"/api/deployments/{dep_id}/stop")
+    wait_state(client, dep_id, {"stopped"})
