@@ -116,10 +116,6 @@ class Deployment(models.Model):
                 setattr(self, key, value)
         return bool(updated)
 
-    @property
-    def current_replica(self) -> "Replica | None":
-        return self.replicas.order_by("-id").first()
-
 
 class Replica(models.Model):
     """One engine process or container of a deployment."""

@@ -5,7 +5,6 @@ are committed and visible to those processes.
 """
 
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -154,12 +153,6 @@ def login(base: str, username: str = "admin", password: str = "admin-password-1"
 @pytest.fixture
 def admin_user(django_user_model: type) -> object:
     return django_user_model.objects.create_superuser("admin", "", "admin-password-1")  # type: ignore[attr-defined]
-
-
-def csrf_from(html: str) -> str:
-    match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
-    assert match, "no CSRF token in page"
-    return match.group(1)
 
 
 @pytest.fixture
