@@ -196,13 +196,25 @@ async def _stream_chat(
                 await send(resp, chunk(em.choice, {}, out.finish, stop_reason=out.stop_sequence))
             sent += 1
             strike(sent, faults, request, job)
-        if include_usage:
-            total = sum(len(o.pieces) for o in outputs)
-            await send(resp, {**head, "choices": [], "usage": usage(prompt_tokens, total, job.cached_tokens)})
-        await send(resp, "[DONE]")
+        await _end_stream(resp, head, outputs, prompt_tokens, job, include_usage)
     except (Dropped, ConnectionError):
         pass
     return resp
+
+
+async def _end_stream(
+    resp: web.StreamResponse,
+    head: dict[str, Any],
+    outputs: list[textgen.Output],
+    prompt_tokens: int,
+    job: Job,
+    include_usage: bool,
+) -> None:
+    """The usage chunk (``choices: []``) when asked for, then ``[DONE]``: how vLLM ends both OpenAI streams."""
+    if include_usage:
+        total = sum(len(o.pieces) for o in outputs)
+        await send(resp, {**head, "choices": [], "usage": usage(prompt_tokens, total, job.cached_tokens)})
+    await send(resp, "[DONE]")
 
 
 def _prompts(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
@@ -279,10 +291,7 @@ async def _stream_completions(
             await send(resp, {**head, "choices": [choice]})
             sent += 1
             strike(sent, faults, request, job)
-        if include_usage:
-            total = sum(len(o.pieces) for o in outputs)
-            await send(resp, {**head, "choices": [], "usage": usage(prompt_tokens, total, job.cached_tokens)})
-        await send(resp, "[DONE]")
+        await _end_stream(resp, head, outputs, prompt_tokens, job, include_usage)
     except (Dropped, ConnectionError):
         pass
     return resp
