@@ -83,6 +83,7 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_IMPORTS = ["console.preflight"]  # task modules besides each app's tasks.py
 
 LOGIN_URL = "console:login"
 LOGIN_REDIRECT_URL = "console:deployments"
@@ -116,3 +117,7 @@ HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
 HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # internal: no host ports
 HEARTH_GPU_INVENTORY = envstr("HEARTH_GPU_INVENTORY", "auto")  # auto | nvml | sim:<profile>
 HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engine silence between keep-alives
+# Pre-flight (manage.py doctor): 100 GiB holds a 70B-class model in FP8 (~70 GB of weights) or a few 8B ones
+# in BF16 (~16 GB each); the console waits HEARTH_DOCTOR_WAIT seconds for the worker to run the checks.
+HEARTH_DOCTOR_MIN_FREE_GIB = envfloat("HEARTH_DOCTOR_MIN_FREE_GIB", 100.0)
+HEARTH_DOCTOR_WAIT = envfloat("HEARTH_DOCTOR_WAIT", 15.0)  # seconds

@@ -215,3 +215,32 @@ def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
 def revoke_key(request: HttpRequest, pk: int) -> Status[None]:
     services.revoke_key(get_object_or_404(ApiKey, pk=pk))
     return Status(204, None)
+
+
+class CheckOut(Schema):
+    name: str
+    ok: bool
+    detail: str
+    fix: str
+
+
+class DoctorOut(Schema):
+    host: str
+    checked_at: str
+    ok: bool
+    checks: list[CheckOut]
+
+
+class Detail(Schema):
+    detail: str
+
+
+@api.get("/doctor", response={200: DoctorOut, 503: Detail})
+def doctor(request: HttpRequest) -> Status[dict[str, object]]:
+    """The pre-flight checks as the worker ran them (waits up to HEARTH_DOCTOR_WAIT s): 503 when none answered."""
+    from console.preflight import NoAnswer, worker_report
+
+    try:
+        return Status(200, worker_report().as_dict())
+    except NoAnswer as exc:
+        return Status(503, {"detail": str(exc)})

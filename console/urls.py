@@ -21,4 +21,6 @@ urlpatterns = [
     path("models/<int:pk>/delete/", views.model_delete, name="model-delete"),
     path("keys/", views.keys_page, name="keys"),
     path("keys/<int:pk>/revoke/", views.key_revoke, name="key-revoke"),
+    path("doctor/", views.doctor_page, name="doctor"),
+    path("doctor/checks/", views.doctor_checks, name="doctor-checks"),
 ]

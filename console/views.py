@@ -173,3 +173,21 @@ def model_delete(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"Deleted {model.name} (its files stay where they are).")
     return redirect("console:models")
+
+
+@login_required
+def doctor_page(request: HttpRequest) -> HttpResponse:
+    """Pre-flight: the page shell; its table comes from doctor_checks once the worker has answered."""
+    return render(request, "console/doctor.html")
+
+
+@login_required
+def doctor_checks(request: HttpRequest) -> HttpResponse:
+    """The pre-flight table as the worker sees it (htmx; waits up to HEARTH_DOCTOR_WAIT seconds)."""
+    from console.preflight import NoAnswer, worker_report
+
+    try:
+        context: dict[str, object] = {"report": worker_report()}
+    except NoAnswer as exc:
+        context = {"error": str(exc)}
+    return render(request, "console/doctor.html#checks", context)

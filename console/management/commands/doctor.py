@@ -1,0 +1,36 @@
+"""``manage.py doctor``: the pre-flight checks, run in this process, one line each; exit status 1 on a failure.
+
+Run it where engines are launched from (under compose: ``docker compose exec worker python manage.py doctor``).
+"""
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from appliance.doctor import run_checks
+
+
+class Command(BaseCommand):
+    help = (
+        "Check that this box can run engines: Docker, the NVIDIA container runtime, the driver, free disk for "
+        "the weights cache, GPUs free of other processes. Exit status 1 when a check fails."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--json", action="store_true", help='print [{"name", "ok", "detail", "fix"}, ...] instead of lines'
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        checks = run_checks()
+        if opts["json"]:
+            self.stdout.write(json.dumps([c.as_dict() for c in checks], indent=2))
+        else:
+            for check in checks:
+                self.stdout.write(f"{'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+                if not check.ok:
+                    self.stdout.write(f"     fix: {check.fix}")
+        if not all(c.ok for c in checks):
+            sys.exit(1)  # scripts and CI can tell a box that is not ready

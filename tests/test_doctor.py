@@ -1,0 +1,402 @@
+"""The pre-flight check: each check from real inputs, ``manage.py doctor``, the console page and the API.
+
+Docker is this machine's real daemon when /var/run/docker.sock answers (tests marked ``docker``), and an
+unreachable one (DOCKER_HOST at a socket that does not exist) otherwise: the docker SDK's real error.
+Disk numbers come from a real temporary folder. There is no GPU here, so NVML's readings (driver version,
+compute processes) enter only as plain data handed to the pure checks.
+"""
+
+import http.client
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from django.core.management import call_command
+from django.test import Client, override_settings
+
+from appliance.doctor import (
+    GIB,
+    Check,
+    DockerFacts,
+    container_pids,
+    disk_check,
+    docker_check,
+    driver_check,
+    find_cdi_specs,
+    gpu_processes_check,
+    nearest_existing,
+    nvidia_runtime_check,
+    read_disk,
+    read_docker,
+    run_checks,
+    session_pids,
+)
+from appliance.hardware import GpuProcess, InventoryError, driver_version
+from tests.conftest import Proc
+
+DOCKER_SOCK = "/var/run/docker.sock"
+NAMES = [
+    "Docker",
+    "NVIDIA container runtime",
+    "NVIDIA driver",
+    "Weights cache disk",
+    "GPUs free of other processes",
+]
+SIMULATED = "not read: the GPU inventory is simulated (HEARTH_GPU_INVENTORY={})"
+# What `nvidia-ctk cdi generate` writes (NVIDIA Container Toolkit docs, "Support for Container Device Interface").
+CDI_SPEC = """---
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+"""
+
+
+def _daemon_answers() -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(DOCKER_SOCK)
+        return True
+    except OSError:
+        return False
+
+
+needs_docker = pytest.mark.skipif(not _daemon_answers(), reason=f"no Docker daemon at {DOCKER_SOCK}")
+
+
+def _daemon_version() -> str:
+    """The daemon's version from a raw GET /version on its socket (not through the docker SDK)."""
+    conn = http.client.HTTPConnection("localhost")
+    conn.sock = socket.socket(socket.AF_UNIX)
+    conn.sock.connect(DOCKER_SOCK)
+    conn.request("GET", "/version")
+    return str(json.loads(conn.getresponse().read())["Version"])
+
+
+@pytest.fixture
+def no_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """DOCKER_HOST at a socket nobody listens on; returns its address."""
+    address = f"unix://{tmp_path}/no-docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", address)
+    return address
+
+
+# Docker
+
+
+@pytest.mark.docker
+@needs_docker
+def test_a_reachable_daemon_passes_with_its_server_version() -> None:
+    facts = read_docker()
+    assert facts.error == "" and facts.version == _daemon_version()
+    check = docker_check(facts, "docker")
+    assert check.ok and check.detail.startswith(f"Docker Engine {facts.version} (API ") and check.fix == ""
+
+
+def test_an_unreachable_daemon_fails_under_the_docker_runtime_with_the_fix(no_docker: str) -> None:
+    facts = read_docker()
+    assert "Error while fetching server API version" in facts.error  # the docker SDK's own words
+    check = docker_check(facts, "docker")
+    assert not check.ok and check.detail.startswith("Docker is not reachable: Error while fetching")
+    assert "systemctl enable --now docker" in check.fix and "/var/run/docker.sock" in check.fix
+
+
+def test_docker_is_not_needed_under_the_process_runtime(no_docker: str) -> None:
+    check = docker_check(read_docker(), "process")
+    assert check == Check(
+        "Docker", True, "not used: HEARTH_RUNTIME=process runs engines as local processes (Docker is not reachable)"
+    )
+
+
+# NVIDIA container runtime
+
+
+def test_no_nvidia_runtime_and_no_cdi_spec_fails_with_the_toolkit_fix(no_docker: str, tmp_path: Path) -> None:
+    check = nvidia_runtime_check(read_docker(), find_cdi_specs([tmp_path]), "docker")
+    assert not check.ok and "Docker is not reachable, and no CDI spec for nvidia.com/gpu" in check.detail
+    assert "nvidia-container-toolkit" in check.fix
+    assert "nvidia-ctk runtime configure --runtime=docker" in check.fix
+
+
+@pytest.mark.docker
+@needs_docker
+def test_the_real_daemon_s_runtimes_are_named_when_nvidia_is_missing() -> None:
+    facts = read_docker()
+    check = nvidia_runtime_check(facts, [], "docker")
+    assert "runc" in facts.runtimes
+    if "nvidia" in facts.runtimes:  # a GPU box with the toolkit configured
+        assert check.ok and check.detail.startswith('Docker runtime "nvidia"')
+    else:
+        assert not check.ok and re.search(r"Docker's runtimes are [^,]*runc", check.detail)
+
+
+def test_a_cdi_spec_for_nvidia_gpus_is_found_and_other_kinds_are_not(tmp_path: Path) -> None:
+    etc, run = tmp_path / "etc-cdi", tmp_path / "run-cdi"
+    etc.mkdir()
+    (etc / "nvidia.yaml").write_text(CDI_SPEC)
+    (etc / "amd.yaml").write_text(CDI_SPEC.replace("nvidia.com/gpu", "amd.com/gpu"))
+    (etc / "notes.txt").write_text(CDI_SPEC)
+    (etc / "nvidia.json").write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": []}))
+    specs = find_cdi_specs([etc, run])  # run does not exist: skipped
+    assert specs == [etc / "nvidia.json", etc / "nvidia.yaml"]
+    check = nvidia_runtime_check(DockerFacts(version="28.2.2", runtimes=("runc",)), specs, "docker")
+    assert check.ok and check.detail == f"CDI specs {etc / 'nvidia.json'}, {etc / 'nvidia.yaml'}"
+
+
+def test_the_nvidia_runtime_or_cdi_devices_in_docker_info_pass() -> None:
+    # docker info's Runtimes after `nvidia-ctk runtime configure --runtime=docker`
+    facts = DockerFacts(version="28.2.2", runtimes=("io.containerd.runc.v2", "nvidia", "runc"))
+    check = nvidia_runtime_check(facts, [], "docker")
+    assert check == Check("NVIDIA container runtime", True, 'Docker runtime "nvidia"')
+    facts = DockerFacts(version="28.2.2", runtimes=("runc",), cdi_devices=("nvidia.com/gpu=0", "nvidia.com/gpu=all"))
+    assert nvidia_runtime_check(facts, [], "docker").detail == "CDI devices nvidia.com/gpu=0, nvidia.com/gpu=all"
+
+
+def test_the_nvidia_runtime_is_not_needed_under_the_process_runtime() -> None:
+    check = nvidia_runtime_check(DockerFacts(error="refused"), [], "process")
+    assert check == Check("NVIDIA container runtime", True, "not used: HEARTH_RUNTIME=process (none found)")
+
+
+# NVIDIA driver
+
+
+def test_without_a_driver_nvml_says_so() -> None:
+    try:
+        version = driver_version()
+    except InventoryError as exc:
+        assert str(exc).startswith("NVML is not available")
+    else:  # a machine with a driver
+        assert re.fullmatch(r"\d+\.\d+(\.\d+)?", version)
+
+
+def test_the_driver_version_is_reported() -> None:
+    assert driver_check("570.124.06", "", "auto", "docker") == Check("NVIDIA driver", True, "driver 570.124.06")
+
+
+def test_a_missing_driver_fails_where_gpus_are_needed_and_not_on_a_cpu_box() -> None:
+    error = "NVML is not available: NVML Shared Library Not Found"
+    for inventory, runtime in [("auto", "docker"), ("nvml", "process")]:
+        check = driver_check("", error, inventory, runtime)
+        assert not check.ok and error in check.detail and "nvidia-smi" in check.fix
+    check = driver_check("", error, "auto", "process")
+    assert check.ok and "not needed: engines run on CPU" in check.detail and check.fix == ""
+
+
+def test_a_simulated_inventory_is_said_and_not_a_failure() -> None:
+    check = driver_check("", "", "sim:8xH100-80GB", "docker")
+    assert check.ok and check.detail == SIMULATED.format("sim:8xH100-80GB")
+
+
+# Weights cache disk
+
+
+def test_the_disk_is_measured_on_the_nearest_existing_folder(tmp_path: Path) -> None:
+    cache = tmp_path / "cache" / "hearth"
+    assert nearest_existing(cache) == tmp_path
+    check = read_disk(cache, 0)
+    assert check.ok and check.detail.endswith(f"at {cache} (measured at {tmp_path}: not created yet)")
+    cache.mkdir(parents=True)
+    assert read_disk(cache, 0).detail.endswith(f"GiB at {cache}")
+
+
+def test_too_little_free_disk_fails_with_the_numbers_in_gib(tmp_path: Path) -> None:
+    check = read_disk(tmp_path, 1_000_000)
+    usage = shutil.disk_usage(tmp_path)
+    free, total = re.match(r"([\d.]+) GiB free of ([\d.]+) GiB at ", check.detail).groups()  # type: ignore[union-attr]
+    assert float(free) == pytest.approx(usage.free / GIB, abs=0.2) and float(total) == round(usage.total / GIB, 1)
+    assert not check.ok and check.detail.endswith("; 1e+06 GiB wanted (HEARTH_DOCTOR_MIN_FREE_GIB)")
+    assert "HEARTH_CACHE_DIR" in check.fix
+
+
+def test_the_disk_check_s_words() -> None:
+    check = disk_check(Path("/data/cache"), Path("/data/cache"), 50 * GIB, 200 * GIB, 100)
+    assert check.detail == "50.0 GiB free of 200.0 GiB at /data/cache; 100 GiB wanted (HEARTH_DOCTOR_MIN_FREE_GIB)"
+    assert check.fix.startswith("Free 50.0 GiB there, or point HEARTH_CACHE_DIR at a disk with 100 GiB free")
+    assert disk_check(Path("/c"), Path("/c"), 100 * GIB, 200 * GIB, 100).ok
+
+
+# GPUs free of other processes
+
+
+def test_processes_that_are_not_hearth_s_fail_with_pid_name_and_memory() -> None:
+    processes = [
+        GpuProcess(0, 4242, "python3", 12 * GIB + GIB // 2),
+        GpuProcess(1, 777, "", None),
+        GpuProcess(0, 100, "vllm", 70 * GIB),
+    ]
+    check = gpu_processes_check(processes, {100}, "nvml")
+    assert not check.ok
+    assert check.detail == "GPU 0: pid 4242 python3, 12.5 GiB; GPU 1: pid 777 (name unreadable), memory unknown"
+    assert "nvidia-smi" in check.fix
+    ours = gpu_processes_check(processes[2:], {100}, "nvml")
+    assert ours == Check("GPUs free of other processes", True, "no other processes (1 of Hearth's engines)")
+    assert gpu_processes_check([], set(), "auto").detail == "no processes"
+
+
+def test_the_process_check_is_skipped_when_simulated_or_unreadable() -> None:
+    check = gpu_processes_check(None, set(), "sim:1xH200-141GB")
+    assert check.ok and check.detail.startswith("skipped: the GPU inventory is simulated")
+    check = gpu_processes_check(None, set(), "auto", "NVML is not available: NVML Shared Library Not Found")
+    assert check.ok and check.detail == "skipped: NVML is not available: NVML Shared Library Not Found"
+
+
+def test_processes_in_a_process_runtime_engine_s_session_are_hearth_s(tmp_path: Path) -> None:
+    engine = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True, text=True
+    )
+    try:
+        child = int(engine.stdout.readline())  # type: ignore[union-attr]
+        (tmp_path / "hearth-replica-1.pid").write_text(str(engine.pid))
+        (tmp_path / "broken.pid").write_text("not a pid")
+        assert session_pids([child, os.getpid(), 2**22 + 1], tmp_path) == {child}
+    finally:
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.wait()
+
+
+@pytest.fixture
+def hearth_container() -> Iterator[int]:
+    """A container labelled like Hearth's engines (a skeleton image, the host's /usr bound read-only, as
+    scripts/build-engine-images.sh does), running sleep; yields the host PID of that sleep."""
+    client = docker.from_env()
+    skeleton = io.BytesIO()
+    with tarfile.open(fileobj=skeleton, mode="w") as tar:
+        for name, target in [("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")]:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    image = f"hearth-test/doctor-{uuid.uuid4().hex[:8]}"
+    client.api.import_image_from_data(skeleton.getvalue(), repository=image, tag="local")
+    container = client.containers.run(
+        f"{image}:local", ["/usr/bin/sleep", "60"], detach=True, labels={"hearth.replica": "doctor-test"},
+        volumes={"/usr": {"bind": "/usr", "mode": "ro"}}, network_mode="none",
+    )  # fmt: skip
+    try:
+        container.reload()
+        yield int(container.attrs["State"]["Pid"])
+    finally:
+        container.remove(force=True)
+        client.images.remove(f"{image}:local", force=True)
+        client.close()
+
+
+@pytest.mark.docker
+@needs_docker
+def test_processes_in_hearth_s_containers_are_hearth_s(hearth_container: int) -> None:
+    ours = container_pids()
+    assert hearth_container in ours and os.getpid() not in ours
+    processes = [GpuProcess(0, hearth_container, "sleep", GIB), GpuProcess(0, os.getpid(), "pytest", GIB)]
+    check = gpu_processes_check(processes, ours, "nvml")
+    assert not check.ok and check.detail == f"GPU 0: pid {os.getpid()} pytest, 1.0 GiB"
+
+
+def test_no_container_pids_without_docker(no_docker: str) -> None:
+    assert container_pids() == set()
+
+
+# All checks, the command
+
+
+def _passing(tmp_path: Path) -> override_settings:
+    return override_settings(
+        HEARTH_RUNTIME="process",
+        HEARTH_GPU_INVENTORY="sim:1xH200-141GB",
+        HEARTH_CACHE_DIR=tmp_path / "cache",
+        HEARTH_DOCTOR_MIN_FREE_GIB=0,
+    )
+
+
+def test_run_checks_gives_every_check_in_order(tmp_path: Path) -> None:
+    with _passing(tmp_path):
+        checks = run_checks()
+    assert [c.name for c in checks] == NAMES and all(c.ok and c.fix == "" for c in checks)
+
+
+def test_the_command_prints_a_pass_line_per_check(tmp_path: Path) -> None:
+    out = io.StringIO()
+    with _passing(tmp_path):
+        call_command("doctor", stdout=out)  # no SystemExit: every check passed
+    lines = out.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"PASS {name}" for name in NAMES]
+    assert lines[2] == "PASS NVIDIA driver: " + SIMULATED.format("sim:1xH200-141GB")
+
+
+def test_the_command_prints_the_fix_and_exits_1_on_a_failure(tmp_path: Path) -> None:
+    out = io.StringIO()
+    with _passing(tmp_path), override_settings(HEARTH_DOCTOR_MIN_FREE_GIB=1_000_000):
+        with pytest.raises(SystemExit) as exit_:
+            call_command("doctor", stdout=out)
+    assert exit_.value.code == 1
+    text = out.getvalue()
+    assert re.search(r"^FAIL Weights cache disk: [\d.]+ GiB free of .*\n     fix: Free [\d.]+ GiB there", text, re.M)
+    assert text.count("PASS ") == 4
+
+
+def test_the_command_prints_json(tmp_path: Path) -> None:
+    out = io.StringIO()
+    with _passing(tmp_path):
+        call_command("doctor", "--json", stdout=out)
+    checks = json.loads(out.getvalue())
+    assert [c["name"] for c in checks] == NAMES
+    assert all(set(c) == {"name", "ok", "detail", "fix"} and c["ok"] is True for c in checks)
+
+
+# The console page and the API
+
+
+@pytest.fixture
+def admin(client: Client, admin_user: object) -> Client:
+    client.force_login(admin_user)  # type: ignore[arg-type]
+    return client
+
+
+@pytest.mark.django_db
+def test_the_page_and_the_api_need_a_login(client: Client) -> None:
+    assert client.get("/doctor/")["Location"].startswith("/login/")
+    assert client.get("/doctor/checks/")["Location"].startswith("/login/")
+    assert client.get("/api/doctor").status_code == 401
+
+
+@pytest.mark.django_db
+def test_the_page_is_in_the_navigation_and_loads_the_checks(admin: Client) -> None:
+    page = admin.get("/doctor/").text
+    assert '<a href="/doctor/">Pre-flight</a>' in page
+    assert 'hx-get="/doctor/checks/" hx-trigger="load"' in page
+    assert '<a href="/doctor/">Pre-flight</a>' in admin.get("/keys/").text
+
+
+@pytest.mark.django_db
+@override_settings(HEARTH_DOCTOR_WAIT=0)
+def test_no_worker_answering_is_said_on_the_page_and_as_503(admin: Client) -> None:
+    table = admin.get("/doctor/checks/").text
+    assert 'data-field="error">No worker answered within 0 s. Start it (docker compose up -d worker)' in table
+    resp = admin.get("/api/doctor")
+    assert resp.status_code == 503 and resp.json()["detail"].startswith("No worker answered within 0 s")
+
+
+@pytest.mark.django_db
+def test_the_worker_runs_the_checks_for_the_page_and_the_api(admin: Client, worker: Proc) -> None:
+    table = admin.get("/doctor/checks/").text
+    assert re.findall(r'<tr data-check="([^"]+)">', table) == NAMES
+    assert f'data-field="host">{socket.gethostname()}<' in table
+    # pytest-env's HEARTH_GPU_INVENTORY=sim:8xH100-80GB reaches the worker's environment
+    assert SIMULATED.format("sim:8xH100-80GB") in table
+    body = admin.get("/api/doctor").json()
+    assert set(body) == {"host", "checked_at", "ok", "checks"} and body["ok"] == all(c["ok"] for c in body["checks"])
+    assert [c["name"] for c in body["checks"]] == NAMES
+    assert all(set(c) == {"name", "ok", "detail", "fix"} and (c["fix"] == "") == c["ok"] for c in body["checks"])
+    assert "console.preflight.run_preflight" in worker.output()
