@@ -23,15 +23,19 @@ from engines.sizing import GIB, kv_bytes_per_token
 
 MODELS = Path(__file__).parent / "data" / "models"
 
-# file: (KV bytes per token, bf16/fp16 cache; weights bytes from the index's total_size or None; quant_method)
+# file: (KV bytes per token, bf16/fp16 cache; weight bytes or None; quant_method). Weight bytes are the fixture's
+# total_size, whose total_size_kind says where it came from: "index" (model.safetensors.index.json's
+# metadata.total_size as published), "safetensors-header" (tensor bytes summed from the headers: single-file
+# checkpoints have no index) or "derived-from-parameter-count" (all-BF16 checkpoints: published parameter count x 2).
+# None: not found; each fixture's total_size_source says what was searched.
 TABLE: dict[str, tuple[int, int | None, str]] = {
     "llama-3.1-8b": (2 * 32 * 8 * 128 * 2, 16_060_522_496, ""),
     "llama-3.1-8b-instruct": (131_072, 16_060_522_496, ""),
     "llama-3.1-70b": (327_680, 141_107_412_992, ""),  # FACTS.md's reference value
     "llama-3.3-70b-instruct": (327_680, None, ""),
     "llama-3.1-70b-instruct-fp8": (327_680, None, ""),  # FP8 declared in hf_quant_config.json, not config.json
-    "llama-3.1-405b": (2 * 126 * 8 * 128 * 2, None, ""),
-    "qwen3-0.6b": (2 * 28 * 8 * 128 * 2, None, ""),
+    "llama-3.1-405b": (2 * 126 * 8 * 128 * 2, 811_706_777_600, ""),  # derived: 405,853,388,800 params x 2
+    "qwen3-0.6b": (2 * 28 * 8 * 128 * 2, 1_503_264_768, ""),  # safetensors header (single file)
     "qwen3-8b": (2 * 36 * 8 * 128 * 2, 16_381_470_720, ""),
     "qwen3-32b": (2 * 64 * 8 * 128 * 2, 65_524_246_528, ""),
     "qwen3-32b-fp8": (262_144, None, "fp8"),
@@ -41,20 +45,20 @@ TABLE: dict[str, tuple[int, int | None, str]] = {
     "qwen3-235b-a22b-fp8": (192_512, None, "fp8"),
     "mistral-7b-v0.1": (2 * 32 * 8 * 128 * 2, 14_483_464_192, ""),
     "mixtral-8x7b-v0.1": (131_072, 93_405_585_408, ""),
-    "gemma-2-9b-it": (2 * 42 * 8 * 256 * 2, None, ""),
-    "gemma-3-27b-it": (2 * 62 * 16 * 128 * 2, None, ""),  # nested text_config
-    "phi-4-mini-instruct": (2 * 32 * 8 * 128 * 2, None, ""),
+    "gemma-2-9b-it": (2 * 42 * 8 * 256 * 2, 18_483_411_968, ""),
+    "gemma-3-27b-it": (2 * 62 * 16 * 128 * 2, 54_864_813_280, ""),  # nested text_config; derived: params x 2
+    "phi-4-mini-instruct": (2 * 32 * 8 * 128 * 2, 7_672_043_520, ""),  # derived: 3,836,021,760 params x 2
     "deepseek-v3": (61 * (512 + 64) * 2, None, "fp8"),  # FACTS.md: 70,272
     "kimi-k2-instruct": (61 * (512 + 64) * 2, None, "fp8"),
-    "gpt-oss-20b": (2 * 24 * 8 * 64 * 2, None, "mxfp4"),
-    "gpt-oss-120b": (2 * 36 * 8 * 64 * 2, None, "mxfp4"),
+    "gpt-oss-20b": (2 * 24 * 8 * 64 * 2, 13_761_264_768, "mxfp4"),
+    "gpt-oss-120b": (2 * 36 * 8 * 64 * 2, 65_248_815_744, "mxfp4"),  # safetensors headers (15 files)
     "llama-2-7b-awq": (2 * 32 * 32 * 128 * 2, None, "awq"),
     "llama-2-7b-gptq-pacemaker": (524_288, None, "gptq"),
     "qwen2.5-72b-instruct-ko-awq": (2 * 80 * 8 * 128 * 2, None, "awq"),
     "nemotron-h-56b-base-8k": (2 * 10 * 8 * 128 * 2, None, ""),  # 10 of 118 layers are attention
     "nemotron-3-nano-30b-a3b-bf16": (2 * 6 * 2 * 128 * 2, None, ""),
     "qwen3-next-80b-a3b-thinking": (2 * 12 * 2 * 256 * 2, None, ""),  # every 4th of 48 layers is full attention
-    "smollm2-135m": (23_040, None, ""),
+    "smollm2-135m": (23_040, 269_030_016, ""),  # safetensors header (single file)
 }
 
 
@@ -72,6 +76,16 @@ def test_kv_bytes_and_quantization_per_model(name: str) -> None:
     kv, _, quant = TABLE[name]
     config = parse_config(fixture(name)["config"])  # type: ignore[arg-type]
     assert (config.quantization, kv_bytes_per_token(config)) == (quant, kv)
+
+
+WEIGHT_KINDS = {"index", "safetensors-header", "derived-from-parameter-count"}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_every_weight_figure_is_the_fixtures_and_says_where_it_came_from(name: str) -> None:
+    data = fixture(name)
+    assert data["total_size"] == TABLE[name][1] and data["total_size_source"]
+    assert (data.get("total_size_kind") in WEIGHT_KINDS) == (data["total_size"] is not None)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, row in TABLE.items() if row[1]))
