@@ -72,6 +72,12 @@ SIM_PROFILES: dict[str, BoxProfile] = {
     "8xH200-141GB": BoxProfile("NVIDIA H200", 143_771, (9, 0), 8),
     "1xB200": BoxProfile("NVIDIA B200", 183_359, (10, 0), 1),
     "8xB200": BoxProfile("NVIDIA B200", 183_359, (10, 0), 8),
+    # The boxes of published vLLM startup logs (tests/data/vllm_gpu_kv_logs.json); nvidia-smi's MiB as
+    # quoted beside those logs or by other hosts' nvidia-smi output (found with the search tool's find_string).
+    "1xRTX3090-24GB": BoxProfile("NVIDIA GeForce RTX 3090", 24_576, (8, 6), 1),
+    "1xRTX5090-32GB": BoxProfile("NVIDIA GeForce RTX 5090", 32_607, (12, 0), 1),
+    "1xA100-40GB": BoxProfile("NVIDIA A100-SXM4-40GB", 40_960, (8, 0), 1),
+    "2xRTXPRO6000-96GB": BoxProfile("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97_887, (12, 0), 2),
 }
 
 

@@ -6,6 +6,11 @@ peak + non-torch memory). CUDA graphs are captured after the KV cache is allocat
 (1 - gpu_memory_utilization) headroom, so the plan checks they fit there. Estimates of the terms vLLM
 measures by profiling (activation peak, non-torch, CUDA graphs) are this module's constants, each with
 its reason; KV bytes per token come from engines.sizing.
+
+When the request names the vLLM release (``PlanRequest.vllm_version``) the split follows that release
+more closely (``accounting``): vLLM's total is CUDA's (cudaMemGetInfo), a little under NVML's; V1 profiles
+the forward pass and the sampler one after the other; from v0.21 the estimated CUDA graph memory comes out
+of the KV budget. Checked against published vLLM startup logs in tests/data/vllm_gpu_kv_logs.json.
 """
 
 import math
@@ -23,6 +28,17 @@ NON_TORCH_TP1 = int(0.35 * GIB)  # non-torch allocations after CUDA init, one GP
 NON_TORCH_TPN = int(1.5 * GIB)  # plus NCCL and custom all-reduce buffers when TP > 1
 CUDA_GRAPHS = int(1.0 * GIB)  # captured graphs for the default batch sizes; needs headroom, not KV budget
 CUDA_CONTEXT = int(0.5 * GIB)  # the CUDA context itself, outside every PyTorch figure
+# NVML's total minus what cudaMemGetInfo reports, which is vLLM's total_gpu_memory. Logged pairs (NVML MiB ->
+# vLLM GiB): RTX 3090 24,576 -> 23.58 (vllm#10517), RTX 4090 24,564 -> 23.65, RTX 5090 32,607 -> 31.4,
+# A100-SXM4-40GB 40,960 -> 39.38 (vllm#16570), RTX PRO 6000 Blackwell 97,887 -> 95.01: 0.34 to 0.62 GiB.
+CUDA_RESERVED = int(0.4 * GIB)
+# V1 measures non-torch memory as the increase after the CUDA context exists: 0.06-0.12 GiB on one GPU in
+# published logs, 0.20-0.43 GiB with tensor parallel (NCCL, custom all-reduce; vllm#13061, vllm#16570).
+NON_TORCH_V1_TP1 = int(0.15 * GIB)
+NON_TORCH_V1_TPN = int(0.4 * GIB)
+# vLLM >= 0.21 subtracts its CUDA graph estimate from the KV budget ("CUDA graph memory profiling is enabled
+# (default since v0.21.0)", gpu_worker.py); logged estimates run 0.07-2.4 GiB, 0.3-0.9 for 8B-32B models.
+CUDA_GRAPHS_ESTIMATE = int(0.3 * GIB)
 TYPICAL_CONTEXT = 32_768  # tokens; a long chat or coding session, for the concurrency the plan reports
 
 
@@ -37,6 +53,41 @@ class PlanRequest:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS  # the profiling forward pass's tokens
     typical_context: int = 0  # tokens; concurrency is reported at this length (default: up to 32,768)
+    vllm_version: tuple[int, int] | None = None  # (major, minor) of the engine; None: the planner's older estimate
+    enforce_eager: bool = False  # --enforce-eager: no CUDA graphs at all
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """How one vLLM release turns a GPU's memory into KV cache. Bytes; see ``accounting``."""
+
+    cuda_reserved: int  # NVML's total minus the total vLLM sees
+    non_torch_tp1: int
+    non_torch_tpn: int
+    sequential_sampler: bool  # the profiling peak is max(forward, sampler), not their sum
+    graphs_in_budget: int  # CUDA graph memory taken from the KV budget (0: captured in the headroom)
+
+
+LEGACY = Accounting(0, NON_TORCH_TP1, NON_TORCH_TPN, False, 0)
+
+
+def accounting(version: tuple[int, int] | None, enforce_eager: bool = False) -> Accounting:
+    """The memory accounting of vLLM ``version``; None keeps the planner's older estimate (NVML's total, a
+    non-torch figure that includes the CUDA context, generous tensor-parallel buffers).
+
+    - before 0.8 (the V0 engine): CUDA's total; non-torch includes the CUDA context (0.35 GiB, vllm#10517);
+      the sampler is not profiled separately;
+    - 0.8 on (V1 is the default engine, vllm/v1/worker/gpu_model_runner.py ``profile_run``: a forward pass
+      of max_num_batched_tokens, then a sampler pass): the peak is the larger of the two; non-torch is the
+      increase over the CUDA context;
+    - 0.21 on: CUDA graph memory is estimated and taken from the KV budget unless ``enforce_eager``.
+    """
+    if version is None:
+        return LEGACY
+    if version < (0, 8):
+        return Accounting(CUDA_RESERVED, NON_TORCH_TP1, NON_TORCH_V1_TPN, False, 0)
+    graphs = CUDA_GRAPHS_ESTIMATE if version >= (0, 21) and not enforce_eager else 0
+    return Accounting(CUDA_RESERVED, NON_TORCH_V1_TP1, NON_TORCH_V1_TPN, True, graphs)
 
 
 @dataclass(frozen=True)
@@ -49,8 +100,9 @@ class MemorySplit:
     activation: int
     non_torch: int
     kv_cache: int
-    cuda_graphs: int
+    cuda_graphs: int  # graph memory that must fit in the headroom (0 when the budget already holds it)
     headroom: int
+    graphs_in_budget: int = 0  # graph memory taken from the KV budget (vLLM >= 0.21)
 
 
 @dataclass(frozen=True)
@@ -75,18 +127,23 @@ class GpuPlan:
     remedies: list[str] = field(default_factory=list)
 
 
-def activation_peak(config: ModelConfig, tp: int, max_num_seqs: int, batched_tokens: int) -> int:
+def activation_peak(
+    config: ModelConfig, tp: int, max_num_seqs: int, batched_tokens: int, sequential: bool = False
+) -> int:
     """Estimated peak activation bytes per GPU during vLLM's profiling forward pass.
 
     Per token about 3 hidden-size and 3 MLP-intermediate vectors are live at the peak (the MLP's
     gate/up output and its activation; split over TP; for MoE, per routed expert), in bf16; the
-    sampler then holds fp32 logits for ``max_num_seqs`` sequences. Calibrated on vLLM's own profiling
-    of Llama-3.1-8B at 20,000 and 29,000 batched tokens (2.07 and 2.99 GiB; vllm#10517): about
-    110 KB per token, which this gives.
+    sampler then holds fp32 logits for ``max_num_seqs`` sequences (at most one per batched token).
+    Calibrated on vLLM's own profiling of Llama-3.1-8B at 20,000 and 29,000 batched tokens (2.07 and
+    2.99 GiB; vllm#10517): about 110 KB per token, which this gives. ``sequential``: the two passes
+    run one after the other (vLLM V1), so the peak is the larger, not the sum.
     """
     experts = max(config.num_experts_per_tok, 1) if config.num_experts else 1
     per_token = 3 * config.hidden_size + 3 * config.intermediate_size * experts // tp
-    return batched_tokens * per_token * 2 + max_num_seqs * config.vocab_size * 4
+    forward = batched_tokens * per_token * 2
+    sampler = min(max_num_seqs, batched_tokens) * config.vocab_size * 4
+    return max(forward, sampler) if sequential else forward + sampler
 
 
 def kv_bytes_per_token_per_gpu(config: ModelConfig, tp: int, kv_dtype: str) -> int:
@@ -105,13 +162,16 @@ def tp_candidates(config: ModelConfig, gpus: int) -> list[int]:
 
 
 def _split(config: ModelConfig, weights: int, gpu: GpuDevice, tp: int, util: float, req: PlanRequest) -> MemorySplit:
-    total = gpu.memory_total_bytes
+    acc = accounting(req.vllm_version, req.enforce_eager)
+    total = gpu.memory_total_bytes - acc.cuda_reserved
     reserved = int(total * util)
-    act = activation_peak(config, tp, req.max_num_seqs, req.max_num_batched_tokens)
-    non_torch = NON_TORCH_TP1 if tp == 1 else NON_TORCH_TPN
-    kv = reserved - weights // tp - act - non_torch
+    act = activation_peak(config, tp, req.max_num_seqs, req.max_num_batched_tokens, acc.sequential_sampler)
+    non_torch = acc.non_torch_tp1 if tp == 1 else acc.non_torch_tpn
+    kv = reserved - weights // tp - act - non_torch - acc.graphs_in_budget
     headroom = total - reserved - gpu.memory_used_bytes - CUDA_CONTEXT
-    return MemorySplit(total, gpu.memory_used_bytes, weights // tp, act, non_torch, kv, CUDA_GRAPHS, headroom)
+    graphs = 0 if acc.graphs_in_budget or req.enforce_eager else CUDA_GRAPHS
+    used = gpu.memory_used_bytes
+    return MemorySplit(total, used, weights // tp, act, non_torch, kv, graphs, headroom, acc.graphs_in_budget)
 
 
 def _utilization(gpus: list[GpuDevice], asked: float) -> float:
@@ -195,8 +255,9 @@ def _plan_at(
         f"Per GPU: {split.total / gib:.1f} GiB × gpu_memory_utilization {util:.2f} = "
         f"{split.total * util / gib:.1f} GiB for vLLM; minus weights {split.weights / gib:.2f}, activation peak "
         f"{split.activation / gib:.2f} (a {req.max_num_batched_tokens:,}-token prefill and "
-        f"{req.max_num_seqs} sequences' logits), non-torch {split.non_torch / gib:.2f} → KV cache "
-        f"{max(split.kv_cache, 0) / gib:.2f} GiB.",
+        f"{req.max_num_seqs} sequences' logits), non-torch {split.non_torch / gib:.2f}"
+        + (f", CUDA graphs {split.graphs_in_budget / gib:.2f}" if split.graphs_in_budget else "")
+        + f" → KV cache {max(split.kv_cache, 0) / gib:.2f} GiB.",
         _kv_reason(config, req.kv_cache_dtype, per_token, tp),
         f"KV capacity: {capacity:,} tokens (whole blocks of {BLOCK_SIZE}); at {typical:,} tokens per sequence "
         f"that is {concurrency:.1f} concurrent sequences"
