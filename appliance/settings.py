@@ -4,6 +4,8 @@ Production mode is ``DEBUG`` false (the default): then an empty or placeholder `
 the start with ImproperlyConfigured naming it.
 """
 
+import hashlib
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -114,7 +116,25 @@ HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds
 HEARTH_RECONCILE_INTERVAL = envfloat("HEARTH_RECONCILE_INTERVAL", 10.0)  # seconds
 HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # seconds without a byte
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
-HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # internal: no host ports
+HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # engines' bridge; no host ports
+# Labels this appliance's containers, so that two appliances sharing a Docker daemon (a test run beside a
+# dev one) never take each other's containers for orphans. Default: from the database and data folder.
+HEARTH_INSTANCE = envstr(
+    "HEARTH_INSTANCE", hashlib.sha256(f"{os.environ.get('DATABASE_URL', '')}|{DATA_DIR}".encode()).hexdigest()[:12]
+)
+HEARTH_WEIGHTS_VOLUME = envstr("HEARTH_WEIGHTS_VOLUME", "hearth-weights")  # shared HF cache of every engine
+HEARTH_HF_TOKEN_FILE = envstr("HEARTH_HF_TOKEN_FILE", "")  # a file holding the HF token (a compose secret)
+HEARTH_ENGINE_SHM_SIZE = envstr("HEARTH_ENGINE_SHM_SIZE", "16g")  # /dev/shm for NCCL and workers (vLLM docs)
+# Engine images for the Docker runtime. A launch pins the image to its digest; restarts reuse that pin.
+HEARTH_ENGINE_IMAGES = {
+    "vllm": envstr("HEARTH_IMAGE_VLLM", "vllm/vllm-openai:v0.11.0"),
+    "sglang": envstr("HEARTH_IMAGE_SGLANG", "lmsysorg/sglang:v0.5.3-cu126"),
+    "vllm-cpu": envstr("HEARTH_IMAGE_VLLM_CPU", "hearth/vllm-cpu:local"),  # scripts/build-engine-images.sh
+    "simulator": envstr("HEARTH_IMAGE_SIMULATOR", "hearth/simulator:local"),
+}
+HEARTH_STALE_AFTER = envfloat("HEARTH_STALE_AFTER", 60.0)  # seconds a launch may go without a sign of life
+HEARTH_RESTART_BACKOFF = envfloat("HEARTH_RESTART_BACKOFF", 10.0)  # first restart delay, doubling, seconds
+HEARTH_MAX_RESTARTS = envint("HEARTH_MAX_RESTARTS", 5)  # crashes in a row before a deployment fails
 HEARTH_GPU_INVENTORY = envstr("HEARTH_GPU_INVENTORY", "auto")  # auto | nvml | sim:<profile>
 HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engine silence between keep-alives
 # Pre-flight (manage.py doctor): 100 GiB holds a 70B-class model in FP8 (~70 GB of weights) or a few 8B ones

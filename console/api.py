@@ -5,6 +5,7 @@ answer 400 ``{"detail": message}``.
 """
 
 import dataclasses
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -14,9 +15,10 @@ from ninja.errors import ValidationError
 from ninja.security import django_auth
 
 from console import services
-from console.models import ApiKey, Deployment, ModelSource
+from console.models import ApiKey, Deployment, ModelSource, Replica
 from console.panel import live_panel
 from console.services import ConsoleError
+from engines.remedy import Change
 
 api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api")
 
@@ -70,6 +72,31 @@ class DeploymentIn(PlanIn):
     max_tokens_cap: int | None = None
 
 
+class ReplicaOut(Schema):
+    runtime_name: str
+    running: bool
+    ready: bool
+    exit_code: int | None
+    oom_killed: bool
+    restarts: int
+    restart_at: datetime | None
+    log_tail: str
+    previous_log_tail: str
+    previous_exit_code: int | None
+    previous_oom_killed: bool
+
+    @staticmethod
+    def resolve_ready(obj: Replica) -> bool:
+        return obj.running and obj.ready_at is not None
+
+
+class ChangeOut(Schema):
+    name: str
+    before: str
+    after: str
+    why: str
+
+
 class DeploymentOut(Schema):
     id: int
     name: str
@@ -79,6 +106,22 @@ class DeploymentOut(Schema):
     state: str
     state_reason: str
     plan: dict[str, object]
+    extra_args: list[str]
+    engine_env: dict[str, str]
+    engine_version: str
+    engine_image: str
+    gpu_model: str
+    replicas: list[ReplicaOut]
+    remedy: list[ChangeOut] | None
+
+    @staticmethod
+    def resolve_replicas(obj: Deployment) -> list[Replica]:
+        return list(obj.replicas.order_by("pk"))
+
+    @staticmethod
+    def resolve_remedy(obj: Deployment) -> list[Change] | None:
+        remedy = services.remedy_for(obj)
+        return remedy.changes if remedy else None
 
 
 class KeyIn(Schema):
@@ -176,6 +219,14 @@ def launch_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
 def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     services.stop(dep)
+    return Status(202, dep)
+
+
+@api.post("/deployments/{pk}/remedy", response={202: DeploymentOut})
+def apply_remedy(request: HttpRequest, pk: int) -> Status[Deployment]:
+    """Apply the out-of-memory remedy the deployment shows and launch it again (400 when none applies)."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    services.apply_remedy(dep)
     return Status(202, dep)
 
 

@@ -2,12 +2,14 @@
 
 Deployment states (transitions written once, in TRANSITIONS)::
 
-    pending ──► starting ──► loading ──► ready
-       │           │            │          │
-       └───────────┴─► failed ◄─┴──────────┤
-                                           ▼
-    (any active) ──────────────────────► stopping ──► stopped
+    pending ──► pulling ──► starting ──► loading ◄──► ready
+       │           │           │            │          │
+       └───────────┴───────────┴─► failed ◄─┴──────────┤
+                                                       ▼
+    (any active) ──────────────────────────────────► stopping ──► stopped
     failed / stopped ──► pending (launch again)
+
+ready → loading when its only serving replica crashed and is restarting.
 """
 
 from typing import Any
@@ -52,6 +54,7 @@ class ModelSource(models.Model):
 
 class DeploymentState(models.TextChoices):
     PENDING = "pending"
+    PULLING = "pulling"
     STARTING = "starting"
     LOADING = "loading"
     READY = "ready"
@@ -61,12 +64,13 @@ class DeploymentState(models.TextChoices):
 
 
 S = DeploymentState
-ACTIVE_STATES = (S.PENDING, S.STARTING, S.LOADING, S.READY)
-TRANSITIONS: dict[str, tuple[str, ...]] = {
-    S.PENDING: (S.STARTING, S.FAILED, S.STOPPING),
-    S.STARTING: (S.LOADING, S.FAILED, S.STOPPING),
-    S.LOADING: (S.LOADING, S.READY, S.FAILED, S.STOPPING),  # loading → loading updates its progress
-    S.READY: (S.FAILED, S.STOPPING),
+ACTIVE_STATES = (S.PENDING, S.PULLING, S.STARTING, S.LOADING, S.READY)
+TRANSITIONS: dict[str, tuple[str, ...]] = {  # x → x updates the progress (and the heartbeat, updated_at)
+    S.PENDING: (S.PULLING, S.FAILED, S.STOPPING),
+    S.PULLING: (S.PULLING, S.STARTING, S.FAILED, S.STOPPING),
+    S.STARTING: (S.STARTING, S.LOADING, S.FAILED, S.STOPPING),
+    S.LOADING: (S.LOADING, S.READY, S.FAILED, S.STOPPING),
+    S.READY: (S.LOADING, S.FAILED, S.STOPPING),
     S.FAILED: (S.PENDING,),
     S.STOPPING: (S.STOPPED,),
     S.STOPPED: (S.PENDING,),
@@ -88,6 +92,7 @@ class Deployment(models.Model):
     max_model_len = models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")
     kv_space_gib = models.FloatField(help_text="KV cache budget in GiB (vLLM CPU).")
     extra_args = models.JSONField(default=list, blank=True, help_text="Engine flags the admin added.")
+    engine_env = models.JSONField(default=dict, blank=True, help_text="Environment added to the engine's.")
     replica_count = models.PositiveSmallIntegerField(default=1, help_text="Engines serving this model at once.")
     max_tokens_cap = models.PositiveIntegerField(
         null=True, blank=True, help_text="Tokens a request may generate here, whatever it asks; None: no cap."
@@ -95,7 +100,9 @@ class Deployment(models.Model):
     plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
     state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
     state_reason = models.TextField(blank=True)
-    engine_version = models.CharField(max_length=50, blank=True)
+    engine_version = models.CharField(max_length=50, blank=True, help_text="As the running engine reports it.")
+    engine_image = models.CharField(max_length=300, blank=True, help_text="The image pinned by digest at launch.")
+    gpu_model = models.CharField(max_length=100, blank=True, help_text="The GPUs it was launched on.")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -131,6 +138,11 @@ class Replica(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     oom_killed = models.BooleanField(default=False)
     log_tail = models.TextField(blank=True)
+    restarts = models.PositiveIntegerField(default=0, help_text="Crashes in a row it was restarted after.")
+    restart_at = models.DateTimeField(null=True, blank=True, help_text="When a crashed replica starts again.")
+    previous_log_tail = models.TextField(blank=True, help_text="The last lines of the run before a restart.")
+    previous_exit_code = models.IntegerField(null=True, blank=True)
+    previous_oom_killed = models.BooleanField(default=False)
     started_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)

@@ -1,14 +1,17 @@
 """Celery tasks: the only code that starts, watches and stops engines, and scrapes their metrics.
 
 Each task takes an id, re-reads the row and does nothing when the row is gone or already moved on;
-state changes are claimed with conditional updates (Deployment.move). A deployment runs
-``replica_count`` replicas: it is ready when all have answered /health, stays ready while at least one
-serves, and fails when one dies while loading or the last one dies while serving.
+state changes are claimed with conditional updates (Deployment.move), and a launch's progress updates
+are its heartbeat: reconcile resumes one that has been silent for HEARTH_STALE_AFTER seconds (its
+worker died), adopting the engines it had started. A deployment runs ``replica_count`` replicas: it is
+ready when all have answered /health, stays ready while at least one serves, fails when one dies
+before it ever served, and restarts one that crashed after serving, with backoff.
 """
 
 import json
 import logging
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -17,16 +20,18 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from appliance.runtimes import RuntimeError_, get_runtime
-from console.lifecycle import LOG_LINES, end_all, end_replica, start_replica
+from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
+from console.lifecycle import LOG_LINES, converge, end_all, end_replica, note_crash, prepare, start_replica
 from console.models import Deployment, DeploymentState, ModelSource, Replica
 from console.services import bump_routing_version, held_gpus
+from engines.launch import GPU_ENGINES
 from engines.metrics import parse_metrics
 
 log = logging.getLogger(__name__)
 S = DeploymentState
 WATCH_EVERY = 2.0  # seconds between health polls of a loading replica
 METRICS_KEEP = 720  # scrapes kept per replica (1 h at the default 5 s interval)
+STABLE_AFTER = 600.0  # seconds a restarted replica must serve before its crash count starts again
 
 
 def metrics_key(replica_id: int) -> str:
@@ -35,9 +40,10 @@ def metrics_key(replica_id: int) -> str:
 
 @shared_task
 def launch_deployment(deployment_id: int) -> None:
-    """pending → starting → loading: start the replicas, then hand each over to watch_replica."""
+    """pending → pulling → starting → loading: make the image present, start the replicas, then hand
+    each over to watch_replica."""
     dep = Deployment.objects.filter(pk=deployment_id).select_related("model").first()
-    if dep is None or not dep.move(S.STARTING, "Starting the engine."):
+    if dep is None or dep.state != S.PENDING:
         return
     if dep.model.kind == ModelSource.Kind.LOCAL and not Path(dep.model.path).is_dir():
         dep.move(S.FAILED, f"The model folder {dep.model.path} is gone; add the model again.")
@@ -47,33 +53,64 @@ def launch_deployment(deployment_id: int) -> None:
         dep.move(S.FAILED, f"Its GPUs are held by other deployments: {', '.join(taken)}. Stop those, or create "
                  "this deployment again to plan it on the free GPUs.")  # fmt: skip
         return
-    started = []
+    if dep.move(S.PULLING, "Preparing the engine image."):
+        _pull(dep)
+
+
+def _pull(dep: Deployment) -> None:
+    """pulling → starting, the pull's progress written every second (it is also the launch's heartbeat)."""
+    last = [0.0]
+
+    def progress(words: str) -> None:
+        if time.monotonic() - last[0] >= 1.0:
+            last[0] = time.monotonic()
+            dep.move(S.PULLING, words)
+
     try:
-        for _ in range(dep.replica_count):
-            started.append(start_replica(dep))
+        pinned = prepare(dep, progress)
+    except RuntimeError_ as exc:
+        dep.move(S.FAILED, str(exc))
+        return
+    gpus = dep.plan.get("inventory", "") if dep.engine in GPU_ENGINES else "CPU"
+    if dep.move(S.STARTING, "Starting the engine.", engine_image=pinned, gpu_model=gpus[:100]):
+        _start(dep)
+
+
+def _start(dep: Deployment) -> None:
+    """starting → loading: start or adopt every replica (a second run after a worker died starts none twice)."""
+    try:
+        replicas = converge(dep)
     except RuntimeError_ as exc:
         end_all(dep)
         dep.move(S.FAILED, str(exc))
         return
-    log.info("deployment %s: started %s", dep.name, ", ".join(r.runtime_name for r in started))
+    log.info("deployment %s: started %s", dep.name, ", ".join(r.runtime_name for r in replicas))
     if dep.move(S.LOADING, "Loading weights."):
-        for replica in started:
+        for replica in replicas:
             watch_replica.apply_async((replica.pk,), countdown=WATCH_EVERY)
 
 
 @shared_task
+def resume_launch(deployment_id: int) -> None:
+    """Carry on a launch whose worker died (reconcile claimed it): pulling or starting, from where it was."""
+    dep = Deployment.objects.filter(pk=deployment_id).select_related("model").first()
+    if dep is not None and dep.state == S.PULLING:
+        _pull(dep)
+    elif dep is not None and dep.state == S.STARTING:
+        _start(dep)
+
+
+@shared_task
 def watch_replica(replica_id: int) -> None:
-    """A loading replica: ready when /health answers 200 (the deployment when all are); failed when it
-    exits or the start times out (then the deployment fails and its other replicas stop)."""
-    replica = Replica.objects.filter(pk=replica_id, running=True).select_related("deployment").first()
-    if replica is None or replica.deployment.state != S.LOADING:
+    """A loading replica: ready when /health answers 200 (the deployment when all are); when its engine
+    exits, the deployment fails on a first launch, and the replica restarts with backoff after a crash."""
+    replica = Replica.objects.filter(pk=replica_id, running=True, ready_at__isnull=True).first()
+    if replica is None or replica.deployment.state not in (S.LOADING, S.READY):
         return
     dep = replica.deployment
     status = get_runtime(replica.runtime).status(replica.runtime_name)
     if not status.running:
-        reason = end_replica(replica, status, "while loading")
-        end_all(dep)
-        dep.move(S.FAILED, reason)
+        _engine_ended(replica, status)
         return
     try:
         healthy = httpx.get(f"{replica.base_url}/health", timeout=2).status_code == 200
@@ -82,9 +119,12 @@ def watch_replica(replica_id: int) -> None:
     elapsed = (timezone.now() - replica.started_at).total_seconds()
     if healthy:
         Replica.objects.filter(pk=replica.pk).update(ready_at=timezone.now())
-        waiting = dep.replicas.filter(running=True, ready_at__isnull=True).count()
-        if waiting == 0 and dep.move(S.READY, "Serving."):
+        waiting = dep.replicas.filter(stopped_at__isnull=True, ready_at__isnull=True).count()
+        version = _engine_version(replica) or dep.engine_version
+        if waiting == 0 and dep.move(S.READY, "Serving.", engine_version=version):
             bump_routing_version()
+        elif dep.state == S.READY:
+            bump_routing_version()  # a restarted replica of a deployment that kept serving is back
         elif waiting:
             dep.move(S.LOADING, f"{dep.replica_count - waiting} of {dep.replica_count} replicas ready.")
         return
@@ -92,13 +132,54 @@ def watch_replica(replica_id: int) -> None:
         end_all(dep)
         dep.move(S.FAILED, f"No healthy answer within HEARTH_START_TIMEOUT ({settings.HEARTH_START_TIMEOUT} s).")
         return
-    dep.move(S.LOADING, f"Loading weights ({elapsed:.0f} s so far).")
+    if dep.state == S.LOADING:
+        dep.move(S.LOADING, f"Loading weights ({elapsed:.0f} s so far).")
     watch_replica.apply_async((replica_id,), countdown=WATCH_EVERY)
+
+
+def _engine_version(replica: Replica) -> str:
+    """The version the running engine reports: vLLM's GET /version, SGLang's GET /get_server_info."""
+    for path in ("/version", "/get_server_info"):
+        try:
+            resp = httpx.get(f"{replica.base_url}{path}", timeout=2)
+            if resp.status_code == 200 and isinstance(version := resp.json().get("version"), str):
+                return version[:50]
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+    return ""
+
+
+def _engine_ended(replica: Replica, status: RuntimeStatus) -> None:
+    """A replica's engine is gone. Never served yet: the launch failed. Served before: restart it after
+    a backoff that doubles with each crash in a row, up to HEARTH_MAX_RESTARTS; then the deployment fails."""
+    dep = replica.deployment
+    if replica.restarts == 0 and replica.ready_at is None:
+        reason = end_replica(replica, status, "while loading")
+        end_all(dep)
+        dep.move(S.FAILED, reason)
+        return
+    if replica.ready_at and (timezone.now() - replica.ready_at).total_seconds() > STABLE_AFTER:
+        replica.restarts = 0  # it served long enough: this crash starts a new count
+    if replica.restarts >= settings.HEARTH_MAX_RESTARTS:
+        reason = end_replica(replica, status, "while serving")
+        end_all(dep)
+        dep.move(S.FAILED, f"{reason} It crashed {replica.restarts + 1} times in a row; Hearth stopped restarting it.")
+        bump_routing_version()
+        return
+    delay = settings.HEARTH_RESTART_BACKOFF * 2**replica.restarts
+    reason = note_crash(replica, status, delay)
+    what = f"{replica.runtime_name}: {reason} Restarting in {delay:.0f} s (restart {replica.restarts})."
+    serving = dep.replicas.filter(running=True, ready_at__isnull=False).count()
+    if serving == 0:
+        dep.move(S.LOADING, what)
+    else:
+        Deployment.objects.filter(pk=dep.pk).update(state_reason=f"{serving} of {dep.replica_count} serving. {what}")
+    bump_routing_version()
 
 
 @shared_task
 def stop_deployment(deployment_id: int) -> None:
-    """stopping → stopped: end every running replica of the deployment and keep its last log lines."""
+    """stopping → stopped: end every replica of the deployment and keep its last log lines."""
     dep = Deployment.objects.filter(pk=deployment_id).first()
     if dep is None or dep.state != S.STOPPING:
         return
@@ -108,22 +189,55 @@ def stop_deployment(deployment_id: int) -> None:
 
 @shared_task
 def reconcile() -> None:
-    """Notice replicas of ready deployments that died: keep their logs, route around them, and fail the
-    deployment when none is left."""
-    for replica in Replica.objects.filter(running=True, deployment__state=S.READY).select_related("deployment"):
-        status = get_runtime(replica.runtime).status(replica.runtime_name)
-        if status.running:
-            continue
-        reason = end_replica(replica, status, "while serving")
-        dep = replica.deployment
-        serving = dep.replicas.filter(running=True).count()
-        if serving == 0:
-            dep.move(S.FAILED, reason)
+    """Compare what should run with what runs: resume launches whose worker died, notice serving engines
+    that exited, restart crashed replicas when their backoff is over, and remove engines no replica
+    owns (a database restored from backup, a container left by hand)."""
+    stale = timezone.now() - timedelta(seconds=settings.HEARTH_STALE_AFTER)
+    for dep in Deployment.objects.filter(state__in=[S.PULLING, S.STARTING, S.LOADING], updated_at__lt=stale):
+        if not Deployment.objects.filter(pk=dep.pk, state=dep.state, updated_at=dep.updated_at).update(
+            updated_at=timezone.now()
+        ):
+            continue  # another worker claimed it
+        log.warning("deployment %s: no sign of its %s task for %s s; resuming", dep.name, dep.state, stale)
+        if dep.state == S.LOADING:
+            for replica in dep.replicas.filter(running=True, ready_at__isnull=True):
+                watch_replica.delay(replica.pk)
         else:
-            Deployment.objects.filter(pk=dep.pk).update(
-                state_reason=f"{serving} of {dep.replica_count} replicas serving; {replica.runtime_name}: {reason}"
-            )
+            resume_launch.delay(dep.pk)
+    for replica in Replica.objects.filter(running=True, ready_at__isnull=False, deployment__state=S.READY):
+        status = get_runtime(replica.runtime).status(replica.runtime_name)
+        if not status.running:
+            _engine_ended(replica, status)
+    for replica in Replica.objects.filter(
+        running=False,
+        stopped_at__isnull=True,
+        restart_at__lte=timezone.now(),
+        deployment__state__in=[S.LOADING, S.READY],
+    ):
+        if Replica.objects.filter(pk=replica.pk, restart_at=replica.restart_at).update(restart_at=None):
+            _restart(replica)
+    _remove_orphans()
+
+
+def _restart(replica: Replica) -> None:
+    dep = replica.deployment
+    slot = list(dep.replicas.filter(stopped_at__isnull=True).order_by("pk")).index(replica)
+    try:
+        start_replica(replica, slot)
+    except RuntimeError_ as exc:
+        end_all(dep)
+        dep.move(S.FAILED, f"Restarting {replica.runtime_name} failed: {exc}")
         bump_routing_version()
+        return
+    watch_replica.apply_async((replica.pk,), countdown=WATCH_EVERY)
+
+
+def _remove_orphans() -> None:
+    runtime = get_runtime()
+    owned = set(Replica.objects.filter(stopped_at__isnull=True).values_list("runtime_name", flat=True))
+    for name in runtime.names() - owned:
+        log.warning("removing engine %s: no replica owns it", name)
+        runtime.stop(name)
 
 
 def _redis() -> redis.Redis:

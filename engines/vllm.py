@@ -61,8 +61,8 @@ def gpu_plan_flags(plan: GpuPlan) -> list[tuple[str, str | None]]:
 
 def build_vllm_cpu_spec(
     *,
-    python: str,
-    model_path: Path,
+    program: list[str],
+    model: str,
     served_model_name: str,
     plan: SizingPlan,
     kv_space_gib: float,
@@ -72,13 +72,16 @@ def build_vllm_cpu_spec(
     cache_dir: Path,
     user_args: Sequence[str] = (),
 ) -> LaunchSpec:
-    """A LaunchSpec for vLLM CPU; flags from the plan, never overriding one the user set."""
+    """A LaunchSpec for vLLM CPU; flags from the plan, never overriding one the user set.
+
+    ``program`` runs the server as a local process (``[python, "-m", API_SERVER_MODULE]``; empty in a
+    container, whose image's entrypoint is that); ``model`` the model folder as the engine sees it.
+    """
     added = merge_flags(
         [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None)], user_args
     )
-    argv = [
-        python, "-m", API_SERVER_MODULE,
-        "--model", str(model_path),
+    args = [
+        "--model", model,
         "--served-model-name", served_model_name,
         "--host", host,
         "--port", str(port),
@@ -94,7 +97,8 @@ def build_vllm_cpu_spec(
     }
     return LaunchSpec(
         engine=EngineKind.VLLM_CPU,
-        argv=argv,
+        program=program,
+        args=args,
         env=env,
         host=host,
         port=port,
@@ -106,25 +110,25 @@ def build_vllm_cpu_spec(
 
 def build_simulator_spec(
     *,
-    python: str,
-    code_dir: str,
-    model_path: str,
+    program: list[str],
+    model: str,
     served_model_name: str,
     plan: GpuPlan,
     host: str,
     port: int,
     api_key: str,
+    env: dict[str, str] | None = None,
     user_args: Sequence[str] = (),
 ) -> LaunchSpec:
     """A LaunchSpec for the engine simulator, started exactly as vLLM would be on the planned GPUs.
 
     The simulator takes vLLM's flags; ``--kv-cache-tokens`` gives it the KV capacity the plan found,
-    since it has no GPU memory to profile. ``code_dir`` is where the ``engines`` package lives.
+    since it has no GPU memory to profile. ``program`` runs it as a local process (``[python, "-m",
+    "engines.simulator"]``; empty in a container); ``env`` adds to its environment.
     """
     added = merge_flags([*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens))], user_args)
-    argv = [
-        python, "-m", "engines.simulator",
-        "--model", model_path,
+    args = [
+        "--model", model,
         "--served-model-name", served_model_name,
         "--host", host,
         "--port", str(port),
@@ -132,6 +136,6 @@ def build_simulator_spec(
         *user_args,
     ]  # fmt: skip
     return LaunchSpec(
-        engine=EngineKind.SIMULATOR, argv=argv, env={"VLLM_API_KEY": api_key, "PYTHONPATH": code_dir},
+        engine=EngineKind.SIMULATOR, program=program, args=args, env={**(env or {}), "VLLM_API_KEY": api_key},
         host=host, port=port, api_key=api_key, served_model_name=served_model_name, added_flags=added,
     )  # fmt: skip

@@ -49,8 +49,14 @@ class Proc:
     """A child process whose output goes to a file, for assertions and for the failure report."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.log = log
+        self.argv, self.env, self.log = argv, env, log
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+    def restart(self) -> None:
+        """Start the same command again (after stop), its output appended to the same file."""
+        self.proc = subprocess.Popen(
+            self.argv, cwd=ROOT, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
+        )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -98,32 +104,25 @@ def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
     proc.stop()
 
 
-@pytest.fixture(scope="session")
-def worker(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    """A Celery worker with embedded beat, as a real process."""
+def start_worker(env: dict[str, str], folder: Path) -> Proc:
+    """A Celery worker with embedded beat, as a real process, once it says it is ready."""
     proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "appliance",
-            "worker",
-            "-B",
-            "-c",
-            "3",
-            "--loglevel",
-            "INFO",
-            "-s",
-            str(tmp_path_factory.mktemp("beat") / "schedule"),
-        ],
-        live_env,
-        tmp_path_factory.mktemp("worker") / "worker.log",
-    )
+        [sys.executable, "-m", "celery", "-A", "appliance", "worker", "-B", "-c", "3", "--loglevel", "INFO",
+         "-s", str(folder / "schedule")],
+        env,
+        folder / "worker.log",
+    )  # fmt: skip
     deadline = time.monotonic() + 60
     while "ready." not in proc.output():
         assert proc.proc.poll() is None and time.monotonic() < deadline, proc.output()
         time.sleep(0.3)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def worker(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """The session's Celery worker (process runtime)."""
+    proc = start_worker(live_env, tmp_path_factory.mktemp("worker"))
     yield proc
     proc.stop()
     _stop_engines_left_running()

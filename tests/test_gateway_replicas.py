@@ -67,11 +67,17 @@ def test_two_replicas_share_the_load_keep_conversations_together_and_survive_one
     os.kill(int(first.handle), signal.SIGKILL)
     for i in range(4):  # the gateway retries on the live replica while reconcile has not noticed yet
         sdk.chat.completions.create(model="pair", messages=[{"role": "user", "content": f"After {i}"}], max_tokens=2)
-    deadline = time.monotonic() + 20
-    while "1 of 2 replicas serving" not in (dep := client.get(f"/api/deployments/{dep_id}").json())["state_reason"]:
+    deadline = time.monotonic() + 30
+    while "1 of 2 serving" not in (dep := client.get(f"/api/deployments/{dep_id}").json())["state_reason"]:
         assert time.monotonic() < deadline, dep
+        time.sleep(0.2)
+    assert dep["state"] == "ready"  # the other replica serves while the crashed one restarts
+    while not all(r["ready"] for r in client.get(f"/api/deployments/{dep_id}").json()["replicas"]):
+        assert time.monotonic() < deadline
         time.sleep(0.5)
-    assert dep["state"] == "ready"
+    dep = client.get(f"/api/deployments/{dep_id}").json()
+    crashed = next(r for r in dep["replicas"] if r["restarts"])
+    assert crashed["previous_exit_code"] == -9 and "Starting vLLM API server" in crashed["previous_log_tail"]
     client.post(f"/api/deployments/{dep_id}/stop")
     wait_state(client, dep_id, {"stopped"})
 

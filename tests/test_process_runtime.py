@@ -14,7 +14,8 @@ from engines.launch import EngineKind, LaunchSpec
 def spec(code: str) -> LaunchSpec:
     return LaunchSpec(
         engine=EngineKind.VLLM_CPU,
-        argv=[sys.executable, "-c", code],
+        program=[sys.executable, "-c", code],
+        args=[],
         env={"GREETING": "hello"},
         host="127.0.0.1",
         port=1,
@@ -35,7 +36,7 @@ def test_it_runs_logs_and_stops_an_engine_and_its_children(tmp_path: Path) -> No
         "import os, subprocess, sys, time; print(os.environ['GREETING'], flush=True); "
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
     )
-    pid = int(runtime.start("r1", spec(code)))
+    pid = int(runtime.start("r1", spec(code)).handle)
     time.sleep(0.5)
     assert runtime.status("r1").running
     assert "hello" in runtime.logs("r1")
@@ -63,7 +64,8 @@ def test_a_name_never_started_is_not_running(tmp_path: Path) -> None:
 def test_a_missing_program_is_a_clear_error(tmp_path: Path) -> None:
     bad = LaunchSpec(
         engine=EngineKind.VLLM_CPU,
-        argv=[str(tmp_path / "no-such-python")],
+        program=[str(tmp_path / "no-such-python")],
+        args=[],
         env={},
         host="127.0.0.1",
         port=1,

@@ -5,15 +5,15 @@ from pathlib import Path
 
 from engines.modelconfig import parse_config
 from engines.sizing import plan_cpu
-from engines.vllm import build_vllm_cpu_spec
+from engines.vllm import API_SERVER_MODULE, build_vllm_cpu_spec
 
 CONFIG = parse_config(json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text()))
 
 
 def spec(user_args: list[str]):  # type: ignore[no-untyped-def]
     return build_vllm_cpu_spec(
-        python="/venv/bin/python",
-        model_path=Path("/models/smol"),
+        program=["/venv/bin/python", "-m", API_SERVER_MODULE],
+        model="/models/smol",
         served_model_name="smol",
         plan=plan_cpu(CONFIG, 1, 1.0, 2048),
         kv_space_gib=1.0,
@@ -32,7 +32,7 @@ def test_it_builds_the_flags_that_worked_on_vllm_cpu() -> None:
     assert s.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert s.env["HF_HUB_OFFLINE"] == "1"
     assert s.env["VLLM_API_KEY"] == "k" and "k" not in s.argv  # the engine key stays out of ps
-    assert s.base_url == "http://127.0.0.1:8001"
+    assert s.args[:2] == ["--model", "/models/smol"] and s.port == 8001
 
 
 def test_it_never_overrides_a_flag_the_user_set() -> None:

@@ -2,9 +2,9 @@
 
 from django.conf import settings
 
-from appliance.runtimes.base import Runtime, RuntimeError_, RuntimeStatus
+from appliance.runtimes.base import Runtime, RuntimeError_, RuntimeStatus, Started
 
-__all__ = ["Runtime", "RuntimeError_", "RuntimeStatus", "get_runtime"]
+__all__ = ["Runtime", "RuntimeError_", "RuntimeStatus", "Started", "get_runtime"]
 
 
 def get_runtime(name: str | None = None) -> Runtime:

@@ -1,5 +1,6 @@
 """The runtime interface both the process and the Docker runtime implement."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,13 +20,28 @@ class RuntimeStatus:
     oom_killed: bool = False
 
 
+@dataclass(frozen=True)
+class Started:
+    """A started engine: its handle (pid or container id) and where the gateway reaches it."""
+
+    handle: str
+    host: str
+    port: int
+
+
 class Runtime(Protocol):
     """Starts, inspects and stops engines by a name Hearth chooses (e.g. ``hearth-replica-12``)."""
 
     name: str
 
-    def start(self, name: str, spec: LaunchSpec) -> str:
-        """Start the engine; return its handle (pid or container id). Raises RuntimeError_."""
+    def prepare(self, spec: LaunchSpec, progress: Callable[[str], None]) -> str:
+        """Make the engine's image present (a pull, reporting progress in words) and return the image
+        pinned by digest, for this launch and every restart of it ("" where there is no image).
+        Raises RuntimeError_."""
+        ...
+
+    def start(self, name: str, spec: LaunchSpec) -> Started:
+        """Start the engine. Raises RuntimeError_; a name that already runs is adopted, not started twice."""
         ...
 
     def status(self, name: str) -> RuntimeStatus:
@@ -38,4 +54,8 @@ class Runtime(Protocol):
 
     def logs(self, name: str, lines: int = 50) -> str:
         """The last ``lines`` lines the engine printed (stdout and stderr together)."""
+        ...
+
+    def names(self) -> set[str]:
+        """The names of every engine this runtime holds now, running or exited (reconcile's view)."""
         ...

@@ -13,9 +13,10 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
-from appliance.runtimes.base import RuntimeError_, RuntimeStatus
+from appliance.runtimes.base import RuntimeError_, RuntimeStatus, Started
 from engines.launch import LaunchSpec
 
 
@@ -28,7 +29,13 @@ class ProcessRuntime:
     def _path(self, name: str, suffix: str) -> Path:
         return self.root / f"{name}.{suffix}"
 
-    def start(self, name: str, spec: LaunchSpec) -> str:
+    def prepare(self, spec: LaunchSpec, progress: Callable[[str], None]) -> str:
+        return ""  # a local program: nothing to pull
+
+    def start(self, name: str, spec: LaunchSpec) -> Started:
+        pid = self._pid(name)
+        if pid is not None and self.status(name).running:  # a worker died after starting it: adopt it
+            return Started(str(pid), spec.host, spec.port)
         self.root.mkdir(parents=True, exist_ok=True)
         for suffix in ("exit", "pid"):
             self._path(name, suffix).unlink(missing_ok=True)
@@ -53,7 +60,7 @@ class ProcessRuntime:
             log.close()
         self._path(name, "pid").write_text(str(proc.pid))
         threading.Thread(target=self._reap, args=(proc, name), daemon=True).start()
-        return str(proc.pid)
+        return Started(str(proc.pid), spec.host, spec.port)
 
     def _reap(self, proc: subprocess.Popen[bytes], name: str) -> None:
         code = proc.wait()
@@ -94,6 +101,9 @@ class ProcessRuntime:
                 return b"".join(deque(f, maxlen=lines)).decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
+
+    def names(self) -> set[str]:
+        return {path.name.removesuffix(".pid") for path in self.root.glob("*.pid")}
 
 
 def _group_alive(pgid: int) -> bool:

@@ -21,8 +21,10 @@ last user message (the prompt for /v1/completions). An unknown name is a 400 tha
 - ``context-length``: the 400 context-length error with the request's real token counts.
 
 Instance faults (flags): ``--fault-oom-at-start`` (a CUDA OOM traceback on stderr, exit 1, after
-``--load-seconds``), ``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), and
-``--load-seconds SECONDS`` (everything, /health included, answers 503 until loaded).
+``--load-seconds``), ``--fault-oom-above-utilization RATIO`` (that OOM only when
+``--gpu-memory-utilization`` is above RATIO, as when other processes hold part of the GPU),
+``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), and ``--load-seconds
+SECONDS`` (everything, /health included, answers 503 until loaded).
 
 ``--no-anthropic`` drops ``/v1/messages`` and ``/v1/messages/count_tokens`` (404), like an engine that
 serves only the OpenAI API (SGLang, older vLLM releases).

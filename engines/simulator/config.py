@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto", help="reported only")
     p.add_argument("--load-seconds", type=float, default=0.0, help="/health answers 503 this long")
     p.add_argument("--fault-oom-at-start", action="store_true", help="print a CUDA OOM and exit 1")
+    p.add_argument("--fault-oom-above-utilization", type=float, default=1.0,
+                   help="the OOM at start when --gpu-memory-utilization is above this, 0–1")  # fmt: skip
     p.add_argument("--fault-metrics-delay", type=float, default=0.0, help="delay every /metrics, seconds")
     p.add_argument("--no-anthropic", action="store_true", help="no /v1/messages routes (404), as SGLang serves")
     for flag in IGNORED_VALUE_FLAGS:
@@ -144,7 +146,8 @@ def parse_config(argv: list[str]) -> SimConfig:
         gpu_memory_utilization=args.gpu_memory_utilization,
         kv_cache_dtype=args.kv_cache_dtype,
         load_seconds=args.load_seconds,
-        fault_oom_at_start=args.fault_oom_at_start,
+        fault_oom_at_start=args.fault_oom_at_start
+        or args.gpu_memory_utilization > args.fault_oom_above_utilization,
         fault_metrics_delay=args.fault_metrics_delay,
         no_anthropic=args.no_anthropic,
     )

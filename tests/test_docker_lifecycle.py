@@ -1,0 +1,235 @@
+"""Engines as Docker containers, launched by a real Celery worker through a real Docker daemon.
+
+The images are the local ones scripts/build-engine-images.sh makes (no registry is reachable here):
+the engine simulator, and the real vLLM CPU engine. The session's process-runtime worker is stopped
+for this module and a Docker-runtime worker takes its place (tasks go to whichever worker listens).
+"""
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import openai
+import pytest
+from django.conf import settings
+
+from tests.conftest import ROOT, Proc, login, start_worker
+from tests.simworld import deploy, ensure_model, wait_state
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+INSTANCE = f"test-{os.getpid()}"
+NETWORK = f"hearth-{INSTANCE}"
+
+
+def containers(client: docker.DockerClient, dep_id: int | None = None) -> list[Any]:
+    labels = [f"hearth.instance={INSTANCE}"] + ([f"hearth.deployment={dep_id}"] if dep_id else [])
+    return list(client.containers.list(all=True, filters={"label": labels}))
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[docker.DockerClient]:
+    """The Docker daemon (a failure, not a skip, when it is missing: .ci/run starts one) and the images."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"no Docker daemon: {exc}. .ci/run installs docker.io and starts dockerd.")
+    subprocess.run(["bash", "scripts/build-engine-images.sh"], cwd=ROOT, check=True)
+    yield client
+    for container in containers(client):
+        container.remove(force=True)
+    for network in client.networks.list(names=[NETWORK]):
+        network.remove()
+
+
+@pytest.fixture(scope="module")
+def docker_env(live_env: dict[str, str]) -> dict[str, str]:
+    return {
+        **live_env,
+        "HEARTH_RUNTIME": "docker",
+        "HEARTH_INSTANCE": INSTANCE,
+        "HEARTH_DOCKER_NETWORK": NETWORK,
+        "HEARTH_STALE_AFTER": "5",
+        "HEARTH_RESTART_BACKOFF": "1",
+    }
+
+
+@pytest.fixture(scope="module")
+def docker_worker(
+    daemon: docker.DockerClient, docker_env: dict[str, str], worker: Proc, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proc]:
+    """A Docker-runtime worker in place of the session's worker, which starts again afterwards."""
+    worker.stop()
+    proc = start_worker(docker_env, tmp_path_factory.mktemp("docker-worker"))
+    yield proc
+    proc.stop()
+    worker.restart()
+
+
+def sdk(web: str, client: httpx.Client) -> openai.OpenAI:
+    key = client.post("/api/keys", json={"name": "docker"}).json()["key"]
+    return openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def stop_and_check_gone(client: httpx.Client, daemon: docker.DockerClient, dep_id: int) -> None:
+    client.post(f"/api/deployments/{dep_id}/stop")
+    wait_state(client, dep_id, {"stopped"}, within=60)
+    assert containers(daemon, dep_id) == []
+
+
+def test_a_simulator_runs_as_a_container_on_an_internal_network(
+    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+) -> None:
+    client = login(web)
+    dep_id = deploy(web, client, "boxed")
+    dep = wait_state(client, dep_id, {"ready", "failed"})
+    assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
+    assert dep["engine_image"].startswith("sha256:")  # pinned: a local image has its id, not a registry digest
+    assert dep["engine_version"] == "0.32.0-sim"  # read back from the running engine's /version
+    assert dep["gpu_model"].startswith("8× NVIDIA H100")
+
+    (container,) = containers(daemon, dep_id)
+    assert container.name == dep["replicas"][0]["runtime_name"]
+    assert container.attrs["HostConfig"]["PortBindings"] in ({}, None)  # nothing published on the host
+    assert list(container.attrs["NetworkSettings"]["Networks"]) == [NETWORK]
+    assert container.image.id == dep["engine_image"]
+    assert "VLLM_API_KEY" in " ".join(container.attrs["Config"]["Env"])  # the engine key: env, not argv
+    assert not any("--api-key" in arg for arg in container.attrs["Config"]["Cmd"])
+
+    chunks = sdk(web, client).chat.completions.create(
+        model="boxed", messages=[{"role": "user", "content": "Hello"}], max_tokens=5, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    stop_and_check_gone(client, daemon, dep_id)
+
+
+def test_a_worker_killed_mid_launch_ends_with_one_ready_container(
+    web: str, docker_worker: Proc, docker_env: dict[str, str], daemon: docker.DockerClient, admin_user: object,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    client = login(web)
+    dep_id = deploy(web, client, "phoenix", ["--load-seconds", "15"])
+    wait_state(client, dep_id, {"loading"})
+    docker_worker.proc.send_signal(signal.SIGKILL)  # mid-launch: the engine loads, the watch dies with it
+    docker_worker.proc.wait()
+    docker_worker.proc = start_worker(docker_env, tmp_path).proc
+    dep = wait_state(client, dep_id, {"ready", "failed"}, within=90)
+    assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
+    assert len(containers(daemon, dep_id)) == 1
+    stop_and_check_gone(client, daemon, dep_id)
+
+
+def test_a_killed_engine_restarts_and_keeps_the_previous_runs_log(
+    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+) -> None:
+    client = login(web)
+    dep_id = deploy(web, client, "phoenix2")
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+    (container,) = containers(daemon, dep_id)
+    container.kill()  # SIGKILL: exit code 137
+    deadline = time.monotonic() + 60
+    while (
+        not (replica := client.get(f"/api/deployments/{dep_id}").json()["replicas"][0])["ready"]
+        or not replica["restarts"]
+    ):
+        assert time.monotonic() < deadline, (replica, docker_worker.output()[-3000:])
+        time.sleep(0.5)
+    assert replica["previous_exit_code"] == 137
+    assert "Starting vLLM API server" in replica["previous_log_tail"]
+    assert wait_state(client, dep_id, {"ready"})["state"] == "ready"
+    (restarted,) = containers(daemon, dep_id)
+    assert restarted.id != container.id
+    stop_and_check_gone(client, daemon, dep_id)
+
+
+def test_an_oom_at_start_fails_with_the_remedy_and_applying_it_launches_again(
+    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+) -> None:
+    client = login(web)
+    ensure_model()
+    resp = client.post(
+        "/api/deployments",
+        json={"name": "tight", "model": "llama-8b", "engine": "simulator", "max_model_len": 8192,
+              "gpu_memory_utilization": 0.92, "extra_args": ["--fault-oom-above-utilization", "0.9"]},
+    )  # fmt: skip
+    assert resp.status_code == 201, resp.text
+    dep_id = resp.json()["id"]
+    client.post(f"/api/deployments/{dep_id}/launch")
+    dep = wait_state(client, dep_id, {"ready", "failed"})
+    assert dep["state"] == "failed"
+    assert "CUDA out of memory" in dep["state_reason"] and dep["replicas"][0]["oom_killed"]
+    changes = {c["name"]: (c["before"], c["after"]) for c in dep["remedy"]}
+    assert changes["gpu_memory_utilization"] == ("0.92", "0.88")
+    assert changes["PYTORCH_CUDA_ALLOC_CONF"] == ("unset", "expandable_segments:True")
+    assert int(changes["max_num_seqs"][1]) == int(changes["max_num_seqs"][0]) // 2
+
+    assert client.post(f"/api/deployments/{dep_id}/remedy").status_code == 202
+    dep = wait_state(client, dep_id, {"ready", "failed"})
+    assert dep["state"] == "ready", dep
+    (container,) = containers(daemon, dep_id)
+    cmd = container.attrs["Config"]["Cmd"]
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.88"
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in container.attrs["Config"]["Env"]
+    assert dep["remedy"] is None
+    assert client.post(f"/api/deployments/{dep_id}/remedy").status_code == 400
+    stop_and_check_gone(client, daemon, dep_id)
+
+
+def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Proc, daemon: docker.DockerClient) -> None:
+    image = daemon.images.get("hearth/simulator:local")
+    binds = {p: {"bind": p, "mode": "ro"} for p in image.labels["hearth.host-binds"].split(",")}
+    stray = daemon.containers.run(
+        image.id, ["--port", "8000"], name=f"hearth-{INSTANCE}-stray", detach=True, volumes=binds,
+        labels={"hearth.replica": f"hearth-{INSTANCE}-stray", "hearth.instance": INSTANCE},
+    )  # fmt: skip
+    other = daemon.containers.run(
+        image.id, ["--port", "8000"], name=f"other-{INSTANCE}", detach=True, volumes=binds,
+        labels={"hearth.replica": "hearth-xyz-replica-1", "hearth.instance": "another-appliance"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while stray.id in {c.id for c in daemon.containers.list(all=True)}:
+            assert time.monotonic() < deadline, docker_worker.output()[-3000:]
+            time.sleep(0.5)
+        assert other.id in {c.id for c in daemon.containers.list(all=True)}  # not ours: left alone
+    finally:
+        other.remove(force=True)
+
+
+@pytest.mark.engine
+def test_the_real_vllm_cpu_engine_in_a_container(
+    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+) -> None:
+    model_dir = Path(os.environ.get("HEARTH_SMOLLM2_DIR", settings.HEARTH_CACHE_DIR / "models/SmolLM2-135M-Instruct"))
+    client = login(web)
+    resp = client.post("/api/models", json={"name": "smol-boxed", "path": str(model_dir)})
+    assert resp.status_code == 201, resp.text
+    resp = client.post(
+        "/api/deployments",
+        json={"name": "smol-boxed", "model": "smol-boxed", "engine": "vllm-cpu", "max_model_len": 2048,
+              "kv_space_gib": 1},
+    )  # fmt: skip
+    assert resp.status_code == 201, resp.text
+    dep_id = resp.json()["id"]
+    client.post(f"/api/deployments/{dep_id}/launch")
+    dep = wait_state(client, dep_id, {"ready", "failed"}, within=300)
+    assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
+    assert dep["engine_version"].startswith("0.32")
+    (container,) = containers(daemon, dep_id)
+    assert {m["Destination"]: m["RW"] for m in container.attrs["Mounts"]}["/models/smol-boxed"] is False
+
+    stream = sdk(web, client).chat.completions.create(
+        model="smol-boxed", messages=[{"role": "user", "content": "Say hi"}], max_tokens=8, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    stop_and_check_gone(client, daemon, dep_id)
