@@ -1,16 +1,27 @@
-"""The gateway's in-process view of keys and routes, so the hot path runs no DB query.
+"""The gateway's in-process view of keys and routes, so the hot path runs no DB query and no Redis call.
 
-Reloaded from the database when Redis's ``hearth:routing-version`` changes (the console bumps it on
-every key or deployment change) and at least every RELOAD_EVERY seconds in case a bump was missed.
+The console bumps Redis's ``hearth:routing-version`` after every key or deployment change commits. The
+gateway does not read it per request: one connection per process asks Redis to announce every change
+of that key (client-side caching in broadcasting mode: ``CLIENT TRACKING ON REDIRECT <itself> BCAST
+PREFIX``, then ``SUBSCRIBE __redis__:invalidate``, as the RESP2 form in
+https://redis.io/docs/latest/develop/reference/client-side-caching/ has it; Redis ≥ 6). Redis queues
+the announcement before its answer to the console's INCR, so a request that starts after the change
+reloads first. Tracking is per server, not per database: a bump in another database only costs a reload.
+
+Without that connection (Redis down, or too old) a snapshot is served at most UNWATCHED_MAX_AGE seconds,
+and the watch is retried every WATCH_RETRY seconds. With it, the snapshot is also reloaded in the
+background every RELOAD_EVERY seconds, in case a change ever went by without a bump.
 """
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from console.models import ApiKey, Deployment, DeploymentState
 from console.services import ROUTING_VERSION_KEY
@@ -18,7 +29,11 @@ from engines.launch import speaks_anthropic
 from gateway.keys import key_prefix, matches
 from gateway.quotas import Quota
 
-RELOAD_EVERY = 30.0  # seconds
+log = logging.getLogger(__name__)
+RELOAD_EVERY = 30.0  # seconds between background reloads while watching; also pings the watch connection
+UNWATCHED_MAX_AGE = 1.0  # seconds a snapshot is served while no invalidation watch is live
+WATCH_RETRY = 1.0  # seconds between attempts to (re)open the watch
+INVALIDATIONS = "__redis__:invalidate"  # the channel Redis announces tracked keys' changes on
 
 
 @dataclass(frozen=True)
@@ -87,22 +102,31 @@ def load_snapshot() -> Snapshot:
 
 
 class Registry:
+    """Keys and routes for one gateway process: ``current()`` answers from memory unless a change is known."""
+
     def __init__(self) -> None:
         self.snapshot = Snapshot()
-        self._version: bytes | str | None = None
-        self._loaded_at = 0.0
+        self._stale = True  # a change was announced (or nothing is loaded yet)
+        self._loaded_at = -RELOAD_EVERY  # monotonic seconds at which the loaded snapshot's DB read began
+        self._watching = False  # the invalidation watch is live
+        self._watch: asyncio.Task[None] | None = None
+        self._first_try = asyncio.Event()  # the watch was tried once, opened or not
+        self._reload: asyncio.Future[None] | None = None
         self._redis: aioredis.Redis | None = None
-        self._check: asyncio.Future[None] | None = None
 
     async def current(self) -> Snapshot:
-        """The snapshot, reloaded first if Redis says keys or routes changed.
+        """The snapshot, after a reload when a change was announced since it was read.
 
-        Concurrent requests share one version check in flight (a burst of hundreds would otherwise open
-        as many Redis connections); a request that starts after a change commits still sees it.
+        The first calls wait for one attempt at the invalidation watch; while it is not live, snapshots are
+        at most UNWATCHED_MAX_AGE old. Concurrent callers share one reload, and a change announced while a
+        reload runs makes them wait for the next one. Raises what the DB read raises.
         """
-        if self._check is None or self._check.done():
-            self._check = asyncio.ensure_future(self._refresh())
-        await asyncio.shield(self._check)
+        if not self._first_try.is_set():
+            if self._watch is None:
+                self._watch = asyncio.ensure_future(self._keep_watching())
+            await self._first_try.wait()
+        while self._stale or (not self._watching and time.monotonic() - self._loaded_at > UNWATCHED_MAX_AGE):
+            await asyncio.shield(self._reloading())
         return self.snapshot
 
     @property
@@ -113,13 +137,60 @@ class Registry:
             self._redis = aioredis.Redis(connection_pool=pool)
         return self._redis
 
-    async def _refresh(self) -> None:
-        version = await self.redis.get(ROUTING_VERSION_KEY)
-        if version != self._version or time.monotonic() - self._loaded_at > RELOAD_EVERY:
+    def _reloading(self) -> asyncio.Future[None]:
+        """The reload in flight, or a new one."""
+        if self._reload is None or self._reload.done():
+            self._reload = asyncio.ensure_future(self._load())
+        return self._reload
+
+    async def _load(self) -> None:
+        self._stale = False  # from here on, an announced change needs another reload
+        began = time.monotonic()
+        try:
             self.snapshot = await sync_to_async(load_snapshot)()
-            self._version, self._loaded_at = version, time.monotonic()
+        except BaseException:
+            self._stale = True
+            raise
+        self._loaded_at = began
+
+    async def _keep_watching(self) -> None:
+        """Mark the snapshot stale at every announced change; reopen the watch when it breaks."""
+        while True:
+            tracker = await _open_watch()
+            self._first_try.set()
+            if tracker is not None:
+                self._watching, self._stale = True, True  # changes made while nobody listened
+                try:
+                    await self._listen(tracker)
+                except (RedisError, OSError) as exc:
+                    log.warning("routing invalidations from Redis stopped (%s); reopening", exc)
+                finally:
+                    self._watching = False
+                    await tracker.aclose()
+            await asyncio.sleep(WATCH_RETRY)
+
+    async def _listen(self, tracker: aioredis.Redis) -> None:
+        """Read announcements until the connection breaks. After RELOAD_EVERY quiet seconds, reload in the
+        background and ping; no answer by the next quiet spell raises RedisError."""
+        connection = tracker.connection
+        assert connection is not None  # a single-connection client, connected by _open_watch
+        pinged = False
+        while True:
+            message = await connection.read_response(timeout=RELOAD_EVERY)
+            if message is None:
+                if pinged:
+                    raise RedisError(f"no answer to PING in {RELOAD_EVERY:.0f} s")
+                self._reloading().add_done_callback(_log_failure)
+                await connection.send_command("PING")
+                pinged = True
+            elif message[0] == b"message":  # [b"message", channel, [keys] or None after a flush]
+                self._stale = True
+            else:  # [b"pong", b""]
+                pinged = False
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         if self._redis is not None:
             await self._redis.aclose()
 
@@ -135,3 +206,26 @@ class Registry:
         if entry.expires_at is not None and entry.expires_at <= time.time():
             return None
         return entry
+
+
+async def _open_watch() -> aioredis.Redis | None:
+    """A connection subscribed to the announcements of ROUTING_VERSION_KEY's changes, or None (logged)
+    when Redis cannot give one."""
+    tracker = aioredis.Redis.from_url(settings.REDIS_URL, protocol=2, single_connection_client=True)
+    try:
+        own_id = await tracker.client_id()
+        await tracker.client_tracking_on(clientid=own_id, bcast=True, prefix=[ROUTING_VERSION_KEY])
+        assert tracker.connection is not None  # a single-connection client connects at its first command
+        await tracker.connection.send_command("SUBSCRIBE", INVALIDATIONS)
+        await tracker.connection.read_response()
+    except (RedisError, OSError) as exc:
+        log.warning("no routing invalidations from Redis (%s); keys and routes are re-read every %.0f s",
+                    exc, UNWATCHED_MAX_AGE)  # fmt: skip
+        await tracker.aclose()
+        return None
+    return tracker
+
+
+def _log_failure(reload: asyncio.Future[None]) -> None:
+    if not reload.cancelled() and reload.exception() is not None:
+        log.error("background reload of keys and routes failed", exc_info=reload.exception())
