@@ -125,10 +125,11 @@ HEARTH_INSTANCE = envstr(
 HEARTH_WEIGHTS_VOLUME = envstr("HEARTH_WEIGHTS_VOLUME", "hearth-weights")  # shared HF cache of every engine
 HEARTH_HF_TOKEN_FILE = envstr("HEARTH_HF_TOKEN_FILE", "")  # a file holding the HF token (a compose secret)
 HEARTH_ENGINE_SHM_SIZE = envstr("HEARTH_ENGINE_SHM_SIZE", "16g")  # /dev/shm for NCCL and workers (vLLM docs)
-# Engine images for the Docker runtime. A launch pins the image to its digest; restarts reuse that pin.
+# Engine images for the Docker runtime, by versioned tag: the flags are built for the version the tag names.
+# A launch pins the image to its digest; restarts reuse that pin.
 HEARTH_ENGINE_IMAGES = {
     "vllm": envstr("HEARTH_IMAGE_VLLM", "vllm/vllm-openai:v0.11.0"),
-    "sglang": envstr("HEARTH_IMAGE_SGLANG", "lmsysorg/sglang:v0.5.3-cu126"),
+    "sglang": envstr("HEARTH_IMAGE_SGLANG", "lmsysorg/sglang:v0.5.19-cu129"),  # the last CUDA 12 tag (SGLang docs)
     "vllm-cpu": envstr("HEARTH_IMAGE_VLLM_CPU", "hearth/vllm-cpu:local"),  # scripts/build-engine-images.sh
     "simulator": envstr("HEARTH_IMAGE_SIMULATOR", "hearth/simulator:local"),
 }

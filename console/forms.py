@@ -3,8 +3,8 @@ from typing import Any
 
 from django import forms
 
+from console import services
 from console.models import ModelSource
-from engines.launch import EngineKind
 
 
 class LocalModelForm(forms.Form):
@@ -21,7 +21,7 @@ class HfModelForm(forms.Form):
 class DeploymentForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="Also the model name clients ask for, unless set below.")
     model = forms.ModelChoiceField(queryset=ModelSource.objects.order_by("name"))
-    engine = forms.ChoiceField(choices=[(e.value, e.label) for e in EngineKind])
+    engine = forms.ChoiceField(choices=lambda: [(e.value, e.label) for e in services.available_engines()])
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")
     max_model_len = forms.IntegerField(
         min_value=0, initial=2048, label="max_model_len", help_text="Tokens; 0 = the model's maximum."

@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, get_runtime
 from console.models import Deployment, Replica
-from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec
+from engines import adapters
+from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec, image_version
 from engines.logscan import scan
 from engines.planner import GpuPlan
 from engines.sizing import SizingPlan
@@ -144,20 +145,20 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
 
 def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPlan) -> LaunchSpec:
     """vLLM's or SGLang's container spec, its flags from engines.adapters for the image's version."""
-    from engines import adapters
-
-    image = settings.HEARTH_ENGINE_IMAGES[dep.engine]
     build = adapters.vllm_args if dep.engine == EngineKind.VLLM else adapters.sglang_args
-    built = build(
-        version=image.rsplit(":", 1)[-1].split("@")[0],
-        model=model,
-        revision=dep.model.revision or None,
-        served_model_name=dep.served_model_name,
-        port=replica.port,
-        api_key=replica.engine_api_key,
-        plan=plan,
-        user_args=dep.extra_args,
-    )
+    try:
+        built = build(
+            version=image_version(settings.HEARTH_ENGINE_IMAGES[dep.engine]),
+            model=model,
+            revision=dep.model.revision or None,
+            served_model_name=dep.served_model_name,
+            port=replica.port,
+            api_key=replica.engine_api_key,
+            plan=plan,
+            user_args=dep.extra_args,
+        )
+    except ValueError as exc:
+        raise RuntimeError_(str(exc)) from None
     return LaunchSpec(
         engine=EngineKind(dep.engine), program=[], args=built.command, env=built.env, host="0.0.0.0",  # noqa: S104
         port=replica.port, api_key=replica.engine_api_key, served_model_name=dep.served_model_name,

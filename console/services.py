@@ -19,8 +19,9 @@ from django.utils import timezone
 from appliance.hardware import InventoryError, current_inventory
 from console.hub import HubError, read_hub_model
 from console.models import ACTIVE_STATES, ApiKey, Deployment, DeploymentState, ModelSource
+from engines.adapters import parse_version
 from engines.gpus import Inventory
-from engines.launch import EngineKind
+from engines.launch import EngineKind, image_version
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
 from engines.planner import PlanRequest, plan_gpu
 from engines.remedy import Remedy, oom_remedy
@@ -119,6 +120,24 @@ def _save_model(**fields: Any) -> ModelSource:
         raise ConsoleError(f"A model named {fields['name']!r} already exists.") from None
 
 
+def available_engines() -> list[EngineKind]:
+    """The engines this appliance can launch: local processes run vLLM (CPU) and the simulator; the
+    Docker runtime adds vLLM and SGLang containers where real GPUs are (not on a simulated inventory)."""
+    engines = [EngineKind.VLLM_CPU, EngineKind.SIMULATOR]
+    if settings.HEARTH_RUNTIME == "docker" and not settings.HEARTH_GPU_INVENTORY.startswith("sim:"):
+        engines += [EngineKind.VLLM, EngineKind.SGLANG]
+    return engines
+
+
+def _vllm_release(engine: str) -> tuple[int, int] | None:
+    """(major, minor) of the vLLM image a vLLM deployment will run, so the plan follows that release's
+    memory accounting; None for other engines (the planner's general estimate)."""
+    if engine != EngineKind.VLLM:
+        return None
+    release = parse_version(image_version(settings.HEARTH_ENGINE_IMAGES[engine]).lstrip("v"))
+    return release[0], release[1]
+
+
 def plan_for(
     model: ModelSource,
     engine: str,
@@ -135,8 +154,9 @@ def plan_for(
     vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force.
     Raises ConsoleError for an unknown engine, bad numbers, or an inventory that cannot be read.
     """
-    if engine not in EngineKind:
-        raise ConsoleError(f"Unknown engine {engine!r}; choose one of: {', '.join(EngineKind)}.")
+    if engine not in available_engines():
+        offered = ", ".join(available_engines())
+        raise ConsoleError(f"Engine '{engine}' is not available here; choose one of: {offered}.")
     if not 0 <= max_model_len <= INT_MAX or not 0 <= tensor_parallel_size <= 64 or not 0 <= gpu_memory_utilization < 1:
         raise ConsoleError(
             "max_model_len and tensor parallel size must be 0 (auto) or more, "
@@ -154,6 +174,7 @@ def plan_for(
         if held and not inventory.devices:
             raise ConsoleError(f"Every GPU is held by a running deployment: {held}. Stop one first.")
         request = PlanRequest(
+            vllm_version=_vllm_release(engine),
             max_model_len=max_model_len,
             kv_cache_dtype=kv_cache_dtype,
             gpu_memory_utilization=gpu_memory_utilization,

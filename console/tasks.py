@@ -24,7 +24,8 @@ from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
 from console.lifecycle import LOG_LINES, converge, end_all, end_replica, note_crash, prepare, start_replica
 from console.models import Deployment, DeploymentState, ModelSource, Replica
 from console.services import bump_routing_version, held_gpus
-from engines.launch import GPU_ENGINES
+from engines.adapters import VERSION_PATHS, version_from_engine
+from engines.launch import GPU_ENGINES, EngineKind
 from engines.metrics import parse_metrics
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def watch_replica(replica_id: int) -> None:
     if healthy:
         Replica.objects.filter(pk=replica.pk).update(ready_at=timezone.now())
         waiting = dep.replicas.filter(stopped_at__isnull=True, ready_at__isnull=True).count()
-        version = _engine_version(replica) or dep.engine_version
+        version = _engine_version(replica, dep.engine) or dep.engine_version
         if waiting == 0 and dep.move(S.READY, "Serving.", engine_version=version):
             bump_routing_version()
         elif dep.state == S.READY:
@@ -137,14 +138,15 @@ def watch_replica(replica_id: int) -> None:
     watch_replica.apply_async((replica_id,), countdown=WATCH_EVERY)
 
 
-def _engine_version(replica: Replica) -> str:
-    """The version the running engine reports: vLLM's GET /version, SGLang's GET /get_server_info."""
-    for path in ("/version", "/get_server_info"):
+def _engine_version(replica: Replica, engine: str) -> str:
+    """The version the running engine reports (engines.adapters.VERSION_PATHS), "" when it says none."""
+    headers = {"Authorization": f"Bearer {replica.engine_api_key}"}  # SGLang guards its info with the key
+    for path in VERSION_PATHS["sglang" if engine == EngineKind.SGLANG else "vllm"]:
         try:
-            resp = httpx.get(f"{replica.base_url}{path}", timeout=2)
-            if resp.status_code == 200 and isinstance(version := resp.json().get("version"), str):
-                return version[:50]
-        except (httpx.HTTPError, ValueError, AttributeError):
+            resp = httpx.get(f"{replica.base_url}{path}", headers=headers, timeout=2)
+            if resp.status_code == 200:
+                return version_from_engine(engine, resp.json())[:50]
+        except (httpx.HTTPError, ValueError):
             continue
     return ""
 
@@ -259,7 +261,8 @@ def scrape_metrics() -> None:
         try:
             resp = httpx.get(f"{replica.base_url}/metrics", timeout=3)
             resp.raise_for_status()
-            scrape = parse_metrics(resp.text, "vllm", time.time())
+            mapping = "sglang" if replica.deployment.engine == EngineKind.SGLANG else "vllm"
+            scrape = parse_metrics(resp.text, mapping, time.time())
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("scrape of replica %s failed: %s", replica.pk, exc)
             continue

@@ -44,6 +44,14 @@ def speaks_anthropic(engine: str, extra_args: list[str]) -> bool:
     return engine in ANTHROPIC_ENGINES and "--no-anthropic" not in extra_args
 
 
+def image_version(image: str) -> str:
+    """The engine version an image's tag names: ``vllm/vllm-openai:v0.11.0`` → ``v0.11.0``,
+    ``lmsysorg/sglang:v0.5.19-cu129`` → ``v0.5.19`` (a digest after ``@`` is ignored)."""
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[-1] if ":" in name.rsplit("/", 1)[-1] else ""
+    return tag.split("-", 1)[0]
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """How to start one replica.

@@ -19,6 +19,7 @@ import openai
 import pytest
 from django.conf import settings
 
+from console.models import Deployment
 from tests.conftest import ROOT, Proc, login, start_worker
 from tests.simworld import deploy, ensure_model, wait_state
 
@@ -92,7 +93,7 @@ def test_a_simulator_runs_as_a_container_on_an_internal_network(
     dep = wait_state(client, dep_id, {"ready", "failed"})
     assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
     assert dep["engine_image"].startswith("sha256:")  # pinned: a local image has its id, not a registry digest
-    assert dep["engine_version"] == "0.32.0-sim"  # read back from the running engine's /version
+    assert dep["engine_version"] == "0.32.0+sim"  # read back from the running engine's /version
     assert dep["gpu_model"].startswith("8× NVIDIA H100")
 
     (container,) = containers(daemon, dep_id)
@@ -170,7 +171,10 @@ def test_an_oom_at_start_fails_with_the_remedy_and_applying_it_launches_again(
     assert changes["PYTORCH_CUDA_ALLOC_CONF"] == ("unset", "expandable_segments:True")
     assert int(changes["max_num_seqs"][1]) == int(changes["max_num_seqs"][0]) // 2
 
-    assert client.post(f"/api/deployments/{dep_id}/remedy").status_code == 202
+    page = client.get(f"/deployments/{dep_id}/").text
+    assert "Known remedy for running out of memory" in page and "0.92 → <strong>0.88</strong>" in page
+    token = client.cookies["csrftoken"]  # the console's button, as the admin clicks it
+    assert client.post(f"/deployments/{dep_id}/remedy/", data={"csrfmiddlewaretoken": token}).status_code == 302
     dep = wait_state(client, dep_id, {"ready", "failed"})
     assert dep["state"] == "ready", dep
     (container,) = containers(daemon, dep_id)
@@ -180,6 +184,21 @@ def test_an_oom_at_start_fails_with_the_remedy_and_applying_it_launches_again(
     assert dep["remedy"] is None
     assert client.post(f"/api/deployments/{dep_id}/remedy").status_code == 400
     stop_and_check_gone(client, daemon, dep_id)
+
+
+def test_an_image_no_registry_serves_fails_the_launch_with_the_daemons_reason(
+    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+) -> None:
+    client = login(web)
+    ensure_model()
+    resp = client.post("/api/deployments", json={"name": "unpulled", "model": "llama-8b", "engine": "simulator"})
+    dep_id = resp.json()["id"]
+    Deployment.objects.filter(pk=dep_id).update(engine_image="hearth-test/absent:1")  # a pin whose image is gone
+    client.post(f"/api/deployments/{dep_id}/launch")
+    dep = wait_state(client, dep_id, {"ready", "failed"})
+    assert dep["state"] == "failed"
+    assert dep["state_reason"].startswith("Could not pull hearth-test/absent:1: ")
+    assert dep["replicas"] == [] and containers(daemon, dep_id) == []
 
 
 def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Proc, daemon: docker.DockerClient) -> None:

@@ -33,7 +33,7 @@ from engines.simulator.metrics import SimMetrics
 from engines.simulator.scheduler import Engine
 
 log = logging.getLogger("engines.simulator")
-VERSION = "0.32.0-sim"
+VERSION = "0.32.0+sim"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # what vLLM 0.32.0 serves
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

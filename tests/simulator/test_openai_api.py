@@ -205,7 +205,7 @@ def test_a_wrong_key_is_a_401_and_open_routes_stay_open(sim: Sim) -> None:
     resp = httpx.post(sim.base + "/v1/chat/completions", json={"messages": user("Hi")})
     assert resp.status_code == 401 and resp.json() == {"error": "Unauthorized"}
     assert httpx.get(sim.base + "/health").status_code == 200
-    assert httpx.get(sim.base + "/version").json() == {"version": "0.32.0-sim"}
+    assert httpx.get(sim.base + "/version").json() == {"version": "0.32.0+sim"}
     assert httpx.get(sim.base + "/metrics").status_code == 200
     assert httpx.post(sim.base + "/tokenize", json={"prompt": "Hello, world"}).json()["count"] == 3
 
