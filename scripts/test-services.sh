@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# What the test suite needs beside Python packages, on a machine of the project's kind (Debian, root):
+# PostgreSQL and Redis running (this kind has both installed; started here if they are down), Debian's
+# Chromium for the browser tests (Playwright drives it; no browser download is possible here) and
+# Debian's docker.io with its daemon for the Docker-runtime tests (it starts in about two seconds,
+# ../shared/FACTS.md). A second run finds everything and returns at once.
+set -euo pipefail
+
+pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
+redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
+  --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
+
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v dockerd >/dev/null || missing+=(docker.io)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test-services: installing ${missing[*]} from Debian"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! docker info >/dev/null 2>&1; then
+  echo "test-services: starting dockerd (log: /var/log/hearth-dockerd.log)"
+  nohup dockerd >/var/log/hearth-dockerd.log 2>&1 &
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start:" >&2; tail -20 /var/log/hearth-dockerd.log >&2; exit 1; }
+fi
