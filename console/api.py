@@ -14,7 +14,7 @@ from ninja import Field, NinjaAPI, Schema, Status
 from ninja.errors import ValidationError
 from ninja.security import django_auth
 
-from console import services
+from console import changes, services
 from console.models import ApiKey, Deployment, ModelSource, Replica
 from console.panel import live_panel
 from console.services import ConsoleError
@@ -219,6 +219,34 @@ def launch_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
 def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     services.stop(dep)
+    return Status(202, dep)
+
+
+class ChangeIn(Schema):
+    max_model_len: int = 0
+    kv_space_gib: float = 1.0
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.0
+    tensor_parallel_size: int = 0
+    extra_args: list[str] = Field(default_factory=list)
+    confirm: bool = False
+
+
+class ChangePreviewOut(Schema):
+    plan: dict[str, object]
+    recreate: bool
+    downtime_seconds: float | None
+
+
+@api.post("/deployments/{pk}/change", response={200: ChangePreviewOut, 202: DeploymentOut})
+def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[Any]:
+    """Preview new settings (200: the plan, whether the running engine is recreated, the expected
+    downtime in seconds); with ``confirm`` apply them (202; a running deployment stops, then relaunches)."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    settings = data.dict(exclude={"confirm"})
+    if not data.confirm:
+        return Status(200, changes.preview_change(dep, **settings))
+    changes.apply_change(dep, **settings)
     return Status(202, dep)
 
 

@@ -4,7 +4,7 @@ from typing import Any
 from django import forms
 
 from console import services
-from console.models import ModelSource
+from console.models import Deployment, ModelSource
 
 
 class LocalModelForm(forms.Form):
@@ -66,7 +66,7 @@ class DeploymentForm(forms.Form):
         """An option left empty takes its default (the field's initial value)."""
         data = super().clean() or {}
         for name in (*self.PLAN_FIELDS, "replica_count"):
-            if data.get(name) in (None, ""):
+            if name in self.fields and data.get(name) in (None, ""):
                 data[name] = self.fields[name].initial
         return data
 
@@ -79,6 +79,32 @@ class DeploymentForm(forms.Form):
     def plan_options(self) -> dict[str, Any]:
         """The cleaned values services.plan_for takes as options."""
         return {k: self.cleaned_data[k] for k in (*self.PLAN_FIELDS, "replica_count")}
+
+
+class ChangeForm(DeploymentForm):
+    """A deployment's plan fields and extra flags, to change (console.changes); the rest stays."""
+
+    FIXED = ("name", "model", "engine", "served_model_name", "max_tokens_cap", "replica_count")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self.FIXED:
+            del self.fields[name]
+
+    @staticmethod
+    def current(dep: Deployment) -> dict[str, Any]:
+        """The deployment's settings now, as the form's initial values."""
+        plan = dep.plan
+        return {
+            "max_model_len": dep.max_model_len, "kv_space_gib": dep.kv_space_gib,
+            "kv_cache_dtype": plan.get("kv_cache_dtype", "auto"),
+            "gpu_memory_utilization": plan.get("gpu_memory_utilization", 0),
+            "tensor_parallel_size": plan.get("tensor_parallel_size", 0), "extra_args": shlex.join(dep.extra_args),
+        }  # fmt: skip
+
+    def settings(self) -> dict[str, Any]:
+        """The cleaned values console.changes takes."""
+        return {**{k: self.cleaned_data[k] for k in self.PLAN_FIELDS}, "extra_args": self.cleaned_data["extra_args"]}
 
 
 class ApiKeyForm(forms.Form):

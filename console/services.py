@@ -148,10 +148,12 @@ def plan_for(
     gpu_memory_utilization: float = 0.0,
     tensor_parallel_size: int = 0,
     replica_count: int = 1,
+    exclude: int | None = None,
 ) -> dict[str, Any]:
     """The sizing plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict).
 
-    vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force.
+    vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force, less the
+    GPUs other active deployments hold (``exclude``: a deployment whose own GPUs count as free).
     Raises ConsoleError for an unknown engine, bad numbers, or an inventory that cannot be read.
     """
     if engine not in available_engines():
@@ -170,7 +172,7 @@ def plan_for(
         cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
         return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
     try:
-        inventory, held = free_gpus(current_inventory())
+        inventory, held = free_gpus(current_inventory(), exclude)
         if held and not inventory.devices:
             raise ConsoleError(f"Every GPU is held by a running deployment: {held}. Stop one first.")
         request = PlanRequest(
@@ -208,9 +210,9 @@ def held_gpus(exclude: int | None = None) -> dict[int, str]:
     return held
 
 
-def free_gpus(inventory: Inventory) -> tuple[Inventory, str]:
-    """The inventory less the GPUs active deployments hold, and which those are, in words."""
-    held = held_gpus()
+def free_gpus(inventory: Inventory, exclude: int | None = None) -> tuple[Inventory, str]:
+    """The inventory less the GPUs active deployments (but ``exclude``) hold, and which those are, in words."""
+    held = held_gpus(exclude)
     free = Inventory(inventory.source, [d for d in inventory.devices if d.index not in held])
     words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
     return free, words
@@ -220,6 +222,22 @@ def _matching(flags: set[str], protected: frozenset[str]) -> list[str]:
     """The protected flags that ``flags`` name, abbreviations included (vLLM's argparse accepts any
     unambiguous prefix: ``--max-model`` is ``--max-model-len``)."""
     return sorted({p for p in protected for f in flags if f.startswith("--") and len(f) > 3 and p.startswith(f)})
+
+
+def check_extra_args(extra_args: list[str]) -> None:
+    """Refuse extra engine flags that Hearth sets itself, that take GPUs behind the plan's back, or that
+    the plan decides. Raises ConsoleError naming them."""
+    flags = user_flag_names(extra_args)
+    if owned := _matching(flags, HEARTH_FLAGS):
+        raise ConsoleError(f"{', '.join(owned)}: Hearth sets these itself (the gateway relies on them).")
+    if resources := _matching(flags, RESOURCE_FLAGS):
+        raise ConsoleError(f"{', '.join(resources)}: these change what the engine takes of the GPUs behind the plan's "
+                           "back; Hearth does not pass them.")  # fmt: skip
+    if planned := _matching(flags, PLANNED_FLAGS):
+        raise ConsoleError(
+            f"{', '.join(planned)}: set {'it' if len(planned) == 1 else 'them'} in the deployment's fields, so the "
+            "plan can check the value fits, not among the extra engine flags."
+        )
 
 
 def create_deployment(
@@ -248,17 +266,7 @@ def create_deployment(
         raise ConsoleError(f"The max_tokens cap must be from 1 to {INT_MAX:,} tokens (or empty for none).")
     name = _check_name(name, "Deployment name")
     served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
-    flags = user_flag_names(extra_args or [])
-    if owned := _matching(flags, HEARTH_FLAGS):
-        raise ConsoleError(f"{', '.join(owned)}: Hearth sets these itself (the gateway relies on them).")
-    if resources := _matching(flags, RESOURCE_FLAGS):
-        raise ConsoleError(f"{', '.join(resources)}: these change what the engine takes of the GPUs behind the plan's "
-                           "back; Hearth does not pass them.")  # fmt: skip
-    if planned := _matching(flags, PLANNED_FLAGS):
-        raise ConsoleError(
-            f"{', '.join(planned)}: set {'it' if len(planned) == 1 else 'them'} in the deployment's fields, so the "
-            "plan can check the value fits, not among the extra engine flags."
-        )
+    check_extra_args(extra_args or [])
     plan = plan_for(
         model,
         engine,

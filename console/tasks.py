@@ -23,7 +23,7 @@ from django.utils import timezone
 from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
 from console.lifecycle import LOG_LINES, converge, end_all, end_replica, note_crash, prepare, start_replica
 from console.models import Deployment, DeploymentState, ModelSource, Replica
-from console.services import bump_routing_version, held_gpus
+from console.services import bump_routing_version, held_gpus, launch
 from engines.adapters import VERSION_PATHS, version_from_engine
 from engines.launch import GPU_ENGINES, EngineKind
 from engines.metrics import parse_metrics
@@ -187,6 +187,19 @@ def stop_deployment(deployment_id: int) -> None:
         return
     end_all(dep)
     dep.move(S.STOPPED, "Stopped by the admin.")
+
+
+@shared_task
+def recreate_deployment(deployment_id: int) -> None:
+    """stopping → stopped → pending: stop the old replicas first (they hold the GPUs), then launch the
+    deployment with the settings console.changes stored."""
+    dep = Deployment.objects.filter(pk=deployment_id).first()
+    if dep is None or dep.state != S.STOPPING:
+        return
+    end_all(dep)
+    bump_routing_version()
+    if dep.move(S.STOPPED, "Stopped to recreate with the new settings."):
+        launch(dep)
 
 
 @shared_task

@@ -17,6 +17,7 @@ urlpatterns = [
     path("deployments/<int:pk>/panel/", views.deployment_panel, name="panel"),
     path("deployments/<int:pk>/launch/", views.deployment_action, {"action": "launch"}, name="launch"),
     path("deployments/<int:pk>/stop/", views.deployment_action, {"action": "stop"}, name="stop"),
+    path("deployments/<int:pk>/change/", views.deployment_change, name="change"),
     path("deployments/<int:pk>/remedy/", views.deployment_action, {"action": "remedy"}, name="remedy"),
     path("deployments/<int:pk>/delete/", views.deployment_delete, name="deployment-delete"),
     path("models/<int:pk>/delete/", views.model_delete, name="model-delete"),

@@ -8,8 +8,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from console import services
-from console.forms import ApiKeyForm, DeploymentForm, HfModelForm, LocalModelForm, SetupForm
+from console import changes, services
+from console.forms import ApiKeyForm, ChangeForm, DeploymentForm, HfModelForm, LocalModelForm, SetupForm
 from console.models import ApiKey, Deployment, ModelSource
 from console.panel import live_panel
 from console.services import ConsoleError
@@ -121,6 +121,24 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
     except ConsoleError as exc:
         messages.error(request, str(exc))
     return redirect("console:deployment", dep.pk)
+
+
+@login_required
+def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
+    """Change a deployment's settings: preview the new plan (and, while it runs, the Recreate and its
+    expected downtime), then confirm."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    form = ChangeForm(request.POST or None, initial=ChangeForm.current(dep))
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            if "confirm" in request.POST:
+                changes.apply_change(dep, **form.settings())
+                return redirect("console:deployment", dep.pk)
+            preview = changes.preview_change(dep, **form.settings())
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+    return render(request, "console/change.html", {"dep": dep, "form": form, "preview": preview})
 
 
 @login_required

@@ -186,6 +186,36 @@ def test_an_oom_at_start_fails_with_the_remedy_and_applying_it_launches_again(
     stop_and_check_gone(client, daemon, dep_id)
 
 
+def test_a_change_recreates_the_deployment_old_container_first(
+    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+) -> None:
+    client = login(web)
+    dep_id = deploy(web, client, "reshaped")
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+    (old,) = containers(daemon, dep_id)
+    change = {"max_model_len": 4096, "extra_args": ["--load-seconds", "2"]}
+    preview = client.post(f"/api/deployments/{dep_id}/change", json=change).json()
+    assert preview["recreate"] and preview["plan"]["max_model_len"] == 4096
+    assert 10 < preview["downtime_seconds"] < 60  # the stop's grace and the last load time
+    assert containers(daemon, dep_id)[0].id == old.id  # a preview changes nothing
+
+    assert client.post(f"/api/deployments/{dep_id}/change", json=change | {"confirm": True}).status_code == 202
+    deadline = time.monotonic() + 60
+    while True:
+        now = containers(daemon, dep_id)
+        assert len(now) <= 1, "the new engine started beside the old one"
+        dep = client.get(f"/api/deployments/{dep_id}").json()
+        if dep["state"] == "ready" and now and now[0].id != old.id:
+            break
+        assert time.monotonic() < deadline, dep
+        time.sleep(0.1)
+    (new,) = containers(daemon, dep_id)
+    assert new.id != old.id
+    cmd = new.attrs["Config"]["Cmd"]
+    assert cmd[cmd.index("--max-model-len") + 1] == "4096" and "--load-seconds" in cmd
+    stop_and_check_gone(client, daemon, dep_id)
+
+
 def test_an_image_no_registry_serves_fails_the_launch_with_the_daemons_reason(
     web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
 ) -> None:

@@ -1,0 +1,90 @@
+"""Changing a deployment's settings: a new plan first, then a Recreate when it runs.
+
+A deployment holds its GPUs exclusively, so the new engine cannot start beside the old one: the old
+replicas stop first, then the deployment launches with the new settings (the Recreate strategy of
+Kubernetes Deployments). The expected downtime, shown before the admin confirms, is the stop's grace
+period plus how long the last start took to become ready.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from console.models import ACTIVE_STATES, Deployment, DeploymentState
+from console.services import ConsoleError, check_extra_args, plan_for
+
+STOP_GRACE_SECONDS = 10.0  # runtimes' SIGTERM-to-SIGKILL grace (Runtime.stop)
+
+
+@dataclass(frozen=True)
+class ChangePreview:
+    """The plan the new settings give; whether the running engine must stop first (``recreate``);
+    the expected downtime in seconds then (None when it never became ready, so no load time is known)."""
+
+    plan: dict[str, Any]
+    recreate: bool
+    downtime_seconds: float | None
+
+
+def preview_change(
+    deployment: Deployment,
+    *,
+    max_model_len: int,
+    kv_space_gib: float,
+    kv_cache_dtype: str,
+    gpu_memory_utilization: float,
+    tensor_parallel_size: int,
+    extra_args: list[str],
+) -> ChangePreview:
+    """What changing ``deployment`` to these settings would do; changes nothing.
+
+    Raises ConsoleError for flags Hearth refuses or numbers the planner refuses.
+    """
+    check_extra_args(extra_args)
+    plan = plan_for(
+        deployment.model, deployment.engine, max_model_len=max_model_len, kv_space_gib=kv_space_gib,
+        kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size, replica_count=deployment.replica_count, exclude=deployment.pk,
+    )  # fmt: skip
+    recreate = deployment.state in ACTIVE_STATES
+    return ChangePreview(plan, recreate, _downtime(deployment) if recreate else None)
+
+
+def _downtime(deployment: Deployment) -> float | None:
+    loaded = deployment.replicas.filter(ready_at__isnull=False).order_by("-ready_at").first()
+    if loaded is None or loaded.ready_at is None:
+        return None
+    return STOP_GRACE_SECONDS + (loaded.ready_at - loaded.started_at).total_seconds()
+
+
+def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
+    """Change ``deployment`` to these settings (preview_change's keywords). A running deployment is
+    recreated: it moves to stopping, its replicas stop, then it launches with the new plan. A stopped
+    or failed one keeps its state, ready to launch.
+
+    Raises ConsoleError when the new plan does not fit (nothing is changed then) or the deployment is
+    stopping.
+    """
+    from console.tasks import recreate_deployment
+
+    preview = preview_change(deployment, **settings)
+    if not preview.plan["fits"]:
+        raise ConsoleError(" ".join([preview.plan["reasons"][-1], *preview.plan["remedies"]]))
+    fields = {
+        "plan": preview.plan,
+        "max_model_len": preview.plan["max_model_len"],
+        "kv_space_gib": settings["kv_space_gib"],
+        "extra_args": settings["extra_args"],
+    }
+    with transaction.atomic():
+        row = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if row.state == DeploymentState.STOPPING:
+            raise ConsoleError(f"{row.name} is stopping; change it once it has stopped.")
+        Deployment.objects.filter(pk=row.pk).update(**fields)
+        if preview.recreate:
+            if not row.move(DeploymentState.STOPPING, "Recreating with the new settings: the old engine stops first."):
+                raise ConsoleError(f"{row.name} changed state meanwhile; try again.")
+            transaction.on_commit(lambda: recreate_deployment.delay(row.pk))
+    deployment.refresh_from_db()
+    return preview
