@@ -61,7 +61,8 @@ def _downtime(deployment: Deployment) -> float | None:
 def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
     """Change ``deployment`` to these settings (preview_change's keywords). A running deployment is
     recreated: it moves to stopping, its replicas stop, then it launches with the new plan. A stopped
-    or failed one keeps its state, ready to launch.
+    or failed one keeps its state, ready to launch. Either way the image is pinned anew at the launch,
+    from the configured one (an upgrade of HEARTH_IMAGE_* reaches a deployment this way).
 
     Raises ConsoleError when the new plan does not fit (nothing is changed then) or the deployment is
     stopping.
@@ -76,6 +77,8 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         "max_model_len": preview.plan["max_model_len"],
         "kv_space_gib": settings["kv_space_gib"],
         "extra_args": settings["extra_args"],
+        "engine_image": "",  # re-pinned to the configured image at the next launch
+        "engine_image_ref": "",
     }
     with transaction.atomic():
         row = Deployment.objects.select_for_update().get(pk=deployment.pk)

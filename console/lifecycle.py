@@ -41,8 +41,15 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
+def image_ref(dep: Deployment) -> str:
+    """The image a deployment runs as configured: the one its pin came from, else HEARTH_ENGINE_IMAGES'."""
+    return dep.engine_image_ref or settings.HEARTH_ENGINE_IMAGES[dep.engine]
+
+
 def prepare(dep: Deployment, progress: Callable[[str], None]) -> str:
-    """Make the engine's image present and return it pinned by digest ("" for a local process).
+    """Make the engine's image present and return it pinned by digest ("" for a local process): the
+    deployment's pin when it has one (pulled again by digest if it was removed), else the configured
+    image. A deployment keeps its pin until its settings change (console.changes clears it).
 
     Raises RuntimeError_ (a registry that refuses, Docker unreachable).
     """
@@ -51,8 +58,7 @@ def prepare(dep: Deployment, progress: Callable[[str], None]) -> str:
         if dep.engine in CONTAINER_ONLY_ENGINES:
             raise RuntimeError_(f"{EngineKind(dep.engine).label} runs only as a container: set HEARTH_RUNTIME=docker.")
         return ""
-    image = dep.engine_image or settings.HEARTH_ENGINE_IMAGES[dep.engine]
-    probe = LaunchSpec(EngineKind(dep.engine), [], [], {}, "", 0, "", "", image=image)
+    probe = LaunchSpec(EngineKind(dep.engine), [], [], {}, "", 0, "", "", image=dep.engine_image or image_ref(dep))
     return runtime.prepare(probe, progress)
 
 
@@ -136,7 +142,7 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
     return dataclasses.replace(
         spec,
         env={**spec.env, **dep.engine_env},
-        image=dep.engine_image or settings.HEARTH_ENGINE_IMAGES[dep.engine],
+        image=dep.engine_image or image_ref(dep),
         mounts=mounts,
         gpu_indices=gpus,
         labels={"hearth.deployment": str(dep.pk)},
@@ -148,7 +154,7 @@ def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPla
     build = adapters.vllm_args if dep.engine == EngineKind.VLLM else adapters.sglang_args
     try:
         built = build(
-            version=image_version(settings.HEARTH_ENGINE_IMAGES[dep.engine]),
+            version=image_version(image_ref(dep)),
             model=model,
             revision=dep.model.revision or None,
             served_model_name=dep.served_model_name,

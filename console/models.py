@@ -102,6 +102,9 @@ class Deployment(models.Model):
     state_reason = models.TextField(blank=True)
     engine_version = models.CharField(max_length=50, blank=True, help_text="As the running engine reports it.")
     engine_image = models.CharField(max_length=300, blank=True, help_text="The image pinned by digest at launch.")
+    engine_image_ref = models.CharField(
+        max_length=300, blank=True, help_text="The configured image the pin came from; its tag names the version."
+    )
     gpu_model = models.CharField(max_length=100, blank=True, help_text="The GPUs it was launched on.")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
-from console.lifecycle import LOG_LINES, converge, end_all, end_replica, note_crash, prepare, start_replica
+from console.lifecycle import LOG_LINES, converge, end_all, end_replica, image_ref, note_crash, prepare, start_replica
 from console.models import Deployment, DeploymentState, ModelSource, Replica
 from console.services import bump_routing_version, held_gpus, launch
 from engines.adapters import VERSION_PATHS, version_from_engine
@@ -73,7 +73,8 @@ def _pull(dep: Deployment) -> None:
         dep.move(S.FAILED, str(exc))
         return
     gpus = dep.plan.get("inventory", "") if dep.engine in GPU_ENGINES else "CPU"
-    if dep.move(S.STARTING, "Starting the engine.", engine_image=pinned, gpu_model=gpus[:100]):
+    pin = {"engine_image": pinned, "engine_image_ref": image_ref(dep) if pinned else ""}
+    if dep.move(S.STARTING, "Starting the engine.", gpu_model=gpus[:100], **pin):
         _start(dep)
 
 
