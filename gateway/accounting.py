@@ -6,7 +6,9 @@ truncated streams; gateway-side TTFT; tokens by model and API key prefix (never 
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -24,9 +26,9 @@ TTFT = Histogram("hearth_gateway_time_to_first_token_seconds", "Until the first 
 TOKENS = Counter("hearth_gateway_tokens", "Tokens used", ["model", "key_prefix", "kind"])
 
 
-_pending: list[RequestLog] = []
+_pending: list["Outcome"] = []
 _flusher: asyncio.Future[None] | None = None
-FLUSH_EVERY = 0.5  # seconds: rows are written in batches, off the relay's path
+FLUSH_EVERY = 0.5  # seconds: rows are made and written in batches, in a worker thread, off the relay's path
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Outcome:
     duration_seconds: float = 0.0
     truncated: bool = False
     client_cancelled: bool = False
+    ended_at: float = 0.0  # Unix seconds, set by ``record``: the row's created_at
 
     def tokens(self) -> tuple[int | None, int | None, int | None]:
         """(prompt, completion, cached) from either API's usage object."""
@@ -63,25 +66,18 @@ def count_refusal(surface: str, status: int) -> None:
 
 
 async def record(outcome: Outcome) -> None:
-    """Count the request in the metrics and queue its RequestLog row for the next batch write."""
+    """Count the request in the metrics and queue it for the next batch of RequestLog rows."""
     REQUESTS.labels(outcome.model, outcome.surface, str(outcome.status)).inc()
     if outcome.truncated:
         TRUNCATED.labels(outcome.model).inc()
     if outcome.ttft_seconds is not None:
         TTFT.labels(outcome.model).observe(outcome.ttft_seconds)
-    prompt, completion, cached = outcome.tokens()
+    prompt, completion, _ = outcome.tokens()
     for kind, count in (("prompt", prompt), ("completion", completion)):
         if count:
             TOKENS.labels(outcome.model, outcome.key_prefix, kind).inc(count)
-    _pending.append(
-        RequestLog(
-            api_key_id=outcome.key_id, model=outcome.model, surface=outcome.surface, endpoint=outcome.endpoint,
-            stream=outcome.stream, status=outcome.status, finish_reason=outcome.finish_reason or "",
-            prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
-            ttft_seconds=outcome.ttft_seconds, duration_seconds=outcome.duration_seconds,
-            truncated=outcome.truncated, client_cancelled=outcome.client_cancelled,
-        )
-    )  # fmt: skip
+    outcome.ended_at = time.time()
+    _pending.append(outcome)
     global _flusher
     if _flusher is None or _flusher.done():
         _flusher = asyncio.ensure_future(_flush_soon())
@@ -93,12 +89,26 @@ async def _flush_soon() -> None:
 
 
 async def flush() -> None:
-    """Write the pending RequestLog rows in one batch (also called at shutdown)."""
+    """Write the pending requests' RequestLog rows in one batch (also called at shutdown)."""
     batch = _pending[:]
     del _pending[:]
     if not batch:
         return
     try:
-        await sync_to_async(RequestLog.objects.bulk_create, thread_sensitive=False)(batch)
+        await sync_to_async(_write, thread_sensitive=False)(batch)
     except Exception:  # the answers are already out: a lost log row must not turn into an error
         log.exception("could not write %d request log rows", len(batch))
+
+
+def _write(batch: list[Outcome]) -> None:
+    RequestLog.objects.bulk_create([_row(outcome) for outcome in batch])
+
+
+def _row(o: Outcome) -> RequestLog:
+    prompt, completion, cached = o.tokens()
+    return RequestLog(
+        created_at=datetime.fromtimestamp(o.ended_at, UTC), api_key_id=o.key_id, model=o.model, surface=o.surface,
+        endpoint=o.endpoint, stream=o.stream, status=o.status, finish_reason=o.finish_reason or "",
+        prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, ttft_seconds=o.ttft_seconds,
+        duration_seconds=o.duration_seconds, truncated=o.truncated, client_cancelled=o.client_cancelled,
+    )  # fmt: skip
