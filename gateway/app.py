@@ -133,7 +133,7 @@ class Gateway:
             if entry.quota.any:
                 slot = await quotas.admit(self.registry.redis, entry.id, entry.quota)
             prefix = prefix_key(route.served_model_name, request)
-            await _until_client_leaves(exchange.run(engine_path, body, prefix, send), receive, outcome)
+            await _until_client_leaves(exchange.run(engine_path, body, prefix, send), receive, exchange)
         except GatewayError as exc:
             outcome.status = exc.status  # refusals are logged and counted as errors, never as successes
             raise
@@ -154,18 +154,22 @@ async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": generate_latest()})
 
 
-async def _until_client_leaves(work: Awaitable[None], receive: Receive, outcome: Outcome) -> None:
-    """Run the relay; if the client disconnects first, cancel it (aborting the engine's request) at once."""
-    relay = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_wait_disconnect(receive))
-    done, _ = await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
-    if relay in done:
+async def _until_client_leaves(work: Awaitable[None], receive: Receive, exchange: Exchange) -> None:
+    """Run the relay in this task; if the client disconnects before its answer is out, cancel the relay
+    (aborting the engine's request) at once. A side task waits for the disconnect, so the relay itself
+    starts without a task switch."""
+    relay = asyncio.current_task()
+    assert relay is not None  # called from a request's task
+    gone = asyncio.ensure_future(_cancel_when_gone(receive, relay, exchange))
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not exchange.outcome.client_cancelled:
+            raise
+        relay.uncancel()
+        log.info("client left; upstream request to %s aborted", exchange.outcome.model)
+    finally:
         gone.cancel()
-        relay.result()
-        return
-    relay.cancel()
-    outcome.client_cancelled = True
-    log.info("client left; upstream request to %s aborted", outcome.model)
 
 
 def _api_key(scope: Scope) -> str:
@@ -227,9 +231,12 @@ async def _read_body(receive: Receive) -> bytes:
             return bytes(body)
 
 
-async def _wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
+async def _cancel_when_gone(receive: Receive, relay: asyncio.Task[Any], exchange: Exchange) -> None:
+    while (await receive())["type"] != "http.disconnect":  # uvicorn also says so once the answer is complete
         pass
+    if not exchange.answered:
+        exchange.outcome.client_cancelled = True
+        relay.cancel()
 
 
 async def _send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:

@@ -101,6 +101,7 @@ class Exchange:
         self.translation = Translation.NONE
         self.at_boundary = True  # the bytes sent so far end between two events
         self.events_out = False  # some of the engine's stream has gone to the client
+        self.answered = False  # the whole answer has gone to the client
 
     async def run(self, path: str, body: bytes, prefix: bytes, send: Send) -> None:
         """Try the replicas in the router's order; move on only when one cannot be reached at all."""
@@ -147,6 +148,7 @@ class Exchange:
         content_type = resp.headers.get("Content-Type", "application/json").encode()
         await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", content_type)]})
         await send({"type": "http.response.body", "body": body})
+        self.answered = True
 
     def _account_whole(self, body: bytes) -> dict[str, Any] | None:
         """Usage and finish reason from a whole answer; the answer, or None when it is not a JSON object."""
@@ -197,6 +199,7 @@ class Exchange:
                 "upstream_truncated", Surface(self.outcome.surface),
             )  # fmt: skip
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+        self.answered = True
 
     async def _keep_alive(self, send: Send) -> None:
         """Every HEARTH_SSE_KEEPALIVE seconds of engine silence, a keep-alive between two events."""
