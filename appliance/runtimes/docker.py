@@ -47,8 +47,8 @@ class PullProgress:
         if "error" in event:
             raise RuntimeError_(f"Could not pull {self.image}: {event['error']}")
         layer, status = event.get("id"), str(event.get("status", ""))
-        if not layer or layer == self.image.rsplit(":", 1)[-1]:
-            return  # the image-level lines ("Pulling from ...", "Digest: ...") carry no layer
+        if not layer or status.startswith(("Pulling from", "Digest:", "Status:")):
+            return  # image-level lines, not a layer's
         detail = event.get("progressDetail") or {}
         if status == "Downloading" and detail.get("total"):
             self.layers[layer] = (int(detail.get("current", 0)), int(detail["total"]))
@@ -124,10 +124,9 @@ class DockerRuntime:
         return digests[0] if digests else str(image.id)  # a local image has no registry digest, only its id
 
     def _pull(self, image: str, progress: Callable[[str], None]) -> None:
-        repository, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
         state = PullProgress(image)
-        try:
-            events: Iterable[Mapping[str, Any]] = self.client.api.pull(repository, tag=tag, stream=True, decode=True)
+        try:  # docker-py splits the reference: a tag, a digest ("repo@sha256:…") or neither (latest)
+            events: Iterable[Mapping[str, Any]] = self.client.api.pull(image, stream=True, decode=True)
             for event in events:
                 state.feed(event)
                 progress(state.words())
