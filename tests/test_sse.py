@@ -85,3 +85,39 @@ def test_it_notices_the_first_generated_token() -> None:
     assert not watcher.token_seen
     watcher.feed(chunk("x"))
     assert watcher.token_seen
+
+
+def compact(event: dict[str, object]) -> bytes:
+    return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+
+
+def test_compact_chunks_after_the_first_token_still_give_finish_reason_usage_and_errors() -> None:
+    watcher = StreamWatcher()
+    content = {"choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": None, "finish_reason": None}]}
+    watcher.feed(compact(content) * 3)
+    assert watcher.token_seen and watcher.finish_reason is None
+    watcher.feed(compact({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
+    watcher.feed(compact({"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3}}))
+    watcher.feed(b"data: [DONE]\n\n")
+    assert watcher.complete and watcher.finish_reason == "length"
+    assert watcher.usage == {"prompt_tokens": 2, "completion_tokens": 3}
+    watcher.feed(compact({"error": {"message": "boom"}}))
+    assert watcher.error
+
+
+def test_a_finish_reason_behind_escapes_or_next_to_a_null_one_is_read() -> None:
+    escaped = StreamWatcher()
+    escaped.feed(chunk("x") + b'data: {"choices": [{"index": 0, "delta": {}, "finish\\u005freason": "stop"}]}\n\n')
+    assert escaped.finish_reason == "stop"
+    two = StreamWatcher()
+    choices = [{"index": 0, "delta": {}, "finish_reason": None}, {"index": 1, "delta": {}, "finish_reason": "stop"}]
+    two.feed(chunk("x") + compact({"choices": choices}))
+    assert two.finish_reason == "stop"
+
+
+def test_a_content_that_quotes_finish_reason_or_usage_is_only_content() -> None:
+    watcher = StreamWatcher()
+    watcher.feed(chunk("x") + chunk('"finish_reason":null "usage"') + chunk('{"finish_reason": "stop"}'))
+    assert watcher.finish_reason is None and watcher.usage is None
+    stripper = UsageStripper()
+    assert stripper.feed(chunk('"usage"')) == chunk('"usage"')
