@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db import connection
 
 if TYPE_CHECKING:
+    from django.test import Client
+
     from tests.simworld import Served
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,6 +154,13 @@ def login(base: str, username: str = "admin", password: str = "admin-password-1"
 @pytest.fixture
 def admin_user(django_user_model: type) -> object:
     return django_user_model.objects.create_superuser("admin", "", "admin-password-1")  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def admin(client: "Client", admin_user: object) -> "Client":
+    """Django's test client, logged in as the admin."""
+    client.force_login(admin_user)  # type: ignore[arg-type]
+    return client
 
 
 @pytest.fixture

@@ -16,12 +16,6 @@ SMOLLM2_CONFIG = json.loads((Path(__file__).parent / "data" / "smollm2-135m-conf
 
 
 @pytest.fixture
-def admin(client: Client, admin_user: object) -> Client:
-    client.force_login(admin_user)  # type: ignore[arg-type]
-    return client
-
-
-@pytest.fixture
 def smollm2() -> ModelSource:
     return ModelSource.objects.create(
         name="smollm2-135m", kind="local", path="/models/smol", config=SMOLLM2_CONFIG, weights_bytes=269_030_016

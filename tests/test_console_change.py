@@ -14,12 +14,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin(client: Client, admin_user: object) -> Client:
-    client.force_login(admin_user)  # type: ignore[arg-type]
-    return client
-
-
-@pytest.fixture
 def dep() -> Deployment:
     ensure_model()
     model = ModelSource.objects.get(name="llama-8b")

@@ -358,12 +358,6 @@ def test_the_command_prints_json(tmp_path: Path) -> None:
 # The console page and the API
 
 
-@pytest.fixture
-def admin(client: Client, admin_user: object) -> Client:
-    client.force_login(admin_user)  # type: ignore[arg-type]
-    return client
-
-
 @pytest.mark.django_db
 def test_the_page_and_the_api_need_a_login(client: Client) -> None:
     assert client.get("/doctor/")["Location"].startswith("/login/")
