@@ -102,6 +102,8 @@ class Exchange:
         self.at_boundary = True  # the bytes sent so far end between two events
         self.events_out = False  # some of the engine's stream has gone to the client
         self.answered = False  # the whole answer has gone to the client
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._ping: asyncio.Future[None] | None = None  # a keep-alive being sent
 
     async def run(self, path: str, body: bytes, prefix: bytes, send: Send) -> None:
         """Try the replicas in the router's order; move on only when one cannot be reached at all."""
@@ -169,7 +171,7 @@ class Exchange:
                     "headers": [(b"content-type", content_type), *SSE_HEADERS]})  # fmt: skip
         watcher, stripper = StreamWatcher(self.kind), UsageStripper()
         converter = ChatStreamToMessages(self.outcome.model) if self.translation == Translation.MESSAGES else None
-        pinger = asyncio.ensure_future(self._keep_alive(send))
+        self._schedule_ping(send)
         try:
             async for chunk in resp.content.iter_any():
                 self.last_sent = time.monotonic()
@@ -186,7 +188,7 @@ class Exchange:
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("stream from %s broke: %s", self.route.served_model_name, exc)
         finally:
-            pinger.cancel()
+            self._stop_pings()
         self._finish_stream(watcher, resp.status)
         tail = stripper.flush() if self.strip_usage else b""
         if converter is not None and not self.outcome.truncated:
@@ -201,19 +203,29 @@ class Exchange:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         self.answered = True
 
-    async def _keep_alive(self, send: Send) -> None:
-        """Every HEARTH_SSE_KEEPALIVE seconds of engine silence, a keep-alive between two events."""
-        interval = settings.HEARTH_SSE_KEEPALIVE
-        ping = KEEPALIVE[Surface(self.outcome.surface)]
-        anthropic = self.outcome.surface == Surface.ANTHROPIC
-        while True:
-            await asyncio.sleep(max(self.last_sent + interval - time.monotonic(), 0.05))
-            if time.monotonic() - self.last_sent < interval:
-                continue
+    def _schedule_ping(self, send: Send) -> None:
+        """Look again when HEARTH_SSE_KEEPALIVE seconds will have passed since the engine's last byte.
+
+        One timer per stream rather than a task: a task is started only to send a keep-alive."""
+        delay = max(self.last_sent + settings.HEARTH_SSE_KEEPALIVE - time.monotonic(), 0.05)
+        self._ping_timer = asyncio.get_running_loop().call_later(delay, self._ping_if_silent, send)
+
+    def _ping_if_silent(self, send: Send) -> None:
+        """After HEARTH_SSE_KEEPALIVE seconds of engine silence, a keep-alive between two events."""
+        if time.monotonic() - self.last_sent >= settings.HEARTH_SSE_KEEPALIVE:
             self.last_sent = time.monotonic()
+            surface = Surface(self.outcome.surface)
             # Anthropic's own streams ping only after message_start; an SSE comment is fine anywhere.
-            if self.at_boundary and not (anthropic and not self.events_out):
-                await self._send(send, ping)
+            wanted = self.at_boundary and not (surface == Surface.ANTHROPIC and not self.events_out)
+            if wanted and (self._ping is None or self._ping.done()):
+                self._ping = asyncio.ensure_future(self._send(send, KEEPALIVE[surface]))
+        self._schedule_ping(send)
+
+    def _stop_pings(self) -> None:
+        if self._ping_timer is not None:
+            self._ping_timer.cancel()
+        if self._ping is not None:
+            self._ping.cancel()
 
     def _finish_stream(self, watcher: StreamWatcher, status: int) -> None:
         self.outcome.usage = watcher.usage or {}
