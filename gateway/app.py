@@ -21,7 +21,7 @@ from gateway import errors, quotas
 from gateway.accounting import Outcome, count_refusal, flush, record
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
-from gateway.relay import Exchange, ask_for_usage, cap_max_tokens, translate_for_chat_engine
+from gateway.relay import Exchange, ask_for_usage, cap_max_tokens, translate_for_chat_engine, with_fields
 from gateway.routing import Router, prefix_key
 from gateway.sse import StreamKind
 from gateway.translate import TranslationError
@@ -115,24 +115,26 @@ class Gateway:
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
         exchange = Exchange(self.session, route, outcome, kind, self.router)
         caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
-        changed = cap_max_tokens(path, request, min(caps) if caps else None)
+        fields = cap_max_tokens(path, request, min(caps) if caps else None)
         engine_path = path
         if surface == Surface.ANTHROPIC and not route.speaks_anthropic:
+            request.update(fields)
             try:
                 engine_path, request, exchange.translation = translate_for_chat_engine(path, request)
             except TranslationError as exc:
                 raise GatewayError(400, str(exc)) from None
-            exchange.kind, changed = StreamKind.CHAT, True
+            exchange.kind, body = StreamKind.CHAT, json.dumps(request).encode()
         else:
-            exchange.strip_usage = ask_for_usage(path, request)
-            changed |= exchange.strip_usage
-        if changed:
-            body = json.dumps(request).encode()
+            usage = ask_for_usage(path, request)
+            exchange.strip_usage = bool(usage)
+            if fields or usage:
+                body = with_fields(body, request, {**fields, **usage})
         slot = False
         try:
             if entry.quota.any:
                 slot = await quotas.admit(self.registry.redis, entry.id, entry.quota)
-            prefix = prefix_key(route.served_model_name, request)
+            # the prompt-prefix digest only matters where there is a replica to choose
+            prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
             await _until_client_leaves(exchange.run(engine_path, body, prefix, send), receive, exchange)
         except GatewayError as exc:
             outcome.status = exc.status  # refusals are logged and counted as errors, never as successes

@@ -34,16 +34,16 @@ KEEPALIVE = {Surface.OPENAI: b": keep-alive\n\n", Surface.ANTHROPIC: b'event: pi
 USAGE_ENDPOINTS = {"/v1/chat/completions", "/v1/completions"}
 
 
-def ask_for_usage(path: str, request: dict[str, Any]) -> bool:
-    """Make a stream end with a usage chunk (OpenAI ``stream_options.include_usage``), so every request is
-    accounted; True when the client had not asked for it, so the relay strips it again."""
+def ask_for_usage(path: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The field that makes a stream end with a usage chunk (OpenAI ``stream_options.include_usage``), so every
+    request is accounted; empty when the client asked for it itself. When it is set, the relay strips the
+    usage chunk again."""
     if path not in USAGE_ENDPOINTS or not request.get("stream"):
-        return False
+        return {}
     options = request.get("stream_options") or {}
     if options.get("include_usage"):
-        return False
-    request["stream_options"] = {**options, "include_usage": True}
-    return True
+        return {}
+    return {"stream_options": {**options, "include_usage": True}}
 
 
 # Where each endpoint takes its output-token limit; the first present wins (OpenAI: max_completion_tokens
@@ -56,17 +56,30 @@ MAX_TOKENS_FIELDS = {
 }
 
 
-def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> bool:
-    """Lower the request's output-token limit to the key's cap (setting it when absent); True if changed."""
+def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[str, int]:
+    """The output-token limit field lowered to ``cap`` (set when absent); empty when the request is within it."""
     fields = MAX_TOKENS_FIELDS.get(path)
     if cap is None or fields is None:
-        return False
+        return {}
     name = next((f for f in fields if request.get(f) is not None), fields[0])
     asked = request.get(name)
     if isinstance(asked, int) and asked <= cap:
-        return False
-    request[name] = cap
-    return True
+        return {}
+    return {name: cap}
+
+
+def with_fields(body: bytes, request: dict[str, Any], fields: dict[str, Any]) -> bytes:
+    """``body``, the JSON text of ``request``, with ``fields`` set at its top level (in ``request`` too).
+
+    When none of them is in the request yet they are appended to the text, so a long conversation is not
+    encoded again (a UTF-8 body only; JSON in UTF-16 or UTF-32 is re-encoded); otherwise the whole request
+    is encoded again, as it is whenever a field already present changes."""
+    fresh = not any(name in request for name in fields)
+    request.update(fields)
+    head = body.rstrip()
+    if fresh and body.lstrip()[:1] == b"{" and head.endswith(b"}"):
+        return head[:-1] + b"," + json.dumps(fields)[1:-1].encode() + b"}"
+    return json.dumps(request).encode()
 
 
 class Translation(StrEnum):

@@ -45,9 +45,12 @@ class Router:
         return ranked
 
     def started(self, upstream: Upstream, key: bytes) -> None:
-        """Count a request sent to ``upstream`` (call before sending, so concurrent choices see it)."""
+        """Count a request sent to ``upstream`` (call before sending, so concurrent choices see it); an empty
+        ``key`` (a route with one replica) is remembered for no affinity."""
         self.in_flight[upstream.replica_id] += 1
         self.served[upstream.replica_id] += 1
+        if not key:
+            return
         self.affinity[key] = upstream.replica_id
         self.affinity.move_to_end(key)
         if len(self.affinity) > AFFINITY_ENTRIES:

@@ -1,0 +1,43 @@
+"""How the gateway adjusts a request body on its way to the engine: usage asked for, max_tokens capped."""
+
+import json
+from typing import Any
+
+from gateway.relay import ask_for_usage, cap_max_tokens, with_fields
+
+CHAT = "/v1/chat/completions"
+
+
+def adjusted(body: bytes, cap: int | None = None) -> tuple[bytes, dict[str, Any]]:
+    request = json.loads(body)
+    fields = {**cap_max_tokens(CHAT, request, cap), **ask_for_usage(CHAT, request)}
+    return with_fields(body, request, fields), request
+
+
+def test_new_fields_are_appended_to_the_clients_own_text() -> None:
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"h\\u00e9"}]}\n'
+    out, request = adjusted(body, cap=16)
+    assert out.startswith(body.rstrip()[:-1])  # not encoded again (json.dumps would space it)
+    assert json.loads(out) == request == {
+        **json.loads(body), "max_completion_tokens": 16, "stream_options": {"include_usage": True}
+    }
+
+
+def test_fields_the_client_set_are_changed_in_a_fresh_encoding() -> None:
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 99, "stream_options": {"continuous": True},
+                       "messages": []}).encode()  # fmt: skip
+    out, request = adjusted(body, cap=8)
+    assert json.loads(out) == request
+    assert request["max_tokens"] == 8 and "max_completion_tokens" not in request
+    assert request["stream_options"] == {"continuous": True, "include_usage": True}
+
+
+def test_a_utf16_body_is_encoded_again_not_spliced() -> None:
+    body = json.dumps({"model": "m", "stream": True, "messages": []}).encode("utf-16")
+    out, request = adjusted(body)
+    assert json.loads(out) == request and request["stream_options"] == {"include_usage": True}
+
+
+def test_nothing_changes_when_the_client_asked_for_usage_within_the_cap() -> None:
+    request = {"model": "m", "stream": True, "max_tokens": 4, "stream_options": {"include_usage": True}}
+    assert cap_max_tokens(CHAT, request, 8) == {} and ask_for_usage(CHAT, request) == {}
