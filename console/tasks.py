@@ -154,7 +154,10 @@ def _engine_version(replica: Replica, engine: str) -> str:
 
 def _engine_ended(replica: Replica, status: RuntimeStatus) -> None:
     """A replica's engine is gone. Never served yet: the launch failed. Served before: restart it after
-    a backoff that doubles with each crash in a row, up to HEARTH_MAX_RESTARTS; then the deployment fails."""
+    a backoff that doubles with each crash in a row, up to HEARTH_MAX_RESTARTS; then the deployment fails.
+    Claimed first: of two workers that notice the same exit, one handles it."""
+    if not Replica.objects.filter(pk=replica.pk, running=True, started_at=replica.started_at).update(running=False):
+        return
     dep = replica.deployment
     if replica.restarts == 0 and replica.ready_at is None:
         reason = end_replica(replica, status, "while loading")
