@@ -65,11 +65,11 @@ class DeploymentState(models.TextChoices):
 
 S = DeploymentState
 ACTIVE_STATES = (S.PENDING, S.PULLING, S.STARTING, S.LOADING, S.READY)
-TRANSITIONS: dict[str, tuple[str, ...]] = {  # x → x updates the progress (and the heartbeat, updated_at)
+TRANSITIONS: dict[str, tuple[str, ...]] = {
     S.PENDING: (S.PULLING, S.FAILED, S.STOPPING),
-    S.PULLING: (S.PULLING, S.STARTING, S.FAILED, S.STOPPING),
-    S.STARTING: (S.STARTING, S.LOADING, S.FAILED, S.STOPPING),
-    S.LOADING: (S.LOADING, S.READY, S.FAILED, S.STOPPING),
+    S.PULLING: (S.STARTING, S.FAILED, S.STOPPING),
+    S.STARTING: (S.LOADING, S.FAILED, S.STOPPING),
+    S.LOADING: (S.READY, S.FAILED, S.STOPPING),
     S.READY: (S.LOADING, S.FAILED, S.STOPPING),
     S.FAILED: (S.PENDING,),
     S.STOPPING: (S.STOPPED,),
@@ -124,6 +124,16 @@ class Deployment(models.Model):
             self.state, self.state_reason = target, reason
             for key, value in fields.items():
                 setattr(self, key, value)
+        return bool(updated)
+
+    def progress(self, reason: str) -> bool:
+        """Say how the current state is going (it is also the task's heartbeat, ``updated_at``), only
+        while the state is still the one this object read; False when it has moved on."""
+        updated = Deployment.objects.filter(pk=self.pk, state=self.state).update(
+            state_reason=reason, updated_at=timezone.now()
+        )
+        if updated:
+            self.state_reason = reason
         return bool(updated)
 
 

@@ -65,7 +65,7 @@ def _pull(dep: Deployment) -> None:
     def progress(words: str) -> None:
         if time.monotonic() - last[0] >= 1.0:
             last[0] = time.monotonic()
-            dep.move(S.PULLING, words)
+            dep.progress(words)
 
     try:
         pinned = prepare(dep, progress)
@@ -125,17 +125,19 @@ def watch_replica(replica_id: int) -> None:
         version = _engine_version(replica, dep.engine) or dep.engine_version
         if waiting == 0 and dep.move(S.READY, "Serving.", engine_version=version):
             bump_routing_version()
-        elif dep.state == S.READY:
-            bump_routing_version()  # a restarted replica of a deployment that kept serving is back
+        elif dep.state == S.READY:  # a restarted replica of a deployment that kept serving is back
+            if waiting == 0:
+                dep.progress("Serving.")
+            bump_routing_version()
         elif waiting:
-            dep.move(S.LOADING, f"{dep.replica_count - waiting} of {dep.replica_count} replicas ready.")
+            dep.progress(f"{dep.replica_count - waiting} of {dep.replica_count} replicas ready.")
         return
     if elapsed > settings.HEARTH_START_TIMEOUT:
         end_all(dep)
         dep.move(S.FAILED, f"No healthy answer within HEARTH_START_TIMEOUT ({settings.HEARTH_START_TIMEOUT} s).")
         return
     if dep.state == S.LOADING:
-        dep.move(S.LOADING, f"Loading weights ({elapsed:.0f} s so far).")
+        dep.progress(f"Loading weights ({elapsed:.0f} s so far).")
     watch_replica.apply_async((replica_id,), countdown=WATCH_EVERY)
 
 
@@ -177,7 +179,10 @@ def _engine_ended(replica: Replica, status: RuntimeStatus) -> None:
     what = f"{replica.runtime_name}: {reason} Restarting in {delay:.0f} s (restart {replica.restarts})."
     serving = dep.replicas.filter(running=True, ready_at__isnull=False).count()
     if serving == 0:
-        dep.move(S.LOADING, what)
+        if dep.state == S.LOADING:
+            dep.progress(what)
+        else:
+            dep.move(S.LOADING, what)
     else:
         Deployment.objects.filter(pk=dep.pk).update(state_reason=f"{serving} of {dep.replica_count} serving. {what}")
     bump_routing_version()
