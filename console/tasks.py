@@ -222,7 +222,9 @@ def reconcile() -> None:
             updated_at=timezone.now()
         ):
             continue  # another worker claimed it
-        log.warning("deployment %s: no sign of its %s task for %s s; resuming", dep.name, dep.state, stale)
+        log.warning(
+            "deployment %s: no sign of its %s task for %s s; resuming", dep.name, dep.state, settings.HEARTH_STALE_AFTER
+        )
         if dep.state == S.LOADING:
             for replica in dep.replicas.filter(running=True, ready_at__isnull=True):
                 watch_replica.delay(replica.pk)
