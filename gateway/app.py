@@ -1,9 +1,11 @@
 """The /v1 gateway: a lean ASGI app (no Django request cycle, no DB query on the hot path).
 
-Upstream client: aiohttp, chosen by benchmark (../shared/FACTS.md: at 64 streams an httpx relay kept
-0.30–0.46 of direct throughput, aiohttp 0.98–1.00). Auth and routing read an in-process snapshot that
-Redis invalidates (gateway.registry); the relay itself is gateway.relay; each finished request is
-recorded by gateway.accounting. A client that goes away cancels the upstream request at once.
+Upstream client: gateway.upstream (an asyncio protocol with httptools' parser), chosen by benchmark as
+../shared/FACTS.md asks (there, at 64 streams an httpx relay kept 0.30–0.46 of direct throughput and
+aiohttp 0.98–1.00; gateway.upstream's docstring has its own figures against aiohttp). Auth and routing
+read an in-process snapshot that Redis invalidates (gateway.registry); the relay itself is
+gateway.relay; each finished request is recorded by gateway.accounting. A client that goes away
+cancels the upstream request at once.
 """
 
 import asyncio
@@ -14,7 +16,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import aiohttp
 from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -26,6 +27,7 @@ from gateway.relay import Exchange, ask_for_usage, cap_max_tokens, translate_for
 from gateway.routing import Router, prefix_key
 from gateway.sse import StreamKind
 from gateway.translate import TranslationError
+from gateway.upstream import Engines
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -49,16 +51,7 @@ class Gateway:
     def __init__(self) -> None:
         self.registry = Registry()
         self.router = Router()
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=settings.HEARTH_STREAM_IDLE_TIMEOUT)
-            self._session = aiohttp.ClientSession(
-                timeout=timeout, connector=aiohttp.TCPConnector(limit=0), auto_decompress=False
-            )
-        return self._session
+        self.engines = Engines(connect_timeout=10, read_timeout=settings.HEARTH_STREAM_IDLE_TIMEOUT)
 
     async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:
@@ -71,8 +64,7 @@ class Gateway:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await flush()
-                if self._session is not None:
-                    await self._session.close()
+                self.engines.close()
                 await self.registry.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -118,7 +110,7 @@ class Gateway:
             raise errors.model_not_allowed(route.served_model_name)
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
-        exchange = Exchange(self.session, route, outcome, kind, self.router)
+        exchange = Exchange(self.engines, route, outcome, kind, self.router)
         caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
         fields = cap_max_tokens(path, request, min(caps) if caps else None)
         engine_path = path

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
-import aiohttp
 from django.conf import settings
 
 from gateway import errors
@@ -26,6 +25,7 @@ from gateway.routing import Router
 from gateway.sse import StreamKind, StreamWatcher, UsageStripper
 from gateway.translate import TranslationError, chat_to_message, messages_to_chat
 from gateway.translate_stream import ChatStreamToMessages
+from gateway.upstream import Answer, Engines, UpstreamBroken, UpstreamUnreachable
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 log = logging.getLogger(__name__)
@@ -105,10 +105,8 @@ def translate_for_chat_engine(path: str, request: dict[str, Any]) -> tuple[str, 
 class Exchange:
     """Relays one request to one of ``route``'s replicas and fills ``outcome`` as it goes."""
 
-    def __init__(
-        self, session: aiohttp.ClientSession, route: Route, outcome: Outcome, kind: StreamKind, router: Router
-    ) -> None:
-        self.session, self.route, self.outcome, self.kind, self.router = session, route, outcome, kind, router
+    def __init__(self, engines: Engines, route: Route, outcome: Outcome, kind: StreamKind, router: Router) -> None:
+        self.engines, self.route, self.outcome, self.kind, self.router = engines, route, outcome, kind, router
         self.started = self.last_sent = time.monotonic()
         self.strip_usage = False
         self.translation = Translation.NONE
@@ -121,12 +119,11 @@ class Exchange:
     async def run(self, path: str, body: bytes, prefix: bytes, send: Send) -> None:
         """Try the replicas in the router's order; move on only when one cannot be reached at all."""
         for upstream in self.router.order(self.route, prefix):
-            headers = {"Authorization": f"Bearer {upstream.engine_api_key}", "Content-Type": "application/json"}
             self.router.started(upstream, prefix)
             try:
                 try:
-                    resp = await self.session.post(upstream.base_url + path, data=body, headers=headers)
-                except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                    resp = await self.engines.post(upstream.base_url, path, upstream.engine_api_key, body)
+                except UpstreamUnreachable as exc:
                     log.warning("replica %s of %s unreachable: %s", upstream.replica_id, self.outcome.model, exc)
                     continue
                 await self._relay(resp, send)
@@ -135,22 +132,22 @@ class Exchange:
             return
         raise errors.upstream_unreachable(self.route.served_model_name)
 
-    async def _relay(self, resp: aiohttp.ClientResponse, send: Send) -> None:
+    async def _relay(self, resp: Answer, send: Send) -> None:
         self.outcome.status = resp.status
         async with resp:
             if resp.status in (401, 403):  # the engine refused the gateway's own key: not the client's fault
                 raise errors.engine_refused(self.route.served_model_name)
-            if resp.content_type == "text/event-stream":
+            if resp.mimetype == "text/event-stream":
                 await self._stream(resp, send)
             else:
                 await self._whole(resp, send)
 
-    async def _whole(self, resp: aiohttp.ClientResponse, send: Send) -> None:
+    async def _whole(self, resp: Answer, send: Send) -> None:
         try:
             body = await resp.read()
         except TimeoutError:
             raise errors.upstream_timeout(self.route.served_model_name) from None
-        except aiohttp.ClientError:
+        except UpstreamBroken:
             raise errors.upstream_broke(self.route.served_model_name) from None
         if resp.status >= 400:
             body = errors.reshape(resp.status, body, Surface(self.outcome.surface))
@@ -160,7 +157,7 @@ class Exchange:
                 body = json.dumps(chat_to_message(answer, self.outcome.model)).encode()
             elif self.translation == Translation.COUNT_TOKENS and answer is not None:
                 body = json.dumps({"input_tokens": answer.get("count", 0)}).encode()
-        content_type = resp.headers.get("Content-Type", "application/json").encode()
+        content_type = (resp.content_type or "application/json").encode("latin-1")
         await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", content_type)]})
         await send({"type": "http.response.body", "body": body})
         self.answered = True
@@ -178,15 +175,15 @@ class Exchange:
         self.outcome.finish_reason = answer.get("stop_reason") or choices[0].get("finish_reason")
         return answer
 
-    async def _stream(self, resp: aiohttp.ClientResponse, send: Send) -> None:
-        content_type = resp.headers["Content-Type"].encode()
+    async def _stream(self, resp: Answer, send: Send) -> None:
+        content_type = resp.content_type.encode("latin-1")
         await send({"type": "http.response.start", "status": resp.status,
                     "headers": [(b"content-type", content_type), *SSE_HEADERS]})  # fmt: skip
         watcher, stripper = StreamWatcher(self.kind), UsageStripper()
         converter = ChatStreamToMessages(self.outcome.model) if self.translation == Translation.MESSAGES else None
         self._schedule_ping(send)
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.chunks():
                 self.last_sent = time.monotonic()
                 watcher.feed(chunk)
                 if self.outcome.ttft_seconds is None and watcher.token_seen:
@@ -198,7 +195,7 @@ class Exchange:
                     self.at_boundary = False  # until this write is out, a keep-alive could split an event
                     await self._send(send, out)
                     self.at_boundary = boundary
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (UpstreamBroken, TimeoutError) as exc:
             log.warning("stream from %s broke: %s", self.route.served_model_name, exc)
         finally:
             self._stop_pings()

@@ -1,0 +1,293 @@
+"""The gateway's HTTP/1.1 client for its engines: kept-alive connections per engine, answers read by httptools.
+
+Chosen by benchmark, as FACTS.md asks of the upstream client. Against a fake engine on this 2-core
+machine a bare relay spent ~230 µs of CPU per short streamed request with aiohttp's client and ~135 µs
+with an asyncio protocol feeding httptools' parser (the one uvicorn reads the clients' requests with);
+per streamed chunk ~25 against ~18 µs. Engines are HTTP servers on the appliance's own network (vLLM and
+SGLang run uvicorn, the simulator aiohttp), so this client does only what they need: plain http, POST,
+no proxy, no redirect, no compression asked for (the bytes are relayed as they come).
+
+Errors: ``UpstreamUnreachable`` when no answer began (connection refused or failed, or closed or silent
+for ``read_timeout`` seconds before the status line); once it began, ``UpstreamBroken`` when it is cut
+(closed early, or bytes that are not HTTP) and ``TimeoutError`` after ``read_timeout`` seconds without a
+byte while the relay was reading.
+"""
+
+import asyncio
+import socket
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import cast
+
+import httptools
+
+HIGH_WATER = 256 * 1024  # bytes of an answer buffered unread before its connection stops being read
+IDLE_KEEP = 4.0  # seconds an idle connection is kept: under the 5 s keep-alive of uvicorn (vLLM, SGLang)
+
+
+class UpstreamUnreachable(Exception):
+    """No answer began: see the module docstring."""
+
+
+class UpstreamBroken(Exception):
+    """An answer was cut before its end."""
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection to an engine, carrying one exchange at a time."""
+
+    def __init__(self, read_timeout: float) -> None:
+        self.read_timeout = read_timeout
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0  # monotonic seconds
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.status = 0
+        self.content_type = ""
+        self.framed = False  # Content-Length or chunked: the answer does not end with the connection
+        self.body: list[bytes] = []
+        self.buffered = 0  # bytes in ``body``
+        self.complete = False
+        self.keep_alive = False  # read when the answer completes (the parser forgets after it)
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.last_read = time.monotonic()
+        self.paused = False
+
+    def begin(self, request: bytes) -> None:
+        """Send ``request`` (head and body) and start watching for silence."""
+        assert self.transport is not None
+        self._reset()
+        self.transport.write(request)
+        self._arm(self.read_timeout)
+
+    def finish(self) -> None:
+        """Stop watching: the exchange is over."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    def abort(self) -> None:
+        self.finish()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamBroken(f"the engine sent what is not HTTP: {exc}"))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.finish()
+        if not self.headers.done():
+            self.headers.set_exception(UpstreamUnreachable("the engine closed the connection without an answer"))
+        elif not self.complete and not self.framed and self.error is None:
+            self.complete = True  # an answer without a length ends with its connection
+        elif not self.complete:
+            self._fail(UpstreamBroken("the engine closed the connection before the end of its answer"))
+        self._wake()
+
+    def pause_writing(self) -> None:
+        """Never needed: a request is written whole, in one call."""
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"content-type":
+            self.content_type = value.decode("latin-1")
+        elif name == b"content-length" or (name == b"transfer-encoding" and b"chunked" in value.lower()):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.headers.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete, self.keep_alive = True, self.parser.should_keep_alive()
+        self.finish()
+        self._wake()
+
+    def take(self) -> bytes:
+        """What arrived of the body since the last call, in one piece."""
+        data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.last_read = time.monotonic()
+            self.transport.resume_reading()
+        return data
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        if not self.headers.done():
+            self.headers.set_exception(UpstreamUnreachable(str(error)))
+        self._wake()
+
+    def _arm(self, delay: float) -> None:
+        self._watchdog = asyncio.get_running_loop().call_later(delay, self._check_silence)
+
+    def _check_silence(self) -> None:
+        """One timer per exchange, not one per read: it looks again when the silence could be long enough.
+        While reading is paused (the client is slow), the engine is not the one silent."""
+        silent = time.monotonic() - self.last_read
+        if silent < self.read_timeout or self.paused:
+            self._arm(self.read_timeout - silent if not self.paused else self.read_timeout)
+            return
+        self._watchdog = None
+        self._fail(TimeoutError(f"the engine sent nothing for {self.read_timeout:.0f} s"))
+        self.abort()
+
+
+class Answer:
+    """An engine's answer once its status line and headers are in; use as ``async with`` so that its
+    connection goes back to the pool when the answer was read to its end, and is closed otherwise."""
+
+    def __init__(self, pool: "Engines", key: tuple[str, int], connection: _Connection) -> None:
+        self._pool, self._key, self._connection = pool, key, connection
+        self.status = connection.status
+        self.content_type = connection.content_type  # the header as sent, "" when absent
+
+    @property
+    def mimetype(self) -> str:
+        """The content type without its parameters, lower case ("text/event-stream")."""
+        return self.content_type.partition(";")[0].strip().lower()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, each piece what came since the previous one."""
+        connection = self._connection
+        while True:
+            if connection.body:
+                yield connection.take()
+            elif connection.complete:
+                return
+            elif connection.error is not None:
+                raise connection.error
+            elif connection.closed:
+                raise UpstreamBroken("the connection to the engine is closed")
+            else:
+                connection.waiter = asyncio.get_running_loop().create_future()
+                await connection.waiter
+                connection.waiter = None
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    def close(self) -> None:
+        connection = self._connection
+        connection.finish()
+        if connection.complete and connection.keep_alive and not connection.closed:
+            self._pool.release(self._key, connection)
+        else:
+            connection.abort()
+
+    async def __aenter__(self) -> "Answer":
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Engines:
+    """Connections to the engines, kept alive between requests; no limit on how many are open at once."""
+
+    def __init__(self, connect_timeout: float, read_timeout: float) -> None:
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout  # seconds
+        self._idle: dict[tuple[str, int], deque[_Connection]] = {}  # oldest first
+
+    async def post(self, base_url: str, path: str, api_key: str, body: bytes) -> Answer:
+        """POST ``body`` (JSON) to ``base_url + path`` with ``Authorization: Bearer api_key``; the answer once
+        its headers are in. A kept-alive connection that turns out closed is replaced by a new one once.
+        Raises UpstreamUnreachable."""
+        host, _, port = base_url.removeprefix("http://").rstrip("/").rpartition(":")
+        key = (host.strip("[]"), int(port))  # an IPv6 address is bracketed in a URL, not in a connect
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {api_key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        request = head.encode("latin-1") + body
+        connection = self._take_idle(key)
+        if connection is not None:
+            try:
+                return await self._exchange(key, connection, request)
+            except UpstreamUnreachable:
+                if not connection.closed or connection.error is not None:
+                    raise  # silent or garbled, not a connection the engine had closed while idle
+        return await self._exchange(key, await self._connect(key), request)
+
+    def release(self, key: tuple[str, int], connection: _Connection) -> None:
+        """Keep ``connection`` for the next request to its engine (and close those idle too long)."""
+        now = connection.idle_since = time.monotonic()
+        connections = self._idle.setdefault(key, deque())
+        while connections and (connections[0].closed or now - connections[0].idle_since >= IDLE_KEEP):
+            connections.popleft().abort()
+        connections.append(connection)
+
+    def close(self) -> None:
+        """Close the idle connections (answers being read close theirs when they end)."""
+        for connections in self._idle.values():
+            for connection in connections:
+                connection.abort()
+        self._idle.clear()
+
+    async def _exchange(self, key: tuple[str, int], connection: _Connection, request: bytes) -> Answer:
+        connection.begin(request)
+        try:
+            await connection.headers
+        except BaseException:  # unreachable, or the client left: either way this exchange is over
+            connection.abort()
+            raise
+        return Answer(self, key, connection)
+
+    def _take_idle(self, key: tuple[str, int]) -> _Connection | None:
+        connections = self._idle.get(key)
+        now = time.monotonic()
+        while connections:
+            connection = connections.pop()
+            if not connection.closed and now - connection.idle_since < IDLE_KEEP:
+                return connection
+            connection.abort()
+        return None
+
+    async def _connect(self, key: tuple[str, int]) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, connection = await loop.create_connection(lambda: _Connection(self.read_timeout), *key)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamUnreachable(f"cannot connect to {key[0]}:{key[1]}: {exc or type(exc).__name__}") from None
+        return connection

@@ -1,0 +1,206 @@
+"""The gateway's HTTP client for its engines, against scripted servers on loopback."""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from gateway.upstream import HIGH_WATER, Engines, UpstreamBroken, UpstreamUnreachable
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def request(reader: asyncio.StreamReader) -> bytes:
+    """One request's head and body, b"" at the end of the connection."""
+    head = await reader.readuntil(b"\r\n\r\n") if not reader.at_eof() else b""
+    if not head:
+        return b""
+    lines = head.lower().split(b"\r\n")
+    length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
+    return head + await reader.readexactly(length)
+
+
+class Server:
+    """A loopback server running ``script`` on each connection; counts the connections."""
+
+    def __init__(self, script: Script) -> None:
+        self.script, self.connections, self.url = script, 0, ""
+
+    async def __aenter__(self) -> "Server":
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                await self.script(reader, writer)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 10))
+
+
+def test_a_stream_arrives_piece_by_piece_and_its_connection_serves_the_next_request() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (seen := await request(reader)) != b"":
+            assert b"Authorization: Bearer k\r\n" in seen and seen.endswith(b'{"a": 1}')
+            writer.write(SSE)
+            for event in (b"data: 1\n\n", b"data: 2\n\n"):
+                writer.write(chunk(event))
+                await writer.drain()
+                await asyncio.sleep(0.05)
+            writer.write(b"0\r\n\r\n")
+
+    async def test() -> None:
+        engines = Engines(connect_timeout=1, read_timeout=5)
+        async with Server(script) as server:
+            for _ in range(2):
+                async with await engines.post(server.url, "/v1/chat/completions", "k", b'{"a": 1}') as answer:
+                    assert answer.status == 200 and answer.mimetype == "text/event-stream"
+                    assert [piece async for piece in answer.chunks()] == [b"data: 1\n\n", b"data: 2\n\n"]
+            assert server.connections == 1
+        engines.close()
+
+    run(test)
+
+
+def test_a_whole_answer_with_a_length_is_read() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n")
+        writer.write(b'{"e": 42}')
+        await reader.read()
+
+    async def test() -> None:
+        async with Server(script) as server:
+            async with await Engines(1, 5).post(server.url, "/v1/completions", "k", b"{}") as answer:
+                assert (answer.status, answer.content_type, await answer.read()) == (
+                    400, "application/json", b'{"e": 42}')  # fmt: skip
+
+    run(test)
+
+
+def test_nothing_listening_and_garbage_are_unreachable() -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+        await reader.read()
+
+    async def test() -> None:
+        async with Server(garbage) as server:
+            url = server.url
+            with pytest.raises(UpstreamUnreachable, match="not HTTP"):
+                await Engines(1, 5).post(url, "/v1/completions", "k", b"{}")
+        with pytest.raises(UpstreamUnreachable, match="cannot connect"):
+            await Engines(1, 5).post(url, "/v1/completions", "k", b"{}")
+
+    run(test)
+
+
+def test_an_answer_cut_short_is_broken() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(SSE + chunk(b"data: 1\n\n"))
+        await writer.drain()
+
+    async def test() -> None:
+        async with Server(script) as server:
+            answer = await Engines(1, 5).post(server.url, "/v1/chat/completions", "k", b"{}")
+            pieces = []
+            with pytest.raises(UpstreamBroken):
+                async for piece in answer.chunks():
+                    pieces.append(piece)
+            assert pieces == [b"data: 1\n\n"]
+
+    run(test)
+
+
+def test_silence_before_the_headers_is_unreachable_and_after_them_a_timeout() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        await reader.read()
+
+    async def thinking(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(SSE)
+        await reader.read()
+
+    async def test() -> None:
+        engines = Engines(connect_timeout=1, read_timeout=0.2)
+        async with Server(silent) as server:
+            with pytest.raises(UpstreamUnreachable, match="sent nothing"):
+                await engines.post(server.url, "/v1/chat/completions", "k", b"{}")
+        async with Server(thinking) as server:
+            answer = await engines.post(server.url, "/v1/chat/completions", "k", b"{}")
+            with pytest.raises(TimeoutError):
+                await answer.read()
+
+    run(test)
+
+
+def test_a_connection_the_engine_closed_while_idle_is_replaced() -> None:
+    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()  # then the connection closes, as an engine's keep-alive timeout closes it
+
+    async def test() -> None:
+        engines = Engines(1, 5)
+        async with Server(once) as server:
+            for _ in range(2):
+                async with await engines.post(server.url, "/health", "k", b"{}") as answer:
+                    assert await answer.read() == b"ok"
+                await asyncio.sleep(0.05)
+            assert server.connections == 2
+
+    run(test)
+
+
+def test_leaving_an_answer_unread_closes_its_connection() -> None:
+    left = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(SSE + chunk(b"data: 1\n\n"))
+        assert await reader.read() == b""  # the client closed the connection
+        left.set()
+
+    async def test() -> None:
+        async with Server(script) as server:
+            async with await Engines(1, 5).post(server.url, "/v1/chat/completions", "k", b"{}") as answer:
+                async for _ in answer.chunks():
+                    break
+            await asyncio.wait_for(left.wait(), 2)
+
+    run(test)
+
+
+def test_a_body_larger_than_the_buffer_arrives_whole_when_read_slowly() -> None:
+    body = bytes(range(256)) * (3 * HIGH_WATER // 256)
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        await reader.read()
+
+    async def test() -> None:
+        async with Server(script) as server:
+            async with await Engines(1, 5).post(server.url, "/v1/completions", "k", b"{}") as answer:
+                await asyncio.sleep(0.3)  # the engine writes on; the client reads nothing yet
+                assert await answer.read() == body
+
+    run(test)
