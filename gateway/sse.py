@@ -99,6 +99,8 @@ class UsageStripper:
 
     def feed(self, chunk: bytes) -> bytes:
         """The complete events in what has arrived so far, minus the usage chunk; a partial event waits."""
+        if not self._buffer and chunk.endswith(b"\n\n") and b"\r" not in chunk and not _may_hold_usage(chunk):
+            return chunk  # whole events, none of them the usage chunk: most reads, passed on without a copy
         self._buffer += chunk
         out = bytearray()
         while True:
@@ -137,8 +139,12 @@ def _event_end(buffer: bytes) -> int:
     return min(ends) if ends else -1
 
 
+def _may_hold_usage(data: bytes) -> bool:
+    return b'"usage"' in data or b"\\u" in data  # the key, spelled literally or with an escape
+
+
 def _is_usage_only(event: bytes) -> bool:
-    if b'"usage"' not in event and b"\\u" not in event:  # the key, spelled literally or with an escape
+    if not _may_hold_usage(event):
         return False
     for line in event.splitlines():
         if line.startswith(b"data:"):

@@ -121,3 +121,11 @@ def test_a_content_that_quotes_finish_reason_or_usage_is_only_content() -> None:
     assert watcher.finish_reason is None and watcher.usage is None
     stripper = UsageStripper()
     assert stripper.feed(chunk('"usage"')) == chunk('"usage"')
+
+
+def test_the_usage_chunk_is_stripped_when_each_read_is_one_whole_event() -> None:
+    usage = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":1}}\n\n'
+    reads = [chunk("Hel"), chunk("lo", "stop"), usage, b"data: [DONE]\n\n"]
+    stripper = UsageStripper()
+    out = b"".join(stripper.feed(read) for read in reads) + stripper.flush()
+    assert out == chunk("Hel") + chunk("lo", "stop") + b"data: [DONE]\n\n"
