@@ -137,8 +137,9 @@ def find_cdi_specs(dirs: Sequence[Path] = CDI_DIRS) -> list[Path]:
     return found
 
 
-def nvidia_runtime_check(facts: DockerFacts, cdi_specs: Sequence[Path], runtime: str) -> Check:
-    """Docker can give containers GPUs: its ``nvidia`` runtime, CDI devices it discovered, or CDI spec files."""
+def nvidia_runtime_check(facts: DockerFacts, cdi_specs: Sequence[Path], runtime: str, inventory: str = "auto") -> Check:
+    """Docker can give containers GPUs: its ``nvidia`` runtime, CDI devices it discovered, or CDI spec files.
+    Not needed with a simulated inventory (demo mode gives no container a GPU)."""
     found = []
     if "nvidia" in facts.runtimes:
         found.append('Docker runtime "nvidia"')
@@ -148,6 +149,10 @@ def nvidia_runtime_check(facts: DockerFacts, cdi_specs: Sequence[Path], runtime:
         found.append(f"CDI specs {', '.join(str(p) for p in cdi_specs)}")
     if runtime != "docker":
         return Check(NVIDIA_RUNTIME, True, f"not used: HEARTH_RUNTIME={runtime} ({'; '.join(found) or 'none found'})")
+    if inventory.startswith("sim:") and not found:
+        return Check(
+            NVIDIA_RUNTIME, True, f"not needed: the GPU inventory is simulated (HEARTH_GPU_INVENTORY={inventory})"
+        )
     if found:
         return Check(NVIDIA_RUNTIME, True, "; ".join(found))
     seen = "Docker is not reachable" if facts.error else f"Docker's runtimes are {', '.join(facts.runtimes) or 'none'}"
@@ -269,7 +274,7 @@ def run_checks() -> list[Check]:
     HEARTH_CACHE_DIR, HEARTH_DOCTOR_MIN_FREE_GIB). Takes a few seconds at most; never raises."""
     runtime, inventory = settings.HEARTH_RUNTIME, settings.HEARTH_GPU_INVENTORY
     facts = read_docker()
-    checks = [docker_check(facts, runtime), nvidia_runtime_check(facts, find_cdi_specs(), runtime)]
+    checks = [docker_check(facts, runtime), nvidia_runtime_check(facts, find_cdi_specs(), runtime, inventory)]
     version, driver_error, processes_error = "", "", ""
     processes: list[GpuProcess] | None = None
     if not inventory.startswith("sim:"):

@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "ninja",  # /api/docs serves its own Swagger UI, not a CDN's (no internet on many appliance boxes)
     "console",
     "gateway",
 ]

@@ -59,6 +59,7 @@ class PlanIn(Schema):
     gpu_memory_utilization: float = 0.0
     tensor_parallel_size: int = 0
     replica_count: int = 1
+    max_num_seqs: int = 0
 
     def options(self) -> dict[str, Any]:
         return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "max_tokens_cap"})
@@ -223,12 +224,15 @@ def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
 
 
 class ChangeIn(Schema):
-    max_model_len: int = 0
-    kv_space_gib: float = 1.0
-    kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float = 0.0
-    tensor_parallel_size: int = 0
-    extra_args: list[str] = Field(default_factory=list)
+    """The settings to change; one left out keeps its current value."""
+
+    max_model_len: int | None = None
+    kv_space_gib: float | None = None
+    kv_cache_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int | None = None
+    max_num_seqs: int | None = None
+    extra_args: list[str] | None = None
     confirm: bool = False
 
 
@@ -243,7 +247,8 @@ def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[A
     """Preview new settings (200: the plan, whether the running engine is recreated, the expected
     downtime in seconds); with ``confirm`` apply them (202; a running deployment stops, then relaunches)."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    settings = data.dict(exclude={"confirm"})
+    given = data.dict(exclude={"confirm"}, exclude_none=True)
+    settings = changes.current_settings(dep) | given
     if not data.confirm:
         return Status(200, changes.preview_change(dep, **settings))
     changes.apply_change(dep, **settings)

@@ -27,6 +27,20 @@ class ChangePreview:
     downtime_seconds: float | None
 
 
+def current_settings(deployment: Deployment) -> dict[str, Any]:
+    """The deployment's settings now, in preview_change's keywords (a change starts from these)."""
+    plan = deployment.plan
+    return {
+        "max_model_len": deployment.max_model_len,
+        "kv_space_gib": deployment.kv_space_gib,
+        "kv_cache_dtype": plan.get("kv_cache_dtype", "auto"),
+        "gpu_memory_utilization": plan.get("gpu_memory_utilization", 0.0),
+        "tensor_parallel_size": plan.get("tensor_parallel_size", 0),
+        "max_num_seqs": plan.get("max_num_seqs", 0),
+        "extra_args": list(deployment.extra_args),
+    }
+
+
 def preview_change(
     deployment: Deployment,
     *,
@@ -35,6 +49,7 @@ def preview_change(
     kv_cache_dtype: str,
     gpu_memory_utilization: float,
     tensor_parallel_size: int,
+    max_num_seqs: int,
     extra_args: list[str],
 ) -> ChangePreview:
     """What changing ``deployment`` to these settings would do; changes nothing.
@@ -45,7 +60,8 @@ def preview_change(
     plan = plan_for(
         deployment.model, deployment.engine, max_model_len=max_model_len, kv_space_gib=kv_space_gib,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-        tensor_parallel_size=tensor_parallel_size, replica_count=deployment.replica_count, exclude=deployment.pk,
+        tensor_parallel_size=tensor_parallel_size, max_num_seqs=max_num_seqs, replica_count=deployment.replica_count,
+        exclude=deployment.pk,
     )  # fmt: skip
     recreate = deployment.state in ACTIVE_STATES
     return ChangePreview(plan, recreate, _downtime(deployment) if recreate else None)

@@ -4,7 +4,7 @@ from typing import Any
 from django import forms
 
 from console import services
-from console.models import Deployment, ModelSource
+from console.models import ModelSource
 
 
 class LocalModelForm(forms.Form):
@@ -46,6 +46,10 @@ class DeploymentForm(forms.Form):
     tensor_parallel_size = forms.IntegerField(
         min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPU engines only; 0 = auto."
     )
+    max_num_seqs = forms.IntegerField(
+        min_value=0, max_value=65_536, initial=0, required=False, label="max_num_seqs",
+        help_text="GPU engines only: sequences run at once; 0 = the planner's default (256).",
+    )  # fmt: skip
 
     max_tokens_cap = forms.IntegerField(
         required=False, min_value=1, label="max_tokens cap", help_text="Tokens a request may generate; empty: none."
@@ -60,7 +64,10 @@ class DeploymentForm(forms.Form):
         help_text="Engines serving this model at once.",
     )  # fmt: skip
 
-    PLAN_FIELDS = ("max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size")
+    PLAN_FIELDS = (
+        "max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
+        "max_num_seqs",
+    )  # fmt: skip
 
     def clean(self) -> dict[str, Any]:
         """An option left empty takes its default (the field's initial value)."""
@@ -90,17 +97,6 @@ class ChangeForm(DeploymentForm):
         super().__init__(*args, **kwargs)
         for name in self.FIXED:
             del self.fields[name]
-
-    @staticmethod
-    def current(dep: Deployment) -> dict[str, Any]:
-        """The deployment's settings now, as the form's initial values."""
-        plan = dep.plan
-        return {
-            "max_model_len": dep.max_model_len, "kv_space_gib": dep.kv_space_gib,
-            "kv_cache_dtype": plan.get("kv_cache_dtype", "auto"),
-            "gpu_memory_utilization": plan.get("gpu_memory_utilization", 0),
-            "tensor_parallel_size": plan.get("tensor_parallel_size", 0), "extra_args": shlex.join(dep.extra_args),
-        }  # fmt: skip
 
     def settings(self) -> dict[str, Any]:
         """The cleaned values console.changes takes."""

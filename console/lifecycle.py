@@ -191,7 +191,7 @@ def _read_end(replica: Replica, status: RuntimeStatus) -> tuple[str, RuntimeStat
 
 def _explain(dep: Deployment, exit_code: int | None, oom: bool, cause: str, when: str) -> str:
     code = "an unknown code" if exit_code is None else f"code {exit_code}"
-    reason = f"The engine exited {when} with {code}" + (f": {cause}" if cause else ".")
+    reason = f"The engine exited {when} with {code}" + (f": {cause.rstrip('.')}." if cause else ".")
     if oom:
         reason += " " + (OOM_HINT_GPU if dep.engine in GPU_ENGINES else OOM_HINT_CPU)
     elif exit_code in SIGKILL_CODES:

@@ -23,7 +23,7 @@ from engines.adapters import parse_version
 from engines.gpus import Inventory
 from engines.launch import EngineKind, image_version
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
-from engines.planner import PlanRequest, plan_gpu
+from engines.planner import DEFAULT_MAX_NUM_SEQS, PlanRequest, plan_gpu
 from engines.remedy import Remedy, oom_remedy
 from engines.sizing import plan_cpu
 from engines.vllm import user_flag_names
@@ -33,13 +33,16 @@ ROUTING_VERSION_KEY = "hearth:routing-version"
 MAX_REPLICAS = 8
 MAX_KV_SPACE_GIB = 65_536
 INT_MAX = 2**31 - 1  # PostgreSQL's integer column
+MAX_NUM_SEQS = 65_536
+MAX_EXTRA_ARGS, MAX_EXTRA_ARGS_CHARS = 100, 2000  # the console's field takes 2,000 characters too
 LIMIT_MAX = {"expires_in_days": 36_500}
 PLANNED_FLAGS = frozenset(
     {"--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size", "--kv-cache-dtype", "--max-num-seqs"}
 )  # flags whose values come from the plan; an override in extra_args would bypass its checks
 HEARTH_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port", "--api-key", "--uds"})  # Hearth's
 # Flags that change how much GPU memory or how many GPUs an engine takes, behind the plan's back.
-RESOURCE_FLAGS = frozenset({"--pipeline-parallel-size", "--data-parallel-size", "--num-gpu-blocks-override",
+RESOURCE_FLAGS = frozenset({"--pipeline-parallel-size", "--data-parallel-size", "--data-parallel-size-local",
+                            "--num-gpu-blocks-override",
                             "--kv-cache-memory-bytes", "--block-size", "--cpu-offload-gb", "--config"})  # fmt: skip
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")  # e.g. meta-llama/Llama-3.1-8B-Instruct
@@ -148,6 +151,7 @@ def plan_for(
     gpu_memory_utilization: float = 0.0,
     tensor_parallel_size: int = 0,
     replica_count: int = 1,
+    max_num_seqs: int = 0,
     exclude: int | None = None,
 ) -> dict[str, Any]:
     """The sizing plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict).
@@ -164,10 +168,12 @@ def plan_for(
             "max_model_len and tensor parallel size must be 0 (auto) or more, "
             "gpu_memory_utilization 0 (auto) or a ratio below 1."
         )
+    if not 0 < kv_space_gib <= MAX_KV_SPACE_GIB:  # vLLM (CPU)'s only, but never stored out of range
+        raise ConsoleError(f"KV space must be above 0 and at most {MAX_KV_SPACE_GIB:,} GiB.")
+    if not 0 <= max_num_seqs <= MAX_NUM_SEQS:
+        raise ConsoleError(f"max_num_seqs must be 0 (the planner's default) to {MAX_NUM_SEQS:,} sequences.")
     config = parse_config(model.config)
     if engine == EngineKind.VLLM_CPU:
-        if not 0 < kv_space_gib <= MAX_KV_SPACE_GIB:
-            raise ConsoleError(f"KV space must be above 0 and at most {MAX_KV_SPACE_GIB:,} GiB.")
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
         cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
         return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
@@ -181,6 +187,7 @@ def plan_for(
             kv_cache_dtype=kv_cache_dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,
+            max_num_seqs=max_num_seqs or DEFAULT_MAX_NUM_SEQS,
         )
         gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
     except (InventoryError, ValueError) as exc:
@@ -227,6 +234,10 @@ def _matching(flags: set[str], protected: frozenset[str]) -> list[str]:
 def check_extra_args(extra_args: list[str]) -> None:
     """Refuse extra engine flags that Hearth sets itself, that take GPUs behind the plan's back, or that
     the plan decides. Raises ConsoleError naming them."""
+    if len(extra_args) > MAX_EXTRA_ARGS or sum(map(len, extra_args)) > MAX_EXTRA_ARGS_CHARS:
+        raise ConsoleError(f"At most {MAX_EXTRA_ARGS} extra engine flags, {MAX_EXTRA_ARGS_CHARS:,} characters in all.")
+    if not all(arg.isprintable() for arg in extra_args):
+        raise ConsoleError("Extra engine flags must be printable text (no control characters).")
     flags = user_flag_names(extra_args)
     if owned := _matching(flags, HEARTH_FLAGS):
         raise ConsoleError(f"{', '.join(owned)}: Hearth sets these itself (the gateway relies on them).")
@@ -254,6 +265,7 @@ def create_deployment(
     tensor_parallel_size: int = 0,
     replica_count: int = 1,
     max_tokens_cap: int | None = None,
+    max_num_seqs: int = 0,
 ) -> Deployment:
     """Create a stopped deployment with its plan; launch it with ``launch``.
 
@@ -276,6 +288,7 @@ def create_deployment(
         gpu_memory_utilization=gpu_memory_utilization,
         tensor_parallel_size=tensor_parallel_size,
         replica_count=replica_count,
+        max_num_seqs=max_num_seqs,
     )
     if not plan["fits"]:
         raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
@@ -307,7 +320,8 @@ def launch(deployment: Deployment) -> None:
 
     with transaction.atomic():
         if not deployment.move(DeploymentState.PENDING, "Waiting for a worker."):
-            raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before launching again.")
+            then = "wait until it has stopped" if deployment.state == DeploymentState.STOPPING else "stop it first"
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; {then}, then launch it again.")
         transaction.on_commit(lambda: launch_deployment.delay(deployment.pk))
 
 
@@ -389,8 +403,8 @@ def create_key(
     for a bad name or limit.
     """
     name = name.strip()
-    if not name or len(name) > 100:
-        raise ConsoleError("Give the key a name of 1–100 characters (who or what will use it).")
+    if not name or len(name) > 100 or not name.isprintable():
+        raise ConsoleError("Give the key a name of 1–100 printable characters (who or what will use it).")
     if unknown := set(quota) - set(QUOTA_FIELDS):
         raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
     limits = {"max_tokens_cap": max_tokens_cap, "expires_in_days": expires_in_days, **quota}
@@ -398,7 +412,7 @@ def create_key(
         raise ConsoleError(
             f"{', '.join(bad)} must be from 1 to {LIMIT_MAX.get(bad[0], INT_MAX):,} (or empty for no limit)."
         )
-    models = sorted({_check_name(m, "Allowed model", SERVED_NAME) for m in allowed_models or [] if m.strip()})
+    models = sorted({_check_name(m, "Allowed model", SERVED_NAME) for m in allowed_models or []})
     expires = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
     key, prefix, digest = new_key()
     with transaction.atomic():

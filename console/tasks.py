@@ -51,8 +51,8 @@ def launch_deployment(deployment_id: int) -> None:
         return
     held = held_gpus(exclude=dep.pk)
     if taken := [f"GPU {i} ({held[i]})" for i in dep.plan.get("gpu_indices") or [] if i in held]:
-        dep.move(S.FAILED, f"Its GPUs are held by other deployments: {', '.join(taken)}. Stop those, or create "
-                 "this deployment again to plan it on the free GPUs.")  # fmt: skip
+        dep.move(S.FAILED, f"Its GPUs are held by other deployments: {', '.join(taken)}. Stop those, or use "
+                 "Change settings… to plan it again on the free GPUs.")  # fmt: skip
         return
     if dep.move(S.PULLING, "Preparing the engine image."):
         _pull(dep)
@@ -72,7 +72,8 @@ def _pull(dep: Deployment) -> None:
     except RuntimeError_ as exc:
         dep.move(S.FAILED, str(exc))
         return
-    gpus = dep.plan.get("inventory", "") if dep.engine in GPU_ENGINES else "CPU"
+    indices = ", ".join(str(i) for i in dep.plan.get("gpu_indices") or [])
+    gpus = f"GPU {indices} of {dep.plan.get('inventory', '')}" if dep.engine in GPU_ENGINES else "CPU"
     pin = {"engine_image": pinned, "engine_image_ref": image_ref(dep) if pinned else ""}
     if dep.move(S.STARTING, "Starting the engine.", gpu_model=gpus[:100], **pin):
         _start(dep)
@@ -176,6 +177,7 @@ def _engine_ended(replica: Replica, status: RuntimeStatus) -> None:
         return
     delay = settings.HEARTH_RESTART_BACKOFF * 2**replica.restarts
     reason = note_crash(replica, status, delay)
+    restart_replica.apply_async((replica.pk,), countdown=delay)  # reconcile restarts it if this task is lost
     what = f"{replica.runtime_name}: {reason} Restarting in {delay:.0f} s (restart {replica.restarts})."
     serving = dep.replicas.filter(running=True, ready_at__isnull=False).count()
     if serving == 0:
@@ -234,18 +236,23 @@ def reconcile() -> None:
         status = get_runtime(replica.runtime).status(replica.runtime_name)
         if not status.running:
             _engine_ended(replica, status)
-    for replica in Replica.objects.filter(
-        running=False,
-        stopped_at__isnull=True,
-        restart_at__lte=timezone.now(),
-        deployment__state__in=[S.LOADING, S.READY],
-    ):
-        if Replica.objects.filter(pk=replica.pk, restart_at=replica.restart_at).update(restart_at=None):
-            _restart(replica)
+    due = Replica.objects.filter(running=False, stopped_at__isnull=True, restart_at__lte=timezone.now())
+    for replica_id in due.values_list("pk", flat=True):
+        restart_replica(replica_id)
     _remove_orphans()
 
 
-def _restart(replica: Replica) -> None:
+@shared_task
+def restart_replica(replica_id: int) -> None:
+    """Start a crashed replica again once its backoff is over (claimed: a replica restarts once)."""
+    now = timezone.now()
+    replica = Replica.objects.filter(pk=replica_id, running=False, stopped_at__isnull=True).first()
+    if replica is None or replica.restart_at is None or replica.restart_at > now + timedelta(seconds=1):
+        return
+    if replica.deployment.state not in (S.LOADING, S.READY):
+        return
+    if not Replica.objects.filter(pk=replica.pk, restart_at=replica.restart_at).update(restart_at=None):
+        return
     dep = replica.deployment
     slot = list(dep.replicas.filter(stopped_at__isnull=True).order_by("pk")).index(replica)
     try:

@@ -1,5 +1,7 @@
 """Console pages: short function views; pages and their htmx refreshes share template partials."""
 
+import shlex
+
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required
@@ -128,7 +130,8 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     """Change a deployment's settings: preview the new plan (and, while it runs, the Recreate and its
     expected downtime), then confirm."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    form = ChangeForm(request.POST or None, initial=ChangeForm.current(dep))
+    current = changes.current_settings(dep)
+    form = ChangeForm(request.POST or None, initial=current | {"extra_args": shlex.join(current["extra_args"])})
     preview = None
     if request.method == "POST" and form.is_valid():
         try:

@@ -14,6 +14,9 @@ GENERIC = ("Engine core initialization failed", "See root cause above", "EngineC
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Cannot allocate memory",
                "out of memory")  # fmt: skip
 MAX_CAUSE_CHARS = 400
+# A line logged below ERROR is never the cause: vLLM warns at every start about errors that may come
+# ("Found ulimit of ... can cause fd limit errors like `OSError: [Errno 24] Too many open files`").
+NOT_AN_ERROR = re.compile(r"^(?:\(.*?\)\s+)?(?:WARNING|INFO|DEBUG)\b")
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ def scan(log: str) -> LogFindings:
     lines = log.splitlines()
     for i, raw in enumerate(lines):
         line = raw.strip()
-        if any(g in line for g in GENERIC):
+        if any(g in line for g in GENERIC) or NOT_AN_ERROR.match(line):
             continue
         match = ERROR_LINE.search(line)
         if match:

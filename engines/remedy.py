@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines.launch import GPU_ENGINES, EngineKind
+from engines.planner import BLOCK_SIZE
 
 UTILIZATION_STEP = 0.04  # one step down: 0.92 → 0.88
 MIN_UTILIZATION = 0.5
@@ -60,7 +61,7 @@ def oom_remedy(engine: str, plan: dict[str, Any], engine_env: dict[str, str], kv
     if util - UTILIZATION_STEP >= MIN_UTILIZATION:
         new_plan["gpu_memory_utilization"] = round(util - UTILIZATION_STEP, 2)
         lost = _kv_tokens_lost(plan)
-        new_plan["kv_capacity_tokens"] = max(int(plan["kv_capacity_tokens"]) - lost, 0)
+        new_plan["kv_capacity_tokens"] = max(int(plan["kv_capacity_tokens"]) - lost, 0) // BLOCK_SIZE * BLOCK_SIZE
         changes.append(Change("gpu_memory_utilization", f"{util:.2f}", f"{new_plan['gpu_memory_utilization']:.2f}",
                               "leaves more memory to other processes, PyTorch's allocator and CUDA graphs"
                               + (f"; the KV cache holds {lost:,} fewer tokens" if lost else "")))  # fmt: skip

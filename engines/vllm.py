@@ -20,7 +20,7 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # vLLM's argument parser takes "_" for "-" in long flags and these short aliases
 # (vllm/engine/arg_utils.py, vllm/utils FlexibleArgumentParser).
 FLAG_ALIASES = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-                "-q": "--quantization"}  # fmt: skip
+                "-dpl": "--data-parallel-size-local", "-q": "--quantization"}  # fmt: skip
 
 
 def user_flag_names(user_args: Sequence[str]) -> set[str]:

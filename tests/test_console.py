@@ -278,3 +278,17 @@ def test_keys_are_listed_without_their_secret(admin: Client) -> None:
             "revoked": False,
         }
     ]
+
+
+def test_the_api_docs_page_needs_no_internet(admin: Client) -> None:
+    page = admin.get("/api/docs").content.decode()
+    assert "/static/ninja/swagger-ui-bundle.js" in page and "cdn." not in page
+
+
+@pytest.mark.parametrize(
+    ("body", "error"), [({"allowed_models": [""]}, "Allowed model ''"), ({"name": "a\u0000b"}, "printable")]
+)
+def test_a_key_never_widens_by_accident(admin: Client, body: dict[str, object], error: str) -> None:
+    resp = admin.post("/api/keys", {"name": "k"} | body, content_type="application/json")
+    assert resp.status_code == 400 and error in resp.json()["detail"]
+    assert not ApiKey.objects.exists()

@@ -85,3 +85,28 @@ def test_the_api_previews_and_applies_a_change(admin: Client, dep: Deployment) -
         f"/api/deployments/{dep.pk}/change", {"max_model_len": 4096, "confirm": True}, content_type="application/json"
     )
     assert done.status_code == 202 and done.json()["plan"]["max_model_len"] == 4096
+
+
+def test_a_change_through_the_api_keeps_what_it_leaves_out(admin: Client, dep: Deployment) -> None:
+    Deployment.objects.filter(pk=dep.pk).update(extra_args=["--seed", "3"])
+    body = {"max_num_seqs": 64, "confirm": True}
+    assert admin.post(f"/api/deployments/{dep.pk}/change", body, content_type="application/json").status_code == 202
+    dep.refresh_from_db()
+    assert dep.extra_args == ["--seed", "3"] and dep.max_model_len == 8192 and dep.plan["max_num_seqs"] == 64
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [({"kv_space_gib": "NaN"}, "KV space must be above 0"), ({"kv_space_gib": -100}, "KV space must be above 0"),
+     ({"extra_args": ["--enable-prefix-caching\u0000"]}, "printable"), ({"max_num_seqs": -1}, "max_num_seqs"),
+     ({"extra_args": ["--x"] * 101}, "At most 100 extra engine flags")],
+)  # fmt: skip
+def test_bad_numbers_and_flags_are_refused_on_create_and_change(
+    admin: Client, dep: Deployment, body: dict[str, object], error: str
+) -> None:
+    create = {"name": "other", "model": "llama-8b", "engine": "simulator"} | body
+    resp = admin.post("/api/deployments", create, content_type="application/json")
+    assert resp.status_code == 400 and error in resp.json()["detail"]
+    resp = admin.post(f"/api/deployments/{dep.pk}/change", body | {"confirm": True}, content_type="application/json")
+    assert resp.status_code == 400 and error in resp.json()["detail"]
+    assert not Deployment.objects.filter(name="other").exists()

@@ -5,6 +5,7 @@ the engine simulator, and the real vLLM CPU engine. The session's process-runtim
 for this module and a Docker-runtime worker takes its place (tasks go to whichever worker listens).
 """
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -27,6 +28,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 INSTANCE = f"test-{os.getpid()}"
 NETWORK = f"hearth-{INSTANCE}"
+CHECKOUT = hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]  # images per checkout: others' tests keep theirs
+IMAGES = {
+    "HEARTH_IMAGE_SIMULATOR": f"hearth/simulator:test-{CHECKOUT}",
+    "HEARTH_IMAGE_VLLM_CPU": f"hearth/vllm-cpu:test-{CHECKOUT}",
+}
 
 
 def containers(client: docker.DockerClient, dep_id: int | None = None) -> list[Any]:
@@ -42,7 +48,7 @@ def daemon() -> Iterator[docker.DockerClient]:
         client.ping()
     except docker.errors.DockerException as exc:
         pytest.fail(f"no Docker daemon: {exc}. .ci/run installs docker.io and starts dockerd.")
-    subprocess.run(["bash", "scripts/build-engine-images.sh"], cwd=ROOT, check=True)
+    subprocess.run(["bash", "scripts/build-engine-images.sh"], cwd=ROOT, check=True, env={**os.environ, **IMAGES})
     yield client
     for container in containers(client):
         container.remove(force=True)
@@ -59,6 +65,7 @@ def docker_env(live_env: dict[str, str]) -> dict[str, str]:
         "HEARTH_DOCKER_NETWORK": NETWORK,
         "HEARTH_STALE_AFTER": "5",
         "HEARTH_RESTART_BACKOFF": "1",
+        **IMAGES,
     }
 
 
@@ -94,7 +101,7 @@ def test_a_simulator_runs_as_a_container_on_an_internal_network(
     assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
     assert dep["engine_image"].startswith("sha256:")  # pinned: a local image has its id, not a registry digest
     assert dep["engine_version"] == "0.32.0+sim"  # read back from the running engine's /version
-    assert dep["gpu_model"].startswith("8× NVIDIA H100")
+    assert dep["gpu_model"].startswith("GPU 0 of 8× NVIDIA H100")
 
     (container,) = containers(daemon, dep_id)
     assert container.name == dep["replicas"][0]["runtime_name"]
@@ -232,7 +239,7 @@ def test_an_image_no_registry_serves_fails_the_launch_with_the_daemons_reason(
 
 
 def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Proc, daemon: docker.DockerClient) -> None:
-    image = daemon.images.get("hearth/simulator:local")
+    image = daemon.images.get(IMAGES["HEARTH_IMAGE_SIMULATOR"])
     binds = {p: {"bind": p, "mode": "ro"} for p in image.labels["hearth.host-binds"].split(",")}
     stray = daemon.containers.run(
         image.id, ["--port", "8000"], name=f"hearth-{INSTANCE}-stray", detach=True, volumes=binds,

@@ -155,6 +155,8 @@ def test_the_nvidia_runtime_or_cdi_devices_in_docker_info_pass() -> None:
 def test_the_nvidia_runtime_is_not_needed_under_the_process_runtime() -> None:
     check = nvidia_runtime_check(DockerFacts(error="refused"), [], "process")
     assert check == Check("NVIDIA container runtime", True, "not used: HEARTH_RUNTIME=process (none found)")
+    demo = nvidia_runtime_check(DockerFacts(version="28.2.2", runtimes=("runc",)), [], "docker", "sim:8xH100-80GB")
+    assert demo.ok and demo.detail.startswith("not needed: the GPU inventory is simulated")
 
 
 # NVIDIA driver

@@ -18,7 +18,7 @@ def test_a_gpu_engine_gets_all_three_levers_with_their_numbers() -> None:
         "max_num_seqs": ("256", "128"),
     }
     lost = int(0.04 * 85_520_809_984 * 2 // 131_072)  # the step's bytes on both GPUs over KV bytes per token
-    assert remedy.plan["kv_capacity_tokens"] == 500_000 - lost
+    assert remedy.plan["kv_capacity_tokens"] == (500_000 - lost) // 16 * 16  # whole KV blocks
     assert f"{lost:,} fewer tokens" in remedy.changes[0].why
     assert remedy.engine_env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert PLAN["gpu_memory_utilization"] == 0.92  # the stored plan is not changed in place

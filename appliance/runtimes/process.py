@@ -54,8 +54,8 @@ class ProcessRuntime:
                 start_new_session=True,
                 cwd=self.root,
             )
-        except OSError as exc:
-            raise RuntimeError_(f"could not start {spec.argv[0]}: {exc.strerror}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument
+            raise RuntimeError_(f"could not start {spec.argv[0]}: {getattr(exc, 'strerror', None) or exc}") from None
         finally:
             log.close()
         self._path(name, "pid").write_text(str(proc.pid))
