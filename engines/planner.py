@@ -189,6 +189,21 @@ def _capacity(config: ModelConfig, split: MemorySplit, tp: int, kv_dtype: str) -
     return split.kv_cache // per_gpu // BLOCK_SIZE * BLOCK_SIZE
 
 
+def _tp_refusal(config: ModelConfig, tps: list[int], gpus: int) -> str:
+    """Why none of ``tps`` can run on ``gpus`` GPUs ("" when the first can): vLLM's tensor parallel size must
+    divide the attention heads (vllm/config/parallel.py verify_with_model_config)."""
+    heads = config.num_attention_heads
+    dividing = [tp for tp in range(1, gpus + 1) if heads % tp == 0]
+    if not tps:
+        return f"No tensor-parallel size up to {gpus} GPUs divides the model's {heads} attention heads."
+    if tps[0] > gpus:
+        return f"Tensor parallel {tps[0]} needs {tps[0]} GPUs; {gpus} are free here."
+    if heads % tps[0]:
+        return (f"Tensor parallel {tps[0]} does not divide the model's {heads} attention heads; sizes that do "
+                f"on {gpus} GPUs: {', '.join(map(str, dividing))}.")  # fmt: skip
+    return ""
+
+
 def plan_gpu(
     config: ModelConfig, weights_bytes: int, inventory: Inventory, request: PlanRequest, with_remedies: bool = True
 ) -> GpuPlan:
@@ -211,14 +226,8 @@ def plan_gpu(
     if beyond := context_beyond_model(config, model_len):
         return _refusal(config, weights_bytes, request, beyond)
     tps = [request.tensor_parallel_size] if request.tensor_parallel_size else tp_candidates(config, len(gpus))
-    if not tps or tps[0] > len(gpus) or config.num_attention_heads % tps[0]:
-        return _refusal(
-            config,
-            weights_bytes,
-            request,
-            f"No tensor-parallel size up to {len(gpus)} GPUs divides "
-            f"the model's {config.num_attention_heads} attention heads.",
-        )
+    if refused := _tp_refusal(config, tps, len(gpus)):
+        return _refusal(config, weights_bytes, request, refused)
     plans = [_plan_at(config, weights_bytes, gpus[:tp], tp, util, model_len, request) for tp in tps]
     fitting = [p for p in plans if p.fits]
     if fitting:

@@ -186,7 +186,12 @@ def test_memory_other_processes_hold_counts_as_used() -> None:
 def test_tensor_parallel_must_divide_the_attention_heads() -> None:
     smol = parse_config({**LLAMA_8B, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576})
     plan = plan_gpu(smol, 269_030_016, simulated_inventory("8xH100-80GB"), PlanRequest(tensor_parallel_size=2))
-    assert not plan.fits and "divides" in plan.reasons[0]
+    assert not plan.fits
+    assert plan.reasons[0] == (
+        "Tensor parallel 2 does not divide the model's 9 attention heads; sizes that do on 8 GPUs: 1, 3."
+    )
+    big = plan_gpu(smol, 269_030_016, simulated_inventory("8xH100-80GB"), PlanRequest(tensor_parallel_size=16))
+    assert big.reasons[0] == "Tensor parallel 16 needs 16 GPUs; 8 are free here."
 
 
 def test_no_gpus_is_a_refusal_not_a_crash() -> None:
