@@ -105,9 +105,7 @@ class Gateway:
         for an engine that does not speak Anthropic's."""
         body = await _read_body(receive)
         request = _parse(body)
-        route = _route(request, snapshot)
-        if not entry.allows(route.served_model_name):
-            raise errors.model_not_allowed(route.served_model_name)
+        route = _route(request, snapshot, entry)
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
         exchange = Exchange(self.engines, route, outcome, kind, self.router)
@@ -183,6 +181,15 @@ def _api_key(scope: Scope) -> str:
     return key
 
 
+# Fields the gateway itself reads or changes, checked before it does (the engine checks the rest).
+FIELD_TYPES = (
+    ("stream", bool, "true or false"),
+    ("stream_options", dict, "an object"),
+    ("max_tokens", int, "an integer"),
+    ("max_completion_tokens", int, "an integer"),
+)
+
+
 def _parse(body: bytes) -> dict[str, Any]:
     try:
         request = json.loads(body)
@@ -190,13 +197,21 @@ def _parse(body: bytes) -> dict[str, Any]:
         raise GatewayError(400, "The request body is not valid JSON.") from None
     if not isinstance(request, dict):
         raise GatewayError(400, "The request body must be a JSON object.")
+    for name, kind, what in FIELD_TYPES:
+        value = request.get(name)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            raise GatewayError(400, f"'{name}' must be {what}.", param=name)
     return request
 
 
-def _route(request: dict[str, Any], snapshot: Snapshot) -> Route:
+def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Route:
+    """The route of the body's model. A model the key may not use is 403 whatever its state, so a key
+    learns nothing of the models it cannot use."""
     model = request.get("model")
     if not isinstance(model, str) or not model:
         raise GatewayError(400, "The request body needs a 'model' string.", param="model")
+    if not entry.allows(model):
+        raise errors.model_not_allowed(model)
     route = snapshot.routes.get(model)
     if route is not None:
         return route

@@ -99,3 +99,27 @@ def test_the_anthropic_sdk_sees_typed_errors(web: str, key: str) -> None:
         anthropic.Anthropic(base_url=web, api_key="hk-wrong.key").messages.create(**MESSAGE)  # type: ignore[call-overload]
     with pytest.raises(anthropic.NotFoundError):
         anthropic.Anthropic(base_url=web, api_key=key).messages.create(**MESSAGE)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [("stream_options", "x", "an object"), ("stream", "yes", "true or false"), ("max_tokens", "x", "an integer"),
+     ("max_completion_tokens", True, "an integer")],
+)  # fmt: skip
+def test_a_field_the_gateway_reads_with_the_wrong_type_is_400(
+    web: str, key: str, field: str, value: object, words: str
+) -> None:
+    resp = httpx.post(
+        f"{web}/v1/chat/completions", json={**CHAT, field: value}, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["message"] == f"'{field}' must be {words}." and resp.json()["error"]["param"] == field
+
+
+def test_a_key_limited_to_some_models_gets_403_for_any_other_whatever_its_state(web: str, admin_user: object) -> None:
+    limited = services.create_key("limited", admin_user, allowed_models=["only-this"])[1]
+    for model in ("nope", "only-this-not"):
+        resp = httpx.post(
+            f"{web}/v1/chat/completions", json={**CHAT, "model": model}, headers={"Authorization": f"Bearer {limited}"}
+        )
+        assert resp.status_code == 403, resp.text
