@@ -112,7 +112,7 @@ class Exchange:
         self.translation = Translation.NONE
         self.at_boundary = True  # the bytes sent so far end between two events
         self.events_out = False  # some of the engine's stream has gone to the client
-        self.answered = False  # the whole answer has gone to the client
+        self.answered = False  # the answer is complete: a client leaving now cancels nothing
         self._ping_timer: asyncio.TimerHandle | None = None
         self._ping: asyncio.Future[None] | None = None  # a keep-alive being sent
 
@@ -195,10 +195,15 @@ class Exchange:
                     self.at_boundary = False  # until this write is out, a keep-alive could split an event
                     await self._send(send, out)
                     self.at_boundary = boundary
+                # A client that leaves once the terminal event went by is done, not cancelled (a converted
+                # stream's end is the converter's, sent below).
+                self.answered = converter is None and watcher.complete
         except (UpstreamBroken, TimeoutError) as exc:
             log.warning("stream from %s broke: %s", self.route.served_model_name, exc)
         finally:
             self._stop_pings()
+            self.outcome.usage = watcher.usage or {}  # recorded even when the client left meanwhile
+            self.outcome.finish_reason = watcher.finish_reason
         self._finish_stream(watcher, resp.status)
         tail = stripper.flush() if self.strip_usage else b""
         if converter is not None and not self.outcome.truncated:
@@ -238,8 +243,6 @@ class Exchange:
             self._ping.cancel()
 
     def _finish_stream(self, watcher: StreamWatcher, status: int) -> None:
-        self.outcome.usage = watcher.usage or {}
-        self.outcome.finish_reason = watcher.finish_reason
         self.outcome.truncated = status == 200 and not watcher.complete
         if self.outcome.truncated:
             log.warning("truncated stream from %s after %.1f s", self.route.served_model_name,
