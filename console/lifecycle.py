@@ -138,15 +138,13 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
             spec = _gpu_engine_spec(dep, replica, model, plan)
         else:
             raise RuntimeError_(f"{EngineKind(dep.engine).label} runs only as a container: set HEARTH_RUNTIME=docker.")
-    gpus = _slot_gpus(dep, plan.tensor_parallel_size, slot) if dep.engine in CONTAINER_ONLY_ENGINES else ()
-    return dataclasses.replace(
-        spec,
-        env={**spec.env, **dep.engine_env},
-        image=dep.engine_image or image_ref(dep),
-        mounts=mounts,
-        gpu_indices=gpus,
-        labels={"hearth.deployment": str(dep.pk)},
-    ) if in_container else dataclasses.replace(spec, env={**spec.env, **dep.engine_env})  # fmt: skip
+    env = {**spec.env, **dep.engine_env}
+    if not in_container:
+        return dataclasses.replace(spec, env=env)
+    gpus = _slot_gpus(dep, slot) if dep.engine in CONTAINER_ONLY_ENGINES else ()  # the simulator needs none
+    image = dep.engine_image or image_ref(dep)
+    labels = {"hearth.deployment": str(dep.pk)}
+    return dataclasses.replace(spec, env=env, image=image, mounts=mounts, gpu_indices=gpus, labels=labels)
 
 
 def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPlan) -> LaunchSpec:
@@ -172,8 +170,9 @@ def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPla
     )  # fmt: skip
 
 
-def _slot_gpus(dep: Deployment, tp: int, slot: int) -> tuple[int, ...]:
-    """The GPU indices of a deployment's ``slot``-th replica: its share of the plan's GPUs, ``tp`` each."""
+def _slot_gpus(dep: Deployment, slot: int) -> tuple[int, ...]:
+    """The GPU indices of a deployment's ``slot``-th replica: its share of the plan's GPUs, TP each."""
+    tp = int(dep.plan.get("tensor_parallel_size") or 1)
     indices = [int(i) for i in dep.plan.get("gpu_indices") or []]
     return tuple(indices[slot * tp : (slot + 1) * tp])
 
