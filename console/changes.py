@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 
 from console.models import ACTIVE_STATES, Deployment, DeploymentState
-from console.services import ConsoleError, check_extra_args, plan_for
+from console.services import ConsoleError, check_extra_args, held_gpus, plan_for
 
 STOP_GRACE_SECONDS = 10.0  # runtimes' SIGTERM-to-SIGKILL grace (Runtime.stop)
 
@@ -107,3 +107,25 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
             transaction.on_commit(lambda: recreate_deployment.delay(row.pk))
     deployment.refresh_from_db()
     return preview
+
+
+def replan_on_free_gpus(deployment: Deployment) -> str:
+    """Before a launch: when other active deployments now hold some of the GPUs its plan names, plan it
+    again, same settings, on the free ones and store that plan. Returns "" when it may launch, else why
+    not (no free GPUs fit it; the words say which are held)."""
+    held = held_gpus(exclude=deployment.pk)
+    taken = [f"GPU {i} ({held[i]})" for i in deployment.plan.get("gpu_indices") or [] if i in held]
+    if not taken:
+        return ""
+    try:
+        plan = preview_change(deployment, **current_settings(deployment)).plan
+    except ConsoleError as exc:
+        plan = {"fits": False, "reasons": [str(exc)], "remedies": []}
+    if not plan["fits"]:
+        return (f"Its GPUs are held by other deployments: {', '.join(taken)}, and it does not fit on the free "
+                f"ones: {plan['reasons'][-1]} Stop one of those first.")  # fmt: skip
+    moved = ", ".join(str(i) for i in plan["gpu_indices"])
+    plan["reasons"] = [f"Planned again at launch on GPU {moved}: {', '.join(taken)} held.", *plan["reasons"]]
+    Deployment.objects.filter(pk=deployment.pk).update(plan=plan, max_model_len=plan["max_model_len"])
+    deployment.refresh_from_db()
+    return ""

@@ -21,9 +21,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
+from console.changes import replan_on_free_gpus
 from console.lifecycle import LOG_LINES, converge, end_all, end_replica, image_ref, note_crash, prepare, start_replica
 from console.models import Deployment, DeploymentState, ModelSource, Replica
-from console.services import bump_routing_version, held_gpus, launch
+from console.services import bump_routing_version, launch
 from engines.adapters import VERSION_PATHS, version_from_engine
 from engines.launch import GPU_ENGINES, EngineKind
 from engines.metrics import parse_metrics
@@ -49,10 +50,8 @@ def launch_deployment(deployment_id: int) -> None:
     if dep.model.kind == ModelSource.Kind.LOCAL and not Path(dep.model.path).is_dir():
         dep.move(S.FAILED, f"The model folder {dep.model.path} is gone; add the model again.")
         return
-    held = held_gpus(exclude=dep.pk)
-    if taken := [f"GPU {i} ({held[i]})" for i in dep.plan.get("gpu_indices") or [] if i in held]:
-        dep.move(S.FAILED, f"Its GPUs are held by other deployments: {', '.join(taken)}. Stop those, or use "
-                 "Change settings… to plan it again on the free GPUs.")  # fmt: skip
+    if refused := replan_on_free_gpus(dep):
+        dep.move(S.FAILED, refused)
         return
     if dep.move(S.PULLING, "Preparing the engine image."):
         _pull(dep)

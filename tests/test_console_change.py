@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from console import services
@@ -110,3 +110,22 @@ def test_bad_numbers_and_flags_are_refused_on_create_and_change(
     resp = admin.post(f"/api/deployments/{dep.pk}/change", body | {"confirm": True}, content_type="application/json")
     assert resp.status_code == 400 and error in resp.json()["detail"]
     assert not Deployment.objects.filter(name="other").exists()
+
+
+def test_a_launch_whose_gpus_were_taken_meanwhile_is_planned_again_on_free_ones(dep: Deployment) -> None:
+    from console.changes import replan_on_free_gpus
+
+    model = ModelSource.objects.get(name="llama-8b")
+    other = services.create_deployment(name="second", model=model, engine="simulator", max_model_len=8192)
+    assert dep.plan["gpu_indices"] == other.plan["gpu_indices"] == [0]  # both planned while neither ran
+    Deployment.objects.filter(pk=dep.pk).update(state="ready")
+    assert replan_on_free_gpus(other) == ""
+    assert other.plan["gpu_indices"] == [1]
+    assert other.plan["reasons"][0] == "Planned again at launch on GPU 1: GPU 0 (live) held."
+
+    with override_settings(HEARTH_GPU_INVENTORY="sim:1xL40S-48GB"):
+        Deployment.objects.filter(pk=other.pk).update(plan={**other.plan, "gpu_indices": [0]})
+        other.refresh_from_db()
+        refused = replan_on_free_gpus(other)
+    assert refused.startswith("Its GPUs are held by other deployments: GPU 0 (live), and it does not fit")
+    assert refused.endswith("Stop one of those first.")
