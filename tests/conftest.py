@@ -5,6 +5,7 @@ are committed and visible to those processes.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -52,13 +53,21 @@ class Proc:
 
     def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.argv, self.env, self.log = argv, env, log
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def restart(self) -> None:
         """Start the same command again (after stop), its output appended to the same file."""
         self.proc = subprocess.Popen(
-            self.argv, cwd=ROOT, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
-        )
+            self.argv, cwd=ROOT, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def crash(self) -> None:
+        """SIGKILL the process and its children (a Celery worker's pool and beat), as a host crash would."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

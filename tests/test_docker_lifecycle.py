@@ -7,7 +7,6 @@ for this module and a Docker-runtime worker takes its place (tasks go to whichev
 
 import hashlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -125,8 +124,7 @@ def test_a_worker_killed_mid_launch_ends_with_one_ready_container(
     client = login(web)
     dep_id = deploy(web, client, "phoenix", ["--load-seconds", "15"])
     wait_state(client, dep_id, {"loading"})
-    docker_worker.proc.send_signal(signal.SIGKILL)  # mid-launch: the engine loads, the watch dies with it
-    docker_worker.proc.wait()
+    docker_worker.crash()  # mid-launch: the engine loads, the watch dies with the worker
     docker_worker.proc = start_worker(docker_env, tmp_path).proc
     dep = wait_state(client, dep_id, {"ready", "failed"}, within=90)
     assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
