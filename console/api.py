@@ -121,7 +121,7 @@ class DeploymentOut(Schema):
 
     @staticmethod
     def resolve_remedy(obj: Deployment) -> list[Change] | None:
-        remedy = services.remedy_for(obj)
+        remedy = changes.remedy_for(obj)
         return remedy.changes if remedy else None
 
 
@@ -259,7 +259,7 @@ def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[A
 def apply_remedy(request: HttpRequest, pk: int) -> Status[Deployment]:
     """Apply the out-of-memory remedy the deployment shows and launch it again (400 when none applies)."""
     dep = get_object_or_404(Deployment, pk=pk)
-    services.apply_remedy(dep)
+    changes.apply_remedy(dep)
     return Status(202, dep)
 
 

@@ -1,4 +1,5 @@
-"""Changing a deployment's settings: a new plan first, then a Recreate when it runs.
+"""Changing a deployment's settings: a new plan first, then a Recreate when it runs; the out-of-memory
+remedy, a change applied as a new launch; and the plan made again at launch when its GPUs were taken.
 
 A deployment holds its GPUs exclusively, so the new engine cannot start beside the old one: the old
 replicas stop first, then the deployment launches with the new settings (the Recreate strategy of
@@ -12,7 +13,8 @@ from typing import Any
 from django.db import transaction
 
 from console.models import ACTIVE_STATES, Deployment, DeploymentState
-from console.services import ConsoleError, check_extra_args, held_gpus, plan_for
+from console.services import ConsoleError, check_extra_args, held_gpus, launch, plan_for
+from engines.remedy import Remedy, oom_remedy
 
 STOP_GRACE_SECONDS = 10.0  # runtimes' SIGTERM-to-SIGKILL grace (Runtime.stop)
 
@@ -129,3 +131,31 @@ def replan_on_free_gpus(deployment: Deployment) -> str:
     Deployment.objects.filter(pk=deployment.pk).update(plan=plan, max_model_len=plan["max_model_len"])
     deployment.refresh_from_db()
     return ""
+
+
+def remedy_for(deployment: Deployment) -> Remedy | None:
+    """The out-of-memory remedy for a failed deployment whose last run ran out of memory, else None."""
+    last = deployment.replicas.order_by("-pk").first()
+    if deployment.state != DeploymentState.FAILED or last is None or not (last.oom_killed or last.previous_oom_killed):
+        return None
+    return oom_remedy(deployment.engine, deployment.plan, deployment.engine_env, deployment.kv_space_gib)
+
+
+def apply_remedy(deployment: Deployment) -> Remedy:
+    """Apply the out-of-memory remedy to a failed deployment and launch it again with it.
+
+    Raises ConsoleError when no remedy applies (it did not run out of memory, or nothing is left to lower).
+    """
+    remedy = remedy_for(deployment)
+    if remedy is None:
+        raise ConsoleError(f"{deployment.name} did not fail out of memory, or has no setting left to lower.")
+    done = "; ".join(f"{c.name} {c.before} → {c.after}" for c in remedy.changes)
+    plan = {**remedy.plan, "reasons": [*remedy.plan.get("reasons", []), f"Out-of-memory remedy applied: {done}."]}
+    with transaction.atomic():
+        if not Deployment.objects.filter(pk=deployment.pk, state=DeploymentState.FAILED).update(
+            plan=plan, engine_env=remedy.engine_env, kv_space_gib=remedy.kv_space_gib
+        ):
+            raise ConsoleError(f"{deployment.name} is no longer failed; nothing was changed.")
+        deployment.refresh_from_db()
+        launch(deployment)
+    return remedy

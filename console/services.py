@@ -24,7 +24,6 @@ from engines.gpus import Inventory
 from engines.launch import EngineKind, image_version
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
 from engines.planner import DEFAULT_MAX_NUM_SEQS, PlanRequest, plan_gpu
-from engines.remedy import Remedy, oom_remedy
 from engines.sizing import plan_cpu
 from engines.vllm import user_flag_names
 from gateway.keys import new_key
@@ -337,34 +336,6 @@ def stop(deployment: Deployment) -> None:
             raise ConsoleError(f"{deployment.name} is {deployment.state}; there is nothing to stop.")
         transaction.on_commit(bump_routing_version)
         transaction.on_commit(lambda: stop_deployment.delay(deployment.pk))
-
-
-def remedy_for(deployment: Deployment) -> Remedy | None:
-    """The out-of-memory remedy for a failed deployment whose last run ran out of memory, else None."""
-    last = deployment.replicas.order_by("-pk").first()
-    if deployment.state != DeploymentState.FAILED or last is None or not (last.oom_killed or last.previous_oom_killed):
-        return None
-    return oom_remedy(deployment.engine, deployment.plan, deployment.engine_env, deployment.kv_space_gib)
-
-
-def apply_remedy(deployment: Deployment) -> Remedy:
-    """Apply the out-of-memory remedy to a failed deployment and launch it again with it.
-
-    Raises ConsoleError when no remedy applies (it did not run out of memory, or nothing is left to lower).
-    """
-    remedy = remedy_for(deployment)
-    if remedy is None:
-        raise ConsoleError(f"{deployment.name} did not fail out of memory, or has no setting left to lower.")
-    done = "; ".join(f"{c.name} {c.before} → {c.after}" for c in remedy.changes)
-    plan = {**remedy.plan, "reasons": [*remedy.plan.get("reasons", []), f"Out-of-memory remedy applied: {done}."]}
-    with transaction.atomic():
-        if not Deployment.objects.filter(pk=deployment.pk, state=DeploymentState.FAILED).update(
-            plan=plan, engine_env=remedy.engine_env, kv_space_gib=remedy.kv_space_gib
-        ):
-            raise ConsoleError(f"{deployment.name} is no longer failed; nothing was changed.")
-        deployment.refresh_from_db()
-        launch(deployment)
-    return remedy
 
 
 QUOTA_FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")

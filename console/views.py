@@ -110,14 +110,14 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _deployment_context(dep: Deployment) -> dict[str, object]:
     latest = list(dep.replicas.order_by("-id")[: dep.replica_count])  # the latest launch's replicas
-    return {"dep": dep, "replicas": latest[::-1], "panel": live_panel(dep), "remedy": services.remedy_for(dep)}
+    return {"dep": dep, "replicas": latest[::-1], "panel": live_panel(dep), "remedy": changes.remedy_for(dep)}
 
 
 @login_required
 @require_POST
 def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     dep = get_object_or_404(Deployment, pk=pk)
-    actions = {"launch": services.launch, "stop": services.stop, "remedy": services.apply_remedy}
+    actions = {"launch": services.launch, "stop": services.stop, "remedy": changes.apply_remedy}
     try:
         actions[action](dep)
     except ConsoleError as exc:
