@@ -1,5 +1,7 @@
 """Runtimes turn a LaunchSpec into a running engine: ``process`` (local subprocess) or ``docker``."""
 
+import functools
+
 from django.conf import settings
 
 from appliance.runtimes.base import Runtime, RuntimeError_, RuntimeStatus, Started
@@ -15,7 +17,14 @@ def get_runtime(name: str | None = None) -> Runtime:
 
         return ProcessRuntime(settings.DATA_DIR / "engines")
     if name == "docker":
-        from appliance.runtimes.docker import DockerRuntime
-
-        return DockerRuntime()
+        return _docker_runtime()
     raise ValueError(f"unknown runtime {name!r} (use process or docker)")
+
+
+@functools.cache
+def _docker_runtime() -> Runtime:
+    """One Docker client per process: reconcile asks for the runtime of every replica on every tick.
+    Not cached when the daemon does not answer (the constructor raises), so a later call tries again."""
+    from appliance.runtimes.docker import DockerRuntime
+
+    return DockerRuntime()
