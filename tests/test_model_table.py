@@ -25,39 +25,43 @@ MODELS = Path(__file__).parent / "data" / "models"
 
 # file: (KV bytes per token, bf16/fp16 cache; weight bytes or None; quant_method). Weight bytes are the fixture's
 # total_size, whose total_size_kind says where it came from: "index" (model.safetensors.index.json's
-# metadata.total_size as published), "safetensors-header" (tensor bytes summed from the headers: single-file
-# checkpoints have no index) or "derived-from-parameter-count" (all-BF16 checkpoints: published parameter count x 2).
-# None: not found; each fixture's total_size_source says what was searched.
+# metadata.total_size as published), "safetensors-header" (tensor bytes summed from the shard headers),
+# "derived-from-parameter-count" (published exact parameter counts per dtype x that dtype's bytes; for all-BF16
+# checkpoints, the count x 2), "same-tensors-as" (another checkpoint's published bytes, same shapes and dtypes) or
+# "derived-from-config" (bytes from config.json's shapes in a layout that reproduces published per-dtype counts of
+# sibling checkpoints, the total element count checked against a published one). DeepSeek-V3's index total_size
+# (1,369,062,772,000) counts every element at 2 bytes and is not its FP8 checkpoint's size. None: not found; each
+# fixture's total_size_source says what was searched.
 TABLE: dict[str, tuple[int, int | None, str]] = {
     "llama-3.1-8b": (2 * 32 * 8 * 128 * 2, 16_060_522_496, ""),
     "llama-3.1-8b-instruct": (131_072, 16_060_522_496, ""),
     "llama-3.1-70b": (327_680, 141_107_412_992, ""),  # FACTS.md's reference value
-    "llama-3.3-70b-instruct": (327_680, None, ""),
-    "llama-3.1-70b-instruct-fp8": (327_680, None, ""),  # FP8 declared in hf_quant_config.json, not config.json
+    "llama-3.3-70b-instruct": (327_680, 141_107_412_992, ""),  # derived: 70,553,706,496 params x 2
+    "llama-3.1-70b-instruct-fp8": (327_680, 72_656_376_192, ""),  # FP8 in hf_quant_config.json, not config.json
     "llama-3.1-405b": (2 * 126 * 8 * 128 * 2, 811_706_777_600, ""),  # derived: 405,853,388,800 params x 2
     "qwen3-0.6b": (2 * 28 * 8 * 128 * 2, 1_503_264_768, ""),  # safetensors header (single file)
     "qwen3-8b": (2 * 36 * 8 * 128 * 2, 16_381_470_720, ""),
     "qwen3-32b": (2 * 64 * 8 * 128 * 2, 65_524_246_528, ""),
-    "qwen3-32b-fp8": (262_144, None, "fp8"),
+    "qwen3-32b-fp8": (262_144, 34_322_434_048, "fp8"),  # BF16 x 2 + F8_E4M3 x 1 (HF API counts)
     "qwen3-30b-a3b": (2 * 48 * 4 * 128 * 2, 61_064_245_248, ""),
-    "qwen3-30b-a3b-fp8": (98_304, None, "fp8"),
+    "qwen3-30b-a3b-fp8": (98_304, 31_170_895_872, "fp8"),
     "qwen3-235b-a22b": (2 * 94 * 4 * 128 * 2, 470_187_269_120, ""),
-    "qwen3-235b-a22b-fp8": (192_512, None, "fp8"),
+    "qwen3-235b-a22b-fp8": (192_512, 236_416_915_456, "fp8"),  # derived from config, count checked
     "mistral-7b-v0.1": (2 * 32 * 8 * 128 * 2, 14_483_464_192, ""),
     "mixtral-8x7b-v0.1": (131_072, 93_405_585_408, ""),
     "gemma-2-9b-it": (2 * 42 * 8 * 256 * 2, 18_483_411_968, ""),
     "gemma-3-27b-it": (2 * 62 * 16 * 128 * 2, 54_864_813_280, ""),  # nested text_config; derived: params x 2
     "phi-4-mini-instruct": (2 * 32 * 8 * 128 * 2, 7_672_043_520, ""),  # derived: 3,836,021,760 params x 2
-    "deepseek-v3": (61 * (512 + 64) * 2, None, "fp8"),  # FACTS.md: 70,272
-    "kimi-k2-instruct": (61 * (512 + 64) * 2, None, "fp8"),
+    "deepseek-v3": (61 * (512 + 64) * 2, 688_574_839_360, "fp8"),  # FACTS.md: 70,272; BF16 x 2 + F8 + F32 x 4
+    "kimi-k2-instruct": (61 * (512 + 64) * 2, 1_029_173_256_720, "fp8"),  # safetensors headers (61 files)
     "gpt-oss-20b": (2 * 24 * 8 * 64 * 2, 13_761_264_768, "mxfp4"),
     "gpt-oss-120b": (2 * 36 * 8 * 64 * 2, 65_248_815_744, "mxfp4"),  # safetensors headers (15 files)
     "llama-2-7b-awq": (2 * 32 * 32 * 128 * 2, None, "awq"),
     "llama-2-7b-gptq-pacemaker": (524_288, None, "gptq"),
     "qwen2.5-72b-instruct-ko-awq": (2 * 80 * 8 * 128 * 2, None, "awq"),
     "nemotron-h-56b-base-8k": (2 * 10 * 8 * 128 * 2, None, ""),  # 10 of 118 layers are attention
-    "nemotron-3-nano-30b-a3b-bf16": (2 * 6 * 2 * 128 * 2, None, ""),
-    "qwen3-next-80b-a3b-thinking": (2 * 12 * 2 * 256 * 2, None, ""),  # every 4th of 48 layers is full attention
+    "nemotron-3-nano-30b-a3b-bf16": (2 * 6 * 2 * 128 * 2, 63_155_886_464, ""),
+    "qwen3-next-80b-a3b-thinking": (2 * 12 * 2 * 256 * 2, 162_649_725_440, ""),  # every 4th of 48 layers: attention
     "smollm2-135m": (23_040, 269_030_016, ""),  # safetensors header (single file)
 }
 
@@ -78,7 +82,7 @@ def test_kv_bytes_and_quantization_per_model(name: str) -> None:
     assert (config.quantization, kv_bytes_per_token(config)) == (quant, kv)
 
 
-WEIGHT_KINDS = {"index", "safetensors-header", "derived-from-parameter-count"}
+WEIGHT_KINDS = {"index", "safetensors-header", "derived-from-parameter-count", "same-tensors-as", "derived-from-config"}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
