@@ -5,7 +5,8 @@ Usage: ``python bench/fake_upstream.py PORT`` (listens on 127.0.0.1 only; SIGTER
 ``POST /v1/chat/completions`` with ``"stream": true`` waits FIRST_CHUNK_DELAY, then sends CHUNKS content
 chunks CHUNK_INTERVAL apart (on an absolute schedule, so a late wake-up does not push back the rest), a
 ``finish_reason`` chunk and ``data: [DONE]``, as vLLM's OpenAI server does. Any Bearer key is accepted.
-The pacing is the one FACTS.md's relay measurements used. A smaller ``max_tokens`` sends fewer chunks, and a
+The pacing is the one FACTS.md's relay measurements used. ``max_tokens`` (up to MAX_CHUNKS) sets the number
+of chunks, and a
 ``[[sim:stall-between=SECONDS]]`` marker in the body (the simulator's) spaces them that far apart instead.
 """
 
@@ -20,7 +21,8 @@ import uvloop
 from aiohttp import web
 
 FIRST_CHUNK_DELAY = 0.050  # seconds to the first chunk
-CHUNKS = 64  # content chunks per answer
+CHUNKS = 64  # content chunks per answer without max_tokens
+MAX_CHUNKS = 4 * CHUNKS  # the most content chunks an answer can have
 CHUNK_INTERVAL = 0.010  # seconds between content chunks
 CREATED = int(time.time())
 STALL_RE = re.compile(r"\[\[sim:stall-between=([0-9.]+)\]\]")
@@ -38,7 +40,7 @@ def _event(delta: dict[str, str], finish: str | None = None) -> bytes:
 
 
 ROLE = _event({"role": "assistant", "content": ""})
-CONTENT = [_event({"content": f"tok{i} "}) for i in range(CHUNKS)]
+CONTENT = [_event({"content": f"tok{i} "}) for i in range(MAX_CHUNKS)]
 END = _event({"content": ""}, finish="length") + b"data: [DONE]\n\n"
 
 
@@ -57,7 +59,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
     stall = STALL_RE.search(json.dumps(body.get("messages")))
     interval = float(stall.group(1)) if stall else CHUNK_INTERVAL
     limit = body.get("max_tokens")
-    count = min(CHUNKS, limit) if isinstance(limit, int) and limit > 0 else CHUNKS
+    count = min(MAX_CHUNKS, limit) if isinstance(limit, int) and limit > 0 else CHUNKS
     loop = asyncio.get_running_loop()
     start = loop.time()
     for i, chunk in enumerate(CONTENT[:count]):

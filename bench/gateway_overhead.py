@@ -1,16 +1,17 @@
 """What a gateway's streaming relay costs: the same load direct to an engine, through Hearth and through LiteLLM.
 
 Usage: ``.venv/bin/python bench/gateway_overhead.py [--upstream simulator|fake] [--peers litellm|none]
-[--streams 1,64,256] [--repeat 2] [--min-samples 16] [--hold 512] [--markdown]``
+[--pattern steady|burst] [--streams 1,64,256] [--repeat 2] [--min-samples 16] [--hold 512] [--markdown]``
 
 Starts on 127.0.0.1 the engine (Hearth's simulator, or the lean ``fake_upstream.py``), the appliance's
 real web server (``uvicorn appliance.asgi:application`` with uvloop and httptools) on a throwaway SQLite
 database seeded with a ready deployment routed to the engine and an API key, and LiteLLM's proxy in its
 own venv (``litellm_peer.py``). First it measures each gateway's memory per 1,000 open streams, then for
 each concurrency level and repetition runs N concurrent streaming chats on every path, in an order that
-rotates per repetition. The load generator runs here (``loadgen.py``), in no server's process. Prints a
-table and a verdict against the issue's targets (``report.py``); asserts nothing. Needs Redis at
-127.0.0.1:6379 (uses db 10 and flushes it at the end). Stops everything it started, even on error.
+rotates per repetition: N clients in a closed loop (``steady``), or rounds of N sent at once (``burst``).
+The load generator runs here (``loadgen.py``), in no server's process. Prints a table and a verdict
+against the issue's targets (``report.py``); asserts nothing. Needs Redis at 127.0.0.1:6379 (uses db 10
+and flushes it at the end). Stops everything it started, even on error.
 """
 
 import argparse
@@ -107,7 +108,7 @@ async def bench(args: argparse.Namespace, setup: Setup) -> tuple[list[report.Row
         held = await memory(args, setup, sessions) if args.hold else {}
         rows = []
         for n in args.streams:
-            rounds = max(2, math.ceil(args.min_samples / n))
+            rounds = max(2 if args.pattern == "burst" else 3, math.ceil(args.min_samples / n))
             for rep in range(1, args.repeat + 1):
                 paths = setup.paths
                 order = paths[(rep - 1) % len(paths) :] + paths[: (rep - 1) % len(paths)]
@@ -115,7 +116,8 @@ async def bench(args: argparse.Namespace, setup: Setup) -> tuple[list[report.Row
                 for path in order:
                     proc = setup.procs[path] if path != "direct" else None
                     url = setup.urls[path] + "/v1/chat/completions"
-                    runs[path] = await measure(sessions[path], url, n, rounds, proc.pid if proc else None)
+                    runs[path] = await measure(sessions[path], url, n, rounds, proc.pid if proc else None,
+                                               args.pattern, seed=n * 1000 + rep)  # fmt: skip
                 rows.append(report.Row(n, rep, {p: runs[p] for p in paths}))
                 note(f"  {n} streams, repetition {rep} ({' → '.join(order)}): done")
         return rows, held
@@ -153,6 +155,8 @@ def parse() -> argparse.Namespace:
                         help="the engine: Hearth's simulator (default) or the lean fake_upstream.py")  # fmt: skip
     parser.add_argument("--peers", choices=["litellm", "none"], default="litellm", help="peer gateways to include")
     parser.add_argument("--streams", default="1,64,256", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--pattern", choices=["steady", "burst"], default="steady",
+                        help="steady: N clients in a closed loop (default); burst: N at once, in rounds")  # fmt: skip
     parser.add_argument("--repeat", default=2, type=int, help="repetitions per level (default 2)")
     parser.add_argument("--min-samples", default=16, type=int, help="requests per path and repetition, at least")
     parser.add_argument("--hold", default=512, type=int, help="streams held open for the memory figure (0: skip)")
@@ -188,7 +192,8 @@ def main() -> None:
                 note(f"  LiteLLM {litellm_peer.version()} starting (it takes 10–30 s)")
         rows, held = uvloop.run(bench(args, setup))
         cells = report.pool(rows, setup.paths)
-        print(f"engine: {args.upstream}; paths: {', '.join(setup.paths)}; repetitions {args.repeat}")
+        print(f"engine: {args.upstream}; pattern: {args.pattern}; paths: {', '.join(setup.paths)}; "
+              f"repetitions {args.repeat}")
         for peer, why in setup.skipped.items():
             print(f"{peer.upper()}: NOT IN THIS RUN: {why}")
         print(report.table(cells, markdown=False))

@@ -2,11 +2,23 @@
 
 Runs on the benchmark's own uvloop loop. A content chunk is an SSE ``data:`` line whose delta has
 non-empty ``content``, whichever way the server spaces its JSON.
+
+Two patterns of N concurrent streams:
+
+- ``steady`` (the default): N clients in a closed loop, each sending its next request as soon as its
+  last answer ends, as LLMPerf (``--num-concurrent-requests``) and genai-perf (``--concurrency``) do.
+  Answer lengths (``max_tokens``) are drawn from a normal distribution with mean CHUNKS and standard
+  deviation CHUNKS / 4, seeded per level and repetition so every path gets the same requests (LLMPerf's
+  ``--mean-output-tokens``/``--stddev-output-tokens``). Each client's first request only ramps up: its
+  TTFT is not sampled (all N start at once), its chunks count towards throughput.
+- ``burst``: rounds of N requests sent at the same instant, each round after the last one ended: a
+  thundering herd, where a request's TTFT includes the gateway's work on the requests ahead of it.
 """
 
 import asyncio
 import json
 import math
+import random
 import re
 import subprocess
 import time
@@ -42,6 +54,7 @@ class Run:
     """One path (direct, hearth or litellm) at one level and repetition."""
 
     samples: list[Sample] = field(default_factory=list)
+    ramp: list[Sample] = field(default_factory=list)  # steady pattern: each client's first request
     wall: float = 0.0  # seconds, summed over rounds
     cpu: float = 0.0  # CPU seconds the gateway process used over the rounds (not for direct)
     rss_mb: float = 0.0  # gateway RSS after the rounds (not for direct)
@@ -51,11 +64,11 @@ class Run:
 
     @property
     def chunks(self) -> int:
-        return sum(s.chunks for s in self.samples)
+        return sum(s.chunks for s in self.samples + self.ramp)
 
     @property
     def errors(self) -> Counter[str]:
-        return Counter(s.error for s in self.samples if s.error)
+        return Counter(s.error for s in self.samples + self.ramp if s.error)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -106,16 +119,35 @@ async def one(session: aiohttp.ClientSession, url: str, data: bytes = MEASURED, 
     return sample
 
 
-async def measure(session: aiohttp.ClientSession, url: str, n: int, rounds: int, pid: int | None) -> Run:
-    """``rounds`` rounds of ``n`` concurrent streams, after one unmeasured round of one-token answers that
-    opens the connections; with ``pid``, that process's CPU seconds over the measured rounds and its RSS."""
+def lengths(n: int, per_client: int, seed: int) -> list[list[int]]:
+    """``max_tokens`` of each client's requests: normal, mean CHUNKS, sd CHUNKS / 4, within 1–2 × CHUNKS."""
+    rng = random.Random(seed)
+    return [[min(2 * CHUNKS, max(1, round(rng.gauss(CHUNKS, CHUNKS / 4)))) for _ in range(per_client)]
+            for _ in range(n)]  # fmt: skip
+
+
+async def measure(session: aiohttp.ClientSession, url: str, n: int, rounds: int, pid: int | None, pattern: str,
+                  seed: int) -> Run:  # fmt: skip
+    """N concurrent streams in ``pattern`` (steady: each of ``n`` clients sends ``rounds`` sampled requests
+    after its ramp-up one; burst: ``rounds`` rounds of ``n``), after one unmeasured round of one-token
+    answers that opens the connections; with ``pid``, that process's CPU seconds over the measured
+    requests and its RSS."""
     await asyncio.gather(*(one(session, url, WARMUP, 1) for _ in range(n)))
     run = Run()
     cpu_before = proc_stats(pid)[0] if pid else 0.0
-    for _ in range(rounds):
-        started = time.perf_counter()
-        run.samples += await asyncio.gather(*(one(session, url) for _ in range(n)))
-        run.wall += time.perf_counter() - started
+    started = time.perf_counter()
+    if pattern == "steady":
+
+        async def client(plan: list[int]) -> list[Sample]:
+            return [await one(session, url, body(k), k) for k in plan]
+
+        for first, *rest in await asyncio.gather(*(client(p) for p in lengths(n, rounds + 1, seed))):
+            run.ramp.append(first)
+            run.samples += rest
+    else:
+        for _ in range(rounds):
+            run.samples += await asyncio.gather(*(one(session, url) for _ in range(n)))
+    run.wall = time.perf_counter() - started
     if pid:
         cpu_after, run.rss_mb = proc_stats(pid)
         run.cpu = cpu_after - cpu_before
