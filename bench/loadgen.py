@@ -55,9 +55,9 @@ class Run:
 
     samples: list[Sample] = field(default_factory=list)
     ramp: list[Sample] = field(default_factory=list)  # steady pattern: each client's first request
-    wall: float = 0.0  # seconds, summed over rounds
-    cpu: float = 0.0  # CPU seconds the gateway process used over the rounds (not for direct)
-    rss_mb: float = 0.0  # gateway RSS after the rounds (not for direct)
+    wall: float = 0.0  # seconds the measured requests took, ramp-up included
+    cpu: float = 0.0  # CPU seconds the gateway process used meanwhile (not for direct)
+    rss_mb: float = 0.0  # gateway RSS after them (not for direct)
 
     def ttfts_ms(self) -> list[float]:
         return [s.ttft * 1000 for s in self.samples if s.ttft is not None and s.error is None]
