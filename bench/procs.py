@@ -104,8 +104,9 @@ def seed(upstream_port: int) -> str:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
     sys.path.insert(0, str(ROOT))
     django.setup()
+    from console.apikeys import create_key
     from console.models import Deployment, DeploymentState, ModelSource, Replica
-    from console.services import bump_routing_version, create_key
+    from console.services import bump_routing_version
 
     source = ModelSource.objects.create(name="bench", kind="local", path="/nonexistent", config={}, weights_bytes=0)
     deployment = Deployment.objects.create(

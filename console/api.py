@@ -14,7 +14,7 @@ from ninja import Field, NinjaAPI, Schema, Status
 from ninja.errors import ValidationError
 from ninja.security import django_auth
 
-from console import changes, services
+from console import apikeys, changes, services
 from console.models import ApiKey, Deployment, ModelSource, Replica
 from console.panel import live_panel
 from console.services import ConsoleError
@@ -291,13 +291,13 @@ def list_keys(request: HttpRequest) -> list[dict[str, object]]:
 
 @api.post("/keys", response={201: KeyOut})
 def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
-    row, key = services.create_key(data.name, request.user, **data.dict(exclude={"name"}))
+    row, key = apikeys.create_key(data.name, request.user, **data.dict(exclude={"name"}))
     return Status(201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key})
 
 
 @api.delete("/keys/{pk}", response={204: None})
 def revoke_key(request: HttpRequest, pk: int) -> Status[None]:
-    services.revoke_key(get_object_or_404(ApiKey, pk=pk))
+    apikeys.revoke_key(get_object_or_404(ApiKey, pk=pk))
     return Status(204, None)
 
 

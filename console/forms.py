@@ -118,7 +118,7 @@ class ApiKeyForm(forms.Form):
     max_concurrent = forms.IntegerField(required=False, min_value=1, label="Requests at once")
 
     def limits(self) -> dict[str, Any]:
-        """The cleaned limits as services.create_key takes them."""
+        """The cleaned limits as apikeys.create_key takes them."""
         data = self.cleaned_data
         models = [m.strip() for m in data["allowed_models"].split(",") if m.strip()]
         names = ("max_tokens_cap", "expires_in_days", "requests_per_minute", "tokens_per_minute", "tokens_per_day",

@@ -1,4 +1,4 @@
-"""What the console pages and the JSON API both do: add models, plan, deploy, launch, stop, keys.
+"""What the console pages and the JSON API both do: add models, plan, deploy, launch, stop (API keys: console.apikeys).
 
 Errors a user can fix raise ConsoleError with a message fit to show as it is. Work with side effects
 on engines is handed to Celery tasks after the transaction commits.
@@ -7,18 +7,16 @@ on engines is handed to Celery tasks after the transaction commits.
 import dataclasses
 import os
 import re
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from appliance.hardware import InventoryError, current_inventory
 from console.hub import HubError, read_hub_model
-from console.models import ACTIVE_STATES, ApiKey, Deployment, DeploymentState, ModelSource
+from console.models import ACTIVE_STATES, Deployment, DeploymentState, ModelSource
 from engines.adapters import parse_version
 from engines.gpus import Inventory
 from engines.launch import EngineKind, image_version
@@ -26,7 +24,6 @@ from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
 from engines.planner import DEFAULT_MAX_NUM_SEQS, PlanRequest, plan_gpu
 from engines.sizing import plan_cpu
 from engines.vllm import user_flag_names
-from gateway.keys import new_key
 
 ROUTING_VERSION_KEY = "hearth:routing-version"
 MAX_REPLICAS = 8
@@ -34,7 +31,6 @@ MAX_KV_SPACE_GIB = 65_536
 INT_MAX = 2**31 - 1  # PostgreSQL's integer column
 MAX_NUM_SEQS = 65_536
 MAX_EXTRA_ARGS, MAX_EXTRA_ARGS_CHARS = 100, 2000  # the console's field takes 2,000 characters too
-LIMIT_MAX = {"expires_in_days": 36_500}
 PLANNED_FLAGS = frozenset(
     {"--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size", "--kv-cache-dtype", "--max-num-seqs"}
 )  # flags whose values come from the plan; an override in extra_args would bypass its checks
@@ -56,7 +52,7 @@ def bump_routing_version() -> None:
     redis.Redis.from_url(settings.REDIS_URL).incr(ROUTING_VERSION_KEY)
 
 
-def _check_name(name: str, what: str, pattern: re.Pattern[str] = NAME) -> str:
+def check_name(name: str, what: str, pattern: re.Pattern[str] = NAME) -> str:
     """The name, stripped; names are case-sensitive, as model names are in the OpenAI API."""
     name = name.strip()
     if not pattern.match(name):
@@ -69,7 +65,7 @@ def _check_name(name: str, what: str, pattern: re.Pattern[str] = NAME) -> str:
 
 def add_local_model(name: str, path: str) -> ModelSource:
     """Register a local checkpoint folder. Raises ConsoleError when it is unreadable or the name is taken."""
-    name = _check_name(name, "Model name")
+    name = check_name(name, "Model name")
     folder = Path(path).expanduser()
     if not folder.is_absolute():
         raise ConsoleError(f"Model path {path!r} must be an absolute path on the appliance.")
@@ -93,7 +89,7 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
     Reads config.json and the safetensors headers remotely; no weights are downloaded.
     Raises ConsoleError when the hub cannot be reached or the repo is not a safetensors checkpoint.
     """
-    name = _check_name(name, "Model name")
+    name = check_name(name, "Model name")
     try:
         model = read_hub_model(repo_id, revision)
     except HubError as exc:
@@ -275,8 +271,8 @@ def create_deployment(
         raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
     if max_tokens_cap is not None and not 1 <= max_tokens_cap <= INT_MAX:
         raise ConsoleError(f"The max_tokens cap must be from 1 to {INT_MAX:,} tokens (or empty for none).")
-    name = _check_name(name, "Deployment name")
-    served = _check_name(served_model_name or name, "Served model name", SERVED_NAME)
+    name = check_name(name, "Deployment name")
+    served = check_name(served_model_name or name, "Served model name", SERVED_NAME)
     check_extra_args(extra_args or [])
     plan = plan_for(
         model,
@@ -338,8 +334,6 @@ def stop(deployment: Deployment) -> None:
         transaction.on_commit(lambda: stop_deployment.delay(deployment.pk))
 
 
-QUOTA_FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
-
 
 def delete_deployment(deployment: Deployment) -> None:
     """Forget a stopped or failed deployment and its replicas' records. Raises ConsoleError while it runs."""
@@ -356,47 +350,3 @@ def delete_model(model: ModelSource) -> None:
     if names := list(model.deployments.values_list("name", flat=True)):
         raise ConsoleError(f"{model.name} is used by {', '.join(names)}; delete those deployments first.")
     model.delete()
-
-
-def create_key(
-    name: str,
-    user: Any,
-    *,
-    allowed_models: list[str] | None = None,
-    max_tokens_cap: int | None = None,
-    expires_in_days: int | None = None,
-    **quota: int | None,
-) -> tuple[ApiKey, str]:
-    """A new API key; returns (row, key). The key is in no row and no log: show it once.
-
-    ``allowed_models`` (served model names; empty: all), ``max_tokens_cap`` (tokens per request),
-    ``expires_in_days`` and the quotas in QUOTA_FIELDS (None: unlimited) limit it. Raises ConsoleError
-    for a bad name or limit.
-    """
-    name = name.strip()
-    if not name or len(name) > 100 or not name.isprintable():
-        raise ConsoleError("Give the key a name of 1–100 printable characters (who or what will use it).")
-    if unknown := set(quota) - set(QUOTA_FIELDS):
-        raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
-    limits = {"max_tokens_cap": max_tokens_cap, "expires_in_days": expires_in_days, **quota}
-    if bad := [k for k, v in limits.items() if v is not None and not 1 <= v <= LIMIT_MAX.get(k, INT_MAX)]:
-        raise ConsoleError(
-            f"{', '.join(bad)} must be from 1 to {LIMIT_MAX.get(bad[0], INT_MAX):,} (or empty for no limit)."
-        )
-    models = sorted({_check_name(m, "Allowed model", SERVED_NAME) for m in allowed_models or []})
-    expires = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
-    key, prefix, digest = new_key()
-    with transaction.atomic():
-        row = ApiKey.objects.create(
-            name=name, prefix=prefix, key_hash=digest, created_by=user, allowed_models=models,
-            max_tokens_cap=max_tokens_cap, expires_at=expires, **quota,
-        )  # fmt: skip
-        transaction.on_commit(bump_routing_version)
-    return row, key
-
-
-def revoke_key(key: ApiKey) -> None:
-    """Revoke at once: every gateway process drops it on its next request."""
-    with transaction.atomic():
-        ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-        transaction.on_commit(bump_routing_version)

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from console import changes, services
+from console import apikeys, changes, services
 from console.forms import ApiKeyForm, ChangeForm, DeploymentForm, HfModelForm, LocalModelForm, SetupForm
 from console.models import ApiKey, Deployment, ModelSource
 from console.panel import live_panel
@@ -151,7 +151,7 @@ def keys_page(request: HttpRequest) -> HttpResponse:
     form = ApiKeyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            _, key = services.create_key(form.cleaned_data["name"], request.user, **form.limits())
+            _, key = apikeys.create_key(form.cleaned_data["name"], request.user, **form.limits())
         except ConsoleError as exc:
             form.add_error(None, str(exc))
         else:
@@ -166,7 +166,7 @@ def keys_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 def key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     key = get_object_or_404(ApiKey, pk=pk)
-    services.revoke_key(key)
+    apikeys.revoke_key(key)
     messages.success(request, f"Revoked {key.name} ({key.prefix}…).")
     return redirect("console:keys")
 

@@ -3,8 +3,8 @@
 import httpx
 import pytest
 
-from console import services
-from console.models import ModelSource
+from console import apikeys, services
+from console.models import ApiKey, ModelSource
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CHAT = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
@@ -20,7 +20,7 @@ def assert_openai_error(resp: httpx.Response, status: int, code: str) -> None:
 
 @pytest.fixture
 def key(admin_user: object) -> str:
-    return services.create_key("tests", admin_user)[1]
+    return apikeys.create_key("tests", admin_user)[1]
 
 
 def test_no_key_is_401(web: str) -> None:
@@ -42,7 +42,7 @@ def test_an_unknown_model_is_404_with_bearer_and_with_x_api_key(web: str, key: s
 def test_a_revoked_key_is_refused_at_once(web: str, key: str) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     assert httpx.get(f"{web}/v1/models", headers=headers).status_code == 200
-    services.revoke_key(services.ApiKey.objects.get())
+    apikeys.revoke_key(ApiKey.objects.get())
     assert_openai_error(httpx.get(f"{web}/v1/models", headers=headers), 401, "invalid_api_key")
 
 
@@ -117,7 +117,7 @@ def test_a_field_the_gateway_reads_with_the_wrong_type_is_400(
 
 
 def test_a_key_limited_to_some_models_gets_403_for_any_other_whatever_its_state(web: str, admin_user: object) -> None:
-    limited = services.create_key("limited", admin_user, allowed_models=["only-this"])[1]
+    limited = apikeys.create_key("limited", admin_user, allowed_models=["only-this"])[1]
     for model in ("nope", "only-this-not"):
         resp = httpx.post(
             f"{web}/v1/chat/completions", json={**CHAT, "model": model}, headers={"Authorization": f"Bearer {limited}"}
