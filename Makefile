@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 2> >(grep -v 'is ignored' >&2)
 	$(PY) -m pip install -q -e '.[test]' 2> >(grep -v 'is ignored' >&2)
-	$(PY) -c "import django, celery, aiohttp, openai, anthropic, playwright, pytest_django"
+	$(PY) -c "import django, celery, aiohttp, openai, anthropic, playwright, pytest_django, importlinter"
 	touch $@
 
 venv: $(VENV)/.installed
@@ -40,6 +40,7 @@ down:
 lint: venv
 	$(VENV)/bin/ruff check .
 	DEBUG=1 $(VENV)/bin/mypy .  # django-stubs imports the settings
+	$(VENV)/bin/lint-imports --no-cache  # the architecture contracts in pyproject.toml
 
 test: lint engine services
 	set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \

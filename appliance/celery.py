@@ -19,7 +19,9 @@ def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
     """
     from django.conf import settings
 
-    scrape = settings.HEARTH_SCRAPE_INTERVAL
-    reconcile = settings.HEARTH_RECONCILE_INTERVAL
-    sender.add_periodic_task(scrape, sender.signature("console.tasks.scrape_metrics", expires=scrape * 0.9))
-    sender.add_periodic_task(reconcile, sender.signature("console.tasks.reconcile", expires=reconcile * 0.9))
+    periodic = {  # task names, not imports: the Celery app imports nothing of the console
+        "console.observability.tasks.scrape_metrics": settings.HEARTH_SCRAPE_INTERVAL,
+        "console.deployments.tasks.reconcile": settings.HEARTH_RECONCILE_INTERVAL,
+    }
+    for name, every in periodic.items():
+        sender.add_periodic_task(every, sender.signature(name, expires=every * 0.9))

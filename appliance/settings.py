@@ -39,6 +39,11 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "ninja",  # /api/docs serves its own Swagger UI, not a CDN's (no internet on many appliance boxes)
     "console",
+    "console.catalog",
+    "console.deployments",
+    "console.access",
+    "console.observability",
+    "console.preflight",
     "gateway",
 ]
 
@@ -53,7 +58,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "appliance.urls"
+ROOT_URLCONF = "console.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -86,11 +91,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_IMPORTS = ["console.preflight"]  # task modules besides each app's tasks.py
 
-LOGIN_URL = "console:login"
-LOGIN_REDIRECT_URL = "console:deployments"
-LOGOUT_REDIRECT_URL = "console:login"
+LOGIN_URL = "access:login"
+LOGIN_REDIRECT_URL = "deployments:list"
+LOGOUT_REDIRECT_URL = "access:login"
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -104,9 +104,10 @@ def seed(upstream_port: int) -> str:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
     sys.path.insert(0, str(ROOT))
     django.setup()
-    from console.apikeys import create_key
-    from console.models import Deployment, DeploymentState, ModelSource, Replica
-    from console.services import bump_routing_version
+    from console.access.keys import create_key
+    from console.catalog.models import ModelSource
+    from console.deployments.models import Deployment, DeploymentState, Replica
+    from console.fanout import bump_routing_version
 
     source = ModelSource.objects.create(name="bench", kind="local", path="/nonexistent", config={}, weights_bytes=0)
     deployment = Deployment.objects.create(

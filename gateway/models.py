@@ -8,7 +8,7 @@ class RequestLog(models.Model):
     """A finished /v1 request. Times in seconds; tokens as the engine counted them (None: not reported)."""
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    api_key = models.ForeignKey("console.ApiKey", null=True, on_delete=models.SET_NULL, related_name="requests")
+    api_key = models.ForeignKey("access.ApiKey", null=True, on_delete=models.SET_NULL, related_name="requests")
     model = models.CharField(max_length=200)
     surface = models.CharField(max_length=10, help_text="openai or anthropic")
     endpoint = models.CharField(max_length=50)

@@ -23,10 +23,11 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from console.models import ApiKey, Deployment, DeploymentState
-from console.services import ROUTING_VERSION_KEY
+from console.access.key_format import key_prefix, matches
+from console.access.models import ApiKey
+from console.deployments.models import Deployment, DeploymentState
+from console.fanout import ROUTING_VERSION_KEY
 from engines.launch import speaks_anthropic
-from gateway.keys import key_prefix, matches
 from gateway.quotas import Quota
 
 log = logging.getLogger(__name__)
@@ -198,7 +199,7 @@ class Registry:
     def authenticate(snapshot: Snapshot, key: str) -> KeyEntry | None:
         """The entry of ``key`` when it is live (not revoked, not expired), else None.
 
-        The hash comparison is constant-time (gateway.keys.matches).
+        The hash comparison is constant-time (console.access.key_format.matches).
         """
         entry = snapshot.keys.get(key_prefix(key))
         if entry is None or not matches(key, entry.key_hash):

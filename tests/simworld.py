@@ -10,7 +10,8 @@ import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.models import ModelSource, Replica
+from console.catalog.models import ModelSource
+from console.deployments.models import Replica
 
 LLAMA_8B = "tests/data/models/llama-3.1-8b-instruct.json"
 TOOLS = [

@@ -13,7 +13,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.models import Replica
+from console.deployments.models import Replica
 from tests.conftest import Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, wait_for
 

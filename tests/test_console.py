@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 
-from console.models import ApiKey, Deployment, ModelSource
+from console.access.models import ApiKey
+from console.catalog.models import ModelSource
+from console.deployments.models import Deployment
 from tests.test_modelconfig import CONFIG, write_safetensors
 
 pytestmark = pytest.mark.django_db

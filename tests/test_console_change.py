@@ -6,8 +6,9 @@ import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from console import services
-from console.models import Deployment, ModelSource, Replica
+from console.catalog.models import ModelSource
+from console.deployments import admin_actions
+from console.deployments.models import Deployment, Replica
 from tests.simworld import ensure_model
 
 pytestmark = pytest.mark.django_db
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def dep() -> Deployment:
     ensure_model()
     model = ModelSource.objects.get(name="llama-8b")
-    return services.create_deployment(name="live", model=model, engine="simulator", max_model_len=8192)
+    return admin_actions.create_deployment(name="live", model=model, engine="simulator", max_model_len=8192)
 
 
 def form(**changes: object) -> dict[str, object]:
@@ -113,10 +114,10 @@ def test_bad_numbers_and_flags_are_refused_on_create_and_change(
 
 
 def test_a_launch_whose_gpus_were_taken_meanwhile_is_planned_again_on_free_ones(dep: Deployment) -> None:
-    from console.changes import replan_on_free_gpus
+    from console.deployments.changes import replan_on_free_gpus
 
     model = ModelSource.objects.get(name="llama-8b")
-    other = services.create_deployment(name="second", model=model, engine="simulator", max_model_len=8192)
+    other = admin_actions.create_deployment(name="second", model=model, engine="simulator", max_model_len=8192)
     assert dep.plan["gpu_indices"] == other.plan["gpu_indices"] == [0]  # both planned while neither ran
     Deployment.objects.filter(pk=dep.pk).update(state="ready")
     assert replan_on_free_gpus(other) == ""

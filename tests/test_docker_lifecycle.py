@@ -19,7 +19,7 @@ import openai
 import pytest
 from django.conf import settings
 
-from console.models import Deployment
+from console.deployments.models import Deployment
 from tests.conftest import ROOT, Proc, login, start_worker
 from tests.simworld import deploy, ensure_model, wait_state
 

@@ -12,9 +12,11 @@ from django.test import override_settings
 
 from appliance.runtimes.base import RuntimeError_
 from appliance.runtimes.docker import LABEL_HOST_BINDS, WEIGHTS_CACHE, PullProgress, container_config
-from console import services
-from console.lifecycle import launch_spec
-from console.models import Deployment, ModelSource, Replica
+from console.catalog.models import ModelSource
+from console.deployments import admin_actions, planning
+from console.deployments.lifecycle import launch_spec
+from console.deployments.models import Deployment, Replica
+from console.errors import ConsoleError
 from engines.launch import EngineKind, LaunchSpec, image_version
 from tests.simworld import LLAMA_8B, ensure_model
 
@@ -95,7 +97,7 @@ def gpu_deployment(engine: str, replicas: int, tp: int) -> Deployment:
     offered only where a container reaches real GPUs; their plan is the same GPU plan)."""
     ensure_model()
     model = ModelSource.objects.get(name="llama-8b")
-    dep = services.create_deployment(
+    dep = admin_actions.create_deployment(
         name=f"d-{engine}", model=model, engine="simulator", max_model_len=8192, replica_count=replicas,
         tensor_parallel_size=tp, extra_args=["--enable-prefix-caching"],
     )  # fmt: skip
@@ -122,14 +124,14 @@ def test_each_replica_of_a_gpu_engine_gets_its_own_share_of_the_planned_gpus(eng
 
 def test_gpu_engines_are_offered_only_where_containers_can_reach_real_gpus() -> None:
     with override_settings(HEARTH_RUNTIME="process"):
-        assert EngineKind.VLLM not in services.available_engines()
+        assert EngineKind.VLLM not in planning.available_engines()
         ensure_model()
-        with pytest.raises(services.ConsoleError, match="not available here"):
-            services.plan_for(ModelSource.objects.get(name="llama-8b"), "vllm")
+        with pytest.raises(ConsoleError, match="not available here"):
+            planning.plan_for(ModelSource.objects.get(name="llama-8b"), "vllm")
     with override_settings(HEARTH_RUNTIME="docker", HEARTH_GPU_INVENTORY="nvml"):
-        assert {EngineKind.VLLM, EngineKind.SGLANG} <= set(services.available_engines())
+        assert {EngineKind.VLLM, EngineKind.SGLANG} <= set(planning.available_engines())
     with override_settings(**GPU_BOX):  # a simulated box: nothing real to give a vLLM container
-        assert EngineKind.VLLM not in services.available_engines()
+        assert EngineKind.VLLM not in planning.available_engines()
 
 
 def test_a_local_model_is_bound_read_only_below_models_in_the_container(tmp_path: Path) -> None:
@@ -137,7 +139,7 @@ def test_a_local_model_is_bound_read_only_below_models_in_the_container(tmp_path
 
     config = json.loads(Path(LLAMA_8B).read_text())["config"]
     model = ModelSource.objects.create(name="m8b", kind="local", path=str(tmp_path), config=config, weights_bytes=1)
-    dep = services.create_deployment(name="sim-local", model=model, engine="simulator", max_model_len=8192)
+    dep = admin_actions.create_deployment(name="sim-local", model=model, engine="simulator", max_model_len=8192)
     replica = Replica(deployment=dep, runtime="docker", host="", port=8000, engine_api_key="k", runtime_name="r")
     with override_settings(HEARTH_RUNTIME="docker"):
         built = launch_spec(dep, replica)

@@ -380,4 +380,4 @@ def test_the_worker_runs_the_checks_for_the_page_and_the_api(admin: Client, work
     assert set(body) == {"host", "checked_at", "ok", "checks"} and body["ok"] == all(c["ok"] for c in body["checks"])
     assert [c["name"] for c in body["checks"]] == NAMES
     assert all(set(c) == {"name", "ok", "detail", "fix"} and (c["fix"] == "") == c["ok"] for c in body["checks"])
-    assert "console.preflight.run_preflight" in worker.output()
+    assert "console.preflight.tasks.run_preflight" in worker.output()

@@ -116,14 +116,14 @@ def test_it_serves_a_real_vllm_end_to_end(web: str, worker: Proc, admin_user: ob
 
 
 def _engine_log(dep_id: int) -> str:
-    from console.models import Replica
+    from console.deployments.models import Replica
 
     replica = Replica.objects.filter(deployment_id=dep_id).latest("id")
     return (settings.DATA_DIR / "engines" / f"{replica.runtime_name}.log").read_text(errors="replace")
 
 
 def _engine_pid(dep_id: int) -> int:
-    from console.models import Replica
+    from console.deployments.models import Replica
 
     return int(Replica.objects.filter(deployment_id=dep_id).latest("id").handle)
 

@@ -3,8 +3,11 @@
 import httpx
 import pytest
 
-from console import apikeys, services
-from console.models import ApiKey, ModelSource
+from console.access import keys as apikeys
+from console.access.models import ApiKey
+from console.catalog.models import ModelSource
+from console.deployments import admin_actions
+from console.fanout import bump_routing_version
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CHAT = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
@@ -54,8 +57,8 @@ def test_a_deployment_that_is_not_ready_is_503(web: str, key: str) -> None:
         weights_bytes=1,
         config={"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "max_position_embeddings": 64},
     )
-    services.create_deployment(name="d", model=model, engine="vllm-cpu", max_model_len=64)
-    services.bump_routing_version()
+    admin_actions.create_deployment(name="d", model=model, engine="vllm-cpu", max_model_len=64)
+    bump_routing_version()
     resp = httpx.post(
         f"{web}/v1/chat/completions", json={**CHAT, "model": "d"}, headers={"Authorization": f"Bearer {key}"}
     )

@@ -43,8 +43,8 @@ def test_an_expired_key_is_refused(served: Served) -> None:
 
     from django.utils import timezone
 
-    from console.models import ApiKey
-    from console.services import bump_routing_version
+    from console.access.models import ApiKey
+    from console.fanout import bump_routing_version
 
     resp = served.client.post("/api/keys", json={"name": "short", "expires_in_days": 1}).json()
     sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=resp["key"], max_retries=0)

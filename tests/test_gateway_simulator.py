@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from console.models import Replica
+from console.deployments.models import Replica
 from tests.conftest import Proc, login
 from tests.simworld import (
     CLAUDE_TOOLS,

@@ -6,14 +6,11 @@ import pytest
 
 from engines.metrics import Scrape, parse_metrics, tokens_per_second
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "data" / "vllm"  # real scrapes, see its README.md
 
 
 def fixture(name: str) -> str:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.fail(f"fixture {path} is missing: the tests expect ../shared beside the checkout")
-    return path.read_text()
+    return (FIXTURES / name).read_text()
 
 
 def test_it_maps_an_idle_vllm_scrape() -> None:

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engines.metrics import parse_metrics
 from tests.simulator.simproc import MODEL, ROOT, Sim, SimFactory
 
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "vllm-0.32.0-cpu-metrics.txt"
+FIXTURE = ROOT / "tests" / "data" / "vllm" / "vllm-0.32.0-cpu-metrics.txt"  # a real scrape, see its README.md
 VLLM = {
     "vllm:num_requests_running": "gauge",
     "vllm:num_requests_waiting": "gauge",
@@ -67,8 +67,6 @@ def one_request(sim: Sim) -> None:
 
 
 def test_the_vllm_flavor_matches_real_vllm_names_types_and_labels(sim: Sim) -> None:
-    if not FIXTURE.exists():
-        pytest.fail(f"fixture {FIXTURE} is missing: the tests expect ../shared beside the checkout")
     one_request(sim)
     ours = families(sim.scrape(), "vllm:")
     real = families(FIXTURE.read_text(), "vllm:")

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -29,8 +29,9 @@ from django.utils import timezone  # noqa: E402
 
 call_command("migrate", verbosity=0)
 
-from console import apikeys, services  # noqa: E402
 from console.models import Deployment, Replica  # noqa: E402
+
+from console import apikeys, services  # noqa: E402
 from gateway.models import RequestLog  # noqa: E402
 
 folder = Path(os.environ["HEARTH_DATA_DIR"]) / "smol-checkpoint"

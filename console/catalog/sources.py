@@ -1,0 +1,77 @@
+"""Adding and removing model sources: a local checkpoint folder, or a Hugging Face repo read without
+downloading its weights. Errors a user can fix raise ConsoleError."""
+
+from pathlib import Path
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from console.catalog.hub import HubError, read_hub_model
+from console.catalog.models import ModelSource
+from console.errors import ConsoleError
+from console.names import check_name
+from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
+
+
+def add_local_model(name: str, path: str) -> ModelSource:
+    """Register a local checkpoint folder. Raises ConsoleError when it is unreadable or the name is taken."""
+    name = check_name(name, "Model name")
+    folder = Path(path).expanduser()
+    if not folder.is_absolute():
+        raise ConsoleError(f"Model path {path!r} must be an absolute path on the appliance.")
+    try:
+        ckpt = read_checkpoint(folder)
+    except ModelConfigError as exc:
+        raise ConsoleError(str(exc)) from None
+    return _save_model(
+        name=name,
+        kind=ModelSource.Kind.LOCAL,
+        path=str(folder),
+        config=ckpt.raw_config,
+        weights_bytes=ckpt.weights_bytes,
+        tensor_dtypes=ckpt.tensor_dtypes,
+    )
+
+
+def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
+    """Register a Hugging Face repo, pinning ``revision`` (branch, tag or sha) to its commit sha.
+
+    Reads config.json and the safetensors headers remotely; no weights are downloaded.
+    Raises ConsoleError when the hub cannot be reached or the repo is not a safetensors checkpoint.
+    """
+    name = check_name(name, "Model name")
+    try:
+        model = read_hub_model(repo_id, revision)
+    except HubError as exc:
+        raise ConsoleError(str(exc)) from None
+    return _save_model(
+        name=name,
+        kind=ModelSource.Kind.HF,
+        repo_id=repo_id,
+        revision=model.revision,
+        config=model.config,
+        weights_bytes=model.weights_bytes,
+        tensor_dtypes=model.tensor_dtypes,
+        license=model.license,
+    )
+
+
+def _save_model(**fields: Any) -> ModelSource:
+    try:
+        parse_config(fields["config"])
+    except ModelConfigError as exc:
+        raise ConsoleError(str(exc)) from None
+    try:
+        with transaction.atomic():
+            return ModelSource.objects.create(**fields)
+    except IntegrityError:
+        raise ConsoleError(f"A model named {fields['name']!r} already exists.") from None
+
+
+
+
+def delete_model(model: ModelSource) -> None:
+    """Forget a model no deployment uses (its files stay where they are). Raises ConsoleError otherwise."""
+    if names := list(model.deployments.values_list("name", flat=True)):
+        raise ConsoleError(f"{model.name} is used by {', '.join(names)}; delete those deployments first.")
+    model.delete()

@@ -1,0 +1,110 @@
+"""What an admin asks of a deployment: create it (with its plan), launch, stop, delete. The work on engines
+is handed to Celery after the transaction commits (console.deployments.dispatch); errors a user can fix
+raise ConsoleError."""
+
+from django.db import IntegrityError, transaction
+
+from console.catalog.models import ModelSource
+from console.deployments import dispatch
+from console.deployments.engine_flags import check_extra_args
+from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
+from console.deployments.planning import plan_for
+from console.errors import ConsoleError
+from console.fanout import bump_routing_version
+from console.names import INT_MAX, SERVED_NAME, check_name
+
+MAX_REPLICAS = 8
+
+
+def create_deployment(
+    *,
+    name: str,
+    model: ModelSource,
+    engine: str,
+    max_model_len: int = 0,
+    kv_space_gib: float = 1.0,
+    served_model_name: str = "",
+    extra_args: list[str] | None = None,
+    kv_cache_dtype: str = "auto",
+    gpu_memory_utilization: float = 0.0,
+    tensor_parallel_size: int = 0,
+    replica_count: int = 1,
+    max_tokens_cap: int | None = None,
+    max_num_seqs: int = 0,
+) -> Deployment:
+    """Create a stopped deployment with its plan; launch it with ``launch``.
+
+    Raises ConsoleError when the plan does not fit (with what would), the replicas do not fit the
+    GPUs or the host's memory, or a name is taken.
+    """
+    if not 1 <= replica_count <= MAX_REPLICAS:
+        raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
+    if max_tokens_cap is not None and not 1 <= max_tokens_cap <= INT_MAX:
+        raise ConsoleError(f"The max_tokens cap must be from 1 to {INT_MAX:,} tokens (or empty for none).")
+    name = check_name(name, "Deployment name")
+    served = check_name(served_model_name or name, "Served model name", SERVED_NAME)
+    check_extra_args(extra_args or [])
+    plan = plan_for(
+        model,
+        engine,
+        max_model_len=max_model_len,
+        kv_space_gib=kv_space_gib,
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size,
+        replica_count=replica_count,
+        max_num_seqs=max_num_seqs,
+    )
+    if not plan["fits"]:
+        raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
+    try:
+        with transaction.atomic():
+            return Deployment.objects.create(
+                name=name,
+                model=model,
+                engine=engine,
+                served_model_name=served,
+                max_model_len=plan["max_model_len"],
+                kv_space_gib=kv_space_gib,
+                extra_args=extra_args or [],
+                plan=plan,
+                replica_count=replica_count,
+                max_tokens_cap=max_tokens_cap,
+                state=DeploymentState.STOPPED,
+            )
+    except IntegrityError:
+        raise ConsoleError("A deployment with that name or served model name already exists.") from None
+
+
+def launch(deployment: Deployment) -> None:
+    """Move a stopped or failed deployment to pending and enqueue its launch after commit.
+
+    Raises ConsoleError when it is already active.
+    """
+    with transaction.atomic():
+        if not deployment.move(DeploymentState.PENDING, "Waiting for a worker."):
+            then = "wait until it has stopped" if deployment.state == DeploymentState.STOPPING else "stop it first"
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; {then}, then launch it again.")
+        transaction.on_commit(lambda: dispatch.send(dispatch.LAUNCH, deployment.pk))
+
+
+def stop(deployment: Deployment) -> None:
+    """Move an active deployment to stopping and enqueue the stop after commit.
+
+    Raises ConsoleError when it is not running.
+    """
+    with transaction.atomic():
+        if deployment.state not in ACTIVE_STATES or not deployment.move(DeploymentState.STOPPING):
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; there is nothing to stop.")
+        transaction.on_commit(bump_routing_version)
+        transaction.on_commit(lambda: dispatch.send(dispatch.STOP, deployment.pk))
+
+
+def delete_deployment(deployment: Deployment) -> None:
+    """Forget a stopped or failed deployment and its replicas' records. Raises ConsoleError while it runs."""
+    with transaction.atomic():
+        if not Deployment.objects.filter(
+            pk=deployment.pk, state__in=[DeploymentState.STOPPED, DeploymentState.FAILED]
+        ).delete()[0]:
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
+        transaction.on_commit(bump_routing_version)

@@ -1,0 +1,190 @@
+"""The deployments' part of the JSON API: plan, create, launch, stop, change, apply the remedy, delete."""
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Field, Router, Schema, Status
+
+from console.catalog.models import ModelSource
+from console.deployments import admin_actions, changes, remedy
+from console.deployments.models import Deployment, Replica
+from console.deployments.planning import plan_for
+from console.errors import ConsoleError
+from engines.remedy import Change
+
+router = Router(tags=["deployments"])
+
+
+class PlanIn(Schema):
+    model: str
+    engine: str = "vllm-cpu"
+    max_model_len: int = 0
+    kv_space_gib: float = 1.0
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.0
+    tensor_parallel_size: int = 0
+    replica_count: int = 1
+    max_num_seqs: int = 0
+
+    def options(self) -> dict[str, Any]:
+        return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "max_tokens_cap"})
+
+
+class DeploymentIn(PlanIn):
+    name: str
+    served_model_name: str = ""
+    extra_args: list[str] = Field(default_factory=list)
+    replica_count: int = 1
+    max_tokens_cap: int | None = None
+
+
+class ReplicaOut(Schema):
+    runtime_name: str
+    running: bool
+    ready: bool
+    exit_code: int | None
+    oom_killed: bool
+    restarts: int
+    restart_at: datetime | None
+    log_tail: str
+    previous_log_tail: str
+    previous_exit_code: int | None
+    previous_oom_killed: bool
+
+    @staticmethod
+    def resolve_ready(obj: Replica) -> bool:
+        return obj.running and obj.ready_at is not None
+
+
+class ChangeOut(Schema):
+    name: str
+    before: str
+    after: str
+    why: str
+
+
+class DeploymentOut(Schema):
+    id: int
+    name: str
+    replica_count: int
+    engine: str
+    served_model_name: str
+    state: str
+    state_reason: str
+    plan: dict[str, object]
+    extra_args: list[str]
+    engine_env: dict[str, str]
+    engine_version: str
+    engine_image: str
+    gpu_model: str
+    replicas: list[ReplicaOut]
+    remedy: list[ChangeOut] | None
+
+    @staticmethod
+    def resolve_replicas(obj: Deployment) -> list[Replica]:
+        return list(obj.replicas.order_by("pk"))
+
+    @staticmethod
+    def resolve_remedy(obj: Deployment) -> list[Change] | None:
+        known = remedy.remedy_for(obj)
+        return known.changes if known else None
+
+
+def _model(name: str) -> ModelSource:
+    model = ModelSource.objects.filter(name=name).first()
+    if model is None:
+        raise ConsoleError(f"No model named {name!r}.")
+    return model
+
+
+@router.post("/plan")
+def plan(request: HttpRequest, data: PlanIn) -> dict[str, object]:
+    return plan_for(_model(data.model), data.engine, **data.options())
+
+
+@router.post("/deployments", response={201: DeploymentOut})
+def create_deployment(request: HttpRequest, data: DeploymentIn) -> Status[Deployment]:
+    return Status(
+        201,
+        admin_actions.create_deployment(
+            name=data.name,
+            model=_model(data.model),
+            engine=data.engine,
+            served_model_name=data.served_model_name,
+            extra_args=data.extra_args,
+            max_tokens_cap=data.max_tokens_cap,
+            **data.options(),
+        ),
+    )
+
+
+@router.get("/deployments", response=list[DeploymentOut])
+def list_deployments(request: HttpRequest) -> list[Deployment]:
+    return list(Deployment.objects.order_by("name"))
+
+
+@router.delete("/deployments/{pk}", response={204: None})
+def delete_deployment(request: HttpRequest, pk: int) -> Status[None]:
+    admin_actions.delete_deployment(get_object_or_404(Deployment, pk=pk))
+    return Status(204, None)
+
+
+@router.get("/deployments/{pk}", response=DeploymentOut)
+def get_deployment(request: HttpRequest, pk: int) -> Deployment:
+    return get_object_or_404(Deployment, pk=pk)
+
+
+@router.post("/deployments/{pk}/launch", response={202: DeploymentOut})
+def launch_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
+    dep = get_object_or_404(Deployment, pk=pk)
+    admin_actions.launch(dep)
+    return Status(202, dep)
+
+
+@router.post("/deployments/{pk}/stop", response={202: DeploymentOut})
+def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
+    dep = get_object_or_404(Deployment, pk=pk)
+    admin_actions.stop(dep)
+    return Status(202, dep)
+
+
+class ChangeIn(Schema):
+    """The settings to change; one left out keeps its current value."""
+
+    max_model_len: int | None = None
+    kv_space_gib: float | None = None
+    kv_cache_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int | None = None
+    max_num_seqs: int | None = None
+    extra_args: list[str] | None = None
+    confirm: bool = False
+
+
+class ChangePreviewOut(Schema):
+    plan: dict[str, object]
+    recreate: bool
+    downtime_seconds: float | None
+
+
+@router.post("/deployments/{pk}/change", response={200: ChangePreviewOut, 202: DeploymentOut})
+def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[Any]:
+    """Preview new settings (200: the plan, whether the running engine is recreated, the expected
+    downtime in seconds); with ``confirm`` apply them (202; a running deployment stops, then relaunches)."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    given = data.dict(exclude={"confirm"}, exclude_none=True)
+    settings = changes.current_settings(dep) | given
+    if not data.confirm:
+        return Status(200, changes.preview_change(dep, **settings))
+    changes.apply_change(dep, **settings)
+    return Status(202, dep)
+
+
+@router.post("/deployments/{pk}/remedy", response={202: DeploymentOut})
+def apply_remedy(request: HttpRequest, pk: int) -> Status[Deployment]:
+    """Apply the out-of-memory remedy the deployment shows and launch it again (400 when none applies)."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    remedy.apply_remedy(dep)
+    return Status(202, dep)

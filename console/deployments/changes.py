@@ -1,0 +1,134 @@
+"""Changing a deployment's settings: a new plan first, then a Recreate when it runs; and the plan made
+again at launch when its GPUs were taken (the out-of-memory remedy, a change applied as a new launch,
+is console.deployments.remedy).
+
+A deployment holds its GPUs exclusively, so the new engine cannot start beside the old one: the old
+replicas stop first, then the deployment launches with the new settings (the Recreate strategy of
+Kubernetes Deployments). The expected downtime, shown before the admin confirms, is the stop's grace
+period plus how long the last start took to become ready.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from console.deployments import dispatch
+from console.deployments.engine_flags import check_extra_args
+from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
+from console.deployments.planning import held_gpus, plan_for
+from console.errors import ConsoleError
+
+STOP_GRACE_SECONDS = 10.0  # runtimes' SIGTERM-to-SIGKILL grace (Runtime.stop)
+
+
+@dataclass(frozen=True)
+class ChangePreview:
+    """The plan the new settings give; whether the running engine must stop first (``recreate``);
+    the expected downtime in seconds then (None when it never became ready, so no load time is known)."""
+
+    plan: dict[str, Any]
+    recreate: bool
+    downtime_seconds: float | None
+
+
+def current_settings(deployment: Deployment) -> dict[str, Any]:
+    """The deployment's settings now, in preview_change's keywords (a change starts from these)."""
+    plan = deployment.plan
+    return {
+        "max_model_len": deployment.max_model_len,
+        "kv_space_gib": deployment.kv_space_gib,
+        "kv_cache_dtype": plan.get("kv_cache_dtype", "auto"),
+        "gpu_memory_utilization": plan.get("gpu_memory_utilization", 0.0),
+        "tensor_parallel_size": plan.get("tensor_parallel_size", 0),
+        "max_num_seqs": plan.get("max_num_seqs", 0),
+        "extra_args": list(deployment.extra_args),
+    }
+
+
+def preview_change(
+    deployment: Deployment,
+    *,
+    max_model_len: int,
+    kv_space_gib: float,
+    kv_cache_dtype: str,
+    gpu_memory_utilization: float,
+    tensor_parallel_size: int,
+    max_num_seqs: int,
+    extra_args: list[str],
+) -> ChangePreview:
+    """What changing ``deployment`` to these settings would do; changes nothing.
+
+    Raises ConsoleError for flags Hearth refuses or numbers the planner refuses.
+    """
+    check_extra_args(extra_args)
+    plan = plan_for(
+        deployment.model, deployment.engine, max_model_len=max_model_len, kv_space_gib=kv_space_gib,
+        kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size, max_num_seqs=max_num_seqs, replica_count=deployment.replica_count,
+        exclude=deployment.pk,
+    )  # fmt: skip
+    recreate = deployment.state in ACTIVE_STATES
+    return ChangePreview(plan, recreate, _downtime(deployment) if recreate else None)
+
+
+def _downtime(deployment: Deployment) -> float | None:
+    loaded = deployment.replicas.filter(ready_at__isnull=False).order_by("-ready_at").first()
+    if loaded is None or loaded.ready_at is None:
+        return None
+    return STOP_GRACE_SECONDS + (loaded.ready_at - loaded.started_at).total_seconds()
+
+
+def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
+    """Change ``deployment`` to these settings (preview_change's keywords). A running deployment is
+    recreated: it moves to stopping, its replicas stop, then it launches with the new plan. A stopped
+    or failed one keeps its state, ready to launch. Either way the image is pinned anew at the launch,
+    from the configured one (an upgrade of HEARTH_IMAGE_* reaches a deployment this way).
+
+    Raises ConsoleError when the new plan does not fit (nothing is changed then) or the deployment is
+    stopping.
+    """
+    preview = preview_change(deployment, **settings)
+    if not preview.plan["fits"]:
+        raise ConsoleError(" ".join([preview.plan["reasons"][-1], *preview.plan["remedies"]]))
+    fields = {
+        "plan": preview.plan,
+        "max_model_len": preview.plan["max_model_len"],
+        "kv_space_gib": settings["kv_space_gib"],
+        "extra_args": settings["extra_args"],
+        "engine_image": "",  # re-pinned to the configured image at the next launch
+        "engine_image_ref": "",
+    }
+    with transaction.atomic():
+        row = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if row.state == DeploymentState.STOPPING:
+            raise ConsoleError(f"{row.name} is stopping; change it once it has stopped.")
+        Deployment.objects.filter(pk=row.pk).update(**fields)
+        if preview.recreate:
+            if not row.move(DeploymentState.STOPPING, "Recreating with the new settings: the old engine stops first."):
+                raise ConsoleError(f"{row.name} changed state meanwhile; try again.")
+            transaction.on_commit(lambda: dispatch.send(dispatch.RECREATE, row.pk))
+    deployment.refresh_from_db()
+    return preview
+
+
+def replan_on_free_gpus(deployment: Deployment) -> str:
+    """Before a launch: when other active deployments now hold some of the GPUs its plan names, plan it
+    again, same settings, on the free ones and store that plan. Returns "" when it may launch, else why
+    not (no free GPUs fit it; the words say which are held)."""
+    held = held_gpus(exclude=deployment.pk)
+    taken = [f"GPU {i} ({held[i]})" for i in deployment.plan.get("gpu_indices") or [] if i in held]
+    if not taken:
+        return ""
+    try:
+        plan = preview_change(deployment, **current_settings(deployment)).plan
+    except ConsoleError as exc:
+        plan = {"fits": False, "reasons": [str(exc)], "remedies": []}
+    if not plan["fits"]:
+        return (f"Its GPUs are held by other deployments: {', '.join(taken)}, and it does not fit on the free "
+                f"ones: {plan['reasons'][-1]} Stop one of those first.")  # fmt: skip
+    moved = ", ".join(str(i) for i in plan["gpu_indices"])
+    plan["reasons"] = [f"Planned again at launch on GPU {moved}: {', '.join(taken)} held.", *plan["reasons"]]
+    Deployment.objects.filter(pk=deployment.pk).update(plan=plan, max_model_len=plan["max_model_len"])
+    deployment.refresh_from_db()
+    return ""

@@ -1,0 +1,94 @@
+"""Forms of the deployment pages: a new deployment (with its plan's options) and a change of settings."""
+
+import shlex
+from typing import Any
+
+from django import forms
+
+from console.catalog.models import ModelSource
+from console.deployments.planning import available_engines
+
+
+class DeploymentForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="Also the model name clients ask for, unless set below.")
+    model = forms.ModelChoiceField(queryset=ModelSource.objects.order_by("name"))
+    engine = forms.ChoiceField(choices=lambda: [(e.value, e.label) for e in available_engines()])
+    served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")
+    max_model_len = forms.IntegerField(
+        min_value=0, initial=2048, label="max_model_len", help_text="Tokens; 0 = the model's maximum."
+    )
+    kv_space_gib = forms.FloatField(
+        min_value=0.01, initial=1.0, label="KV cache space (GiB)", help_text="vLLM (CPU) only.", required=False
+    )
+    kv_cache_dtype = forms.ChoiceField(
+        choices=[("auto", "auto (the model's dtype)"), ("fp8", "fp8 (Ada, Hopper, Blackwell)")],
+        initial="auto",
+        label="KV cache dtype",
+        help_text="GPU engines only.",
+        required=False,
+    )
+    gpu_memory_utilization = forms.FloatField(
+        min_value=0,
+        max_value=0.99,
+        initial=0,
+        required=False,
+        help_text="GPU engines only; 0 = let the plan choose (0.90).",
+    )
+    tensor_parallel_size = forms.IntegerField(
+        min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPU engines only; 0 = auto."
+    )
+    max_num_seqs = forms.IntegerField(
+        min_value=0, max_value=65_536, initial=0, required=False, label="max_num_seqs",
+        help_text="GPU engines only: sequences run at once; 0 = the planner's default (256).",
+    )  # fmt: skip
+
+    max_tokens_cap = forms.IntegerField(
+        required=False, min_value=1, label="max_tokens cap", help_text="Tokens a request may generate; empty: none."
+    )
+    extra_args = forms.CharField(
+        required=False, max_length=2000, label="Extra engine flags",
+        help_text="Added to the engine's command line as written, e.g. --enable-prefix-caching. "
+        "Flags the plan decides (max_model_len, TP...) go in their own fields.",
+    )  # fmt: skip
+    replica_count = forms.IntegerField(
+        min_value=1, max_value=8, initial=1, required=False, label="Replicas",
+        help_text="Engines serving this model at once.",
+    )  # fmt: skip
+
+    PLAN_FIELDS = (
+        "max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
+        "max_num_seqs",
+    )  # fmt: skip
+
+    def clean(self) -> dict[str, Any]:
+        """An option left empty takes its default (the field's initial value)."""
+        data = super().clean() or {}
+        for name in (*self.PLAN_FIELDS, "replica_count"):
+            if name in self.fields and data.get(name) in (None, ""):
+                data[name] = self.fields[name].initial
+        return data
+
+    def clean_extra_args(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data.get("extra_args") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(f"Cannot read these flags: {exc}.") from None
+
+    def plan_options(self) -> dict[str, Any]:
+        """The cleaned values planning.plan_for takes as options."""
+        return {k: self.cleaned_data[k] for k in (*self.PLAN_FIELDS, "replica_count")}
+
+
+class ChangeForm(DeploymentForm):
+    """A deployment's plan fields and extra flags, to change (console.deployments.changes); the rest stays."""
+
+    FIXED = ("name", "model", "engine", "served_model_name", "max_tokens_cap", "replica_count")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self.FIXED:
+            del self.fields[name]
+
+    def settings(self) -> dict[str, Any]:
+        """The cleaned values console.deployments.changes takes."""
+        return {**{k: self.cleaned_data[k] for k in self.PLAN_FIELDS}, "extra_args": self.cleaned_data["extra_args"]}

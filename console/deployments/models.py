@@ -1,0 +1,136 @@
+"""Deployments and their replicas: what should run, what runs, and the states between.
+
+Deployment states (transitions written once, in TRANSITIONS)::
+
+    pending ──► pulling ──► starting ──► loading ◄──► ready
+       │           │           │            │          │
+       └───────────┴───────────┴─► failed ◄─┴──────────┤
+                                                       ▼
+    (any active) ──────────────────────────────────► stopping ──► stopped
+    failed / stopped ──► pending (launch again)
+
+ready → loading when its only serving replica crashed and is restarting.
+"""
+
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from console.catalog.models import ModelSource
+
+
+class DeploymentState(models.TextChoices):
+    PENDING = "pending"
+    PULLING = "pulling"
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+S = DeploymentState
+ACTIVE_STATES = (S.PENDING, S.PULLING, S.STARTING, S.LOADING, S.READY)
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    S.PENDING: (S.PULLING, S.FAILED, S.STOPPING),
+    S.PULLING: (S.STARTING, S.FAILED, S.STOPPING),
+    S.STARTING: (S.LOADING, S.FAILED, S.STOPPING),
+    S.LOADING: (S.READY, S.FAILED, S.STOPPING),
+    S.READY: (S.LOADING, S.FAILED, S.STOPPING),
+    S.FAILED: (S.PENDING,),
+    S.STOPPING: (S.STOPPED,),
+    S.STOPPED: (S.PENDING,),
+}
+
+
+def sources_of(target: str) -> list[str]:
+    """The states from which ``target`` may be entered."""
+    return [state for state, targets in TRANSITIONS.items() if target in targets]
+
+
+class Deployment(models.Model):
+    """A model served by one engine: its plan, its state, and the name clients ask for."""
+
+    name = models.CharField(max_length=100, unique=True, help_text="Default served model name.")
+    model = models.ForeignKey(ModelSource, on_delete=models.PROTECT, related_name="deployments")
+    engine = models.CharField(max_length=20)
+    served_model_name = models.CharField(max_length=200, unique=True)
+    max_model_len = models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")
+    kv_space_gib = models.FloatField(help_text="KV cache budget in GiB (vLLM CPU).")
+    extra_args = models.JSONField(default=list, blank=True, help_text="Engine flags the admin added.")
+    engine_env = models.JSONField(default=dict, blank=True, help_text="Environment added to the engine's.")
+    replica_count = models.PositiveSmallIntegerField(default=1, help_text="Engines serving this model at once.")
+    max_tokens_cap = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tokens a request may generate here, whatever it asks; None: no cap."
+    )
+    plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
+    state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
+    state_reason = models.TextField(blank=True)
+    engine_version = models.CharField(max_length=50, blank=True, help_text="As the running engine reports it.")
+    engine_image = models.CharField(max_length=300, blank=True, help_text="The image pinned by digest at launch.")
+    engine_image_ref = models.CharField(
+        max_length=300, blank=True, help_text="The configured image the pin came from; its tag names the version."
+    )
+    gpu_model = models.CharField(max_length=100, blank=True, help_text="The GPUs it was launched on.")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def move(self, target: str, reason: str = "", **fields: Any) -> bool:
+        """Claim the transition to ``target`` with a conditional UPDATE; False if another got there first.
+
+        Only states that TRANSITIONS allows into ``target`` are matched, so two workers never both win.
+        """
+        updated = Deployment.objects.filter(pk=self.pk, state__in=sources_of(target)).update(
+            state=target, state_reason=reason, updated_at=timezone.now(), **fields
+        )
+        if updated:
+            self.state, self.state_reason = target, reason
+            for key, value in fields.items():
+                setattr(self, key, value)
+        return bool(updated)
+
+    def progress(self, reason: str) -> bool:
+        """Say how the current state is going (it is also the task's heartbeat, ``updated_at``), only
+        while the state is still the one this object read; False when it has moved on."""
+        updated = Deployment.objects.filter(pk=self.pk, state=self.state).update(
+            state_reason=reason, updated_at=timezone.now()
+        )
+        if updated:
+            self.state_reason = reason
+        return bool(updated)
+
+
+class Replica(models.Model):
+    """One engine process or container of a deployment."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="replicas")
+    runtime = models.CharField(max_length=10)
+    runtime_name = models.CharField(max_length=100, blank=True, help_text="Process or container name.")
+    handle = models.CharField(max_length=100, blank=True, help_text="pid or container id.")
+    host = models.CharField(max_length=100)
+    port = models.PositiveIntegerField()
+    engine_api_key = models.CharField(max_length=100, help_text="Per-launch secret; only the gateway uses it.")
+    running = models.BooleanField(default=False)
+    exit_code = models.IntegerField(null=True, blank=True)
+    oom_killed = models.BooleanField(default=False)
+    log_tail = models.TextField(blank=True)
+    restarts = models.PositiveIntegerField(default=0, help_text="Crashes in a row it was restarted after.")
+    restart_at = models.DateTimeField(null=True, blank=True, help_text="When a crashed replica starts again.")
+    previous_log_tail = models.TextField(blank=True, help_text="The last lines of the run before a restart.")
+    previous_exit_code = models.IntegerField(null=True, blank=True)
+    previous_oom_killed = models.BooleanField(default=False)
+    started_at = models.DateTimeField(default=timezone.now)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.runtime_name
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"

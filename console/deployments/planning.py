@@ -1,0 +1,128 @@
+"""The sizing plan for a model on an engine here: which engines this appliance can launch, the GPU
+inventory less what running deployments hold, and the plan stored on a deployment (a JSON-able dict).
+
+Errors a user can fix raise ConsoleError with a message fit to show as it is.
+"""
+
+import dataclasses
+import os
+from typing import Any
+
+from django.conf import settings
+
+from appliance.hardware import InventoryError, current_inventory
+from console.catalog.models import ModelSource
+from console.deployments.models import ACTIVE_STATES, Deployment
+from console.errors import ConsoleError
+from console.names import INT_MAX
+from engines.adapters import parse_version
+from engines.gpus import Inventory
+from engines.launch import EngineKind, image_version
+from engines.modelconfig import parse_config
+from engines.planner import DEFAULT_MAX_NUM_SEQS, PlanRequest, plan_gpu
+from engines.sizing import plan_cpu
+
+MAX_KV_SPACE_GIB = 65_536
+MAX_NUM_SEQS = 65_536
+
+
+def available_engines() -> list[EngineKind]:
+    """The engines this appliance can launch: local processes run vLLM (CPU) and the simulator; the
+    Docker runtime adds vLLM and SGLang containers where real GPUs are (not on a simulated inventory)."""
+    engines = [EngineKind.VLLM_CPU, EngineKind.SIMULATOR]
+    if settings.HEARTH_RUNTIME == "docker" and not settings.HEARTH_GPU_INVENTORY.startswith("sim:"):
+        engines += [EngineKind.VLLM, EngineKind.SGLANG]
+    return engines
+
+
+def _vllm_release(engine: str) -> tuple[int, int] | None:
+    """(major, minor) of the vLLM image a vLLM deployment will run, so the plan follows that release's
+    memory accounting; None for other engines (the planner's general estimate)."""
+    if engine != EngineKind.VLLM:
+        return None
+    release = parse_version(image_version(settings.HEARTH_ENGINE_IMAGES[engine]).lstrip("v"))
+    return release[0], release[1]
+
+
+def plan_for(
+    model: ModelSource,
+    engine: str,
+    *,
+    max_model_len: int = 0,
+    kv_space_gib: float = 1.0,
+    kv_cache_dtype: str = "auto",
+    gpu_memory_utilization: float = 0.0,
+    tensor_parallel_size: int = 0,
+    replica_count: int = 1,
+    max_num_seqs: int = 0,
+    exclude: int | None = None,
+) -> dict[str, Any]:
+    """The sizing plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict).
+
+    vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force, less the
+    GPUs other active deployments hold (``exclude``: a deployment whose own GPUs count as free).
+    Raises ConsoleError for an unknown engine, bad numbers, or an inventory that cannot be read.
+    """
+    if engine not in available_engines():
+        offered = ", ".join(available_engines())
+        raise ConsoleError(f"Engine '{engine}' is not available here; choose one of: {offered}.")
+    if not 0 <= max_model_len <= INT_MAX or not 0 <= tensor_parallel_size <= 64 or not 0 <= gpu_memory_utilization < 1:
+        raise ConsoleError(
+            "max_model_len and tensor parallel size must be 0 (auto) or more, "
+            "gpu_memory_utilization 0 (auto) or a ratio below 1."
+        )
+    if not 0 < kv_space_gib <= MAX_KV_SPACE_GIB:  # vLLM (CPU)'s only, but never stored out of range
+        raise ConsoleError(f"KV space must be above 0 and at most {MAX_KV_SPACE_GIB:,} GiB.")
+    if not 0 <= max_num_seqs <= MAX_NUM_SEQS:
+        raise ConsoleError(f"max_num_seqs must be 0 (the planner's default) to {MAX_NUM_SEQS:,} sequences.")
+    config = parse_config(model.config)
+    if engine == EngineKind.VLLM_CPU:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
+        cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
+        return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
+    try:
+        inventory, held = free_gpus(current_inventory(), exclude)
+        if held and not inventory.devices:
+            raise ConsoleError(f"Every GPU is held by a running deployment: {held}. Stop one first.")
+        request = PlanRequest(
+            vllm_version=_vllm_release(engine),
+            max_model_len=max_model_len,
+            kv_cache_dtype=kv_cache_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            max_num_seqs=max_num_seqs or DEFAULT_MAX_NUM_SEQS,
+        )
+        gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
+    except (InventoryError, ValueError) as exc:
+        raise ConsoleError(str(exc)) from None
+    plan = {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices)}
+    if held:  # first, so that a refusal's own reason stays the last one
+        plan["reasons"].insert(0, f"GPUs held by running deployments are left out: {held}.")
+    if gpu_plan.tensor_parallel_size:
+        free = [d.index for d in inventory.devices]
+        plan["gpu_indices"] = free[: gpu_plan.tensor_parallel_size * replica_count]
+        needed = gpu_plan.tensor_parallel_size * replica_count
+        if gpu_plan.fits and needed > len(free):
+            plan["fits"] = False
+            plan["reasons"].append(
+                f"{replica_count} replicas at tensor parallel {gpu_plan.tensor_parallel_size} need {needed} GPUs; "
+                f"{len(free)} are free on this box."
+            )
+    return plan
+
+
+def held_gpus(exclude: int | None = None) -> dict[int, str]:
+    """GPU index → the active deployment holding it (each deployment holds its plan's GPUs exclusively)."""
+    held: dict[int, str] = {}
+    for dep in Deployment.objects.filter(state__in=ACTIVE_STATES).exclude(pk=exclude or 0):
+        for index in dep.plan.get("gpu_indices") or []:
+            held[int(index)] = dep.name
+    return held
+
+
+def free_gpus(inventory: Inventory, exclude: int | None = None) -> tuple[Inventory, str]:
+    """The inventory less the GPUs active deployments (but ``exclude``) hold, and which those are, in words."""
+    held = held_gpus(exclude)
+    free = Inventory(inventory.source, [d for d in inventory.devices if d.index not in held])
+    words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
+    return free, words

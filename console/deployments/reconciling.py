@@ -1,0 +1,58 @@
+"""Reconcile: compare what should run with what runs, every HEARTH_RECONCILE_INTERVAL seconds, so a worker
+crash or a reboot loses nothing."""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from appliance.runtimes import get_runtime
+from console.deployments import dispatch
+from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.watching import engine_ended, restart
+
+log = logging.getLogger(__name__)
+S = DeploymentState
+
+
+def reconcile() -> None:
+    """Resume launches whose worker died, notice serving engines that exited, restart crashed replicas
+    whose backoff is over, and remove engines no replica owns (a database restored from backup, a
+    container left by hand)."""
+    _resume_stale_launches()
+    for replica in Replica.objects.filter(running=True, ready_at__isnull=False, deployment__state=S.READY):
+        status = get_runtime(replica.runtime).status(replica.runtime_name)
+        if not status.running:
+            engine_ended(replica, status)
+    due = Replica.objects.filter(running=False, stopped_at__isnull=True, restart_at__lte=timezone.now())
+    for replica_id in due.values_list("pk", flat=True):
+        restart(replica_id)
+    _remove_orphans()
+
+
+def _resume_stale_launches() -> None:
+    """A launch silent for HEARTH_STALE_AFTER seconds lost its worker: claim it (a conditional update on
+    updated_at, so one reconcile wins) and carry it on from the step it was in."""
+    stale = timezone.now() - timedelta(seconds=settings.HEARTH_STALE_AFTER)
+    for dep in Deployment.objects.filter(state__in=[S.PULLING, S.STARTING, S.LOADING], updated_at__lt=stale):
+        if not Deployment.objects.filter(pk=dep.pk, state=dep.state, updated_at=dep.updated_at).update(
+            updated_at=timezone.now()
+        ):
+            continue  # another worker claimed it
+        log.warning(
+            "deployment %s: no sign of its %s task for %s s; resuming", dep.name, dep.state, settings.HEARTH_STALE_AFTER
+        )
+        if dep.state == S.LOADING:
+            for replica in dep.replicas.filter(running=True, ready_at__isnull=True):
+                dispatch.send(dispatch.WATCH_REPLICA, replica.pk)
+        else:
+            dispatch.send(dispatch.RESUME_LAUNCH, dep.pk)
+
+
+def _remove_orphans() -> None:
+    runtime = get_runtime()
+    owned = set(Replica.objects.filter(stopped_at__isnull=True).values_list("runtime_name", flat=True))
+    for name in runtime.names() - owned:
+        log.warning("removing engine %s: no replica owns it", name)
+        runtime.stop(name)

@@ -1,0 +1,17 @@
+from django.urls import path
+
+from console.deployments import views
+
+app_name = "deployments"
+urlpatterns = [
+    path("deployments/", views.deployments_page, name="list"),
+    path("deployments/plan/", views.plan_preview, name="plan"),
+    path("deployments/<int:pk>/", views.deployment_page, name="detail"),
+    path("deployments/<int:pk>/status/", views.deployment_status, name="status"),
+    path("deployments/<int:pk>/logs/", views.deployment_logs, name="logs"),
+    path("deployments/<int:pk>/launch/", views.deployment_action, {"action": "launch"}, name="launch"),
+    path("deployments/<int:pk>/stop/", views.deployment_action, {"action": "stop"}, name="stop"),
+    path("deployments/<int:pk>/change/", views.deployment_change, name="change"),
+    path("deployments/<int:pk>/remedy/", views.deployment_action, {"action": "remedy"}, name="remedy"),
+    path("deployments/<int:pk>/delete/", views.deployment_delete, name="delete"),
+]

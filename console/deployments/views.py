@@ -1,0 +1,120 @@
+"""Deployment pages: the list and the form with its live plan, one deployment's page (its state, log and
+plan; the live numbers come from console.observability), its actions, and the change of its settings."""
+
+import shlex
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console.deployments import admin_actions, changes, remedy
+from console.deployments.forms import ChangeForm, DeploymentForm
+from console.deployments.models import Deployment
+from console.deployments.planning import plan_for
+from console.errors import ConsoleError
+
+
+@login_required
+def deployments_page(request: HttpRequest) -> HttpResponse:
+    form = DeploymentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dep = admin_actions.create_deployment(**form.cleaned_data)
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("deployments:detail", dep.pk)
+    deployments = Deployment.objects.select_related("model").order_by("name")
+    return render(request, "deployments/deployments.html", {"form": form, "deployments": deployments})
+
+
+@login_required
+@require_POST
+def plan_preview(request: HttpRequest) -> HttpResponse:
+    """The plan for the deployment form's current values, before anything is created (htmx)."""
+    form = DeploymentForm(request.POST)
+    plan, error = None, ""
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            plan = plan_for(data["model"], data["engine"], **form.plan_options())
+        except ConsoleError as exc:
+            error = str(exc)
+    elif "model" in form.errors or "engine" in form.errors:
+        error = "Pick a model and an engine to see the plan."
+    else:
+        problems = [(form.fields[f].label or f, " ".join(str(m) for m in e)) for f, e in form.errors.items()]
+        error = " ".join(f"{label}: {text}" for label, text in problems if label != "name")
+    context = {"plan": plan, "error": error}
+    return render(request, "deployments/deployments.html#plan", context)
+
+
+@login_required
+def deployment_page(request: HttpRequest, pk: int) -> HttpResponse:
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    return render(request, "deployments/deployment.html", _deployment_context(dep))
+
+
+@login_required
+def deployment_status(request: HttpRequest, pk: int) -> HttpResponse:
+    """The state and its actions alone, polled every 2 s by htmx."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    return render(request, "deployments/deployment.html#status", _deployment_context(dep))
+
+
+@login_required
+def deployment_logs(request: HttpRequest, pk: int) -> HttpResponse:
+    """The replicas' engine logs alone, polled every 2 s by htmx."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    return render(request, "deployments/deployment.html#logs", _deployment_context(dep))
+
+
+def _deployment_context(dep: Deployment) -> dict[str, object]:
+    latest = list(dep.replicas.order_by("-id")[: dep.replica_count])  # the latest launch's replicas
+    return {"dep": dep, "replicas": latest[::-1], "remedy": remedy.remedy_for(dep)}
+
+
+@login_required
+@require_POST
+def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    dep = get_object_or_404(Deployment, pk=pk)
+    actions = {"launch": admin_actions.launch, "stop": admin_actions.stop, "remedy": remedy.apply_remedy}
+    try:
+        actions[action](dep)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+    return redirect("deployments:detail", dep.pk)
+
+
+@login_required
+def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
+    """Change a deployment's settings: preview the new plan (and, while it runs, the Recreate and its
+    expected downtime), then confirm."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    current = changes.current_settings(dep)
+    form = ChangeForm(request.POST or None, initial=current | {"extra_args": shlex.join(current["extra_args"])})
+    preview = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            if "confirm" in request.POST:
+                changes.apply_change(dep, **form.settings())
+                return redirect("deployments:detail", dep.pk)
+            preview = changes.preview_change(dep, **form.settings())
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+    return render(request, "deployments/change.html", {"dep": dep, "form": form, "preview": preview})
+
+
+@login_required
+@require_POST
+def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    dep = get_object_or_404(Deployment, pk=pk)
+    try:
+        admin_actions.delete_deployment(dep)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+        return redirect("deployments:detail", dep.pk)
+    messages.success(request, f"Deleted {dep.name}.")
+    return redirect("deployments:list")

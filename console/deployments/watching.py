@@ -1,0 +1,133 @@
+"""Replicas after their start: ready when /health answers (the deployment when all are); an engine that
+exits fails a first launch, and a replica that crashed after serving restarts with a backoff that doubles
+with each crash in a row, up to HEARTH_MAX_RESTARTS. A deployment stays ready while one replica serves.
+"""
+
+from datetime import timedelta
+
+import httpx
+from django.conf import settings
+from django.utils import timezone
+
+from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
+from console.deployments import dispatch
+from console.deployments.launching import WATCH_EVERY
+from console.deployments.lifecycle import end_all, end_replica, note_crash, start_replica
+from console.deployments.models import Deployment, DeploymentState, Replica
+from console.fanout import bump_routing_version
+from engines.adapters import VERSION_PATHS, version_from_engine
+from engines.launch import EngineKind
+
+S = DeploymentState
+STABLE_AFTER = 600.0  # seconds a restarted replica must serve before its crash count starts again
+
+
+def watch(replica_id: int) -> None:
+    """One health poll of a loading replica; polls again in WATCH_EVERY seconds until it answers or ends."""
+    replica = Replica.objects.filter(pk=replica_id, running=True, ready_at__isnull=True).first()
+    if replica is None or replica.deployment.state not in (S.LOADING, S.READY):
+        return
+    dep = replica.deployment
+    status = get_runtime(replica.runtime).status(replica.runtime_name)
+    if not status.running:
+        engine_ended(replica, status)
+        return
+    try:
+        healthy = httpx.get(f"{replica.base_url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        healthy = False
+    elapsed = (timezone.now() - replica.started_at).total_seconds()
+    if healthy:
+        _became_ready(replica, dep)
+        return
+    if elapsed > settings.HEARTH_START_TIMEOUT:
+        end_all(dep)
+        dep.move(S.FAILED, f"No healthy answer within HEARTH_START_TIMEOUT ({settings.HEARTH_START_TIMEOUT} s).")
+        return
+    if dep.state == S.LOADING:
+        dep.progress(f"Loading weights ({elapsed:.0f} s so far).")
+    dispatch.send(dispatch.WATCH_REPLICA, replica_id, countdown=WATCH_EVERY)
+
+
+def _became_ready(replica: Replica, dep: Deployment) -> None:
+    Replica.objects.filter(pk=replica.pk).update(ready_at=timezone.now())
+    waiting = dep.replicas.filter(stopped_at__isnull=True, ready_at__isnull=True).count()
+    version = _engine_version(replica, dep.engine) or dep.engine_version
+    if waiting == 0 and dep.move(S.READY, "Serving.", engine_version=version):
+        bump_routing_version()
+    elif dep.state == S.READY:  # a restarted replica of a deployment that kept serving is back
+        if waiting == 0:
+            dep.progress("Serving.")
+        bump_routing_version()
+    elif waiting:
+        dep.progress(f"{dep.replica_count - waiting} of {dep.replica_count} replicas ready.")
+
+
+def _engine_version(replica: Replica, engine: str) -> str:
+    """The version the running engine reports (engines.adapters.VERSION_PATHS), "" when it says none."""
+    headers = {"Authorization": f"Bearer {replica.engine_api_key}"}  # SGLang guards its info with the key
+    for path in VERSION_PATHS["sglang" if engine == EngineKind.SGLANG else "vllm"]:
+        try:
+            resp = httpx.get(f"{replica.base_url}{path}", headers=headers, timeout=2)
+            if resp.status_code == 200:
+                return version_from_engine(engine, resp.json())[:50]
+        except (httpx.HTTPError, ValueError):
+            continue
+    return ""
+
+
+def engine_ended(replica: Replica, status: RuntimeStatus) -> None:
+    """A replica's engine is gone. Never served yet: the launch failed. Served before: restart it after
+    a backoff that doubles with each crash in a row, up to HEARTH_MAX_RESTARTS; then the deployment fails.
+    Claimed first: of two workers that notice the same exit, one handles it."""
+    if not Replica.objects.filter(pk=replica.pk, running=True, started_at=replica.started_at).update(running=False):
+        return
+    dep = replica.deployment
+    if replica.restarts == 0 and replica.ready_at is None:
+        reason = end_replica(replica, status, "while loading")
+        end_all(dep)
+        dep.move(S.FAILED, reason)
+        return
+    if replica.ready_at and (timezone.now() - replica.ready_at).total_seconds() > STABLE_AFTER:
+        replica.restarts = 0  # it served long enough: this crash starts a new count
+    if replica.restarts >= settings.HEARTH_MAX_RESTARTS:
+        reason = end_replica(replica, status, "while serving")
+        end_all(dep)
+        dep.move(S.FAILED, f"{reason} It crashed {replica.restarts + 1} times in a row; Hearth stopped restarting it.")
+        bump_routing_version()
+        return
+    delay = settings.HEARTH_RESTART_BACKOFF * 2**replica.restarts
+    reason = note_crash(replica, status, delay)
+    dispatch.send(dispatch.RESTART_REPLICA, replica.pk, countdown=delay)  # reconcile restarts it if this is lost
+    what = f"{replica.runtime_name}: {reason} Restarting in {delay:.0f} s (restart {replica.restarts})."
+    serving = dep.replicas.filter(running=True, ready_at__isnull=False).count()
+    if serving == 0:
+        if dep.state == S.LOADING:
+            dep.progress(what)
+        else:
+            dep.move(S.LOADING, what)
+    else:
+        Deployment.objects.filter(pk=dep.pk).update(state_reason=f"{serving} of {dep.replica_count} serving. {what}")
+    bump_routing_version()
+
+
+def restart(replica_id: int) -> None:
+    """Start a crashed replica again once its backoff is over (claimed: a replica restarts once)."""
+    now = timezone.now()
+    replica = Replica.objects.filter(pk=replica_id, running=False, stopped_at__isnull=True).first()
+    if replica is None or replica.restart_at is None or replica.restart_at > now + timedelta(seconds=1):
+        return
+    if replica.deployment.state not in (S.LOADING, S.READY):
+        return
+    if not Replica.objects.filter(pk=replica.pk, restart_at=replica.restart_at).update(restart_at=None):
+        return
+    dep = replica.deployment
+    slot = list(dep.replicas.filter(stopped_at__isnull=True).order_by("pk")).index(replica)
+    try:
+        start_replica(replica, slot)
+    except RuntimeError_ as exc:
+        end_all(dep)
+        dep.move(S.FAILED, f"Restarting {replica.runtime_name} failed: {exc}")
+        bump_routing_version()
+        return
+    dispatch.send(dispatch.WATCH_REPLICA, replica.pk, countdown=WATCH_EVERY)

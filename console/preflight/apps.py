@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PreflightConfig(AppConfig):
+    name = "console.preflight"
+    label = "preflight"

@@ -1,0 +1,27 @@
+"""Tasks are enqueued by name (console.deployments.dispatch, the pre-flight check, beat): every name sent is
+a task the worker registers, so a renamed task fails here, not silently in the queue."""
+
+from appliance.celery import app
+from console.deployments import dispatch
+from console.observability.tasks import SCRAPE
+from console.preflight.checks import RUN_PREFLIGHT
+
+
+def registered() -> set[str]:
+    app.loader.import_default_modules()
+    return set(app.tasks)
+
+
+def test_every_name_the_deployments_dispatch_sends_is_a_registered_task() -> None:
+    assert set(dispatch.NAMES) <= registered()
+
+
+def test_the_pre_flight_and_scrape_tasks_are_registered_under_the_names_they_are_sent_by() -> None:
+    assert {RUN_PREFLIGHT, SCRAPE} <= registered()
+
+
+def test_every_periodic_task_beat_sends_is_registered() -> None:
+    app.finalize()
+    schedule = {entry["task"] for entry in app.conf.beat_schedule.values()}
+    assert schedule == {SCRAPE, dispatch.RECONCILE}
+    assert schedule <= registered()
