@@ -1,8 +1,9 @@
 """The /v1 data path: a lean ASGI app (app) that authenticates keys against an in-process snapshot
 (registry), applies quotas (quotas), routes to a replica (routing), relays or translates the stream
-(relay, upstream, sse, translate, translate_stream), and accounts for it (accounting, models).
+(relay, upstream, sse, translate, translate_stream), and accounts for it (accounting: Prometheus metrics
+and console.observability's request log).
 
-May import: engines, and of the console only its domain models and shared modules (console.access's
-models and key_format, console.deployments' models, console.fanout): never a console page, form, API
-router or task.
+May import: engines, and of the console only its domain models and shared modules (the models of
+console.access, console.deployments and console.observability, console.access.key_format,
+console.fanout): never a console page, form, API router or task.
 """

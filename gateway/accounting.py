@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 from prometheus_client import Counter, Histogram
 
-from gateway.models import RequestLog
+from console.observability.models import RequestLog
 
 log = logging.getLogger(__name__)
 

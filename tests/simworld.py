@@ -105,7 +105,7 @@ def truncated_count(web: str) -> float:
 
 def wait_for_logs(count: int) -> list[Any]:
     """The request log once it holds ``count`` rows (rows are written after the answer is out)."""
-    from gateway.models import RequestLog
+    from console.observability.models import RequestLog
 
     deadline = time.monotonic() + 10
     while len(logs := list(RequestLog.objects.order_by("id"))) < count:

@@ -56,7 +56,7 @@ def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
 
 
 def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine: Engine) -> None:
-    from gateway.models import RequestLog
+    from console.observability.models import RequestLog
 
     sdk = engine.openai()
     chunks = list(

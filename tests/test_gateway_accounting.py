@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from console.observability.models import RequestLog
 from gateway.accounting import COLUMNS, Outcome, write
-from gateway.models import RequestLog
 
 
 def test_the_batch_writer_fills_every_column() -> None:

@@ -152,7 +152,7 @@ def assert_serves_the_legacy_data(base: str) -> None:
 
 
 def request_logs(url: str) -> list[tuple[str, int]]:
-    query = ("SELECT k.name, count(*) FROM gateway_requestlog r JOIN access_apikey k ON k.id = r.api_key_id "
+    query = ("SELECT k.name, count(*) FROM observability_requestlog r JOIN access_apikey k ON k.id = r.api_key_id "
              "GROUP BY k.name ORDER BY k.name")  # fmt: skip
     if url.startswith("sqlite:///"):
         return sqlite3.connect(url.removeprefix("sqlite:///")).execute(query).fetchall()

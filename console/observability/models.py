@@ -1,4 +1,5 @@
-"""One row per gateway request: who asked what, how it ended, and the tokens it used."""
+"""The request log: one row per gateway request (the gateway writes them in batches, gateway.accounting):
+who asked what, how it ended, and the tokens it used."""
 
 from django.db import models
 from django.utils import timezone
