@@ -364,9 +364,10 @@ def test_facts_are_read_from_the_stored_plan() -> None:
         kv_capacity_tokens=200_000, typical_context=8192, concurrency_at_typical_context=24.4, split=None,
     )  # fmt: skip
     stored = json.loads(json.dumps(dataclasses.asdict(plan)))  # as Deployment.plan holds it
-    other = {k: v for k, v in BASE.items() if k not in PLAN_FIELDS}
+    other = {k: v for k, v in BASE.items() if k not in PLAN_FIELDS} | {"extra_args": ["--seed", "7"]}  # a JSON list
     facts = ClusterFacts.from_plan(stored, **other)
     assert (facts.tensor_parallel_size, facts.gpu_indices, facts.max_model_len) == (2, (2, 3), 8192)
+    assert facts.extra_args == ("--seed", "7")
     flags = facts.planned_flags(revision=False)
     assert flags[:4] == ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.85"]
     with pytest.raises(ValueError, match="no tensor_parallel_size"):

@@ -102,11 +102,13 @@ class ClusterFacts:
     @classmethod
     def from_plan(cls, plan: Mapping[str, Any], **facts: Any) -> "ClusterFacts":
         """Facts from a deployment's stored plan (``Deployment.plan``, a GpuPlan as JSON) and the rest
-        by keyword. Raises ValueError as the constructor does, and for a plan missing a field."""
+        by keyword (``extra_args`` may be the stored list). Raises ValueError as the constructor does, and
+        for a plan missing a field."""
         if missing := [name for name in PLAN_FIELDS if name not in plan]:
             raise ValueError(f"The deployment's plan has no {', '.join(missing)}: it was not planned for GPUs.")
         values = {name: plan[name] for name in PLAN_FIELDS}
         values["gpu_indices"] = tuple(int(i) for i in values["gpu_indices"])
+        facts["extra_args"] = tuple(facts.get("extra_args", ()))
         return cls(**values, **facts)
 
     def _problems(self) -> list[str]:
