@@ -226,15 +226,18 @@ def _set_by_user(flag: str, names: set[str]) -> bool:
     return any(n == flag or (n.startswith("--") and len(n) > 2 and flag.startswith(n)) for n in names)
 
 
-def _check(version: str, minimum: str, engine: str, names: set[str], owned: Sequence[str], key: str) -> tuple[int, ...]:
+def _check(version: str, minimum: str, engine: str, names: set[str], owned: Sequence[str]) -> tuple[int, ...]:
     parsed = parse_version(version)
     if parsed < parse_version(minimum):
         raise ValueError(f"{engine} {version} is older than the oldest {engine} Hearth builds flags for ({minimum}).")
     if taken := [flag for flag in owned if _set_by_user(flag, names)]:
         raise ValueError(f"{', '.join(taken)}: Hearth sets these itself (the gateway relies on them).")
+    return parsed
+
+
+def _check_key(engine: str, key: str) -> None:
     if not key:
         raise ValueError(f"A {engine} engine needs a per-launch API key; an empty one would leave it open.")
-    return parsed
 
 
 def _accepts(version: tuple[int, ...], spans: Sequence[Span]) -> bool:
@@ -284,23 +287,19 @@ def _identity(model: str, served_model_name: str, port: int) -> None:
         raise ValueError(f"Port {port} is not a TCP port (1 to 65535).")
 
 
-def vllm_args(
-    *, version: str, model: str, revision: str | None, served_model_name: str, port: int, api_key: str,
-    plan: GpuPlan, user_args: Sequence[str] = (),
-) -> EngineArgs:  # fmt: skip
-    """The ``vllm/vllm-openai`` container's arguments for ``plan`` on vLLM ``version``.
-
-    ``model`` is a Hugging Face repo id or a path inside the container; ``port`` the TCP port it
-    listens on (all interfaces of its container); the API key goes in env ``VLLM_API_KEY``, never the
-    argv. Flags from the plan: tensor parallel size, gpu_memory_utilization (0–1), max_model_len and
-    max_num_seqs (tokens, sequences), the KV cache dtype unless "auto"; then ``--revision`` when given.
-    None overrides a flag in ``user_args`` (aliases and abbreviations included). Raises ValueError for an
-    unparseable or too old version, a user flag Hearth owns (model, name, host, port, key, socket), an
-    empty key, a plan that does not fit, or a KV dtype this version does not take.
+def vllm_planned_flags(
+    *, version: str, revision: str | None, plan: GpuPlan, user_args: Sequence[str] = ()
+) -> list[str]:
+    """The optional flags Hearth adds to vLLM ``version``'s command for ``plan``, with their values, in
+    order (``EngineArgs.added``): ``--revision`` when given, then tensor parallel size,
+    gpu_memory_utilization (0–1), max_model_len and max_num_seqs (tokens, sequences), and the KV cache
+    dtype unless "auto". None overrides a flag in ``user_args`` (aliases and abbreviations included).
+    Cluster exports (engines.export) carry these as they are. Raises ValueError for an unparseable or
+    too old version, a user flag Hearth owns (model, name, host, port, key, socket), a plan that does
+    not fit, or a KV dtype this version does not take.
     """
-    _identity(model, served_model_name, port)
     names = user_flag_names(user_args, VLLM_ALIASES)
-    _check(version, VLLM_MIN_VERSION, "vLLM", names, VLLM_OWNED, api_key)
+    _check(version, VLLM_MIN_VERSION, "vLLM", names, VLLM_OWNED)
     plan = _checked_plan(plan)
     wanted: list[Wanted] = [("--revision", revision, True)] if revision else []
     wanted += [
@@ -311,7 +310,23 @@ def vllm_args(
     ]
     if kv := _kv_dtype(plan, VLLM_KV_DTYPES, "vLLM"):
         wanted.append(("--kv-cache-dtype", kv, True))
-    added = _gated("vLLM", version, wanted, VLLM_GATES, names)
+    return _gated("vLLM", version, wanted, VLLM_GATES, names)
+
+
+def vllm_args(
+    *, version: str, model: str, revision: str | None, served_model_name: str, port: int, api_key: str,
+    plan: GpuPlan, user_args: Sequence[str] = (),
+) -> EngineArgs:  # fmt: skip
+    """The ``vllm/vllm-openai`` container's arguments for ``plan`` on vLLM ``version``.
+
+    ``model`` is a Hugging Face repo id or a path inside the container; ``port`` the TCP port it
+    listens on (all interfaces of its container); the API key goes in env ``VLLM_API_KEY``, never the
+    argv. The flags from the plan are vllm_planned_flags'. Raises ValueError as vllm_planned_flags
+    does, and for an empty key.
+    """
+    _identity(model, served_model_name, port)
+    _check_key("vLLM", api_key)
+    added = vllm_planned_flags(version=version, revision=revision, plan=plan, user_args=user_args)
     own = ["--model", model, "--served-model-name", served_model_name, "--host", LISTEN_HOST, "--port", str(port)]
     return EngineArgs(command=[*own, *added, *user_args], env={"VLLM_API_KEY": api_key}, added=added)
 
@@ -330,7 +345,8 @@ def sglang_args(
     """
     _identity(model, served_model_name, port)
     names = user_flag_names(user_args, SGLANG_ALIASES)
-    _check(version, SGLANG_MIN_VERSION, "SGLang", names, SGLANG_OWNED, api_key)
+    _check(version, SGLANG_MIN_VERSION, "SGLang", names, SGLANG_OWNED)
+    _check_key("SGLang", api_key)
     plan = _checked_plan(plan)
     wanted: list[Wanted] = [("--revision", revision, True)] if revision else []
     wanted += [

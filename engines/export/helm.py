@@ -1,0 +1,134 @@
+"""vLLM production-stack Helm values for a deployment: one ``servingEngineSpec.modelSpec`` entry.
+
+Follows the vllm-stack chart 0.1.12, read at vllm-project/production-stack @ 66b60661 (tag
+vllm-stack-0.1.12): helm/values.schema.json for the shape, helm/templates/deployment-vllm-multi.yaml and
+helm/templates/_helpers.tpl for what each value becomes:
+
+- the engine runs ``vllm serve <modelURL> --host 0.0.0.0 --port 8000`` from image ``repository:tag``, so
+  the tag carries the digest (``v0.11.2@sha256:…``, which the digest decides);
+- ``vllmConfig``: maxModelLen, tensorParallelSize, maxNumSeqs, gpuMemoryUtilization and dtype become
+  their flags, then ``extraArgs`` as they are; ``modelRevision`` becomes ``--revision``;
+- the template always passes a prefix-caching switch: ``--enable-prefix-caching`` when
+  ``enablePrefixCaching`` is true, ``--no-enable-prefix-caching`` otherwise;
+- ``requestCPU`` and ``requestMemory`` are required; ``requestGPU`` becomes ``nvidia.com/gpu``;
+- ``servingEngineSpec.vllmApiKey`` as {secretName, secretKey} becomes env VLLM_API_KEY of the engines
+  and the router; ``hf_token`` as {secretName, secretKey} becomes env HF_TOKEN;
+- ``pvcStorage`` makes a PVC mounted at /data, which is then HF_HOME.
+"""
+
+from typing import Any
+
+from engines.export.document import (
+    ENGINE_KEY,
+    HF_TOKEN,
+    REQUEST_CPU,
+    REQUEST_MEMORY,
+    ClusterExport,
+    annotations,
+    below,
+    common_notes,
+    refused,
+    secret_name,
+)
+from engines.export.facts import ClusterFacts, split_image
+
+TARGET = "production-stack"
+TITLE = "vLLM production-stack Helm values"
+CHART_VERSION = "0.1.12"
+FOLLOWS = (f"the vllm-stack chart {CHART_VERSION} (vllm-project/production-stack @ 66b60661, "
+           "helm/values.schema.json and helm/templates/deployment-vllm-multi.yaml)")  # fmt: skip
+CHART_REPO = "https://vllm-project.github.io/production-stack"  # production-stack's README
+VOLUME = "/data"  # where the chart mounts pvcStorage
+# vLLM's V1 engine, the default from 0.8, caches prefixes unless told not to; the chart's template speaks
+# current vLLM (``vllm serve``, ``--no-enable-prefix-caching``, ``--gpu_memory_utilization``).
+CURRENT_VLLM = "0.8.0"
+# Planned flag → (vllmConfig field, its type); the chart's template turns each field back into the flag.
+VLLM_CONFIG = {
+    "--tensor-parallel-size": ("tensorParallelSize", int),
+    "--gpu-memory-utilization": ("gpuMemoryUtilization", float),
+    "--max-model-len": ("maxModelLen", int),
+    "--max-num-seqs": ("maxNumSeqs", int),
+}
+
+
+def helm_values(facts: ClusterFacts) -> ClusterExport:
+    """The values file for ``helm install … vllm/vllm-stack --version 0.1.12 -f FILE``: one modelSpec
+    entry with the pinned image, the model at its pinned revision, the plan's vLLM settings, Hearth's
+    other flags and the admin's in extraArgs, the replica count and one GPU per tensor-parallel rank.
+    Not offered when one replica needs more GPUs than a node has. Raises ValueError as
+    ClusterFacts.planned_flags does."""
+    if facts.nodes_per_replica > 1:
+        return refused(TARGET, TITLE, FOLLOWS, (
+            f"One replica needs {facts.tensor_parallel_size} GPUs (tensor parallel {facts.tensor_parallel_size}) "
+            f"and a node has {facts.gpus_per_node}: the chart runs each replica as one pod, which no node can "
+            f"hold. Use the LeaderWorkerSet export, or the chart's raySpec (vLLM on a KubeRay cluster)."
+        ))  # fmt: skip
+    values = {"servingEngineSpec": {
+        "vllmApiKey": {"secretName": secret_name(facts), "secretKey": ENGINE_KEY},
+        "modelSpec": [_model_spec(facts)],
+    }}  # fmt: skip
+    return ClusterExport(TARGET, TITLE, FOLLOWS, f"{facts.name}-values.yaml", [values], _notes(facts))
+
+
+def _model_spec(facts: ClusterFacts) -> dict[str, Any]:
+    repository, tag = split_image(facts.image)
+    spec: dict[str, Any] = {
+        "name": facts.name,
+        "annotations": annotations(facts),
+        "repository": repository,
+        "tag": f"{tag}@{facts.image_digest}" if facts.image_digest else tag,
+        "modelURL": facts.model_repo_id or f"{VOLUME}/{facts.model_folder}",
+    }
+    if facts.model_repo_id:
+        spec["modelRevision"] = facts.model_revision
+    spec |= {"replicaCount": facts.replica_count, "requestCPU": REQUEST_CPU, "requestMemory": REQUEST_MEMORY,
+             "requestGPU": facts.tensor_parallel_size}  # fmt: skip
+    if size := facts.volume_size():
+        spec["pvcStorage"] = size
+    if facts.model_repo_id:
+        spec["hf_token"] = {"secretName": secret_name(facts), "secretKey": HF_TOKEN}
+    spec["vllmConfig"] = _vllm_config(facts)
+    return spec
+
+
+def _vllm_config(facts: ClusterFacts) -> dict[str, Any]:
+    """The plan's flags as the chart's fields; the flags it has no field for (the KV cache dtype), the
+    served model name and the admin's flags go to extraArgs, in that order."""
+    config: dict[str, Any] = {"enablePrefixCaching": True}
+    rest: list[str] = []
+    flags = facts.planned_flags(revision=False)  # the chart passes modelRevision as --revision itself
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):  # vLLM's planned flags all take a value
+        if flag in VLLM_CONFIG:
+            field, kind = VLLM_CONFIG[flag]
+            config[field] = kind(value)
+        else:
+            rest += [flag, value]
+    if not facts.user_sets("--dtype"):
+        config["dtype"] = facts.dtype
+    config["extraArgs"] = [*rest, "--served-model-name", facts.served_model_name, *facts.extra_args]
+    return config
+
+
+def _notes(facts: ClusterFacts) -> list[str]:
+    notes = [f"Install: helm repo add vllm {CHART_REPO}; helm install {facts.name} vllm/vllm-stack --version "
+             f"{CHART_VERSION} -f {facts.name}-values.yaml"]  # fmt: skip
+    notes += common_notes(facts)
+    if facts.model_path:
+        notes.append(
+            f"The model is a local folder ({facts.model_path}): copy it into the chart's volume "
+            f"(PVC <release>-{facts.name}-storage-claim, mounted at {VOLUME}) as {facts.model_folder}/."
+        )
+    if not facts.volume_size():
+        notes.append("The checkpoint's size is unknown here, so no pvcStorage is set; set one to keep the model.")
+    notes.append(
+        "enablePrefixCaching is true: the chart passes a prefix-caching switch either way, and on keeps what "
+        "vLLM does by default (V1, from 0.8) and what prefix-affinity routing relies on; an admin's "
+        "--no-enable-prefix-caching among extraArgs still wins, coming later."
+    )
+    if below(facts, CURRENT_VLLM):
+        notes.append(
+            f"This deployment runs vLLM {facts.engine_version}; the chart's template is written for current "
+            f"vLLM (vllm serve, --no-enable-prefix-caching, underscore spellings): use an image of vLLM "
+            f"{CURRENT_VLLM} or newer there."
+        )
+    return notes
