@@ -4,6 +4,7 @@ raise ConsoleError."""
 
 from django.db import IntegrityError, transaction
 
+from console.audit.recording import record
 from console.catalog.models import ModelSource
 from console.deployments import dispatch
 from console.deployments.engine_flags import check_extra_args
@@ -59,7 +60,7 @@ def create_deployment(
         raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
     try:
         with transaction.atomic():
-            return Deployment.objects.create(
+            dep = Deployment.objects.create(
                 name=name,
                 model=model,
                 engine=engine,
@@ -72,6 +73,11 @@ def create_deployment(
                 max_tokens_cap=max_tokens_cap,
                 state=DeploymentState.STOPPED,
             )
+            record(None, "deployment.create", dep, {
+                "model": model.name, "engine": engine, "served_model_name": served, "replica_count": replica_count,
+                "max_model_len": dep.max_model_len, "extra_args": dep.extra_args, "max_tokens_cap": max_tokens_cap,
+            })  # fmt: skip
+            return dep
     except IntegrityError:
         raise ConsoleError("A deployment with that name or served model name already exists.") from None
 
@@ -82,9 +88,11 @@ def launch(deployment: Deployment) -> None:
     Raises ConsoleError when it is already active.
     """
     with transaction.atomic():
+        before = deployment.state
         if not deployment.move(DeploymentState.PENDING, "Waiting for a worker."):
             then = "wait until it has stopped" if deployment.state == DeploymentState.STOPPING else "stop it first"
             raise ConsoleError(f"{deployment.name} is {deployment.state}; {then}, then launch it again.")
+        record(None, "deployment.launch", deployment, {"state": [before, DeploymentState.PENDING]})
         transaction.on_commit(lambda: dispatch.send(dispatch.LAUNCH, deployment.pk))
 
 
@@ -94,8 +102,10 @@ def stop(deployment: Deployment) -> None:
     Raises ConsoleError when it is not running.
     """
     with transaction.atomic():
+        before = deployment.state
         if deployment.state not in ACTIVE_STATES or not deployment.move(DeploymentState.STOPPING):
             raise ConsoleError(f"{deployment.name} is {deployment.state}; there is nothing to stop.")
+        record(None, "deployment.stop", deployment, {"state": [before, DeploymentState.STOPPING]})
         transaction.on_commit(bump_routing_version)
         transaction.on_commit(lambda: dispatch.send(dispatch.STOP, deployment.pk))
 
@@ -107,4 +117,5 @@ def delete_deployment(deployment: Deployment) -> None:
             pk=deployment.pk, state__in=[DeploymentState.STOPPED, DeploymentState.FAILED]
         ).delete()[0]:
             raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
+        record(None, "deployment.delete", deployment, {"name": deployment.name})
         transaction.on_commit(bump_routing_version)

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
+from console.audit.recording import changed, record
 from console.deployments import dispatch
 from console.deployments.engine_flags import check_extra_args
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
@@ -104,6 +105,8 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         if row.state == DeploymentState.STOPPING:
             raise ConsoleError(f"{row.name} is stopping; change it once it has stopped.")
         Deployment.objects.filter(pk=row.pk).update(**fields)
+        diff = changed(current_settings(row), {**settings, "max_model_len": preview.plan["max_model_len"]})
+        record(None, "deployment.change", row, {**diff, "recreate": preview.recreate})
         if preview.recreate:
             if not row.move(DeploymentState.STOPPING, "Recreating with the new settings: the old engine stops first."):
                 raise ConsoleError(f"{row.name} changed state meanwhile; try again.")

@@ -78,12 +78,14 @@ def converge(dep: Deployment) -> list[Replica]:
     return live
 
 
+ENGINE_KEY_PREFIX = "hek-"  # so a leaked engine key is found by its shape (tests/test_secrets_kept.py)
+
+
 def _new_replica(dep: Deployment, runtime: Runtime) -> Replica:
     host = settings.HEARTH_ENGINE_HOST
     port = CONTAINER_PORT if runtime.name == "docker" else _free_port(host)
-    replica = Replica.objects.create(
-        deployment=dep, runtime=runtime.name, host=host, port=port, engine_api_key=secrets.token_urlsafe(24)
-    )
+    key = ENGINE_KEY_PREFIX + secrets.token_urlsafe(24)
+    replica = Replica.objects.create(deployment=dep, runtime=runtime.name, host=host, port=port, engine_api_key=key)
     replica.runtime_name = f"hearth-{settings.HEARTH_INSTANCE[:6]}-replica-{replica.pk}"
     replica.save(update_fields=["runtime_name"])
     return replica

@@ -18,6 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from console.catalog.models import ModelSource
+from console.sealed import SealedCharField
 
 
 class DeploymentState(models.TextChoices):
@@ -114,7 +115,7 @@ class Replica(models.Model):
     handle = models.CharField(max_length=100, blank=True, help_text="pid or container id.")
     host = models.CharField(max_length=100)
     port = models.PositiveIntegerField()
-    engine_api_key = models.CharField(max_length=100, help_text="Per-launch secret; only the gateway uses it.")
+    engine_api_key = SealedCharField(max_length=255, help_text="Per-launch secret; only the gateway uses it. Sealed.")
     running = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
     oom_killed = models.BooleanField(default=False)
