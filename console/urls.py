@@ -14,4 +14,6 @@ urlpatterns = [
     path("", include("console.deployments.urls")),
     path("", include("console.observability.urls")),
     path("", include("console.preflight.urls")),
+    path("", include("console.audit.urls")),
+    path("", include("console.usage.urls")),
 ]
