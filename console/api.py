@@ -6,12 +6,14 @@ is console.access.policy's table. Errors a user can fix answer 400 ``{"detail": 
 one 403, and an unexpected one 500, all in that shape.
 """
 
+import json
 import logging
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
-from ninja.errors import ValidationError
+from ninja.errors import HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.security import django_auth
 
 from console.access.api import router as access
@@ -25,7 +27,39 @@ from console.usage.api import router as usage
 
 log = logging.getLogger(__name__)
 
-api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api")
+
+
+class BodyError(ValueError):
+    """A request body that is not a JSON object Hearth can store; the message says why."""
+
+
+class ObjectParser(Parser):
+    """JSON bodies must be objects, and no string in them may hold a NUL character (PostgreSQL's text
+    cannot, so one would otherwise fail deep in a query)."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, object]:
+        try:
+            data = json.loads(request.body)
+        except ValueError as exc:
+            raise BodyError(f"The body is not valid JSON: {exc}.") from None
+        if not isinstance(data, dict):
+            raise BodyError("The body must be a JSON object.")
+        if _has_nul(data):
+            raise BodyError("Text may not contain NUL characters.")
+        return data
+
+
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api", parser=ObjectParser())
 for router in (catalog, deployments, observability, access, preflight, usage, audit):
     api.add_router("", router)
 
@@ -40,6 +74,14 @@ def invalid_input(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     """Malformed input answers like any other fixable error: 400 with one readable sentence."""
     problems = [f"{'.'.join(str(p) for p in e.get('loc', [])[1:])}: {e.get('msg')}" for e in exc.errors]
     return api.create_response(request, {"detail": "; ".join(problems) or "Invalid input."}, status=400)
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    """ninja's HTTP errors; a body the parser refused says why rather than "Cannot parse request body"."""
+    cause = exc.__cause__
+    detail = str(cause) if isinstance(cause, BodyError) else str(exc)
+    return api.create_response(request, {"detail": detail}, status=exc.status_code)
 
 
 @api.exception_handler(PermissionDenied)

@@ -91,6 +91,10 @@ class KeyRow(Schema):
         return obj.owner.get_username() if obj.owner else None
 
     @staticmethod
+    def resolve_last_used_at(obj: ApiKey) -> datetime | None:
+        return getattr(obj, "last_request_at", None) or obj.last_used_at
+
+    @staticmethod
     def resolve_revoked(obj: ApiKey) -> bool:
         return obj.revoked_at is not None
 

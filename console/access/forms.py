@@ -7,6 +7,7 @@ from django import forms
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
 
+
 def usd_field(label: str, help_text: str) -> forms.DecimalField:
     """An optional USD amount, as budgets take it (to the cent, from BUDGET_MIN to BUDGET_MAX)."""
     return forms.DecimalField(required=False, min_value=BUDGET_MIN, max_value=BUDGET_MAX, decimal_places=2,

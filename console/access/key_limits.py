@@ -41,6 +41,8 @@ def checked(limits: dict[str, Any]) -> dict[str, Any]:
     for name in BUDGETS:
         if out.get(name) is not None:
             out[name] = budget(out[name], name)
+    if out.get("expires_at") is not None and out["expires_at"] <= timezone.now():
+        raise ConsoleError("expires_at must be in the future (or empty for never).")
     if "allowed_models" in out:
         models = out["allowed_models"] or []
         out["allowed_models"] = sorted({check_name(m, "Allowed model", SERVED_NAME) for m in models})

@@ -21,6 +21,7 @@ from console.errors import ConsoleError
 from console.fanout import bump_routing_version
 from console.names import INT_MAX
 
+MAX_PASSWORD = 128  # as the members form takes it; hashing has no reason to take megabytes
 MEMBER_LIMITS = ("allowed_models", *key_limits.INT_LIMITS, "max_key_days", "max_keys", *key_limits.BUDGETS)
 
 
@@ -31,6 +32,8 @@ def add_member(actor: Any, username: str, password: str, role: str) -> Any:
     username = username.strip()
     if not username or len(username) > 150 or not username.isprintable():
         raise ConsoleError("Give a username of 1–150 printable characters.")
+    if len(password) > MAX_PASSWORD:
+        raise ConsoleError(f"A password may have at most {MAX_PASSWORD} characters.")
     try:
         validate_password(password)
     except ValidationError as exc:

@@ -1,6 +1,7 @@
 """Enforces console.access.policy on every request Django routes: before the view runs, a request
 nobody signed in to goes to the sign-in page (401 ``{"detail": ...}`` under /api), and one whose role
-the table does not allow gets 403 (the page says so; /api answers ``{"detail": ...}``)."""
+the table does not allow gets 403 (the page says so; /api answers ``{"detail": ...}``), and an /api method
+the path does not serve 405 in that shape."""
 
 import logging
 from collections.abc import Callable
@@ -31,8 +32,13 @@ class RoleMiddleware:
         assert match is not None  # process_view runs only for a resolved URL
         method = request.method or "GET"
         operation = policy.api_operation(match, method)
-        if operation is not None and method not in policy.api_methods(operation.split(" ", 1)[1]) | {"HEAD"}:
-            return None  # the API answers 405 itself
+        if operation is not None:
+            served = policy.api_methods(operation.split(" ", 1)[1])
+            if method not in served | ({"HEAD"} if "GET" in served else set()):
+                resp = JsonResponse({"detail": f"{method} is not served here; use {', '.join(sorted(served))}."},
+                                    status=405)  # fmt: skip
+                resp["Allow"] = ", ".join(sorted(served))
+                return resp
         access = policy.allowed(match, method)
         if access == policy.PUBLIC:
             return None

@@ -8,7 +8,6 @@ from django.db import models
 from django.utils import timezone
 
 
-
 def usd(help_text: str) -> models.DecimalField:  # type: ignore[type-arg]
     """An optional amount of USD, to the cent, up to 9,999,999,999.99."""
     return models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True, help_text=help_text)

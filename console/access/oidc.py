@@ -72,9 +72,24 @@ def role_for(claims: dict[str, Any]) -> Role | None:
 
 
 class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
-    """mozilla-django-oidc's backend, matching by ``sub`` and mapping a claim to the role."""
+    """mozilla-django-oidc's backend, matching by ``sub`` and mapping a claim to the role. It reads the
+    provider's endpoints only when a callback brings a code (Django builds every backend for every
+    password sign-in too, and those must not wait on the provider)."""
 
     get_settings = staticmethod(oidc_setting)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.UserModel = get_user_model()
+
+    def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> Any:
+        if request is None or not enabled() or "code" not in request.GET:
+            return None
+        try:
+            super().__init__()  # the endpoints, from discovery
+        except (requests.RequestException, ValueError, KeyError) as exc:
+            log.warning("OIDC discovery at %s failed: %s", settings.HEARTH_OIDC_ISSUER, exc)
+            return None
+        return super().authenticate(request, **kwargs)
 
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         if not claims.get("sub"):

@@ -29,8 +29,10 @@ class Filters:
     def from_query(cls, query: QueryDict) -> "Filters":
         """Filters from a query string (``?actor=&action=&target=&since=YYYY-MM-DD&until=YYYY-MM-DD``).
 
-        Raises ConsoleError for a date that is not YYYY-MM-DD.
+        Raises ConsoleError for a date that is not YYYY-MM-DD or a NUL character.
         """
+        if any("\x00" in v for v in query.values()):
+            raise ConsoleError("Filters may not contain NUL characters.")
         return cls(query.get("actor", "").strip()[:150], query.get("action", "").strip()[:40],
                    query.get("target", "").strip()[:200], _day(query.get("since", "")),
                    _day(query.get("until", "")))  # fmt: skip

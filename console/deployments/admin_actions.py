@@ -9,12 +9,11 @@ from console.catalog.models import ModelSource
 from console.deployments import dispatch
 from console.deployments.engine_flags import check_extra_args
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
-from console.deployments.planning import plan_for
+from console.deployments.planning import MAX_REPLICAS, plan_for
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
 from console.names import INT_MAX, SERVED_NAME, check_name
 
-MAX_REPLICAS = 8
 
 
 def create_deployment(

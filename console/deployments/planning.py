@@ -24,6 +24,8 @@ from engines.sizing import plan_cpu
 
 MAX_KV_SPACE_GIB = 65_536
 MAX_NUM_SEQS = 65_536
+MAX_REPLICAS = 8
+KV_CACHE_DTYPES = ("auto", "fp8")  # as the deployment form offers them (engines.sizing.kv_value_bytes)
 
 
 def available_engines() -> list[EngineKind]:
@@ -73,6 +75,10 @@ def plan_for(
         )
     if not 0 < kv_space_gib <= MAX_KV_SPACE_GIB:  # vLLM (CPU)'s only, but never stored out of range
         raise ConsoleError(f"KV space must be above 0 and at most {MAX_KV_SPACE_GIB:,} GiB.")
+    if not 1 <= replica_count <= MAX_REPLICAS:
+        raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:  # the CPU plan ignores it, but it is stored and shown
+        raise ConsoleError(f"KV cache dtype must be one of: {', '.join(KV_CACHE_DTYPES)}.")
     if not 0 <= max_num_seqs <= MAX_NUM_SEQS:
         raise ConsoleError(f"max_num_seqs must be 0 (the planner's default) to {MAX_NUM_SEQS:,} sequences.")
     config = parse_config(model.config)

@@ -24,7 +24,7 @@ const provider = new Provider(`http://127.0.0.1:${port}`, {
     return {
       accountId: id,
       async claims() {
-        return { sub: `sub-${id}`, email: `${id}@example.test`, email_verified: true, preferred_username: id,
+        return { sub: id, email: `${id}@example.test`, email_verified: true, preferred_username: id,
                  groups: groups[id] ?? [] };
       },
     };
