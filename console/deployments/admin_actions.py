@@ -15,7 +15,6 @@ from console.fanout import bump_routing_version
 from console.names import INT_MAX, SERVED_NAME, check_name
 
 
-
 def create_deployment(
     *,
     name: str,
