@@ -45,7 +45,7 @@ class ObjectParser(Parser):
         if not isinstance(data, dict):
             raise BodyError("The body must be a JSON object.")
         if _has_nul(data):
-            raise BodyError("Text may not contain NUL characters.")
+            raise BodyError("Text must be printable: no NUL characters.")
         return data
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from django.contrib import messages
 from django.db import transaction
+from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -30,7 +31,8 @@ def _shown(request: HttpRequest) -> str:
 
 
 def _page(request: HttpRequest, template: str, context: Mapping[str, object]) -> HttpResponse:
-    shown = {"new_key": _shown(request), "no_price": NO_PRICE, "now": timezone.now()}
+    shown = {"new_key": _shown(request), "no_price": NO_PRICE, "now": timezone.now(),
+             "ceilings": keys.ceilings_for(request.user)}  # fmt: skip
     resp = render(request, template, {**context, **shown})
     add_never_cache_headers(resp)  # the new key must not stay in any cache
     return resp
@@ -47,7 +49,8 @@ def keys_page(request: HttpRequest) -> HttpResponse:
             form.add_error(None, str(exc))
         else:
             return redirect(f"{reverse('access:keys')}?shown={token}#key-{row.pk}")
-    rows = with_activity(keys.visible_keys(request.user)).order_by("revoked_at", "-created_at")
+    live_first = F("revoked_at").desc(nulls_first=True)
+    rows = with_activity(keys.visible_keys(request.user)).order_by(live_first, "-created_at")
     holder = role_of(request.user) != Role.VIEWER
     return _page(request, "access/keys.html", {"form": form if holder else None, "keys": rows})
 

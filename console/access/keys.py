@@ -62,7 +62,7 @@ def create_key(
             if len(live) >= member.max_keys:
                 raise ConsoleError(f"You hold {len(live)} live keys, the most allowed for you; revoke one first.")
         row = ApiKey.objects.create(name=name, prefix=prefix, key_hash=digest, owner=user, **fields)
-        record(user, "key.create", row, {"prefix": prefix, **fields})
+        record(user, "key.create", row, {"prefix": prefix, **{k: v for k, v in fields.items() if v not in (None, [])}})
         transaction.on_commit(bump_routing_version)
     return row, key
 

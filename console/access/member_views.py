@@ -4,7 +4,7 @@ add someone, and one member's role, state and limits."""
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
@@ -51,6 +51,7 @@ def member_page(request: HttpRequest, pk: int) -> HttpResponse:
         else:
             messages.success(request, f"Saved {user.get_username()}.")
             return redirect("access:member", user.pk)
-    keys = ApiKey.objects.filter(owner=user).order_by("revoked_at", "-created_at")
-    context = {"person": user, "role": role_of(user), "form": form, "keys": keys, "sso": member and member.oidc_subject}
+    keys = ApiKey.objects.filter(owner=user).order_by(F("revoked_at").desc(nulls_first=True), "-created_at")
+    context = {"person": user, "person_role": role_of(user), "form": form, "keys": keys,
+               "sso": member and member.oidc_subject}  # fmt: skip
     return render(request, "access/member.html", context)

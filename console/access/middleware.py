@@ -51,8 +51,16 @@ class RoleMiddleware:
         if access is None:
             log.error("%s %s is not in console.access.policy: refused", method, match.view_name or match.route)
         if access is None or role not in access:
-            return forbidden(request, operation is not None, f"Your role ({role}) may not do this.")
+            return forbidden(request, operation is not None, _why(access, method, role))
         return None
+
+
+def _why(access: policy.Access | None, method: str, role: object) -> str:
+    if not access:  # not listed, or NOBODY
+        return "This address only takes a form sent from its page." if method in policy.SAFE_METHODS else (
+            "This page takes no form.")
+    allowed = " and ".join(sorted(f"{r}s" for r in access))
+    return f"This is for {allowed}; you are a {role}."
 
 
 def forbidden(request: HttpRequest, api: bool, reason: str) -> HttpResponse:

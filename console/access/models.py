@@ -14,11 +14,13 @@ def usd(help_text: str) -> models.DecimalField:  # type: ignore[type-arg]
 
 
 class Role(models.TextChoices):
-    """What a person may do in the console and /api (console.access.policy holds the table)."""
+    """What a person may do in the console and /api (console.access.policy holds the table): an admin
+    everything; a member sees deployments and panels and manages their own API keys within their limits;
+    a viewer only looks."""
 
-    ADMIN = "admin", "admin: everything"
-    MEMBER = "member", "member: sees deployments and panels, manages their own API keys within their limits"
-    VIEWER = "viewer", "viewer: read-only"
+    ADMIN = "admin"
+    MEMBER = "member"
+    VIEWER = "viewer"
 
 
 class ApiKey(models.Model):

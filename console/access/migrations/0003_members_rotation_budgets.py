@@ -60,7 +60,7 @@ class Migration(migrations.Migration):
             name='Member',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('admin', 'admin: everything'), ('member', 'member: sees deployments and panels, manages their own API keys within their limits'), ('viewer', 'viewer: read-only')], default='member', max_length=10)),
+                ('role', models.CharField(choices=[('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], default='member', max_length=10)),
                 ('allowed_models', models.JSONField(blank=True, default=list, help_text='Served model names; empty: all.')),
                 ('max_tokens_cap', models.PositiveIntegerField(blank=True, help_text='Tokens per request, per key.', null=True)),
                 ('requests_per_minute', models.PositiveIntegerField(blank=True, help_text='Per key.', null=True)),
