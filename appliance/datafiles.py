@@ -3,6 +3,7 @@ pids, the generated secret key, beat's schedule) is 0700, and every file a Heart
 0600 (a umask of 077), so password hashes, sessions and engine keys are not world-readable."""
 
 import os
+import stat
 from pathlib import Path
 
 PRIVATE_DIR = 0o700
@@ -10,16 +11,15 @@ PRIVATE_UMASK = 0o077  # new files 0600, new folders 0700
 
 
 def keep_private(folder: Path) -> Path:
-    """Set this process's umask to 077, make ``folder`` (and missing parents) 0700, tighten the files
-    already in it to 0600 and its subfolders to 0700, and return it. Raises OSError when it cannot."""
+    """Set this process's umask to 077, make ``folder`` (and missing parents) 0700, tighten what this
+    user owns in it (files to at most 0600, e.g. an older install's 0644 database; folders to 0700), and
+    return it. What another user owns is left to them. Raises OSError when ``folder`` cannot be made."""
     os.umask(PRIVATE_UMASK)
     folder.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
-    folder.chmod(PRIVATE_DIR)
+    mine = os.getuid()
     for root, dirs, files in os.walk(folder):
-        for name in dirs:
-            (Path(root) / name).chmod(PRIVATE_DIR)
-        for name in files:
-            path = Path(root) / name
-            if not path.is_symlink():
-                path.chmod(path.stat().st_mode & 0o700)
+        for path in [Path(root), *(Path(root) / name for name in files)]:
+            info = path.lstat()
+            if info.st_uid == mine and not path.is_symlink():
+                path.chmod(PRIVATE_DIR if path.is_dir() else stat.S_IMODE(info.st_mode) & 0o700)
     return folder
