@@ -17,7 +17,7 @@ def keep_private(folder: Path) -> Path:
     os.umask(PRIVATE_UMASK)
     folder.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
     mine = os.getuid()
-    for root, dirs, files in os.walk(folder):
+    for root, _dirs, files in os.walk(folder):
         for path in [Path(root), *(Path(root) / name for name in files)]:
             info = path.lstat()
             if info.st_uid == mine and not path.is_symlink():
