@@ -56,6 +56,8 @@ class Route:
     created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
     speaks_anthropic: bool = True  # else the gateway translates /v1/messages to the chat API
     max_tokens_cap: int | None = None  # the deployment's own cap on generated tokens per request
+    speaks_responses: bool = True  # else the gateway translates /v1/responses to the chat API
+    fit_max_tokens: bool = False  # lower an output limit over the context left to what it leaves (context_fit)
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,17 @@ def load_snapshot() -> Snapshot:
             snap.routes[dep.served_model_name] = Route(
                 dep.served_model_name, upstreams, dep.max_model_len, created,
                 speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
+                speaks_responses=_speaks_responses(dep.engine, dep.extra_args),
+                fit_max_tokens=bool(getattr(dep, "fit_max_tokens", False)),
             )  # fmt: skip
     return snap
+
+
+def _speaks_responses(engine: str, extra_args: list[str]) -> bool:
+    # Imported here while the lead moves console/ (this module's imports are theirs until then): move to the top.
+    from engines.launch import speaks_responses
+
+    return speaks_responses(engine, extra_args)
 
 
 class Registry:
