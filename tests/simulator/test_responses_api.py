@@ -129,7 +129,8 @@ def test_agent_mode_runs_a_copy_task_with_codexs_shell_tool(sim: Sim) -> None:
              {"type": "function_call_output", "call_id": read.call_id, "output": "Output:\nsay <<it's 7>> now"}]
     second = client.responses.create(model=MODEL, input=task, tools=[EXEC])
     write = second.output[0]
-    assert write.type == "function_call" and json.loads(write.arguments) == {"cmd": "printf '%s' 'it'\"'\"'s 7' > b.txt"}
+    assert write.type == "function_call"
+    assert json.loads(write.arguments) == {"cmd": "printf '%s' 'it'\"'\"'s 7' > b.txt"}
     task += [{"type": "function_call", "call_id": write.call_id, "name": write.name, "arguments": write.arguments},
              {"type": "function_call_output", "call_id": write.call_id, "output": ""}]
     last = client.responses.create(model=MODEL, input=task, tools=[EXEC])
