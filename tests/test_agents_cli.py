@@ -72,7 +72,9 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def run(argv: list[str], work: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        argv, cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL
+    )
     return f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
 
 
