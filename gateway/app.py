@@ -181,7 +181,7 @@ class Gateway:
             raise replace(exc, recorded=True) from None
         finally:
             outcome.duration_seconds = time.monotonic() - exchange.started
-            if not outcome.usage and exchange.events_out:
+            if exchange.events_out and (outcome.client_cancelled or outcome.truncated or not outcome.usage):
                 outcome.usage = await self._usage_so_far(exchange)
             outcome.counts = exchange.tally.result(outcome.finish_reason)
             if slot:
@@ -212,15 +212,22 @@ class Gateway:
         return {name: fitted}
 
     async def _usage_so_far(self, exchange: Exchange) -> dict[str, Any]:
-        """The usage of a stream that went out in part without the engine's own count (the client left, or
-        the engine cut it): the generated events sent (each at least one token) and the prompt as the engine
-        counts it, so a cancelled request is billed and counted against the key's quotas."""
-        exchange.outcome.usage_estimated = True
-        usage: dict[str, Any] = {"completion_tokens": exchange.token_chunks}
-        tokenize = tokenize_request(exchange.outcome.endpoint, exchange.request)
+        """The usage of a stream that went out in part, or without the engine's own count (the client left,
+        or the engine cut it): what the engine reported so far, its output raised to the generated events
+        sent (each at least one token), and a missing prompt count asked of the engine's /tokenize, so a
+        cancelled request is billed and counted against the key's quotas."""
+        outcome = exchange.outcome
+        usage = dict(outcome.usage)
+        prompt, completion, _ = outcome.tokens()
+        if prompt is not None and completion is not None and completion >= exchange.token_chunks:
+            return usage  # the engine's own count covers what was sent
+        outcome.usage_estimated = True
+        output = "output_tokens" if "input_tokens" in usage and "prompt_tokens" not in usage else "completion_tokens"
+        usage[output] = max(completion or 0, exchange.token_chunks)  # Anthropic's and Responses' name, or chat's
+        tokenize = tokenize_request(outcome.endpoint, exchange.request) if prompt is None else None
         if tokenize and exchange.route.upstreams:
-            prompt = await context_fit.count_prompt(self.engines, exchange.route.upstreams[0], tokenize)
-            usage |= {"prompt_tokens": prompt} if prompt is not None else {}
+            counted = await context_fit.count_prompt(self.engines, exchange.route.upstreams[0], tokenize)
+            usage |= {"prompt_tokens": counted} if counted is not None else {}
         return usage
 
 
