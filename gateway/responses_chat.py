@@ -12,7 +12,8 @@ vllm/tool_parsers/utils.py), which this translation mirrors:
   (``input_image`` as an ``image_url`` part); ``function_call`` items become the assistant's ``tool_calls``
   (merged into the assistant message before them, as vLLM merges them), ``function_call_output`` items
   ``role: tool`` messages; ``custom_tool_call`` items a call of the custom tool's shim with arguments
-  ``{"input": ...}``; ``reasoning`` items and built-in tool calls are left out.
+  ``{"input": ...}``; ``reasoning`` items and built-in tool calls are left out, and an item of another type
+  is refused as vLLM refuses it ("Unsupported input item type").
 - Tools: ``function`` tools as chat functions; ``custom`` tools as a function taking one string ``input``;
   the functions of a ``namespace`` tool flattened to ``<namespace>__<name>``; built-in tools (web search,
   file search, ...) left out, since the engine cannot run them.
@@ -40,6 +41,11 @@ CUSTOM_PARAMETERS: Json = {
     "additionalProperties": False,
 }
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+# Items a chat engine has no use for: reasoning, and the calls of built-in tools it cannot run.
+SKIPPED_ITEMS = frozenset({"reasoning", "item_reference", "web_search_call", "file_search_call", "computer_call",
+                           "computer_call_output", "local_shell_call", "local_shell_call_output",
+                           "image_generation_call", "code_interpreter_call", "mcp_call", "mcp_list_tools",
+                           "mcp_approval_request", "mcp_approval_response"})  # fmt: skip
 SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "user")
 
 
@@ -124,6 +130,8 @@ def _item(item: Any, messages: list[Json], system: list[str]) -> None:
     elif kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         messages.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""), "content": _text(output)})
+    elif kind not in SKIPPED_ITEMS:
+        raise TranslationError(f"Unsupported input item type: {kind}")  # vLLM's own words for it
 
 
 def _tools(tools: Any, choice: Any) -> Json:
