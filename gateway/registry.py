@@ -27,7 +27,7 @@ from console.access.key_format import key_prefix, matches
 from console.access.models import ApiKey
 from console.deployments.models import Deployment, DeploymentState
 from console.fanout import ROUTING_VERSION_KEY
-from engines.launch import speaks_anthropic
+from engines.launch import speaks_anthropic, speaks_responses
 from gateway.quotas import Quota
 
 log = logging.getLogger(__name__)
@@ -100,17 +100,9 @@ def load_snapshot() -> Snapshot:
             snap.routes[dep.served_model_name] = Route(
                 dep.served_model_name, upstreams, dep.max_model_len, created,
                 speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
-                speaks_responses=_speaks_responses(dep.engine, dep.extra_args),
-                fit_max_tokens=bool(getattr(dep, "fit_max_tokens", False)),
+                speaks_responses=speaks_responses(dep.engine, dep.extra_args),
             )  # fmt: skip
     return snap
-
-
-def _speaks_responses(engine: str, extra_args: list[str]) -> bool:
-    # Imported here while the lead moves console/ (this module's imports are theirs until then): move to the top.
-    from engines.launch import speaks_responses
-
-    return speaks_responses(engine, extra_args)
 
 
 class Registry:

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.models import RequestLog
+from console.observability.models import RequestLog
 from tests.conftest import Proc, login
 from tests.simworld import Served, deploy, wait_for_logs, wait_state
 
