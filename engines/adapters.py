@@ -385,7 +385,8 @@ def sglang_args(
     gpu_memory_utilization, 0–1), ``--context-length``, ``--max-running-requests``, the KV dtype as
     fp8_e4m3 / fp8_e5m2, and ``--enable-metrics`` (its /metrics is off without it; left out, not
     refused, where the version lacks it), and the model's parsers when given (parser_flags). The API key
-    goes as ``--api-key``, the only way SGLang takes one. Raises ValueError as vllm_args does (Hearth owns the model path, name, host, port and key).
+    goes as ``--api-key``, the only way SGLang takes one. Raises ValueError as vllm_args does (Hearth
+    owns the model path, name, host, port and key).
     """
     _identity(model, served_model_name, port)
     names = user_flag_names(user_args, SGLANG_ALIASES)
