@@ -201,7 +201,7 @@ def test_added_is_exactly_what_hearth_put_between_its_own_flags_and_the_users() 
 def test_the_planned_flags_alone_are_what_vllm_args_adds_and_need_no_key() -> None:
     user = ["-tp", "4", "--trust-remote-code"]
     planned = vllm_planned_flags(version="0.11.2", revision="abc123", plan=PLAN, user_args=user)
-    assert planned == vllm(user=user, revision="abc123").added == ["--revision", "abc123", *PLAN_VLLM[2:]]
+    assert planned == vllm(user=user, revision="abc123").added == ["--revision", "abc123", *PLAN_VLLM[2:], DETAILS]
     with pytest.raises(ValueError, match="Hearth sets these itself"):
         vllm_planned_flags(version="0.11.2", revision=None, plan=PLAN, user_args=["--port", "9000"])
 
