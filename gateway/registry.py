@@ -100,7 +100,7 @@ def load_snapshot() -> Snapshot:
             snap.routes[dep.served_model_name] = Route(
                 dep.served_model_name, upstreams, dep.max_model_len, created,
                 speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
-                speaks_responses=speaks_responses(dep.engine, dep.extra_args),
+                speaks_responses=speaks_responses(dep.engine, dep.extra_args), fit_max_tokens=dep.fit_max_tokens,
             )  # fmt: skip
     return snap
 

@@ -27,6 +27,9 @@ class PlanIn(Schema):
     tensor_parallel_size: int = 0
     replica_count: int = 1
     max_num_seqs: int = 0
+    tool_call_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
+    reasoning_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
+    fit_max_tokens: bool = False
 
     def options(self) -> dict[str, Any]:
         return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "max_tokens_cap"})
@@ -76,6 +79,9 @@ class DeploymentOut(Schema):
     plan: dict[str, object]
     extra_args: list[str]
     engine_env: dict[str, str]
+    fit_max_tokens: bool
+    tool_call_parser: str
+    reasoning_parser: str
     engine_version: str
     engine_image: str
     gpu_model: str
@@ -160,6 +166,9 @@ class ChangeIn(Schema):
     tensor_parallel_size: int | None = None
     max_num_seqs: int | None = None
     extra_args: list[str] | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    fit_max_tokens: bool | None = None
     confirm: bool = False
 
 

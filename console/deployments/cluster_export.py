@@ -9,6 +9,7 @@ image, and says so. Other engines are refused with the reason.
 from django.conf import settings
 
 from appliance.hardware import InventoryError, current_inventory
+from console.deployments.agent_support import launch_parsers
 from console.deployments.lifecycle import image_ref
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
@@ -30,6 +31,7 @@ def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
     else:
         image, digest, version = image_ref(dep), registry_digest(dep.engine_image), dep.engine_version
     image_ver = image_version(image).lstrip("v")
+    tool_call_parser, reasoning_parser = launch_parsers(dep)
     try:
         return ClusterFacts.from_plan(
             dep.plan,
@@ -46,6 +48,8 @@ def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
             replica_count=dep.replica_count,
             gpu_model=dep.gpu_model or str(dep.plan.get("inventory", "")),
             weights_bytes=dep.model.weights_bytes,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
         )
     except ValueError as exc:
         raise ConsoleError(f"{dep.name} cannot be exported for a cluster: {exc}") from None
