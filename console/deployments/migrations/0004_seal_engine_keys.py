@@ -27,7 +27,7 @@ def unseal_keys(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('deployments', '0002_rename_tables'),
+        ('deployments', '0003_agent_support'),
     ]
 
     operations = [
