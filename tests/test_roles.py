@@ -56,6 +56,8 @@ PAGES = {
     "deployments:change": ("A", "A"),
     "deployments:remedy": ("", "A"),
     "deployments:delete": ("", "A"),
+    "deployments:export": ("AMV", ""),
+    "deployments:export-file": ("AMV", ""),
     "observability:panel": ("AMV", ""),
     "preflight:page": ("AMV", ""),
     "preflight:checks": ("AMV", ""),
@@ -79,6 +81,8 @@ API = {
     "POST /api/deployments/{pk}/change": "A",
     "POST /api/deployments/{pk}/remedy": "A",
     "GET /api/deployments/{pk}/metrics": "AMV",
+    "GET /api/deployments/{pk}/export": "AMV",
+    "GET /api/deployments/{pk}/export/{target}": "AMV",
     "GET /api/doctor": "AMV",
     "GET /api/keys": "AMV",
     "POST /api/keys": "AM",
@@ -149,7 +153,8 @@ def url_for(route: str, world: dict[str, Any]) -> str:
         return "/" + route.lstrip("/")
     pk = (world["key"].pk if "keys" in route else world["people"]["member"].pk if "members" in route
           else world["model"].pk if "models" in route else world["deployment"].pk)  # fmt: skip
-    return "/" + route.replace("<int:pk>", str(pk)).replace("{pk}", str(pk)).lstrip("/")
+    path = route.replace("<int:pk>", str(pk)).replace("{pk}", str(pk))
+    return "/" + path.replace("<str:target>", "helm").replace("{target}", "helm").lstrip("/")
 
 
 def outcome(client: Client, method: str, path: str, api_call: bool) -> str:

@@ -53,6 +53,8 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "deployments:change": (ADMINS, ADMINS),
     "deployments:remedy": (NOBODY, ADMINS),
     "deployments:delete": (NOBODY, ADMINS),
+    "deployments:export": (ALL, NOBODY),  # cluster exports hold no key
+    "deployments:export-file": (ALL, NOBODY),
     "observability:panel": (ALL, NOBODY),
     "preflight:page": (ALL, NOBODY),
     "preflight:checks": (ALL, NOBODY),
@@ -78,6 +80,8 @@ API: dict[str, Access] = {
     "POST /api/deployments/{pk}/change": ADMINS,
     "POST /api/deployments/{pk}/remedy": ADMINS,
     "GET /api/deployments/{pk}/metrics": ALL,
+    "GET /api/deployments/{pk}/export": ALL,
+    "GET /api/deployments/{pk}/export/{target}": ALL,
     "GET /api/doctor": ALL,
     "GET /api/keys": ALL,  # viewers see every key, members their own
     "POST /api/keys": KEY_HOLDERS,
