@@ -4,6 +4,7 @@ and a rotation's grace period."""
 from typing import Any
 
 from django import forms
+from django.contrib.auth.password_validation import validate_password
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
 
@@ -72,4 +73,9 @@ class RotateForm(forms.Form):
 
 class SetupForm(forms.Form):
     username = forms.CharField(max_length=150)
-    password = forms.CharField(widget=forms.PasswordInput, min_length=8)
+    password = forms.CharField(widget=forms.PasswordInput, min_length=8, max_length=128)
+
+    def clean_password(self) -> str:
+        password: str = self.cleaned_data["password"]
+        validate_password(password)  # raises ValidationError with Django's validators' words
+        return password

@@ -72,7 +72,7 @@ def set_role(actor: Any, user: Any, role: str, why: str = "") -> None:
 
 
 def _keep_an_admin(leaving: Any) -> None:
-    others = type(leaving).objects.select_for_update().filter(is_active=True).exclude(pk=leaving.pk)
+    others = type(leaving).objects.select_for_update(of=("self",)).filter(is_active=True).exclude(pk=leaving.pk)
     if not any(role_of(u) == Role.ADMIN for u in others.select_related("member")):
         raise ConsoleError(f"{leaving.get_username()} is the only active admin; make someone else admin first.")
 
