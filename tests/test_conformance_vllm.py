@@ -4,7 +4,6 @@ One deployment serves the whole module. What a 135M model cannot do (tool calls)
 simulator can inject are covered against the simulator in tests/test_gateway_simulator.py.
 """
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,8 +15,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.deployments.models import Replica
-from engines.parsers import choose_parsers
-from engines.vllm import parser_flags
 from tests.conftest import Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, wait_for
 
@@ -44,26 +41,17 @@ class Engine:
         return -1.0
 
 
-def chosen_parser_flags() -> list[str]:
-    """The flags of the parsers engines.parsers chooses for the model folder (its config and chat template),
-    as the plan gives them to the engine."""
-    config = json.loads((MODEL_DIR / "config.json").read_text())
-    template = (MODEL_DIR / "chat_template.jinja").read_text() if (MODEL_DIR / "chat_template.jinja").exists() else ""
-    choice = choose_parsers("vllm-cpu", config, template)
-    assert choice.tool_call_parser, choice.reasons
-    return [a for flag, value in parser_flags(choice.tool_call_parser, choice.reasoning_parser)
-            for a in (flag, value) if a is not None]  # fmt: skip
-
-
 @pytest.fixture
 def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
     client = login(web)
     client.post("/api/models", json={"name": "smollm2", "path": str(MODEL_DIR)})
-    dep_id = client.post(
+    dep = client.post(
         "/api/deployments",
-        json={"name": "smol", "model": "smollm2", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1,
-              "extra_args": chosen_parser_flags()},
-    ).json()["id"]
+        json={"name": "smol", "model": "smollm2", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+    ).json()
+    dep_id = dep["id"]
+    # the plan chose the parsers from the folder's config and chat template; the launch passes them
+    assert dep["plan"]["parsers"]["tool_call_parser"], dep["plan"]["parsers"]["reasons"]
     client.post(f"/api/deployments/{dep_id}/launch")
     assert wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)["state"] == "ready"
     yield Engine(web, client.post("/api/keys", json={"name": "conformance"}).json()["key"], dep_id)
