@@ -93,7 +93,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 LOGIN_URL = "access:login"
-LOGIN_REDIRECT_URL = "deployments:list"
+LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "access:login"
 
 STATIC_URL = "static/"
