@@ -9,16 +9,20 @@ cancels the upstream request at once.
 """
 
 import asyncio
+import functools
 import gc
+import hmac
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from console.observability.export import engine_registry
 from gateway import errors, quotas
 from gateway.accounting import Outcome, count_refusal, flush, record
 from gateway.errors import GatewayError, Surface
@@ -145,10 +149,25 @@ class Gateway:
 
 
 async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The appliance's own Prometheus metrics (gateway side), for an external Prometheus or Grafana."""
+    """The appliance's own Prometheus metrics, for an external Prometheus or Grafana: the gateway's, and the
+    engines' canonical series (console.observability.export, read from the database in a thread). When
+    HEARTH_METRICS_TOKEN is set, a request without ``Authorization: Bearer <token>`` gets 401."""
+    token = settings.HEARTH_METRICS_TOKEN
+    if token:
+        sent = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            headers = [(b"www-authenticate", b'Bearer realm="hearth-metrics"')]
+            await _send_json(send, 401, b'{"error": "/metrics needs the bearer token HEARTH_METRICS_TOKEN"}', headers)
+            return
+    engines = await sync_to_async(generate_latest)(_engine_registry())
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": generate_latest()})
+    await send({"type": "http.response.body", "body": generate_latest() + engines})
+
+
+@functools.cache
+def _engine_registry() -> CollectorRegistry:
+    return engine_registry()
 
 
 async def _until_client_leaves(work: Awaitable[None], receive: Receive, exchange: Exchange) -> None:

@@ -116,6 +116,8 @@ def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
         if dep.state == DeploymentState.READY:
             panel.requests = stats.get(dep.pk, RequestStats())
             _fill(panel, now, rows)
+        else:
+            panel.reasons = dict.fromkeys((*GAUGES, *COUNTERS_SHOWN), f"the deployment is {dep.state}")
         out.append(panel)
     return out
 

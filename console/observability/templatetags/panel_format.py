@@ -1,7 +1,7 @@
 """Filters that put units on the panels' numbers, the same way everywhere: seconds as ms below 1 s, "> X s"
 past a histogram's last bucket, ratios as %, bytes in GiB (as vLLM reports), money in USD."""
 
-from decimal import Decimal
+from typing import Any
 
 from django import template
 
@@ -11,10 +11,15 @@ register = template.Library()
 GIB = 1024**3
 
 
+def _missing(value: object) -> bool:
+    """None, or "" (what a template gives for a key that is absent: no data)."""
+    return value is None or value == ""
+
+
 @register.filter
-def seconds(value: Quantile | float | None) -> str:
+def seconds(value: Any) -> str:
     """0.084 → "84 ms", 1.234 → "1.23 s", a Quantile beyond the last bucket → "> 20 s"; None → "no data"."""
-    if value is None:
+    if _missing(value):
         return "no data"
     beyond = isinstance(value, Quantile) and value.beyond
     s = value.seconds if isinstance(value, Quantile) else float(value)
@@ -23,20 +28,20 @@ def seconds(value: Quantile | float | None) -> str:
 
 
 @register.filter
-def pct(value: float | None, digits: int = 0) -> str:
+def pct(value: Any, digits: int = 0) -> str:
     """A 0–1 ratio as a percentage; None → "no data"."""
-    return "no data" if value is None else f"{value * 100:.{digits}f} %"
+    return "no data" if _missing(value) else f"{value * 100:.{digits}f} %"
 
 
 @register.filter
-def gib(value: float | None) -> str:
-    return "no data" if value is None else f"{value / GIB:,.1f} GiB"
+def gib(value: Any) -> str:
+    return "no data" if _missing(value) else f"{value / GIB:,.1f} GiB"
 
 
 @register.filter
-def usd(value: Decimal | float | None, digits: int = 2) -> str:
+def usd(value: Any, digits: int = 2) -> str:
     """USD with ``digits`` decimals (more for small amounts, so a price per token never reads $0.00)."""
-    if value is None:
+    if _missing(value):
         return "no price"
     v = float(value)
     if 0 < abs(v) < 0.01:
@@ -45,22 +50,22 @@ def usd(value: Decimal | float | None, digits: int = 2) -> str:
 
 
 @register.filter
-def rate(value: float | None) -> str:
+def rate(value: Any) -> str:
     """Tokens or requests per second, 1 decimal below 100."""
-    if value is None:
+    if _missing(value):
         return "no data"
     return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
 
 
 @register.filter
-def count(value: float | None) -> str:
-    return "no data" if value is None else f"{value:,.0f}"
+def count(value: Any) -> str:
+    return "no data" if _missing(value) else f"{value:,.0f}"
 
 
 @register.filter
-def age(value: float | None) -> str:
+def age(value: Any) -> str:
     """Seconds since something, in words: "2 s ago", "3 min ago"; None → "never"."""
-    if value is None:
+    if _missing(value):
         return "never"
     if value < 120:
         return f"{value:.0f} s ago"
