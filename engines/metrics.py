@@ -207,20 +207,20 @@ def sample_names(text: str) -> set[str]:
 
 
 def choose_flavor(engine: str, version: str, present: set[str], rows: Sequence[MappingRow]) -> str:
-    """The mapping flavor for a scrape: among the flavors of the engine's family (ENGINE_FAMILIES; an unknown
-    engine may use any), those whose version range holds ``version`` when it is readable, and of those the one
-    whose names are most present in the scrape; when none of them matches any name (a version misread, or an
-    engine relabelled), the flavor of any family matching the most names. "" when nothing matches at all."""
+    """The mapping flavor for a scrape: of the flavors of the engine's family (ENGINE_FAMILIES; an unknown engine
+    may use any), the one whose names are most present in the scrape, the engine version Hearth read back
+    breaking ties (vLLM 0.10 exposes both spellings); when none of them matches any name (an engine relabelled),
+    the flavor of any family matching the most names. "" when nothing matches at all."""
     families = ENGINE_FAMILIES.get(engine)
-    candidates = [r for r in rows if families is None or r.engine in families]
     parsed = version_tuple(version) if engine != "simulator" else None  # the simulator imitates every flavor
-    by_version = [r for r in candidates if parsed is None or _in_range(parsed, r)]
-    for pool in (by_version, candidates, list(rows)):
-        score: dict[str, int] = {}
+    for pool in ([r for r in rows if families is None or r.engine in families], list(rows)):
+        score: dict[str, list[int]] = {}
         for row in pool:
-            score[row.flavor] = score.get(row.flavor, 0) + (row.metric in present)
-        best = max(score.items(), key=lambda kv: kv[1], default=("", 0))
-        if best[1] > 0:
+            entry = score.setdefault(row.flavor, [0, 0])
+            entry[0] += row.metric in present
+            entry[1] = int(parsed is not None and _in_range(parsed, row))
+        best = max(score.items(), key=lambda kv: (kv[1][0], kv[1][1]), default=("", [0, 0]))
+        if best[1][0] > 0:
             return best[0]
     return ""
 
