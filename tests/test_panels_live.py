@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.conf import settings
 from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 

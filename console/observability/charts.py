@@ -98,7 +98,10 @@ def series(dep: Deployment, name: str, now: float, since: float | None = None) -
             engine.setdefault(slot(p.at), {}).setdefault(id(replica_points), []).append(p)
     gateway: dict[int, list[dict]] = {}  # type: ignore[type-arg]
     for at, values in gateway_rows(dep.pk, start, now, rng.resolution):
-        gateway.setdefault(slot(at), []).append(values)
+        s = slot(at)
+        if s not in engine:  # written in the same scrape as the engines' samples: the slot beside them
+            s = next((n for n in (s - 1, s + 1) if n in engine and n not in gateway), s)
+        gateway.setdefault(s, []).append(values)
     return _assemble(dep, engine, gateway, step, since)
 
 

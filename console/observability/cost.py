@@ -107,27 +107,40 @@ def _longer_rate(dep: Deployment) -> float | None:
     return None
 
 
-def idle_hours(dep: Deployment, now: datetime) -> tuple[float, float]:
-    """(hours up, hours up with no token generated) over the last 24 h, from the 5-minute rollups."""
-    rows = MetricSample.objects.filter(
-        deployment=dep, replica__isnull=False, resolution=Resolution.FIVE_MINUTES, at__gte=now - timedelta(hours=24)
-    ).values_list("at", "values")
-    periods: dict[datetime, float] = {}
-    for at, values in rows:
+def _periods(dep: Deployment, start: datetime, end: datetime) -> dict[float, float]:
+    """5-minute period start (Unix s) → tokens the engines counted in it, for every period in [start, end) with a
+    sample: the rollups, and the raw samples of the periods not rolled up yet."""
+    engines = MetricSample.objects.filter(deployment=dep, replica__isnull=False, at__gte=start, at__lt=end)
+    periods: dict[float, float] = {}
+    last = None
+    for at, values in engines.filter(resolution=Resolution.FIVE_MINUTES).values_list("at", "values"):
         d = values.get("d", {})
-        periods[at] = periods.get(at, 0.0) + d.get("generation_tokens_total", 0) + d.get("prompt_tokens_total", 0)
+        key = at.timestamp()
+        periods[key] = periods.get(key, 0.0) + d.get("generation_tokens_total", 0) + d.get("prompt_tokens_total", 0)
+        last = key if last is None else max(last, key)
+    recent = engines.filter(resolution=Resolution.SCRAPE)
+    if last is not None:
+        recent = recent.filter(at__gte=datetime.fromtimestamp(last + 300, UTC))
+    raw: dict[float, list[float]] = {}
+    for at, values in recent.values_list("at", "values"):
+        v = values.get("v", {})
+        raw.setdefault(at.timestamp() // 300 * 300, []).append(v.get("generation_tokens_total", 0.0))
+    for key, counts in raw.items():
+        periods[key] = periods.get(key, 0.0) + (max(counts) - min(counts))
+    return periods
+
+
+def idle_hours(dep: Deployment, now: datetime) -> tuple[float, float]:
+    """(hours up, hours up with no token counted) over the last 24 h, in whole 5-minute periods."""
+    periods = _periods(dep, now - timedelta(hours=24), now + timedelta(seconds=1))
     period_hours = 300 / 3600
     return len(periods) * period_hours, sum(1 for t in periods.values() if not t) * period_hours
 
 
 def hours_up(dep: Deployment, day: date) -> float:
-    """Hours of ``day`` (UTC) the deployment was up, from its 5-minute rollups."""
+    """Hours of ``day`` (UTC) the deployment was up, in whole 5-minute periods with samples."""
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    rows = MetricSample.objects.filter(
-        deployment=dep, replica__isnull=False, resolution=Resolution.FIVE_MINUTES,
-        at__gte=start, at__lt=start + timedelta(days=1),
-    ).values_list("at", flat=True).distinct()  # fmt: skip
-    return len(set(rows)) * 300 / 3600
+    return len(_periods(dep, start, start + timedelta(days=1))) * 300 / 3600
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,12 @@ def gib(value: Any) -> str:
 
 
 @register.filter
+def gib_number(value: Any) -> str:
+    """Bytes as a GiB number without the unit (for "used / total GiB")."""
+    return "no data" if _missing(value) else f"{value / GIB:,.1f}"
+
+
+@register.filter
 def usd(value: Any, digits: int = 2) -> str:
     """USD with ``digits`` decimals (more for small amounts, so a price per token never reads $0.00)."""
     if _missing(value):
