@@ -38,7 +38,8 @@ def deployment(name: str = "llama", replicas: int = 1, gpus: int = 1) -> Deploym
     ensure_model()
     plan = {"gpu_indices": list(range(gpus * replicas)), "inventory": H100_BOX, "max_num_seqs": 64,
             "kv_capacity_tokens": 65_536, "reasons": []}  # fmt: skip
-    dep = Deployment.objects.create(name=name, model=ModelSource.objects.get(name="llama-8b"), engine="simulator", served_model_name=name,
+    model = ModelSource.objects.get(name="llama-8b")
+    dep = Deployment.objects.create(name=name, model=model, engine="simulator", served_model_name=name,
                                     max_model_len=8192, kv_space_gib=1, plan=plan, state="ready",
                                     replica_count=replicas)  # fmt: skip
     for n in range(replicas):
