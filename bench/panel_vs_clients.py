@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import ROOT, free_port, start, stop  # noqa: E402
+from procs import ROOT, free_port, start, stop
 
 CACHE = Path(os.environ.get("HEARTH_CACHE_DIR", Path.home() / ".cache" / "hearth"))
 TOKENIZER = CACHE / "models" / "SmolLM2-135M-Instruct"
@@ -39,7 +39,8 @@ def hearth_env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50),
             "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/11"),
             "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}", "HEARTH_DATA_DIR": str(tmp),
-            "HEARTH_GPU_INVENTORY": "sim:8xH100-80GB", "HEARTH_SCRAPE_INTERVAL": "2", "HEARTH_INSTANCE": "bench-panels"}  # fmt: skip
+            "HEARTH_GPU_INVENTORY": "sim:8xH100-80GB", "HEARTH_SCRAPE_INTERVAL": "2",
+            "HEARTH_INSTANCE": "bench-panels"}  # fmt: skip
 
 
 SETUP = f"""
@@ -122,18 +123,31 @@ def run_aiperf(base: str, model: str, key: str, concurrency: int, count: int, ou
 
 def run_guidellm(base: str, model: str, key: str, concurrency: int, count: int, out: Path) -> dict[str, float]:
     out.mkdir(parents=True, exist_ok=True)
-    argv = [str(CACHE / "venv-guidellm" / "bin" / "guidellm"), "benchmark", "run", "--target", base + "/v1",
-            "--model", model, "--processor", str(TOKENIZER), "--rate-type", "concurrent", "--rate", str(concurrency),
-            "--max-requests", str(count), "--data", "prompt_tokens=128,output_tokens=64",
-            "--output-path", str(out / "guidellm.json"), "--disable-progress"]  # fmt: skip
-    env = {**os.environ, "GUIDELLM__OPENAI__API_KEY": key}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
+    spec = {"spec": {
+        "backend": {"kind": "openai_http", "target": base, "model": model, "api_key": key,
+                    "request_format": "/v1/chat/completions"},
+        "profile": {"kind": "concurrent", "streams": [concurrency]},
+        "constraints": [{"kind": "max_requests", "count": count}],
+        "tokenizer": {"kind": "hf_auto", "model": str(TOKENIZER)},
+        "data": [{"kind": "synthetic_text", "prompt_tokens": 128, "output_tokens": 64}],
+        "outputs": [{"kind": "json", "path": str(out / "guidellm.json")}],
+    }}  # fmt: skip
+    (out / "scenario.json").write_text(json.dumps(spec))
+    argv = [str(CACHE / "venv-guidellm" / "bin" / "guidellm"), "run", "--scenario", str(out / "scenario.json"),
+            "--disable-progress"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)
     if done.returncode or not (out / "guidellm.json").exists():
         raise SystemExit(f"guidellm failed ({done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
-    bench = json.loads((out / "guidellm.json").read_text())["benchmarks"][0]
-    ttft = bench["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]
-    return {"p50": ttft["p50"] / 1000, "p99": ttft["p99"] / 1000, "count": count}
+    return guidellm_ttft(json.loads((out / "guidellm.json").read_text()), count)
+
+
+def guidellm_ttft(report: dict, count: int) -> dict[str, float]:  # type: ignore[type-arg]
+    """TTFT p50/p99 (seconds) of the successful requests in GuideLLM's JSON report."""
+    metrics = report["benchmarks"][0]["metrics"]
+    ttft = metrics.get("time_to_first_token_ms") or metrics["time_to_first_token"]
+    per = (ttft.get("successful") or ttft)["percentiles"]
+    return {"p50": per["p50"] / 1000, "p99": per["p99"] / 1000, "count": count}
 
 
 CLIENTS = {"aiperf": run_aiperf, "guidellm": run_guidellm}

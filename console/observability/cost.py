@@ -25,6 +25,7 @@ from decimal import Decimal
 import redis
 from django.conf import settings
 from django.db.models import Sum
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from console.deployments.models import Deployment
@@ -113,18 +114,18 @@ def _periods(dep: Deployment, start: datetime, end: datetime) -> dict[float, flo
     engines = MetricSample.objects.filter(deployment=dep, replica__isnull=False, at__gte=start, at__lt=end)
     periods: dict[float, float] = {}
     last = None
-    for at, values in engines.filter(resolution=Resolution.FIVE_MINUTES).values_list("at", "values"):
-        d = values.get("d", {})
+    rollups = engines.filter(resolution=Resolution.FIVE_MINUTES).values_list(  # only the two numbers, not the rows
+        "at", KT("values__d__generation_tokens_total"), KT("values__d__prompt_tokens_total"))  # fmt: skip
+    for at, generated, prompt in rollups:
         key = at.timestamp()
-        periods[key] = periods.get(key, 0.0) + d.get("generation_tokens_total", 0) + d.get("prompt_tokens_total", 0)
+        periods[key] = periods.get(key, 0.0) + float(generated or 0) + float(prompt or 0)
         last = key if last is None else max(last, key)
     recent = engines.filter(resolution=Resolution.SCRAPE)
     if last is not None:
         recent = recent.filter(at__gte=datetime.fromtimestamp(last + 300, UTC))
     raw: dict[float, list[float]] = {}
-    for at, values in recent.values_list("at", "values"):
-        v = values.get("v", {})
-        raw.setdefault(at.timestamp() // 300 * 300, []).append(v.get("generation_tokens_total", 0.0))
+    for at, generated in recent.values_list("at", KT("values__v__generation_tokens_total")):
+        raw.setdefault(at.timestamp() // 300 * 300, []).append(float(generated or 0))
     for key, counts in raw.items():
         periods[key] = periods.get(key, 0.0) + (max(counts) - min(counts))
     return periods
@@ -156,21 +157,25 @@ class KeyCost:
     usd: Decimal | None
 
 
-def key_costs(day: date) -> list[KeyCost]:
-    """Every key's tokens and cost per deployment on ``day`` (UTC), largest first (module docstring's method)."""
+def key_costs(day: date, only: Deployment | None = None) -> list[KeyCost]:
+    """Every key's tokens and cost per deployment (or ``only`` that one) on ``day`` (UTC), largest first (module
+    docstring's method)."""
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    rows = (
-        RequestLog.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1))
-        .values("model", "api_key_id", "api_key__name")
-        .annotate(tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0))
+    logs = RequestLog.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1))
+    if only is not None:
+        logs = logs.filter(model=only.served_model_name)
+    rows = logs.values("model", "api_key_id", "api_key__name").annotate(
+        tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0)
     )
-    deployments = {d.served_model_name: d for d in Deployment.objects.all()}
+    deployments = {d.served_model_name: d for d in ([only] if only else Deployment.objects.all())}
     prices = list(PriceSetting.objects.all())
     totals: dict[str, int] = {}
     for row in rows:
         totals[row["model"]] = totals.get(row["model"], 0) + row["tokens"]
     day_cost: dict[str, Decimal | None] = {}
     for name, dep in deployments.items():
+        if name not in totals:
+            continue
         hourly = hourly_cost(dep, prices).usd_per_hour
         day_cost[name] = None if hourly is None else hourly * Decimal(repr(hours_up(dep, day)))
     out = []

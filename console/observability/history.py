@@ -76,9 +76,11 @@ def _encode_hist(h: Histogram) -> list[float]:
     return [bounds_id(h.bounds), round(h.total, 6), *h.counts]
 
 
-def _decode_hists(raw: dict[str, Sequence[float]]) -> dict[str, Histogram]:
+def _decode_hists(raw: dict[str, Sequence[float]], only: frozenset[str] | None = None) -> dict[str, Histogram]:
     out = {}
     for name, h in raw.items():
+        if only is not None and name not in only:
+            continue
         bounds = bounds_of(int(h[0]))
         if bounds is not None and len(bounds) + 1 == len(h) - 2:
             out[name] = Histogram(bounds, tuple(h[2:]), float(h[1]))
@@ -93,18 +95,21 @@ def record_scrape(replica: Replica, scrape: Scrape) -> MetricSample:
     )
 
 
-def _raw_point(row: MetricSample) -> tuple[float, dict[str, float], dict[str, Histogram]]:
+SHOWN_HISTOGRAMS = frozenset({"ttft_seconds", "itl_seconds"})  # the panels and charts read these two
+
+
+def _raw_point(row: MetricSample, only: frozenset[str] | None) -> tuple[float, dict[str, float], dict[str, Histogram]]:
     v = row.values
-    return row.at.timestamp(), v.get("v", {}), _decode_hists(v.get("h", {}))
+    return row.at.timestamp(), v.get("v", {}), _decode_hists(v.get("h", {}), only)
 
 
-def steps(rows: Iterable[MetricSample], interval: float) -> list[Point]:
-    """Consecutive raw samples of one replica (oldest first) as points; the first, and the first after a gap, is
-    a baseline (dt 0)."""
+def steps(rows: Iterable[MetricSample], interval: float, only: frozenset[str] | None = SHOWN_HISTOGRAMS) -> list[Point]:
+    """Consecutive raw samples of one replica (oldest first) as points, with the histograms named in ``only``
+    (None: all); the first, and the first after a gap, is a baseline (dt 0)."""
     points: list[Point] = []
     prev: tuple[float, dict[str, float], dict[str, Histogram]] | None = None
     for row in rows:
-        at, values, hists = _raw_point(row)
+        at, values, hists = _raw_point(row, only)
         point = Point(at, 0.0, dict(values))
         if prev is not None and 0 < at - prev[0] <= GAP_STEPS * interval + 1:
             point.dt = at - prev[0]
@@ -120,7 +125,7 @@ def rollup_points(rows: Iterable[MetricSample]) -> list[Point]:
     out = []
     for row in rows:
         v = row.values
-        hists = _decode_hists(v.get("h", {}))
+        hists = _decode_hists(v.get("h", {}), SHOWN_HISTOGRAMS)
         out.append(Point(row.at.timestamp() + ROLLUP, ROLLUP, v.get("v", {}), v.get("d", {}), hists))
     return out
 
@@ -211,7 +216,7 @@ def _roll_up_one(deployment_id: int, replica_id: int | None, start: float, close
     rows = list(base.filter(at__gte=to_datetime(start - lead), at__lt=to_datetime(closed)).order_by("at"))
     periods: dict[int, list[object]] = {}
     if replica_id is not None:
-        for p in steps(rows, interval):
+        for p in steps(rows, interval, only=None):
             if p.at >= start:
                 periods.setdefault(int(p.at // ROLLUP) * ROLLUP, []).append(p)
     else:

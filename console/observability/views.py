@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -20,6 +21,8 @@ from console.observability.forms import MappingForm, PriceForm, RequestFilter, S
 from console.observability.models import MetricMapping, PriceSetting, RequestLog, ScrapeHealth, ServiceLevel
 from console.observability.outcomes import outcome_of
 from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
+
+COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
 
 
 def _dashboard_context() -> dict[str, object]:
@@ -54,8 +57,11 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
     dep = get_object_or_404(Deployment, pk=pk)
     panel = live_panel(dep)
     now = datetime.now(UTC)
-    up, idle = cost.idle_hours(dep, now)
-    keys = [k for k in cost.key_costs(now.date()) if k.deployment == dep.served_model_name]
+    # in whole 5-minute periods and per day: they change slowly, so they are computed once a minute
+    idle_key = f"observability:idle:{dep.pk}"
+    up, idle = cache.get_or_set(idle_key, lambda: cost.idle_hours(dep, now), COSTS_EVERY) or (0, 0)
+    keys = cache.get_or_set(f"observability:keys:{dep.pk}:{now.date()}", lambda: cost.key_costs(now.date(), only=dep),
+                            COSTS_EVERY)  # fmt: skip
     slo = ServiceLevel.objects.filter(deployment=dep).first()
     context = {"dep": dep, "panel": panel, "hours_up": up, "hours_idle": idle, "keys": keys, "slo": slo,
                "slo_form": SloForm(instance=slo), "latency_window": LATENCY_WINDOW // 60,
