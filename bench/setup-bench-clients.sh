@@ -12,8 +12,8 @@ install() {  # venv name, import name, requirement
   fi
   echo "bench: installing $3 into $venv"
   "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q "$3"
+  "$venv/bin/python" -m pip install -q --upgrade pip 2> >(grep -v 'is ignored' >&2)
+  "$venv/bin/python" -m pip install -q "$3" 2> >(grep -v 'is ignored' >&2)
   "$venv/bin/python" -c "import $2"
 }
 install venv-aiperf aiperf aiperf==0.13.0
