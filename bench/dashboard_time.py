@@ -173,24 +173,29 @@ def timed(client: Client, url: str, n: int = 30) -> tuple[float, float]:
 
 
 def size_per_replica_day() -> None:
-    from console.observability.models import MetricSample, Resolution
-
+    """Bytes per replica per day: each kind of row's stored size (its JSON as PostgreSQL stores it, plus the
+    row's share of the heap and of the indexes beyond that, measured on the table after VACUUM FULL)."""
     if connection.vendor != "postgresql":
         print("(bytes per replica per day: measured on PostgreSQL only)")
         return
     with connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE observability_metricsample")
-        cur.execute("SELECT pg_total_relation_size('observability_metricsample')")
-        total = cur.fetchone()[0]  # type: ignore[index]
-    rows = MetricSample.objects.count()
-    engine_raw = MetricSample.objects.filter(replica__isnull=False, resolution=Resolution.SCRAPE).count()
-    per_row = total / rows
-    print(f"history table: {total / 2**20:,.1f} MiB for {rows:,} rows ({per_row:,.0f} B per row, indexes included)")
-    raw_mib = engine_raw / (DEPLOYMENTS * REPLICAS) * per_row / 2**20
-    gateway_mib = DAY / INTERVAL * per_row / 2**20 / REPLICAS
-    print(f"bytes per replica per day at a 5 s scrape interval: {raw_mib:,.1f} MiB of scrape-resolution engine "
-          f"samples (kept 24 h) + {288 * per_row / 2**10:,.0f} KiB of rollups (kept 30 days); the gateway's counts "
-          f"add ~{gateway_mib:,.1f} MiB per replica-day here")  # fmt: skip
+        cur.execute("VACUUM FULL observability_metricsample")
+        cur.execute("SELECT pg_total_relation_size('observability_metricsample'), count(*), "
+                    "sum(pg_column_size(values)) FROM observability_metricsample")  # fmt: skip
+        total, rows, json_bytes = cur.fetchone()  # type: ignore[misc]
+        cur.execute("SELECT replica_id IS NULL, resolution, count(*), avg(pg_column_size(values)) "
+                    "FROM observability_metricsample GROUP BY 1, 2")  # fmt: skip
+        kinds = {(gw, res): (n, float(avg)) for gw, res, n, avg in cur.fetchall()}
+    overhead = (total - json_bytes) / rows  # tuple header, the other columns, index entries
+    print(f"history table: {total / 2**20:,.1f} MiB for {rows:,} rows; {overhead:,.0f} B per row besides its JSON")
+    per_day = DAY / INTERVAL
+    raw = (kinds[(False, 0)][1] + overhead) * per_day
+    rollup = (kinds[(False, 300)][1] + overhead) * 288
+    gateway = (kinds[(True, 0)][1] + overhead) * per_day
+    print(f"per replica per day at a {INTERVAL:.0f} s scrape interval: {raw / 2**20:,.1f} MiB of scrape-resolution "
+          f"samples (JSON {kinds[(False, 0)][1]:,.0f} B each; kept 24 h) and {rollup / 2**10:,.0f} KiB of rollups "
+          f"(kept 30 days: {30 * rollup / 2**20:,.1f} MiB); per deployment with requests every scrape, "
+          f"{gateway / 2**20:,.1f} MiB of the gateway's counts per day (none written for a scrape without requests)")
 
 
 def main() -> None:

@@ -125,7 +125,7 @@ def run_guidellm(base: str, model: str, key: str, concurrency: int, count: int, 
     out.mkdir(parents=True, exist_ok=True)
     spec = {"spec": {
         "backend": {"kind": "openai_http", "target": base, "model": model, "api_key": key,
-                    "request_format": "/v1/chat/completions"},
+                    "request_format": "/v1/chat/completions", "validate_backend": False},  # it wants a /health
         "profile": {"kind": "concurrent", "streams": [concurrency]},
         "constraints": [{"kind": "max_requests", "count": count}],
         "tokenizer": {"kind": "hf_auto", "model": str(TOKENIZER)},

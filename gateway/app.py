@@ -74,6 +74,7 @@ class Gateway:
                 return
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["hearth.arrived"] = time.monotonic()  # user-visible TTFT and duration count from here
         path = scope["path"].rstrip("/")
         surface = Surface.ANTHROPIC if path.startswith("/v1/messages") else Surface.OPENAI
         try:
@@ -99,11 +100,13 @@ class Gateway:
                 raise errors.unknown_model(name)
             await _send_json(send, 200, json.dumps(found[0]).encode())
         elif method == "POST" and path in POST_ROUTES:
-            await self._relay(path, entry, snapshot, receive, send)
+            await self._relay(path, entry, snapshot, receive, send, scope["hearth.arrived"])
         else:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
 
-    async def _relay(self, path: str, entry: KeyEntry, snapshot: Snapshot, receive: Receive, send: Send) -> None:
+    async def _relay(
+        self, path: str, entry: KeyEntry, snapshot: Snapshot, receive: Receive, send: Send, arrived: float
+    ) -> None:
         """Relay a POST to a replica of the body's model, adjusting the request on the way:
         the key's max_tokens cap, usage asked for on the client's behalf, or a translation to the chat API
         for an engine that does not speak Anthropic's."""
@@ -113,6 +116,7 @@ class Gateway:
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
         exchange = Exchange(self.engines, route, outcome, kind, self.router)
+        exchange.started = arrived  # as the client counts: reading the body and choosing a replica included
         caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
         fields = cap_max_tokens(path, request, min(caps) if caps else None)
         engine_path = path

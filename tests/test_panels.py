@@ -4,6 +4,7 @@ reads, rollups and retention, and the worker-published GPU inventory."""
 
 import re
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
@@ -29,9 +30,11 @@ INTERVAL = settings.HEARTH_SCRAPE_INTERVAL
 
 
 @pytest.fixture(autouse=True)
-def fresh_caches() -> None:
+def fresh_caches() -> Iterator[None]:
     history.bounds_id.cache_clear()
     history.bounds_of.cache_clear()
+    yield
+    redis.Redis.from_url(settings.REDIS_URL).delete(hardware.published_key())  # no inventory left for other tests
 
 
 def deployment(name: str = "llama", replicas: int = 1, gpus: int = 1) -> Deployment:

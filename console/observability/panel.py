@@ -133,6 +133,9 @@ def _fill(panel: Panel, now: float, rows: list[MappingRow]) -> None:
     mine = {rid: pts for rid, pts in points.items() if rid in fresh and pts}
     if mine:
         panel.age_seconds = max(now - pts[-1].at for pts in mine.values())
+    else:  # stale: how old the newest good scrape of any replica is
+        ages = [r.age_seconds for r in panel.replicas if r.age_seconds is not None]
+        panel.age_seconds = min(ages) if ages else None
     _gauges(panel, mine)
     _rates(panel, mine, now)
     _latencies(panel, mine)
