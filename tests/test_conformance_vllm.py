@@ -4,8 +4,10 @@ One deployment serves the whole module. What a 135M model cannot do (tool calls)
 simulator can inject are covered against the simulator in tests/test_gateway_simulator.py.
 """
 
+import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx
@@ -14,6 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.deployments.models import Replica
+from engines.parsers import choose_parsers
+from engines.vllm import parser_flags
 from tests.conftest import Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, wait_for
 
@@ -40,13 +44,25 @@ class Engine:
         return -1.0
 
 
+def chosen_parser_flags() -> list[str]:
+    """The flags of the parsers engines.parsers chooses for the model folder (its config and chat template),
+    as the plan gives them to the engine."""
+    config = json.loads((MODEL_DIR / "config.json").read_text())
+    template = (MODEL_DIR / "chat_template.jinja").read_text() if (MODEL_DIR / "chat_template.jinja").exists() else ""
+    choice = choose_parsers("vllm-cpu", config, template)
+    assert choice.tool_call_parser, choice.reasons
+    return [a for flag, value in parser_flags(choice.tool_call_parser, choice.reasoning_parser)
+            for a in (flag, value) if a is not None]  # fmt: skip
+
+
 @pytest.fixture
 def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
     client = login(web)
     client.post("/api/models", json={"name": "smollm2", "path": str(MODEL_DIR)})
     dep_id = client.post(
         "/api/deployments",
-        json={"name": "smol", "model": "smollm2", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+        json={"name": "smol", "model": "smollm2", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1,
+              "extra_args": chosen_parser_flags()},
     ).json()["id"]
     client.post(f"/api/deployments/{dep_id}/launch")
     assert wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)["state"] == "ready"
@@ -118,3 +134,27 @@ def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine
     while engine.running() != 0:
         assert time.monotonic() < deadline, "vLLM kept generating for a client that left"
         time.sleep(0.1)
+
+
+WEATHER: Any = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_vllm_with_the_chosen_parsers_takes_tool_requests_on_every_api(engine: Engine) -> None:
+    """A 135M model may not call the tool: what must hold is that each request carrying tools is accepted and
+    streamed to a clean end, never refused ("auto" tool choice requires --enable-auto-tool-choice)."""
+    sdk, claude = engine.openai(), engine.anthropic()
+    chunks = list(sdk.chat.completions.create(model="smol", messages=HI, tools=[WEATHER], max_tokens=24, stream=True))  # type: ignore[arg-type]
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
+    tool = {"name": "get_weather", "description": "Weather for a city",
+            "input_schema": WEATHER["function"]["parameters"]}  # fmt: skip
+    with claude.messages.stream(model="smol", max_tokens=24, tools=[tool], messages=HI) as stream:  # type: ignore[list-item]
+        final = stream.get_final_message()
+    assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    responses_tool = {"type": "function", **WEATHER["function"]}
+    with sdk.responses.stream(model="smol", input="Say hello.", tools=[responses_tool], max_output_tokens=24) as rs:
+        kinds = [event.type for event in rs]
+        response = rs.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed" and response.usage
+    whole = sdk.responses.create(model="smol", input="Say hello.", max_output_tokens=8)
+    assert whole.output and whole.usage and whole.usage.output_tokens <= 8

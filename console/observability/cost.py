@@ -2,7 +2,7 @@
 cost of hours nobody used it, each API key's share, and the price per token the gateway charges.
 
 - $/hour = GPUs the deployment holds (its plan's ``gpu_indices``) × the PriceSetting of their GPU model (USD per
-  GPU-hour; defaults in migration 0004 cite their sources; an admin edits them on the Costs page). A deployment
+  GPU-hour; defaults in migration 0005 cite their sources; an admin edits them on the Costs page). A deployment
   on CPU, or on a GPU model without a price, has no $/hour: the panels say so, never $0.
 - $ per million tokens = $/h ÷ (tokens/s × 3600) × 10⁶ (DESIGN.md "Observe"), tokens/s = prompt + generation
   tokens/s over the last ``THROUGHPUT_WINDOW`` seconds, the same number the throughput panel shows.

@@ -1,5 +1,5 @@
 """The metric mappings in force: the MetricMapping rows an admin can edit (seeded from
-engines.metrics.DEFAULT_MAPPINGS by migration 0004), as engines.metrics.MappingRow values, and the reason a
+engines.metrics.DEFAULT_MAPPINGS by migration 0005), as engines.metrics.MappingRow values, and the reason a
 canonical metric has no data under a flavor."""
 
 from console.observability.models import MetricMapping

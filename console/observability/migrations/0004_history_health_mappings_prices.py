@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('deployments', '0002_rename_tables'),
-        ('observability', '0002_rename_table'),
+        ('observability', '0003_request_log_agent_counters'),
     ]
 
     operations = [

@@ -47,7 +47,7 @@ def unseed(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('observability', '0003_history_health_mappings_prices'),
+        ('observability', '0004_history_health_mappings_prices'),
     ]
 
     operations = [
