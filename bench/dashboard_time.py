@@ -201,6 +201,7 @@ def size_per_replica_day() -> None:
 def main() -> None:
     from console.deployments.models import Deployment
 
+    call_command("migrate", verbosity=0)
     kept = list(Deployment.objects.filter(name__startswith="bench-").order_by("pk").values_list("pk", flat=True))
     ids = kept if "--reuse" in sys.argv and len(kept) == DEPLOYMENTS else build()
     if ids is kept:
