@@ -164,6 +164,17 @@ def panel_ttft(client: httpx.Client, dep_id: int, expected: int) -> tuple[dict[s
     return metrics["user_ttft"], served
 
 
+def stop_all(client: httpx.Client, made: list[int]) -> None:
+    """Stop every deployment this run made and wait for it, so that no engine outlives the worker."""
+    for dep_id in made:
+        client.post(f"/api/deployments/{dep_id}/stop")
+    for dep_id in made:
+        for _ in range(60):
+            if client.get(f"/api/deployments/{dep_id}").json()["state"] in ("stopped", "failed"):
+                break
+            time.sleep(0.5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[4, 16])
@@ -173,14 +184,15 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="hearth-panel-bench-"))
     env = hearth_env(tmp)
     base, procs = up(tmp, env)
-    rows = []
+    rows, made = [], []
+    client = login(base)
     try:
-        client = login(base)
         key = client.post("/api/keys", json={"name": "bench"}).json()["key"]
         for tool in args.clients:
             for c in args.concurrency:
                 name = f"{tool}-c{c}"
                 dep_id = deploy(client, name)
+                made.append(dep_id)
                 routed(base, key, name)
                 count = max(c * args.requests_per_stream, 48)
                 measured = CLIENTS[tool](base, name, key, c, count, tmp / name)
@@ -188,6 +200,7 @@ def main() -> None:
                 rows.append((tool, c, count, served, measured, panel))
                 client.post(f"/api/deployments/{dep_id}/stop")
     finally:
+        stop_all(client, made)
         for p in procs:
             stop(p)
     print(f"\nPanel vs client, user-visible TTFT through the gateway (simulator; logs in {tmp})\n")

@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from console.deployments.models import Replica
+from console.observability.models import PriceSetting
 from tests.conftest import Proc, login
 from tests.simworld import ensure_model, wait_state
 from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
@@ -78,6 +79,7 @@ def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_
 ) -> None:
     client = login(web)
     ensure_model()
+    PriceSetting.objects.get_or_create(gpu_model="NVIDIA H100 80GB HBM3", defaults={"usd_per_gpu_hour": "3.00"})
     resp = client.post("/api/deployments", json={"name": "busy", "model": "llama-8b", "engine": "simulator",
                                                  "max_model_len": 8192, "max_num_seqs": 8,
                                                  "extra_args": ["--kv-cache-tokens", "20000"]})  # fmt: skip

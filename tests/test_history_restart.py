@@ -68,10 +68,11 @@ def test_history_survives_make_down_and_make_up(tmp_path: Path) -> None:
         kv = dict(zip(after["t"], after["series"]["kv_cache_usage"], strict=True))
         pairs = list(zip(before["t"], before["series"]["kv_cache_usage"], strict=True))[:-1]  # the last slot may grow
         assert all(kv[t] == v for t, v in pairs)
-        client.post(f"/api/deployments/{dep['id']}/stop")
-        deadline = time.monotonic() + 30
-        while client.get(f"/api/deployments/{dep['id']}").json()["state"] != "stopped":
-            assert time.monotonic() < deadline
+        stopped = client.post(f"/api/deployments/{dep['id']}/stop")
+        assert stopped.status_code == 202, stopped.text
+        deadline = time.monotonic() + 90
+        while (state := client.get(f"/api/deployments/{dep['id']}").json())["state"] != "stopped":
+            assert time.monotonic() < deadline, state
             time.sleep(0.5)
     finally:
         run("down.sh", env)
