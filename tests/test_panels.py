@@ -5,6 +5,7 @@ reads, rollups and retention, and the worker-published GPU inventory."""
 import re
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -18,8 +19,9 @@ from console.deployments.models import Deployment, Replica
 from console.observability import cost, history, scraping
 from console.observability.history import ROLLUP
 from console.observability.mappings import mapping_rows
-from console.observability.models import MetricSample, Resolution, ScrapeHealth
+from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth, ServiceLevel
 from console.observability.panel import live_panel
+from console.observability.request_stats import window_stats
 from engines.gpus import simulated_inventory
 from engines.simulator.metrics import SimMetrics
 from tests.simworld import ensure_model
@@ -177,3 +179,44 @@ def test_an_old_published_inventory_is_still_shown_with_its_age_when_nothing_els
     with override_settings(HEARTH_GPU_INVENTORY="auto"):
         html = admin.get("/deployments/").text
     assert "8× NVIDIA H100" in html and "600 s ago" in html and 'class="inventory stale"' in html
+
+
+def log_row(model: str, status: int = 200, ttft: float | None = 0.05, **fields: object) -> RequestLog:
+    values = {"surface": "openai", "endpoint": "/v1/chat/completions", "stream": True, "finish_reason": "stop",
+              "prompt_tokens": 10, "completion_tokens": 11, "duration_seconds": 0.55, **fields}  # fmt: skip
+    return RequestLog.objects.create(model=model, status=status, ttft_seconds=ttft, **values)
+
+
+def test_goodput_is_the_share_of_requests_that_met_the_slo_and_refusals_are_errors_not_speed() -> None:
+    dep = deployment()
+    ServiceLevel.objects.create(deployment=dep, ttft_seconds=0.1, itl_seconds=0.06)
+    log_row("llama", ttft=0.05)  # ITL (0.55 - 0.05) / 10 = 0.05 s: met
+    log_row("llama", ttft=0.2)  # TTFT over the target
+    log_row("llama", status=400, ttft=None, completion_tokens=None, finish_reason="")  # context-length refusal
+    log_row("llama", finish_reason="length")  # cut at max_tokens: served, and met
+    stats = window_stats([dep], datetime.now(UTC) - timedelta(minutes=5))[dep.pk]
+    assert stats.outcomes["success"] == 2 and stats.outcomes["refused"] == 1 and stats.outcomes["length"] == 1
+    assert stats.goodput == 0.5 and stats.error_rate == 0.25
+    assert sorted(stats.ttft) == [0.05, 0.05, 0.2]  # the refusal's missing TTFT is not a fast one
+
+
+def test_the_request_log_page_filters_by_outcome(admin: Client) -> None:
+    log_row("llama")
+    log_row("llama", status=429, ttft=None)
+    log_row("llama", truncated=True)
+    page = admin.get("/requests/?outcome=refused").text
+    assert page.count('data-field="outcome">refused') == 1 and 'data-field="outcome">success' not in page
+    assert admin.get("/requests/").text.count('data-field="outcome"') == 3
+
+
+def test_an_admin_adds_a_metric_mapping_in_the_console_and_scrapes_use_it(admin: Client) -> None:
+    resp = admin.post("/metric-mappings/", {
+        "flavor": "myengine", "engine": "myengine", "canonical": "requests_running", "metric": "my_busy",
+        "source": "its docs"})  # fmt: skip
+    assert resp.status_code == 302
+    rows = mapping_rows()
+    assert any(r.flavor == "myengine" and r.metric == "my_busy" for r in rows)
+    text = "# TYPE my_busy gauge\nmy_busy 3\n"
+    assert scraping.choose_flavor("myengine", "", {"my_busy"}, rows) == "myengine"
+    assert scraping.parse_metrics(text, [r for r in rows if r.flavor == "myengine"], 1.0).values == {
+        "requests_running": 3}
