@@ -13,8 +13,8 @@ app.autodiscover_tasks()
 
 @app.on_after_finalize.connect
 def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
-    """Scrape every HEARTH_SCRAPE_INTERVAL and reconcile every HEARTH_RECONCILE_INTERVAL seconds; prune the
-    audit log hourly.
+    """Scrape and publish the GPUs every HEARTH_SCRAPE_INTERVAL, reconcile every HEARTH_RECONCILE_INTERVAL
+    seconds, roll the metric history up every 5 minutes, prune the audit log hourly.
 
     Each run expires just under its period, so a backlog never piles up behind a stalled worker.
     """
@@ -24,6 +24,8 @@ def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
         "console.observability.tasks.scrape_metrics": settings.HEARTH_SCRAPE_INTERVAL,
         "console.deployments.tasks.reconcile": settings.HEARTH_RECONCILE_INTERVAL,
         "console.audit.tasks.prune_audit_log": 3600.0,  # the audit log's retention, HEARTH_AUDIT_RETENTION_DAYS
+        "console.observability.tasks.publish_gpus": settings.HEARTH_SCRAPE_INTERVAL,  # the worker's GPUs, for web
+        "console.observability.tasks.maintain_history": 300.0,  # 5-minute rollups and retention
     }
     for name, every in periodic.items():
         sender.add_periodic_task(every, sender.signature(name, expires=every * 0.9))

@@ -1,19 +1,33 @@
 """The GPU inventory in force: ``HEARTH_GPU_INVENTORY`` = ``sim:<profile>`` | ``nvml`` | ``auto`` (default).
 
-``auto`` reads NVML when a driver is present and reports no GPUs otherwise; ``nvml`` insists on it.
+One inventory, where the GPUs are: under compose only the worker is given the GPUs, so the worker publishes the
+inventory it reads, with per-GPU telemetry, in Redis every scrape interval (``publish``; the task is
+console.observability's). With ``auto``, every process plans against the worker's published inventory while it
+is fresh (younger than ``PUBLISHED_FRESH_SCRAPES`` intervals); without one it reads NVML itself when it can,
+then falls back to a stale published one (its age shown), else no GPUs. ``nvml`` and ``sim:<profile>`` are
+read in this process, as configured. The inventory says where it came from and when (``Inventory.origin``,
+``read_at``).
+
 NVML is reached through nvidia-ml-py (``pynvml``); memory used by other processes counts as used.
 The pre-flight check (appliance.doctor) also reads the driver version and the processes on each GPU here.
 """
 
+import json
+import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import redis
 from django.conf import settings
 
 from engines.gpus import GpuDevice, Inventory, simulated_inventory
+
+PUBLISHED_FRESH_SCRAPES = 3
 
 
 class InventoryError(RuntimeError):
@@ -21,13 +35,30 @@ class InventoryError(RuntimeError):
 
 
 def current_inventory() -> Inventory:
-    """The inventory per HEARTH_GPU_INVENTORY. Raises InventoryError for a bad profile or missing NVML."""
+    """The inventory per HEARTH_GPU_INVENTORY (module docstring). Raises InventoryError for a bad profile or
+    missing NVML."""
+    if settings.HEARTH_GPU_INVENTORY != "auto":
+        return local_inventory()
+    shared = published()
+    if shared is not None and time.time() - (shared.inventory.read_at or 0) <= _fresh_for():
+        return shared.inventory
+    local = local_inventory()
+    return shared.inventory if shared is not None and not local.devices else local
+
+
+def _fresh_for() -> float:
+    return PUBLISHED_FRESH_SCRAPES * float(settings.HEARTH_SCRAPE_INTERVAL) + 1.0
+
+
+def local_inventory() -> Inventory:
+    """The inventory this process reads itself. Raises InventoryError for a bad profile or missing NVML."""
     choice = settings.HEARTH_GPU_INVENTORY
     if choice.startswith("sim:"):
         try:
-            return simulated_inventory(choice[4:])
+            inventory = simulated_inventory(choice[4:])
         except KeyError as exc:
             raise InventoryError(f"HEARTH_GPU_INVENTORY: {exc.args[0]}") from None
+        return replace(inventory, read_at=time.time())
     if choice not in {"auto", "nvml"}:
         raise InventoryError(f"HEARTH_GPU_INVENTORY={choice!r}: use auto, nvml or sim:<profile>")
     try:
@@ -35,7 +66,7 @@ def current_inventory() -> Inventory:
     except InventoryError:
         if choice == "nvml":
             raise
-        return Inventory("none")
+        return Inventory("none", read_at=time.time())
 
 
 @contextmanager
@@ -70,7 +101,7 @@ def read_nvml() -> Inventory:
                     compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
                 )
             )
-        return Inventory("nvml", devices)
+        return Inventory("nvml", devices, read_at=time.time())
 
 
 def driver_version() -> str:
@@ -124,3 +155,92 @@ def _process_name(pynvml: Any, pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+@dataclass(frozen=True)
+class GpuTelemetry:
+    """One GPU now: memory in bytes, utilisation 0–1 (NVML's share of time a kernel ran), power and its limit
+    in watts, temperature in °C; None where the GPU does not report it. ``simulated``: derived from the
+    simulator's load (console.observability.gpu_strip), not measured."""
+
+    index: int
+    name: str
+    memory_used_bytes: int
+    memory_total_bytes: int
+    utilization: float | None
+    power_watts: float | None
+    power_limit_watts: float | None
+    temperature_c: float | None
+    simulated: bool = False
+
+
+def _optional(call: Any, *args: Any) -> Any:
+    import pynvml
+
+    try:
+        return call(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def read_nvml_telemetry() -> list[GpuTelemetry]:
+    """Telemetry of every GPU NVML sees (nvmlDeviceGetUtilizationRates, GetPowerUsage and
+    GetEnforcedPowerLimit in milliwatts, GetTemperature). Raises InventoryError when no NVIDIA driver answers."""
+    with _nvml() as pynvml:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(h)
+            util = _optional(pynvml.nvmlDeviceGetUtilizationRates, h)
+            power = _optional(pynvml.nvmlDeviceGetPowerUsage, h)
+            limit = _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+            temp = _optional(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
+            out.append(GpuTelemetry(
+                i, str(pynvml.nvmlDeviceGetName(h)), int(memory.used), int(memory.total),
+                None if util is None else util.gpu / 100, None if power is None else power / 1000,
+                None if limit is None else limit / 1000, None if temp is None else float(temp),
+            ))  # fmt: skip
+        return out
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a worker published: its inventory (with origin and read_at) and its GPUs' telemetry."""
+
+    inventory: Inventory
+    telemetry: list[GpuTelemetry]
+
+
+def published_key() -> str:
+    """The Redis key of the published inventory (one function: the namespacing switch)."""
+    return f"hearth:{settings.HEARTH_INSTANCE}:gpu-inventory"
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+
+
+def publish(inventory: Inventory, telemetry: list[GpuTelemetry], process: str = "worker") -> None:
+    """Publish this process's inventory and telemetry for the others (the worker's beat task calls it)."""
+    body = {
+        "source": inventory.source,
+        "devices": [asdict(d) for d in inventory.devices],
+        "telemetry": [asdict(t) for t in telemetry],
+        "read_at": inventory.read_at or time.time(),
+        "origin": f"the {process} on {socket.gethostname()} (pid {os.getpid()})",
+    }
+    _redis().set(published_key(), json.dumps(body))
+
+
+def published() -> Published | None:
+    """The inventory a worker last published, however old; None when none was, or Redis cannot be reached."""
+    try:
+        raw = _redis().get(published_key())
+    except redis.RedisError:
+        return None
+    if raw is None:
+        return None
+    body = json.loads(raw)
+    devices = [GpuDevice(**{**d, "compute_capability": tuple(d["compute_capability"])}) for d in body["devices"]]
+    inventory = Inventory(body["source"], devices, origin=body["origin"], read_at=body["read_at"])
+    return Published(inventory, [GpuTelemetry(**t) for t in body.get("telemetry", [])])

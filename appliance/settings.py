@@ -107,7 +107,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 LOGIN_URL = "access:login"
-LOGIN_REDIRECT_URL = "deployments:list"
+LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "access:login"
 
 # TLS: the request is secure when served over TLS directly, or when it came from one of
@@ -179,6 +179,7 @@ HEARTH_VLLM_CPU_PYTHON = envstr("HEARTH_VLLM_CPU_PYTHON", str(HEARTH_CACHE_DIR /
 HEARTH_VLLM_CPU_KVCACHE_SPACE = envfloat("HEARTH_VLLM_CPU_KVCACHE_SPACE", 1.0)  # GiB
 HEARTH_START_TIMEOUT = envint("HEARTH_START_TIMEOUT", 1800)  # seconds; weights may load for 30 minutes
 HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds
+HEARTH_METRICS_TOKEN = envsecret("HEARTH_METRICS_TOKEN")  # when set, /metrics wants "Authorization: Bearer <it>"
 HEARTH_RECONCILE_INTERVAL = envfloat("HEARTH_RECONCILE_INTERVAL", 10.0)  # seconds
 HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # seconds without a byte
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)

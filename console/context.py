@@ -1,15 +1,23 @@
 """Template context for every console page."""
 
+import time
+
+from django.conf import settings
 from django.http import HttpRequest
 
-from appliance.hardware import InventoryError, current_inventory
+from appliance.hardware import PUBLISHED_FRESH_SCRAPES, InventoryError, current_inventory
 
 
-def inventory(request: HttpRequest) -> dict[str, str]:
-    """The GPU inventory in force, in words, for the header (so a simulated box is never mistaken for a real one)."""
+def inventory(request: HttpRequest) -> dict[str, object]:
+    """The GPU inventory in force, in words, where it was read and how long ago, for the header (so a simulated
+    box is never mistaken for a real one, nor an old reading for a live one)."""
     if not request.user.is_authenticated:
         return {}
     try:
-        return {"inventory": current_inventory().describe()}
+        found = current_inventory()
     except InventoryError as exc:
-        return {"inventory": f"GPU inventory unreadable: {exc}"}
+        return {"inventory": f"GPU inventory unreadable: {exc}", "inventory_stale": True}
+    now = time.time()
+    limit = PUBLISHED_FRESH_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL + 1
+    old = found.read_at is not None and now - found.read_at > limit
+    return {"inventory": found.describe(), "inventory_origin": found.provenance(now), "inventory_stale": old}

@@ -2,17 +2,17 @@
 ``/metrics`` never reach Django (appliance.asgi sends them to the gateway)."""
 
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 from console import error_pages
 from console.api import api
+from console.observability import views
 
 handler404 = error_pages.not_found
 handler500 = error_pages.server_error
 
 urlpatterns = [
     path("api/", api.urls),
-    path("", RedirectView.as_view(pattern_name="deployments:list"), name="home"),
+    path("", views.dashboard, name="home"),  # the dashboard is the console's home
     path("", include("console.access.urls")),
     path("", include("console.catalog.urls")),
     path("", include("console.deployments.urls")),

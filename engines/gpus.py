@@ -28,10 +28,20 @@ class GpuDevice:
 
 @dataclass(frozen=True)
 class Inventory:
-    """The GPUs in force and where they came from: ``"nvml"``, ``"sim:<profile>"`` or ``"none"``."""
+    """The GPUs in force and where they came from: ``"nvml"``, ``"sim:<profile>"`` or ``"none"``; ``origin`` the
+    process that read it ("" = this one; e.g. "the worker on gpu-box") and ``read_at`` when (Unix seconds)."""
 
     source: str
     devices: list[GpuDevice] = field(default_factory=list)
+    origin: str = ""
+    read_at: float | None = None
+
+    def provenance(self, now: float) -> str:
+        """Where and how long ago the inventory was read, in words: "read by the worker on gpu-box 3 s ago"."""
+        who = self.origin or "this process"
+        if self.read_at is None:
+            return f"read by {who}"
+        return f"read by {who} {max(now - self.read_at, 0.0):.0f} s ago"
 
     @property
     def simulated(self) -> bool:

@@ -1,7 +1,8 @@
 """What the gateway records about each request: a RequestLog row and the appliance's Prometheus metrics.
 
-Metrics (served at /metrics for an external Prometheus): requests by model, surface and status;
-truncated streams; gateway-side TTFT; tokens by model and API key prefix (never the key itself); and what
+Metrics (served at /metrics for an external Prometheus): requests by model, surface and status; outcomes
+(console.observability.outcomes); truncated streams; user-visible TTFT (buckets up to an hour: reasoning models
+think for minutes) and ITL of served requests; tokens by model and API key prefix (never the key itself); and what
 agents need watched, by model and key prefix (gateway.answers): hidden reasoning tokens, tool-call parse
 failures, length-cut answers and empty ones.
 """
@@ -20,6 +21,7 @@ from django.db import connection, transaction
 from prometheus_client import Counter, Histogram
 
 from console.observability.models import RequestLog
+from console.observability.outcomes import SERVED, inter_token_seconds, outcome_of
 from gateway.answers import AnswerCounts
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,13 @@ REQUESTS = Counter("hearth_gateway_requests", "Gateway requests", ["model", "sur
 TRUNCATED = Counter("hearth_gateway_truncated_streams", "Streams the engine ended without their terminal event",
                     ["model"])  # fmt: skip
 TTFT = Histogram("hearth_gateway_time_to_first_token_seconds", "Until the first generated token reached the client",
-                 ["model"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
+                 ["model"], buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200,
+                                     1800, 3600))  # fmt: skip
+ITL = Histogram("hearth_gateway_inter_token_latency_seconds", "(duration - TTFT) / (tokens - 1), served requests",
+                ["model"], buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5,
+                                    10))  # fmt: skip
+OUTCOMES = Counter("hearth_gateway_request_outcomes", "Requests by how they ended (success, length, empty, cancelled, "
+                   "truncated, refused, error)", ["model", "outcome"])  # fmt: skip
 TOKENS = Counter("hearth_gateway_tokens", "Tokens used", ["model", "key_prefix", "kind"])
 REASONING_TOKENS = Counter("hearth_gateway_reasoning_tokens", "Hidden reasoning tokens the engine generated",
                            ["model", "key_prefix"])  # fmt: skip
@@ -94,9 +102,14 @@ async def record(outcome: Outcome) -> None:
     REQUESTS.labels(outcome.model, outcome.surface, str(outcome.status)).inc()
     if outcome.truncated:
         TRUNCATED.labels(outcome.model).inc()
-    if outcome.ttft_seconds is not None:
-        TTFT.labels(outcome.model).observe(outcome.ttft_seconds)
     prompt, completion, _ = outcome.tokens()
+    ended = outcome_of(outcome.status, outcome.finish_reason, outcome.truncated, outcome.client_cancelled, completion)
+    OUTCOMES.labels(outcome.model, ended).inc()
+    if outcome.ttft_seconds is not None and ended in SERVED:
+        TTFT.labels(outcome.model).observe(outcome.ttft_seconds)
+        itl = inter_token_seconds(outcome.ttft_seconds, outcome.duration_seconds, completion)
+        if itl is not None:
+            ITL.labels(outcome.model).observe(itl)
     for kind, count in (("prompt", prompt), ("completion", completion)):
         if count:
             TOKENS.labels(outcome.model, outcome.key_prefix, kind).inc(count)

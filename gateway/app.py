@@ -9,7 +9,9 @@ cancels the upstream request at once.
 """
 
 import asyncio
+import functools
 import gc
+import hmac
 import json
 import logging
 import time
@@ -17,9 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from console.observability.export import engine_registry
 from gateway import context_fit, errors, quotas
 from gateway.accounting import Outcome, count_refusal, flush, record
 from gateway.answers import for_request
@@ -81,6 +85,7 @@ class Gateway:
                 return
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["hearth.arrived"] = time.monotonic()  # user-visible TTFT and duration count from here
         path = scope["path"].rstrip("/")
         surface = Surface.ANTHROPIC if path.startswith("/v1/messages") else Surface.OPENAI
         started = False
@@ -124,11 +129,13 @@ class Gateway:
                 raise errors.unknown_model(name)
             await _send_json(send, 200, json.dumps(found[0]).encode())
         elif method == "POST" and path in POST_ROUTES:
-            await self._relay(path, entry, snapshot, receive, send)
+            await self._relay(path, entry, snapshot, receive, send, scope["hearth.arrived"])
         else:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
 
-    async def _relay(self, path: str, entry: KeyEntry, snapshot: Snapshot, receive: Receive, send: Send) -> None:
+    async def _relay(
+        self, path: str, entry: KeyEntry, snapshot: Snapshot, receive: Receive, send: Send, arrived: float
+    ) -> None:
         """Relay a POST to a replica of the body's model, adjusting the request on the way: the output
         limit in the engine's spelling, the key's and deployment's caps, fitted to the context left when the
         deployment says so, usage asked for on the client's behalf, or a translation to the chat API for an
@@ -139,6 +146,7 @@ class Gateway:
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
         exchange = Exchange(self.engines, route, outcome, kind, self.router)
+        exchange.started = arrived  # as the client counts: reading the body and choosing a replica included
         exchange.request, exchange.tally = request, for_request(path, request)
         caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
         fields = engine_spelling(path, request)
@@ -232,10 +240,25 @@ class Gateway:
 
 
 async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The appliance's own Prometheus metrics (gateway side), for an external Prometheus or Grafana."""
+    """The appliance's own Prometheus metrics, for an external Prometheus or Grafana: the gateway's, and the
+    engines' canonical series (console.observability.export, read from the database in a thread). When
+    HEARTH_METRICS_TOKEN is set, a request without ``Authorization: Bearer <token>`` gets 401."""
+    token = settings.HEARTH_METRICS_TOKEN
+    if token:
+        sent = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            headers = [(b"www-authenticate", b'Bearer realm="hearth-metrics"')]
+            await _send_json(send, 401, b'{"error": "/metrics needs the bearer token HEARTH_METRICS_TOKEN"}', headers)
+            return
+    engines = await sync_to_async(generate_latest)(_engine_registry())
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": generate_latest()})
+    await send({"type": "http.response.body", "body": generate_latest() + engines})
+
+
+@functools.cache
+def _engine_registry() -> CollectorRegistry:
+    return engine_registry()
 
 
 async def _until_client_leaves(work: Awaitable[None], receive: Receive, exchange: Exchange) -> None:

@@ -8,9 +8,11 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import override_settings
 
-from appliance.hardware import InventoryError, current_inventory, read_nvml
+from appliance.hardware import InventoryError, current_inventory, published_key, read_nvml
 from engines.gpus import SIM_PROFILES, simulated_inventory
 
 REQUIRED_PROFILES = {
@@ -44,6 +46,7 @@ def test_an_unknown_profile_names_the_known_ones() -> None:
 
 @override_settings(HEARTH_GPU_INVENTORY="auto")
 def test_auto_without_a_driver_means_no_gpus() -> None:
+    redis.Redis.from_url(settings.REDIS_URL).delete(published_key())  # and no worker published any
     inventory = current_inventory()
     assert inventory.source == "none" and inventory.describe() == "No GPUs (CPU engines only)"
 

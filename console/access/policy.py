@@ -56,6 +56,13 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "deployments:export": (ALL, NOBODY),  # cluster exports hold no key
     "deployments:export-file": (ALL, NOBODY),
     "observability:panel": (ALL, NOBODY),
+    "observability:dashboard": (ALL, NOBODY),
+    "observability:dashboard_live": (ALL, NOBODY),
+    "observability:series": (ALL, NOBODY),
+    "observability:slo": (ALL, ADMINS),
+    "observability:requests": (ALL, NOBODY),  # members see their own keys' requests
+    "observability:costs": (ALL, ADMINS),
+    "observability:mappings": (ALL, ADMINS),
     "preflight:page": (ALL, NOBODY),
     "preflight:checks": (ALL, NOBODY),
     "usage:page": (ALL, NOBODY),  # members see their own keys' usage

@@ -6,6 +6,7 @@ Errors a user can fix raise ConsoleError with a message fit to show as it is.
 
 import dataclasses
 import os
+import time
 from typing import Any
 
 from django.conf import settings
@@ -125,7 +126,8 @@ def sizing_plan(
         gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
     except (InventoryError, ValueError) as exc:
         raise ConsoleError(str(exc)) from None
-    plan = {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices)}
+    plan = {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices),
+            "inventory_origin": inventory.provenance(time.time())}  # fmt: skip
     if held:  # first, so that a refusal's own reason stays the last one
         plan["reasons"].insert(0, f"GPUs held by running deployments are left out: {held}.")
     if gpu_plan.tensor_parallel_size:
@@ -153,6 +155,6 @@ def held_gpus(exclude: int | None = None) -> dict[int, str]:
 def free_gpus(inventory: Inventory, exclude: int | None = None) -> tuple[Inventory, str]:
     """The inventory less the GPUs active deployments (but ``exclude``) hold, and which those are, in words."""
     held = held_gpus(exclude)
-    free = Inventory(inventory.source, [d for d in inventory.devices if d.index not in held])
+    free = dataclasses.replace(inventory, devices=[d for d in inventory.devices if d.index not in held])
     words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
     return free, words

@@ -1,7 +1,5 @@
 """Observability's part of the JSON API: a deployment's live numbers."""
 
-import dataclasses
-
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router
@@ -14,6 +12,20 @@ router = Router(tags=["metrics"])
 
 @router.get("/deployments/{pk}/metrics")
 def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
-    """The live panel's numbers: canonical values (absent = no data), tokens/s, scrape age in seconds."""
-    data = live_panel(get_object_or_404(Deployment, pk=pk))
-    return {**dataclasses.asdict(data), "stale": data.stale}
+    """The live panel's numbers: canonical values (absent = no data, ``reasons`` says why), tokens/s over the
+    throughput window, the last good scrape's age in seconds (None: none), stale, each replica's scrape
+    health, user-visible TTFT and ITL percentiles (seconds) and $/hour and $ per million tokens (None: no price
+    or idle)."""
+    p = live_panel(get_object_or_404(Deployment, pk=pk))
+    per_million = p.usd_per_million
+    return {
+        "values": p.values, "reasons": p.reasons, "age_seconds": p.age_seconds, "stale": p.stale,
+        "generation_tokens_per_second": p.values.get("generation_tokens_per_second"),
+        "tokens_per_second": p.tokens_per_second,
+        "replicas": [{"id": r.replica_id, "age_seconds": r.age_seconds, "failures": r.failures, "error": r.error,
+                      "series": r.series, "flavor": r.flavor, "fresh": r.fresh} for r in p.replicas],
+        "user_ttft": p.requests.ttft_q, "user_itl": p.requests.itl_q,
+        "requests": p.requests.outcomes, "error_rate": p.requests.error_rate,
+        "usd_per_hour": None if p.cost is None or p.cost.usd_per_hour is None else str(p.cost.usd_per_hour),
+        "usd_per_million_tokens": None if per_million is None else str(per_million),
+    }  # fmt: skip

@@ -1,5 +1,6 @@
-"""The request log: one row per gateway request (the gateway writes them in batches, gateway.accounting):
-who asked what, how it ended, and the tokens it used."""
+"""Observability's tables: the request log the gateway writes (in batches, gateway.accounting), the metric
+history the scraper keeps, each replica's scrape health, the editable metric mappings, GPU prices and the
+service levels goodput is measured against."""
 
 from django.db import models
 from django.utils import timezone
@@ -38,3 +39,107 @@ class RequestLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint} {self.model} {self.status}"
+
+
+class Resolution(models.IntegerChoices):
+    """A sample's resolution: one scrape (kept 24 h), or a 5-minute rollup (kept 30 days)."""
+
+    SCRAPE = 0
+    FIVE_MINUTES = 300
+
+
+class MetricSample(models.Model):
+    """One point of a deployment's history.
+
+    With a replica: that engine's scrape. ``values`` = ``{"v": {canonical: value}, "h": {canonical: [bounds id,
+    sum, cumulative count per bound…, +Inf count]}}`` (cumulative, as scraped; console.observability.history
+    reads it). A rollup holds the period's deltas instead: ``{"v": gauge means, "d": counter deltas, "h": …}``.
+    Without a replica: the gateway's requests of the deployment that ended in the period (deltas), from the
+    request log. ``at`` is the scrape's time, or a rollup period's start.
+    """
+
+    deployment = models.ForeignKey("deployments.Deployment", on_delete=models.CASCADE, related_name="samples")
+    replica = models.ForeignKey("deployments.Replica", null=True, on_delete=models.CASCADE, related_name="samples")
+    at = models.DateTimeField()
+    resolution = models.PositiveSmallIntegerField(choices=Resolution.choices, default=Resolution.SCRAPE)
+    values = models.JSONField()
+
+    class Meta:
+        indexes = (
+            models.Index(fields=["deployment", "resolution", "at"]),
+            models.Index(fields=["replica", "resolution", "at"]),
+            models.Index(fields=["resolution", "at"]),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}/{self.replica_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class HistogramBounds(models.Model):
+    """A histogram's bucket bounds (seconds), stored once and referred to by id from every sample."""
+
+    bounds = models.JSONField(unique=True)
+
+    def __str__(self) -> str:
+        return f"{len(self.bounds)} bounds"
+
+
+class ScrapeHealth(models.Model):
+    """How scraping a replica goes: the last attempt and the last good one, the series it exposed, the
+    mapping flavor chosen, and the last error (the panel flags a replica whose scrapes fail)."""
+
+    replica = models.OneToOneField("deployments.Replica", on_delete=models.CASCADE, related_name="scrape_health")
+    last_attempt_at = models.DateTimeField(null=True)
+    last_success_at = models.DateTimeField(null=True)
+    failures_in_row = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    series = models.PositiveIntegerField(default=0, help_text="Samples in the last good scrape.")
+    flavor = models.CharField(max_length=30, blank=True, help_text="The metric mapping chosen.")
+
+    def __str__(self) -> str:
+        return f"scrapes of replica {self.replica_id}"
+
+
+class MetricMapping(models.Model):
+    """One engine series for one canonical name (engines.metrics.CANONICAL), for an engine flavor over a version
+    range; seeded from engines.metrics.DEFAULT_MAPPINGS, editable by an admin on the Metric mappings page."""
+
+    flavor = models.CharField(max_length=30, help_text="e.g. vllm, vllm-v0, sglang, llamacpp")
+    engine = models.CharField(max_length=30, help_text="Engine family: vllm, sglang, llamacpp.")
+    canonical = models.CharField(max_length=60)
+    metric = models.CharField(max_length=200, help_text="Sample name as exposed; a histogram's base name.")
+    label = models.CharField(max_length=100, blank=True, help_text="For an info gauge: the label holding the number.")
+    min_version = models.CharField(max_length=20, blank=True, help_text="Inclusive; blank: any.")
+    max_version = models.CharField(max_length=20, blank=True, help_text="Exclusive; blank: any.")
+    source = models.CharField(max_length=300, help_text="Where the name comes from (a source file, a doc).")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = (models.UniqueConstraint(fields=["flavor", "canonical"], name="one_series_per_canonical"),)
+
+    def __str__(self) -> str:
+        return f"{self.flavor}: {self.canonical} ← {self.metric}"
+
+
+class PriceSetting(models.Model):
+    """What one GPU of a model costs per hour (USD), by the GPU name NVML reports."""
+
+    gpu_model = models.CharField(max_length=100, unique=True, help_text="As NVML names it, e.g. NVIDIA H100 80GB HBM3.")
+    usd_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    source = models.CharField(max_length=300, blank=True, help_text="Where the price comes from.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model}: ${self.usd_per_gpu_hour}/GPU-hour"
+
+
+class ServiceLevel(models.Model):
+    """A deployment's SLO: a request meets it when it succeeded with a user-visible TTFT and ITL (seconds) at
+    or under the targets (a target left empty is not checked). Goodput is the share of requests that met it."""
+
+    deployment = models.OneToOneField("deployments.Deployment", on_delete=models.CASCADE, related_name="slo")
+    ttft_seconds = models.FloatField(null=True, blank=True)
+    itl_seconds = models.FloatField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"SLO of {self.deployment_id}"

@@ -1,65 +1,199 @@
-"""The live panel's numbers, from the scrapes console.observability.scraping keeps in Redis."""
+"""A deployment's numbers now, from the history and the request log, for the panels, the dashboard and the API.
 
-import json
+Honesty rules (issue 12): a replica whose last good scrape is older than ``STALE_AFTER_SCRAPES`` intervals is
+flagged and left out of every sum (never averaged in as zero); a panel older than that reads as stale; a metric
+the engine does not expose has no value and a reason; counters become rates over ``THROUGHPUT_WINDOW`` with
+engine restarts counted as resets; engine percentiles come from the histograms' observations over
+``LATENCY_WINDOW`` and read "> X s" beyond the last finite bucket; user-visible figures are exact, from the
+request log over the same window.
+"""
+
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-import redis
 from django.conf import settings
 
 from console.deployments.models import Deployment, DeploymentState
-from console.observability.scraping import metrics_key
-from engines.metrics import RATIO_METRICS, Scrape, tokens_per_second
+from console.observability.cost import THROUGHPUT_WINDOW, HourlyCost, hourly_cost, usd_per_million
+from console.observability.history import Point, engine_points
+from console.observability.mappings import mapping_rows, no_data_reason
+from console.observability.models import PriceSetting, Resolution, ScrapeHealth
+from console.observability.request_stats import RequestStats, window_stats
+from engines.metrics import RATIO_METRICS, MappingRow, Quantile, add_histograms, quantile
 
-STALE_AFTER_SCRAPES = 3  # a scrape older than this many intervals is shown as stale
+STALE_AFTER_SCRAPES = 3
+LATENCY_WINDOW = 300  # seconds behind percentiles, outcomes, error rate and goodput
+GAUGES = ("kv_cache_usage", "requests_running", "requests_waiting", "kv_cache_size_tokens", "prefix_cache_hit_rate",
+          "spec_accept_length")  # fmt: skip
+COUNTERS_SHOWN = ("generation_tokens_total", "prompt_tokens_total")
 
 
-@dataclass(frozen=True)
-class PanelData:
-    """Latest canonical values (absent = no data), generation tokens/s, and the scrape's age in seconds."""
+@dataclass
+class ReplicaHealth:
+    """One serving replica's scrapes: age of its last good one (seconds), failures in a row, the last error."""
 
-    values: dict[str, float]
-    generation_tokens_per_second: float | None
+    replica_id: int
+    name: str
     age_seconds: float | None
+    failures: int
+    error: str
+    series: int
+    flavor: str
+
+    @property
+    def fresh(self) -> bool:
+        return self.age_seconds is not None and self.age_seconds <= STALE_AFTER_SCRAPES * _interval()
+
+
+@dataclass
+class Panel:
+    """One deployment's numbers now. Absent keys have no data; ``reasons`` says why."""
+
+    dep: Deployment
+    replicas: list[ReplicaHealth] = field(default_factory=list)
+    values: dict[str, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    engine_ttft: dict[str, Quantile | None] = field(default_factory=dict)
+    engine_itl: dict[str, Quantile | None] = field(default_factory=dict)
+    requests: RequestStats = field(default_factory=RequestStats)
+    cost: HourlyCost | None = None
+    age_seconds: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.dep.state == DeploymentState.READY
 
     @property
     def stale(self) -> bool:
-        return self.age_seconds is not None and (
-            self.age_seconds > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL
-        )
+        return self.ready and (self.age_seconds is None or self.age_seconds > STALE_AFTER_SCRAPES * _interval())
+
+    @property
+    def failing(self) -> list[ReplicaHealth]:
+        return [r for r in self.replicas if not r.fresh]
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        per = self.dep.plan.get("max_num_seqs")
+        return int(per) * max(self.dep.replica_count, 1) if per else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Prompt + generation tokens/s over THROUGHPUT_WINDOW (what $ per million tokens divides by)."""
+        parts = [self.values.get("prompt_tokens_per_second"), self.values.get("generation_tokens_per_second")]
+        return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+    @property
+    def usd_per_million(self) -> object:
+        return usd_per_million(self.cost.usd_per_hour if self.cost else None, self.tokens_per_second)
 
 
-def live_panel(dep: Deployment) -> PanelData:
-    """Live numbers of a ready deployment, summed over its serving replicas (KV-cache use averaged);
-    none for any other state (old numbers of a stopped engine would look live)."""
-    if dep.state != DeploymentState.READY:
-        return PanelData({}, None, None)
-    ids = list(dep.replicas.filter(running=True).values_list("pk", flat=True))
-    return combine([panel_data(pk) for pk in ids])
+def _interval() -> float:
+    return float(settings.HEARTH_SCRAPE_INTERVAL)
 
 
-def combine(parts: list[PanelData]) -> PanelData:
-    """Several replicas' panels as one: counts and rates add up, ratios average, the oldest scrape's age
-    counts (a replica without data makes the whole panel no fresher than "no data")."""
-    present = [p for p in parts if p.age_seconds is not None]
-    if not present:
-        return PanelData({}, None, None)
-    values: dict[str, float] = {}
-    for name in {n for p in present for n in p.values}:
-        found = [p.values[name] for p in present if name in p.values]
-        values[name] = sum(found) / len(found) if name in RATIO_METRICS else sum(found)
-    rates = [p.generation_tokens_per_second for p in present]
-    rate = None if any(r is None for r in rates) else sum(r for r in rates if r is not None)
-    ages = [p.age_seconds for p in present if p.age_seconds is not None]
-    return PanelData(values, rate, max(ages))
+def replica_health(dep: Deployment, now: float) -> list[ReplicaHealth]:
+    """Health of the deployment's running replicas (a replica never scraped has no age)."""
+    out = []
+    for replica in dep.replicas.filter(running=True).order_by("id"):
+        h = ScrapeHealth.objects.filter(replica=replica).first()
+        age = now - h.last_success_at.timestamp() if h and h.last_success_at else None
+        out.append(ReplicaHealth(replica.pk, replica.runtime_name, age, h.failures_in_row if h else 0,
+                                 h.last_error if h else "", h.series if h else 0, h.flavor if h else ""))  # fmt: skip
+    return out
 
 
-def panel_data(replica_id: int) -> PanelData:
-    """One replica's latest scrape and its generation tokens/s against the scrape before."""
-    r = redis.Redis.from_url(settings.REDIS_URL)
-    raw = r.lrange(metrics_key(replica_id), 0, 1)
-    scrapes = [Scrape(**json.loads(item)) for item in raw]
-    if not scrapes:
-        return PanelData({}, None, None)
-    rate = tokens_per_second(scrapes[1], scrapes[0]) if len(scrapes) == 2 else None
-    return PanelData(scrapes[0].values, rate, time.time() - scrapes[0].time)
+def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
+    """Panels for several deployments, with one request-log query for all of them."""
+    now = time.time() if now is None else now
+    rows = mapping_rows()
+    prices = list(PriceSetting.objects.all())
+    ready = [d for d in deps if d.state == DeploymentState.READY]
+    stats = window_stats(ready, datetime.fromtimestamp(now - LATENCY_WINDOW, UTC)) if ready else {}
+    out = []
+    for dep in deps:
+        panel = Panel(dep, cost=hourly_cost(dep, prices))
+        if dep.state == DeploymentState.READY:
+            panel.requests = stats.get(dep.pk, RequestStats())
+            _fill(panel, now, rows)
+        else:
+            panel.reasons = dict.fromkeys((*GAUGES, *COUNTERS_SHOWN), f"the deployment is {dep.state}")
+        out.append(panel)
+    return out
+
+
+def live_panel(dep: Deployment, now: float | None = None) -> Panel:
+    return panels([dep], now)[0]
+
+
+def _fill(panel: Panel, now: float, rows: list[MappingRow]) -> None:
+    panel.replicas = replica_health(panel.dep, now)
+    fresh = {r.replica_id for r in panel.replicas if r.fresh}
+    points = engine_points(panel.dep.pk, now - LATENCY_WINDOW, now, Resolution.SCRAPE, _interval())
+    mine = {rid: pts for rid, pts in points.items() if rid in fresh and pts}
+    if mine:
+        panel.age_seconds = max(now - pts[-1].at for pts in mine.values())
+    else:  # stale: how old the newest good scrape of any replica is
+        ages = [r.age_seconds for r in panel.replicas if r.age_seconds is not None]
+        panel.age_seconds = min(ages) if ages else None
+    _gauges(panel, mine)
+    _rates(panel, mine, now)
+    _latencies(panel, mine)
+    flavor = next((r.flavor for r in panel.replicas if r.flavor), "")
+    if not mine:
+        why = "no replica's /metrics answered in the last scrapes" if panel.replicas else "no replica is running"
+        panel.reasons = {k: why for k in (*GAUGES, *COUNTERS_SHOWN, "ttft", "itl")}
+        return
+    for name in (*GAUGES, *COUNTERS_SHOWN):
+        if name not in panel.values:
+            panel.reasons[name] = no_data_reason(name, flavor, rows)
+    for name in ("ttft_seconds", "itl_seconds"):
+        if not any(name in p.hists for pts in mine.values() for p in pts):
+            panel.reasons[name.split("_")[0]] = no_data_reason(name, flavor, rows)
+
+
+def _gauges(panel: Panel, mine: dict[int, list[Point]]) -> None:
+    latest = [pts[-1] for pts in mine.values()]
+    for name in (*GAUGES, *COUNTERS_SHOWN):
+        found = [p.gauges[name] for p in latest if name in p.gauges]
+        if found:
+            panel.values[name] = sum(found) / len(found) if name in RATIO_METRICS else sum(found)
+
+
+def _window_sum(points: list[Point], name: str, since: float) -> tuple[float, float] | None:
+    """(delta, seconds) of a counter over the points ending after ``since``; None if the counter is absent."""
+    inside = [p for p in points if p.at > since and p.dt > 0]
+    if not inside or not any(name in p.deltas for p in inside):
+        return None
+    return sum(p.deltas.get(name, 0.0) for p in inside), sum(p.dt for p in inside)
+
+
+def _rates(panel: Panel, mine: dict[int, list[Point]], now: float) -> None:
+    for counter, rate in (("prompt_tokens_total", "prompt_tokens_per_second"),
+                          ("generation_tokens_total", "generation_tokens_per_second")):  # fmt: skip
+        parts = [_window_sum(pts, counter, now - THROUGHPUT_WINDOW) for pts in mine.values()]
+        if parts and all(p is not None and p[1] > 0 for p in parts):
+            panel.values[rate] = sum(p[0] / p[1] for p in parts if p is not None)
+        else:
+            panel.reasons[rate] = "needs two scrapes of a token counter"
+    sums: dict[str, float] = {}
+    for name in ("prefix_cache_hits_total", "prefix_cache_queries_total", "preemptions_total",
+                 "spec_accepted_tokens_total", "spec_draft_tokens_total"):  # fmt: skip
+        found = [s for pts in mine.values() if (s := _window_sum(pts, name, now - LATENCY_WINDOW)) is not None]
+        if found:
+            sums[name] = sum(s[0] for s in found)
+    if sums.get("prefix_cache_queries_total"):
+        panel.values["prefix_hit_ratio"] = sums.get("prefix_cache_hits_total", 0.0) / sums["prefix_cache_queries_total"]
+    elif "prefix_cache_hit_rate" in panel.values:
+        panel.values["prefix_hit_ratio"] = panel.values["prefix_cache_hit_rate"]
+    if sums.get("spec_draft_tokens_total"):
+        panel.values["spec_acceptance"] = sums.get("spec_accepted_tokens_total", 0.0) / sums["spec_draft_tokens_total"]
+    if "preemptions_total" in sums:
+        panel.values["preemptions"] = sums["preemptions_total"]
+
+
+def _latencies(panel: Panel, mine: dict[int, list[Point]]) -> None:
+    for name, target in (("ttft_seconds", panel.engine_ttft), ("itl_seconds", panel.engine_itl)):
+        merged = add_histograms([p.hists[name] for pts in mine.values() for p in pts if name in p.hists])
+        for q in (0.5, 0.9, 0.99):
+            target[f"p{round(q * 100)}"] = quantile(q, merged)

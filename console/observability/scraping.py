@@ -1,48 +1,99 @@
-"""Scraping: every ready replica's /metrics, mapped to canonical names, pushed to a Redis list per
-replica (newest first, METRICS_KEEP scrapes kept), and each running replica's log tail refreshed."""
+"""Scraping, every HEARTH_SCRAPE_INTERVAL (beat): each ready replica's /metrics, fetched in parallel, parsed and
+mapped (engines.metrics, the mapping chosen by the engine version Hearth read back and by the names present),
+stored in the history with the replica's scrape health; the request log's new rows counted into the history;
+each deployment's price per token published for the gateway (console.observability.cost); each running
+replica's log tail refreshed."""
 
-import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import httpx
-import redis
 from django.conf import settings
+from django.db.models import F
 
 from appliance.runtimes import get_runtime
 from console.deployments.lifecycle import LOG_LINES
-from console.deployments.models import DeploymentState, Replica
-from engines.launch import EngineKind
-from engines.metrics import parse_metrics
+from console.deployments.models import Deployment, DeploymentState, Replica
+from console.observability import cost, history, request_stats
+from console.observability.mappings import mapping_rows
+from console.observability.models import ScrapeHealth
+from console.observability.panel import panels
+from engines.metrics import MappingRow, Scrape, choose_flavor, parse_metrics, sample_names
 
 log = logging.getLogger(__name__)
 S = DeploymentState
-METRICS_KEEP = 720  # scrapes kept per replica (1 h at the default 5 s interval)
 
 
-def metrics_key(replica_id: int) -> str:
-    """The Redis list of a replica's scrapes, each ``{"time": unix seconds, "values": {name: value}}``."""
-    return f"hearth:metrics:{replica_id}"
+def scrape_timeout() -> float:
+    """Seconds a /metrics may take: under one interval (so scrapes never pile up), 1 to 3 s."""
+    return max(1.0, min(3.0, settings.HEARTH_SCRAPE_INTERVAL * 0.8))
 
 
-def scrape_all() -> None:
-    """One scrape of every ready replica; a replica whose scrape fails is logged and skipped."""
-    r = redis.Redis.from_url(settings.REDIS_URL)
-    replicas = Replica.objects.filter(running=True, deployment__state__in=[S.LOADING, S.READY])
-    for replica in replicas.select_related("deployment"):
-        runtime = get_runtime(replica.runtime)
-        replica.log_tail = runtime.logs(replica.runtime_name, LOG_LINES)
+def fetch(replica: Replica) -> tuple[float, str] | Exception:
+    """(time, text) of one /metrics, or the error."""
+    try:
+        resp = httpx.get(f"{replica.base_url}/metrics", timeout=scrape_timeout())
+        resp.raise_for_status()
+        return time.time(), resp.text
+    except httpx.HTTPError as exc:
+        return exc
+
+
+def parse(replica: Replica, text: str, at: float, rows: list[MappingRow]) -> Scrape:
+    """Map one scrape with the flavor its engine and names call for. Raises ValueError for non-Prometheus text."""
+    dep = replica.deployment
+    flavor = choose_flavor(dep.engine, dep.engine_version, sample_names(text), rows)
+    return parse_metrics(text, [r for r in rows if r.flavor == flavor], at, flavor)
+
+
+def scrape_all() -> int:
+    """One scrape of every ready replica; returns how many answered. A failed scrape is recorded on the
+    replica's ScrapeHealth (the panels flag it) and stores no sample."""
+    history.check_bounds_cache()
+    replicas = list(
+        Replica.objects.filter(running=True, deployment__state__in=[S.LOADING, S.READY]).select_related("deployment")
+    )
+    for replica in replicas:
+        replica.log_tail = get_runtime(replica.runtime).logs(replica.runtime_name, LOG_LINES)
         replica.save(update_fields=["log_tail"])
-        if replica.deployment.state != S.READY:
-            continue
-        try:
-            resp = httpx.get(f"{replica.base_url}/metrics", timeout=3)
-            resp.raise_for_status()
-            mapping = "sglang" if replica.deployment.engine == EngineKind.SGLANG else "vllm"
-            scrape = parse_metrics(resp.text, mapping, time.time())
-        except (httpx.HTTPError, ValueError) as exc:
-            log.warning("scrape of replica %s failed: %s", replica.pk, exc)
-            continue
-        key = metrics_key(replica.pk)
-        r.lpush(key, json.dumps({"time": scrape.time, "values": scrape.values}))
-        r.ltrim(key, 0, METRICS_KEEP - 1)
+    ready = [r for r in replicas if r.deployment.state == S.READY]
+    rows = mapping_rows()
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(ready)))) as pool:
+        results = list(pool.map(fetch, ready))
+    good = 0
+    for replica, result in zip(ready, results, strict=True):
+        good += _record(replica, result, rows)
+    deployments = list(Deployment.objects.filter(state=S.READY))
+    request_stats.record_requests(deployments, datetime.now(UTC))
+    _publish_prices(deployments)
+    return good
+
+
+def _record(replica: Replica, result: tuple[float, str] | Exception, rows: list[MappingRow]) -> int:
+    now = datetime.now(UTC)
+    health, _ = ScrapeHealth.objects.get_or_create(replica=replica)
+    try:
+        if isinstance(result, Exception):
+            raise result
+        scrape = parse(replica, result[1], result[0], rows)
+    except (httpx.HTTPError, ValueError) as exc:
+        log.warning("scrape of replica %s failed: %s", replica.pk, exc)
+        error = str(exc)[:500] or type(exc).__name__
+        ScrapeHealth.objects.filter(pk=health.pk).update(
+            last_attempt_at=now, failures_in_row=F("failures_in_row") + 1, last_error=error
+        )
+        return 0
+    history.record_scrape(replica, scrape)
+    ScrapeHealth.objects.filter(pk=health.pk).update(
+        last_attempt_at=now, last_success_at=now, failures_in_row=0, last_error="", series=scrape.series,
+        flavor=scrape.flavor,
+    )  # fmt: skip
+    return 1
+
+
+def _publish_prices(deployments: list[Deployment]) -> None:
+    for panel in panels(deployments):
+        if panel.cost is not None:
+            cost.publish_price(panel.dep, panel.cost.usd_per_hour, panel.tokens_per_second)

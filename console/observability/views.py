@@ -1,15 +1,184 @@
-"""Observability's pages: a deployment's live numbers, the fragment its page polls every 2 s (htmx)."""
+"""Observability's pages: the dashboard (the console's home), a deployment's live panel (the fragment its page
+polls every 2 s, htmx) and its chart series (JSON, polled by static/hearth-charts.js), the request log, costs
+and prices, the metric mappings, and a deployment's SLO."""
 
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.core.cache import cache
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
-from console.deployments.models import Deployment
-from console.observability.panel import live_panel
+from console.access.roles import may_see_all
+from console.deployments.models import ACTIVE_STATES, Deployment
+from console.observability import charts, cost, gpu_strip
+from console.observability.forms import MappingForm, PriceForm, RequestFilter, SloForm
+from console.observability.models import MetricMapping, PriceSetting, RequestLog, ScrapeHealth, ServiceLevel
+from console.observability.outcomes import outcome_of
+from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
+
+COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
+
+
+def _dashboard_context() -> dict[str, object]:
+    deps = list(Deployment.objects.select_related("model").order_by("name"))
+    shared, gpu_age, gpu_warning = gpu_strip.strip()
+    last = ScrapeHealth.objects.filter(replica__running=True).order_by("-last_attempt_at").first()
+    scraper_age = time.time() - last.last_attempt_at.timestamp() if last and last.last_attempt_at else None
+    running = any(d.state in ACTIVE_STATES for d in deps)
+    silent = running and (scraper_age is None or scraper_age > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL)
+    return {
+        "panels": panels(deps), "gpus": shared, "gpu_age": gpu_age, "gpu_warning": gpu_warning,
+        "scraper_age": scraper_age, "scraper_silent": silent, "latency_window": LATENCY_WINDOW // 60,
+        "throughput_window": cost.THROUGHPUT_WINDOW,
+    }  # fmt: skip
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """The console's home: every deployment's state and numbers, the GPU strip, the scraper's health."""
+    return render(request, "observability/dashboard.html", _dashboard_context())
+
+
+@login_required
+def dashboard_live(request: HttpRequest) -> HttpResponse:
+    """The dashboard's live part alone, polled every 2 s by htmx."""
+    return render(request, "observability/dashboard.html#live", _dashboard_context())
 
 
 @login_required
 def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
-    """The live panel of one deployment: KV-cache use, running and waiting requests, tokens/s."""
+    """The live numbers of one deployment (observability/panel.html)."""
     dep = get_object_or_404(Deployment, pk=pk)
-    return render(request, "observability/panel.html", {"dep": dep, "panel": live_panel(dep)})
+    panel = live_panel(dep)
+    now = datetime.now(UTC)
+    # in whole 5-minute periods and per day: they change slowly, so they are computed once a minute
+    idle_key = f"observability:idle:{dep.pk}"
+    up, idle = cache.get_or_set(idle_key, lambda: cost.idle_hours(dep, now), COSTS_EVERY) or (0, 0)
+    keys = cache.get_or_set(f"observability:keys:{dep.pk}:{now.date()}", lambda: cost.key_costs(now.date(), only=dep),
+                            COSTS_EVERY)  # fmt: skip
+    slo = ServiceLevel.objects.filter(deployment=dep).first()
+    context = {"dep": dep, "panel": panel, "hours_up": up, "hours_idle": idle, "keys": keys, "slo": slo,
+               "slo_form": SloForm(instance=slo), "latency_window": LATENCY_WINDOW // 60,
+               "throughput_window": cost.THROUGHPUT_WINDOW}  # fmt: skip
+    if panel.cost and panel.cost.usd_per_hour is not None:
+        context["idle_usd"] = panel.cost.usd_per_hour * type(panel.cost.usd_per_hour)(repr(idle))
+    return render(request, "observability/panel.html", context)
+
+
+@login_required
+def deployment_series(request: HttpRequest, pk: int) -> JsonResponse:
+    """A deployment's chart series over ``?range=15m|1h|24h|30d`` (after ``?since=`` Unix s when given)."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    name = request.GET.get("range", "1h")
+    if name not in charts.RANGES:
+        raise Http404("Unknown range.")
+    since = request.GET.get("since")
+    try:
+        after = float(since) if since else None
+    except ValueError:
+        raise Http404("since must be Unix seconds.") from None
+    return JsonResponse(charts.series(dep, name, time.time(), after))
+
+
+@login_required
+@require_POST
+def deployment_slo(request: HttpRequest, pk: int) -> HttpResponse:
+    """Set a deployment's TTFT and ITL targets (goodput is measured against them)."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    form = SloForm(request.POST, instance=ServiceLevel.objects.filter(deployment=dep).first())
+    if form.is_valid():
+        slo = form.save(commit=False)
+        slo.deployment = dep
+        slo.save()
+        messages.success(request, "SLO saved.")
+    else:
+        messages.error(request, " ".join(str(e) for errors in form.errors.values() for e in errors))
+    return redirect("deployments:detail", dep.pk)
+
+
+def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
+    """The request log rows the filters pick, of the keys ``user`` may see (a member: their own)."""
+    rows = RequestLog.objects.select_related("api_key").order_by("-created_at")
+    if not may_see_all(user):
+        rows = rows.filter(api_key__owner=user)
+    data = form.cleaned_data if form.is_valid() else {}
+    since = datetime.now(UTC) - timedelta(hours=data.get("hours") or 24)
+    rows = rows.filter(created_at__gte=since)
+    if data.get("model"):
+        rows = rows.filter(model=data["model"])
+    if data.get("key"):
+        rows = rows.filter(Q(api_key__prefix__startswith=data["key"]) | Q(api_key__name__icontains=data["key"]))
+    if data.get("status"):
+        rows = rows.filter(status=data["status"])
+    outcome = data.get("outcome")
+    if outcome == "cancelled":
+        rows = rows.filter(client_cancelled=True)
+    elif outcome == "truncated":
+        rows = rows.filter(truncated=True, client_cancelled=False)
+    elif outcome == "refused":
+        rows = rows.filter(status__gte=400, status__lt=500, truncated=False, client_cancelled=False)
+    elif outcome == "error":
+        rows = rows.filter(Q(status__gte=500) | Q(status=0), truncated=False, client_cancelled=False)
+    elif outcome in ("success", "length", "empty"):
+        rows = rows.filter(status__lt=400, status__gt=0, truncated=False, client_cancelled=False)
+        long = Q(finish_reason__in=["length", "max_tokens"])
+        rows = rows.filter(long) if outcome == "length" else rows.exclude(long)
+        rows = rows.filter(completion_tokens=0) if outcome == "empty" else rows.exclude(completion_tokens=0)
+    return rows
+
+
+@login_required
+def request_log(request: HttpRequest) -> HttpResponse:
+    """Recent requests as the gateway logged them, with filters; 50 a page."""
+    form = RequestFilter(request.GET or None)
+    page = Paginator(_filtered(form, request.user), 50).get_page(request.GET.get("page"))
+    for row in page:
+        row.outcome = outcome_of(row.status, row.finish_reason, row.truncated, row.client_cancelled,  # type: ignore[attr-defined]
+                                 row.completion_tokens)  # fmt: skip
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "observability/requests.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+@login_required
+def costs(request: HttpRequest) -> HttpResponse:
+    """GPU prices (editable by an admin) and each key's cost per day for the last 7 days."""
+    form = PriceForm()
+    if request.method == "POST":
+        instance = PriceSetting.objects.filter(gpu_model=request.POST.get("gpu_model", "")).first()
+        form = PriceForm(request.POST, instance=instance)
+        if form.is_valid():
+            form.save()
+            messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
+            return redirect("observability:costs")
+    today = datetime.now(UTC).date()
+    days = [(today - timedelta(days=n), cost.key_costs(today - timedelta(days=n))) for n in range(7)]
+    hourly = [(d, cost.hourly_cost(d)) for d in Deployment.objects.order_by("name")]
+    prices = PriceSetting.objects.order_by("gpu_model")
+    context = {"prices": prices, "form": form, "days": days, "hourly": hourly}
+    return render(request, "observability/costs.html", context)
+
+
+@login_required
+def mappings(request: HttpRequest) -> HttpResponse:
+    """The metric mappings in force, by flavor; an admin adds or edits one (``?edit=id``)."""
+    editing = MetricMapping.objects.filter(pk=request.GET.get("edit") or 0).first()
+    form = MappingForm(instance=editing)
+    if request.method == "POST":
+        editing = MetricMapping.objects.filter(pk=request.POST.get("id") or 0).first()
+        form = MappingForm(request.POST, instance=editing)
+        if form.is_valid():
+            row = form.save()
+            messages.success(request, f"Mapping saved: {row}.")
+            return redirect("observability:mappings")
+    rows = MetricMapping.objects.order_by("flavor", "canonical")
+    return render(request, "observability/mappings.html", {"rows": rows, "form": form, "editing": editing})
+

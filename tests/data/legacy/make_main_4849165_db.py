@@ -30,9 +30,9 @@ from django.utils import timezone  # noqa: E402
 call_command("migrate", verbosity=0)
 
 from console.models import Deployment, Replica  # noqa: E402
+from gateway.models import RequestLog  # noqa: E402
 
 from console import apikeys, services  # noqa: E402
-from gateway.models import RequestLog  # noqa: E402
 
 folder = Path(os.environ["HEARTH_DATA_DIR"]) / "smol-checkpoint"
 folder.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,242 @@
+"""Server time of the dashboard and a deployment page per refresh, with 8 ready replicas and 24 h of history, and
+the history's size per replica per day.
+
+Fills a database (``DATABASE_URL``; give it an empty PostgreSQL database, e.g. ``hearth_bench``) with 4 ready
+deployments × 2 replicas, 24 h of scrape-resolution samples at HEARTH_SCRAPE_INTERVAL (5 s) made from a real
+simulator exposition with counters that grow, their 5-minute rollups, the gateway's per-scrape counts, and the
+last hour of request-log rows at 2 requests/s per deployment. Then renders, in this process through Django's test
+client (server time only, no network), each URL a refresh asks for, and prints p50/p99 and the ratio to a
+baseline measured in the same run (the login page). Goal (issue 12): under 200 ms per refresh.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/hearth_bench .venv/bin/python bench/dashboard_time.py [--reuse]
+
+``--reuse`` times the history a previous run left in that database instead of making it again (~6 minutes).
+"""
+
+import os
+import random
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+os.environ.setdefault("DEBUG", "1")
+os.environ["HEARTH_SCRAPE_INTERVAL"] = "5"
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.db.models import F  # noqa: E402
+from django.test import Client  # noqa: E402
+
+INTERVAL = 5.0
+DAY = 86400
+DEPLOYMENTS, REPLICAS = 4, 2
+
+
+def build() -> list[int]:
+    from django.contrib.auth.models import User
+
+    from console.catalog.models import ModelSource
+    from console.deployments.models import Deployment, Replica
+    from console.observability import history
+    from console.observability.models import MetricSample, RequestLog
+
+    call_command("migrate", verbosity=0)
+    User.objects.filter(username="bench").delete()
+    User.objects.create_superuser("bench", "", "bench-password-1")
+    Deployment.objects.all().delete()
+    import json
+
+    config = json.loads((ROOT / "tests/data/models/llama-3.1-8b-instruct.json").read_text())["config"]
+    model, _ = ModelSource.objects.get_or_create(name="llama-8b", defaults={
+        "kind": "hf", "repo_id": "meta-llama/Llama-3.1-8B-Instruct", "config": config,
+        "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "weights_bytes": 16_060_522_496})  # fmt: skip
+    box = "8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated (8xH100-80GB)"
+    now = time.time()
+    ids = []
+    for d in range(DEPLOYMENTS):
+        plan = {"gpu_indices": [2 * d, 2 * d + 1], "inventory": box, "max_num_seqs": 256,
+                "kv_capacity_tokens": 454_880, "reasons": []}  # fmt: skip
+        dep = Deployment.objects.create(name=f"bench-{d}", model=model, engine="simulator", plan=plan,
+                                        served_model_name=f"bench-{d}", max_model_len=8192, kv_space_gib=1,
+                                        state="ready", replica_count=REPLICAS)  # fmt: skip
+        ids.append(dep.pk)
+        for r in range(REPLICAS):
+            replica = Replica.objects.create(deployment=dep, runtime="process", runtime_name=f"bench-{d}-{r}",
+                                             host="127.0.0.1", port=9, engine_api_key="k", running=True)  # fmt: skip
+            _history(replica, now)
+        _gateway(dep, now)
+        _requests(dep, now)
+    t0 = time.perf_counter()
+    history.roll_up(now, INTERVAL)
+    print(f"rolled up 24 h in {time.perf_counter() - t0:.1f} s; {MetricSample.objects.count():,} samples, "
+          f"{RequestLog.objects.count():,} request log rows")  # fmt: skip
+    return ids
+
+
+def _history(replica: object, now: float) -> None:
+    from console.observability.history import _encode_hist
+    from console.observability.models import MetricSample, ScrapeHealth
+    from engines.metrics import Histogram
+
+    ttft_b = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+              80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+    itl_b = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+    e2e_b = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+             960.0, 1920.0, 7680.0)  # fmt: skip
+    rng = random.Random(replica.pk)  # type: ignore[attr-defined]
+    names = ("prompt_tokens_total", "generation_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total",
+             "preemptions_total", "cached_prompt_tokens_total")  # fmt: skip
+    counters = dict.fromkeys(names, 0.0)
+    hist = {k: [0.0] * (len(b) + 1) for k, b in (("ttft_seconds", ttft_b), ("itl_seconds", itl_b),
+                                                  ("e2e_seconds", e2e_b), ("queue_seconds", e2e_b))}  # fmt: skip
+    bounds = {"ttft_seconds": ttft_b, "itl_seconds": itl_b, "e2e_seconds": e2e_b, "queue_seconds": e2e_b}
+    rows = []
+    steps = int(DAY / INTERVAL)
+    for k in range(steps):
+        at = now - DAY + k * INTERVAL
+        n = rng.randint(0, 12)
+        counters["prompt_tokens_total"] += n * 128
+        counters["generation_tokens_total"] += n * 64
+        counters["prefix_cache_queries_total"] += n * 128
+        counters["prefix_cache_hits_total"] += n * 40
+        for name, counts in hist.items():
+            first = rng.randint(3, 9) if name != "itl_seconds" else 1
+            for i in range(first, len(counts)):
+                counts[i] += n if name != "itl_seconds" else n * 63
+        values = {"requests_running": float(n), "requests_waiting": float(max(0, n - 10)),
+                  "kv_cache_usage": n / 40, "kv_cache_size_tokens": 454_880.0, **counters}  # fmt: skip
+        encoded = {k: _encode_hist(Histogram(bounds[k], tuple(c), 0.1 * c[-1])) for k, c in hist.items()}
+        rows.append(MetricSample(deployment_id=replica.deployment_id, replica=replica,  # type: ignore[attr-defined]
+                                 at=datetime.fromtimestamp(at, UTC), values={"v": values, "h": encoded}))  # fmt: skip
+    MetricSample.objects.bulk_create(rows, batch_size=2000)
+    ScrapeHealth.objects.create(replica=replica, last_attempt_at=datetime.now(UTC), last_success_at=datetime.now(UTC),
+                                series=430, flavor="vllm")  # fmt: skip
+
+
+def _gateway(dep: object, now: float) -> None:
+    from console.observability.models import MetricSample
+
+    rows = []
+    for k in range(int(DAY / INTERVAL)):
+        at = now - DAY + k * INTERVAL
+        rows.append(MetricSample(deployment=dep, replica=None, at=datetime.fromtimestamp(at, UTC), values={
+            "d": {"success": 10, "requests": 10, "errors": 0, "prompt_tokens": 1280, "completion_tokens": 640},
+            "e": {}, "uh": {"ttft": {"14": 5, "15": 5}, "itl": {"3": 10}}, "last_id": 0}))  # fmt: skip
+    MetricSample.objects.bulk_create(rows, batch_size=2000)
+
+
+def _requests(dep: object, now: float) -> None:
+    from console.observability.models import RequestLog
+
+    rows = [RequestLog(created_at=datetime.fromtimestamp(now - k * 0.5, UTC), model=dep.served_model_name,  # type: ignore[attr-defined]
+                       surface="openai", endpoint="/v1/chat/completions", stream=True, status=200,
+                       finish_reason="stop", prompt_tokens=128, completion_tokens=64, ttft_seconds=0.03 + (k % 7) / 100,
+                       duration_seconds=0.8) for k in range(7200)]  # fmt: skip
+    RequestLog.objects.bulk_create(rows, batch_size=2000)
+
+
+def shift_to_now() -> None:
+    """Move a kept history forward so that its newest sample is now (as if scraped until this moment)."""
+    from console.observability.models import MetricSample, RequestLog, ScrapeHealth
+
+    newest = MetricSample.objects.order_by("-at").values_list("at", flat=True).first()
+    if newest is None:
+        return
+    shift = datetime.now(UTC) - newest
+    MetricSample.objects.update(at=F("at") + shift)
+    RequestLog.objects.update(created_at=F("created_at") + shift)
+    ScrapeHealth.objects.update(last_attempt_at=datetime.now(UTC), last_success_at=datetime.now(UTC))
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+def timed(client: Client, url: str, n: int = 30) -> tuple[float, float]:
+    client.get(url)  # warm
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        resp = client.get(url)
+        times.append(time.perf_counter() - t0)
+        assert resp.status_code == 200, (url, resp.status_code)
+    times.sort()
+    return statistics.median(times), times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
+
+
+def size_per_replica_day() -> None:
+    """Bytes per replica per day: each kind of row's stored size (its JSON as PostgreSQL stores it, plus the
+    row's share of the heap and of the indexes beyond that, measured on the table after VACUUM FULL)."""
+    if connection.vendor != "postgresql":
+        print("(bytes per replica per day: measured on PostgreSQL only)")
+        return
+    with connection.cursor() as cur:
+        cur.execute("VACUUM FULL observability_metricsample")
+        cur.execute("SELECT pg_total_relation_size('observability_metricsample'), count(*), "
+                    "sum(pg_column_size(values)) FROM observability_metricsample")  # fmt: skip
+        total, rows, json_bytes = cur.fetchone()  # type: ignore[misc]
+        cur.execute("SELECT replica_id IS NULL, resolution, count(*), avg(pg_column_size(values)) "
+                    "FROM observability_metricsample GROUP BY 1, 2")  # fmt: skip
+        kinds = {(gw, res): (n, float(avg)) for gw, res, n, avg in cur.fetchall()}
+    overhead = (total - json_bytes) / rows  # tuple header, the other columns, index entries
+    print(f"history table: {total / 2**20:,.1f} MiB for {rows:,} rows; {overhead:,.0f} B per row besides its JSON")
+    per_day = DAY / INTERVAL
+    raw = (kinds[(False, 0)][1] + overhead) * per_day
+    rollup = (kinds[(False, 300)][1] + overhead) * 288
+    gateway = (kinds[(True, 0)][1] + overhead) * per_day
+    print(f"per replica per day at a {INTERVAL:.0f} s scrape interval: {raw / 2**20:,.1f} MiB of scrape-resolution "
+          f"samples (JSON {kinds[(False, 0)][1]:,.0f} B each; kept 24 h) and {rollup / 2**10:,.0f} KiB of rollups "
+          f"(kept 30 days: {30 * rollup / 2**20:,.1f} MiB); per deployment with requests every scrape, "
+          f"{gateway / 2**20:,.1f} MiB of the gateway's counts per day (none written for a scrape without requests)")
+
+
+def main() -> None:
+    from console.deployments.models import Deployment
+
+    call_command("migrate", verbosity=0)
+    kept = list(Deployment.objects.filter(name__startswith="bench-").order_by("pk").values_list("pk", flat=True))
+    ids = kept if "--reuse" in sys.argv and len(kept) == DEPLOYMENTS else build()
+    if ids is kept:
+        shift_to_now()
+    client = Client()
+    client.login(username="bench", password="bench-password-1")
+    dep = ids[0]
+    now = time.time()
+    base = timed(Client(), "/login/")
+    urls = [
+        ("dashboard page", "/"),
+        ("dashboard live refresh (htmx, every 2 s)", "/dashboard/live/"),
+        ("deployment page", f"/deployments/{dep}/"),
+        ("deployment live panel (htmx, every 2 s)", f"/deployments/{dep}/panel/"),
+        ("deployment charts, 1 h (first load)", f"/deployments/{dep}/series/?range=1h"),
+        ("deployment charts, 24 h (first load)", f"/deployments/{dep}/series/?range=24h"),
+        ("deployment charts, 30 d (first load)", f"/deployments/{dep}/series/?range=30d"),
+        ("deployment charts, live update (every 5 s)", f"/deployments/{dep}/series/?range=1h&since={now - 10}"),
+    ]
+    print(f"\n{DEPLOYMENTS} ready deployments × {REPLICAS} replicas, 24 h of history, {connection.vendor}\n")
+    print("| what | p50 ms | p99 ms | p50 vs baseline |")
+    print("|---|---|---|---|")
+    print(f"| baseline: the login page | {base[0] * 1000:.1f} | {base[1] * 1000:.1f} | 1.0 |")
+    results = {}
+    for label, url in urls:
+        p50, p99 = timed(client, url)
+        results[url] = (p50, p99)
+        print(f"| {label} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {p50 / base[0]:.1f} |")
+    dash = results["/dashboard/live/"][0]
+    update = f"/deployments/{dep}/series/?range=1h&since={now - 10}"
+    page = results[f"/deployments/{dep}/panel/"][0] + results[update][0]
+    print(f"\nper refresh: dashboard {dash * 1000:.0f} ms, deployment page (panel + chart update) "
+          f"{page * 1000:.0f} ms; goal < 200 ms: {'met' if max(dash, page) < 0.2 else 'NOT met'}")  # fmt: skip
+    size_per_replica_day()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the external benchmark clients, each into its own venv under $HEARTH_CACHE_DIR (never the project's):
+# NVIDIA's AIPerf (PyPI aiperf 0.13.0) and GuideLLM (PyPI guidellm 0.8.1). Idempotent: a venv whose client
+# already imports is left alone. Used by bench/panel_vs_clients.py.
+set -euo pipefail
+CACHE=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}
+PYTHON=${HEARTH_BENCH_PYTHON:-$(command -v python3.12 || command -v python3.11 || echo python3)}
+install() {  # venv name, import name, requirement
+  local venv=$CACHE/$1
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import $2" 2>/dev/null; then
+    echo "bench: $3 already in $venv"; return
+  fi
+  echo "bench: installing $3 into $venv"
+  "$PYTHON" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip 2> >(grep -v 'is ignored' >&2)
+  "$venv/bin/python" -m pip install -q "$3" 2> >(grep -v 'is ignored' >&2)
+  "$venv/bin/python" -c "import $2"
+}
+install venv-aiperf aiperf aiperf==0.13.0
+install venv-guidellm guidellm guidellm==0.8.1

@@ -1,0 +1,50 @@
+"""Observability's forms: the request log's filters, a metric mapping, a GPU price, a deployment's SLO."""
+
+from django import forms
+
+from console.observability.models import MetricMapping, PriceSetting, ServiceLevel
+from console.observability.outcomes import OUTCOMES
+from engines.metrics import CANONICAL
+
+
+class RequestFilter(forms.Form):
+    model = forms.CharField(required=False)
+    key = forms.CharField(required=False, label="Key prefix or name")
+    status = forms.IntegerField(required=False, min_value=100, max_value=599)
+    outcome = forms.ChoiceField(required=False, choices=[("", "any")] + [(o, o) for o in OUTCOMES])
+    hours = forms.IntegerField(required=False, min_value=1, max_value=24 * 30, initial=24, label="Last hours")
+
+
+class MappingForm(forms.ModelForm):  # type: ignore[type-arg]
+    canonical = forms.ChoiceField(choices=[(k, f"{k} ({c.kind}, {c.unit})") for k, c in CANONICAL.items()])
+
+    class Meta:
+        model = MetricMapping
+        fields = ("flavor", "engine", "canonical", "metric", "label", "min_version", "max_version", "source")
+
+
+class PriceForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = PriceSetting
+        fields = ("gpu_model", "usd_per_gpu_hour", "source")
+
+    def clean_usd_per_gpu_hour(self) -> object:
+        value = self.cleaned_data["usd_per_gpu_hour"]
+        if value < 0:
+            raise forms.ValidationError("A price cannot be negative.")
+        return value
+
+
+class SloForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = ServiceLevel
+        fields = ("ttft_seconds", "itl_seconds")
+        labels = {"ttft_seconds": "TTFT target (s)", "itl_seconds": "ITL target (s)"}  # noqa: RUF012 - Django's Meta
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        for name in ("ttft_seconds", "itl_seconds"):
+            value = data.get(name)
+            if value is not None and not 0 < value <= 3600:
+                self.add_error(name, "A target is a number of seconds above 0, at most 3600.")
+        return data

@@ -1,0 +1,191 @@
+"""Requests as users saw them, from the request log the gateway writes: exact percentiles over a recent window
+for the panels, and per-scrape counts (with sparse histograms) stored in the history for the charts.
+
+User-visible TTFT is the gateway's first content byte to the client (a reasoning model's hidden thinking
+counts as waiting); user-visible ITL is (duration − TTFT) / (completion tokens − 1), as AIPerf and GenAI-Perf
+define it. Only served requests (outcomes.SERVED) feed latencies and goodput; refusals and errors count as
+errors. Percentiles interpolate linearly between the nearest ranks (numpy's default, which AIPerf reports).
+"""
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import redis
+from django.conf import settings
+from django.db.models import Max
+
+from console.deployments.models import Deployment
+from console.observability.models import MetricSample, RequestLog, ServiceLevel
+from console.observability.outcomes import ERRORS, OUTCOMES, SERVED, Slo, inter_token_seconds, outcome_of
+from engines.metrics import Histogram
+
+# Log-spaced bounds (×1.2 from 1 ms to past 30 minutes), seconds, for the gateway side's stored histograms: a
+# percentile read from them lies within 20 % of the exact one (usually far closer).
+USER_BOUNDS: tuple[float, ...] = tuple(round(0.001 * 1.2**k, 6) for k in range(80))
+FIELDS = ("id", "model", "api_key_id", "status", "finish_reason", "truncated", "client_cancelled",
+          "completion_tokens", "prompt_tokens", "ttft_seconds", "duration_seconds")  # fmt: skip
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0–1) of sorted values, linear between closest ranks (numpy's default); None if empty."""
+    if not sorted_values:
+        return None
+    pos = q * (len(sorted_values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass
+class RequestStats:
+    """Requests of one deployment over a window: counts by outcome, errors by status, latencies (seconds)
+    of served requests, tokens, tokens per API key id, and how many met the SLO."""
+
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    errors_by_status: dict[int, int] = field(default_factory=dict)
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_by_key: dict[int | None, int] = field(default_factory=dict)
+    met_slo: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def errors(self) -> int:
+        return sum(n for o, n in self.outcomes.items() if o in ERRORS)
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.total if self.total else None
+
+    @property
+    def goodput(self) -> float | None:
+        """Share (0–1) of the window's requests that met the SLO."""
+        return self.met_slo / self.total if self.total else None
+
+    @property
+    def ttft_q(self) -> dict[str, float | None]:
+        return self.quantiles("ttft")
+
+    @property
+    def itl_q(self) -> dict[str, float | None]:
+        return self.quantiles("itl")
+
+    def quantiles(self, which: str) -> dict[str, float | None]:
+        values = sorted(self.ttft if which == "ttft" else self.itl)
+        return {f"p{round(q * 100)}": percentile(values, q) for q in (0.5, 0.9, 0.99)}
+
+    def add(self, row: tuple, slo: Slo) -> None:  # type: ignore[type-arg]
+        """Count one request log row (FIELDS' order)."""
+        _, _, key, status, finish, truncated, cancelled, completion, prompt, ttft, duration = row
+        outcome = outcome_of(status, finish, truncated, cancelled, completion)
+        self.outcomes[outcome] += 1
+        if outcome in ERRORS:
+            self.errors_by_status[status] = self.errors_by_status.get(status, 0) + 1
+        itl = inter_token_seconds(ttft, duration, completion)
+        if outcome in SERVED:
+            if ttft is not None:
+                self.ttft.append(ttft)
+            if itl is not None:
+                self.itl.append(itl)
+        if slo.any and slo.met(outcome, ttft, itl):
+            self.met_slo += 1
+        tokens = (prompt or 0) + (completion or 0)
+        self.prompt_tokens += prompt or 0
+        self.completion_tokens += completion or 0
+        self.tokens_by_key[key] = self.tokens_by_key.get(key, 0) + tokens
+
+
+def slos(deployments: Iterable[Deployment]) -> dict[int, Slo]:
+    """Each deployment's SLO targets, by id (none set: no entry)."""
+    ids = [d.pk for d in deployments]
+    rows = ServiceLevel.objects.filter(deployment_id__in=ids)
+    return {s.deployment_id: Slo(s.ttft_seconds, s.itl_seconds) for s in rows}
+
+
+def window_stats(deployments: Sequence[Deployment], since: datetime) -> dict[int, RequestStats]:
+    """Each deployment's requests that ended since ``since``, by deployment id (requests are matched to a
+    deployment by the served model name clients asked for)."""
+    by_name = {d.served_model_name: d.pk for d in deployments}
+    targets = slos(deployments)
+    out = {d.pk: RequestStats() for d in deployments}
+    rows = RequestLog.objects.filter(created_at__gte=since, model__in=list(by_name)).values_list(*FIELDS)
+    for row in rows.iterator(chunk_size=5000):
+        pk = by_name[row[1]]
+        out[pk].add(row, targets.get(pk, Slo()))
+    return out
+
+
+def _sparse(values: Iterable[float]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for v in values:
+        idx = str(bisect.bisect_left(USER_BOUNDS, v))
+        counts[idx] = counts.get(idx, 0) + 1
+    return counts
+
+
+def sparse_histogram(sparse: dict[str, int]) -> Histogram | None:
+    """A stored sparse histogram (bucket index → count) as a cumulative Histogram over USER_BOUNDS."""
+    if not sparse:
+        return None
+    per = [0.0] * (len(USER_BOUNDS) + 1)
+    for idx, n in sparse.items():
+        per[min(int(idx), len(USER_BOUNDS))] += n
+    cumulative, acc = [], 0.0
+    for share in per:
+        acc += share
+        cumulative.append(acc)
+    return Histogram(USER_BOUNDS, tuple(cumulative))
+
+
+def stored_counts(stats: RequestStats, last_id: int) -> dict[str, object]:
+    """What the history keeps of a period's requests (MetricSample without a replica)."""
+    return {
+        "d": {**{o: n for o, n in stats.outcomes.items() if n}, "requests": stats.total, "errors": stats.errors,
+              "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
+              "met_slo": stats.met_slo},
+        "e": {str(s): n for s, n in stats.errors_by_status.items()},
+        "uh": {"ttft": _sparse(stats.ttft), "itl": _sparse(stats.itl)},
+        "last_id": last_id,
+    }  # fmt: skip
+
+
+def cursor_key() -> str:
+    """Redis key of the last request log id counted into the history (one function: the namespacing switch)."""
+    return f"hearth:{settings.HEARTH_INSTANCE}:observability:requestlog-cursor"
+
+
+def record_requests(deployments: Sequence[Deployment], at: datetime, batch: int = 50_000) -> int:
+    """Count the request log rows written since the last call into one history sample per deployment that had
+    any; returns the rows counted. The position is kept in Redis; without it, counting starts at the rows
+    of the last scrape interval."""
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    raw = r.get(cursor_key())
+    if raw is None:
+        since = datetime.fromtimestamp(at.timestamp() - settings.HEARTH_SCRAPE_INTERVAL, at.tzinfo)
+        first_new = RequestLog.objects.filter(created_at__gte=since).order_by("id").values_list("id", flat=True).first()
+        start = first_new - 1 if first_new is not None else RequestLog.objects.aggregate(m=Max("id"))["m"] or 0
+    else:
+        start = int(raw)
+    rows = list(RequestLog.objects.filter(id__gt=start).order_by("id").values_list(*FIELDS)[:batch])
+    if not rows:
+        return 0
+    by_name = {d.served_model_name: d for d in deployments}
+    targets = slos(deployments)
+    stats: dict[int, RequestStats] = {}
+    for row in rows:
+        dep = by_name.get(row[1])
+        if dep is not None:
+            stats.setdefault(dep.pk, RequestStats()).add(row, targets.get(dep.pk, Slo()))
+    last = rows[-1][0]
+    MetricSample.objects.bulk_create(
+        [MetricSample(deployment_id=pk, replica=None, at=at, values=stored_counts(s, last)) for pk, s in stats.items()]
+    )
+    r.set(cursor_key(), last)
+    return len(rows)

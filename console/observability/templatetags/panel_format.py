@@ -1,0 +1,83 @@
+"""Filters that put units on the panels' numbers, the same way everywhere: seconds as ms below 1 s, "> X s"
+past a histogram's last bucket, ratios as %, bytes in GiB (as vLLM reports), money in USD."""
+
+from typing import Any
+
+from django import template
+
+from engines.metrics import Quantile
+
+register = template.Library()
+GIB = 1024**3
+
+
+def _missing(value: object) -> bool:
+    """None, or "" (what a template gives for a key that is absent: no data)."""
+    return value is None or value == ""
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """0.084 → "84 ms", 1.234 → "1.23 s", a Quantile beyond the last bucket → "> 20 s"; None → "no data"."""
+    if _missing(value):
+        return "no data"
+    beyond = isinstance(value, Quantile) and value.beyond
+    s = value.seconds if isinstance(value, Quantile) else float(value)
+    text = f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s" if s < 100 else f"{s:,.0f} s"
+    return f"> {text}" if beyond else text
+
+
+@register.filter
+def pct(value: Any, digits: int = 0) -> str:
+    """A 0–1 ratio as a percentage; None → "no data"."""
+    return "no data" if _missing(value) else f"{value * 100:.{digits}f} %"
+
+
+@register.filter
+def gib(value: Any) -> str:
+    return "no data" if _missing(value) else f"{value / GIB:,.1f} GiB"
+
+
+@register.filter
+def gib_number(value: Any) -> str:
+    """Bytes as a GiB number without the unit (for "used / total GiB")."""
+    return "no data" if _missing(value) else f"{value / GIB:,.1f}"
+
+
+@register.filter
+def usd(value: Any, digits: int = 2) -> str:
+    """USD with ``digits`` decimals (more for small amounts, so a price per token never reads $0.00)."""
+    if _missing(value):
+        return "no price"
+    v = float(value)
+    if 0 < abs(v) < 0.01:
+        return f"${v:.4f}"
+    return f"${v:,.{digits}f}"
+
+
+@register.filter
+def rate(value: Any) -> str:
+    """Tokens or requests per second, 1 decimal below 100."""
+    if _missing(value):
+        return "no data"
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+@register.filter
+def count(value: Any) -> str:
+    return "no data" if _missing(value) else f"{value:,.0f}"
+
+
+@register.filter
+def age(value: Any) -> str:
+    """Seconds since something, in words: "2 s ago", "3 min ago"; None → "never"."""
+    if _missing(value):
+        return "never"
+    if value < 120:
+        return f"{value:.0f} s ago"
+    return f"{value / 60:.0f} min ago" if value < 7200 else f"{value / 3600:.0f} h ago"
+
+
+@register.filter
+def get(mapping: dict, key: str) -> object:  # type: ignore[type-arg]
+    return mapping.get(key) if mapping else None

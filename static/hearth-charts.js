@@ -1,0 +1,97 @@
+// A deployment's charts: uPlot (static/vendor/uplot-1.6.32) over the JSON of observability:series.
+// Loads the chosen range, then every 5 s asks only for what is newer (?since=) and appends it, so the charts
+// update live without reloading the page. Gaps (null) are drawn as gaps, never bridged.
+(function () {
+  "use strict";
+  const root = document.getElementById("charts");
+  if (!root || typeof uPlot === "undefined") return;
+  const url = root.dataset.seriesUrl;
+  const status = root.querySelector("[data-field=chart_status]");
+  const COLORS = { a: "#2f7d4f", b: "#c98a3d", c: "#3b6fb6", d: "#8e3b8e", slo: "#b00020" };
+  const secs = (v) => (v == null ? "—" : v < 1 ? (v * 1000).toFixed(0) + " ms" : v.toFixed(2) + " s");
+  const num = (v) => (v == null ? "—" : v >= 100 ? v.toFixed(0) : v.toFixed(1));
+  const CHARTS = {
+    kv: { series: [["kv_cache_usage", "KV cache %", COLORS.a]], unit: "%", fmt: (v) => (v == null ? "—" : v.toFixed(1) + " %"), range: [0, 100] },
+    queue: { series: [["requests_running", "running", COLORS.a], ["requests_waiting", "waiting", COLORS.b]], unit: "requests", fmt: num, limit: "max_num_seqs" },
+    tps: { series: [["generation_tps", "generation", COLORS.a], ["prompt_tps", "prompt", COLORS.c]], unit: "tokens/s", fmt: num },
+    ttft: { series: [["user_ttft_p50", "users p50", COLORS.a], ["user_ttft_p99", "users p99", COLORS.b], ["ttft_p50", "engine p50", COLORS.c], ["ttft_p99", "engine p99", COLORS.d]], unit: "s", fmt: secs, slo: "ttft" },
+    itl: { series: [["user_itl_p50", "users p50", COLORS.a], ["user_itl_p99", "users p99", COLORS.b], ["itl_p50", "engine p50", COLORS.c], ["itl_p99", "engine p99", COLORS.d]], unit: "s", fmt: secs, slo: "itl" },
+    requests: { series: [["requests_per_s", "requests/s", COLORS.c], ["errors_per_s", "errors/s", COLORS.slo]], unit: "per s", fmt: (v) => (v == null ? "—" : v.toFixed(2)) },
+  };
+  let range = "1h", data = null, plots = {}, timer = null, lastT = null;
+
+  function columns(def) {
+    const t = data.t;
+    const cols = [t, ...def.series.map(([k]) => data.series[k])];
+    const extra = def.slo ? data.slo[def.slo] : def.limit ? data[def.limit] : null;
+    if (extra != null) cols.push(t.map(() => extra));
+    return cols;
+  }
+
+  function make(el, def) {
+    const series = [{}].concat(def.series.map(([, label, stroke]) => ({ label, stroke, width: 2, spanGaps: false, value: (u, v) => def.fmt(v) })));
+    const extra = def.slo ? data.slo[def.slo] : def.limit ? data[def.limit] : null;
+    if (extra != null) series.push({ label: def.slo ? "SLO" : "max_num_seqs", stroke: COLORS.slo, dash: [6, 4], width: 1.5, value: (u, v) => def.fmt(v) });
+    const opts = {
+      width: Math.max(el.clientWidth, 300), height: 200, series,
+      scales: { x: { time: true }, y: def.range ? { range: def.range } : { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
+      axes: [{ stroke: "#555", grid: { stroke: "#eee" } },
+             { stroke: "#555", grid: { stroke: "#eee" }, size: 64, values: (u, vals) => vals.map(def.fmt), label: def.unit, labelSize: 18 }],
+      legend: { live: true },
+    };
+    return new uPlot(opts, columns(def), el);
+  }
+
+  function draw() {
+    for (const el of root.querySelectorAll("[data-chart]")) {
+      const def = CHARTS[el.dataset.chart];
+      if (plots[el.dataset.chart]) plots[el.dataset.chart].destroy();
+      el.innerHTML = "";
+      plots[el.dataset.chart] = make(el, def);
+      el.dataset.points = String(data.t.length);
+    }
+  }
+
+  function say(text) { if (status) status.textContent = text; }
+
+  async function load() {
+    const resp = await fetch(`${url}?range=${range}`, { credentials: "same-origin" });
+    if (!resp.ok) { say(`could not load the history (HTTP ${resp.status})`); return; }
+    data = await resp.json();
+    lastT = data.t.length ? data.t[data.t.length - 1] : null;
+    draw();
+    say(data.t.length ? `${data.t.length} points, updated ${new Date().toLocaleTimeString()}` : "no data in this range yet");
+  }
+
+  async function update() {
+    if (!data || range === "30d") return load();
+    const since = lastT == null ? "" : `&since=${lastT - data.step}`;
+    const resp = await fetch(`${url}?range=${range}${since}`, { credentials: "same-origin" });
+    if (!resp.ok) { say(`update failed (HTTP ${resp.status}); showing what was loaded`); return; }
+    const fresh = await resp.json();
+    if (!fresh.t.length) { say(`${data.t.length} points, nothing new since ${new Date(lastT * 1000).toLocaleTimeString()}`); return; }
+    const keep = data.t.findIndex((t) => t >= fresh.t[0]);
+    const cut = keep === -1 ? data.t.length : keep;
+    const horizon = fresh.t[fresh.t.length - 1] - { "15m": 900, "1h": 3600, "24h": 86400 }[range];
+    data.t = data.t.slice(0, cut).concat(fresh.t);
+    for (const k of Object.keys(data.series)) data.series[k] = data.series[k].slice(0, cut).concat(fresh.series[k]);
+    const first = data.t.findIndex((t) => t >= horizon);
+    if (first > 0) { data.t = data.t.slice(first); for (const k of Object.keys(data.series)) data.series[k] = data.series[k].slice(first); }
+    const changed = JSON.stringify(fresh.slo) !== JSON.stringify(data.slo) || fresh.max_num_seqs !== data.max_num_seqs;
+    data.slo = fresh.slo; data.max_num_seqs = fresh.max_num_seqs;
+    lastT = data.t[data.t.length - 1];
+    if (changed) { draw(); return; }
+    for (const [name, plot] of Object.entries(plots)) { plot.setData(columns(CHARTS[name])); root.querySelector(`[data-chart=${name}]`).dataset.points = String(data.t.length); }
+    say(`${data.t.length} points, updated ${new Date().toLocaleTimeString()}`);
+  }
+
+  for (const button of root.querySelectorAll("[data-range]")) {
+    button.addEventListener("click", () => {
+      range = button.dataset.range;
+      for (const b of root.querySelectorAll("[data-range]")) b.setAttribute("aria-pressed", String(b === button));
+      load();
+    });
+  }
+  window.addEventListener("resize", () => { if (data) draw(); });
+  load().then(() => { timer = setInterval(update, range === "30d" ? 60000 : 5000); });
+})();

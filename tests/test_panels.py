@@ -1,0 +1,222 @@
+"""The panels' numbers from the history: honesty rules (stale, failing replicas left out of sums, reasons for no
+data), cost per million tokens from the same numbers the throughput panel shows, the price per token the gateway
+reads, rollups and retention, and the worker-published GPU inventory."""
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import Client, override_settings
+
+from appliance import hardware
+from console.catalog.models import ModelSource
+from console.deployments.models import Deployment, Replica
+from console.observability import cost, history, scraping
+from console.observability.history import ROLLUP
+from console.observability.mappings import mapping_rows
+from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth, ServiceLevel
+from console.observability.panel import live_panel
+from console.observability.request_stats import window_stats
+from engines.gpus import simulated_inventory
+from engines.simulator.metrics import SimMetrics
+from tests.simworld import ensure_model
+
+pytestmark = pytest.mark.django_db
+H100_BOX = "8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated (8xH100-80GB)"
+INTERVAL = settings.HEARTH_SCRAPE_INTERVAL
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> Iterator[None]:
+    history.bounds_id.cache_clear()
+    history.bounds_of.cache_clear()
+    yield
+    redis.Redis.from_url(settings.REDIS_URL).delete(hardware.published_key())  # no inventory left for other tests
+
+
+def deployment(name: str = "llama", replicas: int = 1, gpus: int = 1) -> Deployment:
+    ensure_model()
+    plan = {"gpu_indices": list(range(gpus * replicas)), "inventory": H100_BOX, "max_num_seqs": 64,
+            "kv_capacity_tokens": 65_536, "reasons": []}  # fmt: skip
+    model = ModelSource.objects.get(name="llama-8b")
+    dep = Deployment.objects.create(name=name, model=model, engine="simulator", served_model_name=name,
+                                    max_model_len=8192, kv_space_gib=1, plan=plan, state="ready",
+                                    replica_count=replicas)  # fmt: skip
+    for n in range(replicas):
+        Replica.objects.create(deployment=dep, runtime="process", runtime_name=f"{name}-{n}", host="127.0.0.1",
+                               port=1 + n, engine_api_key="k", running=True)  # fmt: skip
+    return dep
+
+
+class Engine:
+    """A simulator's metrics registry for one replica, advanced by hand and scraped through scraping's path."""
+
+    def __init__(self, replica: Replica, flavor: str = "vllm") -> None:
+        self.replica, self.sim = replica, SimMetrics(flavor, replica.deployment.served_model_name,
+                                                     {"kv_cache_size_tokens": "65536"})  # fmt: skip
+
+    def step(self, at: float, prompt: int, generated: int, running: int, kv: float) -> None:
+        self.sim.count("prompt_tokens", prompt)
+        self.sim.count("generation_tokens", generated)
+        self.sim.observe("ttft", 0.08)
+        self.sim.set_state(running=running, waiting=1, kv_usage=kv, used_tokens=0, hit_rate=0.0)
+        scraping._record(self.replica, (at, self.sim.render().decode()), mapping_rows())
+        ScrapeHealth.objects.filter(replica=self.replica).update(last_success_at=history.to_datetime(at))
+
+    def fail(self, at: float) -> None:
+        scraping._record(self.replica, ConnectionError("timed out"), mapping_rows())  # type: ignore[arg-type]
+
+
+def test_a_replica_whose_scrapes_fail_is_flagged_and_left_out_of_the_sums() -> None:
+    dep = deployment(replicas=2)
+    a, b = (Engine(r) for r in dep.replicas.order_by("id"))
+    now = time.time()
+    for k in range(4):
+        a.step(now - 3 * INTERVAL + k * INTERVAL, 100, 50, running=4, kv=0.5)
+    b.step(now - 30 * INTERVAL, 100, 50, running=9, kv=0.9)  # answered long ago, nothing since
+    panel = live_panel(dep, now)
+    assert [r.name for r in panel.failing] == ["llama-1"]
+    assert panel.values["requests_running"] == 4  # b's 9 is not added, nor counted as 0 in the KV average
+    assert panel.values["kv_cache_usage"] == 0.5
+    assert panel.values["generation_tokens_per_second"] == pytest.approx(50 / INTERVAL)
+
+
+def test_a_panel_without_a_good_scrape_for_three_intervals_is_stale_and_has_no_numbers() -> None:
+    dep = deployment()
+    engine = Engine(dep.replicas.get())
+    now = time.time()
+    engine.step(now - 10 * INTERVAL, 10, 10, running=1, kv=0.1)
+    panel = live_panel(dep, now)
+    assert panel.stale and panel.values == {}
+    assert "no replica's /metrics answered" in panel.reasons["kv_cache_usage"]
+
+
+def test_a_metric_the_engine_does_not_expose_says_so(admin: Client) -> None:
+    dep = deployment()
+    engine = Engine(dep.replicas.get(), flavor="sglang")
+    now = time.time()
+    engine.step(now - INTERVAL, 10, 10, running=1, kv=0.1)
+    engine.step(now, 10, 10, running=1, kv=0.1)
+    panel = live_panel(dep, now)
+    assert "kv_cache_size_tokens" not in panel.values
+    assert panel.reasons["kv_cache_size_tokens"] == "this engine (sglang) exposes no KV-cache capacity metric"
+    html = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert 'data-field="kv_cache_size_tokens">no data<' in html and number(html, "kv_cache_usage") == "10.0 %"
+
+
+def number(html: str, field: str) -> str:
+    match = re.search(rf'data-field="{field}">([^<]*)<', html)
+    assert match, f"no {field}"
+    return match.group(1)
+
+
+def test_cost_per_million_tokens_is_the_hourly_price_over_the_throughput_the_panel_shows(admin: Client) -> None:
+    dep = deployment(gpus=2)
+    engine = Engine(dep.replicas.get())
+    now = time.time()
+    for k in range(5):
+        engine.step(now - 4 * INTERVAL + k * INTERVAL, 300, 900, running=8, kv=0.4)
+    html = admin.get(f"/deployments/{dep.pk}/panel/").text
+    tokens_per_s = float(number(html, "tokens_per_second").replace(",", ""))
+    per_hour = Decimal(number(html, "usd_per_hour").lstrip("$"))
+    assert per_hour == Decimal("6.00")  # 2 GPUs × the seeded $3.00 per H100-hour
+    shown = Decimal(number(html, "usd_per_million").lstrip("$"))
+    expected = per_hour / (Decimal(str(tokens_per_s)) * 3600) * 1_000_000
+    assert abs(shown - expected) <= Decimal("0.005") + expected * Decimal("0.001")  # display rounding only
+
+
+def test_the_price_per_token_is_published_for_the_gateway_with_a_ttl() -> None:
+    dep = deployment()
+    written = cost.publish_price(dep, Decimal("3.00"), 1200.0)
+    assert written is not None and Decimal(written) == Decimal("3.00") / (1200 * 3600)
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    assert r.get(cost.price_per_token(dep.pk)) == written.encode()
+    assert 0 < r.ttl(cost.price_per_token(dep.pk)) <= cost.PRICE_TTL_SCRAPES * INTERVAL + 1
+    assert cost.publish_price(dep, None, 1200.0) is None  # no price: nothing written, never $0
+
+
+def test_a_deployment_on_a_gpu_without_a_price_has_no_cost_not_zero() -> None:
+    dep = deployment()
+    dep.plan["inventory"] = "1× NVIDIA B200 (179.1 GiB each), simulated (1xB200)"
+    hourly = cost.hourly_cost(dep)
+    assert hourly.usd_per_hour is None and "no price" in hourly.reason
+
+
+def test_history_rolls_up_into_five_minute_periods_and_prunes_past_retention() -> None:
+    dep = deployment()
+    engine = Engine(dep.replicas.get())
+    start = (time.time() // ROLLUP - 3) * ROLLUP
+    for k in range(int(2 * ROLLUP / INTERVAL)):  # two whole periods
+        engine.step(start + k * INTERVAL, 10, 20, running=2, kv=0.25)
+    assert history.roll_up(start + 3 * ROLLUP, INTERVAL) == 2
+    rollups = list(MetricSample.objects.filter(resolution=Resolution.FIVE_MINUTES).order_by("at"))
+    assert [r.at.timestamp() for r in rollups] == [start, start + ROLLUP]
+    assert rollups[1].values["d"]["generation_tokens_total"] == pytest.approx(20 * ROLLUP / INTERVAL)
+    assert rollups[0].values["v"]["kv_cache_usage"] == 0.25
+    assert history.roll_up(start + 3 * ROLLUP, INTERVAL) == 0  # nothing rolled up twice
+    removed = history.prune(start + history.RAW_KEEP.total_seconds() + 3 * ROLLUP)
+    assert removed == 2 * ROLLUP / INTERVAL and MetricSample.objects.filter(resolution=Resolution.SCRAPE).count() == 0
+    assert MetricSample.objects.filter(resolution=Resolution.FIVE_MINUTES).count() == 2
+
+
+def test_under_auto_the_workers_published_inventory_is_planned_against() -> None:
+    box = simulated_inventory("8xH100-80GB")
+    hardware.publish(box.__class__(box.source, box.devices, read_at=time.time() - 2), [])
+    with override_settings(HEARTH_GPU_INVENTORY="auto"):  # this process has no NVML
+        found = hardware.current_inventory()
+    assert len(found.devices) == 8 and found.source == "sim:8xH100-80GB"
+    assert found.origin.startswith("the worker on ") and "2 s ago" in found.provenance(time.time())
+
+
+def test_an_old_published_inventory_is_still_shown_with_its_age_when_nothing_else_is_readable(admin: Client) -> None:
+    box = simulated_inventory("8xH100-80GB")
+    hardware.publish(box.__class__(box.source, box.devices, read_at=time.time() - 600), [])
+    with override_settings(HEARTH_GPU_INVENTORY="auto"):
+        html = admin.get("/deployments/").text
+    assert "8× NVIDIA H100" in html and "600 s ago" in html and 'class="inventory stale"' in html
+
+
+def log_row(model: str, status: int = 200, ttft: float | None = 0.05, **fields: object) -> RequestLog:
+    values = {"surface": "openai", "endpoint": "/v1/chat/completions", "stream": True, "finish_reason": "stop",
+              "prompt_tokens": 10, "completion_tokens": 11, "duration_seconds": 0.55, **fields}  # fmt: skip
+    return RequestLog.objects.create(model=model, status=status, ttft_seconds=ttft, **values)
+
+
+def test_goodput_is_the_share_of_requests_that_met_the_slo_and_refusals_are_errors_not_speed() -> None:
+    dep = deployment()
+    ServiceLevel.objects.create(deployment=dep, ttft_seconds=0.1, itl_seconds=0.06)
+    log_row("llama", ttft=0.05)  # ITL (0.55 - 0.05) / 10 = 0.05 s: met
+    log_row("llama", ttft=0.2)  # TTFT over the target
+    log_row("llama", status=400, ttft=None, completion_tokens=None, finish_reason="")  # context-length refusal
+    log_row("llama", finish_reason="length")  # cut at max_tokens: served, and met
+    stats = window_stats([dep], datetime.now(UTC) - timedelta(minutes=5))[dep.pk]
+    assert stats.outcomes["success"] == 2 and stats.outcomes["refused"] == 1 and stats.outcomes["length"] == 1
+    assert stats.goodput == 0.5 and stats.error_rate == 0.25
+    assert sorted(stats.ttft) == [0.05, 0.05, 0.2]  # the refusal's missing TTFT is not a fast one
+
+
+def test_the_request_log_page_filters_by_outcome(admin: Client) -> None:
+    log_row("llama")
+    log_row("llama", status=429, ttft=None)
+    log_row("llama", truncated=True)
+    page = admin.get("/requests/?outcome=refused").text
+    assert page.count('data-field="outcome">refused') == 1 and 'data-field="outcome">success' not in page
+    assert admin.get("/requests/").text.count('data-field="outcome"') == 3
+
+
+def test_an_admin_adds_a_metric_mapping_in_the_console_and_scrapes_use_it(admin: Client) -> None:
+    resp = admin.post("/metric-mappings/", {
+        "flavor": "myengine", "engine": "myengine", "canonical": "requests_running", "metric": "my_busy",
+        "source": "its docs"})  # fmt: skip
+    assert resp.status_code == 302
+    rows = mapping_rows()
+    assert any(r.flavor == "myengine" and r.metric == "my_busy" for r in rows)
+    text = "# TYPE my_busy gauge\nmy_busy 3\n"
+    assert scraping.choose_flavor("myengine", "", {"my_busy"}, rows) == "myengine"
+    assert scraping.parse_metrics(text, [r for r in rows if r.flavor == "myengine"], 1.0).values == {
+        "requests_running": 3}
