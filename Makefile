@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 
 help:
 	@echo "make up    bring Hearth up on this machine (console on http://127.0.0.1:$${HEARTH_PORT:-8000}/)"
-	@echo "make down  stop it"
+	@echo "make down  stop it and the engines it started (KEEP_ENGINES=1 keeps them running)"
 	@echo "make test  install what the tests need and run the whole suite"
 
 $(VENV)/.installed: pyproject.toml
