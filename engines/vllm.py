@@ -15,6 +15,10 @@ from engines.planner import GpuPlan
 from engines.sizing import SizingPlan
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# No uvicorn line per request (FrontendArgs.disable_uvicorn_access_log, vllm/entrypoints/launchers/cli_args.py
+# in 0.32.0): the gateway logs every request, and the scrapes would add one every few seconds. Request logging
+# itself is off by default there (--enable-log-requests, vllm/engine/arg_utils.py). The simulator takes it too.
+QUIET_ACCESS_LOG: tuple[str, str | None] = ("--disable-uvicorn-access-log", None)
 
 
 # vLLM's argument parser takes "_" for "-" in long flags and these short aliases
@@ -77,9 +81,8 @@ def build_vllm_cpu_spec(
     ``program`` runs the server as a local process (``[python, "-m", API_SERVER_MODULE]``; empty in a
     container, whose image's entrypoint is that); ``model`` the model folder as the engine sees it.
     """
-    added = merge_flags(
-        [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None)], user_args
-    )
+    wanted = [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None)]
+    added = merge_flags([*wanted, QUIET_ACCESS_LOG], user_args)
     args = [
         "--model", model,
         "--served-model-name", served_model_name,
@@ -126,7 +129,8 @@ def build_simulator_spec(
     since it has no GPU memory to profile. ``program`` runs it as a local process (``[python, "-m",
     "engines.simulator"]``; empty in a container); ``env`` adds to its environment.
     """
-    added = merge_flags([*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens))], user_args)
+    planned = [*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens))]
+    added = merge_flags([*planned, QUIET_ACCESS_LOG], user_args)
     args = [
         "--model", model,
         "--served-model-name", served_model_name,

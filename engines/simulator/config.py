@@ -70,6 +70,7 @@ class SimConfig:
     fault_oom_at_start: bool
     fault_metrics_delay: float
     no_anthropic: bool = False
+    access_log: bool = True  # a line per request on stderr; --disable-uvicorn-access-log turns it off, as in vLLM
 
     @property
     def served_model_name(self) -> str:
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the OOM at start when --gpu-memory-utilization is above this, 0–1")  # fmt: skip
     p.add_argument("--fault-metrics-delay", type=float, default=0.0, help="delay every /metrics, seconds")
     p.add_argument("--no-anthropic", action="store_true", help="no /v1/messages routes (404), as SGLang serves")
+    p.add_argument("--disable-uvicorn-access-log", action="store_true", help="no log line per request, as in vLLM")
     for flag in IGNORED_VALUE_FLAGS:
         p.add_argument(flag, default=None, help=argparse.SUPPRESS)
     for flag in IGNORED_SWITCHES:
@@ -150,4 +152,5 @@ def parse_config(argv: list[str]) -> SimConfig:
         or args.gpu_memory_utilization > args.fault_oom_above_utilization,
         fault_metrics_delay=args.fault_metrics_delay,
         no_anthropic=args.no_anthropic,
+        access_log=not args.disable_uvicorn_access_log,
     )
