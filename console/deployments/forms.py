@@ -4,6 +4,7 @@ import shlex
 from typing import Any, ClassVar
 
 from django import forms
+from django.conf import settings
 
 from console.catalog.models import ModelSource
 from console.deployments.planning import available_engines
@@ -19,7 +20,7 @@ class DeploymentForm(forms.Form):
         min_value=0, initial=2048, label="max_model_len", help_text="Tokens; 0 = the model's maximum."
     )
     kv_space_gib = forms.FloatField(
-        min_value=0.01, initial=1.0, label="KV cache space (GiB)", help_text="vLLM (CPU)'s KV cache.",
+        min_value=0.01, label="KV cache space (GiB)", help_text="vLLM (CPU)'s KV cache.",
         required=False,
     )  # fmt: skip
     kv_cache_dtype = forms.ChoiceField(
@@ -71,6 +72,7 @@ class DeploymentForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["kv_space_gib"].initial = settings.HEARTH_VLLM_CPU_KVCACHE_SPACE
         for name, engines in self.ENGINES_OF.items():
             if name in self.fields:
                 self.fields[name].widget.attrs["data-engines"] = " ".join(sorted(engines))
