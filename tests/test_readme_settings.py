@@ -6,7 +6,6 @@ compose.yaml's interpolations. A secret read through envsecret may also be given
 """
 
 import re
-from pathlib import Path
 
 from tests.conftest import ROOT
 
