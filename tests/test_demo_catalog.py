@@ -59,12 +59,15 @@ def test_one_click_adds_the_model_once_and_opens_its_plan_on_the_simulator(admin
     assert model.weights_bytes == LLAMA_70B_BYTES
     target = urlsplit(resp["Location"])
     assert target.path == "/deployments/"
-    assert parse_qs(target.query) == {"model": [str(model.pk)], "engine": ["simulator"], "name": ["llama-3.1-70b"]}
+    assert parse_qs(target.query) == {
+        "model": [str(model.pk)], "engine": ["simulator"], "name": ["llama-3.1-70b"], "max_model_len": ["0"]
+    }  # fmt: skip
     assert admin.post("/models/demo/llama-3.1-70b/")["Location"] == resp["Location"]  # the same model again
     assert ModelSource.objects.count() == 1
     form = admin.get(resp["Location"]).text
     assert f'<option value="{model.pk}" selected>llama-3.1-70b</option>' in form
     assert '<option value="simulator" selected>' in form and 'value="llama-3.1-70b"' in form
+    assert re.search(r'name="max_model_len" value="0"', form)
     listed = admin.get("/models/").text
     assert "meta-llama/Meta-Llama-3.1-70B (demo catalog: configuration and size, no weights)" in listed
 

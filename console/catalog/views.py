@@ -52,14 +52,14 @@ def models_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def demo_plan(request: HttpRequest, name: str) -> HttpResponse:
-    """Add the demo catalog's entry ``name`` (once) and open the deployment form on it, on the Simulator,
-    so its plan on this box shows at once."""
+    """Add the demo catalog's entry ``name`` (once) and open the deployment form on it, on the Simulator at
+    the model's own context (max_model_len 0), so its plan on this box shows at once."""
     try:
         model = sources.add_demo_model(name)
     except ConsoleError as exc:
         messages.error(request, str(exc))
         return redirect("catalog:models")
-    query = urlencode({"model": model.pk, "engine": EngineKind.SIMULATOR.value, "name": model.name})
+    query = urlencode({"model": model.pk, "engine": EngineKind.SIMULATOR.value, "name": model.name, "max_model_len": 0})
     return redirect(f"{reverse('deployments:list')}?{query}")
 
 

@@ -34,6 +34,7 @@ class DeploymentForm(forms.Form):
         max_value=0.99,
         initial=0,
         required=False,
+        label="gpu_memory_utilization",
         help_text="The share of each GPU's memory the engine may use; 0 = let the plan choose (0.90).",
     )
     tensor_parallel_size = forms.IntegerField(

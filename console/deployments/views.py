@@ -20,8 +20,9 @@ from engines.launch import EngineKind
 
 @login_required
 def deployments_page(request: HttpRequest) -> HttpResponse:
-    """The list and the form; ``?model=&engine=&name=`` fill the form in (the demo catalog's one click)."""
-    prefill = {k: v for k, v in request.GET.items() if k in ("model", "engine", "name")}
+    """The list and the form; ``?model=&engine=&name=&max_model_len=`` fill the form in (the demo catalog's
+    one click)."""
+    prefill = {k: v for k, v in request.GET.items() if k in ("model", "engine", "name", "max_model_len")}
     form = DeploymentForm(request.POST or None, initial=prefill)
     if request.method == "POST" and form.is_valid():
         try:
