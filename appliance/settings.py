@@ -108,6 +108,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    # httpx logs every request at INFO: the worker's metric scrapes and health polls, every few seconds.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }
 
 # Hearth's own settings.
