@@ -3,8 +3,8 @@
 # PostgreSQL and Redis running (this kind has both installed; started here if they are down), Debian's
 # Chromium for the browser tests (Playwright drives it; no browser download is possible here) and
 # Debian's docker.io with its daemon for the Docker-runtime tests (it starts in about two seconds,
-# ../shared/FACTS.md), and Debian's docker-compose, which checks compose.yaml. A second run finds
-# everything and returns at once.
+# ../shared/FACTS.md), Debian's docker-compose, which checks compose.yaml, and the coding-agent CLIs from npm
+# the agent tests drive (scripts/install-agent-clis.sh). A second run finds everything and returns at once.
 set -euo pipefail
 
 pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
@@ -25,3 +25,4 @@ if ! docker info >/dev/null 2>&1; then
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
   docker info >/dev/null 2>&1 || { echo "dockerd did not start:" >&2; tail -20 /var/log/hearth-dockerd.log >&2; exit 1; }
 fi
+bash "$(dirname "$0")/install-agent-clis.sh"

@@ -31,6 +31,7 @@ def add_local_model(name: str, path: str) -> ModelSource:
         config=ckpt.raw_config,
         weights_bytes=ckpt.weights_bytes,
         tensor_dtypes=ckpt.tensor_dtypes,
+        chat_template=ckpt.chat_template,
     )
 
 
@@ -54,6 +55,7 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
         weights_bytes=model.weights_bytes,
         tensor_dtypes=model.tensor_dtypes,
         license=model.license,
+        chat_template=model.chat_template,
     )
 
 

@@ -32,8 +32,13 @@ def create_deployment(
     replica_count: int = 1,
     max_tokens_cap: int | None = None,
     max_num_seqs: int = 0,
+    tool_call_parser: str = "",
+    reasoning_parser: str = "",
+    fit_max_tokens: bool = False,
 ) -> Deployment:
-    """Create a stopped deployment with its plan; launch it with ``launch``.
+    """Create a stopped deployment with its plan; launch it with ``launch``. ``tool_call_parser`` and
+    ``reasoning_parser`` override the plan's choice ("none": off); ``fit_max_tokens`` lowers an output limit
+    over the context left instead of refusing the request.
 
     Raises ConsoleError when the plan does not fit (with what would), the replicas do not fit the
     GPUs or the host's memory, a name is taken, or a demo catalog model (no weights) is asked of an engine
@@ -58,6 +63,9 @@ def create_deployment(
         tensor_parallel_size=tensor_parallel_size,
         replica_count=replica_count,
         max_num_seqs=max_num_seqs,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+        fit_max_tokens=fit_max_tokens,
     )
     if not plan["fits"]:
         raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
@@ -74,6 +82,9 @@ def create_deployment(
                 plan=plan,
                 replica_count=replica_count,
                 max_tokens_cap=max_tokens_cap,
+                fit_max_tokens=fit_max_tokens,
+                tool_call_parser=tool_call_parser.strip(),
+                reasoning_parser=reasoning_parser.strip(),
                 state=DeploymentState.STOPPED,
             )
     except IntegrityError:

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, get_runtime
+from console.deployments.agent_support import launch_parsers
 from console.deployments.models import Deployment, Replica
 from engines import adapters
 from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec, image_version
@@ -112,7 +113,10 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
     if in_container and dep.model.path:
         model = f"{CONTAINER_MODELS}/{dep.model.name}"
         mounts[dep.model.path] = model
+    tool_call_parser, reasoning_parser = launch_parsers(dep)
     common = {
+        "tool_call_parser": tool_call_parser,
+        "reasoning_parser": reasoning_parser,
         "served_model_name": dep.served_model_name,
         "host": "0.0.0.0" if in_container else replica.host,  # noqa: S104 - the container's own network only
         "port": replica.port,
@@ -150,6 +154,7 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
 def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPlan) -> LaunchSpec:
     """vLLM's or SGLang's container spec, its flags from engines.adapters for the image's version."""
     build = adapters.vllm_args if dep.engine == EngineKind.VLLM else adapters.sglang_args
+    tool_call_parser, reasoning_parser = launch_parsers(dep)
     try:
         built = build(
             version=image_version(image_ref(dep)),
@@ -160,6 +165,8 @@ def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPla
             api_key=replica.engine_api_key,
             plan=plan,
             user_args=dep.extra_args,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
         )
     except ValueError as exc:
         raise RuntimeError_(str(exc)) from None

@@ -65,6 +65,15 @@ class Deployment(models.Model):
     max_tokens_cap = models.PositiveIntegerField(
         null=True, blank=True, help_text="Tokens a request may generate here, whatever it asks; None: no cap."
     )
+    fit_max_tokens = models.BooleanField(
+        default=False, help_text="Lower an output limit over the context left to what it leaves, instead of a 400."
+    )
+    tool_call_parser = models.CharField(
+        max_length=50, blank=True, help_text="Override of the plan's tool-call parser; 'none' turns it off."
+    )
+    reasoning_parser = models.CharField(
+        max_length=50, blank=True, help_text="Override of the plan's reasoning parser; 'none' turns it off."
+    )
     plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
     state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
     state_reason = models.TextField(blank=True)

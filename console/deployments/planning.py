@@ -12,6 +12,7 @@ from django.conf import settings
 
 from appliance.hardware import InventoryError, current_inventory
 from console.catalog.models import ModelSource
+from console.deployments.agent_support import agent_facts, parser_facts
 from console.deployments.models import ACTIVE_STATES, Deployment
 from console.errors import ConsoleError
 from console.names import INT_MAX
@@ -56,6 +57,29 @@ def plan_for(
     model: ModelSource,
     engine: str,
     *,
+    tool_call_parser: str = "",
+    reasoning_parser: str = "",
+    fit_max_tokens: bool = False,
+    **sizing: Any,
+) -> dict[str, Any]:
+    """The plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict): the sizing
+    (``sizing``: sizing_plan's keywords) and what coding agents need of it, ``plan["parsers"]`` (the engine's
+    tool-call and reasoning parsers, ``tool_call_parser``/``reasoning_parser`` overriding the choice: "" keeps
+    it, "none" turns it off) and ``plan["agents"]`` (whether its context serves each agent's first request,
+    with ``fit_max_tokens`` on or off; console.deployments.agent_support).
+
+    Raises ConsoleError as sizing_plan does, and for a parser name that is not one.
+    """
+    plan = sizing_plan(model, engine, **sizing)
+    plan["parsers"] = parser_facts(model, engine, tool_call_parser, reasoning_parser)
+    plan["agents"] = agent_facts(int(plan.get("max_model_len") or 0), fit_max_tokens)
+    return plan
+
+
+def sizing_plan(
+    model: ModelSource,
+    engine: str,
+    *,
     max_model_len: int = 0,
     kv_space_gib: float = 1.0,
     kv_cache_dtype: str = "auto",
@@ -65,7 +89,7 @@ def plan_for(
     max_num_seqs: int = 0,
     exclude: int | None = None,
 ) -> dict[str, Any]:
-    """The sizing plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict).
+    """The sizing plan for ``model`` on ``engine`` (a JSON-able dict).
 
     vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force, less the
     GPUs other active deployments hold (``exclude``: a deployment whose own GPUs count as free).

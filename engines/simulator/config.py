@@ -40,6 +40,7 @@ IGNORED_SWITCHES = (
     "--enable-chunked-prefill",
     "--disable-frontend-multiprocessing",
     "--enable-metrics",
+    "--enable-prompt-tokens-details",
 )
 
 
@@ -70,6 +71,10 @@ class SimConfig:
     fault_oom_at_start: bool
     fault_metrics_delay: float
     no_anthropic: bool = False
+    no_responses: bool = False
+    agent_mode: bool = True
+    reasoning_parser: str | None = None
+    reasoning_tokens: int = 8
     access_log: bool = True  # a line per request on stderr; --disable-uvicorn-access-log turns it off, as in vLLM
 
     @property
@@ -111,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the OOM at start when --gpu-memory-utilization is above this, 0–1")  # fmt: skip
     p.add_argument("--fault-metrics-delay", type=float, default=0.0, help="delay every /metrics, seconds")
     p.add_argument("--no-anthropic", action="store_true", help="no /v1/messages routes (404), as SGLang serves")
+    p.add_argument("--no-responses", action="store_true", help="no /v1/responses route (404), as SGLang serves")
+    p.add_argument("--agent-mode", action=argparse.BooleanOptionalAction, default=True,
+                   help="do the file tasks coding agents give with their tools (agent.py)")  # fmt: skip
+    p.add_argument("--reasoning-parser", default=None, help="answer with reasoning first, as vLLM with a parser")
+    p.add_argument("--reasoning-tokens", type=int, default=8, help="reasoning tokens per answer, with a parser")
     p.add_argument("--disable-uvicorn-access-log", action="store_true", help="no log line per request, as in vLLM")
     for flag in IGNORED_VALUE_FLAGS:
         p.add_argument(flag, default=None, help=argparse.SUPPRESS)
@@ -152,5 +162,9 @@ def parse_config(argv: list[str]) -> SimConfig:
         or args.gpu_memory_utilization > args.fault_oom_above_utilization,
         fault_metrics_delay=args.fault_metrics_delay,
         no_anthropic=args.no_anthropic,
+        no_responses=args.no_responses,
+        agent_mode=args.agent_mode,
+        reasoning_parser=args.reasoning_parser or None,
+        reasoning_tokens=max(0, args.reasoning_tokens),
         access_log=not args.disable_uvicorn_access_log,
     )

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('catalog', '0002_rename_table'),
+        ('catalog', '0003_chat_template'),
     ]
 
     operations = [
