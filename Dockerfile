@@ -4,7 +4,12 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HEARTH
 WORKDIR /app
 COPY pyproject.toml README.md ./
 RUN pip install --no-compile . && useradd --system --create-home --uid 1000 hearth && mkdir /data && chown hearth /data
-COPY --chown=hearth . .
+# The code belongs to root and is read-only to the app; only /data is the app's. .dockerignore keeps .env,
+# data/, .venv, .git, caches, tests and benchmarks out (tests/test_image.py checks the build context).
+COPY . .
+# Not root. The worker reaches the host's Docker daemon through /var/run/docker.sock, which belongs to the
+# host's docker group: compose.yaml adds that group (DOCKER_GID in .env) to the worker instead of running it
+# as root.
 USER hearth
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --retries=5 \

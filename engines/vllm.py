@@ -15,6 +15,10 @@ from engines.planner import GpuPlan
 from engines.sizing import SizingPlan
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# No uvicorn line per request (FrontendArgs.disable_uvicorn_access_log, vllm/entrypoints/launchers/cli_args.py
+# in 0.32.0): the gateway logs every request, and the scrapes would add one every few seconds. Request logging
+# itself is off by default there (--enable-log-requests, vllm/engine/arg_utils.py). The simulator takes it too.
+QUIET_ACCESS_LOG: tuple[str, str | None] = ("--disable-uvicorn-access-log", None)
 
 
 # vLLM's argument parser takes "_" for "-" in long flags and these short aliases
@@ -94,7 +98,7 @@ def build_vllm_cpu_spec(
     """
     wanted = [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None),
               ("--enable-prompt-tokens-details", None), *parser_flags(tool_call_parser, reasoning_parser)]  # fmt: skip
-    added = merge_flags(wanted, user_args)
+    added = merge_flags([*wanted, QUIET_ACCESS_LOG], user_args)
     args = [
         "--model", model,
         "--served-model-name", served_model_name,
@@ -146,7 +150,7 @@ def build_simulator_spec(
     """
     wanted = [*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens)),
               *parser_flags(tool_call_parser, reasoning_parser)]  # fmt: skip
-    added = merge_flags(wanted, user_args)
+    added = merge_flags([*wanted, QUIET_ACCESS_LOG], user_args)
     args = [
         "--model", model,
         "--served-model-name", served_model_name,

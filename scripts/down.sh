@@ -1,14 +1,57 @@
 #!/usr/bin/env bash
-# Stops what scripts/up.sh started (web, worker, beat). Engines the worker launched keep running until their
-# deployments are stopped in the console; a redis-server started by up.sh is stopped too.
+# Stops what scripts/up.sh started: the web server, Celery beat, the Celery worker, the engines the worker launched
+# (their deployments are marked stopped; KEEP_ENGINES=1 leaves them running and says which), and a
+# redis-server started by up.sh. Give it the HEARTH_DATA_DIR (and DATABASE_URL) that `make up` had.
 set -u
 cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
-for name in web worker beat redis; do
-  pidfile=$DATA/$name.pid
-  [ -f "$pidfile" ] || continue
+export HEARTH_DATA_DIR=$DATA
+
+stop() {  # name: the process in $DATA/NAME.pid
+  local pidfile=$DATA/$1.pid pid
+  [ -f "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
-  kill "$pid" 2>/dev/null && echo "down: stopped $name ($pid)"
+  kill "$pid" 2>/dev/null && echo "down: stopped $1 ($pid)"
   for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   rm -f "$pidfile"
-done
+}
+
+# Without Hearth's database (none made yet, or unreachable): the process-runtime engines by their pid files.
+engines_by_pidfile() {
+  local pidfile pid name
+  for pidfile in "$DATA"/engines/*.pid; do
+    [ -f "$pidfile" ] || continue
+    pid=$(cat "$pidfile"); name=$(basename "$pidfile" .pid)
+    kill -0 "$pid" 2>/dev/null || continue
+    if [ "${KEEP_ENGINES:-0}" = 1 ]; then
+      echo "down: kept running (KEEP_ENGINES=1) $name ($pid)"
+    else
+      kill -TERM -- "-$pid" 2>/dev/null && echo "down: stopped engine $name ($pid)"
+      for _ in $(seq 1 50); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -KILL -- "-$pid" 2>/dev/null
+      rm -f "$pidfile"
+    fi
+  done
+}
+
+engines() {
+  if [ -z "${SECRET_KEY:-}${SECRET_KEY_FILE:-}" ] && [ -s "$DATA/secret_key" ]; then
+    export SECRET_KEY_FILE=$DATA/secret_key
+  fi
+  local keep=()
+  [ "${KEEP_ENGINES:-0}" = 1 ] && keep=(--keep)
+  if [ -x "$PY" ] && { [ -n "${DATABASE_URL:-}" ] || [ -f "$DATA/hearth.sqlite3" ]; } \
+    && "$PY" manage.py stop_engines "${keep[@]}" 2>"$DATA/logs/down.log"; then
+    return 0
+  fi
+  [ -s "$DATA/logs/down.log" ] && echo "down: Hearth's database did not answer ($DATA/logs/down.log); using the engines' pid files"
+  engines_by_pidfile
+}
+
+mkdir -p "$DATA/logs"
+stop web
+stop beat
+stop worker  # before the engines: its reconcile would restart them
+engines
+stop redis

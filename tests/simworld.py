@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from console.catalog.models import ModelSource
 from console.deployments.models import Replica
 
-LLAMA_8B = "tests/data/models/llama-3.1-8b-instruct.json"
+LLAMA_8B = "console/catalog/demo/llama-3.1-8b-instruct.json"
 TOOLS = [
     {
         "type": "function",

@@ -18,7 +18,7 @@ from gateway.registry import load_snapshot
 from tests.test_modelconfig import write_safetensors
 
 pytestmark = pytest.mark.django_db
-DATA = Path(__file__).parent / "data" / "models"
+DATA = Path(__file__).parent.parent / "console" / "catalog" / "demo"  # the demo catalog
 LLAMA_TEMPLATE = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}"
 
 

@@ -67,6 +67,8 @@ def test_first_run_to_a_planned_deployment_and_a_key(page: Page, tmp_path: Path)
     page.locator("#id_name").fill("smol")
     page.locator("#id_model").select_option(label="smollm2-135m")
     page.locator("#id_engine").select_option("vllm-cpu")
+    for gpu_only in ("kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size", "max_num_seqs"):
+        expect(page.locator(f"#id_{gpu_only}")).to_be_hidden()  # vLLM (CPU) is sized by its KV space alone
     page.locator("#id_max_model_len").fill("2048")
     page.locator("#id_kv_space_gib").fill("1")
     page.locator("#id_kv_space_gib").dispatch_event("change")  # htmx previews the plan on change
@@ -74,7 +76,7 @@ def test_first_run_to_a_planned_deployment_and_a_key(page: Page, tmp_path: Path)
     expect(page.locator("[data-field=kv_capacity_tokens]")).to_have_text("46,592")
     page.screenshot(path=str(tmp_path / "plan.png"))
     page.get_by_role("button", name="Create deployment").click()
-    expect(page.locator("[data-field=state]")).to_have_text("stopped")
+    expect(page.locator("[data-field=state]")).to_have_text("not launched yet")
     expect(page.get_by_role("button", name="Launch")).to_be_visible()
 
     page.get_by_role("link", name="API keys").click()
@@ -107,6 +109,8 @@ def test_the_demo_plan_on_a_simulated_8xh100_launch_key_and_stream(
     page.locator("#id_name").fill("demo")
     page.locator("#id_model").select_option(label="smollm2")
     page.locator("#id_engine").select_option("simulator")
+    expect(page.locator("#id_kv_space_gib")).to_be_hidden()  # the simulator is planned on the GPUs
+    expect(page.locator("#id_tensor_parallel_size")).to_be_visible()
     page.locator("#id_max_model_len").fill("8192")
     page.locator("#id_max_model_len").dispatch_event("change")
     expect(page.locator("[data-field=inventory]").last).to_contain_text("simulated (8xH100-80GB)")
@@ -135,3 +139,25 @@ def test_the_demo_plan_on_a_simulated_8xh100_launch_key_and_stream(
     expect(page.locator("[data-field=generation_tokens_total]")).not_to_have_text("no data", timeout=15_000)
     page.get_by_role("button", name="Stop").click()
     expect(page.locator("[data-field=state]")).to_have_text("stopped", timeout=30_000)
+
+
+def test_one_click_from_the_demo_catalog_to_a_70b_plan_on_the_simulated_box(
+    page: Page, admin_user: object, tmp_path: Path
+) -> None:
+    page.goto("/login/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("admin-password-1")
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("navigation").get_by_role("link", name="Models").click()
+    row = page.locator("tr[data-demo='llama-3.1-70b']")
+    expect(row).to_contain_text("meta-llama/Meta-Llama-3.1-70B")
+    expect(row).to_contain_text("131.4 GiB")
+    page.screenshot(path=str(tmp_path / "demo-catalog.png"), full_page=True)
+    row.get_by_role("button", name="Plan on this box").click()
+    expect(page.locator("#id_name")).to_have_value("llama-3.1-70b")
+    expect(page.locator("[data-field=kv_bytes_per_token]")).to_have_text("327,680")  # the plan loads by itself
+    expect(page.locator("#plan")).to_contain_text("Fits.")
+    expect(page.locator("#plan")).to_contain_text("8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated")
+    expect(page.locator("#plan")).to_contain_text("131,072 tokens")  # the model's own context
+    expect(page.locator("#plan")).to_contain_text("4 (GPUs 0, 1, 2, 3)")
+    page.screenshot(path=str(tmp_path / "demo-plan.png"), full_page=True)

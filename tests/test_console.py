@@ -81,7 +81,10 @@ def test_creating_a_deployment_leads_to_its_page(admin: Client, smollm2: ModelSo
     )
     dep = Deployment.objects.get()
     assert dep.state == "stopped" and dep.plan["kv_capacity_tokens"] == 46_592
-    assert 'data-field="state">stopped<' in resp.text and "Launch" in resp.text
+    assert 'data-field="state">not launched yet<' in resp.text and "Launch" in resp.text
+    assert 'data-field="provenance">Model /' in resp.text and "version read once it runs" in resp.text
+    listed = admin.get("/deployments/").text
+    assert 'data-field="state">not launched yet<' in listed and ">stopped<" not in listed
     panel = admin.get(f"/deployments/{dep.pk}/panel/").text
     assert 'data-field="generation_tokens_total">no data<' in panel
 
@@ -112,7 +115,7 @@ def test_the_api_needs_a_session(client: Client) -> None:
 
 def test_the_api_explains_bad_input_in_its_error_shape(admin: Client) -> None:
     resp = admin.post("/api/models", {"name": "x", "path": "/a", "repo_id": "b/c"}, content_type="application/json")
-    assert resp.status_code == 400 and "not both" in resp.json()["detail"]
+    assert resp.status_code == 400 and "not several" in resp.json()["detail"]
     resp = admin.post("/api/plan", {"model": "ghost"}, content_type="application/json")
     assert resp.status_code == 400 and resp.json()["detail"] == "No model named 'ghost'."
 
@@ -123,9 +126,15 @@ def test_an_unreachable_hub_is_a_clear_error_and_saves_nothing(admin: Client) ->
         {"name": "smol", "repo_id": "HuggingFaceTB/SmolLM2-135M-Instruct"},
         content_type="application/json",
     )
-    assert resp.status_code == 400
-    assert resp.json()["detail"].startswith("Could not read HuggingFaceTB/SmolLM2-135M-Instruct@main")
+    assert resp.status_code == 400  # this machine reaches no Hugging Face: the hub client's real error
+    assert resp.json()["detail"] == (
+        "Hugging Face cannot be reached from this box (Name or service not known); add a local folder, "
+        "or a model from the demo catalog."
+    )
     assert not ModelSource.objects.exists()
+    form = {"hf-name": "smol", "hf-repo_id": "HuggingFaceTB/SmolLM2-135M-Instruct", "hf-revision": "main"}
+    page = admin.post("/models/", form).text
+    assert "Hugging Face cannot be reached from this box" in page and "Errno" not in page
 
 
 def test_names_keep_their_case_and_follow_one_rule_in_console_and_api(admin: Client, smollm2: ModelSource) -> None:

@@ -100,7 +100,7 @@ def test_a_simulator_runs_as_a_container_on_an_internal_network(
     assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
     assert dep["engine_image"].startswith("sha256:")  # pinned: a local image has its id, not a registry digest
     assert dep["engine_version"] == "0.32.0+sim"  # read back from the running engine's /version
-    assert dep["gpu_model"].startswith("GPU 0 of 8× NVIDIA H100")
+    assert dep["gpu_model"] == "GPU 0, an NVIDIA H100 80GB HBM3 (simulated)"
 
     (container,) = containers(daemon, dep_id)
     assert container.name == dep["replicas"][0]["runtime_name"]

@@ -75,9 +75,9 @@ def test_pull_progress_is_told_in_bytes_and_layers_and_a_refusal_is_an_error() -
         {"status": "Downloading", "id": "c3", "progressDetail": {"current": 500_000_000, "total": 1_000_000_000}},
     ]:
         progress.feed(event)
-    assert progress.words() == "Pulling vllm/vllm-openai:v0.11.0: 2.0 of 7.0 GB, 1 of 3 layers done."
+    assert progress.words() == "Pulling vllm/vllm-openai:v0.11.0: 1.9 of 6.5 GiB, 1 of 3 layers done."
     progress.feed({"status": "Pull complete", "id": "c3"})
-    assert progress.words() == "Pulling vllm/vllm-openai:v0.11.0: 2.5 of 7.0 GB, 2 of 3 layers done."
+    assert progress.words() == "Pulling vllm/vllm-openai:v0.11.0: 2.3 of 6.5 GiB, 2 of 3 layers done."
     refusal = "Get https://registry-1.docker.io/v2/: dial tcp: lookup registry-1.docker.io: no such host"
     with pytest.raises(RuntimeError_, match=r"Could not pull vllm/vllm-openai:v0\.11\.0: Get .*no such host"):
         progress.feed({"error": refusal})

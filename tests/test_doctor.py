@@ -24,10 +24,15 @@ import docker
 import pytest
 from django.core.management import call_command
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from appliance.doctor import (
+    FAIL,
     GIB,
+    NOT_USED,
+    PASS,
     Check,
+    DiskNeed,
     DockerFacts,
     container_pids,
     disk_check,
@@ -43,6 +48,9 @@ from appliance.doctor import (
     session_pids,
 )
 from appliance.hardware import GpuProcess, InventoryError, driver_version
+from console.catalog.models import ModelSource
+from console.deployments.models import Deployment, Replica
+from console.preflight.disk import disk_need, weights_to_download
 from tests.conftest import Proc
 
 DOCKER_SOCK = "/var/run/docker.sock"
@@ -53,7 +61,7 @@ NAMES = [
     "Weights cache disk",
     "GPUs free of other processes",
 ]
-SIMULATED = "not read: the GPU inventory is simulated (HEARTH_GPU_INVENTORY={})"
+SIMULATED = "the GPU inventory is simulated (HEARTH_GPU_INVENTORY={})"
 # What `nvidia-ctk cdi generate` writes (NVIDIA Container Toolkit docs, "Support for Container Device Interface").
 CDI_SPEC = """---
 cdiVersion: 0.5.0
@@ -91,22 +99,23 @@ def test_a_reachable_daemon_passes_with_its_server_version() -> None:
     facts = read_docker()
     assert facts.error == "" and facts.version == _daemon_version()
     check = docker_check(facts, "docker")
-    assert check.ok and check.detail.startswith(f"Docker Engine {facts.version} (API ") and check.fix == ""
+    assert check.status == PASS and check.detail.startswith(f"Docker Engine {facts.version} (API ")
+    assert check.fix == ""
 
 
 def test_an_unreachable_daemon_fails_under_the_docker_runtime_with_the_fix(no_docker: str) -> None:
     facts = read_docker()
     assert "Error while fetching server API version" in facts.error  # the docker SDK's own words
     check = docker_check(facts, "docker")
-    assert not check.ok and check.detail.startswith("Docker is not reachable: Error while fetching")
+    assert check.status == FAIL and not check.ok
+    assert check.detail.startswith("Docker is not reachable: Error while fetching")
     assert "systemctl enable --now docker" in check.fix and "/var/run/docker.sock" in check.fix
 
 
-def test_docker_is_not_needed_under_the_process_runtime(no_docker: str) -> None:
+def test_docker_is_not_used_under_the_process_runtime_and_no_failure_text_shows(no_docker: str) -> None:
     check = docker_check(read_docker(), "process")
-    assert check == Check(
-        "Docker", True, "not used: HEARTH_RUNTIME=process runs engines as local processes (Docker is not reachable)"
-    )
+    assert check == Check("Docker", NOT_USED, "HEARTH_RUNTIME=process runs engines as local processes")
+    assert check.ok and "not reachable" not in check.detail
 
 
 # NVIDIA container runtime
@@ -114,7 +123,7 @@ def test_docker_is_not_needed_under_the_process_runtime(no_docker: str) -> None:
 
 def test_no_nvidia_runtime_and_no_cdi_spec_fails_with_the_toolkit_fix(no_docker: str, tmp_path: Path) -> None:
     check = nvidia_runtime_check(read_docker(), find_cdi_specs([tmp_path]), "docker")
-    assert not check.ok and "Docker is not reachable, and no CDI spec for nvidia.com/gpu" in check.detail
+    assert check.status == FAIL and "Docker is not reachable, and no CDI spec for nvidia.com/gpu" in check.detail
     assert "nvidia-container-toolkit" in check.fix
     assert "nvidia-ctk runtime configure --runtime=docker" in check.fix
 
@@ -125,9 +134,9 @@ def test_the_real_daemon_s_runtimes_are_named_when_nvidia_is_missing() -> None:
     check = nvidia_runtime_check(facts, [], "docker")
     assert "runc" in facts.runtimes
     if "nvidia" in facts.runtimes:  # a GPU box with the toolkit configured
-        assert check.ok and check.detail.startswith('Docker runtime "nvidia"')
+        assert check.status == PASS and check.detail.startswith('Docker runtime "nvidia"')
     else:
-        assert not check.ok and re.search(r"Docker's runtimes are [^,]*runc", check.detail)
+        assert check.status == FAIL and re.search(r"Docker's runtimes are [^,]*runc", check.detail)
 
 
 def test_a_cdi_spec_for_nvidia_gpus_is_found_and_other_kinds_are_not(tmp_path: Path) -> None:
@@ -140,23 +149,23 @@ def test_a_cdi_spec_for_nvidia_gpus_is_found_and_other_kinds_are_not(tmp_path: P
     specs = find_cdi_specs([etc, run])  # run does not exist: skipped
     assert specs == [etc / "nvidia.json", etc / "nvidia.yaml"]
     check = nvidia_runtime_check(DockerFacts(version="28.2.2", runtimes=("runc",)), specs, "docker")
-    assert check.ok and check.detail == f"CDI specs {etc / 'nvidia.json'}, {etc / 'nvidia.yaml'}"
+    assert check.status == PASS and check.detail == f"CDI specs {etc / 'nvidia.json'}, {etc / 'nvidia.yaml'}"
 
 
 def test_the_nvidia_runtime_or_cdi_devices_in_docker_info_pass() -> None:
     # docker info's Runtimes after `nvidia-ctk runtime configure --runtime=docker`
     facts = DockerFacts(version="28.2.2", runtimes=("io.containerd.runc.v2", "nvidia", "runc"))
     check = nvidia_runtime_check(facts, [], "docker")
-    assert check == Check("NVIDIA container runtime", True, 'Docker runtime "nvidia"')
+    assert check == Check("NVIDIA container runtime", PASS, 'Docker runtime "nvidia"')
     facts = DockerFacts(version="28.2.2", runtimes=("runc",), cdi_devices=("nvidia.com/gpu=0", "nvidia.com/gpu=all"))
     assert nvidia_runtime_check(facts, [], "docker").detail == "CDI devices nvidia.com/gpu=0, nvidia.com/gpu=all"
 
 
-def test_the_nvidia_runtime_is_not_needed_under_the_process_runtime() -> None:
+def test_the_nvidia_runtime_is_not_used_under_the_process_runtime_or_a_simulated_box() -> None:
     check = nvidia_runtime_check(DockerFacts(error="refused"), [], "process")
-    assert check == Check("NVIDIA container runtime", True, "not used: HEARTH_RUNTIME=process (none found)")
+    assert check == Check("NVIDIA container runtime", NOT_USED, "HEARTH_RUNTIME=process gives no container a GPU")
     demo = nvidia_runtime_check(DockerFacts(version="28.2.2", runtimes=("runc",)), [], "docker", "sim:8xH100-80GB")
-    assert demo.ok and demo.detail.startswith("not needed: the GPU inventory is simulated")
+    assert demo == Check("NVIDIA container runtime", NOT_USED, SIMULATED.format("sim:8xH100-80GB"))
 
 
 # NVIDIA driver
@@ -172,21 +181,21 @@ def test_without_a_driver_nvml_says_so() -> None:
 
 
 def test_the_driver_version_is_reported() -> None:
-    assert driver_check("570.124.06", "", "auto", "docker") == Check("NVIDIA driver", True, "driver 570.124.06")
+    assert driver_check("570.124.06", "", "auto", "docker") == Check("NVIDIA driver", PASS, "driver 570.124.06")
 
 
 def test_a_missing_driver_fails_where_gpus_are_needed_and_not_on_a_cpu_box() -> None:
     error = "NVML is not available: NVML Shared Library Not Found"
     for inventory, runtime in [("auto", "docker"), ("nvml", "process")]:
         check = driver_check("", error, inventory, runtime)
-        assert not check.ok and error in check.detail and "nvidia-smi" in check.fix
+        assert check.status == FAIL and error in check.detail and "nvidia-smi" in check.fix
     check = driver_check("", error, "auto", "process")
-    assert check.ok and "not needed: engines run on CPU" in check.detail and check.fix == ""
+    assert check.status == NOT_USED and check.detail.startswith("engines run on CPU") and check.fix == ""
 
 
 def test_a_simulated_inventory_is_said_and_not_a_failure() -> None:
     check = driver_check("", "", "sim:8xH100-80GB", "docker")
-    assert check.ok and check.detail == SIMULATED.format("sim:8xH100-80GB")
+    assert check == Check("NVIDIA driver", NOT_USED, SIMULATED.format("sim:8xH100-80GB"))
 
 
 # Weights cache disk
@@ -195,26 +204,42 @@ def test_a_simulated_inventory_is_said_and_not_a_failure() -> None:
 def test_the_disk_is_measured_on_the_nearest_existing_folder(tmp_path: Path) -> None:
     cache = tmp_path / "cache" / "hearth"
     assert nearest_existing(cache) == tmp_path
-    check = read_disk(cache, 0)
-    assert check.ok and check.detail.endswith(f"at {cache} (measured at {tmp_path}: not created yet)")
+    check = read_disk(cache, DiskNeed(margin_gib=0))
+    assert check.status == PASS and f"at {cache} (measured at {tmp_path}: not created yet); " in check.detail
     cache.mkdir(parents=True)
-    assert read_disk(cache, 0).detail.endswith(f"GiB at {cache}")
+    assert f"GiB at {cache}; no weights to download" in read_disk(cache, DiskNeed(margin_gib=0)).detail
 
 
 def test_too_little_free_disk_fails_with_the_numbers_in_gib(tmp_path: Path) -> None:
-    check = read_disk(tmp_path, 1_000_000)
+    check = read_disk(tmp_path, DiskNeed(10**6 * GIB, "huge 976562.5 GiB", 10))
     usage = shutil.disk_usage(tmp_path)
     free, total = re.match(r"([\d.]+) GiB free of ([\d.]+) GiB at ", check.detail).groups()  # type: ignore[union-attr]
     assert float(free) == pytest.approx(usage.free / GIB, abs=0.2) and float(total) == round(usage.total / GIB, 1)
-    assert not check.ok and check.detail.endswith("; 1e+06 GiB wanted (HEARTH_DOCTOR_MIN_FREE_GIB)")
+    assert check.status == FAIL and check.detail.endswith(
+        "; 1000010.0 GiB wanted: 1000000.0 GiB of weights to download (huge 976562.5 GiB)"
+        " + 10 GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB)"
+    )
     assert "HEARTH_CACHE_DIR" in check.fix
 
 
-def test_the_disk_check_s_words() -> None:
-    check = disk_check(Path("/data/cache"), Path("/data/cache"), 50 * GIB, 200 * GIB, 100)
-    assert check.detail == "50.0 GiB free of 200.0 GiB at /data/cache; 100 GiB wanted (HEARTH_DOCTOR_MIN_FREE_GIB)"
-    assert check.fix.startswith("Free 50.0 GiB there, or point HEARTH_CACHE_DIR at a disk with 100 GiB free")
-    assert disk_check(Path("/c"), Path("/c"), 100 * GIB, 200 * GIB, 100).ok
+def test_the_disk_check_is_sized_by_the_weights_to_download_plus_the_margin() -> None:
+    need = DiskNeed(141_107_412_992, "llama-70b 131.4 GiB", 10)  # Llama 3.1 70B's published checkpoint bytes
+    check = disk_check(Path("/data/cache"), Path("/data/cache"), 100 * GIB, 200 * GIB, need)
+    assert check.detail == (
+        "100.0 GiB free of 200.0 GiB at /data/cache; 141.4 GiB wanted: 131.4 GiB of weights to download "
+        "(llama-70b 131.4 GiB) + 10 GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB)"
+    )
+    assert check.status == FAIL and check.fix.startswith("Free 41.4 GiB there, or point HEARTH_CACHE_DIR")
+    assert disk_check(Path("/c"), Path("/c"), 142 * GIB, 200 * GIB, need).status == PASS
+
+
+def test_a_box_with_nothing_to_download_wants_only_the_margin() -> None:
+    check = disk_check(Path("/c"), Path("/c"), 12 * GIB, 50 * GIB, DiskNeed(margin_gib=10))
+    assert check == Check(
+        "Weights cache disk", PASS,
+        "12.0 GiB free of 50.0 GiB at /c; no weights to download, 10 GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB) wanted",
+    )  # fmt: skip
+    assert disk_check(Path("/c"), Path("/c"), 9 * GIB, 50 * GIB, DiskNeed(margin_gib=10)).status == FAIL
 
 
 # GPUs free of other processes
@@ -227,19 +252,20 @@ def test_processes_that_are_not_hearth_s_fail_with_pid_name_and_memory() -> None
         GpuProcess(0, 100, "vllm", 70 * GIB),
     ]
     check = gpu_processes_check(processes, {100}, "nvml")
-    assert not check.ok
+    assert check.status == FAIL
     assert check.detail == "GPU 0: pid 4242 python3, 12.5 GiB; GPU 1: pid 777 (name unreadable), memory unknown"
     assert "nvidia-smi" in check.fix
     ours = gpu_processes_check(processes[2:], {100}, "nvml")
-    assert ours == Check("GPUs free of other processes", True, "no other processes (1 of Hearth's engines)")
+    assert ours == Check("GPUs free of other processes", PASS, "no other processes (1 of Hearth's engines)")
     assert gpu_processes_check([], set(), "auto").detail == "no processes"
 
 
-def test_the_process_check_is_skipped_when_simulated_or_unreadable() -> None:
+def test_the_process_check_is_not_used_when_simulated_or_unreadable() -> None:
     check = gpu_processes_check(None, set(), "sim:1xH200-141GB")
-    assert check.ok and check.detail.startswith("skipped: the GPU inventory is simulated")
+    assert check.status == NOT_USED and check.detail == SIMULATED.format("sim:1xH200-141GB")
     check = gpu_processes_check(None, set(), "auto", "NVML is not available: NVML Shared Library Not Found")
-    assert check.ok and check.detail == "skipped: NVML is not available: NVML Shared Library Not Found"
+    assert check.status == NOT_USED
+    assert check.detail == "no GPU processes to read: NVML is not available: NVML Shared Library Not Found"
 
 
 def test_processes_in_a_process_runtime_engine_s_session_are_hearth_s(tmp_path: Path) -> None:
@@ -288,11 +314,43 @@ def test_processes_in_hearth_s_containers_are_hearth_s(hearth_container: int) ->
     assert hearth_container in ours and os.getpid() not in ours
     processes = [GpuProcess(0, hearth_container, "sleep", GIB), GpuProcess(0, os.getpid(), "pytest", GIB)]
     check = gpu_processes_check(processes, ours, "nvml")
-    assert not check.ok and check.detail == f"GPU 0: pid {os.getpid()} pytest, 1.0 GiB"
+    assert check.status == FAIL and check.detail == f"GPU 0: pid {os.getpid()} pytest, 1.0 GiB"
 
 
 def test_no_container_pids_without_docker(no_docker: str) -> None:
     assert container_pids() == set()
+
+
+# The weights the deployments still download
+
+
+def _deployment(name: str, model: ModelSource, engine: str, ready: bool = False) -> Deployment:
+    dep = Deployment.objects.create(
+        name=name, model=model, engine=engine, served_model_name=name, max_model_len=4096, kv_space_gib=1,
+        plan={}, state="stopped",
+    )  # fmt: skip
+    if ready:
+        Replica.objects.create(deployment=dep, runtime="docker", host="h", port=8000, ready_at=timezone.now())
+    return dep
+
+
+@pytest.mark.django_db
+def test_only_never_served_hugging_face_checkpoints_on_gpu_engines_count_once_each() -> None:
+    def model(name: str, kind: str, size: int) -> ModelSource:
+        return ModelSource.objects.create(name=name, kind=kind, config={}, weights_bytes=size, repo_id=f"org/{name}")
+
+    big, small = model("llama-70b", "hf", 141_107_412_992), model("qwen-8b", "hf", 16_381_470_720)
+    local, served = model("smol", "local", 269_030_016), model("served", "hf", 10 * GIB)
+    _deployment("a", big, "vllm")
+    _deployment("b", big, "sglang")  # the same checkpoint: one download
+    _deployment("c", small, "simulator")  # loads no weights
+    _deployment("d", local, "vllm")  # read where it is
+    _deployment("e", served, "vllm", ready=True)  # in the cache already
+    assert weights_to_download() == {"llama-70b": 141_107_412_992}
+    need = disk_need()
+    assert (need.weights_bytes, need.what, need.margin_gib) == (141_107_412_992, "llama-70b 131.4 GiB", 10.0)
+    _deployment("f", small, "vllm")
+    assert disk_need().what == "llama-70b 131.4 GiB, qwen-8b 15.3 GiB"
 
 
 # All checks, the command
@@ -307,21 +365,29 @@ def _passing(tmp_path: Path) -> override_settings:
     )
 
 
+# On the demo box (process runtime, simulated GPUs) only the disk applies.
+DEMO_STATUSES = [NOT_USED, NOT_USED, NOT_USED, PASS, NOT_USED]
+
+
 def test_run_checks_gives_every_check_in_order(tmp_path: Path) -> None:
     with _passing(tmp_path):
         checks = run_checks()
     assert [c.name for c in checks] == NAMES and all(c.ok and c.fix == "" for c in checks)
+    assert [c.status for c in checks] == DEMO_STATUSES
 
 
-def test_the_command_prints_a_pass_line_per_check(tmp_path: Path) -> None:
+@pytest.mark.django_db
+def test_the_command_prints_a_line_per_check_with_its_status(tmp_path: Path) -> None:
     out = io.StringIO()
     with _passing(tmp_path):
-        call_command("doctor", stdout=out)  # no SystemExit: every check passed
+        call_command("doctor", stdout=out)  # no SystemExit: nothing failed
     lines = out.getvalue().splitlines()
-    assert [line.split(":")[0] for line in lines] == [f"PASS {name}" for name in NAMES]
-    assert lines[2] == "PASS NVIDIA driver: " + SIMULATED.format("sim:1xH200-141GB")
+    expected = [f"{status.upper()} {name}" for status, name in zip(DEMO_STATUSES, NAMES, strict=True)]
+    assert [line.split(":")[0] for line in lines] == expected
+    assert lines[2] == "NOT USED NVIDIA driver: " + SIMULATED.format("sim:1xH200-141GB")
 
 
+@pytest.mark.django_db
 def test_the_command_prints_the_fix_and_exits_1_on_a_failure(tmp_path: Path) -> None:
     out = io.StringIO()
     with _passing(tmp_path), override_settings(HEARTH_DOCTOR_MIN_FREE_GIB=1_000_000):
@@ -330,16 +396,18 @@ def test_the_command_prints_the_fix_and_exits_1_on_a_failure(tmp_path: Path) -> 
     assert exit_.value.code == 1
     text = out.getvalue()
     assert re.search(r"^FAIL Weights cache disk: [\d.]+ GiB free of .*\n     fix: Free [\d.]+ GiB there", text, re.M)
-    assert text.count("PASS ") == 4
+    assert text.count("NOT USED ") == 4
 
 
+@pytest.mark.django_db
 def test_the_command_prints_json(tmp_path: Path) -> None:
     out = io.StringIO()
     with _passing(tmp_path):
         call_command("doctor", "--json", stdout=out)
     checks = json.loads(out.getvalue())
     assert [c["name"] for c in checks] == NAMES
-    assert all(set(c) == {"name", "ok", "detail", "fix"} and c["ok"] is True for c in checks)
+    assert all(set(c) == {"name", "status", "ok", "detail", "fix"} and c["ok"] is True for c in checks)
+    assert [c["status"] for c in checks] == DEMO_STATUSES
 
 
 # The console page and the API
@@ -355,7 +423,7 @@ def test_the_page_and_the_api_need_a_login(client: Client) -> None:
 @pytest.mark.django_db
 def test_the_page_is_in_the_navigation_and_loads_the_checks(admin: Client) -> None:
     page = admin.get("/doctor/").text
-    assert '<a href="/doctor/">Pre-flight</a>' in page
+    assert '<a href="/doctor/" aria-current="page">Pre-flight</a>' in page  # the navigation says where you are
     assert 'hx-get="/doctor/checks/" hx-trigger="load"' in page
     assert '<a href="/doctor/">Pre-flight</a>' in admin.get("/keys/").text
 
@@ -376,8 +444,11 @@ def test_the_worker_runs_the_checks_for_the_page_and_the_api(admin: Client, work
     assert f'data-field="host">{socket.gethostname()}<' in table
     # pytest-env's HEARTH_GPU_INVENTORY=sim:8xH100-80GB reaches the worker's environment
     assert SIMULATED.format("sim:8xH100-80GB") in table
+    driver = re.search(r'<tr data-check="NVIDIA driver"><td data-field="status" class="muted">([^<]*)</td>', table)
+    assert driver and driver[1] == "not used" and "PASS" not in table.split('data-check="Docker"')[1].split("</tr>")[0]
     body = admin.get("/api/doctor").json()
     assert set(body) == {"host", "checked_at", "ok", "checks"} and body["ok"] == all(c["ok"] for c in body["checks"])
     assert [c["name"] for c in body["checks"]] == NAMES
-    assert all(set(c) == {"name", "ok", "detail", "fix"} and (c["fix"] == "") == c["ok"] for c in body["checks"])
+    assert all(set(c) == {"name", "status", "ok", "detail", "fix"} for c in body["checks"])
+    assert all((c["fix"] == "") == (c["status"] != "fail") == c["ok"] for c in body["checks"])
     assert "console.preflight.tasks.run_preflight" in worker.output()

@@ -72,15 +72,23 @@ def sglang(
 Build = Callable[..., EngineArgs]
 
 DETAILS = "--enable-prompt-tokens-details"  # vLLM 0.7.0 on: cached prompt tokens in the usage
+# The log flags after the planned ones: request logging is on by default before 0.10.1 (off from there, vllm#21739);
+# --disable-uvicorn-access-log is in the 0.8.2 wheel, not in 0.8.1's (vllm#14754).
+LOGS_OLD = ["--disable-log-requests"]
+LOGS_NEW = ["--disable-uvicorn-access-log"]
 # (version, plan's KV dtype, revision) → the flags Hearth adds, from each engine's documented arguments.
 VLLM_TABLE = [
-    ("0.4.0", "auto", None, PLAN_VLLM),  # vllm/engine/arg_utils.py, 0.4.0 wheel
-    ("0.4.0", "fp8_e5m2", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e5m2"]),  # 0.4.0: {auto,fp8_e5m2}
-    ("0.4.2", "fp8", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8"]),  # docs v0.4.2: --kv-cache-dtype {auto,fp8}
-    ("0.4.3", "fp8_e4m3", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e4m3"]),  # 0.4.3 adds the variants
-    ("0.5.0", "fp8_e5m2", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e5m2"]),  # docs v0.5.0 engine args
-    ("0.11.2", "fp8", "5f0b02c", ["--revision", "5f0b02c", *PLAN_VLLM, "--kv-cache-dtype", "fp8", DETAILS]),
-    ("v0.33.0", "auto", None, [*PLAN_VLLM, DETAILS]),
+    ("0.4.0", "auto", None, [*PLAN_VLLM, *LOGS_OLD]),  # vllm/engine/arg_utils.py, 0.4.0 wheel
+    ("0.4.0", "fp8_e5m2", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e5m2", *LOGS_OLD]),  # 0.4.0: {auto,fp8_e5m2}
+    ("0.4.2", "fp8", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8", *LOGS_OLD]),  # docs v0.4.2: {auto,fp8}
+    ("0.4.3", "fp8_e4m3", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e4m3", *LOGS_OLD]),  # 0.4.3 adds the variants
+    ("0.5.0", "fp8_e5m2", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e5m2", *LOGS_OLD]),  # docs v0.5.0 engine args
+    ("0.8.1", "auto", None, [*PLAN_VLLM, DETAILS, *LOGS_OLD]),
+    ("0.8.2", "auto", None, [*PLAN_VLLM, DETAILS, *LOGS_OLD, *LOGS_NEW]),
+    ("0.10.0", "auto", None, [*PLAN_VLLM, DETAILS, *LOGS_OLD, *LOGS_NEW]),
+    ("0.10.1", "auto", None, [*PLAN_VLLM, DETAILS, *LOGS_NEW]),
+    ("0.11.2", "fp8", "5f0b02c", ["--revision", "5f0b02c", *PLAN_VLLM, "--kv-cache-dtype", "fp8", DETAILS, *LOGS_NEW]),
+    ("v0.33.0", "auto", None, [*PLAN_VLLM, DETAILS, *LOGS_NEW]),
 ]
 SGLANG_TABLE = [
     ("0.4.0", "auto", None, [*PLAN_SGLANG, "--enable-metrics"]),  # server_args.py, 0.4.0 wheel
@@ -194,21 +202,22 @@ def test_sglang_never_overrides_a_flag_the_user_set(user: list[str], flag: str) 
 def test_added_is_exactly_what_hearth_put_between_its_own_flags_and_the_users() -> None:
     user = ["--enable-prefix-caching", "--max-num-seqs", "64", "--trust-remote-code"]
     args = vllm(user=user)
-    assert args.added == [*PLAN_VLLM[:6], DETAILS]
+    assert args.added == [*PLAN_VLLM[:6], DETAILS, *LOGS_NEW]
     assert args.command == [*VLLM_OWN, *args.added, *user]
 
 
 def test_the_planned_flags_alone_are_what_vllm_args_adds_and_need_no_key() -> None:
     user = ["-tp", "4", "--trust-remote-code"]
     planned = vllm_planned_flags(version="0.11.2", revision="abc123", plan=PLAN, user_args=user)
-    assert planned == vllm(user=user, revision="abc123").added == ["--revision", "abc123", *PLAN_VLLM[2:], DETAILS]
+    assert planned == ["--revision", "abc123", *PLAN_VLLM[2:], DETAILS]
+    assert vllm(user=user, revision="abc123").added == [*planned, *LOGS_NEW]  # and the log flags after them
     with pytest.raises(ValueError, match="Hearth sets these itself"):
         vllm_planned_flags(version="0.11.2", revision=None, plan=PLAN, user_args=["--port", "9000"])
 
 
 def test_a_users_value_is_not_read_as_a_flag() -> None:
     args = vllm(user=["--override-generation-config", "-1", "--seed", "-5"])
-    assert args.added == [*PLAN_VLLM, DETAILS]
+    assert args.added == [*PLAN_VLLM, DETAILS, *LOGS_NEW]
 
 
 @pytest.mark.parametrize(
@@ -258,6 +267,12 @@ def test_below_a_gate_an_optional_flag_is_left_out_and_a_required_one_refused() 
         _gated("SGLang", "0.3.6", [("--revision", "v1", True)], SGLANG_GATES, set())
 
 
+def test_a_user_who_wants_the_access_log_keeps_it() -> None:
+    args = vllm(user=["--no-disable-uvicorn-access-log"])  # BooleanOptionalAction in current vLLM: the last wins
+    assert args.command[-1] == "--no-disable-uvicorn-access-log"
+    assert "--disable-uvicorn-access-log" not in vllm(user=["--disable-uvicorn-access-log"]).added
+
+
 def test_trust_remote_code_is_never_added_only_passed_through() -> None:
     for args in (vllm(), sglang(), vllm(kv_cache_dtype="fp8"), sglang(revision="v1")):
         assert "--trust-remote-code" not in args.command
@@ -270,7 +285,7 @@ def test_every_emitted_flag_is_one_checked_in_the_engines_parser() -> None:
                         (sglang("0.5.3", revision="v1", kv_cache_dtype="fp8"), SGLANG_FLAGS)):  # fmt: skip
         flags = {arg for arg in args.command if arg.startswith("--")}
         assert flags <= known, flags - known
-    assert len({arg for arg in vllm(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 11
+    assert len({arg for arg in vllm(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 12
     assert len({arg for arg in sglang(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 12
 
 
@@ -385,7 +400,7 @@ def test_vllm_gets_the_parser_flags_its_version_takes(version: str, expected: li
     args = vllm_args(version=version, model=MODEL, revision=None, served_model_name="llama", port=8001, api_key=KEY,
                      plan=PLAN, tool_call_parser="hermes", reasoning_parser="qwen3")  # fmt: skip
     assert args.added[: len(PLAN_VLLM)] == PLAN_VLLM
-    assert [a for a in args.added[len(PLAN_VLLM) :] if a != DETAILS] == expected
+    assert [a for a in args.added[len(PLAN_VLLM) :] if a not in (DETAILS, *LOGS_OLD, *LOGS_NEW)] == expected
 
 
 @pytest.mark.parametrize(("version", "expected"), [("0.4.1", []), ("0.4.2", ["--tool-call-parser", "qwen25"]),

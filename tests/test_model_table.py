@@ -1,4 +1,5 @@
-"""Sizing against real published model configurations (tests/data/models, each file citing its source).
+"""Sizing against real published model configurations: the demo catalog (console/catalog/demo), each file citing
+its source.
 
 KV bytes per token per family, with the formula's source:
 - GQA/MHA (Llama, Qwen, Mistral, Mixtral, Phi, Gemma, gpt-oss): 2 x layers x kv_heads x head_dim x bytes
@@ -21,7 +22,7 @@ from engines.modelconfig import parse_config
 from engines.planner import PlanRequest, kv_bytes_per_token_per_gpu, plan_gpu
 from engines.sizing import GIB, kv_bytes_per_token
 
-MODELS = Path(__file__).parent / "data" / "models"
+MODELS = Path(__file__).parent.parent / "console" / "catalog" / "demo"
 
 # file: (KV bytes per token, bf16/fp16 cache; weight bytes; quant_method). Weight bytes are the fixture's
 # total_size, whose total_size_kind says where it came from: "index" (model.safetensors.index.json's

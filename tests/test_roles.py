@@ -46,6 +46,7 @@ PAGES = {
     "audit:export_json": ("A", ""),
     "catalog:models": ("AMV", "A"),
     "catalog:delete": ("", "A"),
+    "catalog:demo-plan": ("", "A"),
     "deployments:list": ("AMV", "A"),
     "deployments:plan": ("", "A"),
     "deployments:detail": ("AMV", ""),
@@ -76,6 +77,7 @@ PAGES = {
 }
 API = {
     "GET /api/models": "AMV",
+    "GET /api/models/demo": "AMV",
     "POST /api/models": "A",
     "DELETE /api/models/{pk}": "A",
     "POST /api/plan": "A",

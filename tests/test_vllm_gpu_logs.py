@@ -18,6 +18,7 @@ from engines.planner import BLOCK_SIZE, PlanRequest, kv_bytes_per_token_per_gpu,
 from engines.sizing import GIB
 
 DATA = Path(__file__).parent / "data"
+MODELS = Path(__file__).parent.parent / "console" / "catalog" / "demo"  # the demo catalog
 LOGS: list[dict[str, Any]] = json.loads((DATA / "vllm_gpu_kv_logs.json").read_text())
 PLANNED = [entry for entry in LOGS if entry["plan_test"]]
 TOLERANCE = 0.05
@@ -30,7 +31,7 @@ KNOWN_MISSES = {
 
 
 def fixture(name: str) -> dict[str, Any]:
-    return json.loads((DATA / "models" / f"{name}.json").read_text())  # type: ignore[no-any-return]
+    return json.loads((MODELS / f"{name}.json").read_text())  # type: ignore[no-any-return]
 
 
 def version(text: str) -> tuple[int, int]:

@@ -61,11 +61,12 @@ class PullProgress:
                 self.done.add(layer)
 
     def words(self) -> str:
-        """E.g. ``Pulling vllm/vllm-openai:v0.11.0: 3.2 of 9.8 GB, 5 of 12 layers done.``"""
-        current = sum(c for c, _ in self.layers.values()) / 1e9
-        total = sum(t for _, t in self.layers.values()) / 1e9
+        """E.g. ``Pulling vllm/vllm-openai:v0.11.0: 3.2 of 9.8 GiB, 5 of 12 layers done.`` (GiB: 2^30 bytes, as
+        the console gives every size)."""
+        current = sum(c for c, _ in self.layers.values()) / 2**30
+        total = sum(t for _, t in self.layers.values()) / 2**30
         return (
-            f"Pulling {self.image}: {current:.1f} of {total:.1f} GB, "
+            f"Pulling {self.image}: {current:.1f} of {total:.1f} GiB, "
             f"{len(self.done)} of {len(self.layers)} layers done."
         )
 

@@ -43,6 +43,7 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "audit:export_json": (ADMINS, NOBODY),
     "catalog:models": (ALL, ADMINS),
     "catalog:delete": (NOBODY, ADMINS),
+    "catalog:demo-plan": (NOBODY, ADMINS),  # adds the demo model, then opens the deployment form
     "deployments:list": (ALL, ADMINS),
     "deployments:plan": (NOBODY, ADMINS),
     "deployments:detail": (ALL, NOBODY),
@@ -75,6 +76,7 @@ PAGES: dict[str, tuple[Access, Access]] = {
 # "METHOD /api/path" → roles
 API: dict[str, Access] = {
     "GET /api/models": ALL,
+    "GET /api/models/demo": ALL,
     "POST /api/models": ADMINS,
     "DELETE /api/models/{pk}": ADMINS,
     "POST /api/plan": ADMINS,

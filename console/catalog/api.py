@@ -1,10 +1,11 @@
-"""The catalog's part of the JSON API: list, add and delete model sources."""
+"""The catalog's part of the JSON API: list, add and delete model sources, and the demo catalog's entries."""
 
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router, Schema, Status
 
 from console.catalog import sources
+from console.catalog.demo import demo_models
 from console.catalog.models import ModelSource
 from console.errors import ConsoleError
 
@@ -12,10 +13,11 @@ router = Router(tags=["models"])
 
 
 class ModelIn(Schema):
-    name: str
+    name: str = ""  # the demo entry's own name when ``demo`` is given
     path: str = ""
     repo_id: str = ""
     revision: str = "main"
+    demo: str = ""  # a demo catalog entry, e.g. llama-3.1-70b (GET /api/models/demo lists them)
 
 
 class ModelOut(Schema):
@@ -31,15 +33,36 @@ def list_models(request: HttpRequest) -> list[ModelSource]:
     return list(ModelSource.objects.order_by("name"))
 
 
+class DemoOut(Schema):
+    name: str
+    repo_id: str
+    architecture: str
+    weights_bytes: int
+    size_how: str
+    size_source: str
+
+
+@router.get("/models/demo", response=list[DemoOut])
+def list_demo_models(request: HttpRequest) -> list[dict[str, object]]:
+    """The demo catalog: published configurations with their checkpoint bytes, to plan and simulate."""
+    return [
+        {"name": d.name, "repo_id": d.repo_id, "architecture": d.shape, "weights_bytes": d.weights_bytes,
+         "size_how": d.size_how, "size_source": d.size_source}
+        for d in demo_models()
+    ]  # fmt: skip
+
+
 @router.post("/models", response={201: ModelOut})
 def add_model(request: HttpRequest, data: ModelIn) -> Status[ModelSource]:
-    if data.path and data.repo_id:
-        raise ConsoleError("Give either a local path or a Hugging Face repo_id, not both.")
+    if sum(map(bool, (data.path, data.repo_id, data.demo))) > 1:
+        raise ConsoleError("Give one of a local path, a Hugging Face repo_id or a demo catalog entry, not several.")
     if data.path:
         return Status(201, sources.add_local_model(data.name, data.path))
     if data.repo_id:
         return Status(201, sources.add_hf_model(data.name, data.repo_id, data.revision))
-    raise ConsoleError("Give a local path or a Hugging Face repo_id.")
+    if data.demo:
+        return Status(201, sources.add_demo_model(data.demo))
+    raise ConsoleError("Give a local path, a Hugging Face repo_id, or a demo catalog entry (demo).")
 
 
 @router.delete("/models/{pk}", response={204: None})

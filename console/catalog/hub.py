@@ -11,9 +11,13 @@ from typing import Any
 
 from engines.parsers import template_text
 
+UNREACHABLE = (
+    "Hugging Face cannot be reached from this box ({why}); add a local folder, or a model from the demo catalog."
+)
+
 
 class HubError(RuntimeError):
-    """The hub could not be read; the message says what was asked and what went wrong."""
+    """The hub could not be read; the message says, in plain words, what was asked and what went wrong."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ def read_hub_model(repo_id: str, revision: str = "main") -> HubModel:
         config = json.loads(Path(hf_hub_download(repo_id, "config.json", revision=sha)).read_text())
         weights = api.get_safetensors_metadata(repo_id, revision=sha)
     except Exception as exc:  # the hub client raises its own HTTP library's transport errors too
-        raise HubError(f"Could not read {repo_id}@{revision or 'main'} from Hugging Face: {exc}") from None
+        raise HubError(hub_error_words(exc, repo_id, revision or "main")) from None
     total = sum(
         int(t.data_offsets[1]) - int(t.data_offsets[0])
         for f in weights.files_metadata.values()
@@ -64,3 +68,42 @@ def _chat_template(repo_id: str, sha: str, files: set[str]) -> str:
     except Exception:  # any failure: the parsers fall back to config.json alone; the model still adds
         return ""
     return ""
+
+
+def _network_cause(exc: BaseException) -> str:
+    """Why the network failed behind ``exc`` (DNS, refused, timed out, TLS), "" if it did not: huggingface_hub
+    raises its HTTP client's transport errors (httpx2's) as they are, over the socket's OSError, whose own
+    words (``strerror``) are the plainest."""
+    import httpx2
+
+    why, seen = "", exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen.strerror or str(seen) or type(seen).__name__
+        if isinstance(seen, httpx2.TransportError):
+            why = str(seen) or type(seen).__name__
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    return why
+
+
+def hub_error_words(exc: Exception, repo_id: str, revision: str) -> str:
+    """What went wrong reading ``repo_id`` at ``revision``, in words an admin can act on (huggingface_hub's
+    error classes, huggingface_hub.errors)."""
+    from huggingface_hub import errors
+
+    where = f"{repo_id}@{revision}"
+    if isinstance(exc, errors.OfflineModeIsEnabled):
+        return UNREACHABLE.format(why="HF_HUB_OFFLINE is set")
+    if isinstance(exc, errors.GatedRepoError):  # before RepositoryNotFoundError, its base class
+        return f"{repo_id} is gated: accept its terms on huggingface.co, then add it with a token that may read it."
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return f"Hugging Face has no model {repo_id} (or it is private); check the name, e.g. org/model."
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return f"{repo_id} has no branch, tag or commit {revision!r}."
+    if isinstance(exc, errors.EntryNotFoundError):
+        return f"{where} has no config.json, so it is not a model checkpoint Hearth can size."
+    if isinstance(exc, errors.NotASafetensorsRepoError):
+        return f"{where} has no safetensors weights; Hearth reads a checkpoint's size from its safetensors headers."
+    if why := _network_cause(exc):
+        return UNREACHABLE.format(why=why)
+    return f"Could not read {where} from Hugging Face: {exc}"

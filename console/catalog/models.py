@@ -7,11 +7,13 @@ from engines.modelconfig import ModelConfig, parse_config
 
 
 class ModelSource(models.Model):
-    """A model checkpoint: a local folder, or a Hugging Face repo pinned to a commit."""
+    """A model checkpoint: a local folder, a Hugging Face repo pinned to a commit, or a demo catalog entry (its
+    published configuration and size, no weights: planned on any engine, run only by the simulator)."""
 
     class Kind(models.TextChoices):
         LOCAL = "local", "Local folder"
         HF = "hf", "Hugging Face"
+        DEMO = "demo", "Demo catalog"
 
     name = models.CharField(max_length=100, unique=True, help_text="Letters, digits, '.', '-', '_'.")
     kind = models.CharField(max_length=10, choices=Kind.choices)
@@ -37,4 +39,6 @@ class ModelSource(models.Model):
 
     @property
     def source(self) -> str:
+        if self.kind == self.Kind.DEMO:
+            return f"{self.repo_id} (demo catalog: configuration and size, no weights)"
         return self.path if self.kind == self.Kind.LOCAL else f"{self.repo_id}@{self.revision[:12]}"

@@ -1,11 +1,12 @@
-"""Adding and removing model sources: a local checkpoint folder, or a Hugging Face repo read without
-downloading its weights. Errors a user can fix raise ConsoleError."""
+"""Adding and removing model sources: a local checkpoint folder, a Hugging Face repo read without
+downloading its weights, or an entry of the demo catalog. Errors a user can fix raise ConsoleError."""
 
 from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from console.catalog.demo import demo_model
 from console.catalog.hub import HubError, read_hub_model
 from console.catalog.models import ModelSource
 from console.errors import ConsoleError
@@ -66,6 +67,24 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
     )
 
 
+def add_demo_model(name: str) -> ModelSource:
+    """Add the demo catalog's entry ``name`` (e.g. ``llama-3.1-70b``) under that name; the model already
+    added from it when there is one. Raises ConsoleError for an unknown entry or a name another model has."""
+    entry = demo_model(name)
+    if entry is None:
+        raise ConsoleError(f"The demo catalog has no model {name!r}.")
+    existing = ModelSource.objects.filter(name=entry.name).first()
+    if existing is not None and existing.kind == ModelSource.Kind.DEMO and existing.repo_id == entry.repo_id:
+        return existing
+    return _save_model(
+        name=entry.name,
+        kind=ModelSource.Kind.DEMO,
+        repo_id=entry.repo_id,
+        config=entry.config,
+        weights_bytes=entry.weights_bytes,
+    )
+
+
 def _save_model(**fields: Any) -> ModelSource:
     try:
         parse_config(fields["config"])
@@ -76,8 +95,6 @@ def _save_model(**fields: Any) -> ModelSource:
             return ModelSource.objects.create(**fields)
     except IntegrityError:
         raise ConsoleError(f"A model named {fields['name']!r} already exists.") from None
-
-
 
 
 def delete_model(model: ModelSource) -> None:

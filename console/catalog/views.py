@@ -1,15 +1,22 @@
-"""Model pages: the list, the forms to add a local folder or a Hugging Face repo, and delete."""
+"""Model pages: the list, the forms to add a local folder or a Hugging Face repo, the demo catalog (one click
+adds an entry and opens the deployment form with its plan on this box), and delete."""
 
+from urllib.parse import urlencode
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from console.catalog import sources
+from console.catalog.demo import demo_models
 from console.catalog.forms import HfModelForm, LocalModelForm
 from console.catalog.models import ModelSource
 from console.errors import ConsoleError
+from engines.launch import EngineKind
 
 
 @login_required
@@ -32,7 +39,28 @@ def models_page(request: HttpRequest) -> HttpResponse:
         except ConsoleError as exc:
             form.add_error(None, str(exc))
     models = ModelSource.objects.order_by("name")
-    return render(request, "catalog/models.html", {"models": models, "local": local, "hf": hf})
+    context = {
+        "models": models,
+        "local": local,
+        "hf": hf,
+        "demo_models": demo_models(),
+        "demo_mode": settings.HEARTH_GPU_INVENTORY.startswith("sim:"),
+    }
+    return render(request, "catalog/models.html", context)
+
+
+@login_required
+@require_POST
+def demo_plan(request: HttpRequest, name: str) -> HttpResponse:
+    """Add the demo catalog's entry ``name`` (once) and open the deployment form on it, on the Simulator at
+    the model's own context (max_model_len 0), so its plan on this box shows at once."""
+    try:
+        model = sources.add_demo_model(name)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+        return redirect("catalog:models")
+    query = urlencode({"model": model.pk, "engine": EngineKind.SIMULATOR.value, "name": model.name, "max_model_len": 0})
+    return redirect(f"{reverse('deployments:list')}?{query}")
 
 
 @login_required

@@ -9,10 +9,11 @@ from console.catalog.models import ModelSource
 from console.deployments import dispatch
 from console.deployments.engine_flags import check_extra_args
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
-from console.deployments.planning import MAX_REPLICAS, plan_for
+from console.deployments.planning import MAX_REPLICAS, demo_refusal, plan_for
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
 from console.names import INT_MAX, SERVED_NAME, check_name
+from engines.launch import EngineKind
 
 
 def create_deployment(
@@ -39,7 +40,8 @@ def create_deployment(
     over the context left instead of refusing the request.
 
     Raises ConsoleError when the plan does not fit (with what would), the replicas do not fit the
-    GPUs or the host's memory, or a name is taken.
+    GPUs or the host's memory, a name is taken, or a demo catalog model (no weights) is asked of an engine
+    other than the simulator.
     """
     if not 1 <= replica_count <= MAX_REPLICAS:
         raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
@@ -47,6 +49,8 @@ def create_deployment(
         raise ConsoleError(f"The max_tokens cap must be from 1 to {INT_MAX:,} tokens (or empty for none).")
     name = check_name(name, "Deployment name")
     served = check_name(served_model_name or name, "Served model name", SERVED_NAME)
+    if model.kind == ModelSource.Kind.DEMO and engine != EngineKind.SIMULATOR:
+        raise ConsoleError(demo_refusal(model))
     check_extra_args(extra_args or [])
     plan = plan_for(
         model,

@@ -3,6 +3,7 @@
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
@@ -21,7 +22,7 @@ class PlanIn(Schema):
     model: str
     engine: str = "vllm-cpu"
     max_model_len: int = 0
-    kv_space_gib: float = 1.0
+    kv_space_gib: float = Field(default_factory=lambda: settings.HEARTH_VLLM_CPU_KVCACHE_SPACE)  # GiB, vLLM (CPU)
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.0
     tensor_parallel_size: int = 0

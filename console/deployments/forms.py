@@ -1,12 +1,14 @@
 """Forms of the deployment pages: a new deployment (with its plan's options) and a change of settings."""
 
 import shlex
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
+from django.conf import settings
 
 from console.catalog.models import ModelSource
 from console.deployments.planning import available_engines
+from engines.launch import GPU_ENGINES, EngineKind
 
 
 class DeploymentForm(forms.Form):
@@ -18,13 +20,13 @@ class DeploymentForm(forms.Form):
         min_value=0, initial=2048, label="max_model_len", help_text="Tokens; 0 = the model's maximum."
     )
     kv_space_gib = forms.FloatField(
-        min_value=0.01, initial=1.0, label="KV cache space (GiB)", help_text="vLLM (CPU) only.", required=False
-    )
+        min_value=0.01, label="KV cache space (GiB)", help_text="vLLM (CPU)'s KV cache.",
+        required=False,
+    )  # fmt: skip
     kv_cache_dtype = forms.ChoiceField(
         choices=[("auto", "auto (the model's dtype)"), ("fp8", "fp8 (Ada, Hopper, Blackwell)")],
         initial="auto",
         label="KV cache dtype",
-        help_text="GPU engines only.",
         required=False,
     )
     gpu_memory_utilization = forms.FloatField(
@@ -32,14 +34,15 @@ class DeploymentForm(forms.Form):
         max_value=0.99,
         initial=0,
         required=False,
-        help_text="GPU engines only; 0 = let the plan choose (0.90).",
+        label="gpu_memory_utilization",
+        help_text="The share of each GPU's memory the engine may use; 0 = let the plan choose (0.90).",
     )
     tensor_parallel_size = forms.IntegerField(
-        min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPU engines only; 0 = auto."
+        min_value=0, initial=0, required=False, label="Tensor parallel (TP)", help_text="GPUs per replica; 0 = auto."
     )
     max_num_seqs = forms.IntegerField(
         min_value=0, max_value=65_536, initial=0, required=False, label="max_num_seqs",
-        help_text="GPU engines only: sequences run at once; 0 = the planner's default (256).",
+        help_text="Sequences run at once; 0 = the planner's default (256).",
     )  # fmt: skip
 
     max_tokens_cap = forms.IntegerField(
@@ -74,6 +77,21 @@ class DeploymentForm(forms.Form):
         "max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
         "max_num_seqs",
     )  # fmt: skip
+    # The engines an option means something to: vLLM (CPU) is sized by its KV space, the GPU engines (the
+    # simulator among them, planned as vLLM on the GPUs) by the GPU plan's options. The page shows an option
+    # only for its engines (its data-engines attribute).
+    ENGINES_OF: ClassVar[dict[str, frozenset[str]]] = {
+        "kv_space_gib": frozenset({EngineKind.VLLM_CPU}),
+        **{name: GPU_ENGINES for name in ("kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
+                                          "max_num_seqs")},
+    }  # fmt: skip
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["kv_space_gib"].initial = settings.HEARTH_VLLM_CPU_KVCACHE_SPACE
+        for name, engines in self.ENGINES_OF.items():
+            if name in self.fields:
+                self.fields[name].widget.attrs["data-engines"] = " ".join(sorted(engines))
 
     def clean(self) -> dict[str, Any]:
         """An option left empty takes its default (the field's initial value)."""
@@ -99,10 +117,14 @@ class ChangeForm(DeploymentForm):
 
     FIXED = ("name", "model", "engine", "served_model_name", "max_tokens_cap", "replica_count")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, engine: str = "", **kwargs: Any) -> None:
+        """``engine``: the deployment's; options that mean nothing to it are kept as they are, out of sight."""
         super().__init__(*args, **kwargs)
         for name in self.FIXED:
             del self.fields[name]
+        for name, engines in self.ENGINES_OF.items():
+            if engine and engine not in engines:
+                self.fields[name].widget = forms.HiddenInput()
 
     def settings(self) -> dict[str, Any]:
         """The cleaned values console.deployments.changes takes."""

@@ -13,6 +13,7 @@ from console.deployments import dispatch
 from console.deployments.changes import replan_on_free_gpus
 from console.deployments.lifecycle import converge, end_all, image_ref, prepare
 from console.deployments.models import Deployment, DeploymentState
+from console.deployments.planning import gpus_in_words
 from engines.launch import GPU_ENGINES
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,7 @@ def pull(dep: Deployment) -> None:
     except RuntimeError_ as exc:
         dep.move(S.FAILED, str(exc))
         return
-    indices = ", ".join(str(i) for i in dep.plan.get("gpu_indices") or [])
-    gpus = f"GPU {indices} of {dep.plan.get('inventory', '')}" if dep.engine in GPU_ENGINES else "CPU"
+    gpus = gpus_in_words(dep.plan) if dep.engine in GPU_ENGINES else "CPU"
     pin = {"engine_image": pinned, "engine_image_ref": image_ref(dep) if pinned else ""}
     if dep.move(S.STARTING, "Starting the engine.", gpu_model=gpus[:100], **pin):
         start(dep)

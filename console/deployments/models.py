@@ -90,6 +90,17 @@ class Deployment(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def never_launched(self) -> bool:
+        """Created and not launched yet: stopped, with no reason given and no replica ever made (a stop
+        always gives its reason)."""
+        return self.state == S.STOPPED and not self.state_reason and not self.replicas.exists()
+
+    @property
+    def state_words(self) -> str:
+        """The state as the console shows it: "not launched yet" rather than "stopped" for a new deployment."""
+        return "not launched yet" if self.never_launched else str(self.state)
+
     def move(self, target: str, reason: str = "", **fields: Any) -> bool:
         """Claim the transition to ``target`` with a conditional UPDATE; False if another got there first.
 

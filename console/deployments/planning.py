@@ -39,6 +39,14 @@ def available_engines() -> list[EngineKind]:
     return engines
 
 
+def demo_refusal(model: ModelSource) -> str:
+    """Why a demo catalog model runs only on the simulator, and how to serve it for real."""
+    return (
+        f"{model.name} is from the demo catalog: Hearth has its configuration and size, not its weights, so only "
+        f"the Simulator can run it. To serve it on a real engine, add {model.repo_id} from Hugging Face."
+    )
+
+
 def _vllm_release(engine: str) -> tuple[int, int] | None:
     """(major, minor) of the vLLM image a vLLM deployment will run, so the plan follows that release's
     memory accounting; None for other engines (the planner's general estimate)."""
@@ -133,6 +141,8 @@ def sizing_plan(
     if gpu_plan.tensor_parallel_size:
         free = [d.index for d in inventory.devices]
         plan["gpu_indices"] = free[: gpu_plan.tensor_parallel_size * replica_count]
+        names = {d.name for d in inventory.devices if d.index in plan["gpu_indices"]}
+        plan["gpu_name"] = " / ".join(sorted(names)) + (" (simulated)" if inventory.simulated else "")
         needed = gpu_plan.tensor_parallel_size * replica_count
         if gpu_plan.fits and needed > len(free):
             plan["fits"] = False
@@ -158,3 +168,14 @@ def free_gpus(inventory: Inventory, exclude: int | None = None) -> tuple[Invento
     free = dataclasses.replace(inventory, devices=[d for d in inventory.devices if d.index not in held])
     words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
     return free, words
+
+
+def gpus_in_words(plan: dict[str, Any]) -> str:
+    """The GPUs a plan holds, e.g. "GPU 1, an NVIDIA H100 80GB HBM3 (simulated)" or "GPUs 0, 1, 2, 3:
+    4× NVIDIA H100 80GB HBM3"; a plan stored before ``gpu_name`` names the box it was planned on instead."""
+    indices = [str(i) for i in plan.get("gpu_indices") or []]
+    which = f"GPU {indices[0]}" if len(indices) == 1 else f"GPUs {', '.join(indices)}"
+    name = plan.get("gpu_name")
+    if not name:
+        return f"{which} of {plan.get('inventory', 'this box')}"
+    return f"{which}, an {name}" if len(indices) == 1 else f"{which}: {len(indices)}× {name}"

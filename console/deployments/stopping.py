@@ -1,9 +1,15 @@
-"""Ending a deployment's engines: a stop the admin asked for, and the Recreate of a settings change (the
-old replicas stop first, since they hold the GPUs, then the deployment launches with the new plan)."""
+"""Ending a deployment's engines: a stop the admin asked for, the Recreate of a settings change (the
+old replicas stop first, since they hold the GPUs, then the deployment launches with the new plan), and
+the appliance going down (``make down``: every engine, in the calling process, the worker being gone)."""
 
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from appliance.runtimes.process import ProcessRuntime
 from console.deployments.admin_actions import launch
 from console.deployments.lifecycle import end_all
-from console.deployments.models import Deployment, DeploymentState
+from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, Replica
 from console.fanout import bump_routing_version
 
 S = DeploymentState
@@ -28,3 +34,41 @@ def recreate(deployment_id: int) -> None:
     bump_routing_version()
     if dep.move(S.STOPPED, "Stopped to recreate with the new settings."):
         launch(dep)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A running engine of this appliance: its deployment's name ("" when no replica owns it), its process
+    or container name, and its pid or container id."""
+
+    deployment: str
+    name: str
+    handle: str
+
+
+def live_engines() -> list[Engine]:
+    """The replicas not yet ended of active or stopping deployments, and the engines no replica owns that
+    the process runtime still runs (their pid files under HEARTH_DATA_DIR/engines)."""
+    live = Replica.objects.filter(stopped_at__isnull=True, deployment__state__in=[*ACTIVE_STATES, S.STOPPING])
+    engines = [Engine(r.deployment.name, r.runtime_name, r.handle) for r in live.select_related("deployment")]
+    owned = set(Replica.objects.filter(stopped_at__isnull=True).values_list("runtime_name", flat=True))
+    runtime = ProcessRuntime(settings.DATA_DIR / "engines")
+    for name in sorted(runtime.names() - owned):
+        if runtime.status(name).running:
+            engines.append(Engine("", name, (runtime.root / f"{name}.pid").read_text().strip()))
+    return engines
+
+
+def stop_everything(reason: str) -> list[Engine]:
+    """End every engine live_engines finds, here and now (not through Celery), and move their deployments to
+    stopped with ``reason``; returns the engines ended. A deployment caught mid-launch stops too."""
+    engines = live_engines()
+    for dep in Deployment.objects.filter(state__in=[*ACTIVE_STATES, S.STOPPING]):
+        if dep.state == S.STOPPING or dep.move(S.STOPPING, reason):
+            end_all(dep)
+            dep.move(S.STOPPED, reason)
+    runtime = ProcessRuntime(settings.DATA_DIR / "engines")
+    for engine in engines:
+        if not engine.deployment:
+            runtime.stop(engine.name)
+    return engines

@@ -9,16 +9,21 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from console.catalog.models import ModelSource
 from console.deployments import admin_actions, changes, cluster_export, remedy
 from console.deployments.forms import ChangeForm, DeploymentForm
 from console.deployments.models import Deployment
-from console.deployments.planning import plan_for
+from console.deployments.planning import demo_refusal, plan_for
 from console.errors import ConsoleError
+from engines.launch import EngineKind
 
 
 @login_required
 def deployments_page(request: HttpRequest) -> HttpResponse:
-    form = DeploymentForm(request.POST or None)
+    """The list and the form; ``?model=&engine=&name=&max_model_len=`` fill the form in (the demo catalog's
+    one click)."""
+    prefill = {k: v for k, v in request.GET.items() if k in ("model", "engine", "name", "max_model_len")}
+    form = DeploymentForm(request.POST or None, initial=prefill)
     if request.method == "POST" and form.is_valid():
         try:
             dep = admin_actions.create_deployment(**form.cleaned_data)
@@ -35,19 +40,21 @@ def deployments_page(request: HttpRequest) -> HttpResponse:
 def plan_preview(request: HttpRequest) -> HttpResponse:
     """The plan for the deployment form's current values, before anything is created (htmx)."""
     form = DeploymentForm(request.POST)
-    plan, error = None, ""
+    plan, error, note = None, "", ""
     if form.is_valid():
         data = form.cleaned_data
         try:
             plan = plan_for(data["model"], data["engine"], **form.plan_options())
         except ConsoleError as exc:
             error = str(exc)
+        if data["model"].kind == ModelSource.Kind.DEMO and data["engine"] != EngineKind.SIMULATOR:
+            note = demo_refusal(data["model"])
     elif "model" in form.errors or "engine" in form.errors:
         error = "Pick a model and an engine to see the plan."
     else:
         problems = [(form.fields[f].label or f, " ".join(str(m) for m in e)) for f, e in form.errors.items()]
         error = " ".join(f"{label}: {text}" for label, text in problems if label != "name")
-    context = {"plan": plan, "error": error}
+    context = {"plan": plan, "error": error, "note": note}
     return render(request, "deployments/deployments.html#plan", context)
 
 
@@ -94,7 +101,8 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     expected downtime), then confirm."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
     current = changes.current_settings(dep)
-    form = ChangeForm(request.POST or None, initial=current | {"extra_args": shlex.join(current["extra_args"])})
+    initial = current | {"extra_args": shlex.join(current["extra_args"])}
+    form = ChangeForm(request.POST or None, initial=initial, engine=dep.engine)
     preview = None
     if request.method == "POST" and form.is_valid():
         try:

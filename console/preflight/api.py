@@ -10,7 +10,8 @@ router = Router(tags=["pre-flight"])
 
 class CheckOut(Schema):
     name: str
-    ok: bool
+    status: str  # "pass", "fail" or "not used"
+    ok: bool  # not a failure
     detail: str
     fix: str
 

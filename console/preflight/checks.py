@@ -18,6 +18,7 @@ from django.core.cache import cache
 from kombu.exceptions import OperationalError
 
 from appliance.doctor import Check, run_checks
+from console.preflight.disk import disk_need
 
 REPORT_TTL = 300  # seconds a report stays in the cache for the page that asked for it
 RUN_PREFLIGHT = "console.preflight.tasks.run_preflight"  # sent by name: tasks.py imports this module
@@ -40,7 +41,7 @@ class Report:
         return all(c.ok for c in self.checks)
 
     def as_dict(self) -> dict[str, object]:
-        """``{"host", "checked_at", "ok", "checks": [{"name", "ok", "detail", "fix"}, ...]}``."""
+        """``{"host", "checked_at", "ok", "checks": [{"name", "status", "ok", "detail", "fix"}, ...]}``."""
         checks = [c.as_dict() for c in self.checks]
         return {"host": self.host, "checked_at": self.checked_at, "ok": self.ok, "checks": checks}
 
@@ -50,8 +51,9 @@ def _key(run_id: str) -> str:
 
 
 def report_here() -> Report:
-    """Run every check in this process: the report as this host sees it, now."""
-    return Report(socket.gethostname(), datetime.now(UTC).isoformat(timespec="seconds"), run_checks())
+    """Run every check in this process, the disk sized by the deployments' weights: this host's report, now."""
+    checks = run_checks(disk_need())
+    return Report(socket.gethostname(), datetime.now(UTC).isoformat(timespec="seconds"), checks)
 
 
 def keep(run_id: str, report: Report) -> None:
@@ -75,7 +77,7 @@ def worker_report(wait: float | None = None) -> Report:
     while True:
         raw: dict[str, Any] | None = cache.get(_key(run_id))
         if raw is not None:
-            checks = [Check(**c) for c in raw["checks"]]
+            checks = [Check.from_dict(c) for c in raw["checks"]]
             return Report(str(raw["host"]), str(raw["checked_at"]), checks)
         if time.monotonic() >= deadline:
             raise NoAnswer(

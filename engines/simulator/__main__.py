@@ -9,6 +9,7 @@ import os
 import sys
 import time
 
+from aiohttp import log as web_log
 from aiohttp import web
 
 from engines.simulator.config import SimConfig, parse_config
@@ -71,6 +72,7 @@ def main(argv: list[str]) -> int:
         print=None,
         handler_cancellation=True,
         access_log_format='%a - "%r" %s',
+        access_log=web_log.access_logger if cfg.access_log else None,
     )
     return 0
 

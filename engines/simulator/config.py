@@ -75,6 +75,7 @@ class SimConfig:
     agent_mode: bool = True
     reasoning_parser: str | None = None
     reasoning_tokens: int = 8
+    access_log: bool = True  # a line per request on stderr; --disable-uvicorn-access-log turns it off, as in vLLM
 
     @property
     def served_model_name(self) -> str:
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do the file tasks coding agents give with their tools (agent.py)")  # fmt: skip
     p.add_argument("--reasoning-parser", default=None, help="answer with reasoning first, as vLLM with a parser")
     p.add_argument("--reasoning-tokens", type=int, default=8, help="reasoning tokens per answer, with a parser")
+    p.add_argument("--disable-uvicorn-access-log", action="store_true", help="no log line per request, as in vLLM")
     for flag in IGNORED_VALUE_FLAGS:
         p.add_argument(flag, default=None, help=argparse.SUPPRESS)
     for flag in IGNORED_SWITCHES:
@@ -164,4 +166,5 @@ def parse_config(argv: list[str]) -> SimConfig:
         agent_mode=args.agent_mode,
         reasoning_parser=args.reasoning_parser or None,
         reasoning_tokens=max(0, args.reasoning_tokens),
+        access_log=not args.disable_uvicorn_access_log,
     )

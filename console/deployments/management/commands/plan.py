@@ -28,7 +28,7 @@ def load_model(spec: str, weights_bytes: int | None) -> tuple[dict[str, Any], in
             return ckpt.raw_config, ckpt.weights_bytes
         if path.is_file():
             raw = json.loads(path.read_text())
-            if isinstance(raw.get("config"), dict) and raw.get("total_size"):  # a tests/data/models fixture
+            if isinstance(raw.get("config"), dict) and raw.get("total_size"):  # console/catalog/demo
                 return raw["config"], weights_bytes or int(raw["total_size"])
             return raw, weights_bytes or _sibling_weights(path)
     except (ModelConfigError, ValueError) as exc:

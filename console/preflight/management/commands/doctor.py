@@ -9,28 +9,31 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from appliance.doctor import run_checks
+from appliance.doctor import FAIL, run_checks
+from console.preflight.disk import disk_need
 
 
 class Command(BaseCommand):
     help = (
         "Check that this box can run engines: Docker, the NVIDIA container runtime, the driver, free disk for "
-        "the weights cache, GPUs free of other processes. Exit status 1 when a check fails."
+        "the weights cache (the weights still to download plus a margin), GPUs free of other processes; a check "
+        "that does not apply here reads NOT USED. Exit status 1 when a check fails."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--json", action="store_true", help='print [{"name", "ok", "detail", "fix"}, ...] instead of lines'
-        )
+            "--json", action="store_true",
+            help='print [{"name", "status", "ok", "detail", "fix"}, ...] instead of lines',
+        )  # fmt: skip
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        checks = run_checks()
+        checks = run_checks(disk_need())
         if opts["json"]:
             self.stdout.write(json.dumps([c.as_dict() for c in checks], indent=2))
         else:
             for check in checks:
-                self.stdout.write(f"{'PASS' if check.ok else 'FAIL'} {check.name}: {check.detail}")
-                if not check.ok:
+                self.stdout.write(f"{check.status.upper()} {check.name}: {check.detail}")
+                if check.status == FAIL:
                     self.stdout.write(f"     fix: {check.fix}")
         if not all(c.ok for c in checks):
             sys.exit(1)  # scripts and CI can tell a box that is not ready

