@@ -30,98 +30,44 @@ import json
 import uuid
 from typing import Any
 
+from gateway.chat_stream import ChatStreamReader
 from gateway.responses_chat import call_item, response_id, response_object, response_usage, tool_names
-from gateway.sse import LineEnds
-from gateway.translate import Json, reasoning_text
+from gateway.translate import Json
 
 
-class ChatStreamToResponses:
+class ChatStreamToResponses(ChatStreamReader):
     """Feed it an engine's chat stream; it returns the Responses events to send, piece by piece.
 
     ``usage``, ``finish_reason`` and ``error`` hold the engine's values once seen; ``response_id`` the id
     the client was given ("" until the first chunk)."""
 
     def __init__(self, request: Json, model: str) -> None:
+        super().__init__()
         self.request, self.model = request, model
-        self.finish_reason: str | None = None
-        self.usage: Json | None = None
-        self.error: str | None = None
         self.response_id = ""
         self._custom = tool_names(request)[0]
-        self._ends, self._pending = LineEnds(), b""
         self._sequence = 0
-        self._done = self._ended = False
         self._output: list[Json] = []  # finished items
         self._open: str | None = None  # "reasoning", "message" or "call"
         self._item_id, self._text = "", ""
         self._call: tuple[Any, str, str] = (None, "", "")  # (chat index, call_id, name) of the open call
-
-    @property
-    def complete(self) -> bool:
-        """True when the engine's stream ended properly: a ``finish_reason``, then ``[DONE]``."""
-        return self._done and self.finish_reason is not None
-
-    def feed(self, chunk: bytes) -> bytes:
-        lines = (self._pending + self._ends.feed(chunk)).split(b"\n")
-        self._pending = lines.pop()
-        out = bytearray()
-        for line in lines:
-            self._line(line, out)
-        return bytes(out)
-
-    def finish(self) -> bytes:
-        """The events of an unterminated last line, if any; ends nothing itself (see ChatStreamToMessages)."""
-        line, self._pending = self._pending, b""
-        out = bytearray()
-        self._line(line, out)
-        return bytes(out)
 
     def _emit(self, out: bytearray, kind: str, **fields: Any) -> None:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         out += f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode()
 
-    def _line(self, line: bytes, out: bytearray) -> None:
-        if self._ended or not line.startswith(b"data:"):
-            return
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            self._done = True
-            if self.complete:
-                self._end(out)
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return
-        if isinstance(event, dict):
-            self._chunk(event, out)
+    def _begin(self, event: Json, out: bytearray) -> None:
+        self.response_id = response_id(event.get("id"))
+        start = response_object(self.request, self.model, self.response_id, [], "in_progress")
+        self._emit(out, "response.created", response=start)
+        self._emit(out, "response.in_progress", response=start)
 
-    def _chunk(self, event: Json, out: bytearray) -> None:
-        if event.get("error") is not None:
-            error = event["error"]
-            self.error = str(error.get("message") if isinstance(error, dict) and error.get("message") else error)
-            return
-        if isinstance(event.get("usage"), dict):
-            self.usage = event["usage"]
-        if not self.response_id:
-            self.response_id = response_id(event.get("id"))
-            start = response_object(self.request, self.model, self.response_id, [], "in_progress")
-            self._emit(out, "response.created", response=start)
-            self._emit(out, "response.in_progress", response=start)
-        for choice in event.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if thinking := reasoning_text(delta):
-                self._piece("reasoning", thinking, out)
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                self._piece("message", delta["content"], out)
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    self._tool_piece(call, out)
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
+    def _reasoning(self, text: str, out: bytearray) -> None:
+        self._piece("reasoning", text, out)
+
+    def _content(self, text: str, out: bytearray) -> None:
+        self._piece("message", text, out)
 
     def _where(self) -> Json:
         return {"output_index": len(self._output), "item_id": self._item_id}

@@ -32,8 +32,8 @@ import json
 import uuid
 from typing import Any
 
-from gateway.sse import LineEnds
-from gateway.translate import Json, anthropic_usage, matched_stop, message_id, reasoning_text, stop_reason
+from gateway.chat_stream import ChatStreamReader
+from gateway.translate import Json, anthropic_usage, matched_stop, message_id, stop_reason
 
 
 def sse_event(kind: str, **fields: Any) -> bytes:
@@ -41,7 +41,7 @@ def sse_event(kind: str, **fields: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
 
 
-class ChatStreamToMessages:
+class ChatStreamToMessages(ChatStreamReader):
     """Feed it an engine's OpenAI chat stream; it returns the Anthropic event stream to send, piece by piece.
 
     ``model`` is the name the client asked for. ``usage`` and ``finish_reason`` hold the engine's own
@@ -51,85 +51,26 @@ class ChatStreamToMessages:
     """
 
     def __init__(self, model: str) -> None:
+        super().__init__()
         self.model = model
-        self.finish_reason: str | None = None
-        self.usage: Json | None = None
-        self.error: str | None = None
-        self._ends = LineEnds()
-        self._pending = b""
         self._stop_string: str | None = None
-        self._done = False  # [DONE] arrived
-        self._ended = False  # message_stop sent
         self._msg_id = ""
         self._index = -1  # index of the last block opened
         self._open: str | None = None  # "thinking", "text" or "tool_use" while a block is open
         self._call: tuple[Any, str] = (None, "")  # (upstream index, id) of the open tool call
         self._tool_calls = 0
 
-    @property
-    def complete(self) -> bool:
-        """True when the engine's stream ended properly: a ``finish_reason``, then ``[DONE]``."""
-        return self._done and self.finish_reason is not None
+    def _begin(self, event: Json, out: bytearray) -> None:
+        self._start(event, out)
 
-    def feed(self, chunk: bytes) -> bytes:
-        """The Anthropic events for the complete lines in ``chunk`` (with what was pending); may be empty."""
-        lines = (self._pending + self._ends.feed(chunk)).split(b"\n")
-        self._pending = lines.pop()
-        out = bytearray()
-        for line in lines:
-            self._line(line, out)
-        return bytes(out)
+    def _reasoning(self, text: str, out: bytearray) -> None:
+        self._thinking(text, out)
 
-    def finish(self) -> bytes:
-        """At the end of the engine's stream: the events of an unterminated last line, if any.
+    def _content(self, text: str, out: bytearray) -> None:
+        self._text(text, out)
 
-        Ends nothing itself: a complete stream was ended at ``[DONE]``, and an incomplete one is left
-        open for the caller's error event (no block is closed, no ``message_stop`` invented).
-        """
-        line, self._pending = self._pending, b""
-        out = bytearray()
-        self._line(line, out)
-        return bytes(out)
-
-    def _line(self, line: bytes, out: bytearray) -> None:
-        if self._ended or not line.startswith(b"data:"):
-            return
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            self._done = True
-            if self.complete:
-                self._end(out)
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return
-        if isinstance(event, dict):
-            self._chunk(event, out)
-
-    def _chunk(self, event: Json, out: bytearray) -> None:
-        if event.get("error") is not None:
-            error = event["error"]
-            self.error = str(error.get("message") if isinstance(error, dict) and error.get("message") else error)
-            return
-        if isinstance(event.get("usage"), dict):
-            self.usage = event["usage"]
-        if not self._msg_id:
-            self._start(event, out)
-        for choice in event.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if thinking := reasoning_text(delta):
-                self._thinking(thinking, out)
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                self._text(delta["content"], out)
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    self._tool_piece(call, out)
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
-                self._stop_string = matched_stop(choice)
+    def _finished(self, choice: Json) -> None:
+        self._stop_string = matched_stop(choice)
 
     def _start(self, event: Json, out: bytearray) -> None:
         self._msg_id = message_id(event.get("id"))
