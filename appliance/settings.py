@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "console.access",
     "console.observability",
     "console.preflight",
+    "console.capacity",
     "gateway",
 ]
 
@@ -147,3 +148,8 @@ HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engi
 # in BF16 (~16 GB each); the console waits HEARTH_DOCTOR_WAIT seconds for the worker to run the checks.
 HEARTH_DOCTOR_MIN_FREE_GIB = envfloat("HEARTH_DOCTOR_MIN_FREE_GIB", 100.0)
 HEARTH_DOCTOR_WAIT = envfloat("HEARTH_DOCTOR_WAIT", 15.0)  # seconds
+# Capacity checks (console.capacity): the worker loads a deployment through the gateway at this URL, within
+# these bounds per check (requests in all, seconds).
+HEARTH_GATEWAY_URL = envstr("HEARTH_GATEWAY_URL", f"http://127.0.0.1:{envstr('HEARTH_PORT', '8000')}")
+HEARTH_CAPACITY_MAX_REQUESTS = envint("HEARTH_CAPACITY_MAX_REQUESTS", 2000)
+HEARTH_CAPACITY_MAX_SECONDS = envint("HEARTH_CAPACITY_MAX_SECONDS", 1800)

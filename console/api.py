@@ -11,6 +11,7 @@ from ninja.errors import ValidationError
 from ninja.security import django_auth
 
 from console.access.api import router as access
+from console.capacity.api import router as capacity
 from console.catalog.api import router as catalog
 from console.deployments.api import router as deployments
 from console.errors import ConsoleError
@@ -18,7 +19,7 @@ from console.observability.api import router as observability
 from console.preflight.api import router as preflight
 
 api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api")
-for router in (catalog, deployments, observability, access, preflight):
+for router in (catalog, deployments, observability, access, preflight, capacity):
     api.add_router("", router)
 
 

@@ -14,4 +14,5 @@ urlpatterns = [
     path("", include("console.deployments.urls")),
     path("", include("console.observability.urls")),
     path("", include("console.preflight.urls")),
+    path("", include("console.capacity.urls")),
 ]
