@@ -51,6 +51,8 @@ class ResultOut(Schema):
     goodput_rps: float
     goodput_ratio: float
     cache_hit_ratio: float | None
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
     engine: dict[str, float | None]
 
 
