@@ -34,7 +34,8 @@ def over(dep: Deployment, start: float, end: float) -> dict[str, float | None]:
         scrapes = {pk: replica_scrapes(pk) for pk in replicas}
     windows = [engine_window(s, start, end) for s in scrapes.values()]
     combined: dict[str, float | None] = {}
-    for name in ("kv_cache_peak", "preemptions", "running_peak", "waiting_peak", "running_while_waiting", "scrapes"):
+    names = ("kv_cache_peak", "preemptions", "running_peak", "waiting_peak", "waiting_mean", "running_while_waiting")
+    for name in (*names, "scrapes"):
         found = [w[name] for w in windows if w.get(name) is not None]
         pick = max if name == "kv_cache_peak" else sum
         combined[name] = float(pick(v for v in found if v is not None)) if found else None

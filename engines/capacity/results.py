@@ -135,7 +135,7 @@ def summarize(level: float, samples: list[Sample], duration_s: float, slo: Slo) 
 def engine_window(scrapes: list[Scrape], start: float, end: float) -> dict[str, float | None]:
     """The engine's own numbers over [start, end] (Unix seconds) from its scrapes (canonical names):
     ``kv_cache_peak`` (0–1), ``preemptions`` (the counter's rise), ``running_peak``, ``waiting_peak``,
-    ``running_while_waiting`` (the most requests running while others waited: what the KV cache held
+    ``waiting_mean`` (requests queued, averaged over the scrapes: how much it queued), ``running_while_waiting`` (the most requests running while others waited: what the KV cache held
     at once), and ``scrapes`` (how many fell in the window). None where the engine gave no such series.
     The counter's baseline is the last scrape before ``start``, else the first inside."""
     ordered = sorted(scrapes, key=lambda s: s.time)
@@ -147,12 +147,14 @@ def engine_window(scrapes: list[Scrape], start: float, end: float) -> dict[str, 
         return max(found) if found else None
 
     queued = [s for s in inside if s.values.get("requests_waiting", 0) > 0]
+    waiting = [s.values["requests_waiting"] for s in inside if "requests_waiting" in s.values]
     counters = [s.values["preemptions_total"] for s in [*before[-1:], *inside] if "preemptions_total" in s.values]
     return {
         "kv_cache_peak": peak("kv_cache_usage", inside),
         "preemptions": max(0.0, counters[-1] - counters[0]) if counters else None,
         "running_peak": peak("requests_running", inside),
         "waiting_peak": peak("requests_waiting", inside),
+        "waiting_mean": sum(waiting) / len(waiting) if waiting else None,
         "running_while_waiting": peak("requests_running", queued),
         "scrapes": float(len(inside)),
     }
@@ -177,10 +179,10 @@ def held_against_plan(
     if not levels:
         measured = "nothing measured"
     elif broke is None:
-        measured = f"{_level(levels[-1].level)} {unit}, the most run, held TTFT p90 within {slo.ttft_seconds:g} s"
+        measured = f"{_count(levels[-1].level, unit)}, the most run, held TTFT p90 within {slo.ttft_seconds:g} s"
     elif broke is levels[0]:
         why = f"{broke.failed} of {broke.requests} failed" if broke.failed else target
-        measured = f"{why} already at {_level(broke.level)} {unit}"
+        measured = f"{why} already at {_count(broke.level, unit)}"
     else:
         best = max(lv.level for lv in held if lv.level < broke.level) if held else 0
         reason = f"{broke.failed} of {broke.requests} requests failed at {_level(broke.level)}" if broke.failed else (
@@ -194,3 +196,7 @@ def held_against_plan(
 
 def _level(value: float) -> str:
     return f"{value:g}"
+
+
+def _count(value: float, unit: str) -> str:
+    return f"{value:g} {unit.removesuffix('s') if value == 1 and unit == 'sessions' else unit}"
