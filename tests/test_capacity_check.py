@@ -128,7 +128,8 @@ def test_a_check_refuses_bad_settings_in_the_apis_error_shape(ready: Any) -> Non
 
 def test_slo_changes_goodput_and_a_rate_sweep_runs(ready: Any) -> None:
     client, dep_id = ready
-    assert client.post(f"/api/deployments/{dep_id}/slo", json={"ttft_seconds": 0.0001, "itl_seconds": 1}).status_code == 200
+    strict_slo = {"ttft_seconds": 0.0001, "itl_seconds": 1}
+    assert client.post(f"/api/deployments/{dep_id}/slo", json=strict_slo).status_code == 200
     strict = wait_run(client, start(client, dep_id, levels=[1], requests_per_level=4).json()["id"], {"done"})
     assert strict["results"][0]["goodput_rps"] == 0 and "TTFT p90 passed 0.0001 s already at 1" in strict["summary"]
     client.post(f"/api/deployments/{dep_id}/slo", json={"ttft_seconds": 5, "itl_seconds": 1})

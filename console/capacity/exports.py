@@ -17,7 +17,8 @@ RESULT_FIELDS = (
     "itl_p99", "tpot_p50", "per_user_tokens_per_s", "output_tokens_per_s", "prompt_tokens_per_s", "goodput_rps",
     "goodput_ratio", "cache_hit_ratio", "mean_prompt_tokens", "mean_output_tokens",
 )  # fmt: skip
-ENGINE_FIELDS = ("kv_cache_peak", "preemptions", "running_peak", "waiting_peak", "waiting_mean", "running_while_waiting")
+ENGINE_FIELDS = ("kv_cache_peak", "preemptions", "running_peak", "waiting_peak", "waiting_mean",
+                 "running_while_waiting")  # fmt: skip
 CSV_UNITS = {k: f"{k}_s" for k in RESULT_FIELDS if k.startswith(("ttft", "itl_", "tpot"))}  # seconds
 
 

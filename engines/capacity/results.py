@@ -135,7 +135,8 @@ def summarize(level: float, samples: list[Sample], duration_s: float, slo: Slo) 
 def engine_window(scrapes: list[Scrape], start: float, end: float) -> dict[str, float | None]:
     """The engine's own numbers over [start, end] (Unix seconds) from its scrapes (canonical names):
     ``kv_cache_peak`` (0–1), ``preemptions`` (the counter's rise), ``running_peak``, ``waiting_peak``,
-    ``waiting_mean`` (requests queued, averaged over the scrapes: how much it queued), ``running_while_waiting`` (the most requests running while others waited: what the KV cache held
+    ``waiting_mean`` (requests queued, averaged over the scrapes: how much it queued),
+    ``running_while_waiting`` (the most requests running while others waited: what the KV cache held
     at once), and ``scrapes`` (how many fell in the window). None where the engine gave no such series.
     The counter's baseline is the last scrape before ``start``, else the first inside."""
     ordered = sorted(scrapes, key=lambda s: s.time)
