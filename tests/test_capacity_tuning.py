@@ -2,6 +2,7 @@
 and a measured difference in the expected direction: fewer sequences at once queue more at 50 users."""
 
 import time
+
 import pytest
 
 from console.capacity import tuning
