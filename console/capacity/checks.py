@@ -189,7 +189,8 @@ def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult]) -> Non
     session = (measured[0].mean_prompt_tokens or 0) + (measured[0].mean_output_tokens or 0) if measured else 0
     capacity = int(dep.plan.get("kv_capacity_tokens") or 0) * dep.replica_count
     unit = "requests/s" if run.mode == RATE else "sessions"
-    summary = held_against_plan(capacity, session or shape.session_tokens, levels, slo, unit) if capacity else ""
+    held = capacity and levels
+    summary = held_against_plan(capacity, session or shape.session_tokens, levels, slo, unit) if held else ""
     done = len(levels)
     now = timezone.now()
     if run.move(RunState.DONE, progress=1.0, progress_text=f"{done} of {len(run.levels)} levels", summary=summary,
@@ -205,12 +206,13 @@ async def _measure(run: CapacityRun, dep: Deployment, secret: str) -> list[Level
     slo = Slo(dep.slo_ttft_seconds, dep.slo_itl_seconds)
     stop, sent = asyncio.Event(), [0]
     total = run.requests_per_level * len(run.levels)
+    words = {"text": "Calibrated the prompt lengths; starting the first level…"}
     deadline = time.monotonic() + run.max_seconds
     results: list[LevelResult] = []
     async with loadgen.session(target) as http:
         per_word, overhead = await loadgen.calibrate(http, target)
         load = loadgen.Load(target, Shape(**run.shape), f"run-{run.pk}", per_word, overhead)
-        watcher = asyncio.create_task(_watch(run.pk, stop, lambda: sent[0] / total, lambda: len(results)))
+        watcher = asyncio.create_task(_watch(run.pk, stop, lambda: (min(1.0, sent[0] / total), words["text"])))
         try:
             for number, level in enumerate(run.levels):
                 seconds = (deadline - time.monotonic()) / (len(run.levels) - number)
@@ -218,8 +220,9 @@ async def _measure(run: CapacityRun, dep: Deployment, secret: str) -> list[Level
                 before = sent[0]
                 started = time.time()
 
-                def count(n: int, base: int = before) -> None:
+                def count(n: int, base: int = before, at: str = _progress_head(run, number)) -> None:
                     sent[0] = base + n
+                    words["text"] = f"{at}: {n:,} of {run.requests_per_level:,} requests answered"
 
                 samples, duration = await load.run(http, plan, run.mode, stop, count)
                 if stop.is_set():
@@ -234,18 +237,23 @@ async def _measure(run: CapacityRun, dep: Deployment, secret: str) -> list[Level
     return results
 
 
-async def _watch(run_id: int, stop: asyncio.Event, fraction: Any, levels_done: Any) -> None:
-    """Every WATCH_EVERY_S: write the progress; set ``stop`` once the run is being cancelled."""
+def _progress_head(run: CapacityRun, number: int) -> str:
+    unit = "requests/s" if run.mode == RATE else "users"
+    return f"Level {number + 1} of {len(run.levels)} ({run.levels[number]:g} {unit})"
+
+
+async def _watch(run_id: int, stop: asyncio.Event, progress: Any) -> None:
+    """Every WATCH_EVERY_S: write the progress (a 0–1 fraction and words); set ``stop`` once the run is
+    being cancelled."""
     while True:
-        state = await sync_to_async(_progress)(run_id, min(1.0, fraction()), levels_done())
+        state = await sync_to_async(_progress)(run_id, *progress())
         if state != RunState.RUNNING:
             stop.set()
             return
         await asyncio.sleep(WATCH_EVERY_S)
 
 
-def _progress(run_id: int, fraction: float, levels_done: int) -> str:
-    text = f"{levels_done} levels done, {fraction:.0%} of the requests sent"
+def _progress(run_id: int, fraction: float, text: str) -> str:
     CapacityRun.objects.filter(pk=run_id, state=RunState.RUNNING).update(progress=fraction, progress_text=text)
     return str(CapacityRun.objects.values_list("state", flat=True).get(pk=run_id))
 

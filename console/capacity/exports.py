@@ -111,6 +111,11 @@ def compare(a: CapacityRun, b: CapacityRun) -> list[Row]:
     return rows
 
 
+def by_number(rows: list[Row]) -> list[tuple[str, str, list[Row]]]:
+    """``compare``'s rows grouped by number (name, unit, one row per level), in COMPARED's order."""
+    return [(name, unit, [r for r in rows if r.name == name]) for name, _, unit in COMPARED]
+
+
 def setting_differences(a: CapacityRun, b: CapacityRun) -> list[tuple[str, Any, Any]]:
     """What differed between the two runs' deployments and checks: (name, a's, b's)."""
 

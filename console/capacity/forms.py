@@ -45,6 +45,9 @@ class TuningForm(CheckForm):
     knob = forms.ChoiceField(choices=[(k, k) for k in (*SETTING_KNOBS, *FLAG_KNOBS)])
     values = forms.CharField(help_text="e.g. 64, 128, 256 · auto, fp8 · on, off. The setting now is tried first.")
     accept_downtime = forms.BooleanField(label="Relaunch the deployment for each value (the downtime above)")
+    label = None  # each run is labelled with its value
+    confirm_live_traffic = None  # accepting the downtime covers it
+    field_order = ("knob", "values", "profile", "mode", "levels", "shared_prefix", "requests_per_level", "max_seconds")
 
 
 class SloForm(forms.Form):

@@ -86,6 +86,11 @@ class CapacityRun(models.Model):
     def active(self) -> bool:
         return self.state in ACTIVE_RUN_STATES
 
+    @property
+    def levels_text(self) -> str:
+        """The levels as a person writes them: "1, 10, 50"."""
+        return ", ".join(f"{level:g}" for level in self.levels)
+
     def move(self, target: str, reason: str = "", **fields: Any) -> bool:
         """Claim the transition to ``target`` with a conditional UPDATE; False if the run is elsewhere."""
         sources = [s for s, targets in RUN_TRANSITIONS.items() if target in targets]

@@ -136,7 +136,8 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Pick two runs to compare.")
         return redirect("deployments:list")
     context = {
-        "a": a, "b": b, "rows": exports.compare(a, b), "differences": exports.setting_differences(a, b),
+        "a": a, "b": b, "numbers": exports.by_number(rows := exports.compare(a, b)),
+        "levels": sorted({r.level for r in rows}), "differences": exports.setting_differences(a, b),
         "chart": [exports.run_dict(a), exports.run_dict(b)],
     }  # fmt: skip
     return render(request, "capacity/compare.html", context)

@@ -162,9 +162,9 @@ def engine_window(scrapes: list[Scrape], start: float, end: float) -> dict[str, 
 
 
 def tokens_label(tokens: float) -> str:
-    """``32768`` → "32K", ``1000`` → "1,000": K only for whole multiples of 1,024."""
+    """``32768`` → "32K", ``1000`` → "1,000 tokens": K only for whole multiples of 1,024."""
     whole = round(tokens)
-    return f"{whole // 1024}K" if whole >= 1024 and whole % 1024 == 0 else f"{whole:,}"
+    return f"{whole // 1024}K" if whole >= 1024 and whole % 1024 == 0 else f"{whole:,} tokens"
 
 
 def held_against_plan(
@@ -173,7 +173,7 @@ def held_against_plan(
     """The run against the plan in one sentence, e.g. "plan: 13.9 sessions of 32K; measured: 12 before
     TTFT p90 passed 2 s". ``levels`` in the order run; a level holds when nothing failed and its TTFT
     p90 is within the SLO. ``unit`` names a level ("sessions", or "requests/s" for a rate sweep)."""
-    plan = f"plan: {kv_capacity_tokens / session_tokens:.1f} sessions of {tokens_label(session_tokens)}"
+    plan = f"plan: {kv_capacity_tokens / session_tokens:,.1f} sessions of {tokens_label(session_tokens)}"
     target = f"TTFT p90 passed {slo.ttft_seconds:g} s"
     held = [lv for lv in levels if lv.failed == 0 and lv.ttft_p90 is not None and lv.ttft_p90 <= slo.ttft_seconds]
     broke = next((lv for lv in levels if lv not in held), None)
