@@ -18,15 +18,15 @@ def parse_levels(text: str) -> list[float]:
         raise forms.ValidationError("Levels are numbers separated by commas, e.g. 1, 10, 50.") from None
 
 
-class CheckForm(forms.Form):
+class CheckFields(forms.Form):
+    """What a check runs; its label and the live-traffic confirmation are CheckForm's."""
+
     profile = forms.ChoiceField(choices=[(p.name, f"{p.label}: {p.what}") for p in PROFILES.values()])
     mode = forms.ChoiceField(choices=[(m, MODE_LABELS[m]) for m in MODES])
     levels = forms.CharField(required=False, help_text="e.g. 1, 10, 50; empty: the profile's sweep.")
     shared_prefix = forms.BooleanField(required=False, label="Shared prefix first (prefix cache)")
     requests_per_level = forms.IntegerField(min_value=1, required=False, help_text="Empty: twice the top level.")
     max_seconds = forms.IntegerField(min_value=10, initial=300, label="At most (seconds)")
-    label = forms.CharField(max_length=200, required=False, help_text="What this run is for, e.g. 'before FP8 KV'.")
-    confirm_live_traffic = forms.BooleanField(required=False, label="Yes, load it although it serves live traffic")
 
     def clean_levels(self) -> list[float]:
         return parse_levels(self.cleaned_data.get("levels") or "")
@@ -41,12 +41,18 @@ class CheckForm(forms.Form):
         }  # fmt: skip
 
 
-class TuningForm(CheckForm):
+class CheckForm(CheckFields):
+    label = forms.CharField(max_length=200, required=False, help_text="What this run is for, e.g. 'before FP8 KV'.")
+    confirm_live_traffic = forms.BooleanField(required=False, label="Yes, load it although it serves live traffic")
+
+
+class TuningForm(CheckFields):
+    """A knob, its values and the check each runs (each run is labelled with its value; accepting the
+    downtime covers live traffic too)."""
+
     knob = forms.ChoiceField(choices=[(k, k) for k in (*SETTING_KNOBS, *FLAG_KNOBS)])
     values = forms.CharField(help_text="e.g. 64, 128, 256 · auto, fp8 · on, off. The setting now is tried first.")
     accept_downtime = forms.BooleanField(label="Relaunch the deployment for each value (the downtime above)")
-    label = None  # each run is labelled with its value
-    confirm_live_traffic = None  # accepting the downtime covers it
     field_order = ("knob", "values", "profile", "mode", "levels", "shared_prefix", "requests_per_level", "max_seconds")
 
 
