@@ -25,6 +25,8 @@ class CheckIn(Schema):
     shared_prefix: bool = False
     requests_per_level: int = 0
     max_seconds: int = 300
+    prompt_tokens: int = 0
+    output_tokens: int = 0
     label: str = ""
     confirm_live_traffic: bool = False
 

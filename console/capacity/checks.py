@@ -38,6 +38,7 @@ LIVE_WINDOW = timedelta(minutes=10)
 MAX_LEVELS = 8
 MAX_USERS = 1024
 WATCH_EVERY_S = 0.5  # how often the run looks for a cancel and writes its progress
+STALE_AFTER = timedelta(minutes=2)  # a running check silent this long lost its worker (a crash, a restart)
 
 
 class LiveTraffic(ConsoleError):
@@ -99,18 +100,23 @@ def provenance(dep: Deployment) -> dict[str, Any]:
 
 def validate_check(
     dep: Deployment, *, profile: str, mode: str = CONCURRENCY, levels: list[float] | None = None,
-    shared_prefix: bool = False, requests_per_level: int = 0, max_seconds: int = 300,
+    shared_prefix: bool = False, requests_per_level: int = 0, max_seconds: int = 300, prompt_tokens: int = 0,
+    output_tokens: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """A check's settings, filled in and checked: ``levels`` default to the profile's, ``requests_per_level``
     to twice the highest level (at least 10); the shape of its requests within the deployment's
-    max_model_len. Raises ConsoleError for settings Hearth refuses."""
+    max_model_len (``prompt_tokens``, ``output_tokens``: fixed lengths instead of the profile's, 0: the
+    profile's). Raises ConsoleError for settings Hearth refuses."""
     if profile not in PROFILES:
         raise ConsoleError(f"Profile must be one of {', '.join(PROFILES)}.")
     chosen = _levels(mode, list(levels or PROFILES[profile].levels.get(mode, ())))
     requests_per_level = requests_per_level or max(10, 2 * math.ceil(max(chosen)))
     _bounds(chosen, requests_per_level, max_seconds)
     try:
-        shape = shape_for(PROFILES[profile], dep.plan.get("max_model_len") or dep.max_model_len, shared_prefix)
+        most = dep.plan.get("max_model_len") or dep.max_model_len
+        if not (0 <= prompt_tokens <= most and 0 <= output_tokens <= most):
+            raise ValueError(f"Prompt and answer lengths are 0 (the profile's) to max_model_len, {most:,} tokens.")
+        shape = shape_for(PROFILES[profile], most, shared_prefix, prompt_tokens, output_tokens)
     except ValueError as exc:
         raise ConsoleError(str(exc)) from None
     return {"profile": profile, "mode": mode, "levels": chosen, "shared_prefix": shared_prefix,
@@ -128,6 +134,7 @@ def start_check(
     LiveTraffic when it served other clients lately and ``confirm_live_traffic`` is not given.
     """
     fields = validate_check(dep, **check)
+    fail_stale_runs(dep)
     if dep.state != DeploymentState.READY:
         raise ConsoleError(f"{dep.name} is {dep.state}; a capacity check needs it ready.")
     if not confirm_live_traffic and (live := live_traffic(dep)):
@@ -148,9 +155,22 @@ def start_check(
     return run
 
 
+def fail_stale_runs(dep: Deployment) -> None:
+    """Runs of ``dep`` whose worker stopped answering (no heartbeat for STALE_AFTER) end as failed, so
+    they no longer hold the deployment's one check."""
+    stale = CapacityRun.objects.filter(deployment=dep, state__in=[RunState.RUNNING, RunState.CANCELLING],
+                                       heartbeat_at__lt=timezone.now() - STALE_AFTER)  # fmt: skip
+    stale.update(state=RunState.FAILED, state_reason="Its worker stopped answering (restarted or crashed).",
+                 finished_at=timezone.now())  # fmt: skip
+
+
 def cancel_check(run: CapacityRun) -> None:
-    """Ask the run to stop: its worker stops sending, cuts what is in flight and keeps the levels done.
-    Raises ConsoleError when the run has already ended."""
+    """Ask the run to stop: its worker stops sending, cuts what is in flight and keeps the levels done; a
+    run still queued ends at once. Raises ConsoleError when the run has already ended."""
+    before_start = {"state": RunState.CANCELLED, "state_reason": "Cancelled before it started."}
+    if CapacityRun.objects.filter(pk=run.pk, state=RunState.QUEUED).update(**before_start, finished_at=timezone.now()):
+        run.refresh_from_db()
+        return
     if not run.move(RunState.CANCELLING, "Cancelling: the requests in flight are being cut."):
         raise ConsoleError(f"Run {run.pk} has already ended ({run.state}).")
 
@@ -168,7 +188,8 @@ def run_check(run_id: int) -> None:
     if dep is None or dep.state != DeploymentState.READY:
         run.move(RunState.FAILED, "The deployment is no longer ready.", finished_at=timezone.now())
         return
-    if not run.move(RunState.RUNNING, started_at=timezone.now(), progress_text="Calibrating prompt lengths…"):
+    now = timezone.now()
+    if not run.move(RunState.RUNNING, started_at=now, heartbeat_at=now, progress_text="Calibrating prompt lengths…"):
         return
     row, secret = create_key(f"capacity check {run.pk}", run.created_by, allowed_models=[dep.served_model_name])
     CapacityRun.objects.filter(pk=run.pk).update(api_key=row)
@@ -254,7 +275,9 @@ async def _watch(run_id: int, stop: asyncio.Event, progress: Any) -> None:
 
 
 def _progress(run_id: int, fraction: float, text: str) -> str:
-    CapacityRun.objects.filter(pk=run_id, state=RunState.RUNNING).update(progress=fraction, progress_text=text)
+    CapacityRun.objects.filter(pk=run_id, state=RunState.RUNNING).update(
+        progress=fraction, progress_text=text, heartbeat_at=timezone.now()
+    )
     return str(CapacityRun.objects.values_list("state", flat=True).get(pk=run_id))
 
 

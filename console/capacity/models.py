@@ -3,9 +3,10 @@
 Run states (transitions written once, in RUN_TRANSITIONS)::
 
     queued ──► running ──► done
-       │          │  └───► failed
+       │          │  └───► failed   (also a run whose worker stopped answering: STALE_AFTER)
        │          ▼
-       └────► cancelling ──► cancelled
+       │      cancelling ──► cancelled
+       └────────────────────► cancelled (before it started)
 
 One run at a time per deployment: a partial unique constraint over the active states.
 """
@@ -33,7 +34,7 @@ class RunState(models.TextChoices):
 R = RunState
 ACTIVE_RUN_STATES = (R.QUEUED, R.RUNNING, R.CANCELLING)
 RUN_TRANSITIONS: dict[str, tuple[str, ...]] = {
-    R.QUEUED: (R.RUNNING, R.CANCELLING, R.FAILED),
+    R.QUEUED: (R.RUNNING, R.CANCELLING, R.CANCELLED, R.FAILED),
     R.RUNNING: (R.DONE, R.FAILED, R.CANCELLING),
     R.CANCELLING: (R.CANCELLED, R.FAILED),
     R.CANCELLED: (),
@@ -66,6 +67,7 @@ class CapacityRun(models.Model):
     state_reason = models.TextField(blank=True)
     progress = models.FloatField(default=0.0, help_text="0–1.")
     progress_text = models.CharField(max_length=300, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life of its worker.")
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     summary = models.TextField(blank=True, help_text="The run held against the plan, in words.")
     tuning = models.ForeignKey("Tuning", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")

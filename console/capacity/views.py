@@ -28,6 +28,7 @@ def _downtime(dep: Deployment) -> float | None:
 def capacity_page(request: HttpRequest, pk: int) -> HttpResponse:
     """Start a check (POST), and the deployment's runs, SLO and tunings."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    checks.fail_stale_runs(dep)
     form = CheckForm(request.POST or None, prefix="check")
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data

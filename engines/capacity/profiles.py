@@ -64,14 +64,19 @@ class Shape:
         return self.prompt_tokens + self.output_tokens
 
 
-def shape_for(profile: Profile, max_model_len: int, shared_prefix: bool) -> Shape:
+def shape_for(
+    profile: Profile, max_model_len: int, shared_prefix: bool, prompt_tokens: int = 0, output_tokens: int = 0
+) -> Shape:
     """The profile's lengths within ``max_model_len`` (tokens): the answer first, the prompt what is left,
-    less TEMPLATE_MARGIN_TOKENS for the chat template. Raises ValueError when not even a short prompt fits."""
+    less TEMPLATE_MARGIN_TOKENS for the chat template; ``prompt_tokens`` and ``output_tokens`` (0: the
+    profile's) fix them instead, e.g. sessions of one length. Raises ValueError when they do not fit."""
     room = max_model_len - TEMPLATE_MARGIN_TOKENS
-    output = min(profile.output_tokens, room // 4)
-    prompt = min(profile.prompt_tokens, room - output)
+    output = output_tokens or min(profile.output_tokens, room // 4)
+    prompt = prompt_tokens or min(profile.prompt_tokens, room - output)
     if output < 1 or prompt < 16:
         raise ValueError(f"max_model_len {max_model_len:,} leaves no room for a {profile.label.lower()} request.")
+    if prompt + output > max_model_len:
+        raise ValueError(f"{prompt:,} prompt + {output:,} answer tokens do not fit max_model_len {max_model_len:,}.")
     prefix = int(prompt * profile.prefix_share) if shared_prefix else 0
     return Shape(prompt, output, prefix)
 

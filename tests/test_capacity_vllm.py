@@ -1,0 +1,55 @@
+"""The capacity check on the real vLLM CPU engine: how many sequences of one length run at once before
+requests queue, measured from the engine's own gauges, against the plan's KV capacity (exact on CPU)."""
+
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import Proc, login
+from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
+__all__ = ["engine_built"]  # the module fixture that fails the test when the engine is not built
+KV_GIB = 0.25  # 2^28 B / 23,040 B per token = 11,650 → 91 blocks of 128 = 11,648 tokens
+PROMPT, ANSWER = 960, 32  # a session of ~992 tokens: 8 blocks of 128, so 91 blocks hold 11 of them
+
+
+def wait_run(client: httpx.Client, run_id: int, within: float) -> dict[str, object]:
+    deadline = time.monotonic() + within
+    while (run := client.get(f"/api/capacity-checks/{run_id}").json())["state"] not in {"done", "failed", "cancelled"}:
+        assert time.monotonic() < deadline, run
+        time.sleep(2)
+    return run  # type: ignore[no-any-return]
+
+
+def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capacity(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    client = login(web)
+    assert client.post("/api/models", json={"name": "smollm2-kv", "path": str(MODEL_DIR)}).status_code == 201
+    body = {"name": "smol-kv", "model": "smollm2-kv", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": KV_GIB}
+    dep = client.post("/api/deployments", json=body).json()
+    assert dep["plan"]["kv_capacity_tokens"] == 11_648
+    client.post(f"/api/deployments/{dep['id']}/launch")
+    assert wait_for(client, dep["id"], {"ready", "failed"}, READY_WITHIN)["state"] == "ready", worker.output()[-3000:]
+    try:
+        check = {"profile": "chat", "levels": [16], "requests_per_level": 16, "max_seconds": 900,
+                 "prompt_tokens": PROMPT, "output_tokens": ANSWER}  # fmt: skip
+        resp = client.post(f"/api/deployments/{dep['id']}/capacity-checks", json=check)
+        assert resp.status_code == 202, resp.text
+        run = wait_run(client, resp.json()["id"], within=900)
+        assert run["state"] == "done", (run, worker.output()[-3000:])
+        level = run["results"][0]  # type: ignore[index]
+        session = level["mean_prompt_tokens"] + level["mean_output_tokens"]
+        planned = 11_648 / session
+        held = level["engine"]["running_while_waiting"]
+        print(f"session {session:.0f} tokens; plan {planned:.2f} at once; the engine ran {held} while others waited; "
+              f"{run['summary']}")  # fmt: skip
+        assert abs(level["mean_prompt_tokens"] - PROMPT) <= 16 and level["mean_output_tokens"] == ANSWER
+        assert level["failures"] == {} and level["engine"]["waiting_peak"] > 0
+        assert abs(held / planned - 1) <= 0.10
+        assert "sessions of 992 tokens" in str(run["summary"]) or "sessions of" in str(run["summary"])
+    finally:
+        client.post(f"/api/deployments/{dep['id']}/stop")
+        wait_for(client, dep["id"], {"stopped", "failed"}, 60)
