@@ -1,7 +1,7 @@
 """Hearth's capacity check against external benchmark clients, on the same load against the same deployment.
 
-    .venv/bin/python bench/capacity_vs_clients.py                       # vLLM CPU engine, levels 1 and 4
-    .venv/bin/python bench/capacity_vs_clients.py --levels 1,4 --requests 12 --repeat 2
+    .venv/bin/python bench/capacity_vs_clients.py             # levels 1 and 4, 8 requests each, 2 repetitions
+    .venv/bin/python bench/capacity_vs_clients.py --levels 1,4,8 --requests 16 --output 64 --repeat 1
 
 Brings up a throwaway appliance (SQLite in a temporary folder, Redis db 10, uvicorn and a Celery worker),
 adds SmolLM2-135M-Instruct (scripts/setup-vllm-cpu.sh) and launches it on the vLLM CPU engine through the
@@ -16,9 +16,11 @@ console API, then, through the gateway, with the same prompt and answer lengths 
   (bench/setup-bench-clients.sh).
 
 External clients are given the prompt length less the chat template's tokens (measured from one request's
-usage), so the engine sees the same prompt from all three. Prints TTFT p50 and output tokens/s per client
-and level, each as a ratio to Hearth's check in the same repetition, and whether all are within 10 %.
-Nothing is asserted: the engine, gateway and clients share the machine's cores.
+usage), so the engine sees the same prompt from all three. At each level the three run back to back (a
+check of that one level for Hearth), the first of them rotating per repetition, so that whatever else the
+machine does drifts least between them. Prints TTFT p50 and output tokens/s per client and level, each as
+a ratio to Hearth's check at the same level and repetition, and whether all are within 10 %. Nothing is
+asserted: the engine, gateway and clients share the machine's cores.
 """
 
 import argparse
@@ -113,9 +115,9 @@ def warm_up(base: str, key: str) -> None:
         httpx.post(f"{base}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=120)
 
 
-def hearth(client: httpx.Client, dep_id: int, args: argparse.Namespace) -> dict[float, tuple[float, float]]:
-    """Hearth's check: level → (TTFT p50 s, output tokens/s)."""
-    check = {"profile": "chat", "levels": args.levels, "requests_per_level": args.requests, "max_seconds": 1800,
+def hearth(client: httpx.Client, dep_id: int, level: float, args: argparse.Namespace) -> tuple[float, float]:
+    """Hearth's check of one level: (TTFT p50 s, output tokens/s)."""
+    check = {"profile": "chat", "levels": [level], "requests_per_level": args.requests, "max_seconds": 1800,
              "prompt_tokens": args.prompt, "output_tokens": args.output, "confirm_live_traffic": True}  # fmt: skip
     resp = client.post(f"/api/deployments/{dep_id}/capacity-checks", json=check)
     assert resp.status_code == 202, resp.text
@@ -123,7 +125,8 @@ def hearth(client: httpx.Client, dep_id: int, args: argparse.Namespace) -> dict[
         "done", "failed", "cancelled"):  # fmt: skip
         time.sleep(1)
     assert run["state"] == "done", run["state_reason"]
-    return {r["level"]: (r["ttft_p50"], r["output_tokens_per_s"]) for r in run["results"]}
+    result = run["results"][0]
+    return result["ttft_p50"], result["output_tokens_per_s"]
 
 
 Figures = tuple[float, float]  # TTFT p50 (s), output tokens/s
@@ -154,12 +157,18 @@ def aiperf(base: str, key: str, level: float, args: argparse.Namespace, prompt: 
             "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0", "--use-server-token-count",
             "--tokenizer", str(MODEL_DIR), "--output-artifact-dir", str(folder), "--ui-type", "none",
             "--no-server-metrics", "--no-gpu-telemetry", "--random-seed", str(int(level))]  # fmt: skip
-    done = subprocess.run(argv, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
-                          timeout=1800)  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)  # it reads the local tokenizer
     if done.returncode:
         raise RuntimeError("aiperf failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
     result = json.loads((folder / "profile_export_aiperf.json").read_text())
     return result["time_to_first_token"]["p50"] / 1000, result["output_token_throughput"]["avg"]
+
+
+def say(rep: int, level: float, client: str, figures: Figures, seconds: float) -> None:
+    ttft, tps = figures
+    print(
+        f"rep {rep} users {level:g} {client}: TTFT p50 {ttft:.3f} s, {tps:.2f} tokens/s ({seconds:.0f} s)", flush=True
+    )
 
 
 def report(rows: list[tuple[int, str, float, float, float, float, float]]) -> str:
@@ -181,10 +190,10 @@ def report(rows: list[tuple[int, str, float, float, float, float, float]]) -> st
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--levels", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 4.0])
-    p.add_argument("--requests", type=int, default=12, help="requests per level and client")
+    p.add_argument("--requests", type=int, default=8, help="requests per level and client")
     p.add_argument("--prompt", type=int, default=256, help="prompt tokens as the engine counts them")
-    p.add_argument("--output", type=int, default=64, help="answer tokens (ignore_eos)")
-    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--output", type=int, default=32, help="answer tokens (ignore_eos)")
+    p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--clients", default="hearth,vllm,aiperf")
     p.add_argument("--max-model-len", type=int, default=2048)
     return p.parse_args()
@@ -211,18 +220,19 @@ def main() -> None:
             clients = args.clients.split(",")
             for rep in range(1, args.repeat + 1):
                 order = clients[rep - 1 :] + clients[: rep - 1]  # a different client first in each repetition
-                got: dict[str, dict[float, tuple[float, float]]] = {}
-                for name_ in order:
-                    started = time.monotonic()
-                    if name_ == "hearth":
-                        got[name_] = hearth(client, dep_id, args)
-                    else:
-                        run = vllm_bench if name_ == "vllm" else aiperf
-                        got[name_] = {lv: run(box.base, key, lv, args, args.prompt - extra, tmp) for lv in args.levels}
-                    print(f"rep {rep} {name_}: {got[name_]} ({time.monotonic() - started:.0f} s)", flush=True)
-                for name_ in clients:
-                    for level, (ttft, tps) in got[name_].items():
-                        base_ttft, base_tps = got["hearth"][level]
+                for level in args.levels:  # the clients back to back at each level, so the machine drifts least
+                    got: dict[str, Figures] = {}
+                    for name_ in order:
+                        started = time.monotonic()
+                        if name_ == "hearth":
+                            got[name_] = hearth(client, dep_id, level, args)
+                        else:
+                            run = vllm_bench if name_ == "vllm" else aiperf
+                            got[name_] = run(box.base, key, level, args, args.prompt - extra, tmp)
+                        say(rep, level, name_, got[name_], time.monotonic() - started)
+                    base_ttft, base_tps = got["hearth"]
+                    for name_ in clients:
+                        ttft, tps = got[name_]
                         rows.append((rep, name_, level, ttft, tps, ttft / base_ttft, tps / base_tps))
             print(report(rows))
         finally:
