@@ -82,3 +82,12 @@ def test_the_run_is_held_against_the_plan_in_words() -> None:
     failing = held_against_plan(46_592, 1000, [level(1, 0.2), level(8, 0.3, failed=2)], SLO)  # type: ignore[list-item]
     assert failing.endswith("measured: 1 before 2 of 12 requests failed at 8")
     assert "already at 1 session" in held_against_plan(46_592, 1000, [level(1, 2.5)], SLO)  # type: ignore[list-item]
+
+
+def test_the_capacity_tasks_are_registered_under_the_names_they_are_sent_by() -> None:
+    from appliance.celery import app
+    from console.capacity.checks import CHECK
+    from console.capacity.tuning import TUNE
+
+    app.loader.import_default_modules()
+    assert {CHECK, TUNE} <= set(app.tasks)
