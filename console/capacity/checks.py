@@ -217,8 +217,9 @@ def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult]) -> Non
     if run.move(RunState.DONE, progress=1.0, progress_text=f"{done} of {len(run.levels)} levels", summary=summary,
                 finished_at=now):  # fmt: skip
         return
-    run.move(RunState.CANCELLED, f"Cancelled after {done} of {len(run.levels)} levels; those are kept.",
-             summary=summary, finished_at=now)  # fmt: skip
+    why = (f"Cancelled after {done} of {len(run.levels)} levels; those are kept, the one under way is not."
+           if done else "Cancelled during the first level, before any level was done: nothing is kept.")  # fmt: skip
+    run.move(RunState.CANCELLED, why, summary=summary, finished_at=now)
 
 
 async def _measure(run: CapacityRun, dep: Deployment, secret: str) -> list[LevelResult]:
