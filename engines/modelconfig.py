@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.layers import LayerMix, layer_mix
+from engines.parsers import template_text
 
 HEADER_LEN_BYTES = 8
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit on header size
@@ -152,6 +153,7 @@ class Checkpoint:
     weights_bytes: int
     raw_config: dict[str, Any]
     tensor_dtypes: list[str]  # the dtypes actually stored, e.g. ["BF16"] or ["F8_E4M3", "BF16"]
+    chat_template: str = ""  # the chat template's text (read_chat_template), "" when it has none
 
 
 def read_checkpoint(folder: Path) -> Checkpoint:
@@ -179,4 +181,19 @@ def read_checkpoint(folder: Path) -> Checkpoint:
         weights_bytes=sum(int(t["data_offsets"][1]) - int(t["data_offsets"][0]) for t in tensors),
         raw_config=raw,
         tensor_dtypes=sorted({str(t["dtype"]) for t in tensors}),
+        chat_template=read_chat_template(folder),
     )
+
+
+def read_chat_template(folder: Path) -> str:
+    """The chat template of a checkpoint folder: ``chat_template.jinja``, else ``tokenizer_config.json``'s
+    ``chat_template`` (engines.parsers.template_text); "" when neither holds one or either is unreadable."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(errors="replace")
+    tokenizer = folder / "tokenizer_config.json"
+    try:
+        config = json.loads(tokenizer.read_text()) if tokenizer.is_file() else None
+    except ValueError:
+        return ""
+    return template_text(config if isinstance(config, dict) else None)

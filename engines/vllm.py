@@ -59,6 +59,17 @@ def gpu_plan_flags(plan: GpuPlan) -> list[tuple[str, str | None]]:
     return flags
 
 
+def parser_flags(tool_call_parser: str | None, reasoning_parser: str | None) -> list[tuple[str, str | None]]:
+    """The model's parsers (engines.parsers) as vLLM ≥ 0.9 takes them (engines.adapters has the older
+    releases' gates): ``--enable-auto-tool-choice --tool-call-parser NAME`` and ``--reasoning-parser NAME``."""
+    flags: list[tuple[str, str | None]] = []
+    if tool_call_parser:
+        flags += [("--enable-auto-tool-choice", None), ("--tool-call-parser", tool_call_parser)]
+    if reasoning_parser:
+        flags.append(("--reasoning-parser", reasoning_parser))
+    return flags
+
+
 def build_vllm_cpu_spec(
     *,
     program: list[str],
@@ -71,15 +82,19 @@ def build_vllm_cpu_spec(
     api_key: str,
     cache_dir: Path,
     user_args: Sequence[str] = (),
+    tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> LaunchSpec:
     """A LaunchSpec for vLLM CPU; flags from the plan, never overriding one the user set.
 
     ``program`` runs the server as a local process (``[python, "-m", API_SERVER_MODULE]``; empty in a
-    container, whose image's entrypoint is that); ``model`` the model folder as the engine sees it.
+    container, whose image's entrypoint is that); ``model`` the model folder as the engine sees it;
+    ``tool_call_parser`` and ``reasoning_parser`` the model's (engines.parsers), without which vLLM refuses
+    requests that carry tools; ``--enable-prompt-tokens-details`` reports cached prompt tokens.
     """
-    added = merge_flags(
-        [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None)], user_args
-    )
+    wanted = [("--max-model-len", str(plan.max_model_len)), ("--dtype", "bfloat16"), ("--enforce-eager", None),
+              ("--enable-prompt-tokens-details", None), *parser_flags(tool_call_parser, reasoning_parser)]  # fmt: skip
+    added = merge_flags(wanted, user_args)
     args = [
         "--model", model,
         "--served-model-name", served_model_name,
@@ -119,14 +134,19 @@ def build_simulator_spec(
     api_key: str,
     env: dict[str, str] | None = None,
     user_args: Sequence[str] = (),
+    tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> LaunchSpec:
     """A LaunchSpec for the engine simulator, started exactly as vLLM would be on the planned GPUs.
 
     The simulator takes vLLM's flags; ``--kv-cache-tokens`` gives it the KV capacity the plan found,
     since it has no GPU memory to profile. ``program`` runs it as a local process (``[python, "-m",
-    "engines.simulator"]``; empty in a container); ``env`` adds to its environment.
+    "engines.simulator"]``; empty in a container); ``env`` adds to its environment. The parsers go as
+    vLLM's flags: with ``--reasoning-parser`` the simulator answers with reasoning first, as a thinking model.
     """
-    added = merge_flags([*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens))], user_args)
+    wanted = [*gpu_plan_flags(plan), ("--kv-cache-tokens", str(plan.kv_capacity_tokens)),
+              *parser_flags(tool_call_parser, reasoning_parser)]  # fmt: skip
+    added = merge_flags(wanted, user_args)
     args = [
         "--model", model,
         "--served-model-name", served_model_name,

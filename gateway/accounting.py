@@ -1,7 +1,9 @@
 """What the gateway records about each request: a RequestLog row and the appliance's Prometheus metrics.
 
 Metrics (served at /metrics for an external Prometheus): requests by model, surface and status;
-truncated streams; gateway-side TTFT; tokens by model and API key prefix (never the key itself).
+truncated streams; gateway-side TTFT; tokens by model and API key prefix (never the key itself); and what
+agents need watched, by model and key prefix (gateway.answers): hidden reasoning tokens, tool-call parse
+failures, length-cut answers and empty ones.
 """
 
 import asyncio
@@ -18,6 +20,7 @@ from django.db import connection, transaction
 from prometheus_client import Counter, Histogram
 
 from console.observability.models import RequestLog
+from gateway.answers import AnswerCounts
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,15 @@ TRUNCATED = Counter("hearth_gateway_truncated_streams", "Streams the engine ende
 TTFT = Histogram("hearth_gateway_time_to_first_token_seconds", "Until the first generated token reached the client",
                  ["model"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))  # fmt: skip
 TOKENS = Counter("hearth_gateway_tokens", "Tokens used", ["model", "key_prefix", "kind"])
+REASONING_TOKENS = Counter("hearth_gateway_reasoning_tokens", "Hidden reasoning tokens the engine generated",
+                           ["model", "key_prefix"])  # fmt: skip
+TOOL_CALL_FAILURES = Counter("hearth_gateway_tool_call_parse_failures",
+                             "Tool calls whose arguments were not a JSON object, or written as text",
+                             ["model", "key_prefix"])  # fmt: skip
+LENGTH_CUT = Counter("hearth_gateway_length_cut_answers", "Answers cut by their output-token limit",
+                     ["model", "key_prefix"])  # fmt: skip
+EMPTY = Counter("hearth_gateway_empty_answers", "Finished answers with neither text nor a tool call",
+                ["model", "key_prefix"])  # fmt: skip
 
 
 _pending: list["Outcome"] = []
@@ -51,15 +63,24 @@ class Outcome:
     duration_seconds: float = 0.0
     truncated: bool = False
     client_cancelled: bool = False
+    usage_estimated: bool = False  # no usage from the engine: counted by the gateway (a stream cut or left)
+    counts: AnswerCounts = field(default_factory=AnswerCounts)
     ended_at: float = 0.0  # Unix seconds, set by ``record``: the row's created_at
 
     def tokens(self) -> tuple[int | None, int | None, int | None]:
-        """(prompt, completion, cached) from either API's usage object."""
+        """(prompt, completion, cached) from any of the three APIs' usage objects: OpenAI chat's
+        ``prompt_tokens`` (with ``prompt_tokens_details.cached_tokens``), Responses' ``input_tokens`` (with
+        ``input_tokens_details.cached_tokens``), Anthropic's ``input_tokens`` + ``cache_read_input_tokens`` +
+        ``cache_creation_input_tokens`` (its input_tokens leaves the cached part out)."""
         u = self.usage
-        prompt = u.get("prompt_tokens", u.get("input_tokens"))
         completion = u.get("completion_tokens", u.get("output_tokens"))
-        details = u.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens", u.get("cache_read_input_tokens"))
+        if "prompt_tokens" in u:
+            return u["prompt_tokens"], completion, (u.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if isinstance(u.get("input_tokens_details"), dict):
+            return u.get("input_tokens"), completion, u["input_tokens_details"].get("cached_tokens")
+        prompt, cached = u.get("input_tokens"), u.get("cache_read_input_tokens")
+        if isinstance(prompt, int):
+            prompt += (cached or 0) + (u.get("cache_creation_input_tokens") or 0)
         return prompt, completion, cached
 
 
@@ -79,11 +100,27 @@ async def record(outcome: Outcome) -> None:
     for kind, count in (("prompt", prompt), ("completion", completion)):
         if count:
             TOKENS.labels(outcome.model, outcome.key_prefix, kind).inc(count)
+    _count_answer(outcome)
     outcome.ended_at = time.time()
     _pending.append(outcome)
     global _flusher
     if _flusher is None or _flusher.done():
         _flusher = asyncio.ensure_future(_flush_soon())
+
+
+def _count_answer(outcome: Outcome) -> None:
+    """The agent counters of a relayed answer (refusals and errors hold no answer to count)."""
+    if outcome.status != 200:
+        return
+    counts, labels = outcome.counts, (outcome.model, outcome.key_prefix)
+    if counts.reasoning_tokens:
+        REASONING_TOKENS.labels(*labels).inc(counts.reasoning_tokens)
+    if counts.tool_call_failures:
+        TOOL_CALL_FAILURES.labels(*labels).inc(counts.tool_call_failures)
+    if counts.length_cut:
+        LENGTH_CUT.labels(*labels).inc()
+    if counts.empty and not outcome.truncated and not outcome.client_cancelled:
+        EMPTY.labels(*labels).inc()
 
 
 async def _flush_soon() -> None:
@@ -115,7 +152,8 @@ def write(batch: list[Outcome]) -> None:
 # RequestLog's columns, in the order _values gives them (a test checks that they are all of its columns)
 COLUMNS = ("created_at", "api_key_id", "model", "surface", "endpoint", "stream", "status", "finish_reason",
            "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_seconds", "duration_seconds", "truncated",
-           "client_cancelled")  # fmt: skip
+           "client_cancelled", "usage_estimated", "reasoning_tokens", "tool_call_failures", "length_cut",
+           "empty_answer")  # fmt: skip
 
 
 @cache
@@ -128,6 +166,10 @@ def _insert_sql() -> str:
 
 def _values(o: Outcome, adapt_datetime: Callable[[datetime], Any]) -> tuple[Any, ...]:
     prompt, completion, cached = o.tokens()
+    answered = o.status == 200  # refusals and errors hold no answer to count
+    c = o.counts if answered else AnswerCounts()
+    empty = c.empty and not o.truncated and not o.client_cancelled
     return (adapt_datetime(datetime.fromtimestamp(o.ended_at, UTC)), o.key_id, o.model, o.surface, o.endpoint,
             o.stream, o.status, o.finish_reason or "", prompt, completion, cached, o.ttft_seconds,
-            o.duration_seconds, o.truncated, o.client_cancelled)  # fmt: skip
+            o.duration_seconds, o.truncated, o.client_cancelled, o.usage_estimated, c.reasoning_tokens,
+            c.tool_call_failures, c.length_cut, empty)  # fmt: skip

@@ -14,16 +14,27 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gateway import errors, quotas
+from gateway import context_fit, errors, quotas
 from gateway.accounting import Outcome, count_refusal, flush, record
+from gateway.answers import for_request
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
-from gateway.relay import Exchange, ask_for_usage, cap_max_tokens, translate_for_chat_engine, with_fields
+from gateway.relay import Exchange
+from gateway.rewrite import (
+    ask_for_usage,
+    cap_max_tokens,
+    engine_spelling,
+    output_limit,
+    tokenize_request,
+    translate_for_chat_engine,
+    with_fields,
+)
 from gateway.routing import Router, prefix_key
 from gateway.sse import StreamKind
 from gateway.translate import TranslationError
@@ -72,18 +83,36 @@ class Gateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"].rstrip("/")
         surface = Surface.ANTHROPIC if path.startswith("/v1/messages") else Surface.OPENAI
+        started = False
+
+        async def tracked(message: Mapping[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
-            await self._dispatch(scope, path, receive, send)
+            await self._dispatch(scope, path, receive, tracked)
         except GatewayError as exc:
-            if exc.status in REFUSED_BEFORE_RELAY:  # relayed requests are counted by gateway.accounting
+            if exc.status in REFUSED_BEFORE_RELAY and not exc.recorded:  # the rest gateway.accounting counted
                 count_refusal(surface, exc.status)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
             await _send_json(send, exc.status, exc.body(surface), retry)
+        except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
+            if not started:
+                count_refusal(surface, 400)
+                nested = GatewayError(400, "The request body is JSON nested too deeply.")
+                await _send_json(send, 400, nested.body(surface))
+        except Exception:  # a bug must still answer in the API's shape, never a plain-text 500
+            log.exception("unexpected error on %s", path)
+            if not started:
+                count_refusal(surface, 500)
+                error = GatewayError(500, "The gateway failed on this request; it is logged.", type="server_error")
+                await _send_json(send, 500, error.body(surface))
 
     async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
         method = scope["method"]
         snapshot = await self.registry.current()
-        entry = Registry.authenticate(snapshot, _api_key(scope))
+        entry = authenticate(snapshot, scope)
         if entry is None:
             raise errors.invalid_key()
         if method == "GET" and path == "/v1/models":
@@ -100,48 +129,106 @@ class Gateway:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
 
     async def _relay(self, path: str, entry: KeyEntry, snapshot: Snapshot, receive: Receive, send: Send) -> None:
-        """Relay a POST to a replica of the body's model, adjusting the request on the way:
-        the key's max_tokens cap, usage asked for on the client's behalf, or a translation to the chat API
-        for an engine that does not speak Anthropic's."""
+        """Relay a POST to a replica of the body's model, adjusting the request on the way: the output
+        limit in the engine's spelling, the key's and deployment's caps, fitted to the context left when the
+        deployment says so, usage asked for on the client's behalf, or a translation to the chat API for an
+        engine that does not speak the client's API."""
         body = await _read_body(receive)
         request = _parse(body)
         route = _route(request, snapshot, entry)
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
         exchange = Exchange(self.engines, route, outcome, kind, self.router)
+        exchange.request, exchange.tally = request, for_request(path, request)
         caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
-        fields = cap_max_tokens(path, request, min(caps) if caps else None)
+        fields = engine_spelling(path, request)
+        request.update(fields)
+        fields |= cap_max_tokens(path, request, min(caps) if caps else None)
+        # the prompt-prefix digest only matters where there is a replica to choose
+        prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
+        if route.fit_max_tokens:
+            fields |= await self._fit(path, request, fields, len(body), route, prefix, exchange)
         engine_path = path
-        if surface == Surface.ANTHROPIC and not route.speaks_anthropic:
+        translate = (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
+            path == "/v1/responses" and not route.speaks_responses
+        )
+        if translate:
             request.update(fields)
             try:
-                engine_path, request, exchange.translation = translate_for_chat_engine(path, request)
+                engine_path, chat, exchange.translation = translate_for_chat_engine(path, request)
             except TranslationError as exc:
                 raise GatewayError(400, str(exc)) from None
-            exchange.kind, body = StreamKind.CHAT, json.dumps(request).encode()
+            exchange.kind, body = StreamKind.CHAT, json.dumps(chat).encode()
         else:
             usage = ask_for_usage(path, request)
             exchange.strip_usage = bool(usage)
             if fields or usage:
                 body = with_fields(body, request, {**fields, **usage})
-        slot = False
+        await self._exchange(exchange, entry, engine_path, body, prefix, receive, send)
+
+    async def _exchange(
+        self, exchange: Exchange, entry: KeyEntry, path: str, body: bytes, prefix: bytes, receive: Receive,
+        send: Send,
+    ) -> None:  # fmt: skip
+        """Run the exchange under the key's quotas, and record it however it ends."""
+        outcome, slot = exchange.outcome, False
         try:
             if entry.quota.any:
                 slot = await quotas.admit(self.registry.redis, entry.id, entry.quota)
-            # the prompt-prefix digest only matters where there is a replica to choose
-            prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
-            await _until_client_leaves(exchange.run(engine_path, body, prefix, send), receive, exchange)
+            await _until_client_leaves(exchange.run(path, body, prefix, send), receive, exchange)
         except GatewayError as exc:
             outcome.status = exc.status  # refusals are logged and counted as errors, never as successes
-            raise
+            raise replace(exc, recorded=True) from None
         finally:
             outcome.duration_seconds = time.monotonic() - exchange.started
+            if exchange.events_out and (outcome.client_cancelled or outcome.truncated or not outcome.usage):
+                outcome.usage = await self._usage_so_far(exchange)
+            outcome.counts = exchange.tally.result(outcome.finish_reason)
             if slot:
                 await quotas.release(self.registry.redis, entry.id)
             if entry.quota.tokens_per_minute or entry.quota.tokens_per_day:
                 prompt, completion, _ = outcome.tokens()
                 await quotas.spend(self.registry.redis, entry.id, (prompt or 0) + (completion or 0))
             await record(outcome)
+
+    async def _fit(
+        self, path: str, request: dict[str, Any], fields: dict[str, Any], body_bytes: int, route: Route,
+        prefix: bytes, exchange: Exchange,
+    ) -> dict[str, int]:  # fmt: skip
+        """The output limit lowered to what the context leaves (gateway.context_fit), with the response
+        header saying so; empty when the request fits or its prompt could not be counted."""
+        name, asked = output_limit(path, {**request, **fields}) or ("", None)
+        if asked is None or not route.upstreams:
+            return {}
+        if not context_fit.may_overflow(asked, body_bytes, route.max_model_len):
+            return {}
+        tokenize = tokenize_request(path, request)
+        upstream = self.router.order(route, prefix)[0]
+        prompt = await context_fit.count_prompt(self.engines, upstream, tokenize) if tokenize else None
+        fitted = context_fit.fitted_limit(asked, prompt, route.max_model_len) if prompt is not None else None
+        if fitted is None or prompt is None:
+            return {}
+        exchange.headers.append(context_fit.fitted_header(asked, fitted, prompt, route.max_model_len))
+        return {name: fitted}
+
+    async def _usage_so_far(self, exchange: Exchange) -> dict[str, Any]:
+        """The usage of a stream that went out in part, or without the engine's own count (the client left,
+        or the engine cut it): what the engine reported so far, its output raised to the generated events
+        sent (each at least one token), and a missing prompt count asked of the engine's /tokenize, so a
+        cancelled request is billed and counted against the key's quotas."""
+        outcome = exchange.outcome
+        usage = dict(outcome.usage)
+        prompt, completion, _ = outcome.tokens()
+        if prompt is not None and completion is not None and completion >= exchange.token_chunks:
+            return usage  # the engine's own count covers what was sent
+        outcome.usage_estimated = True
+        output = "output_tokens" if "input_tokens" in usage and "prompt_tokens" not in usage else "completion_tokens"
+        usage[output] = max(completion or 0, exchange.token_chunks)  # Anthropic's and Responses' name, or chat's
+        tokenize = tokenize_request(outcome.endpoint, exchange.request) if prompt is None else None
+        if tokenize and exchange.route.upstreams:
+            counted = await context_fit.count_prompt(self.engines, exchange.route.upstreams[0], tokenize)
+            usage |= {"prompt_tokens": counted} if counted is not None else {}
+        return usage
 
 
 async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -169,16 +256,26 @@ async def _until_client_leaves(work: Awaitable[None], receive: Receive, exchange
         gone.cancel()
 
 
-def _api_key(scope: Scope) -> str:
-    """The key from ``x-api-key`` or ``Authorization: Bearer``. Raises GatewayError 401 when there is none."""
+def _api_keys(scope: Scope) -> list[str]:
+    """The keys offered in ``x-api-key`` and ``Authorization: Bearer``, in that order, empty ones left out.
+    Raises GatewayError 401 when there is none."""
     headers: dict[bytes, bytes] = dict(scope["headers"])
-    key = headers.get(b"x-api-key", b"").decode("latin-1").strip()
     auth = headers.get(b"authorization", b"").decode("latin-1")
-    if not key and auth[:7].lower() == "bearer ":
-        key = auth[7:].strip()
-    if not key:
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    keys = [k for k in (headers.get(b"x-api-key", b"").decode("latin-1").strip(), bearer) if k]
+    if not keys:
         raise errors.missing_key()
-    return key
+    return keys
+
+
+def authenticate(snapshot: Snapshot, scope: Scope) -> KeyEntry | None:
+    """The live Hearth key among those the request offers: a client may send one header with its Hearth key
+    and the other with something else (Claude Code with both ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN
+    set): the other one is ignored. Raises GatewayError 401 when no key was offered."""
+    for key in _api_keys(scope):
+        if (entry := Registry.authenticate(snapshot, key)) is not None:
+            return entry
+    return None
 
 
 # Fields the gateway itself reads or changes, checked before it does (the engine checks the rest).
@@ -191,10 +288,14 @@ FIELD_TYPES = (
 
 
 def _parse(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object. Raises GatewayError 400 for what is not one: invalid JSON or text, or JSON
+    nested deeper than the parser's recursion limit (~1,000 levels in CPython)."""
     try:
         request = json.loads(body)
     except ValueError:
         raise GatewayError(400, "The request body is not valid JSON.") from None
+    except RecursionError:
+        raise GatewayError(400, "The request body is JSON nested too deeply.") from None
     if not isinstance(request, dict):
         raise GatewayError(400, "The request body must be a JSON object.")
     for name, kind, what in FIELD_TYPES:

@@ -8,6 +8,7 @@
 """
 
 import json
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -33,6 +34,7 @@ class GatewayError(Exception):
     code: str | None = None
     param: str | None = None
     retry_after: int | None = None  # seconds, sent as the Retry-After header
+    recorded: bool = False  # the request's outcome is already logged and counted (gateway.accounting)
 
     def body(self, surface: Surface = Surface.OPENAI) -> bytes:
         if surface == Surface.ANTHROPIC:
@@ -87,9 +89,13 @@ def engine_refused(name: str) -> GatewayError:
                         "deployment.", type="server_error", code="engine_refused")  # fmt: skip
 
 
-def upstream_unreachable(name: str) -> GatewayError:
-    return GatewayError(502, f"No replica serving '{name}' could be reached, or each closed the connection "
-                        "without an answer.", type="server_error", code="upstream_unreachable")  # fmt: skip
+def upstream_unreachable(name: str, retry_after: int) -> GatewayError:
+    """Every replica refused the connection or closed it without an answer: an engine that just died, which
+    the next reconcile restarts or takes out of the route. 503 with Retry-After (seconds), as for a
+    deployment that is not ready, so clients wait and retry instead of giving up on a 502."""
+    return GatewayError(503, f"No replica serving '{name}' could be reached (its engine may have just stopped; "
+                        f"it is being checked). Retry in {retry_after} s.", type="server_error",
+                        code="upstream_unreachable", retry_after=retry_after)  # fmt: skip
 
 
 def upstream_broke(name: str) -> GatewayError:
@@ -98,9 +104,23 @@ def upstream_broke(name: str) -> GatewayError:
     )
 
 
+# An engine's refusal of a prompt longer than its context, in each engine's words: vLLM ("This model's maximum
+# context length is N tokens. However, you requested M tokens ...", vllm/entrypoints/openai/engine/serving.py
+# and the simulator), vLLM's newer wording ("... is longer than the maximum model length of N", vllm/v1/engine/
+# processor.py), SGLang ("The input (N tokens) is longer than the model's context length (M tokens).",
+# python/sglang/srt/managers/tokenizer_manager.py) and llama.cpp's server ("the request exceeds the
+# available context size", tools/server/server.cpp). OpenAI's own code for it is context_length_exceeded.
+CONTEXT_LENGTH = re.compile(
+    r"maximum context length|maximum model length|longer than the model's context length|context length of"
+    r"|exceeds the available context size|context_length_exceeded|prompt is too long",
+    re.IGNORECASE,
+)
+
+
 def reshape(status: int, body: bytes, surface: Surface) -> bytes:
     """An engine's error body in the API's own shape, keeping its message (vLLM's carries the real
-    numbers of a context-length error) and its status."""
+    numbers of a context-length error) and its status. A 400 whose message says the prompt does not fit
+    the context gets OpenAI's code ``context_length_exceeded``."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -115,17 +135,47 @@ def reshape(status: int, body: bytes, surface: Surface) -> bytes:
     if status == 404 and message == "Not Found":
         message = "The engine serving this model does not offer this endpoint."
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return GatewayError(status, message, type=kind, param=param).body(surface)
+    code = "context_length_exceeded" if status == 400 and CONTEXT_LENGTH.search(message) else None
+    return GatewayError(status, message, type=kind, param=param, code=code).body(surface)
 
 
-def stream_error_event(message: str, code: str, surface: Surface = Surface.OPENAI) -> bytes:
-    """An in-stream SSE error event, sent when a stream cannot end cleanly; no terminal event follows it.
+class StreamCut(StrEnum):
+    """Why a stream ended without its terminal event: the code its in-stream error carries."""
 
-    Anthropic's documented form is ``event: error`` with an error body; OpenAI's streams carry
-    ``data: {"error": ...}``, which the openai SDK raises as an APIError.
+    CLOSED = "upstream_truncated"  # the engine closed the stream (or died)
+    IDLE = "upstream_timeout"  # the engine sent nothing for HEARTH_STREAM_IDLE_TIMEOUT seconds
+    ENGINE_ERROR = "engine_error"  # the engine sent its own error event (its text is passed on)
+
+
+def stream_cut_message(cut: StreamCut, idle_seconds: float, engine_error: str | None = None) -> str:
+    if cut == StreamCut.IDLE:
+        return (f"The engine sent nothing for {idle_seconds:.0f} s (HEARTH_STREAM_IDLE_TIMEOUT); "
+                "the response is incomplete.")  # fmt: skip
+    if cut == StreamCut.ENGINE_ERROR and engine_error:
+        return f"The engine failed: {engine_error}"
+    return "The engine ended the stream before it finished; the response is incomplete."
+
+
+def stream_error_event(
+    message: str, code: str, surface: Surface = Surface.OPENAI, *, response_id: str | None = None
+) -> bytes:
+    """An in-stream SSE error event, sent when a stream cannot end cleanly; no terminal event of the engine's
+    follows it.
+
+    Anthropic's documented form is ``event: error`` with an error body (type ``timeout_error`` for an idle
+    stall, ``api_error`` otherwise); OpenAI chat streams carry ``data: {"error": ...}``, which the openai SDK
+    raises as an APIError. A Responses stream (``response_id`` given, "" when none was seen) ends with
+    ``response.failed``, its response ``status: "failed"`` with ``error: {code, message}``
+    (https://platform.openai.com/docs/api-reference/responses-streaming/response/failed).
     """
     if surface == Surface.ANTHROPIC:
-        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
+        kind = "timeout_error" if code == StreamCut.IDLE else "api_error"
+        payload = {"type": "error", "error": {"type": kind, "message": message}}
         return f"event: error\ndata: {json.dumps(payload)}\n\n".encode()
+    if response_id is not None:
+        response: dict[str, object] = {"id": response_id, "object": "response", "status": "failed", "output": [],
+                    "error": {"code": code, "message": message}, "incomplete_details": None}  # fmt: skip
+        event = {"type": "response.failed", "sequence_number": 0, "response": response}
+        return f"event: response.failed\ndata: {json.dumps(event)}\n\n".encode()
     error = {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
     return f"data: {json.dumps(error)}\n\n".encode()

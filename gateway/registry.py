@@ -27,7 +27,7 @@ from console.access.key_format import key_prefix, matches
 from console.access.models import ApiKey
 from console.deployments.models import Deployment, DeploymentState
 from console.fanout import ROUTING_VERSION_KEY
-from engines.launch import speaks_anthropic
+from engines.launch import speaks_anthropic, speaks_responses
 from gateway.quotas import Quota
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,8 @@ class Route:
     created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
     speaks_anthropic: bool = True  # else the gateway translates /v1/messages to the chat API
     max_tokens_cap: int | None = None  # the deployment's own cap on generated tokens per request
+    speaks_responses: bool = True  # else the gateway translates /v1/responses to the chat API
+    fit_max_tokens: bool = False  # lower an output limit over the context left to what it leaves (context_fit)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ def load_snapshot() -> Snapshot:
             snap.routes[dep.served_model_name] = Route(
                 dep.served_model_name, upstreams, dep.max_model_len, created,
                 speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
+                speaks_responses=speaks_responses(dep.engine, dep.extra_args), fit_max_tokens=dep.fit_max_tokens,
             )  # fmt: skip
     return snap
 

@@ -1,10 +1,15 @@
 """One request's trip to the engine and back.
 
-Streams are relayed as the engine sends them, watched on the side (gateway.sse); a stream that ends
-without its terminal event gets an in-stream error. While the engine is silent (a model thinking
-before its first token) the client gets an SSE keep-alive every HEARTH_SSE_KEEPALIVE seconds, between
-events only: an SSE comment for OpenAI clients, Anthropic's own ``ping`` event for Anthropic clients.
-Non-streaming answers are read whole first, so an answer the engine cuts short becomes a 502.
+Streams are relayed as the engine sends them (line ends made LF, gateway.sse.LineEnds), watched on the side
+(gateway.sse); a stream that ends without its terminal event gets an in-stream error saying why: the
+engine closed it (``upstream_truncated``), it went silent for HEARTH_STREAM_IDLE_TIMEOUT seconds
+(``upstream_timeout``), or, on a translated stream, the engine sent an error (its own text). From the
+response head on, while the engine is silent (a model thinking before its first token) the client gets a
+keep-alive every HEARTH_SSE_KEEPALIVE seconds, between events only: an SSE comment for OpenAI clients,
+Anthropic's own ``ping`` event for Anthropic clients, before the first event too (the SDKs skip pings
+wherever they come). Non-streaming answers are read whole first, so an answer the engine cuts short becomes
+a 502 and one the engine is silent on for the idle timeout a 504; a request the engine took is never sent
+to another replica.
 """
 
 import asyncio
@@ -12,104 +17,47 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
 
 from gateway import errors
 from gateway.accounting import Outcome
-from gateway.errors import Surface
+from gateway.answers import AnswerTally, tally_whole
+from gateway.errors import StreamCut, Surface
 from gateway.registry import Route
+from gateway.responses_chat import chat_to_response
+from gateway.responses_chat_stream import ChatStreamToResponses
+from gateway.rewrite import Translation
 from gateway.routing import Router
-from gateway.sse import StreamKind, StreamWatcher, UsageStripper
-from gateway.translate import TranslationError, chat_to_message, messages_to_chat
+from gateway.sse import LineEnds, StreamKind, StreamWatcher, UsageStripper
+from gateway.translate import chat_to_message
 from gateway.translate_stream import ChatStreamToMessages
 from gateway.upstream import Answer, Engines, UpstreamBroken, UpstreamUnreachable
 
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+Converter = ChatStreamToMessages | ChatStreamToResponses
 log = logging.getLogger(__name__)
 SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 KEEPALIVE = {Surface.OPENAI: b": keep-alive\n\n", Surface.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n'}
-USAGE_ENDPOINTS = {"/v1/chat/completions", "/v1/completions"}
-
-
-def ask_for_usage(path: str, request: dict[str, Any]) -> dict[str, Any]:
-    """The field that makes a stream end with a usage chunk (OpenAI ``stream_options.include_usage``), so every
-    request is accounted; empty when the client asked for it itself. When it is set, the relay strips the
-    usage chunk again."""
-    if path not in USAGE_ENDPOINTS or not request.get("stream"):
-        return {}
-    options = request.get("stream_options") or {}
-    if options.get("include_usage"):
-        return {}
-    return {"stream_options": {**options, "include_usage": True}}
-
-
-# Where each endpoint takes its output-token limit; the first present wins (OpenAI: max_completion_tokens
-# over the deprecated max_tokens).
-MAX_TOKENS_FIELDS = {
-    "/v1/chat/completions": ("max_completion_tokens", "max_tokens"),
-    "/v1/completions": ("max_tokens",),
-    "/v1/responses": ("max_output_tokens",),
-    "/v1/messages": ("max_tokens",),
-}
-
-
-def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[str, int]:
-    """The output-token limit field lowered to ``cap`` (set when absent); empty when the request is within it."""
-    fields = MAX_TOKENS_FIELDS.get(path)
-    if cap is None or fields is None:
-        return {}
-    name = next((f for f in fields if request.get(f) is not None), fields[0])
-    asked = request.get(name)
-    if isinstance(asked, int) and asked <= cap:
-        return {}
-    return {name: cap}
-
-
-def with_fields(body: bytes, request: dict[str, Any], fields: dict[str, Any]) -> bytes:
-    """``body``, the JSON text of ``request``, with ``fields`` set at its top level (in ``request`` too).
-
-    When none of them is in the request yet they are appended to the text, so a long conversation is not
-    encoded again (a UTF-8 body only; JSON in UTF-16 or UTF-32 is re-encoded); otherwise the whole request
-    is encoded again, as it is whenever a field already present changes."""
-    fresh = not any(name in request for name in fields)
-    request.update(fields)
-    head = body.rstrip()
-    if fresh and body.lstrip()[:1] == b"{" and head.endswith(b"}"):
-        return head[:-1] + b"," + json.dumps(fields)[1:-1].encode() + b"}"
-    return json.dumps(request).encode()
-
-
-class Translation(StrEnum):
-    """How the engine's answer reaches an Anthropic client of an engine without /v1/messages."""
-
-    NONE = "none"
-    MESSAGES = "messages"  # chat completions → Anthropic messages (gateway.translate)
-    COUNT_TOKENS = "count_tokens"  # the engine's /tokenize count → {"input_tokens"}
-
-
-def translate_for_chat_engine(path: str, request: dict[str, Any]) -> tuple[str, dict[str, Any], Translation]:
-    """(engine path, engine request, translation) for an Anthropic request to an engine that only speaks
-    OpenAI's chat API. Raises TranslationError for messages that cannot be translated."""
-    chat = messages_to_chat(request)
-    if path == "/v1/messages" and (not isinstance(request.get("max_tokens"), int) or request["max_tokens"] < 1):
-        raise TranslationError("max_tokens: a positive integer is required, as Anthropic's API requires it.")
-    if path == "/v1/messages/count_tokens":
-        tokenize = {"model": chat["model"], "messages": chat["messages"], "tools": chat.get("tools")}
-        return "/tokenize", {k: v for k, v in tokenize.items() if v is not None}, Translation.COUNT_TOKENS
-    return "/v1/chat/completions", chat, Translation.MESSAGES
+JSON = b"application/json"
 
 
 class Exchange:
-    """Relays one request to one of ``route``'s replicas and fills ``outcome`` as it goes."""
+    """Relays one request to one of ``route``'s replicas and fills ``outcome`` as it goes.
+
+    ``request`` is the client's parsed request (a Responses translation echoes it), ``tally`` collects what
+    the answer holds (gateway.answers), ``headers`` are added to the response head."""
 
     def __init__(self, engines: Engines, route: Route, outcome: Outcome, kind: StreamKind, router: Router) -> None:
         self.engines, self.route, self.outcome, self.kind, self.router = engines, route, outcome, kind, router
         self.started = self.last_sent = time.monotonic()
         self.strip_usage = False
         self.translation = Translation.NONE
+        self.request: dict[str, Any] = {}
+        self.tally = AnswerTally()
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.token_chunks = 0  # events that carried generated tokens (gateway.sse.StreamWatcher)
         self.at_boundary = True  # the bytes sent so far end between two events
         self.events_out = False  # some of the engine's stream has gone to the client
         self.answered = False  # the answer is complete: a client leaving now cancels nothing
@@ -117,7 +65,9 @@ class Exchange:
         self._ping: asyncio.Future[None] | None = None  # a keep-alive being sent
 
     async def run(self, path: str, body: bytes, prefix: bytes, send: Send) -> None:
-        """Try the replicas in the router's order; move on only when one cannot be reached at all."""
+        """Try the replicas in the router's order; move on only when one could not be reached at all (a
+        refused connection, or one closed before any answer). An engine that took the request and stayed
+        silent past the idle timeout is a 504, never a second try elsewhere: it may be running it."""
         for upstream in self.router.order(self.route, prefix):
             self.router.started(upstream, prefix)
             try:
@@ -126,11 +76,13 @@ class Exchange:
                 except UpstreamUnreachable as exc:
                     log.warning("replica %s of %s unreachable: %s", upstream.replica_id, self.outcome.model, exc)
                     continue
+                except TimeoutError:
+                    raise errors.upstream_timeout(self.route.served_model_name) from None
                 await self._relay(resp, send)
             finally:
                 self.router.finished(upstream)
             return
-        raise errors.upstream_unreachable(self.route.served_model_name)
+        raise errors.upstream_unreachable(self.route.served_model_name, max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
 
     async def _relay(self, resp: Answer, send: Send) -> None:
         self.outcome.status = resp.status
@@ -149,72 +101,121 @@ class Exchange:
             raise errors.upstream_timeout(self.route.served_model_name) from None
         except UpstreamBroken:
             raise errors.upstream_broke(self.route.served_model_name) from None
-        if resp.status >= 400:
-            body = errors.reshape(resp.status, body, Surface(self.outcome.surface))
-        else:
-            answer = self._account_whole(body)
-            if self.translation == Translation.MESSAGES and answer is not None:
-                body = json.dumps(chat_to_message(answer, self.outcome.model)).encode()
-            elif self.translation == Translation.COUNT_TOKENS and answer is not None:
-                body = json.dumps({"input_tokens": answer.get("count", 0)}).encode()
         content_type = (resp.content_type or "application/json").encode("latin-1")
-        await send({"type": "http.response.start", "status": resp.status, "headers": [(b"content-type", content_type)]})
+        surface = Surface(self.outcome.surface)
+        if resp.status >= 400:  # reshaped into the API's own error, whatever the engine called it
+            body, content_type = errors.reshape(resp.status, body, surface), JSON
+        elif self.translation != Translation.NONE:
+            body = self._translated(self._account_whole(body))
+            content_type = JSON
+        else:
+            self._account_whole(body)
+        await send({"type": "http.response.start", "status": resp.status,
+                    "headers": [(b"content-type", content_type), *self.headers]})  # fmt: skip
         await send({"type": "http.response.body", "body": body})
         self.answered = True
 
+    def _translated(self, answer: dict[str, Any] | None) -> bytes:
+        """A whole chat answer (or /tokenize count) in the client's API. Raises GatewayError 502 for an
+        answer that is not what the engine should have sent (never a silent empty answer or a count of 0)."""
+        name = self.route.served_model_name
+        if answer is None:
+            raise errors.GatewayError(502, f"The engine serving '{name}' answered something that is not JSON.",
+                                      type="server_error", code="upstream_invalid", recorded=True)  # fmt: skip
+        if self.translation == Translation.COUNT_TOKENS:
+            count = answer.get("count")
+            if not isinstance(count, int) or isinstance(count, bool):
+                raise errors.GatewayError(502, f"The engine serving '{name}' did not count the tokens (its "
+                                          "/tokenize answer has no count).", type="server_error",
+                                          code="upstream_invalid", recorded=True)  # fmt: skip
+            return json.dumps({"input_tokens": count}).encode()
+        if self.translation == Translation.RESPONSES:
+            return json.dumps(chat_to_response(answer, self.request, self.outcome.model)).encode()
+        return json.dumps(chat_to_message(answer, self.outcome.model)).encode()
+
     def _account_whole(self, body: bytes) -> dict[str, Any] | None:
-        """Usage and finish reason from a whole answer; the answer, or None when it is not a JSON object."""
+        """Usage, finish reason and the tally from a whole answer; the answer, or None when it is not a JSON
+        object."""
         try:
             answer = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(answer, dict):
             return None
         self.outcome.usage = answer.get("usage") or {}
-        choices = answer.get("choices") or [{}]
-        self.outcome.finish_reason = answer.get("stop_reason") or choices[0].get("finish_reason")
+        self.outcome.finish_reason = tally_whole(self.tally, answer)
         return answer
+
+    def _converter(self) -> Converter | None:
+        if self.translation == Translation.MESSAGES:
+            return ChatStreamToMessages(self.outcome.model)
+        if self.translation == Translation.RESPONSES:
+            return ChatStreamToResponses(self.request, self.outcome.model)
+        return None
 
     async def _stream(self, resp: Answer, send: Send) -> None:
         content_type = resp.content_type.encode("latin-1")
         await send({"type": "http.response.start", "status": resp.status,
-                    "headers": [(b"content-type", content_type), *SSE_HEADERS]})  # fmt: skip
-        watcher, stripper = StreamWatcher(self.kind), UsageStripper()
-        converter = ChatStreamToMessages(self.outcome.model) if self.translation == Translation.MESSAGES else None
+                    "headers": [(b"content-type", content_type), *SSE_HEADERS, *self.headers]})  # fmt: skip
+        watcher, stripper, ends = StreamWatcher(self.kind, self.tally), UsageStripper(), LineEnds()
+        converter, cut = self._converter(), StreamCut.CLOSED
         self._schedule_ping(send)
         try:
-            async for chunk in resp.chunks():
+            async for raw in resp.chunks():
                 self.last_sent = time.monotonic()
+                chunk = ends.feed(raw)
                 watcher.feed(chunk)
                 if self.outcome.ttft_seconds is None and watcher.token_seen:
                     self.outcome.ttft_seconds = time.monotonic() - self.started
                 out = converter.feed(chunk) if converter else stripper.feed(chunk) if self.strip_usage else chunk
                 if out:
-                    self.events_out = True
-                    boundary = out.endswith(b"\n\n")
-                    self.at_boundary = False  # until this write is out, a keep-alive could split an event
-                    await self._send(send, out)
-                    self.at_boundary = boundary
+                    await self._forward(send, out)
                 # A client that leaves once the terminal event went by is done, not cancelled (a converted
                 # stream's end is the converter's, sent below).
                 self.answered = converter is None and watcher.complete
-        except (UpstreamBroken, TimeoutError) as exc:
+        except TimeoutError as exc:
+            cut = StreamCut.IDLE
+            log.warning("stream from %s stalled: %s", self.route.served_model_name, exc)
+        except UpstreamBroken as exc:
             log.warning("stream from %s broke: %s", self.route.served_model_name, exc)
         finally:
             self._stop_pings()
             self.outcome.usage = watcher.usage or {}  # recorded even when the client left meanwhile
             self.outcome.finish_reason = watcher.finish_reason
-        self._finish_stream(watcher, resp.status)
+            self.token_chunks = watcher.token_chunks
+        await self._end_stream(send, watcher, converter, stripper, cut, resp.status)
+
+    async def _forward(self, send: Send, out: bytes) -> None:
+        self.events_out = True
+        boundary = out.endswith(b"\n\n")
+        self.at_boundary = False  # until this write is out, a keep-alive could split an event
+        await self._send(send, out)
+        self.at_boundary = boundary
+
+    async def _end_stream(
+        self, send: Send, watcher: StreamWatcher, converter: Converter | None, stripper: UsageStripper,
+        cut: StreamCut, status: int,
+    ) -> None:  # fmt: skip
+        """The stream's last bytes: what was held back, or the error event of a stream cut short."""
+        self.outcome.truncated = status == 200 and not watcher.complete
         tail = stripper.flush() if self.strip_usage else b""
-        if converter is not None and not self.outcome.truncated:
-            tail = converter.finish()
-        # An error event closes a cut stream, but never after [DONE] or the engine's own error event
-        # (a translated stream has neither: its client never sees the engine's OpenAI events).
+        if converter is not None:
+            tail = converter.finish()  # an unterminated last line's events; it ends nothing itself
+            self.outcome.truncated = status == 200 and not converter.complete
+            if converter.error and cut == StreamCut.CLOSED:
+                cut = StreamCut.ENGINE_ERROR
+        if self.outcome.truncated:
+            log.warning("truncated stream from %s after %.1f s (%s)", self.route.served_model_name,
+                        time.monotonic() - self.started, cut.value)  # fmt: skip
+        # An error event closes a cut stream, but never after [DONE] or the engine's own error event (a
+        # translated stream has neither: its client never sees the engine's OpenAI events).
         if self.outcome.truncated and (converter is not None or not (watcher.done or watcher.error)):
-            tail += errors.stream_error_event(
-                "The engine ended the stream before it finished; the response is incomplete.",
-                "upstream_truncated", Surface(self.outcome.surface),
-            )  # fmt: skip
+            engine_error = converter.error if converter is not None else None
+            message = errors.stream_cut_message(cut, settings.HEARTH_STREAM_IDLE_TIMEOUT, engine_error)
+            responses = self.kind == StreamKind.RESPONSES or isinstance(converter, ChatStreamToResponses)
+            response_id = (converter.response_id if isinstance(converter, ChatStreamToResponses) else "") or ""
+            tail += errors.stream_error_event(message, cut.value, Surface(self.outcome.surface),
+                                              response_id=response_id if responses else None)  # fmt: skip
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         self.answered = True
 
@@ -229,11 +230,8 @@ class Exchange:
         """After HEARTH_SSE_KEEPALIVE seconds of engine silence, a keep-alive between two events."""
         if time.monotonic() - self.last_sent >= settings.HEARTH_SSE_KEEPALIVE:
             self.last_sent = time.monotonic()
-            surface = Surface(self.outcome.surface)
-            # Anthropic's own streams ping only after message_start; an SSE comment is fine anywhere.
-            wanted = self.at_boundary and not (surface == Surface.ANTHROPIC and not self.events_out)
-            if wanted and (self._ping is None or self._ping.done()):
-                self._ping = asyncio.ensure_future(self._send(send, KEEPALIVE[surface]))
+            if self.at_boundary and (self._ping is None or self._ping.done()):
+                self._ping = asyncio.ensure_future(self._send(send, KEEPALIVE[Surface(self.outcome.surface)]))
         self._schedule_ping(send)
 
     def _stop_pings(self) -> None:
@@ -241,12 +239,6 @@ class Exchange:
             self._ping_timer.cancel()
         if self._ping is not None:
             self._ping.cancel()
-
-    def _finish_stream(self, watcher: StreamWatcher, status: int) -> None:
-        self.outcome.truncated = status == 200 and not watcher.complete
-        if self.outcome.truncated:
-            log.warning("truncated stream from %s after %.1f s", self.route.served_model_name,
-                        time.monotonic() - self.started)  # fmt: skip
 
     @staticmethod
     async def _send(send: Send, body: bytes) -> None:

@@ -1,8 +1,9 @@
 """A side-copy reader of an engine's event stream, for accounting and for spotting truncated streams.
 
-The relay forwards bytes untouched; this reader only watches them. It tolerates events split across
-reads, ``data:`` with or without a space, and CRLF line ends (the SSE spec,
-https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation).
+The relay forwards the engine's bytes with their line ends made LF (``LineEnds``); this reader only watches
+them. It tolerates events split across reads, ``data:`` with or without a space, and the three line ends
+the SSE spec allows, CRLF, LF and a bare CR, even when a CRLF is split across two reads
+(https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation).
 
 A stream is complete only when it ends as its API says it must:
 - OpenAI chat and completions: a ``finish_reason``, then ``data: [DONE]``;
@@ -14,6 +15,8 @@ import json
 from enum import StrEnum
 from typing import Any
 
+from gateway.answers import AnswerTally, responses_finish, responses_item
+
 
 class StreamKind(StrEnum):
     CHAT = "chat"  # /v1/chat/completions and /v1/completions
@@ -24,23 +27,48 @@ class StreamKind(StrEnum):
 RESPONSES_TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 
 
-class StreamWatcher:
-    """Feed it the stream's bytes; it records the finish reason, usage, and whether the stream ended properly."""
+class LineEnds:
+    """Turns an event stream's line ends (CRLF, LF or a bare CR) into LF, across reads.
 
-    def __init__(self, kind: StreamKind = StreamKind.CHAT) -> None:
+    A read that ends in CR may be followed by one that starts with the LF of the same CRLF: that LF is
+    dropped. Reads without a CR (and not right after one) are passed on as they are, without a copy.
+    """
+
+    def __init__(self) -> None:
+        self._after_cr = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self._after_cr and b"\r" not in chunk:
+            return chunk
+        if self._after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._after_cr = chunk.endswith(b"\r")
+        return chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+
+class StreamWatcher:
+    """Feed it the stream's bytes; it records the finish reason, usage, and whether the stream ended properly,
+    and feeds ``tally`` (gateway.answers) what the answer holds. ``token_chunks`` counts the events that
+    carried generated tokens (text, tool-call arguments or reasoning): each carries at least one, so it is
+    a lower bound on the tokens sent when the engine's own usage never came (a client that left)."""
+
+    def __init__(self, kind: StreamKind = StreamKind.CHAT, tally: AnswerTally | None = None) -> None:
         self.kind = kind
+        self.tally = tally or AnswerTally()
+        self._ends = LineEnds()
         self._pending = b""
         self.done = False
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.error: str | None = None
         self.token_seen = False  # a generated token (text, tool-call or JSON delta) has gone by
+        self.token_chunks = 0
 
     def feed(self, chunk: bytes) -> None:
-        lines = (self._pending + chunk).split(b"\n")
+        lines = (self._pending + self._ends.feed(chunk)).split(b"\n")
         self._pending = lines.pop()
         for line in lines:
-            self._line(line.rstrip(b"\r"))
+            self._line(line)
 
     def _line(self, line: bytes) -> None:
         if not line.startswith(b"data:"):
@@ -49,7 +77,8 @@ class StreamWatcher:
         if data == b"[DONE]":
             self.done = self.kind == StreamKind.CHAT
             return
-        if self.kind == StreamKind.CHAT and self.token_seen and _plain_chat_chunk(data):
+        if self.kind == StreamKind.CHAT and self.token_seen and not self.tally.tools and _plain_chat_chunk(data):
+            self.token_chunks += 1  # a content delta, read from its bytes
             return
         try:
             event = json.loads(data)
@@ -63,24 +92,69 @@ class StreamWatcher:
         if "error" in event:
             self.error = str(event["error"])
         if self.kind == StreamKind.CHAT:
-            for choice in event.get("choices") or []:
-                self.finish_reason = choice.get("finish_reason") or self.finish_reason
-                delta = choice.get("delta") or {}
-                self.token_seen |= bool(delta.get("content") or delta.get("tool_calls") or choice.get("text"))
-            self.usage = event.get("usage") or self.usage
+            self._chat(event)
         elif self.kind == StreamKind.RESPONSES:
-            self.token_seen |= kind == "response.output_text.delta"
-            if kind in RESPONSES_TERMINAL:
-                self.done, self.finish_reason = True, kind
-                self.usage = (event.get("response") or {}).get("usage")
+            self._responses(kind, event)
         elif self.kind == StreamKind.MESSAGES:
-            self.token_seen |= kind == "content_block_delta"
-            if kind == "message_start":
-                self.usage = dict((event.get("message") or {}).get("usage") or {})
-            elif kind == "message_delta":
-                self.finish_reason = (event.get("delta") or {}).get("stop_reason")
-                self.usage = {**(self.usage or {}), **(event.get("usage") or {})}
-            self.done = self.done or kind == "message_stop"
+            self._messages(kind, event)
+
+    def _chat(self, event: dict[str, Any]) -> None:
+        for choice in event.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            delta = choice.get("delta") or {}
+            visible = bool(delta.get("content") or delta.get("tool_calls") or choice.get("text"))
+            self.token_seen |= visible
+            self.token_chunks += visible or bool(delta.get("reasoning") or delta.get("reasoning_content"))
+            if choice.get("index", 0) == 0:
+                self.tally.chat_delta(delta)
+                if isinstance(choice.get("text"), str) and choice["text"]:
+                    self.tally.add_text(choice["text"])
+        self.usage = event.get("usage") or self.usage
+        self.tally.usage(self.usage)
+
+    def _responses(self, kind: Any, event: dict[str, Any]) -> None:
+        delta = event.get("delta")
+        if kind == "response.output_text.delta" and isinstance(delta, str):
+            self.tally.add_text(delta)
+        elif kind == "response.function_call_arguments.delta":
+            self.tally.add_arguments(event.get("output_index"), delta)
+        elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            self.tally.reasoning_pieces += 1
+        elif kind == "response.output_item.added" and (event.get("item") or {}).get("type") == "function_call":
+            self.tally.add_arguments(event.get("output_index"), "")
+        visible = kind in ("response.output_text.delta", "response.function_call_arguments.delta")
+        self.token_seen |= visible
+        self.token_chunks += visible or kind == "response.reasoning_text.delta"
+        if kind in RESPONSES_TERMINAL:
+            response = event.get("response") or {}
+            self.done, self.finish_reason = True, responses_finish(response) or str(kind)
+            self.usage = response.get("usage")
+            self.tally.usage(self.usage)
+            if not self.tally.content:  # a stream whose output came only in the final response
+                for index, item in enumerate(response.get("output") or []):
+                    responses_item(self.tally, index, item)
+
+    def _messages(self, kind: Any, event: dict[str, Any]) -> None:
+        self.token_seen |= kind == "content_block_delta"
+        if kind == "message_start":
+            self.usage = dict((event.get("message") or {}).get("usage") or {})
+        elif kind == "content_block_start" and (event.get("content_block") or {}).get("type") == "tool_use":
+            self.tally.add_arguments(event.get("index"), "")
+        elif kind == "content_block_delta":
+            self.token_chunks += 1
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                self.tally.add_text(str(delta["text"]))
+            elif delta.get("type") == "input_json_delta":
+                self.tally.add_arguments(event.get("index"), delta.get("partial_json"))
+            elif delta.get("type") == "thinking_delta":
+                self.tally.reasoning_pieces += 1
+        elif kind == "message_delta":
+            self.finish_reason = (event.get("delta") or {}).get("stop_reason")
+            self.usage = {**(self.usage or {}), **(event.get("usage") or {})}
+        self.done = self.done or kind == "message_stop"
 
     @property
     def complete(self) -> bool:
@@ -98,18 +172,18 @@ class UsageStripper:
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        """The complete events in what has arrived so far, minus the usage chunk; a partial event waits."""
-        if not self._buffer and chunk.endswith(b"\n\n") and b"\r" not in chunk and not _may_hold_usage(chunk):
+        """The complete events in what has arrived so far, minus the usage chunk; a partial event waits.
+
+        ``chunk`` has LF line ends (LineEnds)."""
+        if not self._buffer and chunk.endswith(b"\n\n") and not _may_hold_usage(chunk):
             return chunk  # whole events, none of them the usage chunk: most reads, passed on without a copy
         self._buffer += chunk
         out = bytearray()
-        while True:
-            end = _event_end(self._buffer)
-            if end < 0:
-                return bytes(out)
-            event, self._buffer = self._buffer[:end], self._buffer[end:]
+        while (end := self._buffer.find(b"\n\n")) >= 0:
+            event, self._buffer = self._buffer[: end + 2], self._buffer[end + 2 :]
             if not _is_usage_only(event):
                 out += event
+        return bytes(out)
 
     def flush(self) -> bytes:
         rest, self._buffer = self._buffer, b""
@@ -117,26 +191,25 @@ class UsageStripper:
 
 
 def _plain_chat_chunk(data: bytes) -> bool:
-    """True when a chat chunk's JSON has no ``usage``, no ``error`` and only null ``finish_reason``s, read
-    from its bytes without parsing it: most chunks of a stream, whose parsing was ~10 % of the gateway's
-    CPU at 64 streams (py-spy).
+    """True when a chat chunk's JSON has no ``usage`` and no ``error``, and only null ``finish_reason``,
+    reasoning and ``tool_calls`` fields, read from its bytes without parsing it: most chunks of a stream,
+    whose parsing was ~10 % of the gateway's CPU at 64 streams (py-spy).
 
     Exact for JSON without ``\\u`` escapes: a key is then spelled literally, and a quote inside a string is
     escaped, so ``"finish_reason":null`` occurs only as a key with a null value. Chunks with ``\\u``
     escapes, or other spacing around the colon, are parsed."""
     if b"\\u" in data or b'"usage"' in data or b'"error"' in data:
         return False
-    nulls = data.count(b'"finish_reason":null') + data.count(b'"finish_reason": null')
-    return data.count(b'"finish_reason"') == nulls
+    return all(_only_null(data, key) for key in NULL_KEYS)
 
 
-def _event_end(buffer: bytes) -> int:
-    """Index just past the first blank line that ends an event, or -1."""
-    lf = buffer.find(b"\n\n")
-    if b"\r" not in buffer:  # the common case: one search
-        return lf + 2 if lf >= 0 else -1
-    ends = [i + len(sep) for sep, i in ((b"\n\n", lf), (b"\r\n\r\n", buffer.find(b"\r\n\r\n"))) if i >= 0]
-    return min(ends) if ends else -1
+NULL_KEYS = (b'"finish_reason"', b'"reasoning"', b'"reasoning_content"', b'"tool_calls"')
+
+
+def _only_null(data: bytes, key: bytes) -> bool:
+    """Whether every occurrence of the quoted ``key`` in ``data`` has a null value (true when there is none)."""
+    count = data.count(key)
+    return not count or count == data.count(key + b":null") + data.count(key + b": null")
 
 
 def _may_hold_usage(data: bytes) -> bool:

@@ -14,9 +14,21 @@ Pure functions on parsed JSON: no I/O, no Django. Shapes follow
   ``continue_final_message``/``add_generation_prompt``, and the choice's ``stop_reason`` holding the matched
   stop string. SGLang accepts the same request fields (python/sglang/srt/entrypoints/openai/protocol.py).
 
+System content has one behaviour whatever the engine: the top-level ``system`` (a string or text blocks) and
+the text of every ``role: "system"`` message inside ``messages`` (Claude Code sends its per-turn reminders
+so, and vLLM 0.32's own /v1/messages accepts them) become the one leading chat system message, in that
+order, since many chat templates refuse a system message anywhere else (vLLM merges them so for such
+templates: vllm/entrypoints/anthropic/serving.py ``_convert_system_message``). Text blocks that are Claude
+Code's ``x-anthropic-billing-header`` line are left out, as vLLM leaves them out.
+
+Answers: an engine's ``reasoning`` (vLLM ≥ 0.10) or ``reasoning_content`` (SGLang, older vLLM) becomes a
+``thinking`` block before the text, with a random ``signature`` as vLLM's own /v1/messages gives one.
+Usage follows Anthropic's definition, as vLLM 0.32 reports it: ``input_tokens`` is the prompt less its cached
+part, which is ``cache_read_input_tokens`` (vllm/entrypoints/anthropic/serving.py ``_build_anthropic_usage``).
+
 What has no counterpart is dropped: the ``metadata`` and ``thinking`` fields, ``cache_control``, a tool
-result's ``is_error``, ``thinking``, ``redacted_thinking`` and ``document`` blocks, server tools (web search
-and the like, which the engine cannot run) and unknown fields.
+result's ``is_error``, ``thinking``, ``redacted_thinking`` and ``document`` blocks of the history, server tools
+(web search and the like, which the engine cannot run) and unknown fields.
 """
 
 import json
@@ -38,15 +50,18 @@ def messages_to_chat(request: Json) -> Json:
     """An Anthropic Messages request as an OpenAI chat-completions request for the same ``model``.
 
     A trailing assistant message (a "prefill") is continued, not answered: vLLM's and SGLang's
-    ``continue_final_message`` with ``add_generation_prompt`` off. Raises TranslationError when
-    ``messages`` is not a list of ``{"role": "user"|"assistant", "content": str | list}`` objects.
+    ``continue_final_message`` with ``add_generation_prompt`` off. System content is merged (module
+    docstring). Raises TranslationError when ``messages`` is not a list of ``{"role": "user"|"assistant"|
+    "system", "content": str | list}`` objects.
     """
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise TranslationError("messages: must be a non-empty list of message objects.")
-    chat: Json = {"model": request.get("model"), "messages": _system(request.get("system"))}
+    inline = [m for m in messages if isinstance(m, dict) and m.get("role") == "system"]
+    chat: Json = {"model": request.get("model"), "messages": _system([request.get("system"), *inline])}
     for message in messages:
-        chat["messages"] += _message(message)
+        if not (isinstance(message, dict) and message.get("role") == "system"):
+            chat["messages"] += _message(message)
     for source, target in SAMPLING.items():
         if request.get(source) is not None:
             chat[target] = request[source]
@@ -54,23 +69,33 @@ def messages_to_chat(request: Json) -> Json:
         chat["stop"] = list(request["stop_sequences"])
     chat.update(_tools(request.get("tools"), request.get("tool_choice")))
     if request.get("stream"):
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
-    if messages[-1].get("role") == "assistant":
+        chat["stream"] = True  # usage on every chunk, so message_start carries the prompt's size (as vLLM asks)
+        chat["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    if isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant":
         chat["continue_final_message"], chat["add_generation_prompt"] = True, False
     return chat
 
 
-def _system(system: Any) -> list[Json]:
-    """``system`` (a string, or text blocks whose ``cache_control`` is dropped) as at most one system message."""
-    if isinstance(system, list):
-        system = "\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict) and b.get("type") == "text")
-    return [{"role": "system", "content": system}] if isinstance(system, str) and system else []
+BILLING_HEADER = "x-anthropic-billing-header"  # Claude Code's first system block: metadata, not an instruction
+
+
+def _system(sources: list[Any]) -> list[Json]:
+    """The top-level ``system`` and inline system messages (each a string or text blocks, whose
+    ``cache_control`` is dropped) as at most one system message, their texts joined by newlines."""
+    texts: list[str] = []
+    for source in sources:
+        content = source.get("content") if isinstance(source, dict) else source
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    text = "\n".join(t for t in texts if t and not t.startswith(BILLING_HEADER))
+    return [{"role": "system", "content": text}] if text else []
 
 
 def _message(message: Any) -> list[Json]:
     if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise TranslationError("messages: each message must be an object with role 'user' or 'assistant'.")
+        raise TranslationError("messages: each message must be an object with role 'user', 'assistant' or 'system'.")
     role, content = message["role"], message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
@@ -221,19 +246,30 @@ def tool_input(arguments: Any) -> Json:
 
 
 def anthropic_usage(usage: Any) -> Json:
-    """``{input_tokens, output_tokens}`` from an OpenAI usage object, plus ``cache_read_input_tokens`` from
+    """``{input_tokens, output_tokens}`` from an OpenAI usage object, with ``cache_read_input_tokens`` from
     ``prompt_tokens_details.cached_tokens`` when the engine reports it.
 
-    input_tokens is the whole prompt, cached part included, as vLLM's own /v1/messages reports it and as
-    gateway accounting reads it (Anthropic's API counts cache reads outside input_tokens).
+    As Anthropic defines it and vLLM 0.32's own /v1/messages reports it, the prompt is input_tokens +
+    cache_read_input_tokens (+ cache_creation_input_tokens), so input_tokens is the prompt less its
+    cached part (gateway.accounting adds them back up).
     """
     usage = usage if isinstance(usage, dict) else {}
-    out = {"input_tokens": int(usage.get("prompt_tokens") or 0)}
-    out["output_tokens"] = int(usage.get("completion_tokens") or 0)
+    prompt = int(usage.get("prompt_tokens") or 0)
+    out: Json = {"input_tokens": prompt, "output_tokens": int(usage.get("completion_tokens") or 0)}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    if cached is not None:
-        out["cache_read_input_tokens"] = int(cached)
+    if isinstance(cached, int):
+        out["input_tokens"] = max(0, prompt - cached)
+        out["cache_read_input_tokens"] = cached
     return out
+
+
+def reasoning_text(message: Json) -> str | None:
+    """A chat message's or delta's reasoning: ``reasoning`` (vLLM ≥ 0.10) or ``reasoning_content`` (SGLang,
+    older vLLM)."""
+    value = message.get("reasoning")
+    if not isinstance(value, str) or not value:
+        value = message.get("reasoning_content")
+    return value if isinstance(value, str) and value else None
 
 
 def chat_to_message(response: Json, model: str) -> Json:
@@ -246,6 +282,8 @@ def chat_to_message(response: Json, model: str) -> Json:
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     content: list[Json] = []
+    if thinking := reasoning_text(message):
+        content.append({"type": "thinking", "thinking": thinking, "signature": uuid.uuid4().hex})
     if isinstance(message.get("content"), str) and message["content"]:
         content.append({"type": "text", "text": message["content"]})
     calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
@@ -257,6 +295,8 @@ def chat_to_message(response: Json, model: str) -> Json:
         content.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
     stop_string = matched_stop(choice)
     reason = stop_reason(choice.get("finish_reason"), stop_string, tool_use=bool(calls))
+    if not content:  # Anthropic's shape of an empty answer is one empty text block, as vLLM sends it
+        content.append({"type": "text", "text": ""})
     return {
         "id": msg_id,
         "type": "message",

@@ -7,10 +7,11 @@ per streamed chunk ~25 against ~18 µs. Engines are HTTP servers on the applianc
 SGLang run uvicorn, the simulator aiohttp), so this client does only what they need: plain http, POST,
 no proxy, no redirect, no compression asked for (the bytes are relayed as they come).
 
-Errors: ``UpstreamUnreachable`` when no answer began (connection refused or failed, or closed or silent
-for ``read_timeout`` seconds before the status line); once it began, ``UpstreamBroken`` when it is cut
-(closed early, or bytes that are not HTTP) and ``TimeoutError`` after ``read_timeout`` seconds without a
-byte while the relay was reading.
+Errors: ``UpstreamUnreachable`` when no answer began (connection refused or failed, or closed before the
+status line); ``TimeoutError`` after ``read_timeout`` seconds without a byte, before the status line (the
+engine has the request and may be running it: a non-streamed answer's head comes only at its end, so the
+request must not be sent again elsewhere) or while the relay was reading; once an answer began,
+``UpstreamBroken`` when it is cut (closed early, or bytes that are not HTTP).
 """
 
 import asyncio
@@ -152,7 +153,7 @@ class _Connection(asyncio.Protocol):
         if self.error is None:
             self.error = error
         if not self.headers.done():
-            self.headers.set_exception(UpstreamUnreachable(str(error)))
+            self.headers.set_exception(error if isinstance(error, TimeoutError) else UpstreamUnreachable(str(error)))
         self._wake()
 
     def _arm(self, delay: float) -> None:
@@ -232,7 +233,7 @@ class Engines:
     async def post(self, base_url: str, path: str, api_key: str, body: bytes) -> Answer:
         """POST ``body`` (JSON) to ``base_url + path`` with ``Authorization: Bearer api_key``; the answer once
         its headers are in. A kept-alive connection that turns out closed is replaced by a new one once.
-        Raises UpstreamUnreachable."""
+        Raises UpstreamUnreachable, or TimeoutError when the engine took the request and stayed silent."""
         host, _, port = base_url.removeprefix("http://").rstrip("/").rpartition(":")
         key = (host.strip("[]"), int(port))  # an IPv6 address is bracketed in a URL, not in a connect
         head = (

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Stops what scripts/up.sh started (web, worker). Engines the worker launched keep running until their
+# Stops what scripts/up.sh started (web, worker, beat). Engines the worker launched keep running until their
 # deployments are stopped in the console; a redis-server started by up.sh is stopped too.
 set -u
 cd "$(dirname "$0")/.."
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
-for name in web worker redis; do
+for name in web worker beat redis; do
   pidfile=$DATA/$name.pid
   [ -f "$pidfile" ] || continue
   pid=$(cat "$pidfile")

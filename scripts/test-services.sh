@@ -3,7 +3,9 @@
 # PostgreSQL and Redis running (this kind has both installed; started here if they are down), Debian's
 # Chromium for the browser tests (Playwright drives it; no browser download is possible here) and
 # Debian's docker.io with its daemon for the Docker-runtime tests (it starts in about two seconds,
-# ../shared/FACTS.md). A second run finds everything and returns at once.
+# ../shared/FACTS.md), the coding-agent CLIs from npm the agent tests drive (scripts/install-agent-clis.sh),
+# and npm's oidc-provider, the real OpenID provider tests/test_oidc.py signs in through (under
+# ~/.cache/hearth/npm). A second run finds everything and returns at once.
 set -euo pipefail
 
 pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
@@ -22,4 +24,12 @@ if ! docker info >/dev/null 2>&1; then
   nohup dockerd >/var/log/hearth-dockerd.log 2>&1 &
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
   docker info >/dev/null 2>&1 || { echo "dockerd did not start:" >&2; tail -20 /var/log/hearth-dockerd.log >&2; exit 1; }
+fi
+bash "$(dirname "$0")/install-agent-clis.sh"
+
+OIDC_PROVIDER=oidc-provider@9.13.3
+NPM_PREFIX=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}/npm
+if ! grep -q '"version": "9.13.3"' "$NPM_PREFIX/lib/node_modules/oidc-provider/package.json" 2>/dev/null; then
+  echo "test-services: installing $OIDC_PROVIDER under $NPM_PREFIX"
+  npm install -g --prefix "$NPM_PREFIX" --no-fund --no-audit "$OIDC_PROVIDER" >/dev/null
 fi

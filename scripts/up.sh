@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Brings Hearth up on this machine without Docker: the web server and a Celery worker (with beat) in
-# the background, SQLite unless DATABASE_URL is set, Redis at REDIS_URL (started here if none answers).
+# Brings Hearth up on this machine without Docker: the web server, a Celery worker and Celery beat (its
+# own process, so a killed worker never leaves a second scheduler behind) in the background, SQLite unless DATABASE_URL is set, Redis at REDIS_URL (started here if none answers).
 # Stop with scripts/down.sh. Logs and pids live in $HEARTH_DATA_DIR (default ./data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +8,9 @@ PY=${PY:-.venv/bin/python}
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
 PORT=${HEARTH_PORT:-8000}
 export HEARTH_DATA_DIR=$DATA REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+umask 077  # the data folder, its database, logs and secret key are for this user only
 mkdir -p "$DATA/logs"
+chmod 700 "$DATA" "$DATA/logs"
 
 if [ -z "${SECRET_KEY:-}${SECRET_KEY_FILE:-}" ]; then
   [ -s "$DATA/secret_key" ] || (umask 077 && "$PY" -c 'import secrets; print(secrets.token_urlsafe(50))' > "$DATA/secret_key")
@@ -42,8 +44,11 @@ start() {  # name, command...
   nohup "$@" >>"$DATA/logs/$name.log" 2>&1 &
   echo $! >"$DATA/$name.pid"
 }
-start web "$PY" -m uvicorn appliance.asgi:application --host "${HEARTH_HOST:-127.0.0.1}" --port "$PORT" --no-access-log
-start worker "$PY" -m celery -A appliance worker -B -c 3 --loglevel INFO -s "$DATA/celerybeat-schedule"
+# --no-proxy-headers: whether X-Forwarded-* is believed is Django's call (HEARTH_TRUSTED_PROXIES), not uvicorn's
+start web "$PY" -m uvicorn appliance.asgi:application --host "${HEARTH_HOST:-127.0.0.1}" --port "$PORT" --no-access-log \
+  --no-proxy-headers
+start worker "$PY" -m celery -A appliance worker -c 3 --loglevel INFO
+start beat "$PY" -m celery -A appliance beat --loglevel INFO -s "$DATA/celerybeat-schedule"
 
 for _ in $(seq 1 60); do
   if "$PY" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/login/', timeout=1)" 2>/dev/null; then

@@ -34,6 +34,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``last`` run after all the others (tests/test_secrets_kept.py reads what they left)."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def clean_redis() -> None:
     redis.Redis.from_url(settings.REDIS_URL).flushdb()

@@ -6,6 +6,7 @@ simulator can inject are covered against the simulator in tests/test_gateway_sim
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx
@@ -44,10 +45,13 @@ class Engine:
 def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
     client = login(web)
     client.post("/api/models", json={"name": "smollm2", "path": str(MODEL_DIR)})
-    dep_id = client.post(
+    dep = client.post(
         "/api/deployments",
         json={"name": "smol", "model": "smollm2", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
-    ).json()["id"]
+    ).json()
+    dep_id = dep["id"]
+    # the plan chose the parsers from the folder's config and chat template; the launch passes them
+    assert dep["plan"]["parsers"]["tool_call_parser"], dep["plan"]["parsers"]["reasons"]
     client.post(f"/api/deployments/{dep_id}/launch")
     assert wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)["state"] == "ready"
     yield Engine(web, client.post("/api/keys", json={"name": "conformance"}).json()["key"], dep_id)
@@ -118,3 +122,27 @@ def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine
     while engine.running() != 0:
         assert time.monotonic() < deadline, "vLLM kept generating for a client that left"
         time.sleep(0.1)
+
+
+WEATHER: Any = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_vllm_with_the_chosen_parsers_takes_tool_requests_on_every_api(engine: Engine) -> None:
+    """A 135M model may not call the tool: what must hold is that each request carrying tools is accepted and
+    streamed to a clean end, never refused ("auto" tool choice requires --enable-auto-tool-choice)."""
+    sdk, claude = engine.openai(), engine.anthropic()
+    chunks = list(sdk.chat.completions.create(model="smol", messages=HI, tools=[WEATHER], max_tokens=24, stream=True))  # type: ignore[arg-type]
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
+    tool = {"name": "get_weather", "description": "Weather for a city",
+            "input_schema": WEATHER["function"]["parameters"]}  # fmt: skip
+    with claude.messages.stream(model="smol", max_tokens=24, tools=[tool], messages=HI) as stream:  # type: ignore[list-item]
+        final = stream.get_final_message()
+    assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    responses_tool = {"type": "function", **WEATHER["function"]}
+    with sdk.responses.stream(model="smol", input="Say hello.", tools=[responses_tool], max_output_tokens=24) as rs:
+        kinds = [event.type for event in rs]
+        response = rs.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed" and response.usage
+    whole = sdk.responses.create(model="smol", input="Say hello.", max_output_tokens=8)
+    assert whole.output and whole.usage and whole.usage.output_tokens <= 8

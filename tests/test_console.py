@@ -269,17 +269,19 @@ def test_stopped_deployments_and_unused_models_can_be_deleted(admin: Client, smo
 
 def test_keys_are_listed_without_their_secret(admin: Client) -> None:
     created = admin.post("/api/keys", {"name": "ci", "allowed_models": ["smol"]}, content_type="application/json")
-    listed = admin.get("/api/keys").json()
-    assert listed == [
-        {
-            "id": created.json()["id"],
-            "name": "ci",
-            "prefix": created.json()["prefix"],
-            "allowed_models": ["smol"],
-            "max_tokens_cap": None,
-            "revoked": False,
-        }
-    ]
+    [listed] = admin.get("/api/keys").json()
+    names = ("id", "name", "prefix", "owner", "allowed_models", "max_tokens_cap", "revoked", "requests_today")
+    assert {k: listed[k] for k in names} == {
+        "id": created.json()["id"],
+        "name": "ci",
+        "prefix": created.json()["prefix"],
+        "owner": "admin",
+        "allowed_models": ["smol"],
+        "max_tokens_cap": None,
+        "revoked": False,
+        "requests_today": 0,
+    }
+    assert "key" not in listed and "key_hash" not in listed and created.json()["key"] not in json.dumps(listed)
 
 
 def test_the_api_docs_page_needs_no_internet(admin: Client) -> None:

@@ -71,6 +71,7 @@ def sglang(
 
 Build = Callable[..., EngineArgs]
 
+DETAILS = "--enable-prompt-tokens-details"  # vLLM 0.7.0 on: cached prompt tokens in the usage
 # (version, plan's KV dtype, revision) → the flags Hearth adds, from each engine's documented arguments.
 VLLM_TABLE = [
     ("0.4.0", "auto", None, PLAN_VLLM),  # vllm/engine/arg_utils.py, 0.4.0 wheel
@@ -78,8 +79,8 @@ VLLM_TABLE = [
     ("0.4.2", "fp8", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8"]),  # docs v0.4.2: --kv-cache-dtype {auto,fp8}
     ("0.4.3", "fp8_e4m3", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e4m3"]),  # 0.4.3 adds the variants
     ("0.5.0", "fp8_e5m2", None, [*PLAN_VLLM, "--kv-cache-dtype", "fp8_e5m2"]),  # docs v0.5.0 engine args
-    ("0.11.2", "fp8", "5f0b02c", ["--revision", "5f0b02c", *PLAN_VLLM, "--kv-cache-dtype", "fp8"]),  # 0.11 docs
-    ("v0.33.0", "auto", None, PLAN_VLLM),
+    ("0.11.2", "fp8", "5f0b02c", ["--revision", "5f0b02c", *PLAN_VLLM, "--kv-cache-dtype", "fp8", DETAILS]),
+    ("v0.33.0", "auto", None, [*PLAN_VLLM, DETAILS]),
 ]
 SGLANG_TABLE = [
     ("0.4.0", "auto", None, [*PLAN_SGLANG, "--enable-metrics"]),  # server_args.py, 0.4.0 wheel
@@ -193,21 +194,21 @@ def test_sglang_never_overrides_a_flag_the_user_set(user: list[str], flag: str) 
 def test_added_is_exactly_what_hearth_put_between_its_own_flags_and_the_users() -> None:
     user = ["--enable-prefix-caching", "--max-num-seqs", "64", "--trust-remote-code"]
     args = vllm(user=user)
-    assert args.added == PLAN_VLLM[:6]
+    assert args.added == [*PLAN_VLLM[:6], DETAILS]
     assert args.command == [*VLLM_OWN, *args.added, *user]
 
 
 def test_the_planned_flags_alone_are_what_vllm_args_adds_and_need_no_key() -> None:
     user = ["-tp", "4", "--trust-remote-code"]
     planned = vllm_planned_flags(version="0.11.2", revision="abc123", plan=PLAN, user_args=user)
-    assert planned == vllm(user=user, revision="abc123").added == ["--revision", "abc123", *PLAN_VLLM[2:]]
+    assert planned == vllm(user=user, revision="abc123").added == ["--revision", "abc123", *PLAN_VLLM[2:], DETAILS]
     with pytest.raises(ValueError, match="Hearth sets these itself"):
         vllm_planned_flags(version="0.11.2", revision=None, plan=PLAN, user_args=["--port", "9000"])
 
 
 def test_a_users_value_is_not_read_as_a_flag() -> None:
     args = vllm(user=["--override-generation-config", "-1", "--seed", "-5"])
-    assert args.added == PLAN_VLLM
+    assert args.added == [*PLAN_VLLM, DETAILS]
 
 
 @pytest.mark.parametrize(
@@ -269,7 +270,7 @@ def test_every_emitted_flag_is_one_checked_in_the_engines_parser() -> None:
                         (sglang("0.5.3", revision="v1", kv_cache_dtype="fp8"), SGLANG_FLAGS)):  # fmt: skip
         flags = {arg for arg in args.command if arg.startswith("--")}
         assert flags <= known, flags - known
-    assert len({arg for arg in vllm(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 10
+    assert len({arg for arg in vllm(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 11
     assert len({arg for arg in sglang(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 12
 
 
@@ -364,3 +365,40 @@ def test_version_from_engine_reads_each_engines_answer(engine: str, body: dict[s
 def test_version_from_engine_refuses_what_it_cannot_read(engine: str, body: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         version_from_engine(engine, body)
+
+
+TOOLS, THINK = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"], ["--reasoning-parser", "qwen3"]
+# version → the parser flags a Qwen3 model gets (hermes, qwen3), as the wheels named in engines.adapters show.
+VLLM_PARSER_TABLE = [
+    ("0.5.5", []),  # no tool calling in the parser yet
+    ("0.6.0", TOOLS),
+    ("0.7.0", TOOLS),  # no --reasoning-parser yet
+    ("0.7.1", [*TOOLS, *THINK, "--enable-reasoning"]),  # the parser needed --enable-reasoning beside it
+    ("0.8.5", [*TOOLS, *THINK, "--enable-reasoning"]),
+    ("0.9.0", [*TOOLS, *THINK]),  # --enable-reasoning deprecated
+    ("0.32.0", [*TOOLS, *THINK]),
+]
+
+
+@pytest.mark.parametrize(("version", "expected"), VLLM_PARSER_TABLE)
+def test_vllm_gets_the_parser_flags_its_version_takes(version: str, expected: list[str]) -> None:
+    args = vllm_args(version=version, model=MODEL, revision=None, served_model_name="llama", port=8001, api_key=KEY,
+                     plan=PLAN, tool_call_parser="hermes", reasoning_parser="qwen3")  # fmt: skip
+    assert args.added[: len(PLAN_VLLM)] == PLAN_VLLM
+    assert [a for a in args.added[len(PLAN_VLLM) :] if a != DETAILS] == expected
+
+
+@pytest.mark.parametrize(("version", "expected"), [("0.4.1", []), ("0.4.2", ["--tool-call-parser", "qwen25"]),
+                                                   ("0.4.4", ["--tool-call-parser", "qwen25", *THINK])])  # fmt: skip
+def test_sglang_gets_the_parser_flags_its_version_takes(version: str, expected: list[str]) -> None:
+    args = sglang_args(version=version, model=MODEL, revision=None, served_model_name="llama", port=8001, api_key=KEY,
+                       plan=PLAN, tool_call_parser="qwen25", reasoning_parser="qwen3")  # fmt: skip
+    assert args.added[args.added.index("--enable-metrics") + 1 :] == expected
+
+
+def test_a_users_parser_flags_are_never_overridden() -> None:
+    user = ["--tool-call-parser=mistral", "--enable-reasoning"]
+    args = vllm_args(version="0.8.5", model=MODEL, revision=None, served_model_name="llama", port=8001, api_key=KEY,
+                     plan=PLAN, user_args=user, tool_call_parser="hermes", reasoning_parser="qwen3")  # fmt: skip
+    assert "hermes" not in args.command and args.command.count("--enable-reasoning") == 1
+    assert args.command[-2:] == user and "--enable-auto-tool-choice" in args.added

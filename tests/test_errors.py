@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from gateway.errors import Surface, reshape
 
 
@@ -18,8 +20,43 @@ def test_vllms_error_keeps_its_message_and_param() -> None:
         "message": "maximum context length is 2048 tokens",
         "type": "invalid_request_error",
         "param": None,
-        "code": None,
+        "code": "context_length_exceeded",
     }
+
+
+# Each engine's words for a prompt over its context (sources in gateway.errors.CONTEXT_LENGTH), in each of
+# the body shapes an engine answers with.
+CONTEXT_REFUSALS = [
+    "This model's maximum context length is 8192 tokens. However, you requested 44308 tokens (12308 in the "
+    "messages, 32000 in the completion). Please reduce the length of the messages or completion.",
+    "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens.",
+    "The decoder prompt (length 9000) is longer than the maximum model length of 8192.",
+    "The input (9000 tokens) is longer than the model's context length (8192 tokens).",
+    "the request exceeds the available context size, try increasing it",
+]
+
+
+@pytest.mark.parametrize("message", CONTEXT_REFUSALS)
+@pytest.mark.parametrize("shape", ["openai", "fastapi", "plain"])
+def test_every_context_length_refusal_gets_context_length_exceeded(message: str, shape: str) -> None:
+    raw = {
+        "openai": json.dumps({"error": {"message": message, "type": "BadRequestError", "code": 400}}),
+        "fastapi": json.dumps({"detail": message}),
+        "plain": message,
+    }[shape].encode()
+    error = json.loads(reshape(400, raw, Surface.OPENAI))["error"]
+    assert error["code"] == "context_length_exceeded" and error["message"] == message
+    anthropic = json.loads(reshape(400, raw, Surface.ANTHROPIC))["error"]
+    assert anthropic == {"type": "invalid_request_error", "message": message}
+
+
+@pytest.mark.parametrize("message", ["max_tokens must be at least 1, got 0.", "Unknown tool choice", "bad stop"])
+def test_other_refusals_carry_no_context_length_code(message: str) -> None:
+    raw = json.dumps({"error": {"message": message}}).encode()
+    assert json.loads(reshape(400, raw, Surface.OPENAI))["error"]["code"] is None
+    assert json.loads(reshape(500, json.dumps({"detail": CONTEXT_REFUSALS[0]}).encode(), Surface.OPENAI))["error"][
+        "code"
+    ] is None  # a server error is not the client's context
 
 
 def test_a_body_that_is_not_json_is_quoted_and_an_empty_one_explained() -> None:

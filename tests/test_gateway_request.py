@@ -3,7 +3,7 @@
 import json
 from typing import Any
 
-from gateway.relay import ask_for_usage, cap_max_tokens, with_fields
+from gateway.rewrite import ask_for_usage, cap_max_tokens, with_fields
 
 CHAT = "/v1/chat/completions"
 

@@ -341,7 +341,10 @@ def test_silences_between_tokens_keep_the_stream_alive_and_whole(served: Served)
     assert lines[-1] == "data: [DONE]" and '"finish_reason":"length"' in lines[-2].replace(" ", "")
 
 
-def test_anthropic_clients_get_ping_events_only_after_message_start(served: Served) -> None:
+def test_anthropic_clients_get_pings_while_the_engine_is_silent_before_and_after_message_start(served: Served) -> None:
+    """A 60 s proxy idle limit would cut a stream that sends no byte while the engine thinks before its first
+    event: the gateway pings from the response head on, and the SDKs skip pings wherever they come."""
+
     def events(content: str) -> list[str]:
         body = {"model": "llama", "max_tokens": 3, "stream": True, "messages": [{"role": "user", "content": content}]}
         headers = {"x-api-key": served.key, "anthropic-version": "2023-06-01"}
@@ -349,6 +352,11 @@ def test_anthropic_clients_get_ping_events_only_after_message_start(served: Serv
             return [line.removeprefix("event: ") for line in resp.iter_lines() if line.startswith("event:")]
 
     thinking = events("Think [[sim:stall-first=2]]")  # the engine sends message_start with the first token
-    assert thinking[0] == "message_start" and thinking[-1] == "message_stop"
+    assert thinking[0] == "ping" and thinking[thinking.index("message_start") - 1] == "ping"
+    assert thinking[-1] == "message_stop"
     slow = events("Slowly [[sim:stall-between=2]]")
-    assert slow[0] == "message_start" and "ping" in slow and slow[-1] == "message_stop"
+    assert "ping" in slow[slow.index("message_start") :] and slow[-1] == "message_stop"
+    with served.anthropic().messages.stream(
+        model="llama", max_tokens=3, messages=[{"role": "user", "content": "Think [[sim:stall-first=2]]"}]
+    ) as stream:
+        assert stream.get_final_message().stop_reason == "max_tokens"

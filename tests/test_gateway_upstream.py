@@ -128,7 +128,10 @@ def test_an_answer_cut_short_is_broken() -> None:
     run(test)
 
 
-def test_silence_before_the_headers_is_unreachable_and_after_them_a_timeout() -> None:
+def test_silence_before_or_after_the_headers_is_a_timeout_never_unreachable() -> None:
+    """An engine that took the request and went silent may be running it (a long non-streamed answer sends
+    its head only at the end): that is a timeout, which the relay never sends to another replica."""
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await request(reader)
         await reader.read()
@@ -141,8 +144,9 @@ def test_silence_before_the_headers_is_unreachable_and_after_them_a_timeout() ->
     async def test() -> None:
         engines = Engines(connect_timeout=1, read_timeout=0.2)
         async with Server(silent) as server:
-            with pytest.raises(UpstreamUnreachable, match="sent nothing"):
+            with pytest.raises(TimeoutError, match="sent nothing"):
                 await engines.post(server.url, "/v1/chat/completions", "k", b"{}")
+            assert server.connections == 1  # not sent again on a fresh connection either
         async with Server(thinking) as server:
             answer = await engines.post(server.url, "/v1/chat/completions", "k", b"{}")
             with pytest.raises(TimeoutError):

@@ -167,7 +167,7 @@ REQUESTS: list[tuple[str, Json, Json]] = [
             "top_k": 40,
             "stop": ["END", "\n\n"],
             "stream": True,
-            "stream_options": {"include_usage": True},
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         },
     ),
     ("stream false is left out", {"messages": [USER_HI], "stream": False}, {"messages": [USER_HI]}),
@@ -227,7 +227,7 @@ def test_messages_requests_become_chat_requests(request_: Json, expected: Json) 
 
 @pytest.mark.parametrize(
     "messages",
-    [None, [], "Hi", [{"role": "system", "content": "x"}], [{"role": "user", "content": 3}], ["Hi"]],
+    [None, [], "Hi", [{"role": "tool", "content": "x"}], [{"role": "user", "content": 3}], ["Hi"]],
 )
 def test_untranslatable_requests_raise(messages: Any) -> None:
     with pytest.raises(TranslationError):
@@ -315,10 +315,10 @@ ANSWERS: list[tuple[str, Json, list[Json], str, str | None, Json]] = [
             "stop",
             {"prompt_tokens": 50, "completion_tokens": 0, "prompt_tokens_details": {"cached_tokens": 32}},
         ),
-        [],
+        [{"type": "text", "text": ""}],  # an empty answer is one empty text block, as vLLM sends it
         "end_turn",
         None,
-        {"input_tokens": 50, "output_tokens": 0, "cache_read_input_tokens": 32},
+        {"input_tokens": 18, "output_tokens": 0, "cache_read_input_tokens": 32},  # Anthropic's: uncached part
     ),
 ]
 
@@ -348,7 +348,7 @@ def test_an_answer_without_choices_or_ids_still_translates() -> None:
     message = chat_to_message({"choices": [{"message": {"tool_calls": [{"function": {"name": "f"}}]}}]}, "m")
     assert message["id"].startswith("msg_") and message["usage"] == {"input_tokens": 0, "output_tokens": 0}
     assert message["content"][0]["id"].startswith("toolu_") and message["content"][0]["input"] == {}
-    assert chat_to_message({}, "m")["content"] == []
+    assert chat_to_message({}, "m")["content"] == [{"type": "text", "text": ""}]
 
 
 # Streams: the engine's chunks (vLLM's shapes), and the Anthropic events expected after message_start.

@@ -10,7 +10,7 @@ from engines.vllm import API_SERVER_MODULE, build_vllm_cpu_spec
 CONFIG = parse_config(json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text()))
 
 
-def spec(user_args: list[str]):  # type: ignore[no-untyped-def]
+def spec(user_args: list[str], **parsers: str):  # type: ignore[no-untyped-def]
     return build_vllm_cpu_spec(
         program=["/venv/bin/python", "-m", API_SERVER_MODULE],
         model="/models/smol",
@@ -22,13 +22,15 @@ def spec(user_args: list[str]):  # type: ignore[no-untyped-def]
         api_key="k",
         cache_dir=Path("/cache"),
         user_args=user_args,
+        **parsers,
     )
 
 
 def test_it_builds_the_flags_that_worked_on_vllm_cpu() -> None:
     s = spec([])
     assert s.argv[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-    assert s.added_flags == ["--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager"]
+    assert s.added_flags == ["--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager",
+                             "--enable-prompt-tokens-details"]  # fmt: skip
     assert s.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert s.env["HF_HUB_OFFLINE"] == "1"
     assert s.env["VLLM_API_KEY"] == "k" and "k" not in s.argv  # the engine key stays out of ps
@@ -37,7 +39,7 @@ def test_it_builds_the_flags_that_worked_on_vllm_cpu() -> None:
 
 def test_it_never_overrides_a_flag_the_user_set() -> None:
     s = spec(["--dtype=float32", "--max-model-len", "1024"])
-    assert s.added_flags == ["--enforce-eager"]
+    assert s.added_flags == ["--enforce-eager", "--enable-prompt-tokens-details"]
     assert s.argv[-3:] == ["--dtype=float32", "--max-model-len", "1024"]
     assert "bfloat16" not in s.argv
 
@@ -50,3 +52,12 @@ def test_flag_names_are_read_as_vllm_reads_them() -> None:
         "--tensor-parallel-size",
         "--dtype",
     }
+
+
+def test_the_models_parsers_are_added_unless_the_user_set_them() -> None:
+    s = spec([], tool_call_parser="hermes", reasoning_parser="qwen3")
+    assert s.added_flags[-5:] == ["--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                                  "--reasoning-parser", "qwen3"]  # fmt: skip
+    own = spec(["--tool-call-parser", "llama3_json"], tool_call_parser="hermes")
+    assert "hermes" not in own.argv and own.argv[-2:] == ["--tool-call-parser", "llama3_json"]
+    assert "--enable-auto-tool-choice" in own.added_flags

@@ -15,7 +15,7 @@ def get_runtime(name: str | None = None) -> Runtime:
     if name == "process":
         from appliance.runtimes.process import ProcessRuntime
 
-        return ProcessRuntime(settings.DATA_DIR / "engines")
+        return ProcessRuntime(settings.DATA_DIR / "engines", settings.HEARTH_ENGINE_ENV)
     if name == "docker":
         return _docker_runtime()
     raise ValueError(f"unknown runtime {name!r} (use process or docker)")

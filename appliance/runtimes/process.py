@@ -4,6 +4,10 @@ Each engine runs in its own session (process group) so that stopping it ends its
 so that a worker restart leaves it running for reconcile to find. Files under ``root``:
 ``NAME.pid``, ``NAME.log`` (stdout+stderr; an earlier run's under the same name moves to
 ``NAME.previous.log``), ``NAME.exit`` (exit code, written by a reaper thread in the process that started it).
+The folder is 0700 and the files 0600 (engine logs may quote prompts).
+
+An engine gets its spec's environment over an allow-list of the worker's (ENGINE_ENV, plus the names
+in ``passed``, HEARTH_ENGINE_ENV), never the whole of it: no SECRET_KEY(_FILE), REDIS_URL or DATABASE_URL.
 """
 
 import contextlib
@@ -13,18 +17,40 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from appliance.runtimes.base import RuntimeError_, RuntimeStatus, Started
 from engines.launch import LaunchSpec
 
+# What a local engine may take from the worker's environment: the basics of a process (where programs
+# and home are, language, time zone, temp folder), libraries and GPUs, network proxies and certificates,
+# and the Hugging Face cache and mode. Everything else a launch needs is in its spec.
+ENGINE_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    "HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+})  # fmt: skip
+ENGINE_ENV_PREFIXES = ("LC_",)  # locale categories
+
+
+def engine_environment(
+    worker: Mapping[str, str], spec_env: Mapping[str, str], passed: Sequence[str] = ()
+) -> dict[str, str]:
+    """The environment of a local engine: the allow-listed part of ``worker``'s, then ``spec_env``."""
+    allowed = ENGINE_ENV | set(passed)
+    kept = {k: v for k, v in worker.items() if k in allowed or k.startswith(ENGINE_ENV_PREFIXES)}
+    return {**kept, **spec_env}
+
 
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, passed_env: Sequence[str] = ()) -> None:
         self.root = root
+        self.passed_env = tuple(passed_env)
 
     def _path(self, name: str, suffix: str) -> Path:
         return self.root / f"{name}.{suffix}"
@@ -36,14 +62,15 @@ class ProcessRuntime:
         pid = self._pid(name)
         if pid is not None and self.status(name).running:  # a worker died after starting it: adopt it
             return Started(str(pid), spec.host, spec.port)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root.chmod(0o700)
         for suffix in ("exit", "pid"):
             self._path(name, suffix).unlink(missing_ok=True)
-        env = {**os.environ, **spec.env}
+        env = engine_environment(os.environ, spec.env, self.passed_env)
         log_path = self._path(name, "log")
         if log_path.exists():  # a name used before (a reset database): keep that run's log apart, not mixed in
             log_path.replace(self._path(name, "previous.log"))
-        log = log_path.open("wb")
+        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
         try:
             proc = subprocess.Popen(  # noqa: S603 - argv built by engines.*, never a shell
                 spec.argv,

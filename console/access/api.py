@@ -1,13 +1,23 @@
-"""Access's part of the JSON API: list, create (the key shown once) and revoke API keys."""
+"""Access's part of the JSON API: API keys (list, create with the key shown once, change limits, rotate,
+revoke) and members (list, add, change role, state and limits). Roles: console.access.policy; members
+reach only their own keys (403 for someone else's)."""
 
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 
-from console.access import keys
-from console.access.models import ApiKey
+from console.access import keys, members
+from console.access.key_activity import with_activity
+from console.access.models import ApiKey, Member
+from console.access.roles import role_of
 
-router = Router(tags=["keys"])
+router = Router(tags=["keys", "members"])
 
 
 class KeyIn(Schema):
@@ -19,6 +29,22 @@ class KeyIn(Schema):
     tokens_per_minute: int | None = None
     tokens_per_day: int | None = None
     max_concurrent: int | None = None
+    daily_budget_usd: Decimal | None = None
+    monthly_budget_usd: Decimal | None = None
+
+
+class KeyPatch(Schema):
+    """The limits to change; one left out keeps its value, one given as null removes it."""
+
+    allowed_models: list[str] | None = None
+    max_tokens_cap: int | None = None
+    expires_at: datetime | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    max_concurrent: int | None = None
+    daily_budget_usd: Decimal | None = None
+    monthly_budget_usd: Decimal | None = None
 
 
 class KeyOut(Schema):
@@ -28,23 +54,56 @@ class KeyOut(Schema):
     key: str
 
 
+class RotateIn(Schema):
+    grace_seconds: int = 3600
+
+
+class RotateOut(KeyOut):
+    previous_valid_until: datetime
+
+
 class KeyRow(Schema):
     id: int
     name: str
     prefix: str
+    owner: str | None
     allowed_models: list[str]
     max_tokens_cap: int | None
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    tokens_per_day: int | None
+    max_concurrent: int | None
+    daily_budget_usd: Decimal | None
+    monthly_budget_usd: Decimal | None
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    rotated_at: datetime | None
+    previous_valid_until: datetime | None
     revoked: bool
+    requests_today: int
+    tokens_today: int
+    requests_month: int
+    tokens_month: int
+
+    @staticmethod
+    def resolve_owner(obj: ApiKey) -> str | None:
+        return obj.owner.get_username() if obj.owner else None
+
+    @staticmethod
+    def resolve_last_used_at(obj: ApiKey) -> datetime | None:
+        return getattr(obj, "last_request_at", None) or obj.last_used_at
+
+    @staticmethod
+    def resolve_revoked(obj: ApiKey) -> bool:
+        return obj.revoked_at is not None
 
 
 @router.get("/keys", response=list[KeyRow])
-def list_keys(request: HttpRequest) -> list[dict[str, object]]:
-    """Every key without its secret (Hearth keeps only its hash)."""
-    return [
-        {"id": k.pk, "name": k.name, "prefix": k.prefix, "allowed_models": k.allowed_models,
-         "max_tokens_cap": k.max_tokens_cap, "revoked": k.revoked_at is not None}
-        for k in ApiKey.objects.order_by("id")
-    ]  # fmt: skip
+def list_keys(request: HttpRequest) -> list[ApiKey]:
+    """The keys you may see (all for admins and viewers, your own for members), without their secrets
+    (Hearth keeps only their hashes), with today's and this month's requests and tokens (UTC)."""
+    return list(with_activity(keys.visible_keys(request.user)).order_by("id"))
 
 
 @router.post("/keys", response={201: KeyOut})
@@ -53,7 +112,90 @@ def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
     return Status(201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key})
 
 
+@router.patch("/keys/{pk}", response=KeyRow)
+def update_key(request: HttpRequest, pk: int, data: KeyPatch) -> ApiKey:
+    key = keys.set_key_limits(keys.manageable_key(request.user, pk), request.user, **data.dict(exclude_unset=True))
+    return with_activity(ApiKey.objects.filter(pk=key.pk)).get()
+
+
+@router.post("/keys/{pk}/rotate", response=RotateOut)
+def rotate_key(request: HttpRequest, pk: int, data: RotateIn) -> dict[str, object]:
+    """A new secret for the key (shown once); the old one is accepted for ``grace_seconds`` more."""
+    key = keys.manageable_key(request.user, pk)
+    secret = keys.rotate_key(key, request.user, data.grace_seconds)
+    return {"id": key.pk, "name": key.name, "prefix": key.prefix, "key": secret,
+            "previous_valid_until": key.previous_valid_until}  # fmt: skip
+
+
 @router.delete("/keys/{pk}", response={204: None})
 def revoke_key(request: HttpRequest, pk: int) -> Status[None]:
-    keys.revoke_key(get_object_or_404(ApiKey, pk=pk))
+    keys.revoke_key(keys.manageable_key(request.user, pk), request.user)
     return Status(204, None)
+
+
+class MemberIn(Schema):
+    username: str
+    password: str
+    role: str = "member"
+
+
+class MemberPatch(Schema):
+    """What to change; one left out keeps its value, a limit given as null removes it."""
+
+    role: str | None = None
+    is_active: bool | None = None
+    allowed_models: list[str] | None = None
+    max_tokens_cap: int | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    max_concurrent: int | None = None
+    max_key_days: int | None = None
+    max_keys: int | None = None
+    daily_budget_usd: Decimal | None = None
+    monthly_budget_usd: Decimal | None = None
+
+
+class MemberOut(Schema):
+    id: int
+    username: str
+    role: str
+    is_active: bool
+    limits: dict[str, Any]
+
+    @staticmethod
+    def resolve_role(obj: Any) -> str:
+        return str(role_of(obj))
+
+    @staticmethod
+    def resolve_limits(obj: Any) -> dict[str, Any]:
+        member = Member.objects.filter(user=obj).first()
+        return {name: getattr(member, name) if member else None for name in members.MEMBER_LIMITS}
+
+
+@router.get("/members", response=list[MemberOut])
+def list_members(request: HttpRequest) -> list[Any]:
+    return list(get_user_model().objects.order_by("username"))
+
+
+@router.post("/members", response={201: MemberOut})
+def add_member(request: HttpRequest, data: MemberIn) -> Status[Any]:
+    return Status(201, members.add_member(request.user, data.username, data.password, data.role))
+
+
+@router.patch("/members/{pk}", response=MemberOut)
+def update_member(request: HttpRequest, pk: int, data: MemberPatch) -> Any:
+    user = get_object_or_404(get_user_model(), pk=pk)
+    given = data.dict(exclude_unset=True)
+    with transaction.atomic():
+        if given.get("role") is not None:
+            members.set_role(request.user, user, given.pop("role"))
+        if given.get("is_active") is not None:
+            members.set_active(request.user, user, given.pop("is_active"))
+        limits = {k: v for k, v in given.items() if k not in ("role", "is_active")}
+        if "allowed_models" in limits:
+            limits["allowed_models"] = limits["allowed_models"] or []
+        if limits:
+            members.set_member_limits(request.user, user, **limits)
+    user.refresh_from_db()
+    return user

@@ -1,33 +1,81 @@
-"""Forms of the access pages: the first admin, and a new API key with its limits."""
+"""Forms of the access pages: the first admin, a new API key with its limits, a change of a key's limits,
+and a rotation's grace period."""
 
 from typing import Any
 
 from django import forms
+from django.contrib.auth.password_validation import validate_password
+
+from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
 
 
-class ApiKeyForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="Who or what will use it, e.g. 'alice laptop'.")
+def usd_field(label: str, help_text: str) -> forms.DecimalField:
+    """An optional USD amount, as budgets take it (to the cent, from BUDGET_MIN to BUDGET_MAX)."""
+    return forms.DecimalField(required=False, min_value=BUDGET_MIN, max_value=BUDGET_MAX, decimal_places=2,
+                              label=label, help_text=help_text)  # fmt: skip
+INT_NAMES = ("max_tokens_cap", "requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
+
+
+def split_models(text: str) -> list[str]:
+    """Model names from a comma-separated field."""
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+class KeyLimitsFields(forms.Form):
+    """The limits a key shares between its creation and a later change."""
+
     allowed_models = forms.CharField(
         required=False, max_length=2000, help_text="Served model names, comma-separated; empty: every model."
     )
     max_tokens_cap = forms.IntegerField(
         required=False, min_value=1, label="max_tokens cap", help_text="Tokens per request; empty: no cap."
     )
-    expires_in_days = forms.IntegerField(required=False, min_value=1, help_text="Empty: never expires.")
     requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: unlimited.")
     tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion.")
     tokens_per_day = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion, per UTC day.")
     max_concurrent = forms.IntegerField(required=False, min_value=1, label="Requests at once")
+    daily_budget_usd = usd_field("Daily budget (USD)", "Per UTC day; empty: none.")
+    monthly_budget_usd = usd_field("Monthly budget (USD)", "Per UTC calendar month; empty: none.")
 
     def limits(self) -> dict[str, Any]:
-        """The cleaned limits as console.access.keys.create_key takes them."""
+        """The cleaned limits as console.access.keys takes them."""
         data = self.cleaned_data
-        models = [m.strip() for m in data["allowed_models"].split(",") if m.strip()]
-        names = ("max_tokens_cap", "expires_in_days", "requests_per_minute", "tokens_per_minute", "tokens_per_day",
-                 "max_concurrent")  # fmt: skip
-        return {"allowed_models": models, **{name: data[name] for name in names}}
+        names = (*INT_NAMES, "daily_budget_usd", "monthly_budget_usd")
+        return {"allowed_models": split_models(data["allowed_models"]), **{name: data[name] for name in names}}
+
+
+class ApiKeyForm(KeyLimitsFields):
+    name = forms.CharField(max_length=100, help_text="Who or what will use it, e.g. 'alice laptop'.")
+    expires_in_days = forms.IntegerField(required=False, min_value=1, max_value=MAX_DAYS, help_text="Empty: never.")
+    field_order = ("name", "allowed_models", "max_tokens_cap", "expires_in_days")
+
+    def limits(self) -> dict[str, Any]:
+        return {**super().limits(), "expires_in_days": self.cleaned_data["expires_in_days"]}
+
+
+class KeyChangeForm(KeyLimitsFields):
+    expires_at = forms.DateTimeField(required=False, label="Expires (UTC)", help_text="YYYY-MM-DD HH:MM; empty: never.")
+
+    def limits(self) -> dict[str, Any]:
+        return {**super().limits(), "expires_at": self.cleaned_data["expires_at"]}
+
+
+GRACE_CHOICES = [(0, "none: the old secret stops now"), (600, "10 minutes"), (3600, "1 hour"), (86_400, "1 day"),
+                 (7 * 86_400, "7 days"), (30 * 86_400, "30 days")]  # fmt: skip
+
+
+class RotateForm(forms.Form):
+    grace_seconds = forms.TypedChoiceField(
+        choices=GRACE_CHOICES, coerce=int, initial=3600, label="Old secret keeps working for",
+        help_text="Time to move your tools to the new secret.",
+    )  # fmt: skip
 
 
 class SetupForm(forms.Form):
     username = forms.CharField(max_length=150)
-    password = forms.CharField(widget=forms.PasswordInput, min_length=8)
+    password = forms.CharField(widget=forms.PasswordInput, min_length=8, max_length=128)
+
+    def clean_password(self) -> str:
+        password: str = self.cleaned_data["password"]
+        validate_password(password)  # raises ValidationError with Django's validators' words
+        return password

@@ -1,63 +1,138 @@
-"""API keys: issued with their limits (shown once, stored hashed: console.access.key_format) and revoked.
+"""API keys: issued with their limits (shown once, stored hashed: console.access.key_format), rotated
+(a new secret; the old one accepted for a grace period the owner chooses), changed and revoked. Each
+is recorded in the audit log, in the same transaction as the change.
 
-Every change bumps the routing version, so each gateway process sees it on its next request.
+Every change bumps the routing version after it commits, so each gateway process sees it on its next
+request. A key's limits must lie within its owner's ceilings (console.access.key_limits).
 """
 
 from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
+from console.access import key_limits
 from console.access.key_format import new_key
-from console.access.models import ApiKey
+from console.access.models import ApiKey, Member
+from console.access.roles import is_admin, may_manage_key, may_see_all
+from console.audit.recording import changed, record
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
-from console.names import INT_MAX, SERVED_NAME, check_name
 
-QUOTA_FIELDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
-LIMIT_MAX = {"expires_in_days": 36_500}
+MAX_GRACE_SECONDS = 30 * 86_400  # a rotation's old secret lives at most 30 days
+
+
+def ceilings_for(owner: Any) -> Member | None:
+    """The Member row whose ceilings bind ``owner``'s keys; None for an admin (no ceilings)."""
+    if owner is None or is_admin(owner):
+        return None
+    return Member.objects.filter(user=owner).first()
+
+
+def limits_of(key: ApiKey) -> dict[str, Any]:
+    """The key's limits, as key_limits.LIMITS names them."""
+    return {name: getattr(key, name) for name in key_limits.LIMITS}
 
 
 def create_key(
-    name: str,
-    user: Any,
-    *,
-    allowed_models: list[str] | None = None,
-    max_tokens_cap: int | None = None,
-    expires_in_days: int | None = None,
-    **quota: int | None,
-) -> tuple[ApiKey, str]:
-    """A new API key; returns (row, key). The key is in no row and no log: show it once.
+    name: str, user: Any, *, allowed_models: list[str] | None = None, expires_in_days: int | None = None,
+    **limits: Any,
+) -> tuple[ApiKey, str]:  # fmt: skip
+    """A new API key owned by ``user``; returns (row, key). The key is in no row and no log: show it once.
 
-    ``allowed_models`` (served model names; empty: all), ``max_tokens_cap`` (tokens per request),
-    ``expires_in_days`` and the quotas in QUOTA_FIELDS (None: unlimited) limit it. Raises ConsoleError
-    for a bad name or limit.
+    ``allowed_models`` (served model names; empty: all), ``expires_in_days``, and the limits of
+    key_limits.INT_LIMITS and BUDGETS (None: none) limit it, within the owner's ceilings. Raises
+    ConsoleError for a bad name or limit, or when the owner already holds their most live keys.
     """
-    name = name.strip()
-    if not name or len(name) > 100 or not name.isprintable():
-        raise ConsoleError("Give the key a name of 1–100 printable characters (who or what will use it).")
-    if unknown := set(quota) - set(QUOTA_FIELDS):
+    name = _checked_name(name)
+    if unknown := set(limits) - {*key_limits.INT_LIMITS, *key_limits.BUDGETS}:
         raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
-    limits = {"max_tokens_cap": max_tokens_cap, "expires_in_days": expires_in_days, **quota}
-    if bad := [k for k, v in limits.items() if v is not None and not 1 <= v <= LIMIT_MAX.get(k, INT_MAX)]:
-        raise ConsoleError(
-            f"{', '.join(bad)} must be from 1 to {LIMIT_MAX.get(bad[0], INT_MAX):,} (or empty for no limit)."
-        )
-    models = sorted({check_name(m, "Allowed model", SERVED_NAME) for m in allowed_models or []})
-    expires = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
+    wanted = {**dict.fromkeys(key_limits.LIMITS), **limits, "allowed_models": allowed_models or []}
+    wanted["expires_at"] = key_limits.expiry(expires_in_days)
+    member = ceilings_for(user)
+    fields = key_limits.within_ceilings(member, key_limits.checked(wanted))
     key, prefix, digest = new_key()
     with transaction.atomic():
-        row = ApiKey.objects.create(
-            name=name, prefix=prefix, key_hash=digest, created_by=user, allowed_models=models,
-            max_tokens_cap=max_tokens_cap, expires_at=expires, **quota,
-        )  # fmt: skip
+        if member is not None and member.max_keys is not None:
+            live = [k for k in ApiKey.objects.select_for_update().filter(owner=user) if k.is_live()]
+            if len(live) >= member.max_keys:
+                raise ConsoleError(f"You hold {len(live)} live keys, the most allowed for you; revoke one first.")
+        row = ApiKey.objects.create(name=name, prefix=prefix, key_hash=digest, owner=user, **fields)
+        record(user, "key.create", row, {"prefix": prefix, **{k: v for k, v in fields.items() if v not in (None, [])}})
         transaction.on_commit(bump_routing_version)
     return row, key
 
 
-def revoke_key(key: ApiKey) -> None:
+def _checked_name(name: str) -> str:
+    name = name.strip()
+    if not name or len(name) > 100 or not name.isprintable():
+        raise ConsoleError("Give the key a name of 1–100 printable characters (who or what will use it).")
+    return name
+
+
+def rotate_key(key: ApiKey, actor: Any, grace_seconds: int) -> str:
+    """Give ``key`` a new secret and return it (shown once). The old secret stays valid for
+    ``grace_seconds`` (0: refused at once); a secret from an earlier rotation still in its grace is
+    refused from now on. Raises ConsoleError for a revoked or expired key or a grace out of range."""
+    if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
+        raise ConsoleError(f"The grace period must be from 0 to {MAX_GRACE_SECONDS // 86_400} days.")
+    secret, prefix, digest = new_key()
+    now = timezone.now()
+    with transaction.atomic():
+        row = ApiKey.objects.select_for_update().get(pk=key.pk)
+        if not row.is_live(now):
+            raise ConsoleError(f"{row.name} is revoked or expired; create a new key instead.")
+        until = now + timedelta(seconds=grace_seconds)
+        old = row.prefix
+        ApiKey.objects.filter(pk=row.pk).update(
+            prefix=prefix, key_hash=digest, rotated_at=now, previous_prefix=old, previous_key_hash=row.key_hash,
+            previous_valid_until=until,
+        )  # fmt: skip
+        key.refresh_from_db()
+        record(actor, "key.rotate", key, {"prefix": [old, prefix], "old_secret_valid_until": until,
+                                          "grace_seconds": grace_seconds})  # fmt: skip
+        transaction.on_commit(bump_routing_version)
+    return secret
+
+
+def set_key_limits(key: ApiKey, actor: Any, **limits: Any) -> ApiKey:
+    """Change some of ``key``'s limits (key_limits.LIMITS; ``expires_at`` a datetime or None), within its
+    owner's ceilings. Raises ConsoleError for a bad limit or a revoked key."""
+    if key.revoked_at is not None:
+        raise ConsoleError(f"{key.name} is revoked; its limits no longer matter.")
+    before = limits_of(key)
+    after = key_limits.within_ceilings(ceilings_for(key.owner), key_limits.checked({**before, **limits}))
+    with transaction.atomic():
+        ApiKey.objects.filter(pk=key.pk).update(**after)
+        key.refresh_from_db()
+        if diff := changed(before, after):
+            record(actor, "key.limits", key, diff)
+        transaction.on_commit(bump_routing_version)
+    return key
+
+
+def revoke_key(key: ApiKey, actor: Any = None) -> None:
     """Revoke at once: every gateway process drops it on its next request."""
     with transaction.atomic():
-        ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        if ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+            record(actor, "key.revoke", key, {"prefix": key.prefix})
         transaction.on_commit(bump_routing_version)
+
+
+def manageable_key(user: Any, pk: int) -> ApiKey:
+    """The key ``pk`` when ``user`` may manage it. Raises Http404 when there is none, PermissionDenied
+    when it is someone else's and ``user`` is no admin."""
+    key = get_object_or_404(ApiKey.objects.select_related("owner"), pk=pk)
+    if not may_manage_key(user, key):
+        raise PermissionDenied("This key is someone else's; only its owner or an admin may change it.")
+    return key
+
+
+def visible_keys(user: Any) -> QuerySet[ApiKey]:
+    """The keys ``user`` may see: every key for admins and viewers, their own for members."""
+    keys = ApiKey.objects.select_related("owner")
+    return keys if may_see_all(user) else keys.filter(owner=user)

@@ -1,17 +1,22 @@
-"""Access pages: the first-run setup of the admin, sign-in, and API keys (create, shown once; revoke)."""
+"""Access pages: the first-run setup of the admin, sign-in (a password, throttled by django-axes, or the
+company's OpenID provider) and the password change. Who may open which page: console.access.policy."""
 
+from typing import cast
+
+from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import get_user_model, login
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth import get_user_model, login, update_session_auth_hash
+from django.contrib.auth.forms import PasswordChangeForm
+from django.contrib.auth.models import User
 from django.contrib.auth.views import LoginView
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.shortcuts import redirect, render
 
-from console.access import keys
-from console.access.forms import ApiKeyForm, SetupForm
-from console.access.models import ApiKey
-from console.errors import ConsoleError
+from console.access import oidc
+from console.access.forms import SetupForm
+from console.access.models import Member, Role
+from console.audit.recording import record
 
 
 def setup(request: HttpRequest) -> HttpResponse:
@@ -21,41 +26,36 @@ def setup(request: HttpRequest) -> HttpResponse:
         return redirect("access:login")
     form = SetupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        user = user_model.objects.create_superuser(form.cleaned_data["username"], "", form.cleaned_data["password"])
-        login(request, user)
+        with transaction.atomic():
+            user = user_model.objects.create_superuser(form.cleaned_data["username"], "", form.cleaned_data["password"])
+            Member.objects.create(user=user, role=Role.ADMIN)
+            record(user, "member.create", user, {"role": Role.ADMIN, "why": "first run"})
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         return redirect("catalog:models")
     return render(request, "access/setup.html", {"form": form})
 
 
 def login_page(request: HttpRequest) -> HttpResponseBase:
-    """Django's login, or the first-run setup while no user exists."""
+    """Django's login (django-axes locks a username out from an address after HEARTH_LOGIN_FAILURE_LIMIT
+    failures), with the single sign-on button when OIDC is set up; the first-run setup while no user exists."""
     if not get_user_model().objects.exists():
         return redirect("access:setup")
-    return LoginView.as_view(template_name="access/login.html")(request)
+    context = {"oidc_label": settings.HEARTH_OIDC_LABEL if oidc.enabled() else "",
+               "failure_limit": settings.AXES_FAILURE_LIMIT}  # fmt: skip
+    return LoginView.as_view(template_name="access/login.html", extra_context=context)(request)
 
 
-@login_required
-def keys_page(request: HttpRequest) -> HttpResponse:
-    """Keys and a form for a new one. A new key is shown once, on the page the create redirects to
-    (kept in the session only until that page is rendered), so a reload never creates a second key."""
-    form = ApiKeyForm(request.POST or None)
+def password_page(request: HttpRequest) -> HttpResponse:
+    """Change one's own password (the old one first). Accounts from the identity provider have none here."""
+    user = cast(User, request.user)  # signed in: console.access.policy lets nobody else here
+    if not user.has_usable_password():
+        return render(request, "access/password.html", {"sso": True})
+    form = PasswordChangeForm(user, request.POST or None)
     if request.method == "POST" and form.is_valid():
-        try:
-            _, key = keys.create_key(form.cleaned_data["name"], request.user, **form.limits())
-        except ConsoleError as exc:
-            form.add_error(None, str(exc))
-        else:
-            request.session["new_key"] = key
-            return redirect("access:keys")
-    rows = ApiKey.objects.order_by("-created_at")
-    new_key = request.session.pop("new_key", "")
-    return render(request, "access/keys.html", {"form": form, "keys": rows, "new_key": new_key})
-
-
-@login_required
-@require_POST
-def key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
-    key = get_object_or_404(ApiKey, pk=pk)
-    keys.revoke_key(key)
-    messages.success(request, f"Revoked {key.name} ({key.prefix}…).")
-    return redirect("access:keys")
+        with transaction.atomic():
+            form.save()
+            record(user, "member.password", user, {})
+        update_session_auth_hash(request, form.user)  # stay signed in here; other sessions end
+        messages.success(request, "Password changed.")
+        return redirect("access:password")
+    return render(request, "access/password.html", {"form": form})

@@ -22,6 +22,9 @@ class ModelSource(models.Model):
     weights_bytes = models.BigIntegerField(help_text="Real tensor bytes from the safetensors headers.")
     tensor_dtypes = models.JSONField(default=list, help_text="Dtypes the checkpoint actually stores.")
     license = models.CharField(max_length=100, blank=True, help_text="From the model card, when known.")
+    chat_template = models.TextField(
+        blank=True, help_text="The chat template's text, for the engine's tool-call and reasoning parsers."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

@@ -12,10 +12,16 @@ from console.errors import ConsoleError
 from console.names import check_name
 from engines.modelconfig import ModelConfigError, parse_config, read_checkpoint
 
+MAX_PATH = 500  # ModelSource.path's column
+
 
 def add_local_model(name: str, path: str) -> ModelSource:
     """Register a local checkpoint folder. Raises ConsoleError when it is unreadable or the name is taken."""
     name = check_name(name, "Model name")
+    if len(path) > MAX_PATH:
+        raise ConsoleError(f"Model path is too long: {len(path):,} characters, at most {MAX_PATH}.")
+    if "\x00" in path:
+        raise ConsoleError("Model path may not contain a NUL character.")
     folder = Path(path).expanduser()
     if not folder.is_absolute():
         raise ConsoleError(f"Model path {path!r} must be an absolute path on the appliance.")
@@ -23,6 +29,8 @@ def add_local_model(name: str, path: str) -> ModelSource:
         ckpt = read_checkpoint(folder)
     except ModelConfigError as exc:
         raise ConsoleError(str(exc)) from None
+    except OSError as exc:  # a name too long for the file system, a folder it may not read
+        raise ConsoleError(f"Cannot read {path[:200]!r}: {exc.strerror or exc}.") from None
     return _save_model(
         name=name,
         kind=ModelSource.Kind.LOCAL,
@@ -30,6 +38,7 @@ def add_local_model(name: str, path: str) -> ModelSource:
         config=ckpt.raw_config,
         weights_bytes=ckpt.weights_bytes,
         tensor_dtypes=ckpt.tensor_dtypes,
+        chat_template=ckpt.chat_template,
     )
 
 
@@ -53,6 +62,7 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
         weights_bytes=model.weights_bytes,
         tensor_dtypes=model.tensor_dtypes,
         license=model.license,
+        chat_template=model.chat_template,
     )
 
 

@@ -4,16 +4,15 @@ raise ConsoleError."""
 
 from django.db import IntegrityError, transaction
 
+from console.audit.recording import record
 from console.catalog.models import ModelSource
 from console.deployments import dispatch
 from console.deployments.engine_flags import check_extra_args
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
-from console.deployments.planning import plan_for
+from console.deployments.planning import MAX_REPLICAS, plan_for
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
 from console.names import INT_MAX, SERVED_NAME, check_name
-
-MAX_REPLICAS = 8
 
 
 def create_deployment(
@@ -31,8 +30,13 @@ def create_deployment(
     replica_count: int = 1,
     max_tokens_cap: int | None = None,
     max_num_seqs: int = 0,
+    tool_call_parser: str = "",
+    reasoning_parser: str = "",
+    fit_max_tokens: bool = False,
 ) -> Deployment:
-    """Create a stopped deployment with its plan; launch it with ``launch``.
+    """Create a stopped deployment with its plan; launch it with ``launch``. ``tool_call_parser`` and
+    ``reasoning_parser`` override the plan's choice ("none": off); ``fit_max_tokens`` lowers an output limit
+    over the context left instead of refusing the request.
 
     Raises ConsoleError when the plan does not fit (with what would), the replicas do not fit the
     GPUs or the host's memory, or a name is taken.
@@ -54,12 +58,15 @@ def create_deployment(
         tensor_parallel_size=tensor_parallel_size,
         replica_count=replica_count,
         max_num_seqs=max_num_seqs,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+        fit_max_tokens=fit_max_tokens,
     )
     if not plan["fits"]:
         raise ConsoleError(" ".join([plan["reasons"][-1], *plan["remedies"]]))
     try:
         with transaction.atomic():
-            return Deployment.objects.create(
+            dep = Deployment.objects.create(
                 name=name,
                 model=model,
                 engine=engine,
@@ -70,8 +77,16 @@ def create_deployment(
                 plan=plan,
                 replica_count=replica_count,
                 max_tokens_cap=max_tokens_cap,
+                fit_max_tokens=fit_max_tokens,
+                tool_call_parser=tool_call_parser.strip(),
+                reasoning_parser=reasoning_parser.strip(),
                 state=DeploymentState.STOPPED,
             )
+            record(None, "deployment.create", dep, {
+                "model": model.name, "engine": engine, "served_model_name": served, "replica_count": replica_count,
+                "max_model_len": dep.max_model_len, "extra_args": dep.extra_args, "max_tokens_cap": max_tokens_cap,
+            })  # fmt: skip
+            return dep
     except IntegrityError:
         raise ConsoleError("A deployment with that name or served model name already exists.") from None
 
@@ -82,9 +97,11 @@ def launch(deployment: Deployment) -> None:
     Raises ConsoleError when it is already active.
     """
     with transaction.atomic():
+        before = deployment.state
         if not deployment.move(DeploymentState.PENDING, "Waiting for a worker."):
             then = "wait until it has stopped" if deployment.state == DeploymentState.STOPPING else "stop it first"
             raise ConsoleError(f"{deployment.name} is {deployment.state}; {then}, then launch it again.")
+        record(None, "deployment.launch", deployment, {"state": [before, DeploymentState.PENDING]})
         transaction.on_commit(lambda: dispatch.send(dispatch.LAUNCH, deployment.pk))
 
 
@@ -94,8 +111,10 @@ def stop(deployment: Deployment) -> None:
     Raises ConsoleError when it is not running.
     """
     with transaction.atomic():
+        before = deployment.state
         if deployment.state not in ACTIVE_STATES or not deployment.move(DeploymentState.STOPPING):
             raise ConsoleError(f"{deployment.name} is {deployment.state}; there is nothing to stop.")
+        record(None, "deployment.stop", deployment, {"state": [before, DeploymentState.STOPPING]})
         transaction.on_commit(bump_routing_version)
         transaction.on_commit(lambda: dispatch.send(dispatch.STOP, deployment.pk))
 
@@ -107,4 +126,5 @@ def delete_deployment(deployment: Deployment) -> None:
             pk=deployment.pk, state__in=[DeploymentState.STOPPED, DeploymentState.FAILED]
         ).delete()[0]:
             raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
+        record(None, "deployment.delete", deployment, {"name": deployment.name})
         transaction.on_commit(bump_routing_version)

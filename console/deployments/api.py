@@ -3,12 +3,12 @@
 from datetime import datetime
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions, changes, remedy
+from console.deployments import admin_actions, changes, cluster_export, remedy
 from console.deployments.models import Deployment, Replica
 from console.deployments.planning import plan_for
 from console.errors import ConsoleError
@@ -27,6 +27,9 @@ class PlanIn(Schema):
     tensor_parallel_size: int = 0
     replica_count: int = 1
     max_num_seqs: int = 0
+    tool_call_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
+    reasoning_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
+    fit_max_tokens: bool = False
 
     def options(self) -> dict[str, Any]:
         return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "max_tokens_cap"})
@@ -76,6 +79,9 @@ class DeploymentOut(Schema):
     plan: dict[str, object]
     extra_args: list[str]
     engine_env: dict[str, str]
+    fit_max_tokens: bool
+    tool_call_parser: str
+    reasoning_parser: str
     engine_version: str
     engine_image: str
     gpu_model: str
@@ -160,6 +166,9 @@ class ChangeIn(Schema):
     tensor_parallel_size: int | None = None
     max_num_seqs: int | None = None
     extra_args: list[str] | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    fit_max_tokens: bool | None = None
     confirm: bool = False
 
 
@@ -188,3 +197,32 @@ def apply_remedy(request: HttpRequest, pk: int) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     remedy.apply_remedy(dep)
     return Status(202, dep)
+
+
+class ExportOut(Schema):
+    target: str
+    title: str
+    follows: str
+    filename: str
+    offered: bool
+    notes: list[str]
+    text: str
+
+
+@router.get("/deployments/{pk}/export", response=list[ExportOut])
+def list_exports(request: HttpRequest, pk: int, gpus_per_node: int | None = None) -> list[Any]:
+    """The deployment as cluster documents: production-stack Helm values, a KServe InferenceService and a
+    LeaderWorkerSet, each offered (its YAML in ``text``) or with the reason it is not in ``notes``.
+    ``gpus_per_node``: the cluster's GPUs per node (default: this box's). 400 when none can be made."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    return cluster_export.exports_of(dep, gpus_per_node)
+
+
+@router.get("/deployments/{pk}/export/{target}")
+def download_export(request: HttpRequest, pk: int, target: str, gpus_per_node: int | None = None) -> HttpResponse:
+    """One target's file, as YAML to save (400 with the reason when it is not offered)."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    found = cluster_export.export_of(dep, target, gpus_per_node)
+    response = HttpResponse(found.text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{found.filename}"'
+    return response

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
+from console.audit.recording import changed, record
 from console.deployments import dispatch
 from console.deployments.engine_flags import check_extra_args
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
@@ -43,6 +44,9 @@ def current_settings(deployment: Deployment) -> dict[str, Any]:
         "tensor_parallel_size": plan.get("tensor_parallel_size", 0),
         "max_num_seqs": plan.get("max_num_seqs", 0),
         "extra_args": list(deployment.extra_args),
+        "tool_call_parser": deployment.tool_call_parser,
+        "reasoning_parser": deployment.reasoning_parser,
+        "fit_max_tokens": deployment.fit_max_tokens,
     }
 
 
@@ -56,6 +60,9 @@ def preview_change(
     tensor_parallel_size: int,
     max_num_seqs: int,
     extra_args: list[str],
+    tool_call_parser: str,
+    reasoning_parser: str,
+    fit_max_tokens: bool,
 ) -> ChangePreview:
     """What changing ``deployment`` to these settings would do; changes nothing.
 
@@ -66,7 +73,8 @@ def preview_change(
         deployment.model, deployment.engine, max_model_len=max_model_len, kv_space_gib=kv_space_gib,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
         tensor_parallel_size=tensor_parallel_size, max_num_seqs=max_num_seqs, replica_count=deployment.replica_count,
-        exclude=deployment.pk,
+        exclude=deployment.pk, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+        fit_max_tokens=fit_max_tokens,
     )  # fmt: skip
     recreate = deployment.state in ACTIVE_STATES
     return ChangePreview(plan, recreate, _downtime(deployment) if recreate else None)
@@ -96,6 +104,9 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         "max_model_len": preview.plan["max_model_len"],
         "kv_space_gib": settings["kv_space_gib"],
         "extra_args": settings["extra_args"],
+        "tool_call_parser": settings["tool_call_parser"].strip(),
+        "reasoning_parser": settings["reasoning_parser"].strip(),
+        "fit_max_tokens": settings["fit_max_tokens"],
         "engine_image": "",  # re-pinned to the configured image at the next launch
         "engine_image_ref": "",
     }
@@ -104,6 +115,8 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         if row.state == DeploymentState.STOPPING:
             raise ConsoleError(f"{row.name} is stopping; change it once it has stopped.")
         Deployment.objects.filter(pk=row.pk).update(**fields)
+        diff = changed(current_settings(row), {**settings, "max_model_len": preview.plan["max_model_len"]})
+        record(None, "deployment.change", row, {**diff, "recreate": preview.recreate})
         if preview.recreate:
             if not row.move(DeploymentState.STOPPING, "Recreating with the new settings: the old engine stops first."):
                 raise ConsoleError(f"{row.name} changed state meanwhile; try again.")

@@ -55,6 +55,21 @@ class DeploymentForm(forms.Form):
         help_text="Engines serving this model at once.",
     )  # fmt: skip
 
+    fit_max_tokens = forms.BooleanField(
+        required=False, label="Fit max_tokens to the context left",
+        help_text="A request asking for more output than its context leaves gets what it leaves (a response "
+        "header says so) instead of a refusal: coding agents ask for 32,000 tokens whatever the model.",
+    )  # fmt: skip
+    tool_call_parser = forms.CharField(
+        required=False, max_length=50, label="Tool-call parser",
+        help_text="Empty: the plan's choice for this model; 'none': off (requests with tools are refused).",
+    )  # fmt: skip
+    reasoning_parser = forms.CharField(
+        required=False, max_length=50, label="Reasoning parser",
+        help_text="Empty: the plan's choice for this model; 'none': off (reasoning stays in the answer).",
+    )  # fmt: skip
+
+    AGENT_FIELDS = ("tool_call_parser", "reasoning_parser", "fit_max_tokens")
     PLAN_FIELDS = (
         "max_model_len", "kv_space_gib", "kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
         "max_num_seqs",
@@ -76,7 +91,7 @@ class DeploymentForm(forms.Form):
 
     def plan_options(self) -> dict[str, Any]:
         """The cleaned values planning.plan_for takes as options."""
-        return {k: self.cleaned_data[k] for k in (*self.PLAN_FIELDS, "replica_count")}
+        return {k: self.cleaned_data[k] for k in (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "replica_count")}
 
 
 class ChangeForm(DeploymentForm):
@@ -91,4 +106,5 @@ class ChangeForm(DeploymentForm):
 
     def settings(self) -> dict[str, Any]:
         """The cleaned values console.deployments.changes takes."""
-        return {**{k: self.cleaned_data[k] for k in self.PLAN_FIELDS}, "extra_args": self.cleaned_data["extra_args"]}
+        fields = (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "extra_args")
+        return {k: self.cleaned_data[k] for k in fields}

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, get_runtime
+from console.deployments.agent_support import launch_parsers
 from console.deployments.models import Deployment, Replica
 from engines import adapters
 from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec, image_version
@@ -78,12 +79,14 @@ def converge(dep: Deployment) -> list[Replica]:
     return live
 
 
+ENGINE_KEY_PREFIX = "hek-"  # so a leaked engine key is found by its shape (tests/test_secrets_kept.py)
+
+
 def _new_replica(dep: Deployment, runtime: Runtime) -> Replica:
     host = settings.HEARTH_ENGINE_HOST
     port = CONTAINER_PORT if runtime.name == "docker" else _free_port(host)
-    replica = Replica.objects.create(
-        deployment=dep, runtime=runtime.name, host=host, port=port, engine_api_key=secrets.token_urlsafe(24)
-    )
+    key = ENGINE_KEY_PREFIX + secrets.token_urlsafe(24)
+    replica = Replica.objects.create(deployment=dep, runtime=runtime.name, host=host, port=port, engine_api_key=key)
     replica.runtime_name = f"hearth-{settings.HEARTH_INSTANCE[:6]}-replica-{replica.pk}"
     replica.save(update_fields=["runtime_name"])
     return replica
@@ -112,7 +115,10 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
     if in_container and dep.model.path:
         model = f"{CONTAINER_MODELS}/{dep.model.name}"
         mounts[dep.model.path] = model
+    tool_call_parser, reasoning_parser = launch_parsers(dep)
     common = {
+        "tool_call_parser": tool_call_parser,
+        "reasoning_parser": reasoning_parser,
         "served_model_name": dep.served_model_name,
         "host": "0.0.0.0" if in_container else replica.host,  # noqa: S104 - the container's own network only
         "port": replica.port,
@@ -150,6 +156,7 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
 def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPlan) -> LaunchSpec:
     """vLLM's or SGLang's container spec, its flags from engines.adapters for the image's version."""
     build = adapters.vllm_args if dep.engine == EngineKind.VLLM else adapters.sglang_args
+    tool_call_parser, reasoning_parser = launch_parsers(dep)
     try:
         built = build(
             version=image_version(image_ref(dep)),
@@ -160,6 +167,8 @@ def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPla
             api_key=replica.engine_api_key,
             plan=plan,
             user_args=dep.extra_args,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
         )
     except ValueError as exc:
         raise RuntimeError_(str(exc)) from None

@@ -18,6 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from console.catalog.models import ModelSource
+from console.sealed import SealedCharField
 
 
 class DeploymentState(models.TextChoices):
@@ -64,6 +65,15 @@ class Deployment(models.Model):
     replica_count = models.PositiveSmallIntegerField(default=1, help_text="Engines serving this model at once.")
     max_tokens_cap = models.PositiveIntegerField(
         null=True, blank=True, help_text="Tokens a request may generate here, whatever it asks; None: no cap."
+    )
+    fit_max_tokens = models.BooleanField(
+        default=False, help_text="Lower an output limit over the context left to what it leaves, instead of a 400."
+    )
+    tool_call_parser = models.CharField(
+        max_length=50, blank=True, help_text="Override of the plan's tool-call parser; 'none' turns it off."
+    )
+    reasoning_parser = models.CharField(
+        max_length=50, blank=True, help_text="Override of the plan's reasoning parser; 'none' turns it off."
     )
     plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
     state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
@@ -116,7 +126,7 @@ class Replica(models.Model):
     handle = models.CharField(max_length=100, blank=True, help_text="pid or container id.")
     host = models.CharField(max_length=100)
     port = models.PositiveIntegerField()
-    engine_api_key = models.CharField(max_length=100, help_text="Per-launch secret; only the gateway uses it.")
+    engine_api_key = SealedCharField(max_length=255, help_text="Per-launch secret; only the gateway uses it. Sealed.")
     running = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
     oom_killed = models.BooleanField(default=False)

@@ -12,6 +12,7 @@ from django.conf import settings
 
 from appliance.hardware import InventoryError, current_inventory
 from console.catalog.models import ModelSource
+from console.deployments.agent_support import agent_facts, parser_facts
 from console.deployments.models import ACTIVE_STATES, Deployment
 from console.errors import ConsoleError
 from console.names import INT_MAX
@@ -24,6 +25,8 @@ from engines.sizing import plan_cpu
 
 MAX_KV_SPACE_GIB = 65_536
 MAX_NUM_SEQS = 65_536
+MAX_REPLICAS = 8
+KV_CACHE_DTYPES = ("auto", "fp8")  # as the deployment form offers them (engines.sizing.kv_value_bytes)
 
 
 def available_engines() -> list[EngineKind]:
@@ -48,6 +51,29 @@ def plan_for(
     model: ModelSource,
     engine: str,
     *,
+    tool_call_parser: str = "",
+    reasoning_parser: str = "",
+    fit_max_tokens: bool = False,
+    **sizing: Any,
+) -> dict[str, Any]:
+    """The plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict): the sizing
+    (``sizing``: sizing_plan's keywords) and what coding agents need of it, ``plan["parsers"]`` (the engine's
+    tool-call and reasoning parsers, ``tool_call_parser``/``reasoning_parser`` overriding the choice: "" keeps
+    it, "none" turns it off) and ``plan["agents"]`` (whether its context serves each agent's first request,
+    with ``fit_max_tokens`` on or off; console.deployments.agent_support).
+
+    Raises ConsoleError as sizing_plan does, and for a parser name that is not one.
+    """
+    plan = sizing_plan(model, engine, **sizing)
+    plan["parsers"] = parser_facts(model, engine, tool_call_parser, reasoning_parser)
+    plan["agents"] = agent_facts(int(plan.get("max_model_len") or 0), fit_max_tokens)
+    return plan
+
+
+def sizing_plan(
+    model: ModelSource,
+    engine: str,
+    *,
     max_model_len: int = 0,
     kv_space_gib: float = 1.0,
     kv_cache_dtype: str = "auto",
@@ -57,7 +83,7 @@ def plan_for(
     max_num_seqs: int = 0,
     exclude: int | None = None,
 ) -> dict[str, Any]:
-    """The sizing plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict).
+    """The sizing plan for ``model`` on ``engine`` (a JSON-able dict).
 
     vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force, less the
     GPUs other active deployments hold (``exclude``: a deployment whose own GPUs count as free).
@@ -73,6 +99,10 @@ def plan_for(
         )
     if not 0 < kv_space_gib <= MAX_KV_SPACE_GIB:  # vLLM (CPU)'s only, but never stored out of range
         raise ConsoleError(f"KV space must be above 0 and at most {MAX_KV_SPACE_GIB:,} GiB.")
+    if not 1 <= replica_count <= MAX_REPLICAS:
+        raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
+    if kv_cache_dtype not in KV_CACHE_DTYPES:  # the CPU plan ignores it, but it is stored and shown
+        raise ConsoleError(f"KV cache dtype must be one of: {', '.join(KV_CACHE_DTYPES)}.")
     if not 0 <= max_num_seqs <= MAX_NUM_SEQS:
         raise ConsoleError(f"max_num_seqs must be 0 (the planner's default) to {MAX_NUM_SEQS:,} sequences.")
     config = parse_config(model.config)

@@ -3,6 +3,7 @@ page, and applied on the admin's confirmation as a change of settings and a new 
 
 from django.db import transaction
 
+from console.audit.recording import record
 from console.deployments.admin_actions import launch
 from console.deployments.models import Deployment, DeploymentState
 from console.errors import ConsoleError
@@ -33,5 +34,6 @@ def apply_remedy(deployment: Deployment) -> Remedy:
         ):
             raise ConsoleError(f"{deployment.name} is no longer failed; nothing was changed.")
         deployment.refresh_from_db()
+        record(None, "deployment.remedy", deployment, {c.name: [c.before, c.after] for c in remedy.changes})
         launch(deployment)
     return remedy

@@ -14,4 +14,6 @@ urlpatterns = [
     path("deployments/<int:pk>/change/", views.deployment_change, name="change"),
     path("deployments/<int:pk>/remedy/", views.deployment_action, {"action": "remedy"}, name="remedy"),
     path("deployments/<int:pk>/delete/", views.deployment_delete, name="delete"),
+    path("deployments/<int:pk>/export/", views.deployment_export, name="export"),
+    path("deployments/<int:pk>/export/<str:target>/", views.deployment_export_file, name="export-file"),
 ]

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from console.deployments import admin_actions, changes, remedy
+from console.deployments import admin_actions, changes, cluster_export, remedy
 from console.deployments.forms import ChangeForm, DeploymentForm
 from console.deployments.models import Deployment
 from console.deployments.planning import plan_for
@@ -118,3 +118,28 @@ def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("deployments:detail", dep.pk)
     messages.success(request, f"Deleted {dep.name}.")
     return redirect("deployments:list")
+
+
+@login_required
+def deployment_export(request: HttpRequest, pk: int) -> HttpResponse:
+    """Export for a cluster: each target's file to download, or why it is not offered."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    try:
+        context: dict[str, object] = {"dep": dep, "exports": cluster_export.exports_of(dep)}
+    except ConsoleError as exc:
+        context = {"dep": dep, "error": str(exc)}
+    return render(request, "deployments/export.html", context)
+
+
+@login_required
+def deployment_export_file(request: HttpRequest, pk: int, target: str) -> HttpResponse:
+    """One target's file, saved as YAML; a target not offered goes back to the export page with why."""
+    dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
+    try:
+        found = cluster_export.export_of(dep, target)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+        return redirect("deployments:export", dep.pk)
+    response = HttpResponse(found.text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{found.filename}"'
+    return response

@@ -23,6 +23,15 @@ class RequestLog(models.Model):
     duration_seconds = models.FloatField()
     truncated = models.BooleanField(default=False, help_text="The engine ended the stream without its terminal event.")
     client_cancelled = models.BooleanField(default=False)
+    usage_estimated = models.BooleanField(
+        default=False, help_text="The engine gave no usage (a stream cut or left): the gateway counted the tokens."
+    )
+    reasoning_tokens = models.IntegerField(null=True, help_text="Hidden reasoning tokens; None: no reasoning seen.")
+    tool_call_failures = models.PositiveSmallIntegerField(
+        default=0, help_text="Tool calls whose arguments were not a JSON object, or a call written as text."
+    )
+    length_cut = models.BooleanField(default=False, help_text="The answer hit its output-token limit.")
+    empty_answer = models.BooleanField(default=False, help_text="A finished answer with no text and no tool call.")
 
     class Meta:
         indexes = (models.Index(fields=["api_key", "created_at"]),)

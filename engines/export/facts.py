@@ -67,6 +67,7 @@ class ClusterFacts:
     ``replica_count`` engines at once; ``ttft_slo_seconds`` / ``itl_slo_seconds`` the targets where set
     (seconds); ``gpu_model`` and ``gpu_memory_bytes`` the GPUs it was planned on; ``weights_bytes`` the
     checkpoint's tensor bytes (0: unknown). ``gpus_per_node``: the GPUs one cluster node has.
+    ``tool_call_parser`` / ``reasoning_parser``: the parsers it runs with (None: none).
 
     Raises ValueError, with the reason, for facts no cluster document can be made from.
     """
@@ -94,6 +95,8 @@ class ClusterFacts:
     gpu_model: str = ""
     gpu_memory_bytes: int = 0
     weights_bytes: int = 0
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
     def __post_init__(self) -> None:
         if problems := self._problems():
@@ -161,6 +164,8 @@ class ClusterFacts:
             revision=self.model_revision if revision and self.model_repo_id else None,
             plan=self.gpu_plan(),
             user_args=self.extra_args,
+            tool_call_parser=self.tool_call_parser,
+            reasoning_parser=self.reasoning_parser,
         )
 
     def user_sets(self, flag: str) -> bool:

@@ -91,18 +91,30 @@ def _model_spec(facts: ClusterFacts) -> dict[str, Any]:
     return spec
 
 
+def _pairs(flags: list[str]) -> list[tuple[str, str | None]]:
+    """(flag, value) of a planned flag list, None for a switch (``--enable-prompt-tokens-details``): a flag
+    whose next item is another flag, or nothing."""
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(flags):
+        value = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else None
+        pairs.append((flags[i], value))
+        i += 1 if value is None else 2
+    return pairs
+
+
 def _vllm_config(facts: ClusterFacts) -> dict[str, Any]:
     """The plan's flags as the chart's fields; the flags it has no field for (the KV cache dtype), the
     served model name and the admin's flags go to extraArgs, in that order."""
     config: dict[str, Any] = {"enablePrefixCaching": True}
     rest: list[str] = []
     flags = facts.planned_flags(revision=False)  # the chart passes modelRevision as --revision itself
-    for flag, value in zip(flags[::2], flags[1::2], strict=True):  # vLLM's planned flags all take a value
-        if flag in VLLM_CONFIG:
+    for flag, value in _pairs(flags):
+        if flag in VLLM_CONFIG and value is not None:
             field, kind = VLLM_CONFIG[flag]
             config[field] = kind(value)
         else:
-            rest += [flag, value]
+            rest += [flag] if value is None else [flag, value]
     if not facts.user_sets("--dtype"):
         config["dtype"] = facts.dtype
     config["extraArgs"] = [*rest, "--served-model-name", facts.served_model_name, *facts.extra_args]

@@ -1,8 +1,9 @@
 """A vLLM look-alike for demo mode and failure tests: ``python -m engines.simulator --port 8000 ...``.
 
 Serves, at the protocol level as vLLM 0.32.0 does: ``/health``, ``/version``, ``/v1/models``,
-``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/messages``,
-``/v1/messages/count_tokens``, ``/tokenize`` and ``/metrics`` (flavors ``vllm``, ``vllm-v0``, ``sglang``).
+``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/responses`` (streamed events,
+tool calls, reasoning items: ``responses_api.py``), ``/v1/messages``, ``/v1/messages/count_tokens``,
+``/tokenize`` and ``/metrics`` (flavors ``vllm``, ``vllm-v0``, ``sglang``).
 Answers are deterministic words paced by a simulated scheduler with a KV budget, a FIFO queue and a
 prefix cache (``scheduler.py``). Pure Python (aiohttp, prometheus_client); imports nothing of Hearth.
 Flags mirror vLLM's (``python -m engines.simulator --help``; ``config.py``); unknown ones are ignored
@@ -27,5 +28,13 @@ Instance faults (flags): ``--fault-oom-at-start`` (a CUDA OOM traceback on stder
 SECONDS`` (everything, /health included, answers 503 until loaded).
 
 ``--no-anthropic`` drops ``/v1/messages`` and ``/v1/messages/count_tokens`` (404), like an engine that
-serves only the OpenAI API (SGLang, older vLLM releases).
+serves only the OpenAI API (SGLang, older vLLM releases); ``--no-responses`` drops ``/v1/responses`` (404),
+like an engine without the Responses API (SGLang, vLLM before 0.10).
+
+Agent mode (on; ``--no-agent-mode`` turns it off): given tools and a file task ("read PATH", "write
+"TEXT" to PATH", "copy SRC to DST"), the model calls the coding agent's own tools (Claude Code's Read and
+Write, Codex's exec_command, ...) with valid JSON arguments, one per turn, and answers once every tool
+result is back; ``agent.py`` has the grammar and the tool table. ``--reasoning-parser NAME`` makes every
+answer start with ``--reasoning-tokens`` (8) tokens of reasoning, sent as vLLM sends a reasoning parser's
+output (``reasoning`` deltas, ``thinking`` blocks, ``reasoning`` items) and counted in its usage.
 """

@@ -1,21 +1,27 @@
 """/v1/messages and /v1/messages/count_tokens in the Anthropic Messages API shapes, as vLLM serves them.
 
-Stream order (https://docs.anthropic.com/en/docs/build-with-claude/streaming; the same in vLLM 0.32.0):
-message_start, content_block_start, content_block_delta… (``text_delta``, or ``input_json_delta`` for a
-tool_use block), content_block_stop, message_delta (``stop_reason``, ``usage.output_tokens``),
-message_stop; each as ``event: NAME`` then ``data: {json}``.
+Stream order (https://docs.anthropic.com/en/docs/build-with-claude/streaming; the same in vLLM 0.32.0,
+vllm/entrypoints/anthropic/serving.py): message_start (``usage.input_tokens``: the whole prompt), then with
+``--reasoning-parser`` a ``thinking`` block (``thinking_delta``…, one ``signature_delta``), then the answer's
+block: content_block_start, content_block_delta… (``text_delta``, or ``input_json_delta`` for a tool_use
+block), content_block_stop; message_delta (``stop_reason``, and usage as vLLM's ``_build_anthropic_usage``
+gives it: ``input_tokens`` the uncached part of the prompt, ``cache_read_input_tokens`` the cached part,
+``output_tokens``), message_stop; each as ``event: NAME`` then ``data: {json}``.
 """
 
 import json
+import uuid
 from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import textgen, tokenizer
+from engines.simulator import agent, textgen, tokenizer
 from engines.simulator.common import (
     STATE,
     APIError,
     Dropped,
+    SimState,
+    agent_output,
     budget,
     check_model,
     last_user_text,
@@ -27,6 +33,7 @@ from engines.simulator.common import (
     send,
     start_sse,
     strike,
+    thought,
 )
 from engines.simulator.faults import Faults
 from engines.simulator.scheduler import Job
@@ -82,6 +89,32 @@ def _block(out: textgen.Output, complete: bool) -> dict[str, Any]:
     return {"type": "tool_use", "id": out.tool.id, "name": out.tool.name, "input": tool_input}
 
 
+def _answer(
+    state: SimState, body: dict[str, Any], msgs: list[dict[str, Any]], prompt: str, max_tokens: int
+) -> textgen.Output:
+    """Agent mode's move, else a tool call when one is due, else text."""
+    out = agent_output(state, agent.from_anthropic(body), max_tokens, "toolu_")
+    if out is not None:
+        return out
+    tool = _tool_plan(body, msgs)
+    if tool:
+        return textgen.plan_tool_call(tool[0], tool[1], max_tokens=max_tokens, id_prefix="toolu_")
+    stops = [s for s in body.get("stop_sequences") or [] if isinstance(s, str)]
+    seed, natural = state.cfg.seed, state.cfg.natural_output_tokens
+    return textgen.plan_text(prompt, seed=seed, index=0, max_tokens=max_tokens, natural=natural, stop=stops)
+
+
+def final_usage(prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, int]:
+    """vLLM 0.32's ``_build_anthropic_usage``: input_tokens is the prompt less its cached part."""
+    return {"input_tokens": prompt_tokens - cached_tokens, "cache_read_input_tokens": cached_tokens,
+            "output_tokens": output_tokens}  # fmt: skip
+
+
+def _thinking(out: textgen.Output, complete: bool) -> dict[str, Any]:
+    block = {"type": "thinking", "thinking": out.reasoning_text if complete else ""}
+    return {**block, "signature": uuid.uuid4().hex} if complete else block
+
+
 async def messages(request: web.Request) -> web.StreamResponse:
     """POST /v1/messages."""
     state = request.app[STATE]
@@ -93,14 +126,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     faults = request_faults(request, last_user_text(msgs))
     ids = tokenizer.encode(prompt)
     max_tokens = budget(state.cfg, len(ids), body.get("max_tokens"), faults.context_length)
-    tool = _tool_plan(body, msgs)
-    if tool:
-        out = textgen.plan_tool_call(tool[0], tool[1], max_tokens=max_tokens, id_prefix="toolu_")
-    else:
-        stops = [s for s in body.get("stop_sequences") or [] if isinstance(s, str)]
-        seed, natural = state.cfg.seed, state.cfg.natural_output_tokens
-        out = textgen.plan_text(prompt, seed=seed, index=0, max_tokens=max_tokens, natural=natural, stop=stops)
-    job = state.engine.submit([ids], [(len(out.pieces), "length" if out.finish == "length" else "stop")])
+    out = thought(state, _answer(state, body, msgs, prompt, max_tokens), prompt, max_tokens)
+    job = state.engine.submit([ids], [(out.tokens, "length" if out.finish == "length" else "stop")])
     message = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model}
     try:
         if body.get("stream"):
@@ -109,12 +136,13 @@ async def messages(request: web.Request) -> web.StreamResponse:
         async for _ in paced(job, faults):
             sent += 1
             strike(sent, faults, request, job)
+        thinking = [_thinking(out, True)] if out.reasoning else []
         done: dict[str, Any] = {
-            "content": [_block(out, True)],
+            "content": [*thinking, _block(out, True)],
             "stop_reason": _stop_reason(out),
             "stop_sequence": out.stop_sequence,
         }
-        done["usage"] = {"input_tokens": len(ids), "output_tokens": len(out.pieces)}
+        done["usage"] = final_usage(len(ids), job.cached_tokens, out.tokens)
         return reply({**message, **done})
     finally:
         if not job.done:
@@ -126,31 +154,54 @@ async def _stream(
 ) -> web.StreamResponse:
     resp = await start_sse(request)
     sent = 0
+    answer_at = 1 if out.reasoning else 0  # the answer block's index
     try:
         async for em in paced(job, faults):
             if em.position == 0:
                 start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
                 start["usage"] = {"input_tokens": prompt_tokens, "output_tokens": 0}
                 await send(resp, {"type": "message_start", "message": start}, "message_start")
-                block_start = {"type": "content_block_start", "index": 0, "content_block": _block(out, False)}
-                await send(resp, block_start, "content_block_start")
-            piece = out.pieces[em.position] if em.position < len(out.pieces) else ""
+                if out.reasoning:
+                    await _event(resp, "content_block_start", index=0, content_block=_thinking(out, False))
+            kind, piece = out.piece(em.position)
+            if kind == "answer" and em.position == len(out.reasoning):
+                if out.reasoning:
+                    await _close_thinking(resp)
+                await _event(resp, "content_block_start", index=answer_at, content_block=_block(out, False))
             if piece:
-                delta: dict[str, Any] = {"type": "text_delta", "text": piece}
-                if out.tool:
-                    delta = {"type": "input_json_delta", "partial_json": piece}
-                await send(resp, {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
+                await _event(resp, "content_block_delta", index=answer_at if kind == "answer" else 0,
+                             delta=_delta(out, kind, piece))  # fmt: skip
             if em.last:
-                await send(resp, {"type": "content_block_stop", "index": 0}, "content_block_stop")
+                if kind == "reasoning":  # cut before its answer began
+                    await _close_thinking(resp)
+                else:
+                    await _event(resp, "content_block_stop", index=answer_at)
                 stop = {"stop_reason": _stop_reason(out), "stop_sequence": out.stop_sequence}
-                usage = {"output_tokens": len(out.pieces)}
-                await send(resp, {"type": "message_delta", "delta": stop, "usage": usage}, "message_delta")
-                await send(resp, {"type": "message_stop"}, "message_stop")
+                usage = final_usage(prompt_tokens, job.cached_tokens, out.tokens)
+                await _event(resp, "message_delta", delta=stop, usage=usage)
+                await _event(resp, "message_stop")
             sent += 1
             strike(sent, faults, request, job)
     except (Dropped, ConnectionError):
         pass
     return resp
+
+
+async def _event(resp: web.StreamResponse, kind: str, **fields: Any) -> None:
+    await send(resp, {"type": kind, **fields}, kind)
+
+
+async def _close_thinking(resp: web.StreamResponse) -> None:
+    await _event(resp, "content_block_delta", index=0, delta={"type": "signature_delta", "signature": uuid.uuid4().hex})
+    await _event(resp, "content_block_stop", index=0)
+
+
+def _delta(out: textgen.Output, kind: str, piece: str) -> dict[str, Any]:
+    if kind == "reasoning":
+        return {"type": "thinking_delta", "thinking": piece}
+    if out.tool:
+        return {"type": "input_json_delta", "partial_json": piece}
+    return {"type": "text_delta", "text": piece}
 
 
 async def count_tokens(request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from engines.simulator import agent, textgen
 from engines.simulator.config import SimConfig
 from engines.simulator.faults import FaultError, Faults, parse_faults
 from engines.simulator.metrics import SimMetrics
@@ -189,11 +190,42 @@ def strike(sent: int, faults: Faults, request: web.Request, job: Job) -> None:
         raise Dropped
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """OpenAI usage, tokens."""
-    return {
+
+
+def agent_output(
+    state: SimState, conversation: agent.Conversation, max_tokens: int, id_prefix: str
+) -> textgen.Output | None:
+    """Agent mode's next move as a planned answer (a tool call or its last word), or None when agent mode
+    is off, no tool is offered, or the task holds no steps (engines/simulator/agent.py)."""
+    if not state.cfg.agent_mode or not conversation.tools:
+        return None
+    action = agent.next_action(conversation)
+    if action is None:
+        return None
+    if action.tool is not None:
+        return textgen.plan_call(action.tool, action.arguments or {}, max_tokens=max_tokens, id_prefix=id_prefix)
+    return textgen.plan_said(action.text, max_tokens=max_tokens)
+
+
+def thought(state: SimState, out: textgen.Output, prompt: str, max_tokens: int) -> textgen.Output:
+    """``out`` with the reasoning a model served with ``--reasoning-parser`` generates first."""
+    if not state.cfg.reasoning_parser or not state.cfg.reasoning_tokens:
+        return out
+    cfg = state.cfg
+    return textgen.with_reasoning(out, prompt, seed=cfg.seed, tokens=cfg.reasoning_tokens, max_tokens=max_tokens)
+
+
+def usage(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int | None = None
+) -> dict[str, Any]:
+    """OpenAI usage, tokens; ``completion_tokens_details.reasoning_tokens`` with a reasoning parser on, as vLLM
+    reports it (vllm/entrypoints/openai/chat_completion/serving.py)."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if reasoning_tokens is not None:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out

@@ -39,6 +39,7 @@ IGNORED_SWITCHES = (
     "--enable-chunked-prefill",
     "--disable-frontend-multiprocessing",
     "--enable-metrics",
+    "--enable-prompt-tokens-details",
 )
 
 
@@ -69,6 +70,10 @@ class SimConfig:
     fault_oom_at_start: bool
     fault_metrics_delay: float
     no_anthropic: bool = False
+    no_responses: bool = False
+    agent_mode: bool = True
+    reasoning_parser: str | None = None
+    reasoning_tokens: int = 8
     max_num_batched_tokens: int = 8192
     decode_ms_per_1k_kv_tokens: float = 0.03
 
@@ -116,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the OOM at start when --gpu-memory-utilization is above this, 0–1")  # fmt: skip
     p.add_argument("--fault-metrics-delay", type=float, default=0.0, help="delay every /metrics, seconds")
     p.add_argument("--no-anthropic", action="store_true", help="no /v1/messages routes (404), as SGLang serves")
+    p.add_argument("--no-responses", action="store_true", help="no /v1/responses route (404), as SGLang serves")
+    p.add_argument("--agent-mode", action=argparse.BooleanOptionalAction, default=True,
+                   help="do the file tasks coding agents give with their tools (agent.py)")  # fmt: skip
+    p.add_argument("--reasoning-parser", default=None, help="answer with reasoning first, as vLLM with a parser")
+    p.add_argument("--reasoning-tokens", type=int, default=8, help="reasoning tokens per answer, with a parser")
     for flag in IGNORED_VALUE_FLAGS:
         p.add_argument(flag, default=None, help=argparse.SUPPRESS)
     for flag in IGNORED_SWITCHES:
@@ -156,6 +166,10 @@ def parse_config(argv: list[str]) -> SimConfig:
         or args.gpu_memory_utilization > args.fault_oom_above_utilization,
         fault_metrics_delay=args.fault_metrics_delay,
         no_anthropic=args.no_anthropic,
+        no_responses=args.no_responses,
+        agent_mode=args.agent_mode,
+        reasoning_parser=args.reasoning_parser or None,
+        reasoning_tokens=max(0, args.reasoning_tokens),
         max_num_batched_tokens=max(1, args.max_num_batched_tokens),
         decode_ms_per_1k_kv_tokens=args.decode_ms_per_1k_kv_tokens,
     )

@@ -1,9 +1,10 @@
 """/v1/chat/completions and /v1/completions in vLLM's OpenAI-compatible shapes, streaming and not.
 
-Stream shape (vLLM 0.32.0, vllm/entrypoints/openai/serving_chat.py): per choice a first chunk whose
-delta is ``{"role": "assistant", "content": ""}``, then content (or tool-call) deltas, then a chunk
-with an empty delta and ``finish_reason``; with ``stream_options.include_usage`` a last chunk with
-``choices: []`` and ``usage``; then ``data: [DONE]``.
+Stream shape (vLLM 0.32.0, vllm/entrypoints/openai/chat_completion/serving.py): per choice a first chunk
+whose delta is ``{"role": "assistant", "content": ""}``, then ``reasoning`` deltas (with
+``--reasoning-parser``), content (or tool-call) deltas, then a chunk with an empty delta and
+``finish_reason``; with ``stream_options.include_usage`` a last chunk with ``choices: []`` and ``usage``
+(with ``continuous_usage_stats`` every chunk carries the usage so far); then ``data: [DONE]``.
 """
 
 import time
@@ -11,12 +12,13 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import textgen, tokenizer
+from engines.simulator import agent, textgen, tokenizer
 from engines.simulator.common import (
     STATE,
     APIError,
     Dropped,
     SimState,
+    agent_output,
     budget,
     check_model,
     last_user_text,
@@ -28,6 +30,7 @@ from engines.simulator.common import (
     send,
     start_sse,
     strike,
+    thought,
     usage,
 )
 from engines.simulator.faults import Faults
@@ -78,8 +81,21 @@ def _tool_plan(body: dict[str, Any], messages: list[Any]) -> tuple[str, Any] | N
 
 
 def _submit(state: SimState, prompts: list[list[int]], outputs: list[textgen.Output]) -> Job:
-    reasons = [(len(o.pieces), "length" if o.finish == "length" else "stop") for o in outputs]
+    reasons = [(o.tokens, "length" if o.finish == "length" else "stop") for o in outputs]
     return state.engine.submit(prompts, reasons)
+
+
+def _chat_output(state: SimState, body: dict[str, Any], prompt: str, index: int, max_tokens: int) -> textgen.Output:
+    """One choice's answer: agent mode's move, else a tool call when one is due, else text; reasoning first."""
+    out = agent_output(state, agent.from_chat(body), max_tokens, "chatcmpl-tool-") if index == 0 else None
+    if out is None:
+        tool = _tool_plan(body, body["messages"])
+        out = (
+            textgen.plan_tool_call(tool[0], tool[1], max_tokens=max_tokens, id_prefix="chatcmpl-tool-")
+            if tool
+            else _plan_text(state, body, prompt, index, max_tokens)
+        )
+    return thought(state, out, prompt, max_tokens)
 
 
 async def _consume(request: web.Request, job: Job, faults: Faults) -> None:
@@ -105,21 +121,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     requested = body.get("max_tokens") if requested is None else requested  # max_completion_tokens wins
     max_tokens = budget(state.cfg, len(ids), requested, faults.context_length)
     n = _choice_count(body)
-    tool = _tool_plan(body, messages)
-    outputs = [
-        textgen.plan_tool_call(tool[0], tool[1], max_tokens=max_tokens, id_prefix="chatcmpl-tool-")
-        if tool
-        else _plan_text(state, body, prompt, i, max_tokens)
-        for i in range(n)
-    ]
+    outputs = [_chat_output(state, body, prompt, i, max_tokens) for i in range(n)]
     job = _submit(state, [ids] * n, outputs)
     try:
         if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return await _stream_chat(request, job, faults, outputs, model, len(ids), include_usage)
+            return await _stream_chat(request, job, faults, outputs, model, len(ids), _stream_usage(body))
         await _consume(request, job, faults)
         choices = [_chat_choice(i, o) for i, o in enumerate(outputs)]
-        return reply(_chat_response(model, choices, len(ids), outputs, job.cached_tokens))
+        totals = usage(len(ids), _total(outputs), job.cached_tokens, _reasoning(outputs))
+        return reply(_chat_response(model, choices, totals))
     finally:
         if not job.done:
             job.abort()
@@ -132,7 +142,7 @@ def _chat_choice(index: int, out: textgen.Output) -> dict[str, Any]:
         calls = [{"id": out.tool.id, "type": "function", "function": function}]
     message: dict[str, Any] = {"role": "assistant", "content": None if out.tool else out.text, "refusal": None}
     message.update({"annotations": None, "audio": None, "function_call": None, "tool_calls": calls})
-    message["reasoning_content"] = None
+    message["reasoning"] = out.reasoning_text or None
     return {
         "index": index,
         "message": message,
@@ -142,9 +152,22 @@ def _chat_choice(index: int, out: textgen.Output) -> dict[str, Any]:
     }
 
 
-def _chat_response(
-    model: str, choices: list[dict[str, Any]], prompt: int, outputs: list[textgen.Output], cached: int
-) -> dict[str, Any]:
+def _total(outputs: list[textgen.Output]) -> int:
+    return sum(o.tokens for o in outputs)
+
+
+def _reasoning(outputs: list[textgen.Output]) -> int | None:
+    """Reasoning tokens for the usage details: reported only when some were generated (a reasoning parser)."""
+    return sum(len(o.reasoning) for o in outputs) or None
+
+
+def _stream_usage(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(include_usage, continuous_usage_stats) of the request's stream_options."""
+    options = body.get("stream_options") or {}
+    return bool(options.get("include_usage")), bool(options.get("continuous_usage_stats"))
+
+
+def _chat_response(model: str, choices: list[dict[str, Any]], totals: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": new_id("chatcmpl-"),
         "object": "chat.completion",
@@ -153,7 +176,7 @@ def _chat_response(
         "choices": choices,
         "service_tier": None,
         "system_fingerprint": None,
-        "usage": usage(prompt, sum(len(o.pieces) for o in outputs), cached),
+        "usage": totals,
         "prompt_logprobs": None,
         "kv_transfer_params": None,
     }
@@ -166,40 +189,51 @@ async def _stream_chat(
     outputs: list[textgen.Output],
     model: str,
     prompt_tokens: int,
-    include_usage: bool,
+    usage_options: tuple[bool, bool],
 ) -> web.StreamResponse:
     head = {"id": new_id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+    continuous = usage_options[1]
+    generated = [0] * len(outputs)
 
     def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
         choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish, **extra}
-        return {**head, "choices": [choice]}
+        so_far = usage(prompt_tokens, generated[index], 0) if continuous else None
+        return {**head, "choices": [choice], **({"usage": so_far} if so_far else {})}
 
     resp = await start_sse(request)
-    started: set[int] = set()
     sent = 0
     try:
         async for em in paced(job, faults):
             out = outputs[em.choice]
-            if em.choice not in started:
-                started.add(em.choice)
+            if em.position == 0:
                 await send(resp, chunk(em.choice, {"role": "assistant", "content": ""}))
-                if out.tool:
-                    function = {"name": out.tool.name, "arguments": ""}
-                    call = {"index": 0, "id": out.tool.id, "type": "function", "function": function}
-                    await send(resp, chunk(em.choice, {"tool_calls": [call]}))
-            piece = out.pieces[em.position] if em.position < len(out.pieces) else ""
-            if piece and out.tool:
-                await send(resp, chunk(em.choice, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
-            elif piece:
-                await send(resp, chunk(em.choice, {"content": piece}))
+            generated[em.choice] = em.position + 1
+            for delta in _deltas(out, em.position):
+                await send(resp, chunk(em.choice, delta))
             if em.last:
                 await send(resp, chunk(em.choice, {}, out.finish, stop_reason=out.stop_sequence))
             sent += 1
             strike(sent, faults, request, job)
-        await _end_stream(resp, head, outputs, prompt_tokens, job, include_usage)
+        await _end_stream(resp, head, outputs, prompt_tokens, job, usage_options[0])
     except (Dropped, ConnectionError):
         pass
     return resp
+
+
+def _deltas(out: textgen.Output, position: int) -> list[dict[str, Any]]:
+    """The deltas of output token ``position``: reasoning, content, or a tool call's head then its arguments."""
+    kind, piece = out.piece(position)
+    if kind == "reasoning":
+        return [{"reasoning": piece}]
+    deltas: list[dict[str, Any]] = []
+    if out.tool and position == len(out.reasoning):
+        function = {"name": out.tool.name, "arguments": ""}
+        deltas.append({"tool_calls": [{"index": 0, "id": out.tool.id, "type": "function", "function": function}]})
+    if piece and out.tool:
+        deltas.append({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+    elif piece:
+        deltas.append({"content": piece})
+    return deltas
 
 
 async def _end_stream(
@@ -212,8 +246,8 @@ async def _end_stream(
 ) -> None:
     """The usage chunk (``choices: []``) when asked for, then ``[DONE]``: how vLLM ends both OpenAI streams."""
     if include_usage:
-        total = sum(len(o.pieces) for o in outputs)
-        await send(resp, {**head, "choices": [], "usage": usage(prompt_tokens, total, job.cached_tokens)})
+        totals = usage(prompt_tokens, _total(outputs), job.cached_tokens, _reasoning(outputs))
+        await send(resp, {**head, "choices": [], "usage": totals})
     await send(resp, "[DONE]")
 
 

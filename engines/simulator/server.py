@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import anthropic_api, openai_api, tokenizer
+from engines.simulator import anthropic_api, openai_api, responses_api, tokenizer
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -243,6 +243,8 @@ def create_app(cfg: SimConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", openai_api.chat_completions)
     app.router.add_post("/v1/completions", openai_api.completions)
     app.router.add_post("/v1/embeddings", embeddings)
+    if not cfg.no_responses:  # an engine without the Responses API answers it 404 (SGLang, older vLLM)
+        app.router.add_post("/v1/responses", responses_api.responses)
     if not cfg.no_anthropic:  # an engine with only the OpenAI API answers these 404 (SGLang, older vLLM)
         app.router.add_post("/v1/messages", anthropic_api.messages)
         app.router.add_post("/v1/messages/count_tokens", anthropic_api.count_tokens)

@@ -38,17 +38,35 @@ class Output:
 
     ``pieces`` are the token strings in order (their concatenation is the text, or the tool call's
     arguments); ``finish`` is "stop", "length" or "tool_calls"; ``stop_sequence`` the stop string
-    that ended it, if any.
+    that ended it, if any; ``reasoning`` the reasoning tokens generated before them (with a reasoning
+    parser on), which count in the output tokens as vLLM counts them.
     """
 
     pieces: list[str]
     finish: str
     stop_sequence: str | None = None
     tool: ToolCall | None = None
+    reasoning: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(self.reasoning)
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens: reasoning, then the text or arguments."""
+        return len(self.reasoning) + len(self.pieces)
+
+    def piece(self, position: int) -> tuple[str, str]:
+        """("reasoning" or "answer", the token string) of output token ``position`` ("" past the end)."""
+        if position < len(self.reasoning):
+            return "reasoning", self.reasoning[position]
+        index = position - len(self.reasoning)
+        return "answer", self.pieces[index] if index < len(self.pieces) else ""
 
 
 def _rng(seed: int, index: int, prompt: str) -> random.Random:
@@ -134,6 +152,32 @@ def plan_tool_call(name: str, schema: Any, *, max_tokens: int, id_prefix: str) -
     if len(pieces) > max_tokens:
         return Output(pieces[:max_tokens], "length", tool=call)
     return Output(pieces, "tool_calls", tool=call)
+
+
+def plan_call(name: str, arguments: dict[str, Any], *, max_tokens: int, id_prefix: str) -> Output:
+    """Plan a call of tool ``name`` with the given ``arguments`` (agent mode), cut as plan_tool_call cuts."""
+    text = json.dumps(arguments)
+    pieces = tokenizer.pieces(text)
+    call = ToolCall(id=id_prefix + uuid.uuid4().hex, name=name, arguments=text)
+    if len(pieces) > max_tokens:
+        return Output(pieces[:max_tokens], "length", tool=call)
+    return Output(pieces, "tool_calls", tool=call)
+
+
+def plan_said(text: str, *, max_tokens: int) -> Output:
+    """Plan the answer ``text`` (agent mode's last word), cut at ``max_tokens``."""
+    pieces = tokenizer.pieces(text)
+    return Output(pieces[:max_tokens], "length") if len(pieces) > max_tokens else Output(pieces, "stop")
+
+
+def with_reasoning(out: Output, prompt: str, *, seed: int, tokens: int, max_tokens: int) -> Output:
+    """``out`` preceded by ``tokens`` reasoning tokens (deterministic words), the whole within ``max_tokens``:
+    reasoning first, so a tight limit cuts the answer ("length"), as a thinking model's is cut."""
+    reasoning = tuple(_words(_rng(seed, -1, prompt), min(tokens, max_tokens)))
+    room = max_tokens - len(reasoning)
+    if len(out.pieces) <= room:
+        return Output(out.pieces, out.finish, out.stop_sequence, out.tool, reasoning)
+    return Output(out.pieces[:room], "length", None, out.tool, reasoning)
 
 
 def pick_tool(tools: list[tuple[str, Any]], last_user_text: str, forced: str | None, required: bool) -> int | None:

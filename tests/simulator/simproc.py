@@ -31,6 +31,8 @@ def free_port() -> int:
 class Sim:
     """One simulator process; its stdout and stderr go to ``log``."""
 
+    key = API_KEY  # the key the shared simulator demands (tests/simulator/conftest.py)
+
     def __init__(self, args: list[str], log: Path) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -67,6 +69,9 @@ class Sim:
     def anthropic(self, api_key: str = API_KEY) -> anthropic.Anthropic:
         return anthropic.Anthropic(base_url=self.base, api_key=api_key, max_retries=0, timeout=30)
 
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -101,8 +106,10 @@ def sse(resp: httpx.Response) -> list[tuple[str | None, str]]:
 
 
 def stream_events(sim: Sim, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> list[Any]:
-    """POST a streaming request; the raw events as (name, parsed data or the literal "[DONE]")."""
-    with httpx.stream("POST", sim.base + path, json=body, headers={**auth(), **(headers or {})}, timeout=30) as resp:
+    """POST a streaming request; the raw events as (name, parsed data or the literal "[DONE]"). ``sim`` is a
+    simulator or anything with its ``base`` and ``headers()`` (the gateway in front of one)."""
+    with httpx.stream("POST", sim.base + path, json=body, headers={**sim.headers(), **(headers or {})},
+                      timeout=30) as resp:  # fmt: skip
         assert resp.status_code == 200, resp.read()
         events = sse(resp)
     return [(name, data if data == "[DONE]" else json.loads(data)) for name, data in events]

@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('access', '0002_rename_table'),
-        ('deployments', '0003_deployment_slo'),
+        ('deployments', '0005_deployment_slo'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

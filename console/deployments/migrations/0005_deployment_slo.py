@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('deployments', '0002_rename_tables'),
+        ('deployments', '0004_seal_engine_keys'),
     ]
 
     operations = [

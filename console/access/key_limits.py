@@ -1,0 +1,93 @@
+"""A key's limits, checked: in range for the database, and within the ceilings an admin set on its
+owner (console.access.models.Member). The same rules serve a new key, a change of a key's limits, and
+the lowering of a member's keys when their ceilings go down (``clamp``)."""
+
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.utils import timezone
+
+from console.access.models import Member
+from console.errors import ConsoleError
+from console.names import INT_MAX, SERVED_NAME, check_name
+
+INT_LIMITS = ("max_tokens_cap", "requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
+BUDGETS = ("daily_budget_usd", "monthly_budget_usd")
+LIMITS = ("allowed_models", "expires_at", *INT_LIMITS, *BUDGETS)
+MAX_DAYS = 36_500
+BUDGET_MIN, BUDGET_MAX = Decimal("0.01"), Decimal("9999999999.99")  # the column: 12 digits, 2 after the point
+
+
+def expiry(days: int | None) -> datetime | None:
+    """The moment a key given ``days`` to live expires (None: never). Raises ConsoleError out of range."""
+    if days is None:
+        return None
+    if not 1 <= days <= MAX_DAYS:
+        raise ConsoleError(f"expires_in_days must be from 1 to {MAX_DAYS:,} (or empty for never).")
+    return timezone.now() + timedelta(days=days)
+
+
+def checked(limits: dict[str, Any]) -> dict[str, Any]:
+    """``limits`` (some of LIMITS) in range, names checked, budgets as 2-place Decimals.
+
+    Raises ConsoleError naming the first bad one.
+    """
+    if unknown := set(limits) - set(LIMITS):
+        raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
+    out = dict(limits)
+    if bad := [k for k in INT_LIMITS if out.get(k) is not None and not 1 <= out[k] <= INT_MAX]:
+        raise ConsoleError(f"{', '.join(bad)} must be from 1 to {INT_MAX:,} (or empty for no limit).")
+    for name in BUDGETS:
+        if out.get(name) is not None:
+            out[name] = budget(out[name], name)
+    if out.get("expires_at") is not None and out["expires_at"] <= timezone.now():
+        raise ConsoleError("expires_at must be in the future (or empty for never).")
+    if "allowed_models" in out:
+        models = out["allowed_models"] or []
+        out["allowed_models"] = sorted({check_name(m, "Allowed model", SERVED_NAME) for m in models})
+    return out
+
+
+def budget(value: object, name: str) -> Decimal:
+    """A USD amount from 0.01 to 9,999,999,999.99, rounded to cents. Raises ConsoleError otherwise."""
+    try:
+        amount = Decimal(str(value)).quantize(Decimal("0.01"))
+    except (InvalidOperation, ValueError):
+        raise ConsoleError(f"{name} must be an amount in USD, e.g. 25 or 12.50.") from None
+    if not BUDGET_MIN <= amount <= BUDGET_MAX:
+        raise ConsoleError(f"{name} must be from {BUDGET_MIN} to {BUDGET_MAX:,} USD (or empty for no budget).")
+    return amount
+
+
+def within_ceilings(member: Member | None, limits: dict[str, Any], *, clamp: bool = False) -> dict[str, Any]:
+    """``limits`` (all of LIMITS) within ``member``'s ceilings: a limit left empty gets the ceiling;
+    one above it raises ConsoleError naming it, or with ``clamp`` is lowered to it. No member (an
+    admin's key): unchanged."""
+    if member is None:
+        return limits
+    out = dict(limits)
+    for name in INT_LIMITS:
+        out[name] = _lower(name, out[name], getattr(member, name), clamp, "{:,}")
+    for name in BUDGETS:
+        out[name] = _lower(name, out[name], getattr(member, name), clamp, "{} USD", keep_empty=True)
+    if member.max_key_days is not None:
+        latest = timezone.now() + timedelta(days=member.max_key_days)
+        out["expires_at"] = _lower("expires_at", out["expires_at"], latest, clamp, f"{member.max_key_days} days away")
+    if member.allowed_models:
+        mine, theirs = set(out["allowed_models"]), set(member.allowed_models)
+        if mine - theirs and not clamp:
+            raise ConsoleError(f"Allowed models must be among yours: {', '.join(sorted(theirs))}.")
+        out["allowed_models"] = sorted(mine & theirs or theirs)
+    return out
+
+
+def _lower(name: str, value: Any, ceiling: Any, clamp: bool, shown: str, keep_empty: bool = False) -> Any:
+    if ceiling is None:
+        return value
+    if value is None:
+        return None if keep_empty else ceiling
+    if value > ceiling and not clamp:
+        words = shown if "{" not in shown else shown.format(ceiling)
+        raise ConsoleError(f"{name} must be at most {words} (the limit set for you).")
+    return min(value, ceiling)

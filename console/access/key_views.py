@@ -1,0 +1,105 @@
+"""API key pages: the list (every key for admins and viewers, their own for members) with what each did
+today and this month, a form for a new one, one key's page (its limits, rotation, revoke).
+
+A new secret (a new key, or a rotation) is shown once: the POST keeps it sealed in Redis for a moment
+(console.access.shown_once) and redirects to the page that takes it; that page is never cached, and a
+reload finds nothing, so it never makes a second key either.
+"""
+
+from collections.abc import Mapping
+
+from django.contrib import messages
+from django.db import transaction
+from django.db.models import F
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_POST
+
+from console.access import keys, shown_once
+from console.access.forms import ApiKeyForm, KeyChangeForm, RotateForm
+from console.access.key_activity import NO_PRICE, with_activity
+from console.access.models import ApiKey, Role
+from console.access.roles import may_manage_key, role_of
+from console.errors import ConsoleError
+
+
+def _shown(request: HttpRequest) -> str:
+    return shown_once.take(request.GET.get("shown", "")) or ""
+
+
+def _page(request: HttpRequest, template: str, context: Mapping[str, object]) -> HttpResponse:
+    shown = {"new_key": _shown(request), "no_price": NO_PRICE, "now": timezone.now(),
+             "ceilings": keys.ceilings_for(request.user)}  # fmt: skip
+    resp = render(request, template, {**context, **shown})
+    add_never_cache_headers(resp)  # the new key must not stay in any cache
+    return resp
+
+
+def keys_page(request: HttpRequest) -> HttpResponse:
+    form = ApiKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            with transaction.atomic():  # a secret Redis cannot keep leaves no key behind
+                row, secret = keys.create_key(form.cleaned_data["name"], request.user, **form.limits())
+                token = shown_once.keep(secret)
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect(f"{reverse('access:keys')}?shown={token}#key-{row.pk}")
+    live_first = F("revoked_at").desc(nulls_first=True)
+    rows = with_activity(keys.visible_keys(request.user)).order_by(live_first, "-created_at")
+    holder = role_of(request.user) != Role.VIEWER
+    return _page(request, "access/keys.html", {"form": form if holder else None, "keys": rows})
+
+
+def key_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """One key: its limits (changed here, within its owner's ceilings), its rotation and revoke."""
+    key = keys.visible_keys(request.user).filter(pk=pk).first() or keys.manageable_key(request.user, pk)
+    may_manage = may_manage_key(request.user, key)
+    form = KeyChangeForm(request.POST or None, initial=_initial(key))
+    if request.method == "POST":
+        key = keys.manageable_key(request.user, pk)
+        if form.is_valid():
+            try:
+                keys.set_key_limits(key, request.user, **form.limits())
+            except ConsoleError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Limits of {key.name} saved.")
+                return redirect("access:key", key.pk)
+    row = with_activity(keys.visible_keys(request.user).filter(pk=key.pk)).first() or key
+    context = {"key": row, "form": form if may_manage else None, "rotate": RotateForm() if may_manage else None}
+    return _page(request, "access/key.html", context)
+
+
+def _initial(key: ApiKey) -> dict[str, object]:
+    limits = keys.limits_of(key)
+    return limits | {"allowed_models": ", ".join(key.allowed_models)}
+
+
+@require_POST
+def key_rotate(request: HttpRequest, pk: int) -> HttpResponse:
+    key = keys.manageable_key(request.user, pk)
+    form = RotateForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Pick how long the old secret keeps working.")
+        return redirect("access:key", key.pk)
+    try:
+        with transaction.atomic():
+            secret = keys.rotate_key(key, request.user, form.cleaned_data["grace_seconds"])
+            token = shown_once.keep(secret)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+        return redirect("access:key", key.pk)
+    return redirect(f"{reverse('access:key', args=[key.pk])}?shown={token}")
+
+
+@require_POST
+def key_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    key = keys.manageable_key(request.user, pk)
+    keys.revoke_key(key, request.user)
+    messages.success(request, f"Revoked {key.name} ({key.prefix}…).")
+    return redirect("access:keys")

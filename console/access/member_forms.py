@@ -1,0 +1,44 @@
+"""Forms of the members pages: add a member, change one's role, state and limits."""
+
+from typing import Any
+
+from django import forms
+
+from console.access.forms import INT_NAMES, split_models, usd_field
+from console.access.key_limits import MAX_DAYS
+from console.access.models import Role
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(
+        widget=forms.PasswordInput, min_length=8, max_length=128, help_text="They can change it after signing in."
+    )
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+
+class MemberForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+    is_active = forms.BooleanField(
+        required=False, label="Active", help_text="An inactive member cannot sign in; their keys are revoked."
+    )
+    allowed_models = forms.CharField(
+        required=False, max_length=2000, help_text="Served model names their keys may use, comma-separated; empty: any."
+    )
+    max_tokens_cap = forms.IntegerField(required=False, min_value=1, label="max_tokens cap per key")
+    requests_per_minute = forms.IntegerField(required=False, min_value=1, label="Requests per minute per key")
+    tokens_per_minute = forms.IntegerField(required=False, min_value=1, label="Tokens per minute per key")
+    tokens_per_day = forms.IntegerField(required=False, min_value=1, label="Tokens per day per key")
+    max_concurrent = forms.IntegerField(required=False, min_value=1, label="Requests at once per key")
+    max_key_days = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_DAYS, label="Keys expire within (days)", help_text="Empty: never."
+    )
+    max_keys = forms.IntegerField(required=False, min_value=1, label="Live keys at once", help_text="Empty: any.")
+    daily_budget_usd = usd_field("Daily budget (USD)", "All their keys together, per UTC day.")
+    monthly_budget_usd = usd_field("Monthly budget (USD)", "All their keys together, per UTC month.")
+
+    def limits(self) -> dict[str, Any]:
+        """The cleaned limits as console.access.members.set_member_limits takes them."""
+        data = self.cleaned_data
+        names = (*INT_NAMES, "max_key_days", "max_keys", "daily_budget_usd", "monthly_budget_usd")
+        return {"allowed_models": split_models(data["allowed_models"]), **{name: data[name] for name in names}}

@@ -1,0 +1,57 @@
+"""The members pages (admins only, console.access.policy): everyone with their role and keys, a form to
+add someone, and one member's role, state and limits."""
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Count, F, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from console.access import members
+from console.access.member_forms import MemberAddForm, MemberForm
+from console.access.models import ApiKey, Member
+from console.access.roles import role_of
+from console.errors import ConsoleError
+
+
+def members_page(request: HttpRequest) -> HttpResponse:
+    form = MemberAddForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            user = members.add_member(request.user, data["username"], data["password"], data["role"])
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Added {user.get_username()} as {data['role']}.")
+            return redirect("access:member", user.pk)
+    users = get_user_model().objects.select_related("member").order_by("username")
+    users = users.annotate(live_keys=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True)))
+    rows = [(u, role_of(u)) for u in users]
+    return render(request, "access/members.html", {"form": form, "rows": rows})
+
+
+def member_page(request: HttpRequest, pk: int) -> HttpResponse:
+    user = get_object_or_404(get_user_model().objects.select_related("member"), pk=pk)
+    member = Member.objects.filter(user=user).first()
+    initial: dict[str, object] = {"role": role_of(user), "is_active": user.is_active}
+    if member is not None:
+        initial |= {name: getattr(member, name) for name in members.MEMBER_LIMITS}
+        initial["allowed_models"] = ", ".join(member.allowed_models)
+    form = MemberForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            with transaction.atomic():  # all of the form or none of it
+                members.set_role(request.user, user, form.cleaned_data["role"])
+                members.set_active(request.user, user, form.cleaned_data["is_active"])
+                members.set_member_limits(request.user, user, **form.limits())
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Saved {user.get_username()}.")
+            return redirect("access:member", user.pk)
+    keys = ApiKey.objects.filter(owner=user).order_by(F("revoked_at").desc(nulls_first=True), "-created_at")
+    context = {"person": user, "person_role": role_of(user), "form": form, "keys": keys,
+               "sso": member and member.oidc_subject}  # fmt: skip
+    return render(request, "access/member.html", context)

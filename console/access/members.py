@@ -1,0 +1,132 @@
+"""Members: added by an admin (or at their first OIDC sign-in), given a role, limits on their keys, and
+enabled or disabled. Each change is recorded in the audit log in its own transaction.
+
+The appliance always keeps an active admin: the last one can be neither demoted nor disabled.
+"""
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from console.access import key_limits
+from console.access.keys import limits_of
+from console.access.models import ApiKey, Member, Role
+from console.access.roles import role_of
+from console.audit.recording import changed, record
+from console.errors import ConsoleError
+from console.fanout import bump_routing_version
+from console.names import INT_MAX
+
+MAX_PASSWORD = 128  # as the members form takes it; hashing has no reason to take megabytes
+MEMBER_LIMITS = ("allowed_models", *key_limits.INT_LIMITS, "max_key_days", "max_keys", *key_limits.BUDGETS)
+
+
+def add_member(actor: Any, username: str, password: str, role: str) -> Any:
+    """A new user with ``role``; returns the user. Raises ConsoleError for a taken or bad username, a
+    password Django's validators refuse, or an unknown role."""
+    role = _role(role)
+    username = username.strip()
+    if not username or len(username) > 150 or not username.isprintable():
+        raise ConsoleError("Give a username of 1–150 printable characters.")
+    if len(password) > MAX_PASSWORD:
+        raise ConsoleError(f"A password may have at most {MAX_PASSWORD} characters.")
+    try:
+        validate_password(password)
+    except ValidationError as exc:
+        raise ConsoleError(" ".join(exc.messages)) from None
+    users = get_user_model()
+    try:
+        with transaction.atomic():
+            user = users.objects.create_user(username, "", password, is_superuser=role == Role.ADMIN)
+            Member.objects.create(user=user, role=role)
+            record(actor, "member.create", user, {"role": role})
+    except IntegrityError:
+        raise ConsoleError(f"A user named {username!r} already exists.") from None
+    return user
+
+
+def _role(role: str) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        raise ConsoleError(f"Unknown role {role!r}; choose admin, member or viewer.") from None
+
+
+def set_role(actor: Any, user: Any, role: str, why: str = "") -> None:
+    """Give ``user`` ``role`` (admins are superusers); ``why`` goes into the audit entry. Raises ConsoleError
+    when it would leave no active admin."""
+    role, before = _role(role), role_of(user)
+    if role == before:
+        return
+    with transaction.atomic():
+        if before == Role.ADMIN:
+            _keep_an_admin(user)
+        type(user).objects.filter(pk=user.pk).update(is_superuser=role == Role.ADMIN)
+        Member.objects.update_or_create(user=user, defaults={"role": role})
+        user.refresh_from_db()
+        record(actor, "member.role", user, {"role": [before, role], **({"why": why} if why else {})})
+
+
+def _keep_an_admin(leaving: Any) -> None:
+    others = type(leaving).objects.select_for_update(of=("self",)).filter(is_active=True).exclude(pk=leaving.pk)
+    if not any(role_of(u) == Role.ADMIN for u in others.select_related("member")):
+        raise ConsoleError(f"{leaving.get_username()} is the only active admin; make someone else admin first.")
+
+
+def set_active(actor: Any, user: Any, active: bool) -> None:
+    """Enable or disable ``user``. Disabling ends their sign-in and revokes their live keys."""
+    if user.is_active == active:
+        return
+    with transaction.atomic():
+        if not active and role_of(user) == Role.ADMIN:
+            _keep_an_admin(user)
+        type(user).objects.filter(pk=user.pk).update(is_active=active)
+        user.refresh_from_db()
+        record(actor, "member.active", user, {"is_active": [not active, active]})
+        if not active:
+            for key in ApiKey.objects.select_for_update().filter(owner=user, revoked_at__isnull=True):
+                ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
+                record(actor, "key.revoke", key, {"prefix": key.prefix, "why": "owner disabled"})
+        transaction.on_commit(bump_routing_version)
+
+
+def set_member_limits(actor: Any, user: Any, **limits: Any) -> Member:
+    """Set ``user``'s limits (MEMBER_LIMITS; None: none) and lower their live keys to fit them.
+
+    Raises ConsoleError for a value out of range.
+    """
+    if unknown := set(limits) - set(MEMBER_LIMITS):
+        raise ConsoleError(f"Unknown member limit(s): {', '.join(sorted(unknown))}.")
+    extra: dict[str, Any] = {name: limits.pop(name) for name in ("max_key_days", "max_keys") if name in limits}
+    for name, value in extra.items():
+        if value is not None and not 1 <= value <= (key_limits.MAX_DAYS if name == "max_key_days" else INT_MAX):
+            raise ConsoleError(f"{name} must be from 1 to {key_limits.MAX_DAYS:,} (or empty for no limit).")
+    fields: dict[str, Any] = {**key_limits.checked(limits), **extra}
+    with transaction.atomic():
+        role = role_of(user) or Role.VIEWER
+        member, _ = Member.objects.select_for_update().get_or_create(user=user, defaults={"role": role})
+        before = {name: getattr(member, name) for name in fields}
+        Member.objects.filter(pk=member.pk).update(**fields)
+        member.refresh_from_db()
+        if diff := changed(before, fields):
+            record(actor, "member.limits", user, diff)
+        _lower_keys(actor, member)
+        transaction.on_commit(bump_routing_version)
+    return member
+
+
+def _lower_keys(actor: Any, member: Member) -> None:
+    """Bring the member's live keys within their ceilings, recording each key that changed (an admin's
+    keys have no ceilings)."""
+    if role_of(member.user) == Role.ADMIN:
+        return
+    for key in ApiKey.objects.select_for_update().filter(owner=member.user, revoked_at__isnull=True):
+        before = limits_of(key)
+        after = key_limits.within_ceilings(member, before, clamp=True)
+        if diff := changed(before, after):
+            ApiKey.objects.filter(pk=key.pk).update(**after)
+            record(actor, "key.limits", key, {**diff, "why": "member limits lowered"})

@@ -1,0 +1,72 @@
+"""What coding agents need of a deployment, decided with its plan: the engine's tool-call and reasoning
+parsers for the model (engines.parsers chooses them; the admin may override either, or turn it off), and
+whether its context serves Claude Code's and Codex's first requests (engines.agent_clients), with and
+without "fit max_tokens to the context left" (the gateway's context_fit).
+"""
+
+import re
+from typing import Any
+
+from console.catalog.models import ModelSource
+from console.deployments.models import Deployment
+from console.errors import ConsoleError
+from engines.agent_clients import agent_fits
+from engines.parsers import choose_parsers
+
+OFF = "none"  # an override that turns the parser off
+PARSER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,49}$")
+
+
+def check_parser(name: str, what: str) -> str:
+    """An override as given ("" = the plan's choice, "none" = off), stripped. Raises ConsoleError."""
+    name = name.strip()
+    if name and not PARSER_NAME.match(name):
+        raise ConsoleError(f"The {what} {name!r} is not a parser name (letters, digits, '_', '.', '-').")
+    return name
+
+
+def parser_facts(model: ModelSource, engine: str, tool_call_parser: str = "", reasoning_parser: str = "") -> dict[
+    str, Any
+]:
+    """The parsers this deployment runs with, as stored in its plan: ``{"tool_call_parser", "reasoning_parser"}``
+    (None: off), the ``chosen`` pair and the ``family`` and ``source`` that chose them, ``reasons`` in
+    words and a ``warning`` when requests with tools would be refused. Raises ConsoleError for a bad name."""
+    tool = check_parser(tool_call_parser, "tool-call parser")
+    reasoning = check_parser(reasoning_parser, "reasoning parser")
+    choice = choose_parsers(engine, model.config, model.chat_template)
+    effective_tool = _effective(tool, choice.tool_call_parser)
+    effective_reasoning = _effective(reasoning, choice.reasoning_parser)
+    reasons = list(choice.reasons)
+    for given, what, chosen in ((tool, "tool-call", choice.tool_call_parser),
+                                (reasoning, "reasoning", choice.reasoning_parser)):  # fmt: skip
+        if given:
+            reasons.append(f"The admin set the {what} parser to {given} (the plan's choice: {chosen or 'none'}).")
+    warning = None if effective_tool else (
+        "No tool-call parser: this engine refuses every request that carries tools, and coding agents (Claude "
+        "Code, Codex, IDE assistants) always send them. Set one if the model can call tools."
+    )  # fmt: skip
+    return {
+        "tool_call_parser": effective_tool, "reasoning_parser": effective_reasoning,
+        "chosen": {"tool_call_parser": choice.tool_call_parser, "reasoning_parser": choice.reasoning_parser},
+        "family": choice.family, "source": choice.source, "reasons": reasons, "warning": warning,
+    }  # fmt: skip
+
+
+def _effective(given: str, chosen: str | None) -> str | None:
+    if given == OFF:
+        return None
+    return given or chosen
+
+
+def agent_facts(max_model_len: int, fit_max_tokens: bool) -> list[dict[str, Any]]:
+    """Per agent: ``{"name", "serves", "needed", "reason"}`` (``needed`` in tokens of context), for a
+    deployment of ``max_model_len`` tokens with ``fit_max_tokens`` on or off."""
+    return [{"name": f.client.name, "serves": f.serves, "needed": f.needed, "reason": f.reason}
+            for f in agent_fits(max_model_len, fit_max_tokens)]  # fmt: skip
+
+
+def launch_parsers(dep: Deployment) -> tuple[str | None, str | None]:
+    """The (tool-call, reasoning) parsers to launch ``dep`` with: its plan's, or, for a deployment planned
+    before plans held them, chosen now from its overrides."""
+    facts = dep.plan.get("parsers") or parser_facts(dep.model, dep.engine, dep.tool_call_parser, dep.reasoning_parser)
+    return facts["tool_call_parser"], facts["reasoning_parser"]

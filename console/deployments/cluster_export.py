@@ -1,0 +1,91 @@
+"""A deployment's facts handed to a cluster: engines.export writes the documents (production-stack Helm
+values, a KServe InferenceService, a LeaderWorkerSet), this module fills in what this appliance knows.
+
+A vLLM deployment exports as it runs: its pinned image digest, its model revision, its plan and flags. A
+simulator deployment (demo mode) exports what vLLM would run with the same plan, from the configured vLLM
+image, and says so. Other engines are refused with the reason.
+"""
+
+from django.conf import settings
+
+from appliance.hardware import InventoryError, current_inventory
+from console.deployments.agent_support import launch_parsers
+from console.deployments.lifecycle import image_ref
+from console.deployments.models import Deployment
+from console.errors import ConsoleError
+from engines.export import ClusterExport, ClusterFacts, cluster_exports, registry_digest
+from engines.launch import EngineKind, image_version
+
+TARGETS = ("production-stack", "kserve", "lws")
+SIMULATED = (
+    "This deployment runs Hearth's engine simulator: the files are what vLLM would run with the same plan, "
+    "from the configured vLLM image (HEARTH_IMAGE_VLLM), whose digest is pinned at the first real launch."
+)
+
+
+def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
+    """The facts of ``dep`` as engines.export reads them; ``gpus_per_node`` defaults to the GPUs of the box
+    it is planned on (this one). Raises ConsoleError with the reason when no cluster document can be made of it."""
+    if dep.engine == EngineKind.SIMULATOR:
+        image, digest, version = settings.HEARTH_ENGINE_IMAGES[EngineKind.VLLM], "", ""
+    else:
+        image, digest, version = image_ref(dep), registry_digest(dep.engine_image), dep.engine_version
+    image_ver = image_version(image).lstrip("v")
+    tool_call_parser, reasoning_parser = launch_parsers(dep)
+    try:
+        return ClusterFacts.from_plan(
+            dep.plan,
+            served_model_name=dep.served_model_name,
+            engine=EngineKind.VLLM if dep.engine == EngineKind.SIMULATOR else dep.engine,
+            engine_version=(version.split("+", 1)[0] or image_ver),
+            image=image,
+            image_digest=digest,
+            gpus_per_node=gpus_per_node or _box_gpus(dep),
+            model_repo_id=dep.model.repo_id if dep.model.kind == dep.model.Kind.HF else "",
+            model_revision=dep.model.revision if dep.model.kind == dep.model.Kind.HF else "",
+            model_path=dep.model.path if dep.model.kind == dep.model.Kind.LOCAL else "",
+            extra_args=dep.extra_args,
+            replica_count=dep.replica_count,
+            gpu_model=dep.gpu_model or str(dep.plan.get("inventory", "")),
+            weights_bytes=dep.model.weights_bytes,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+        )
+    except ValueError as exc:
+        raise ConsoleError(f"{dep.name} cannot be exported for a cluster: {exc}") from None
+
+
+def _box_gpus(dep: Deployment) -> int:
+    """The GPUs this box has: a cluster node like it holds as many (the plan's count when unreadable)."""
+    try:
+        return len(current_inventory().devices) or 1
+    except InventoryError:
+        return int(dep.plan.get("gpu_count") or 1)
+
+
+def exports_of(dep: Deployment, gpus_per_node: int | None = None) -> list[ClusterExport]:
+    """Every target's export of ``dep``, offered or with the reason it is not (a simulator deployment's
+    notes say what its files stand for). Raises ConsoleError as facts_of does."""
+    facts = facts_of(dep, gpus_per_node)
+    try:
+        exports = cluster_exports(facts)
+    except ValueError as exc:
+        raise ConsoleError(f"{dep.name} cannot be exported for a cluster: {exc}") from None
+    if dep.engine == EngineKind.SIMULATOR:
+        exports = [_with_note(e, SIMULATED) for e in exports]
+    return exports
+
+
+def export_of(dep: Deployment, target: str, gpus_per_node: int | None = None) -> ClusterExport:
+    """One target's export. Raises ConsoleError for an unknown target or one not offered (with why)."""
+    if target not in TARGETS:
+        raise ConsoleError(f"Unknown export target {target!r}; choose one of: {', '.join(TARGETS)}.")
+    found = next(e for e in exports_of(dep, gpus_per_node) if e.target == target)
+    if not found.offered:
+        raise ConsoleError(f"{found.title}: not offered for {dep.name}. {' '.join(found.notes)}")
+    return found
+
+
+def _with_note(export: ClusterExport, note: str) -> ClusterExport:
+    return ClusterExport(export.target, export.title, export.follows, export.filename, export.documents,
+                         [note, *export.notes])  # fmt: skip

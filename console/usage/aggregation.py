@@ -1,0 +1,92 @@
+"""Usage by UTC day and by key, member or model, from the request log (one GROUP BY query).
+
+Members see only their own keys' requests; admins and viewers everyone's. Errors are requests that
+answered 4xx/5xx or whose stream the engine ended without its terminal event. Cost: the request log
+holds no price yet (the panels' cost figures are not there), so ``cost_usd`` is None, shown as
+"no price set".
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, TruncDate
+
+from console.access.roles import may_see_all
+from console.errors import ConsoleError
+from console.observability.models import RequestLog
+
+GROUPS = {"key": "api_key__name", "member": "api_key__owner__username", "model": "model"}
+MAX_DAYS = 366
+NO_PRICE = "no price set"
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    day: date
+    group: str  # the key's name and prefix, the member's username, or the model name
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    errors: int
+    cost_usd: None = None  # no price per token is recorded yet
+
+
+@dataclass(frozen=True)
+class Window:
+    """Whole UTC days from ``since`` to ``until``, both included."""
+
+    since: date
+    until: date
+
+    @classmethod
+    def parse(cls, since: str = "", until: str = "", today: date | None = None) -> "Window":
+        """From YYYY-MM-DD strings; empty: the last 30 days to today. Raises ConsoleError for a bad date,
+        an inverted window or one over MAX_DAYS days."""
+        today = today or datetime.now(UTC).date()
+        try:
+            end = date.fromisoformat(until) if until.strip() else today
+            start = date.fromisoformat(since) if since.strip() else end - timedelta(days=29)
+        except ValueError:
+            raise ConsoleError("Give dates as YYYY-MM-DD.") from None
+        if start > end:
+            raise ConsoleError("The window's start is after its end.")
+        if (end - start).days + 1 > MAX_DAYS:
+            raise ConsoleError(f"Ask for at most {MAX_DAYS} days at a time.")
+        return cls(start, end)
+
+    def bounds(self) -> tuple[datetime, datetime]:
+        return (datetime.combine(self.since, time.min, tzinfo=UTC),
+                datetime.combine(self.until + timedelta(days=1), time.min, tzinfo=UTC))  # fmt: skip
+
+
+def visible_requests(user: Any) -> QuerySet[RequestLog]:
+    logs = RequestLog.objects.all()
+    return logs if may_see_all(user) else logs.filter(api_key__owner=user)
+
+
+def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
+    """Rows by day (newest first) and group (by name). Raises ConsoleError for an unknown group."""
+    if group not in GROUPS:
+        raise ConsoleError(f"Group by one of: {', '.join(GROUPS)}.")
+    start, end = window.bounds()
+    logs = visible_requests(user).filter(created_at__gte=start, created_at__lt=end)
+    field = GROUPS[group]
+    names = [field, "api_key__prefix"] if group == "key" else [field]
+    rows = (
+        logs.annotate(day=TruncDate("created_at", tzinfo=UTC)).values("day", *names)
+        .annotate(requests=Count("id"), prompt=Coalesce(Sum("prompt_tokens"), 0),
+                  cached=Coalesce(Sum("cached_tokens"), 0), completion=Coalesce(Sum("completion_tokens"), 0),
+                  errors=Count("id", filter=Q(status__gte=400) | Q(truncated=True)))
+        .order_by("-day", *names)
+    )  # fmt: skip
+    return [UsageRow(r["day"], _label(group, r), r["requests"], r["prompt"], r["cached"], r["completion"], r["errors"])
+            for r in rows]  # fmt: skip
+
+
+def _label(group: str, row: dict[str, Any]) -> str:
+    if group == "key":
+        return f"{row['api_key__name']} ({row['api_key__prefix']}…)" if row["api_key__prefix"] else "(no key)"
+    return row[GROUPS[group]] or ("(no owner)" if group == "member" else "")

@@ -1,0 +1,28 @@
+"""Usage's part of the JSON API: GET /api/usage, rows by UTC day and key, member or model."""
+
+from datetime import date
+
+from django.http import HttpRequest
+from ninja import Router, Schema
+
+from console.usage.aggregation import UsageRow, Window, usage
+
+router = Router(tags=["usage"])
+
+
+class UsageOut(Schema):
+    day: date
+    group: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    errors: int
+    cost_usd: float | None  # None: no price set yet
+
+
+@router.get("/usage", response=list[UsageOut])
+def usage_rows(request: HttpRequest, group: str = "key", since: str = "", until: str = "") -> list[UsageRow]:
+    """``group``: key, member or model; ``since``/``until``: YYYY-MM-DD (UTC, both included; default the
+    last 30 days). Members get their own keys' usage only."""
+    return usage(request.user, group, Window.parse(since[:10], until[:10]))

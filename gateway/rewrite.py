@@ -1,0 +1,128 @@
+"""How the gateway changes a request on its way to the engine: usage asked for, the output-token limit spelled
+as the engine reads it and capped, and translations to the chat API for engines without Anthropic's
+Messages or OpenAI's Responses API. Pure functions on the parsed request.
+"""
+
+import json
+from enum import StrEnum
+from typing import Any
+
+from gateway.responses_chat import responses_to_chat
+from gateway.translate import TranslationError, messages_to_chat
+
+USAGE_ENDPOINTS = {"/v1/chat/completions", "/v1/completions"}
+
+# Where each endpoint takes its output-token limit; the first present wins (OpenAI: max_completion_tokens
+# over the deprecated max_tokens).
+MAX_TOKENS_FIELDS = {
+    "/v1/chat/completions": ("max_completion_tokens", "max_tokens"),
+    "/v1/completions": ("max_tokens",),
+    "/v1/responses": ("max_output_tokens",),
+    "/v1/messages": ("max_tokens",),
+}
+
+
+def ask_for_usage(path: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The field that makes a stream end with a usage chunk (OpenAI ``stream_options.include_usage``), so every
+    request is accounted; empty when the client asked for it itself. When it is set, the relay strips the
+    usage chunk again."""
+    if path not in USAGE_ENDPOINTS or not request.get("stream"):
+        return {}
+    options = request.get("stream_options") or {}
+    if options.get("include_usage"):
+        return {}
+    return {"stream_options": {**options, "include_usage": True}}
+
+
+def engine_spelling(path: str, request: dict[str, Any]) -> dict[str, int]:
+    """The output-token limit in the field the engine reads, when the client spelled it otherwise.
+
+    /v1/completions: vLLM's and SGLang's completions read only ``max_tokens`` (OpenAI's default of 16
+    applies without it: vllm/entrypoints/openai/completion/protocol.py), so a client's
+    ``max_completion_tokens`` (the chat API's newer name, which some SDKs and clients send everywhere)
+    becomes ``max_tokens``. The other endpoints' engines read the client's own field."""
+    if path != "/v1/completions" or request.get("max_tokens") is not None:
+        return {}
+    value = request.get("max_completion_tokens")
+    return {"max_tokens": value} if isinstance(value, int) and not isinstance(value, bool) else {}
+
+
+def output_limit(path: str, request: dict[str, Any]) -> tuple[str, int | None] | None:
+    """(field, value) of the request's output-token limit (value None when absent), or None for an endpoint
+    without one."""
+    fields = MAX_TOKENS_FIELDS.get(path)
+    if fields is None:
+        return None
+    name = next((f for f in fields if request.get(f) is not None), fields[0])
+    value = request.get(name)
+    return name, value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[str, int]:
+    """The output-token limit field lowered to ``cap`` (set when absent); empty when the request is within it."""
+    limit = output_limit(path, request)
+    if cap is None or limit is None:
+        return {}
+    name, asked = limit
+    if asked is not None and asked <= cap:
+        return {}
+    return {name: cap}
+
+
+def with_fields(body: bytes, request: dict[str, Any], fields: dict[str, Any]) -> bytes:
+    """``body``, the JSON text of ``request``, with ``fields`` set at its top level (in ``request`` too).
+
+    When none of them is in the request yet they are appended to the text, so a long conversation is not
+    encoded again (a UTF-8 body only; JSON in UTF-16 or UTF-32 is re-encoded); otherwise the whole request
+    is encoded again, as it is whenever a field already present changes."""
+    fresh = not any(name in request for name in fields)
+    request.update(fields)
+    head = body.rstrip()
+    if fresh and body.lstrip()[:1] == b"{" and head.endswith(b"}"):
+        return head[:-1] + b"," + json.dumps(fields)[1:-1].encode() + b"}"
+    return json.dumps(request).encode()
+
+
+class Translation(StrEnum):
+    """How the engine's answer reaches a client whose API the engine does not serve."""
+
+    NONE = "none"
+    MESSAGES = "messages"  # chat completions → Anthropic messages (gateway.translate)
+    COUNT_TOKENS = "count_tokens"  # the engine's /tokenize count → {"input_tokens"}
+    RESPONSES = "responses"  # chat completions → OpenAI responses (gateway.responses_chat)
+
+
+def translate_for_chat_engine(path: str, request: dict[str, Any]) -> tuple[str, dict[str, Any], Translation]:
+    """(engine path, engine request, translation) for an Anthropic or Responses request to an engine that only
+    speaks OpenAI's chat API. Raises TranslationError for requests that cannot be translated."""
+    if path == "/v1/responses":
+        return "/v1/chat/completions", responses_to_chat(request), Translation.RESPONSES
+    chat = messages_to_chat(request)
+    if path == "/v1/messages" and (not isinstance(request.get("max_tokens"), int) or request["max_tokens"] < 1):
+        raise TranslationError("max_tokens: a positive integer is required, as Anthropic's API requires it.")
+    if path == "/v1/messages/count_tokens":
+        tokenize = {"model": chat["model"], "messages": chat["messages"], "tools": chat.get("tools")}
+        return "/tokenize", {k: v for k, v in tokenize.items() if v is not None}, Translation.COUNT_TOKENS
+    return "/v1/chat/completions", chat, Translation.MESSAGES
+
+
+def tokenize_request(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """The body of a POST /tokenize (vLLM's TokenizeChatRequest or TokenizeCompletionRequest,
+    vllm/entrypoints/serve/tokenize/protocol.py) that counts ``request``'s prompt as the engine renders it;
+    None when it has none the engine can count (embeddings, a prompt of token ids)."""
+    try:
+        if path == "/v1/completions":
+            prompt = request.get("prompt")
+            return {"model": request.get("model"), "prompt": prompt} if isinstance(prompt, str) else None
+        if path == "/v1/chat/completions":
+            chat = request
+        elif path == "/v1/responses":
+            chat = responses_to_chat(request)
+        elif path in ("/v1/messages", "/v1/messages/count_tokens"):
+            chat = messages_to_chat(request)
+        else:
+            return None
+    except TranslationError:
+        return None
+    body = {"model": chat.get("model"), "messages": chat.get("messages"), "tools": chat.get("tools")}
+    return {k: v for k, v in body.items() if v is not None} if isinstance(body["messages"], list) else None

@@ -1,0 +1,147 @@
+"""The audit log: an entry for every action issue 14 lists (who, when, from where, what changed), its page
+with filters, its CSV and JSON exports, and the retention prune."""
+
+import csv
+import io
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from console.audit.models import AuditEntry
+from console.audit.recording import ACTIONS, record
+from console.audit.tasks import prune_audit_log
+from console.catalog.models import ModelSource
+from console.deployments.models import Deployment, Replica
+from tests.test_console import SMOLLM2_CONFIG
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "a-long-password-1"
+JSON = "application/json"
+
+
+def entries(action: str) -> list[AuditEntry]:
+    return list(AuditEntry.objects.filter(action=action).order_by("id"))
+
+
+@pytest.fixture
+def root(client: Client, django_user_model: Any) -> Client:
+    django_user_model.objects.create_superuser("root", "", PASSWORD)
+    assert client.post("/login/", {"username": "root", "password": PASSWORD}, REMOTE_ADDR="10.1.2.3").status_code == 302
+    return client
+
+
+def test_key_actions_are_recorded_with_who_where_and_what_but_never_the_secret(root: Client) -> None:
+    key = root.post("/api/keys", {"name": "ci", "tokens_per_day": 100}, content_type=JSON,
+                    HTTP_USER_AGENT="curl/8").json()  # fmt: skip
+    root.patch(f"/api/keys/{key['id']}", {"tokens_per_day": 50}, content_type=JSON)
+    rotated = root.post(f"/api/keys/{key['id']}/rotate", {"grace_seconds": 0}, content_type=JSON).json()
+    root.delete(f"/api/keys/{key['id']}")
+    [create], [limits], [rotate], [revoke] = (entries(a) for a in ("key.create", "key.limits", "key.rotate",
+                                                                   "key.revoke"))  # fmt: skip
+    assert (create.actor_name, create.target_type, create.target_id, create.user_agent) == (
+        "root", "access.apikey", str(key["id"]), "curl/8")
+    assert create.changes["prefix"] == key["prefix"] and create.changes["tokens_per_day"] == 100
+    assert create.ip == "127.0.0.1" and create.at > timezone.now() - timedelta(minutes=1)
+    assert limits.changes == {"tokens_per_day": [100, 50]}
+    assert rotate.changes["prefix"] == [key["prefix"], rotated["prefix"]] and rotate.changes["grace_seconds"] == 0
+    assert revoke.changes == {"prefix": rotated["prefix"]}
+    everything = json.dumps(list(AuditEntry.objects.values()), default=str)
+    assert key["key"] not in everything and rotated["key"] not in everything
+
+
+def test_member_actions_are_recorded(root: Client) -> None:
+    bob = root.post("/api/members", {"username": "bob", "password": PASSWORD, "role": "viewer"},
+                    content_type=JSON).json()  # fmt: skip
+    root.patch(f"/api/members/{bob['id']}", {"role": "member", "tokens_per_day": 500}, content_type=JSON)
+    root.patch(f"/api/members/{bob['id']}", {"is_active": False}, content_type=JSON)
+    assert entries("member.create")[-1].changes == {"role": "viewer"}
+    assert entries("member.role")[-1].changes == {"role": ["viewer", "member"]}
+    assert entries("member.limits")[-1].changes == {"tokens_per_day": [None, 500]}
+    assert entries("member.active")[-1].changes == {"is_active": [True, False]}
+    assert {e.target_name for e in AuditEntry.objects.filter(action__startswith="member.")} == {"bob"}
+
+
+def test_a_password_change_is_recorded_without_the_password(root: Client) -> None:
+    resp = root.post("/password/", {"old_password": PASSWORD, "new_password1": "another-long-pw-2",
+                                    "new_password2": "another-long-pw-2"})  # fmt: skip
+    assert resp.status_code == 302
+    [entry] = entries("member.password")
+    assert entry.changes == {} and "another-long-pw-2" not in json.dumps(list(AuditEntry.objects.values()), default=str)
+
+
+def test_deployment_actions_are_recorded(root: Client) -> None:
+    ModelSource.objects.create(name="smol", kind="local", path="/m", config=SMOLLM2_CONFIG, weights_bytes=269_030_016)
+    dep = root.post("/api/deployments", {"name": "smol", "model": "smol", "max_model_len": 2048},
+                    content_type=JSON).json()  # fmt: skip
+    root.post(f"/api/deployments/{dep['id']}/launch")
+    root.post(f"/api/deployments/{dep['id']}/stop")
+    Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
+    root.post(f"/api/deployments/{dep['id']}/change", {"max_model_len": 1024, "confirm": True}, content_type=JSON)
+    Deployment.objects.filter(pk=dep["id"]).update(state="failed")
+    Replica.objects.create(deployment_id=dep["id"], runtime="process", host="h", port=1, engine_api_key="k",
+                           oom_killed=True)  # fmt: skip
+    assert root.post(f"/api/deployments/{dep['id']}/remedy").status_code == 202
+    Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
+    assert root.delete(f"/api/deployments/{dep['id']}").status_code == 204
+    assert entries("deployment.create")[0].changes["served_model_name"] == "smol"
+    assert [e.changes["state"] for e in entries("deployment.launch")] == [["stopped", "pending"], ["failed", "pending"]]
+    assert entries("deployment.stop")[0].changes == {"state": ["pending", "stopping"]}
+    assert entries("deployment.change")[0].changes == {"max_model_len": [2048, 1024], "recreate": False}
+    assert entries("deployment.remedy")[0].changes == {"VLLM_CPU_KVCACHE_SPACE": ["1 GiB", "0.75 GiB"]}
+    assert entries("deployment.delete")[0].target_name == "smol"
+    assert {e.actor_name for e in AuditEntry.objects.filter(action__startswith="deployment.")} == {"root"}
+
+
+@override_settings(AXES_FAILURE_LIMIT=3)
+def test_sign_ins_failures_lockouts_and_sign_outs_are_recorded(client: Client, django_user_model: Any) -> None:
+    django_user_model.objects.create_superuser("root", "", PASSWORD)
+    client.post("/login/", {"username": "root", "password": PASSWORD}, REMOTE_ADDR="10.0.0.9")
+    client.post("/logout/")
+    for _ in range(3):
+        client.post("/login/", {"username": "root", "password": "wrong"}, REMOTE_ADDR="10.0.0.7")
+    assert [(e.actor_name, e.ip) for e in entries("signin")] == [("root", "10.0.0.9")]
+    assert entries("signin")[0].changes == {"method": "password"}
+    assert [e.actor_name for e in entries("signout")] == ["root"]
+    failed = entries("signin.failed")
+    assert len(failed) == 3 and {(e.actor_name, e.target_name, e.ip) for e in failed} == {("anonymous", "root",
+                                                                                           "10.0.0.7")}  # fmt: skip
+    [lockout] = entries("signin.lockout")
+    assert (lockout.target_name, lockout.changes) == ("root", {"ip_address": "10.0.0.7"})
+    assert "wrong" not in json.dumps(list(AuditEntry.objects.values()), default=str)
+
+
+def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
+    tested = {"key.create", "key.limits", "key.rotate", "key.revoke", "member.create", "member.role",
+              "member.limits", "member.active", "member.password", "deployment.create", "deployment.launch",
+              "deployment.stop", "deployment.change", "deployment.remedy", "deployment.delete", "signin",
+              "signin.failed", "signin.lockout", "signout"}  # fmt: skip
+    assert set(ACTIONS) == tested
+
+
+def test_the_page_filters_and_the_exports_carry_the_same_entries(root: Client) -> None:
+    for name in ("alpha", "=HYPERLINK(\"http://x\")"):
+        root.post("/api/keys", {"name": name}, content_type=JSON)
+    page = root.get("/audit/?action=key.create&target=alpha").content.decode()
+    assert "alpha" in page and "HYPERLINK" not in page
+    assert root.get("/audit/?since=yesterday").status_code == 400
+    rows = list(csv.DictReader(io.StringIO(root.get("/audit/export.csv?action=key.").content.decode())))
+    assert [r["action"] for r in rows] == ["key.create", "key.create"]  # newest first
+    assert rows[0]["target"].startswith("'=HYPERLINK") and rows[1]["target"].startswith("alpha (hk-")
+    assert json.loads(rows[1]["changes"])["prefix"].startswith("hk-")
+    exported = root.get("/audit/export.json?actor=root&action=key.create").json()
+    assert [e["target"].split(" (")[0] for e in exported] == ['=HYPERLINK("http://x")', "alpha"]
+    assert root.get("/api/audit?action=key.create").json() == exported
+
+
+def test_entries_older_than_the_retention_are_pruned() -> None:
+    old = record(None, "signout", "someone")
+    AuditEntry.objects.filter(pk=old.pk).update(at=timezone.now() - timedelta(days=400))
+    recent = record(None, "signout", "someone else")
+    assert old.actor_name == "system"
+    with override_settings(HEARTH_AUDIT_RETENTION_DAYS=365):
+        assert prune_audit_log() == 1
+    assert list(AuditEntry.objects.values_list("pk", flat=True)) == [recent.pk]

@@ -1,0 +1,236 @@
+"""One exchange of the relay (gateway.relay.Exchange) against scripted engines on loopback: how each way an engine
+can fail reaches the client, and the gateway's half of fitting max_tokens to the context left."""
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import pytest
+
+from gateway.accounting import Outcome
+from gateway.app import Gateway
+from gateway.errors import GatewayError, Surface
+from gateway.registry import Route, Upstream
+from gateway.relay import Exchange
+from gateway.rewrite import Translation
+from gateway.routing import Router
+from gateway.sse import StreamKind
+from gateway.upstream import Engines
+from tests.test_gateway_upstream import SSE, Server, chunk, request
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+CHAT = "/v1/chat/completions"
+
+
+class Client:
+    """What the gateway sent the client: status, headers and body."""
+
+    def __init__(self) -> None:
+        self.status, self.headers, self.body = 0, {}, b""
+
+    async def __call__(self, message: Mapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status, self.headers = message["status"], dict(message["headers"])
+        else:
+            self.body += message.get("body", b"")
+
+
+def route(*urls: str, **fields: Any) -> Route:
+    upstreams = tuple(Upstream(i, url, "k") for i, url in enumerate(urls))
+    return Route("m", upstreams, fields.pop("max_model_len", 8192), 0, **fields)
+
+
+def exchange(engines: Engines, target: Route, surface: Surface = Surface.OPENAI, kind: StreamKind = StreamKind.CHAT,
+             endpoint: str = CHAT) -> Exchange:  # fmt: skip
+    outcome = Outcome(1, "hk-x", "m", surface, endpoint, True)
+    return Exchange(engines, target, outcome, kind, Router())
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 15))
+
+
+def silent_after_request(counter: list[int]) -> Script:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        counter.append(1)
+        await request(reader)
+        await reader.read()
+
+    return script
+
+
+def test_an_engine_silent_on_a_whole_answer_is_a_504_and_never_sent_to_another_replica() -> None:
+    """A long non-streamed request sends its head only at the end: the idle timeout must not make the gateway
+    run it again on the next replica (the engine would run it twice) or answer 502."""
+    first: list[int] = []
+    second: list[int] = []
+
+    async def test() -> None:
+        async with Server(silent_after_request(first)) as one, Server(silent_after_request(second)) as two:
+            engines = Engines(connect_timeout=1, read_timeout=0.3)
+            relay = exchange(engines, route(one.url, two.url))
+            with pytest.raises(GatewayError) as caught:
+                await relay.run(CHAT, b"{}", b"", Client())
+            assert caught.value.status == 504 and caught.value.code == "upstream_timeout"
+            assert len(first) + len(second) == 1  # sent once, to one replica
+
+    run(test)
+
+
+def test_replicas_that_cannot_be_reached_are_a_503_with_retry_after() -> None:
+    async def closes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)  # an engine dying with the request: closed without an answer
+
+    async def test() -> None:
+        async with Server(closes) as dying:
+            async with Server(closes) as gone:
+                url = gone.url
+            relay = exchange(Engines(1, 5), route(dying.url, url))
+            with pytest.raises(GatewayError) as caught:
+                await relay.run(CHAT, b"{}", b"", Client())
+        error = caught.value
+        assert (error.status, error.code) == (503, "upstream_unreachable")
+        assert error.retry_after and error.retry_after >= 1
+        assert json.loads(error.body(Surface.ANTHROPIC))["error"]["type"] == "overloaded_error"
+
+    run(test)
+
+
+def answer(status: int, content_type: bytes, body: bytes) -> Script:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            status, content_type, len(body), body))  # fmt: skip
+        await reader.read()
+
+    return script
+
+
+@pytest.mark.parametrize("content_type", [b"text/plain; charset=utf-8", b"text/html", b"application/problem+json"])
+@pytest.mark.parametrize("surface", [Surface.OPENAI, Surface.ANTHROPIC])
+def test_a_rewritten_error_is_json_whatever_the_engine_called_it(content_type: bytes, surface: Surface) -> None:
+    async def test() -> None:
+        async with Server(answer(500, content_type, b"Internal Server Error")) as engine:
+            client = Client()
+            await exchange(Engines(1, 5), route(engine.url), surface).run(CHAT, b"{}", b"", client)
+        assert client.status == 500 and client.headers[b"content-type"] == b"application/json"
+        assert json.loads(client.body)  # in the API's own shape
+
+    run(test)
+
+
+@pytest.mark.parametrize("body", [b'{"tokens": [1, 2]}', b'{"count": null}', b'{"count": "3"}', b"[]", b"not json"])
+def test_a_translated_count_tokens_is_never_a_silent_zero(body: bytes) -> None:
+    async def test() -> None:
+        async with Server(answer(200, b"application/json", body)) as engine:
+            relay = exchange(Engines(1, 5), route(engine.url), Surface.ANTHROPIC, StreamKind.MESSAGES)
+            relay.translation = Translation.COUNT_TOKENS
+            with pytest.raises(GatewayError) as caught:
+                await relay.run("/tokenize", b"{}", b"", Client())
+        assert caught.value.status == 502
+
+    run(test)
+
+
+def stream(*events: bytes, end: str = "close") -> Script:
+    """An engine that streams ``events`` then closes, or stays silent (``end="silent"``)."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(SSE)
+        for event in events:
+            writer.write(chunk(event))
+        await writer.drain()
+        if end == "silent":
+            await reader.read()
+
+    return script
+
+
+TEXT = b'data: {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": null}]}\n\n'
+ENGINE_ERROR = b'data: {"error": {"message": "CUDA error: an illegal memory access", "code": 500}}\n\n'
+TRANSLATIONS = [(Surface.OPENAI, Translation.NONE), (Surface.ANTHROPIC, Translation.MESSAGES),
+                (Surface.OPENAI, Translation.RESPONSES)]  # fmt: skip
+
+
+def relayed(
+    script: Script, surface: Surface, translation: Translation, read_timeout: float = 5
+) -> tuple[Exchange, str]:
+    client = Client()
+
+    async def test() -> None:
+        async with Server(script) as engine:
+            relay = exchange(Engines(1, read_timeout), route(engine.url), surface)
+            relay.translation, relay.request = translation, {"model": "m", "input": "hi"}
+            await relay.run(CHAT, b"{}", b"", client)
+            nonlocal done
+            done = relay
+
+    done: Exchange | None = None
+    run(test)
+    assert done is not None
+    return done, client.body.decode()
+
+
+@pytest.mark.parametrize(("surface", "translation"), TRANSLATIONS, ids=["chat", "messages", "responses"])
+def test_an_idle_stall_is_labelled_a_timeout_not_a_truncation(surface: Surface, translation: Translation) -> None:
+    relay, body = relayed(stream(TEXT, end="silent"), surface, translation, read_timeout=0.3)
+    assert relay.outcome.truncated
+    assert "HEARTH_STREAM_IDLE_TIMEOUT" in body and "upstream_truncated" not in body
+    assert "upstream_timeout" in body or "timeout_error" in body
+
+
+@pytest.mark.parametrize(("surface", "translation"), TRANSLATIONS[1:], ids=["messages", "responses"])
+def test_a_translated_stream_passes_on_the_engines_own_error_text(surface: Surface, translation: Translation) -> None:
+    relay, body = relayed(stream(TEXT, ENGINE_ERROR), surface, translation)
+    assert relay.outcome.truncated and "CUDA error: an illegal memory access" in body
+    assert "ended the stream before it finished" not in body
+
+
+@pytest.mark.parametrize(("surface", "translation"), TRANSLATIONS, ids=["chat", "messages", "responses"])
+def test_a_stream_the_engine_closed_says_so(surface: Surface, translation: Translation) -> None:
+    relay, body = relayed(stream(TEXT), surface, translation)
+    assert relay.outcome.truncated and "ended the stream before it finished" in body
+    assert relay.token_chunks == 1  # what went out is counted, for a stream without the engine's usage
+
+
+def tokenizer(count: int, seen: list[bytes]) -> Script:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await request(reader))
+        body = json.dumps({"count": count, "max_model_len": 32768, "tokens": []}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(body), body))  # fmt: skip
+        await reader.read()
+
+    return script
+
+
+PROMPT = {"messages": [{"role": "user", "content": "x " * 1000}]}
+ASKED = [("/v1/messages", "max_tokens", PROMPT), (CHAT, "max_completion_tokens", PROMPT),
+         ("/v1/responses", "max_output_tokens", {"input": "x " * 1000})]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "field", "prompt"), ASKED, ids=["messages", "chat", "responses"])
+def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine(
+    path: str, field: str, prompt: dict[str, Any]
+) -> None:
+    """Claude Code's first request: 12,308 prompt tokens and 32,000 output tokens asked of a 32K context."""
+    seen: list[bytes] = []
+    request_ = {"model": "m", field: 32000, **prompt}
+
+    async def test() -> None:
+        async with Server(tokenizer(12308, seen)) as engine:
+            gateway = Gateway()
+            target = route(engine.url, max_model_len=32768, fit_max_tokens=True)
+            relay = exchange(gateway.engines, target)
+            fields = await gateway._fit(path, request_, {}, len(json.dumps(request_)), target, b"", relay)
+            assert fields == {field: 32768 - 12308}
+            (name, value), = relay.headers
+            assert name == b"x-hearth-max-tokens-fitted" and value.startswith(b"20460; requested=32000; prompt=12308")
+            small = {**request_, field: 100}
+            assert await gateway._fit(path, small, {}, len(json.dumps(small)), target, b"", relay) == {}
+            gateway.engines.close()
+
+    run(test)
+    assert len(seen) == 1 and b"POST /tokenize" in seen[0]  # the small one was not counted: it surely fits

@@ -1,0 +1,159 @@
+"""Keys people manage: created within their member limits, rotated with a grace period they choose, changed
+and revoked; a new secret shown once, never kept readable in the session or Redis; each key's use shown."""
+
+import json
+import re
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.sessions.models import Session
+from django.test import Client, override_settings
+from django.utils import timezone
+
+from console.access import key_format, keys, members
+from console.access.models import ApiKey, Member
+from console.errors import ConsoleError
+from console.observability.models import RequestLog
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "a-long-password-1"
+
+
+@pytest.fixture
+def member(django_user_model: Any) -> Any:
+    user = django_user_model.objects.create_user("mia", "", PASSWORD)
+    Member.objects.create(user=user, role="member")
+    return user
+
+
+@pytest.fixture
+def mia(client: Client, member: Any) -> Client:
+    assert client.post("/login/", {"username": "mia", "password": PASSWORD}).status_code == 302
+    return client
+
+
+def test_a_rotated_keys_old_secret_works_for_the_grace_then_is_refused(member: Any) -> None:
+    row, old = keys.create_key("laptop", member)
+    new = keys.rotate_key(row, member, grace_seconds=600)
+    row.refresh_from_db()
+    now = timezone.now()
+    secrets_now = {prefix: digest for prefix, digest, _ in row.secrets_at(now)}
+    assert secrets_now == {key_format.key_prefix(new): key_format.hash_key(new),
+                           key_format.key_prefix(old): key_format.hash_key(old)}  # fmt: skip
+    assert row.previous_valid_until is not None and abs((row.previous_valid_until - now).total_seconds() - 600) < 5
+    later = {prefix for prefix, _, _ in row.secrets_at(now + timedelta(seconds=601))}
+    assert later == {key_format.key_prefix(new)}
+    assert row.secrets_at(now + timedelta(seconds=601)) == [(row.prefix, row.key_hash, None)]
+
+
+def test_rotating_again_ends_the_earlier_grace_and_a_revoked_key_has_no_secret(member: Any) -> None:
+    row, first = keys.create_key("laptop", member)
+    second = keys.rotate_key(row, member, grace_seconds=3600)
+    third = keys.rotate_key(row, member, grace_seconds=0)
+    row.refresh_from_db()
+    prefixes = {p for p, _, _ in row.secrets_at()}
+    assert prefixes == {key_format.key_prefix(third)}  # no grace: the second stops now, the first long ago
+    assert key_format.key_prefix(first) not in prefixes and row.previous_prefix == key_format.key_prefix(second)
+    keys.revoke_key(row, member)
+    row.refresh_from_db()
+    assert row.secrets_at() == []
+    with pytest.raises(ConsoleError, match="revoked or expired"):
+        keys.rotate_key(row, member, 0)
+
+
+def test_a_rotation_through_the_api_shows_the_new_secret_once(mia: Client) -> None:
+    created = mia.post("/api/keys", {"name": "ci"}, content_type="application/json").json()
+    rotated = mia.post(f"/api/keys/{created['id']}/rotate", {"grace_seconds": 60}, content_type="application/json")
+    body = rotated.json()
+    assert rotated.status_code == 200 and body["key"].startswith(body["prefix"]) and body["key"] != created["key"]
+    assert mia.post(f"/api/keys/{created['id']}/rotate", {"grace_seconds": -1},
+                    content_type="application/json").json() == {"detail": "The grace period must be from 0 to 30 days."}
+    assert body["key"] not in json.dumps(mia.get("/api/keys").json())
+
+
+def test_a_members_keys_get_their_ceilings_and_cannot_exceed_them(member: Any, admin_user: Any) -> None:
+    members.set_member_limits(admin_user, member, allowed_models=["smol", "big"], tokens_per_day=1000,
+                              max_key_days=30, monthly_budget_usd=Decimal("20"), max_keys=2)  # fmt: skip
+    row, _ = keys.create_key("plain", member)
+    assert (row.allowed_models, row.tokens_per_day, row.monthly_budget_usd) == (["big", "smol"], 1000, None)
+    assert row.expires_at is not None and row.expires_at <= timezone.now() + timedelta(days=30)
+    for limits, error in [
+        ({"tokens_per_day": 1001}, "tokens_per_day must be at most 1,000 (the limit set for you)"),
+        ({"allowed_models": ["other"]}, "Allowed models must be among yours: big, smol"),
+        ({"expires_in_days": 31}, "expires_at must be at most 30 days away"),
+        ({"monthly_budget_usd": Decimal("20.01")}, "monthly_budget_usd must be at most 20.00 USD"),
+    ]:
+        with pytest.raises(ConsoleError, match=re.escape(error)):
+            keys.create_key("too much", member, **limits)
+    keys.create_key("second", member, allowed_models=["smol"], monthly_budget_usd=Decimal("5"))
+    with pytest.raises(ConsoleError, match="You hold 2 live keys, the most allowed for you"):
+        keys.create_key("third", member)
+    assert ApiKey.objects.filter(owner=member).count() == 2
+
+
+def test_lowering_a_members_limits_lowers_their_keys(member: Any, admin_user: Any) -> None:
+    row, _ = keys.create_key("laptop", member, tokens_per_minute=500, allowed_models=["a", "b"])
+    members.set_member_limits(admin_user, member, tokens_per_minute=100, allowed_models=["b", "c"])
+    row.refresh_from_db()
+    assert (row.tokens_per_minute, row.allowed_models, row.requests_per_minute) == (100, ["b"], None)
+
+
+def test_an_admins_keys_have_no_ceilings(admin_user: Any) -> None:
+    Member.objects.create(user=admin_user, role="admin", tokens_per_day=10)
+    row, _ = keys.create_key("ops", admin_user, tokens_per_day=10**6)
+    assert row.tokens_per_day == 10**6
+
+
+def test_a_key_limit_change_keeps_within_the_ceiling_and_a_budget_is_in_cents(mia: Client, member: Any) -> None:
+    Member.objects.filter(user=member).update(daily_budget_usd=Decimal("3"))
+    created = mia.post("/api/keys", {"name": "k", "daily_budget_usd": "1.5"}, content_type="application/json").json()
+    patched = mia.patch(f"/api/keys/{created['id']}", {"daily_budget_usd": "2.999", "max_tokens_cap": 64},
+                        content_type="application/json")  # fmt: skip
+    assert patched.status_code == 200, patched.content
+    assert (patched.json()["daily_budget_usd"], patched.json()["max_tokens_cap"]) == ("3.00", 64)
+    over = mia.patch(f"/api/keys/{created['id']}", {"daily_budget_usd": 4}, content_type="application/json")
+    assert over.status_code == 400 and "at most 3.00 USD" in over.json()["detail"]
+    cleared = mia.patch(f"/api/keys/{created['id']}", {"max_tokens_cap": None}, content_type="application/json")
+    assert cleared.json()["max_tokens_cap"] is None and cleared.json()["daily_budget_usd"] == "3.00"
+
+
+def test_a_new_key_is_shown_once_and_never_readable_in_the_session_or_redis(mia: Client) -> None:
+    resp = mia.post("/keys/", {"name": "laptop"})
+    assert resp.status_code == 302 and "?shown=" in resp["Location"]
+    page = mia.get(resp["Location"])
+    key = re.search(r'data-field="new_key">([^<]+)<', page.content.decode()).group(1)  # type: ignore[union-attr]
+    assert "no-store" in page["Cache-Control"]
+    assert key.startswith(ApiKey.objects.get().prefix)
+    assert 'data-field="new_key"' not in mia.get(resp["Location"]).content.decode()  # a reload shows nothing
+    assert ApiKey.objects.count() == 1
+    sessions = [s.get_decoded() for s in Session.objects.all()]
+    assert key not in json.dumps(sessions, default=str)
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    assert all(key.encode() not in (r.get(k) or b"") for k in r.scan_iter("hearth:shown-key:*"))
+
+
+@override_settings(REDIS_URL="redis://127.0.0.1:1/0")
+def test_with_redis_unreachable_no_key_is_made_and_the_page_says_why(mia: Client) -> None:
+    resp = mia.post("/keys/", {"name": "laptop"})
+    assert resp.status_code == 200 and "Redis cannot be reached, so no key was made" in resp.content.decode()
+    assert not ApiKey.objects.exists()
+
+
+def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: Client, member: Any) -> None:
+    row, _ = keys.create_key("laptop", member)
+    now = timezone.now()
+    for when, prompt, completion in [(now, 10, 5), (now, 3, None), (now - timedelta(days=40), 100, 100)]:
+        RequestLog.objects.create(created_at=when, api_key=row, model="smol", surface="openai",
+                                  endpoint="chat", status=200, prompt_tokens=prompt, completion_tokens=completion,
+                                  duration_seconds=0.1)  # fmt: skip
+    [listed] = mia.get("/api/keys").json()
+    assert (listed["owner"], listed["requests_today"], listed["tokens_today"]) == ("mia", 2, 18)
+    assert (listed["requests_month"], listed["tokens_month"]) == (2, 18)
+    last = datetime.fromisoformat(listed["last_used_at"].replace("Z", "+00:00"))
+    assert abs((last - now).total_seconds()) < 1
+    page = mia.get("/keys/").content.decode()
+    assert 'data-field="today">2 req, 18 tok</td>' in page and "no price set" in page

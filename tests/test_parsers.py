@@ -1,0 +1,93 @@
+"""The engines' tool-call and reasoning parsers chosen by model family (engines.parsers), and which coding agents
+a context serves (engines.agent_clients): plain data in and out."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engines.agent_clients import AGENT_CLIENTS, agent_fits
+from engines.parsers import FAMILIES, choose_parsers, template_text
+
+LLAMA31 = "{{- '<|start_header_id|>' + message['role'] }} Environment: ipython <|python_tag|>"
+QWEN25 = "<|im_start|>system ... <tools></tools> <tool_call>\n{\"name\": ...}</tool_call>"
+QWEN3 = QWEN25 + " <think>\n\n</think>"
+CHATML = "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'}}"
+
+# (config, template, engine) → (tool-call parser, reasoning parser), as each family's entry cites.
+CASES = [
+    ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, LLAMA31, "vllm", ("llama3_json", None)),
+    ({"model_type": "llama"}, LLAMA31, "sglang", ("llama3", None)),
+    ({"model_type": "llama"}, "<|im_start|> <tool_call>", "vllm", ("hermes", None)),  # Hermes 3 on Llama
+    ({"model_type": "llama"}, CHATML, "vllm-cpu", ("hermes", None)),  # SmolLM2: ChatML, no tool markup
+    ({"model_type": "qwen2"}, QWEN25, "vllm", ("hermes", None)),
+    ({"model_type": "qwen2"}, QWEN25, "sglang", ("qwen25", None)),
+    ({"model_type": "qwen2"}, QWEN3, "vllm", ("hermes", "deepseek_r1")),  # QwQ-32B
+    ({"model_type": "qwen2"}, "<｜Assistant｜><think>\n", "vllm", (None, "deepseek_r1")),  # R1-Distill-Qwen
+    ({"model_type": "qwen3"}, QWEN3, "vllm", ("hermes", "qwen3")),
+    ({"model_type": "qwen3_moe"}, QWEN3, "sglang", ("qwen25", "qwen3")),
+    ({"model_type": "qwen3_moe"}, "<tool_call>\n<function=name>", "vllm", ("qwen3_coder", None)),
+    ({"model_type": "deepseek_v3"}, "<｜tool▁calls▁begin｜>", "vllm", ("deepseek_v3", None)),
+    ({"model_type": "deepseek_v3"}, "<｜Assistant｜><think>", "vllm", ("deepseek_v3", "deepseek_r1")),
+    ({"model_type": "deepseek_v3"}, "{% if thinking %}<think>", "sglang", ("deepseekv31", "deepseek-v3")),
+    ({"model_type": "kimi_k2"}, "", "vllm", ("kimi_k2", "kimi_k2")),
+    ({"model_type": "gpt_oss"}, "", "vllm", ("openai", "openai_gptoss")),
+    ({"model_type": "gpt_oss"}, "", "sglang", ("gpt-oss", "gpt-oss")),
+    ({"model_type": "glm4_moe"}, "", "vllm", ("glm45", "glm45")),
+    ({"model_type": "mistral"}, "[INST] [TOOL_CALLS]", "vllm", ("mistral", None)),
+    ({"model_type": "llama4"}, "", "vllm", ("llama4_pythonic", None)),
+]
+
+
+@pytest.mark.parametrize(("config", "template", "engine", "expected"), CASES)
+def test_each_family_gets_its_engines_parsers(config: dict[str, object], template: str, engine: str,
+                                              expected: tuple[str | None, str | None]) -> None:  # fmt: skip
+    choice = choose_parsers(engine, config, template)
+    assert (choice.tool_call_parser, choice.reasoning_parser) == expected
+    assert choice.family and choice.source and choice.reasons
+    assert (choice.warning is None) == (expected[0] is not None)
+
+
+def test_an_unknown_model_gets_no_parsers_and_a_warning_that_says_why() -> None:
+    choice = choose_parsers("vllm", {"model_type": "gemma3", "architectures": ["Gemma3ForCausalLM"]}, "")
+    assert choice.tool_call_parser is None and choice.reasoning_parser is None
+    assert choice.warning and "requests that carry tools" in choice.warning
+    assert "gemma3" in choice.reasons[0]
+
+
+def test_every_family_cites_its_source_and_names_only_known_parsers() -> None:
+    vllm_tools = {"openai", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "hermes",
+                  "llama4_pythonic", "llama3_json", "mistral", "granite", "minimax_m2"}  # vLLM 0.32.0's registry
+    for family in FAMILIES:
+        assert family.source and (family.model_types or family.architectures)
+        assert family.vllm_tool is None or family.vllm_tool in vllm_tools, family.name
+
+
+def test_the_template_is_read_from_the_file_or_the_tokenizer_config() -> None:
+    assert template_text({"chat_template": "A"}) == "A"
+    assert template_text({"chat_template": [{"name": "default", "template": "A"}, {"template": "B"}]}) == "A\nB"
+    assert template_text({"chat_template": "A"}, "file") == "file" and template_text(None) == ""
+
+
+def test_smollm2s_own_files_choose_hermes_for_vllm_cpu() -> None:
+    config = json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text())
+    template = "{% for message in messages %}{{'<|im_start|>' + message['role']}}{% endfor %}"
+    assert choose_parsers("vllm-cpu", config, template).tool_call_parser == "hermes"
+
+
+@pytest.mark.parametrize(
+    ("max_model_len", "fit", "claude_code", "codex"),
+    [(8192, False, False, False), (8192, True, False, False), (32768, False, False, True),
+     (32768, True, True, True), (65536, False, True, True), (131072, False, True, True)],
+)  # fmt: skip
+def test_which_agents_a_context_serves(max_model_len: int, fit: bool, claude_code: bool, codex: bool) -> None:
+    fits = {f.client.name: f for f in agent_fits(max_model_len, fit)}
+    assert (fits["Claude Code"].serves, fits["Codex"].serves) == (claude_code, codex)
+    assert all(f"{max_model_len:,}" in f.reason for f in fits.values())
+
+
+def test_a_context_that_fitting_would_save_says_so() -> None:
+    claude = next(f for f in agent_fits(32768) if f.client.name == "Claude Code")
+    assert not claude.serves and "fit max_tokens to the context left" in claude.reason
+    assert [c.name for c in AGENT_CLIENTS] == ["Claude Code", "Codex"]
+    assert AGENT_CLIENTS[0].prompt_tokens == 12_308 and AGENT_CLIENTS[0].max_tokens == 32_000  # FACTS.md

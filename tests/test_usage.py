@@ -1,0 +1,93 @@
+"""The usage page and GET /api/usage: requests, prompt, cached and completion tokens and errors by UTC day and
+by key, member or model, from the request log; members see their own keys only; CSV export."""
+
+import csv
+import io
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from console.access.keys import create_key
+from console.access.models import Member
+from console.observability.models import RequestLog
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "a-long-password-1"
+DAY = datetime(2026, 11, 30, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def logs(django_user_model: Any) -> dict[str, Any]:
+    root = django_user_model.objects.create_superuser("root", "", PASSWORD)
+    mia = django_user_model.objects.create_user("mia", "", PASSWORD)
+    Member.objects.create(user=mia, role="member")
+    ops, _ = create_key("ops", root)
+    laptop, _ = create_key("laptop", mia)
+    rows = [  # key, when, model, status, prompt, cached, completion, truncated
+        (ops, DAY, "smol", 200, 10, 4, 5, False),
+        (ops, DAY + timedelta(hours=11, minutes=59), "smol", 200, 20, None, 7, False),
+        (ops, DAY, "big", 429, None, None, None, False),
+        (laptop, DAY, "smol", 200, 1, 0, 2, True),
+        (laptop, DAY - timedelta(days=1), "smol", 200, 100, 50, 50, False),
+        (laptop, DAY + timedelta(hours=12), "smol", 200, 1000, 0, 1000, False),  # the next UTC day
+    ]
+    for key, when, model, status, prompt, cached, completion, truncated in rows:
+        RequestLog.objects.create(created_at=when, api_key=key, model=model, surface="openai", endpoint="chat",
+                                  status=status, prompt_tokens=prompt, cached_tokens=cached,
+                                  completion_tokens=completion, truncated=truncated, duration_seconds=0.1)  # fmt: skip
+    return {"ops": ops, "laptop": laptop}
+
+
+def signed_in(client: Client, username: str) -> Client:
+    assert client.post("/login/", {"username": username, "password": PASSWORD}).status_code == 302
+    return client
+
+
+def test_usage_by_key_by_utc_day_counts_tokens_and_errors(client: Client, logs: dict[str, Any]) -> None:
+    rows = signed_in(client, "root").get("/api/usage?group=key&since=2026-11-29&until=2026-11-30").json()
+    ops, laptop = (f"{k.name} ({k.prefix}…)" for k in (logs["ops"], logs["laptop"]))
+    got = [(r["day"], r["group"], r["requests"], r["prompt_tokens"], r["cached_tokens"], r["completion_tokens"],
+            r["errors"], r["cost_usd"]) for r in rows]  # fmt: skip
+    assert got == [
+        ("2026-11-30", laptop, 1, 1, 0, 2, 1, None),  # a stream the engine cut short is an error
+        ("2026-11-30", ops, 3, 30, 4, 12, 1, None),  # the 429 is an error with no tokens
+        ("2026-11-29", laptop, 1, 100, 50, 50, 0, None),
+    ]
+
+
+def test_usage_by_member_and_by_model(client: Client, logs: dict[str, Any]) -> None:
+    signed_in(client, "root")
+    by_member = client.get("/api/usage?group=member&since=2026-11-30&until=2026-11-30").json()
+    assert [(r["group"], r["requests"]) for r in by_member] == [("mia", 1), ("root", 3)]
+    by_model = client.get("/api/usage?group=model&since=2026-11-30&until=2026-12-01").json()
+    assert [(r["day"], r["group"], r["requests"]) for r in by_model] == [
+        ("2026-12-01", "smol", 1), ("2026-11-30", "big", 1), ("2026-11-30", "smol", 3)]
+
+
+def test_a_member_sees_only_their_own_keys_usage(client: Client, logs: dict[str, Any]) -> None:
+    rows = signed_in(client, "mia").get("/api/usage?group=member&since=2026-11-01&until=2026-12-01").json()
+    assert {r["group"] for r in rows} == {"mia"}
+    page = client.get("/usage/?group=key&since=2026-11-01&until=2026-12-01").content.decode()
+    assert "laptop" in page and "ops (" not in page and "Your keys only." in page
+
+
+def test_the_csv_export_holds_the_pages_rows(client: Client, logs: dict[str, Any]) -> None:
+    resp = signed_in(client, "root").get("/usage/export.csv?group=model&since=2026-11-29&until=2026-11-30")
+    assert resp["Content-Disposition"] == 'attachment; filename="usage-by-model-2026-11-29-2026-11-30.csv"'
+    rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
+    assert [(r["day"], r["model"], r["requests"], r["completion_tokens"], r["cost_usd"]) for r in rows] == [
+        ("2026-11-30", "big", "1", "0", ""),
+        ("2026-11-30", "smol", "3", "14", ""),
+        ("2026-11-29", "smol", "1", "50", ""),
+    ]
+
+
+@pytest.mark.parametrize(("query", "error"), [("since=2026-12-01&until=2026-11-01", "start is after its end"),
+                                              ("since=2024-01-01&until=2026-01-01", "at most 366 days"),
+                                              ("group=team", "Group by one of: key, member, model")])  # fmt: skip
+def test_a_bad_window_or_grouping_is_explained(client: Client, logs: dict[str, Any], query: str, error: str) -> None:
+    signed_in(client, "root")
+    assert error in client.get(f"/api/usage?{query}").json()["detail"]
+    assert client.get(f"/usage/?{query}").status_code == 400
