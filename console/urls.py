@@ -20,4 +20,5 @@ urlpatterns = [
     path("", include("console.preflight.urls")),
     path("", include("console.audit.urls")),
     path("", include("console.usage.urls")),
+    path("", include("console.capacity.urls")),
 ]

@@ -136,9 +136,9 @@ def start_worker(env: dict[str, str], folder: Path) -> Proc:
 
 
 @pytest.fixture(scope="session")
-def worker(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    """The session's Celery worker (process runtime)."""
-    proc = start_worker(live_env, tmp_path_factory.mktemp("worker"))
+def worker(live_env: dict[str, str], web: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """The session's Celery worker (process runtime), sending capacity checks to the session's web server."""
+    proc = start_worker({**live_env, "HEARTH_GATEWAY_URL": web}, tmp_path_factory.mktemp("worker"))
     yield proc
     proc.stop()
     _stop_engines_left_running()

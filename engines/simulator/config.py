@@ -19,7 +19,6 @@ IGNORED_VALUE_FLAGS = (
     "--tensor-parallel-size",
     "--pipeline-parallel-size",
     "--swap-space",
-    "--max-num-batched-tokens",
     "--uvicorn-log-level",
     "--tokenizer",
     "--revision",
@@ -76,6 +75,8 @@ class SimConfig:
     reasoning_parser: str | None = None
     reasoning_tokens: int = 8
     access_log: bool = True  # a line per request on stderr; --disable-uvicorn-access-log turns it off, as in vLLM
+    max_num_batched_tokens: int = 8192
+    decode_ms_per_1k_kv_tokens: float = 0.03
 
     @property
     def served_model_name(self) -> str:
@@ -105,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-tokens-per-s", type=float, default=5000.0, help="prefill speed, tokens/s")
     p.add_argument("--decode-ms-per-token", type=float, default=12.0, help="decode step base, ms")
     p.add_argument("--decode-ms-per-seq", type=float, default=0.2, help="extra step time per running seq, ms")
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                   help="tokens one engine step computes, prefill chunks and decodes together")  # fmt: skip
+    p.add_argument("--decode-ms-per-1k-kv-tokens", type=float, default=0.03,
+                   help="extra step time per 1,000 KV tokens held (decode reads them), ms")  # fmt: skip
+    # 0.03 ms: an 8B model's 128 KiB of KV per token, 1,000 tokens read at an H100's 3.35 TB/s (its datasheet).
     p.add_argument("--natural-output-tokens", type=int, default=32, help="mean length of an unbounded answer")
     p.add_argument("--embedding-dim", type=int, default=384, help="length of /v1/embeddings vectors")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
@@ -167,4 +173,6 @@ def parse_config(argv: list[str]) -> SimConfig:
         reasoning_parser=args.reasoning_parser or None,
         reasoning_tokens=max(0, args.reasoning_tokens),
         access_log=not args.disable_uvicorn_access_log,
+        max_num_batched_tokens=max(1, args.max_num_batched_tokens),
+        decode_ms_per_1k_kv_tokens=args.decode_ms_per_1k_kv_tokens,
     )

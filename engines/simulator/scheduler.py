@@ -1,72 +1,47 @@
-"""The simulated engine: a FIFO queue, a KV-cache budget, a prefix cache and a step loop that paces tokens.
+"""The simulated engine: vLLM V1's scheduler in miniature, pacing planned answers by a KV budget.
 
-Model (times in seconds unless named):
-- Each engine step prefills the sequences admitted in it and decodes one token for every running
-  sequence; it lasts ``uncached prompt tokens / prefill_tokens_per_s`` plus
-  ``(decode_ms_per_token + decode_ms_per_seq × running) / 1000``. A newly admitted sequence gets its
-  first token at the end of its prefill step, as in vLLM's V1 scheduler.
-- KV: the budget is ``kv_cache_tokens // block_size`` blocks. A running sequence holds
-  ceil((prompt + generated) / block_size) blocks (the usage gauge). Since the simulator plans each
-  answer before decoding, admission reserves a sequence's final footprint (prompt + planned output),
-  so nothing is ever preempted; a sequence that does not fit waits, first in first out, as does one
-  beyond ``max_num_seqs``.
-- Prefix cache: chained hashes of whole prompt blocks (vLLM's block hashing); a sequence skips the
-  prefill of its longest cached block-aligned prefix, never the whole prompt (at least one token is
-  computed). Queries and hits count tokens, as vLLM's counters do. The cache keeps the most recently
-  used ``num_blocks`` block hashes.
+Model (after vllm/v1/core/sched/scheduler.py ``Scheduler.schedule``, 0.32.0; times in seconds unless
+named, sizes in tokens):
+
+- **Steps.** Each engine step has a budget of ``max_num_batched_tokens``. Running sequences come
+  first, in the order they were admitted: one token each while decoding, or the next chunk of a
+  prompt still being prefilled (chunked prefill). Waiting sequences are admitted after them, first
+  in first out, while budget, ``max_num_seqs`` and KV blocks allow. A step lasts
+  ``prefill tokens / prefill_tokens_per_s`` plus ``(decode_ms_per_token + decode_ms_per_seq × scheduled
+  sequences + decode_ms_per_1k_kv_tokens × KV tokens held / 1000) / 1000``: prefill is compute-bound,
+  so a longer prompt takes longer to its first token; decode reads every held token's KV.
+- **First token.** A sequence's first token comes at the end of the step that computes the last
+  chunk of its prompt, as in V1.
+- **KV budget** (engines.simulator.kv_blocks). A sequence is admitted only when blocks for its whole
+  current length fit (vLLM's ``scheduler_reserve_full_isl``, on by default), so a full cache makes
+  new requests wait, counted by ``vllm:num_requests_waiting``. Blocks for generated tokens are taken
+  as decoding goes, so sequences admitted together can outgrow the cache.
+- **Preemption.** When a running sequence needs a block and none is free, the most recently admitted
+  running sequence is preempted (V1's recompute preemption: its blocks are freed, it goes back to the
+  front of the queue, and when admitted again its prompt and the tokens generated so far are
+  prefilled again, its cached prefix excepted); ``vllm:num_preemptions_total`` counts them. No new
+  sequence is admitted in a step that preempted.
+- **Prefix cache.** Whole prompt blocks are shared by sequences with the same prefix and stay cached
+  after they are freed until evicted; an admitted sequence skips the prefill of its longest cached
+  block-aligned prefix, never the whole prompt (at least one token is computed). Queries and hits
+  count tokens, at a sequence's first admission, as vLLM's counters do.
 """
 
 import asyncio
 import logging
 import math
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from engines.simulator.config import SimConfig
+from engines.simulator.kv_blocks import BlockPool, block_hashes
 from engines.simulator.metrics import SimMetrics
 
 log = logging.getLogger("engines.simulator")
 STATS_LOG_INTERVAL_S = 10.0  # vLLM's default --log-stats interval
-
-
-class PrefixCache:
-    """Block hashes of prompts seen recently, most recently used last."""
-
-    def __init__(self, capacity_blocks: int, block_size: int) -> None:
-        self.capacity = capacity_blocks
-        self.block_size = block_size
-        self._blocks: OrderedDict[int, None] = OrderedDict()
-
-    def hashes(self, ids: list[int]) -> list[int]:
-        """One hash per whole block of ``ids``, each chained on the one before."""
-        out: list[int] = []
-        previous = 0
-        for start in range(0, len(ids) - self.block_size + 1, self.block_size):
-            previous = hash((previous, *ids[start : start + self.block_size]))
-            out.append(previous)
-        return out
-
-    def match(self, ids: list[int]) -> int:
-        """Tokens of ``ids`` served from the cache: whole blocks, leaving at least one token to compute."""
-        usable = (len(ids) - 1) // self.block_size
-        hits = 0
-        for block in self.hashes(ids)[:usable]:
-            if block not in self._blocks:
-                break
-            self._blocks.move_to_end(block)
-            hits += 1
-        return hits * self.block_size
-
-    def insert(self, ids: list[int]) -> None:
-        """Remember the whole blocks of ``ids``, evicting the least recently used beyond capacity."""
-        for block in self.hashes(ids):
-            self._blocks[block] = None
-            self._blocks.move_to_end(block)
-        while len(self._blocks) > self.capacity:
-            self._blocks.popitem(last=False)
 
 
 class Emission(NamedTuple):
@@ -79,18 +54,30 @@ class Emission(NamedTuple):
 
 @dataclass(eq=False)
 class Sequence:
-    """One sequence (one choice of a request); token counts in tokens, times ``time.monotonic()``."""
+    """One sequence (one choice of a request); token counts in tokens, times ``time.monotonic()``.
+
+    ``computed`` tokens have their KV in ``blocks`` (one prompt-block hash, or None for an unshared
+    block, per block held); ``hashes`` are the prompt's whole blocks.
+    """
 
     index: int
     prompt_ids: list[int]
     output_len: int
     finish_reason: str
     job: "Job"
-    need_blocks: int
-    state: str = "waiting"  # waiting → running → done
+    hashes: list[int]
+    state: str = "waiting"  # waiting → running → done; running → waiting when preempted
     generated: int = 0
+    computed: int = 0
     cached_tokens: int = 0
+    admitted: bool = False
+    blocks: list[int | None] = field(default_factory=list)
     last_token_at: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens: what the KV must hold once this sequence is computed."""
+        return len(self.prompt_ids) + self.generated
 
 
 @dataclass(eq=False)
@@ -130,11 +117,9 @@ class Engine:
     def __init__(self, cfg: SimConfig, metrics: SimMetrics) -> None:
         self.cfg = cfg
         self.metrics = metrics
-        self.total_blocks = cfg.num_blocks
+        self.pool = BlockPool(cfg.num_blocks, cfg.enable_prefix_caching)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.reserved_blocks = 0
-        self.cache = PrefixCache(self.total_blocks, cfg.block_size)
         self._wake = asyncio.Event()
         self._queries = 0
         self._hits = 0
@@ -148,9 +133,8 @@ class Engine:
         """Queue one sequence per (prompt ids, (output tokens, finish reason "stop"|"length"))."""
         job = Job(engine=self, arrival=time.monotonic())
         for index, (ids, (length, reason)) in enumerate(zip(prompts, outputs, strict=True)):
-            length = max(1, length)
-            need = self.blocks(len(ids) + length)
-            job.sequences.append(Sequence(index, ids, length, reason, job, need))
+            hashes = block_hashes(ids, self.cfg.block_size) if self.cfg.enable_prefix_caching else []
+            job.sequences.append(Sequence(index, ids, max(1, length), reason, job, hashes))
         self.waiting.extend(job.sequences)
         self._wake.set()
         return job
@@ -161,8 +145,7 @@ class Engine:
             if seq.state == "waiting":
                 self.waiting.remove(seq)
             elif seq.state == "running":
-                self.running.remove(seq)
-                self.reserved_blocks -= seq.need_blocks
+                self._free(seq)
             else:
                 continue
             seq.state = "done"
@@ -171,34 +154,99 @@ class Engine:
 
     def state(self) -> tuple[int, int, float, int, float]:
         """(running, waiting, KV usage 0–1, KV tokens held, prefix-cache hit rate 0–1) for the gauges."""
-        held = [len(s.prompt_ids) + s.generated for s in self.running]
-        usage = sum(self.blocks(t) for t in held) / self.total_blocks if self.total_blocks else 0.0
+        held = sum(s.computed for s in self.running)
         rate = self._hits / self._queries if self._queries else 0.0
-        return len(self.running), len(self.waiting), usage, sum(held), rate
+        return len(self.running), len(self.waiting), self.pool.usage(), held, rate
 
-    def _admit(self, now: float) -> list[Sequence]:
-        admitted: list[Sequence] = []
-        while self.waiting and len(self.running) < self.cfg.max_num_seqs:
+    def _block_hash(self, seq: Sequence, index: int) -> int | None:
+        return seq.hashes[index] if index < len(seq.hashes) else None
+
+    def _cost(self, seq: Sequence, tokens: int) -> int:
+        """Free blocks ``seq`` would use up to hold ``tokens`` tokens."""
+        wanted = range(len(seq.blocks), self.blocks(tokens))
+        return sum(self.pool.cost(self._block_hash(seq, i)) for i in wanted)
+
+    def _grow(self, seq: Sequence, tokens: int) -> None:
+        for index in range(len(seq.blocks), self.blocks(tokens)):
+            h = self._block_hash(seq, index)
+            self.pool.take(h)
+            seq.blocks.append(h)
+
+    def _free(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.pool.release(seq.blocks)
+        seq.blocks = []
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Recompute preemption: free ``seq``'s KV and put it first in the queue."""
+        self._free(seq)
+        seq.state, seq.computed = "waiting", 0
+        self.waiting.appendleft(seq)
+        self.metrics.count("preemptions")
+
+    def _schedule_running(self, budget: int) -> tuple[dict[Sequence, int], bool]:
+        """Tokens to compute this step per running sequence, preempting from the tail when KV runs out;
+        and whether any sequence was preempted."""
+        scheduled: dict[Sequence, int] = {}
+        preempted = False
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            n = min(seq.num_tokens - seq.computed, budget)
+            while self._cost(seq, seq.computed + n) > self.pool.free:
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq.state != "running":
+                break
+            self._grow(seq, seq.computed + n)
+            scheduled[seq] = n
+            budget -= n
+            index += 1
+        return scheduled, preempted
+
+    def _admit(self, now: float, budget: int, scheduled: dict[Sequence, int]) -> None:
+        """Admit waiting sequences, first in first out, while budget, max_num_seqs and KV allow."""
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
-            if self.reserved_blocks + seq.need_blocks > self.total_blocks:
+            hits = self._hit_blocks(seq)
+            if self._cost(seq, seq.num_tokens) > self.pool.free:
                 break
             self.waiting.popleft()
             seq.state = "running"
-            self.reserved_blocks += seq.need_blocks
             self.running.append(seq)
-            admitted.append(seq)
-            prompt = len(seq.prompt_ids)
-            if self.cfg.enable_prefix_caching:
-                seq.cached_tokens = self.cache.match(seq.prompt_ids)
-                self._queries += prompt
-                self._hits += seq.cached_tokens
-                self.metrics.count("prefix_queries", prompt)
-                self.metrics.count("prefix_hits", seq.cached_tokens)
-                self.metrics.count("cached_tokens", seq.cached_tokens)
-            self.metrics.count("prompt_tokens", prompt)
-            self.metrics.observe("queue", now - seq.job.arrival)
-            self._window["prompt"] += prompt
-        return admitted
+            seq.computed = hits * self.cfg.block_size
+            self._grow(seq, seq.computed)
+            if not seq.admitted:
+                self._first_admission(seq, now)
+            n = min(seq.num_tokens - seq.computed, budget)
+            self._grow(seq, seq.computed + n)
+            scheduled[seq] = n
+            budget -= n
+
+    def _hit_blocks(self, seq: Sequence) -> int:
+        """Leading whole prompt blocks of ``seq`` in the cache, leaving at least one token to compute."""
+        usable = min(len(seq.hashes), (seq.num_tokens - 1) // self.cfg.block_size)
+        hits = 0
+        while hits < usable and self.pool.cached(seq.hashes[hits]):
+            hits += 1
+        return hits
+
+    def _first_admission(self, seq: Sequence, now: float) -> None:
+        seq.admitted = True
+        prompt = len(seq.prompt_ids)
+        if self.cfg.enable_prefix_caching:
+            seq.cached_tokens = seq.computed
+            self._queries += prompt
+            self._hits += seq.cached_tokens
+            self.metrics.count("prefix_queries", prompt)
+            self.metrics.count("prefix_hits", seq.cached_tokens)
+            self.metrics.count("cached_tokens", seq.cached_tokens)
+        self.metrics.count("prompt_tokens", prompt)
+        self.metrics.observe("queue", now - seq.job.arrival)
+        self._window["prompt"] += prompt
 
     def _emit(self, seq: Sequence, now: float) -> None:
         self.metrics.observe("ttft" if seq.generated == 0 else "itl", now - (seq.last_token_at or seq.job.arrival))
@@ -210,28 +258,38 @@ class Engine:
         seq.job.queue.put_nowait(Emission(seq.index, seq.generated - 1, last))
         if last:
             seq.state = "done"
-            self.running.remove(seq)
-            self.reserved_blocks -= seq.need_blocks
+            self._free(seq)
             self.metrics.finished(seq.finish_reason)
             self.metrics.observe("e2e", now - seq.job.arrival)
 
+    def step_seconds(self, scheduled: dict[Sequence, int]) -> float:
+        """How long a step computing ``scheduled`` (tokens per sequence) lasts, seconds."""
+        prefill = sum(n for seq, n in scheduled.items() if not (n == 1 and seq.generated > 0))
+        held = sum(s.computed for s in self.running)
+        cfg = self.cfg
+        step_ms = cfg.decode_ms_per_token + cfg.decode_ms_per_seq * len(scheduled)
+        step_ms += cfg.decode_ms_per_1k_kv_tokens * held / 1000
+        return prefill / cfg.prefill_tokens_per_s + step_ms / 1000
+
     async def run(self) -> None:
-        """Step forever: admit, sleep for the step's duration, hand out one token per running sequence."""
+        """Step forever: schedule, sleep for the step's duration, then hand out the tokens it made."""
         while True:
-            admitted = self._admit(time.monotonic())
-            if not self.running:
+            budget = self.cfg.max_num_batched_tokens
+            scheduled, preempted = self._schedule_running(budget)
+            if not preempted:
+                self._admit(time.monotonic(), budget - sum(scheduled.values()), scheduled)
+            if not scheduled:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            prefill = sum(len(s.prompt_ids) - s.cached_tokens for s in admitted)
-            step_ms = self.cfg.decode_ms_per_token + self.cfg.decode_ms_per_seq * len(self.running)
-            await asyncio.sleep(prefill / self.cfg.prefill_tokens_per_s + step_ms / 1000)
+            await asyncio.sleep(self.step_seconds(scheduled))
             now = time.monotonic()
-            for seq in admitted:
-                if self.cfg.enable_prefix_caching:
-                    self.cache.insert(seq.prompt_ids)
-            for seq in list(self.running):
-                self._emit(seq, now)
+            for seq, n in scheduled.items():
+                if seq.state != "running":  # aborted during the step
+                    continue
+                seq.computed += n
+                if seq.computed == seq.num_tokens:
+                    self._emit(seq, now)
             self._log_stats(now)
 
     def _log_stats(self, now: float) -> None:

@@ -15,7 +15,7 @@ from tests.simulator.simproc import MODEL, Sim, SimFactory
 
 STREAMS = 64
 FITTING = 16
-MAX_TOKENS = 24
+MAX_TOKENS = 6
 BLOCK = 16
 
 
@@ -29,7 +29,8 @@ def gauges(text: str) -> dict[str, float]:
 
 
 def messages(i: int) -> list[Any]:
-    return [{"role": "user", "content": f"Request number {i:02d}, please answer at length."}]
+    padding = " and then some more words" * 5  # a prompt of 41 tokens: 3 blocks, as prompt + answer is
+    return [{"role": "user", "content": f"Request number {i:02d}, please answer at length{padding}."}]
 
 
 async def one_stream(client: openai.AsyncOpenAI, i: int) -> tuple[float, str | None]:
@@ -66,10 +67,11 @@ async def load(sim: Sim) -> tuple[list[tuple[float, str | None]], list[dict[str,
 def test_a_kv_budget_for_16_requests_queues_the_rest_first_in_first_out(sim_factory: SimFactory) -> None:
     prompt = tokenizer.count(tokenizer.render_chat(messages(0)))  # the same for every i
     per_request = math.ceil((prompt + MAX_TOKENS) / BLOCK) * BLOCK
+    assert per_request == math.ceil(prompt / BLOCK) * BLOCK  # the answers take no block more: no preemption
     sim = sim_factory(
         "--served-model-name", MODEL, "--max-model-len", "256", "--block-size", str(BLOCK),
         "--kv-cache-tokens", str(FITTING * per_request), "--max-num-seqs", "1024",
-        "--natural-output-tokens", "200",
+        "--natural-output-tokens", "200", "--no-enable-prefix-caching", "--decode-ms-per-token", "30",
     )  # fmt: skip
     results, scrapes = asyncio.run(load(sim))
     assert [finish for _, finish in results] == ["length"] * STREAMS
@@ -81,7 +83,7 @@ def test_a_kv_budget_for_16_requests_queues_the_rest_first_in_first_out(sim_fact
     ttft = [first for first, _ in results]
     assert statistics.median(ttft[-FITTING:]) > statistics.median(ttft[:FITTING])
     final = gauges(sim.scrape())
-    assert final["vllm:request_queue_time_seconds_sum"] > 0
+    assert final["vllm:request_queue_time_seconds_sum"] > 0 and final["vllm:num_preemptions_total"] == 0
     assert final["vllm:num_requests_running"] == final["vllm:num_requests_waiting"] == 0
 
 

@@ -5,7 +5,6 @@ import pytest
 from engines.simulator import textgen, tokenizer
 from engines.simulator.config import parse_config
 from engines.simulator.faults import FaultError, parse_faults
-from engines.simulator.scheduler import PrefixCache
 
 
 def test_hearths_simulator_launch_flags_parse_without_warnings(capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,16 +37,6 @@ def test_faults_come_from_the_header_and_from_markers() -> None:
     for bad in ("explode", "stall-first", "stall-between=soon", "stall-first=-1"):
         with pytest.raises(FaultError):
             parse_faults(bad, "")
-
-
-def test_the_prefix_cache_matches_whole_blocks_and_leaves_one_token() -> None:
-    cache = PrefixCache(capacity_blocks=8, block_size=4)
-    prompt = list(range(12))
-    assert cache.match(prompt) == 0
-    cache.insert(prompt)
-    assert cache.match(prompt) == 8  # 3 whole blocks, but one token must be computed
-    assert cache.match([*prompt, 99]) == 12
-    assert cache.match([0, 1, 2, 9, *prompt]) == 0  # the first block differs: no chain
 
 
 def test_tool_arguments_follow_the_schema() -> None:

@@ -1,0 +1,71 @@
+"""The capacity check on the real vLLM CPU engine: how many sequences of one length run at once before
+requests queue, measured from the engine's own gauges, against the plan's KV capacity (exact on CPU).
+
+Filling 1 GiB of KV cache takes ~46K tokens of prefill; on a busy 2-core machine vLLM CPU prefills ~100-200
+tokens/s, so the last requests wait in its queue, silent, for longer than the gateway's default
+HEARTH_STREAM_IDLE_TIMEOUT (600 s) and are cut. Run it with ``HEARTH_STREAM_IDLE_TIMEOUT=3600``.
+"""
+
+import time
+
+import httpx
+import pytest
+from django.conf import settings
+
+from tests.conftest import Proc, login
+from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1800)]
+__all__ = ["engine_built"]  # the module fixture that fails the test when the engine is not built
+KV_GIB = 1  # 2^30 B / 23,040 B per token = 46,603 → 364 blocks of 128 = 46,592 tokens (vLLM 0.32 takes whole GiB)
+CAPACITY = 46_592
+PROMPT, ANSWER = 1960, 32  # a session of ~1,992 tokens: 16 blocks of 128, so 364 blocks hold 22 of them
+USERS = 24  # more than fit, so some queue
+
+
+def wait_run(client: httpx.Client, run_id: int, within: float) -> dict[str, object]:
+    deadline = time.monotonic() + within
+    while (run := client.get(f"/api/capacity-checks/{run_id}").json())["state"] not in {"done", "failed", "cancelled"}:
+        assert time.monotonic() < deadline, run
+        time.sleep(2)
+    return run  # type: ignore[no-any-return]
+
+
+def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capacity(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    if settings.HEARTH_STREAM_IDLE_TIMEOUT < 1800:
+        pytest.fail("run it with HEARTH_STREAM_IDLE_TIMEOUT=3600: queued requests wait longer than 600 s here")
+    client = login(web)
+    assert client.post("/api/models", json={"name": "smollm2-kv", "path": str(MODEL_DIR)}).status_code == 201
+    body = {
+        "name": "smol-kv",
+        "model": "smollm2-kv",
+        "engine": "vllm-cpu",
+        "max_model_len": 2048,
+        "kv_space_gib": KV_GIB,
+    }
+    dep = client.post("/api/deployments", json=body).json()
+    assert dep["plan"]["kv_capacity_tokens"] == CAPACITY
+    client.post(f"/api/deployments/{dep['id']}/launch")
+    assert wait_for(client, dep["id"], {"ready", "failed"}, READY_WITHIN)["state"] == "ready", worker.output()[-3000:]
+    try:
+        check = {"profile": "chat", "levels": [USERS], "requests_per_level": USERS, "max_seconds": 1200,
+                 "prompt_tokens": PROMPT, "output_tokens": ANSWER}  # fmt: skip
+        resp = client.post(f"/api/deployments/{dep['id']}/capacity-checks", json=check)
+        assert resp.status_code == 202, resp.text
+        run = wait_run(client, resp.json()["id"], within=1300)
+        assert run["state"] == "done", (run, worker.output()[-3000:])
+        level = run["results"][0]  # type: ignore[index]
+        session = level["mean_prompt_tokens"] + level["mean_output_tokens"]
+        planned = CAPACITY / session
+        held = level["engine"]["running_while_waiting"]
+        print(f"session {session:.0f} tokens; plan {planned:.2f} at once; the engine ran {held} while others waited; "
+              f"{run['summary']}")  # fmt: skip
+        assert abs(level["mean_prompt_tokens"] - PROMPT) <= 16 and level["mean_output_tokens"] == ANSWER
+        assert level["failures"] == {} and level["engine"]["waiting_peak"] > 0
+        assert abs(held / planned - 1) <= 0.10
+        assert f"the engine ran {held:g} at once while others waited" in str(run["summary"])
+    finally:
+        client.post(f"/api/deployments/{dep['id']}/stop")
+        wait_for(client, dep["id"], {"stopped", "failed"}, 60)
