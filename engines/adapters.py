@@ -258,7 +258,7 @@ def user_flag_names(user_args: Sequence[str], aliases: Mapping[str, str]) -> set
     return names
 
 
-def _set_by_user(flag: str, names: set[str]) -> bool:
+def set_by_user(flag: str, names: set[str]) -> bool:
     """Whether the user set ``flag``, by its name or an abbreviation argparse would expand to it."""
     return any(n == flag or (n.startswith("--") and len(n) > 2 and flag.startswith(n)) for n in names)
 
@@ -267,7 +267,7 @@ def _check(version: str, minimum: str, engine: str, names: set[str], owned: Sequ
     parsed = parse_version(version)
     if parsed < parse_version(minimum):
         raise ValueError(f"{engine} {version} is older than the oldest {engine} Hearth builds flags for ({minimum}).")
-    if taken := [flag for flag in owned if _set_by_user(flag, names)]:
+    if taken := [flag for flag in owned if set_by_user(flag, names)]:
         raise ValueError(f"{', '.join(taken)}: Hearth sets these itself (the gateway relies on them).")
     return parsed
 
@@ -290,7 +290,7 @@ def _gated(
     parsed = parse_version(version)
     added: list[str] = []
     for flag, value, required in wanted:
-        if _set_by_user(flag, names):
+        if set_by_user(flag, names):
             continue
         spans = gates.get((flag, value)) or gates.get((flag, None))
         if spans and not _accepts(parsed, spans):
