@@ -13,6 +13,9 @@ What worked here, each measured on 2026-12-01 (scripts/sglang-cpu.md):
 - ``--grammar-backend llguidance``: xgrammar's mask has no CPU path in 0.5.15.post1 (xgrammar_backend.py
   ``apply_vocab_mask`` raises "Unsupported device: cpu"), which kills the engine on the first
   ``tool_choice: required`` or ``response_format`` request; llguidance's works.
+- ``SGLANG_GRPC_PORT``: SGLang checks a gRPC port of ``--port`` + 10000 even with gRPC off and refuses
+  to start above port 55535 ("SGLANG_GRPC_PORT (66031) must be between 1 and 65535", server_args.py
+  ``_handle_deprecated_args``); Hearth names one below the port there.
 The API key goes as ``--api-key``, the only way SGLang takes one (no environment fallback), so it is in
 the process's argv; ``GET /server_info`` echoes it too.
 """
@@ -25,6 +28,7 @@ from engines.launch import EngineKind, LaunchSpec
 from engines.sizing import SizingPlan
 
 SERVER_MODULE = "sglang.launch_server"
+GRPC_PORT_OFFSET = 10_000  # SGLang's default gRPC port is --port + this (server_args.py)
 # An upper bound for the KV pool only (--max-total-tokens sets it): SGLang's profile keeps this share of
 # the memory free before loading for weights and KV, the rest for activations.
 MEM_FRACTION_STATIC = "0.9"
@@ -42,6 +46,12 @@ def cpu_flags(plan: SizingPlan) -> list[tuple[str, str | None]]:
         ("--disable-overlap-schedule", None),
         ("--grammar-backend", "llguidance"),
     ]
+
+
+def grpc_port(port: int) -> int:
+    """The (unused) gRPC port SGLang must be given for HTTP ``port``: its default, port + 10000, while that
+    is a TCP port, else port - 10000; never the HTTP port itself, which SGLang refuses too."""
+    return port + GRPC_PORT_OFFSET if port + GRPC_PORT_OFFSET <= 65535 else port - GRPC_PORT_OFFSET
 
 
 def build_sglang_cpu_spec(
@@ -83,6 +93,7 @@ def build_sglang_cpu_spec(
     ]  # fmt: skip
     env = {
         "SGLANG_USE_CPU_ENGINE": "1",
+        "SGLANG_GRPC_PORT": str(grpc_port(port)),
         "HF_HUB_OFFLINE": "1",
         "OUTLINES_CACHE_DIR": str(cache_dir / "sglang" / "outlines"),
         "TRITON_CACHE_DIR": str(cache_dir / "sglang" / "triton"),

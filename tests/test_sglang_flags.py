@@ -7,7 +7,7 @@ import pytest
 
 from engines.launch import EngineKind
 from engines.modelconfig import parse_config
-from engines.sglang import SERVER_MODULE, build_sglang_cpu_spec
+from engines.sglang import SERVER_MODULE, build_sglang_cpu_spec, grpc_port
 from engines.sizing import plan_cpu
 
 CONFIG = parse_config(json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text()))
@@ -64,3 +64,10 @@ def test_it_refuses_a_flag_hearth_owns(flag: str) -> None:
 def test_it_refuses_an_empty_api_key() -> None:
     with pytest.raises(ValueError, match="per-launch API key"):
         spec([], api_key="")
+
+
+@pytest.mark.parametrize(("port", "grpc"), [(8001, 18001), (55535, 65535), (56031, 46031), (65535, 55535)])
+def test_it_names_a_grpc_port_sglang_accepts_for_every_http_port(port: int, grpc: int) -> None:
+    # SGLang 0.5.15.post1 refused to start on port 56031: "SGLANG_GRPC_PORT (66031) must be between 1 and 65535"
+    assert grpc_port(port) == grpc
+    assert spec([]).env["SGLANG_GRPC_PORT"] == "18001"
