@@ -21,7 +21,7 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 from appliance.runtimes.process import ProcessRuntime
 from engines.adapters import sglang_args
 from engines.launch import EngineKind
-from engines.metrics import mapping_for, parse_metrics
+from engines.metrics import DEFAULT_MAPPINGS, choose_flavor, parse_metrics, sample_names
 from engines.modelconfig import parse_config
 from engines.planner import GpuPlan
 from engines.sglang import SERVER_MODULE, build_sglang_cpu_spec
@@ -167,7 +167,10 @@ def test_it_serves_streams_reports_its_kv_pool_and_stops_leaving_no_process(tmp_
         calls = answer.choices[0].message.tool_calls or []
         assert [c.function.name for c in calls if c.type == "function"] == ["get_weather"]
 
-        scrape = parse_metrics(httpx.get(f"{base}/metrics", timeout=10).text, mapping_for(spec.engine), time.time())
+        text = httpx.get(f"{base}/metrics", timeout=10).text
+        flavor = choose_flavor(spec.engine, "0.5.15.post1", sample_names(text), DEFAULT_MAPPINGS)
+        assert flavor == "sglang-0.5.7"
+        scrape = parse_metrics(text, flavor, time.time())
         assert scrape.values["kv_cache_size_tokens"] == PLAN.kv_capacity_tokens == 11_650  # SGLang's own pool
         assert scrape.values["generation_tokens_total"] >= 12 and scrape.values["prompt_tokens_total"] > 0
         assert {"requests_running", "requests_waiting", "kv_cache_usage"} <= scrape.values.keys()
