@@ -30,6 +30,7 @@ venv: $(VENV)/.installed
 
 engine:
 	@bash scripts/setup-vllm-cpu.sh
+	@bash scripts/setup-sglang-cpu.sh
 
 services:
 	bash scripts/test-services.sh

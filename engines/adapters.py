@@ -102,6 +102,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from engines.launch import SGLANG_ENGINES
 from engines.planner import GpuPlan
 
 VLLM_MIN_VERSION = "0.4.0"
@@ -228,14 +229,15 @@ def version_from_engine(engine: str, body: Mapping[str, object]) -> str:
     top-level ``version`` beside its server arguments (python/sglang/srt/entrypoints/http_server.py).
     That body echoes the server arguments, the API key among them: never log it.
 
-    ``engine`` is "vllm" (or "vllm-cpu" / "simulator", which answer as vLLM does) or "sglang". Raises
-    ValueError for another engine, a body without a string version, or a version parse_version refuses.
+    ``engine`` is "vllm" (or "vllm-cpu" / "simulator", which answer as vLLM does) or "sglang" (or
+    "sglang-cpu"; 0.5.15.post1 on CPU answers ``"version": "0.5.15.post1"``). Raises ValueError for another
+    engine, a body without a string version, or a version parse_version refuses.
     """
-    if engine not in VLLM_LIKE and engine != "sglang":
+    if engine not in VLLM_LIKE and engine not in SGLANG_ENGINES:
         raise ValueError(f"No version reader for engine {engine!r}.")
     version = body.get("version") if isinstance(body, Mapping) else None
     if not isinstance(version, str) or not version.strip():
-        where = VERSION_PATHS["sglang" if engine == "sglang" else "vllm"]
+        where = VERSION_PATHS["sglang" if engine in SGLANG_ENGINES else "vllm"]
         raise ValueError(f"The {engine} answer from {' or '.join(where)} has no version string.")
     parse_version(version)
     return version.strip()
@@ -258,7 +260,7 @@ def user_flag_names(user_args: Sequence[str], aliases: Mapping[str, str]) -> set
     return names
 
 
-def _set_by_user(flag: str, names: set[str]) -> bool:
+def set_by_user(flag: str, names: set[str]) -> bool:
     """Whether the user set ``flag``, by its name or an abbreviation argparse would expand to it."""
     return any(n == flag or (n.startswith("--") and len(n) > 2 and flag.startswith(n)) for n in names)
 
@@ -267,7 +269,7 @@ def _check(version: str, minimum: str, engine: str, names: set[str], owned: Sequ
     parsed = parse_version(version)
     if parsed < parse_version(minimum):
         raise ValueError(f"{engine} {version} is older than the oldest {engine} Hearth builds flags for ({minimum}).")
-    if taken := [flag for flag in owned if _set_by_user(flag, names)]:
+    if taken := [flag for flag in owned if set_by_user(flag, names)]:
         raise ValueError(f"{', '.join(taken)}: Hearth sets these itself (the gateway relies on them).")
     return parsed
 
@@ -290,7 +292,7 @@ def _gated(
     parsed = parse_version(version)
     added: list[str] = []
     for flag, value, required in wanted:
-        if _set_by_user(flag, names):
+        if set_by_user(flag, names):
             continue
         spans = gates.get((flag, value)) or gates.get((flag, None))
         if spans and not _accepts(parsed, spans):

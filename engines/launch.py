@@ -12,6 +12,7 @@ class EngineKind(StrEnum):
     """The engines Hearth can launch; the value is stored on the deployment."""
 
     VLLM_CPU = "vllm-cpu"
+    SGLANG_CPU = "sglang-cpu"
     SIMULATOR = "simulator"
     VLLM = "vllm"
     SGLANG = "sglang"
@@ -23,6 +24,7 @@ class EngineKind(StrEnum):
 
 ENGINE_LABELS = {
     EngineKind.VLLM_CPU: "vLLM (CPU)",
+    EngineKind.SGLANG_CPU: "SGLang (CPU)",
     EngineKind.SIMULATOR: "Simulator (demo, on the GPU inventory)",
     EngineKind.VLLM: "vLLM (GPU, container)",
     EngineKind.SGLANG: "SGLang (GPU, container)",
@@ -32,7 +34,14 @@ ENGINE_LABELS = {
 GPU_ENGINES = frozenset({EngineKind.SIMULATOR, EngineKind.VLLM, EngineKind.SGLANG})
 # Engines that run only as containers on real GPUs (their images hold CUDA builds).
 CONTAINER_ONLY_ENGINES = frozenset({EngineKind.VLLM, EngineKind.SGLANG})
-# Engines that speak Anthropic's /v1/messages themselves (vLLM since 0.11; SGLang does not).
+# Engines planned with engines.sizing.plan_cpu from a KV budget in GiB, run as local processes.
+CPU_ENGINES = frozenset({EngineKind.VLLM_CPU, EngineKind.SGLANG_CPU})
+# SGLang, as a container or a local CPU process: its /metrics names (engines.metrics "sglang" mapping) and its
+# version at GET /server_info (engines.adapters.VERSION_PATHS["sglang"]).
+SGLANG_ENGINES = frozenset({EngineKind.SGLANG, EngineKind.SGLANG_CPU})
+# Engines whose /v1/messages Hearth relays as it is (vLLM since 0.11). SGLang serves one too from 0.5.9
+# (sglang/srt/entrypoints/http_server.py; 0.5.8 has none), but only behind "Authorization: Bearer" and
+# not on every release Hearth launches (its floor is 0.4.0), so the gateway translates for SGLang.
 ANTHROPIC_ENGINES = frozenset({EngineKind.VLLM_CPU, EngineKind.SIMULATOR, EngineKind.VLLM})
 
 
@@ -51,7 +60,8 @@ def speaks_responses(engine: str, extra_args: list[str]) -> bool:
 
 
 def speaks_anthropic(engine: str, extra_args: list[str]) -> bool:
-    """Whether the engine serves Anthropic's /v1/messages itself (vLLM does since 0.11; SGLang does not).
+    """Whether Hearth relays Anthropic's /v1/messages to the engine as it is (vLLM, since 0.11) rather
+    than translating it to chat completions (SGLang: see ANTHROPIC_ENGINES).
 
     The simulator can pretend not to (``--no-anthropic``); the gateway translates for engines that don't.
     """

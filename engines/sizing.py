@@ -6,16 +6,26 @@ Formulas (../shared/DESIGN.md, "Size"):
 
 For vLLM's CPU build the budget is ``VLLM_CPU_KVCACHE_SPACE`` GiB and the block size 128; with
 SmolLM2-135M (30 layers, 3 KV heads, head_dim 64, bf16) this gives 23,040 B/token and 46,592 tokens
-at 1 GiB, exactly what vLLM 0.32.0 reports at startup (../shared/FACTS.md).
+at 1 GiB, exactly what vLLM 0.32.0 reports at startup (../shared/FACTS.md). SGLang's CPU engine
+pages by 1 token (its default ``--page-size``) and takes the capacity itself as ``--max-total-tokens``:
+46,603 tokens at 1 GiB, which SGLang 0.5.15.post1 reports as its ``max_total_num_tokens``
+(../scripts/sglang-cpu.md).
 """
 
 from dataclasses import dataclass, field
 
+from engines.launch import EngineKind
 from engines.modelconfig import DTYPE_BYTES, ModelConfig
 
 GIB = 1024**3
 VLLM_CPU_BLOCK_SIZE = 128  # vLLM's CPU attention backend block size, read back from cache_config_info
-CPU_ENGINE_OVERHEAD = 3 * GIB  # vLLM CPU's process tree besides KV cache and weights (~3.7-4.0 GiB RSS with 1 GiB KV)
+SGLANG_PAGE_SIZE = 1  # SGLang's default --page-size (server_args.py), read back from sglang:page_size
+# The engine's process tree besides KV cache and weights: vLLM CPU ~3.7-4.0 GiB RSS with 1 GiB KV; SGLang
+# CPU 0.5.15.post1 3.9 GiB PSS (5.0 GiB RSS, three processes importing torch) with 1 GiB KV and 0.25 GiB weights.
+CPU_ENGINE_OVERHEAD = 3 * GIB
+# Per CPU engine: the KV block the capacity is rounded to, and how the budget reaches the engine.
+CPU_KV_BLOCK = {EngineKind.VLLM_CPU: VLLM_CPU_BLOCK_SIZE, EngineKind.SGLANG_CPU: SGLANG_PAGE_SIZE}
+CPU_KV_BUDGET_NAME = {EngineKind.VLLM_CPU: "VLLM_CPU_KVCACHE_SPACE", EngineKind.SGLANG_CPU: "as --max-total-tokens"}
 
 
 def kv_value_bytes(config: ModelConfig, kv_dtype: str = "auto") -> int:
@@ -92,19 +102,29 @@ def context_beyond_model(config: ModelConfig, max_model_len: int) -> str:
 
 
 def plan_cpu(
-    config: ModelConfig, weights_bytes: int, kv_space_gib: float, max_model_len: int, host_memory_bytes: int = 0
+    config: ModelConfig,
+    weights_bytes: int,
+    kv_space_gib: float,
+    max_model_len: int,
+    host_memory_bytes: int = 0,
+    engine: str = EngineKind.VLLM_CPU,
 ) -> SizingPlan:
-    """Plan a model on vLLM's CPU engine with ``kv_space_gib`` GiB of KV cache (VLLM_CPU_KVCACHE_SPACE).
+    """Plan a model on a CPU engine (``engine``: vLLM's or SGLang's) with ``kv_space_gib`` GiB of KV cache.
+
+    vLLM CPU takes the budget as VLLM_CPU_KVCACHE_SPACE and rounds it to blocks of 128 tokens; SGLang
+    CPU takes the capacity itself as ``--max-total-tokens`` (pages of 1 token). Raises ValueError for
+    an engine Hearth does not know and KeyError for one that is not a CPU engine.
 
     ``max_model_len`` 0 means the model's own max_position_embeddings. The plan does not fit when the
     KV cache cannot hold one sequence of max_model_len tokens (vLLM refuses to start then), or when the
     KV space, the weights and the engine's own CPU_ENGINE_OVERHEAD exceed ``host_memory_bytes``
     (0: not checked; vLLM checks it against the NUMA node's free memory and exits).
     """
+    block = CPU_KV_BLOCK[EngineKind(engine)]
     per_token = kv_bytes_per_token(config)
     budget = int(kv_space_gib * GIB)
-    blocks = budget // per_token // VLLM_CPU_BLOCK_SIZE
-    capacity = blocks * VLLM_CPU_BLOCK_SIZE
+    blocks = budget // per_token // block
+    capacity = blocks * block
     context = max_model_len or config.max_position_embeddings
     needed = budget + weights_bytes + CPU_ENGINE_OVERHEAD
     fits_memory = not host_memory_bytes or needed <= host_memory_bytes
@@ -116,8 +136,9 @@ def plan_cpu(
         f"KV cache per token: 2 × {config.layers.attention} layers × {config.num_key_value_heads} KV heads "
         f"× head_dim {config.head_dim} × {DTYPE_BYTES.get(config.torch_dtype, 2)} bytes "
         f"({config.torch_dtype}) = {per_token:,} bytes.",
-        f"KV budget: {kv_space_gib:g} GiB (VLLM_CPU_KVCACHE_SPACE) = {budget:,} bytes → {blocks:,} blocks "
-        f"of {VLLM_CPU_BLOCK_SIZE} tokens = {capacity:,} tokens of KV capacity.",
+        f"KV budget: {kv_space_gib:g} GiB ({CPU_KV_BUDGET_NAME[EngineKind(engine)]}) = {budget:,} bytes → "
+        + (f"{blocks:,} blocks of {block} tokens = " if block > 1 else "")
+        + f"{capacity:,} tokens of KV capacity.",
     ]
     concurrency = capacity / context if context else 0.0
     if beyond_model:
@@ -136,7 +157,7 @@ def plan_cpu(
         shorter = (
             f"Lower max_model_len to {capacity:,} or below, or raise"
             if capacity
-            else f"The KV space holds not one block of {VLLM_CPU_BLOCK_SIZE} tokens. Raise"
+            else f"The KV space holds not one block of {block} tokens. Raise"
         )
         reasons.append(
             f"Does not fit: one {context:,}-token sequence needs {context * per_token:,} bytes of KV cache. "
@@ -146,7 +167,7 @@ def plan_cpu(
         weights_bytes=weights_bytes,
         kv_bytes_per_token=per_token,
         kv_budget_bytes=budget,
-        block_size=VLLM_CPU_BLOCK_SIZE,
+        block_size=block,
         kv_capacity_tokens=capacity,
         max_model_len=context,
         max_concurrency=round(concurrency, 2),

@@ -361,6 +361,7 @@ SGLANG_SERVER_INFO = {"model_path": MODEL, "tp_size": 2, "api_key": KEY, "max_to
         ("vllm-cpu", {"version": "0.32.0"}, "0.32.0"),
         ("sglang", SGLANG_SERVER_INFO, "0.4.10.post2"),
         ("sglang", {**SGLANG_SERVER_INFO, "version": "0.5.6", "frontend": "python"}, "0.5.6"),
+        ("sglang-cpu", {**SGLANG_SERVER_INFO, "version": "0.5.15.post1"}, "0.5.15.post1"),  # seen on CPU here
     ],
 )
 def test_version_from_engine_reads_each_engines_answer(engine: str, body: dict[str, object], version: str) -> None:

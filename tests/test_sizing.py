@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from engines.launch import EngineKind
 from engines.modelconfig import ModelConfigError, parse_config
 from engines.sizing import GIB, kv_bytes_per_token, plan_cpu
 
@@ -80,6 +81,20 @@ def test_it_plans_the_kv_capacity_vllm_cpu_reports(gib: float, tokens: int) -> N
     assert plan.kv_capacity_tokens == tokens
     assert plan.kv_capacity_tokens % plan.block_size == 0
     assert plan.fits
+
+
+@pytest.mark.parametrize(("gib", "tokens"), [(1, 46_603), (0.5, 23_301)])
+def test_it_plans_the_kv_pool_sglang_cpu_holds_in_pages_of_one_token(gib: float, tokens: int) -> None:
+    # 2^30 // 23,040 = 46,603: SGLang 0.5.15.post1 given it as --max-total-tokens logged
+    # "max_total_num_tokens=46603" (scripts/sglang-cpu.md); vLLM's 128-token blocks hold 46,592.
+    plan = plan_cpu(SMOLLM2, SMOLLM2_WEIGHTS, gib, 2048, engine=EngineKind.SGLANG_CPU)
+    assert (plan.kv_capacity_tokens, plan.block_size, plan.fits) == (tokens, 1, True)
+    assert "(as --max-total-tokens)" in plan.reasons[2] and "blocks" not in plan.reasons[2]
+
+
+def test_a_gpu_engine_has_no_cpu_plan() -> None:
+    with pytest.raises(KeyError):
+        plan_cpu(SMOLLM2, SMOLLM2_WEIGHTS, 1, 2048, engine=EngineKind.SGLANG)
 
 
 def test_it_states_the_numbers_in_words() -> None:
