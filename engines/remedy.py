@@ -11,7 +11,7 @@ CUDA graphs scale with it). On vLLM's CPU build the KV space is the lever (``VLL
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.launch import GPU_ENGINES, EngineKind
+from engines.launch import CPU_ENGINES, GPU_ENGINES, EngineKind
 from engines.planner import BLOCK_SIZE
 
 UTILIZATION_STEP = 0.04  # one step down: 0.92 → 0.88
@@ -43,16 +43,26 @@ class Remedy:
     kv_space_gib: float = 0.0
 
 
+def _cpu_remedy(engine: str, plan: dict[str, Any], engine_env: dict[str, str], kv_space_gib: float) -> Remedy | None:
+    """A CPU engine's lever is its KV space: vLLM (CPU) reads it from VLLM_CPU_KVCACHE_SPACE at start; SGLang
+    (CPU) is given the plan's token capacity (``--max-total-tokens``), so the plan's capacity shrinks with it."""
+    space = round(kv_space_gib * KV_SPACE_STEP, 2)
+    if space < MIN_KV_SPACE_GIB:
+        return None
+    why = "the host's memory ran out: a smaller KV cache leaves more of it to the engine's own use"
+    new_plan = dict(plan)
+    if engine == EngineKind.SGLANG_CPU and plan.get("kv_capacity_tokens"):
+        tokens = int(plan["kv_capacity_tokens"] * space / kv_space_gib)  # SGLang pages by 1 token
+        new_plan |= {"kv_capacity_tokens": tokens, "max_concurrency": round(tokens / max(1, plan["max_model_len"]), 2)}
+    name = "VLLM_CPU_KVCACHE_SPACE" if engine == EngineKind.VLLM_CPU else "KV cache space (--max-total-tokens)"
+    return Remedy([Change(name, f"{kv_space_gib:g} GiB", f"{space:g} GiB", why)], new_plan, dict(engine_env), space)
+
+
 def oom_remedy(engine: str, plan: dict[str, Any], engine_env: dict[str, str], kv_space_gib: float) -> Remedy | None:
     """The remedy for ``engine`` run with ``plan`` (a stored plan dict), or None when nothing is left to
     lower (utilization at its floor, expandable segments already on, max_num_seqs at its floor)."""
-    if engine == EngineKind.VLLM_CPU:
-        space = round(kv_space_gib * KV_SPACE_STEP, 2)
-        if space < MIN_KV_SPACE_GIB:
-            return None
-        why = "the host's memory ran out: a smaller KV cache leaves more of it to the engine's own use"
-        return Remedy([Change("VLLM_CPU_KVCACHE_SPACE", f"{kv_space_gib:g} GiB", f"{space:g} GiB", why)],
-                      dict(plan), dict(engine_env), space)  # fmt: skip
+    if engine in CPU_ENGINES:
+        return _cpu_remedy(engine, plan, engine_env, kv_space_gib)
     if engine not in GPU_ENGINES:
         return None
     changes: list[Change] = []

@@ -65,13 +65,17 @@ def build_sglang_cpu_spec(
     api_key: str,
     cache_dir: Path,
     user_args: Sequence[str] = (),
+    tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> LaunchSpec:
     """A LaunchSpec for SGLang CPU: flags from ``plan`` (a plan_cpu plan for EngineKind.SGLANG_CPU),
     never overriding one the user set (aliases and abbreviations as SGLang's argparse reads them).
 
     ``program`` runs the server (``[python, "-m", SERVER_MODULE]``); ``model`` the model folder;
-    ``cache_dir`` holds the caches the engine writes. Raises ValueError for an empty API key or a user
-    flag Hearth owns (model path, served name, host, port, key).
+    ``cache_dir`` holds the caches the engine writes; ``tool_call_parser`` and ``reasoning_parser`` are
+    SGLang's names for the model's (engines.parsers; SGLang needs no switch beside ``--tool-call-parser``).
+    Raises ValueError for an empty API key or a user flag Hearth owns (model path, served name, host, port,
+    key).
     """
     names = user_flag_names(user_args, SGLANG_ALIASES)
     if taken := [flag for flag in SGLANG_OWNED if set_by_user(flag, names)]:
@@ -79,7 +83,8 @@ def build_sglang_cpu_spec(
     if not api_key:
         raise ValueError("An SGLang engine needs a per-launch API key; an empty one would leave it open.")
     added: list[str] = []
-    for flag, value in cpu_flags(plan):
+    parsers = [("--tool-call-parser", tool_call_parser), ("--reasoning-parser", reasoning_parser)]
+    for flag, value in [*cpu_flags(plan), *((f, v) for f, v in parsers if v)]:
         if not set_by_user(flag, names):
             added += [flag] if value is None else [flag, value]
     args = [

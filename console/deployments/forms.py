@@ -81,7 +81,7 @@ class DeploymentForm(forms.Form):
     # simulator among them, planned as vLLM on the GPUs) by the GPU plan's options. The page shows an option
     # only for its engines (its data-engines attribute).
     ENGINES_OF: ClassVar[dict[str, frozenset[str]]] = {
-        "kv_space_gib": frozenset({EngineKind.VLLM_CPU}),
+        "kv_space_gib": frozenset({EngineKind.VLLM_CPU, EngineKind.SGLANG_CPU}),
         **{name: GPU_ENGINES for name in ("kv_cache_dtype", "gpu_memory_utilization", "tensor_parallel_size",
                                           "max_num_seqs")},
     }  # fmt: skip

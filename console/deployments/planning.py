@@ -7,6 +7,7 @@ Errors a user can fix raise ConsoleError with a message fit to show as it is.
 import dataclasses
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -19,7 +20,7 @@ from console.errors import ConsoleError
 from console.names import INT_MAX
 from engines.adapters import parse_version
 from engines.gpus import Inventory
-from engines.launch import EngineKind, image_version
+from engines.launch import CPU_ENGINES, EngineKind, image_version
 from engines.modelconfig import parse_config
 from engines.planner import DEFAULT_MAX_NUM_SEQS, PlanRequest, plan_gpu
 from engines.sizing import plan_cpu
@@ -31,9 +32,12 @@ KV_CACHE_DTYPES = ("auto", "fp8")  # as the deployment form offers them (engines
 
 
 def available_engines() -> list[EngineKind]:
-    """The engines this appliance can launch: local processes run vLLM (CPU) and the simulator; the
-    Docker runtime adds vLLM and SGLang containers where real GPUs are (not on a simulated inventory)."""
+    """The engines this appliance can launch: local processes run vLLM (CPU), the simulator, and SGLang (CPU)
+    where its venv is built; the Docker runtime adds vLLM and SGLang containers where real GPUs are (not on a
+    simulated inventory)."""
     engines = [EngineKind.VLLM_CPU, EngineKind.SIMULATOR]
+    if settings.HEARTH_RUNTIME == "process" and Path(settings.HEARTH_SGLANG_CPU_PYTHON).exists():
+        engines.insert(1, EngineKind.SGLANG_CPU)  # a local process only (scripts/setup-sglang-cpu.sh)
     if settings.HEARTH_RUNTIME == "docker" and not settings.HEARTH_GPU_INVENTORY.startswith("sim:"):
         engines += [EngineKind.VLLM, EngineKind.SGLANG]
     return engines
@@ -115,10 +119,11 @@ def sizing_plan(
     if not 0 <= max_num_seqs <= MAX_NUM_SEQS:
         raise ConsoleError(f"max_num_seqs must be 0 (the planner's default) to {MAX_NUM_SEQS:,} sequences.")
     config = parse_config(model.config)
-    if engine == EngineKind.VLLM_CPU:
+    if engine in CPU_ENGINES:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
-        cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, host_memory_bytes=memory)
-        return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": "CPU (VLLM_CPU_KVCACHE_SPACE)"}
+        cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, memory, engine=engine)
+        budget = "VLLM_CPU_KVCACHE_SPACE" if engine == EngineKind.VLLM_CPU else "SGLang's --max-total-tokens"
+        return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": f"CPU ({budget})"}
     try:
         inventory, held = free_gpus(current_inventory(), exclude)
         if held and not inventory.devices:

@@ -16,7 +16,7 @@ from console.deployments.lifecycle import end_all, end_replica, note_crash, star
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import bump_routing_version
 from engines.adapters import VERSION_PATHS, version_from_engine
-from engines.launch import EngineKind
+from engines.launch import SGLANG_ENGINES
 
 S = DeploymentState
 STABLE_AFTER = 600.0  # seconds a restarted replica must serve before its crash count starts again
@@ -66,7 +66,7 @@ def _became_ready(replica: Replica, dep: Deployment) -> None:
 def _engine_version(replica: Replica, engine: str) -> str:
     """The version the running engine reports (engines.adapters.VERSION_PATHS), "" when it says none."""
     headers = {"Authorization": f"Bearer {replica.engine_api_key}"}  # SGLang guards its info with the key
-    for path in VERSION_PATHS["sglang" if engine == EngineKind.SGLANG else "vllm"]:
+    for path in VERSION_PATHS["sglang" if engine in SGLANG_ENGINES else "vllm"]:
         try:
             resp = httpx.get(f"{replica.base_url}{path}", headers=headers, timeout=2)
             if resp.status_code == 200:
