@@ -46,10 +46,15 @@ async def count_prompt(engines: Engines, upstream: Upstream, body: dict[str, Any
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
+def prompt_bound(body_bytes: int) -> int:
+    """Tokens a prompt of ``body_bytes`` bytes of JSON cannot exceed (module docstring)."""
+    return FIT_BOUND_FACTOR * body_bytes + FIT_BOUND_SLACK
+
+
 def may_overflow(asked: int, body_bytes: int, max_model_len: int) -> bool:
     """Whether a prompt of ``body_bytes`` bytes of JSON plus ``asked`` output tokens might not fit (module
     docstring); False means it surely fits and needs no count."""
-    return asked + FIT_BOUND_FACTOR * body_bytes + FIT_BOUND_SLACK > max_model_len
+    return asked + prompt_bound(body_bytes) > max_model_len
 
 
 def fitted_limit(asked: int, prompt: int, max_model_len: int) -> int | None:

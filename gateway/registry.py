@@ -28,7 +28,7 @@ from console.access.models import ApiKey
 from console.deployments.models import Deployment, DeploymentState
 from console.fanout import ROUTING_VERSION_KEY
 from engines.launch import speaks_anthropic, speaks_responses
-from gateway.quotas import Quota
+from gateway.quotas import Quota, quota_of
 
 log = logging.getLogger(__name__)
 RELOAD_EVERY = 30.0  # seconds between background reloads while watching; also pings the watch connection
@@ -58,6 +58,7 @@ class Route:
     max_tokens_cap: int | None = None  # the deployment's own cap on generated tokens per request
     speaks_responses: bool = True  # else the gateway translates /v1/responses to the chat API
     fit_max_tokens: bool = False  # lower an output limit over the context left to what it leaves (context_fit)
+    deployment_id: int = 0  # whose price per token the key's budgets are charged at (gateway.reservations)
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,9 @@ class Snapshot:
 
 def load_snapshot() -> Snapshot:
     snap = Snapshot()
-    for key in ApiKey.objects.filter(revoked_at__isnull=True):
+    for key in ApiKey.objects.filter(revoked_at__isnull=True).select_related("owner__member"):
         expires = key.expires_at.timestamp() if key.expires_at else None
-        quota = Quota(key.requests_per_minute, key.tokens_per_minute, key.tokens_per_day, key.max_concurrent)
+        quota = quota_of(key)
         snap.keys[key.prefix] = KeyEntry(
             key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap, expires, quota
         )
@@ -101,6 +102,7 @@ def load_snapshot() -> Snapshot:
                 dep.served_model_name, upstreams, dep.max_model_len, created,
                 speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
                 speaks_responses=speaks_responses(dep.engine, dep.extra_args), fit_max_tokens=dep.fit_max_tokens,
+                deployment_id=dep.pk,
             )  # fmt: skip
     return snap
 
