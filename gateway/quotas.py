@@ -154,11 +154,8 @@ def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> 
     if wanted > limit:
         message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
         return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota")
-    if used >= limit:
-        message = f"{budget[0].upper()}{budget[1:]} is spent; it renews in {retry:,} s."
-    else:
-        message = (f"This request could cost up to {usd_text(wanted)}, more than the {usd_text(limit - used)} left "
-                   f"of {budget}; it renews in {retry:,} s.")  # fmt: skip
+    left = "" if used >= limit else f": {usd_text(limit - used)} is left, this request may cost {usd_text(wanted)}"
+    message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s."
     return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota", retry_after=retry)
 
 

@@ -86,38 +86,45 @@ class Proc:
             self.proc.wait()
 
 
-@pytest.fixture(scope="session")
-def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The appliance's ASGI server (uvicorn) as a real process; yields its base URL."""
+def start_web(env: dict[str, str], log: Path) -> tuple[Proc, str]:
+    """The appliance's ASGI server (uvicorn) as a real process, once it answers; (process, base URL)."""
     port = free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "appliance.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-access-log",
-        ],
-        live_env,
-        tmp_path_factory.mktemp("web") / "web.log",
-    )
-    base = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1", "--port",
+            str(port), "--no-access-log"]  # fmt: skip
+    proc, base = Proc(argv, env, log), f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             httpx.get(base + "/login/", timeout=1)
-            break
+            return proc, base
         except httpx.TransportError:
             assert proc.proc.poll() is None, proc.output()
             time.sleep(0.2)
-    else:
-        pytest.fail("web server did not come up:\n" + proc.output())
+    proc.stop()
+    pytest.fail("web server did not come up:\n" + proc.output())
+
+
+@pytest.fixture(scope="session")
+def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The appliance's ASGI server (uvicorn) as a real process; yields its base URL."""
+    proc, base = start_web(live_env, tmp_path_factory.mktemp("web") / "web.log")
     yield base
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def gateways(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Two more web processes on the session's database and Redis, for what several gateway processes must
+    share; their base URLs. They run under this test process's HEARTH_INSTANCE, so a test names their Redis
+    counters and sets the prices they read (the session's worker publishes its measured prices under its own
+    instance, which these never read)."""
+    env = {**live_env, "HEARTH_INSTANCE": settings.HEARTH_INSTANCE}
+    folder = tmp_path_factory.mktemp("gateways")
+    procs = [start_web(env, folder / f"gateway-{i}.log") for i in range(2)]
+    yield [base for _, base in procs]
+    for proc, _ in procs:
+        proc.stop()
+        assert "unexpected error" not in proc.output(), proc.output()[-3000:]
 
 
 def start_worker(env: dict[str, str], folder: Path) -> Proc:
