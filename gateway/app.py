@@ -205,16 +205,12 @@ class Gateway:
     async def _to_reserve(
         self, path: str, request: dict[str, Any], body_bytes: int, route: Route, prefix: bytes, entry: KeyEntry
     ) -> int:
-        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas'
-        docstring): its prompt as the engine counts it, else bounded by its size; 0 for any other key."""
+        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring):
+        its prompt as the engine counts it, else bounded by its size; 0 for any other key."""
         if not entry.quota.counts_tokens:
             return 0
-        tokenize = tokenize_request(path, request)
-        prompt = None
-        if tokenize and route.upstreams:
-            prompt = await context_fit.count_prompt(self.engines, self.router.order(route, prefix)[0], tokenize)
-        if prompt is None:
-            prompt = context_fit.prompt_bound(body_bytes)
+        upstream = self.router.order(route, prefix)[0] if route.upstreams else None
+        prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
         return quotas.tokens_to_reserve(path, request, prompt, route.max_model_len)
 
     async def _settle(self, held: Reservation | None, entry: KeyEntry, exchange: Exchange) -> Decimal | None:

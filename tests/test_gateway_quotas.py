@@ -4,11 +4,16 @@ and requests at once. What is served never exceeds the limit and comes within on
 requests count toward nothing; Retry-After says when the window turns. Budgets: tests/test_gateway_budgets.py;
 Redis outages: tests/test_gateway_outage.py."""
 
+import asyncio
 import time
 
 import openai
 import pytest
+from django.test import override_settings
 
+from gateway.errors import GatewayError
+from gateway.quotas import Quota
+from gateway.reservations import Reservations
 from tests.quotaworld import BURST, burst, counters, logged, make_key, one_request, room_in_minute
 from tests.simworld import Served
 
@@ -111,3 +116,25 @@ def test_a_cancelled_stream_is_settled_with_what_was_counted(served: Served, gat
     assert row.client_cancelled and row.completion_tokens is not None and row.completion_tokens < 100
     spent = (row.prompt_tokens or 0) + row.completion_tokens
     assert counters(key_id, None, served, started)["tpm"] == spent  # the other ~900 reserved tokens given back
+
+
+@pytest.mark.django_db(transaction=False)
+def test_two_appliances_on_one_redis_never_share_counters() -> None:
+    quota = Quota(requests_per_minute=3)
+
+    async def admitted(instance: str) -> int:
+        with override_settings(HEARTH_INSTANCE=instance):
+            store, served = Reservations(), 0
+            try:
+                for _ in range(5):
+                    await store.admit(7, quota, 1, 0)
+                    served += 1
+            except GatewayError as exc:
+                assert exc.status == 429
+            finally:
+                await store.close()
+            return served
+
+    room_in_minute(5)
+    first, second = f"a{time.time_ns()}", f"b{time.time_ns()}"
+    assert asyncio.run(admitted(first)) == asyncio.run(admitted(second)) == 3
