@@ -50,7 +50,7 @@ class RedisServer:
 
 
 @contextmanager
-def gateways(count: int, env: dict[str, str], folder: Path) -> Iterator[list[str]]:
+def gateway_processes(count: int, env: dict[str, str], folder: Path) -> Iterator[list[str]]:
     """``count`` web processes (console and gateway) on ``env``; yields their base URLs."""
     started = [start_web(env, folder / f"web{i}.log") for i in range(count)]
     try:

@@ -11,7 +11,7 @@ import pytest
 from appliance.redis_keys import redis_key
 from console.access import keys as apikeys
 from tests.conftest import login
-from tests.gatewayworld import RedisServer, gateways, status_of, within
+from tests.gatewayworld import RedisServer, gateway_processes, status_of, within
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,7 +29,7 @@ def two(
 ) -> Iterator[list[str]]:
     """Two gateway processes on the session's database and this module's Redis."""
     env = {**live_env, "REDIS_URL": own_redis.url}
-    with gateways(2, env, tmp_path_factory.mktemp("faulty-gateways")) as bases:
+    with gateway_processes(2, env, tmp_path_factory.mktemp("faulty-gateways")) as bases:
         yield bases
 
 

@@ -16,7 +16,7 @@ from console.access import keys as apikeys
 from console.access.models import ApiKey
 from gateway.registry import RECHECK_EVERY
 from tests.conftest import Proc, login
-from tests.gatewayworld import bearer, burst, gateways, status_of, statuses, within
+from tests.gatewayworld import bearer, burst, gateway_processes, status_of, statuses, within
 from tests.simworld import deploy, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,7 +26,7 @@ BURST = 200
 @pytest.fixture(scope="module")
 def two(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """Two gateway processes on the session's database and Redis."""
-    with gateways(2, live_env, tmp_path_factory.mktemp("two-gateways")) as bases:
+    with gateway_processes(2, live_env, tmp_path_factory.mktemp("two-gateways")) as bases:
         yield bases
 
 
@@ -56,7 +56,7 @@ def test_no_valid_request_gets_401_right_after_start(
     live_env: dict[str, str], tmp_path: Path, admin_user: object
 ) -> None:
     _, key = apikeys.create_key("from-the-start", admin_user)
-    with gateways(2, live_env, tmp_path) as fresh:  # up means /login/ answers; the gateway read nothing yet
+    with gateway_processes(2, live_env, tmp_path) as fresh:  # up means /login/ answers; the gateway read nothing yet
         answers = burst(fresh, BURST, key=key)
     assert statuses(answers) == {base: {200: BURST} for base in fresh}
 

@@ -21,7 +21,7 @@ from console.access.models import ApiKey
 from console.fanout import bump_routing_version
 from gateway.app import GET_ROUTES, POST_ROUTES
 from gateway.errors import ANTHROPIC_TYPES, Surface
-from tests.gatewayworld import gateways
+from tests.gatewayworld import gateway_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 METRICS_TOKEN = "metrics-token-for-the-security-suite"
@@ -33,7 +33,7 @@ BODY = {"messages": [{"role": "user", "content": "hi"}], "prompt": "hi", "input"
 def gateway(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One gateway process with HEARTH_METRICS_TOKEN set."""
     env = {**live_env, "HEARTH_METRICS_TOKEN": METRICS_TOKEN}
-    with gateways(1, env, tmp_path_factory.mktemp("security")) as (base,):
+    with gateway_processes(1, env, tmp_path_factory.mktemp("security")) as (base,):
         yield base
 
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.gatewayworld import gateways
+from tests.gatewayworld import gateway_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +28,7 @@ def test_ready_when_the_database_and_redis_answer(web: str) -> None:
 
 def test_not_ready_without_redis_but_alive(live_env: dict[str, str], tmp_path: Path) -> None:
     closed = f"redis://127.0.0.1:{free_port()}/0"
-    with gateways(1, {**live_env, "REDIS_URL": closed}, tmp_path) as (base,):
+    with gateway_processes(1, {**live_env, "REDIS_URL": closed}, tmp_path) as (base,):
         assert probe(base, "/health").status_code == 200
         answer = probe(base, "/ready")
     assert answer.status_code == 503 and answer.headers["retry-after"] == "5"
@@ -41,7 +41,7 @@ def test_not_ready_without_the_database_and_the_gateway_answers_503_not_500(
     live_env: dict[str, str], tmp_path: Path
 ) -> None:
     gone = f"postgres://postgres@127.0.0.1:{free_port()}/nothing"
-    with gateways(1, {**live_env, "DATABASE_URL": gone}, tmp_path) as (base,):
+    with gateway_processes(1, {**live_env, "DATABASE_URL": gone}, tmp_path) as (base,):
         assert probe(base, "/health").status_code == 200
         ready = probe(base, "/ready")
         refused = httpx.get(base + "/v1/models", headers={"Authorization": "Bearer hk-whatever.x"}, timeout=15)
