@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from appliance.redis_keys import redis_key
 from gateway.errors import GatewayError
 
 SAFETY_TTL = 3600  # seconds: a concurrency slot a crashed process never gave back expires
@@ -34,7 +35,8 @@ class Quota:
 
 def _windows(key_id: int, now: float) -> tuple[str, str, str, int, int]:
     minute, day = int(now // 60), int(now // 86400)
-    return (f"hearth:q:{key_id}:rpm:{minute}", f"hearth:q:{key_id}:tpm:{minute}", f"hearth:q:{key_id}:tpd:{day}",
+    base = redis_key(f"q:{key_id}")
+    return (f"{base}:rpm:{minute}", f"{base}:tpm:{minute}", f"{base}:tpd:{day}",
             60 - int(now % 60), 86400 - int(now % 86400))  # fmt: skip
 
 
@@ -61,7 +63,7 @@ async def admit(r: aioredis.Redis, key_id: int, quota: Quota) -> bool:
         raise _over("tokens per day", quota.tokens_per_day, to_day)
     if quota.max_concurrent is None:
         return False
-    slot = f"hearth:q:{key_id}:concurrent"
+    slot = redis_key(f"q:{key_id}:concurrent")
     if await r.incr(slot) > quota.max_concurrent:
         await r.decr(slot)
         raise _over("requests at once", quota.max_concurrent, 1)
@@ -70,7 +72,7 @@ async def admit(r: aioredis.Redis, key_id: int, quota: Quota) -> bool:
 
 
 async def release(r: aioredis.Redis, key_id: int) -> None:
-    await r.decr(f"hearth:q:{key_id}:concurrent")
+    await r.decr(redis_key(f"q:{key_id}:concurrent"))
 
 
 async def spend(r: aioredis.Redis, key_id: int, tokens: int) -> None:

@@ -50,7 +50,8 @@ def live_env(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) ->
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         db = connection.settings_dict
     url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    return {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+    # the test process's instance name: its Redis keys (appliance.redis_keys) are the children's
+    return {**os.environ, "DATABASE_URL": url, "HEARTH_INSTANCE": settings.HEARTH_INSTANCE, "PYTHONUNBUFFERED": "1"}
 
 
 class Proc:
@@ -86,36 +87,29 @@ class Proc:
             self.proc.wait()
 
 
-@pytest.fixture(scope="session")
-def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The appliance's ASGI server (uvicorn) as a real process; yields its base URL."""
+def start_web(env: dict[str, str], log: Path) -> tuple[Proc, str]:
+    """The appliance's ASGI server (uvicorn) as a real process, once it answers; returns it and its base URL."""
     port = free_port()
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "appliance.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-access-log",
-        ],
-        live_env,
-        tmp_path_factory.mktemp("web") / "web.log",
-    )
+    argv = [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+            "--no-access-log"]  # fmt: skip
+    proc = Proc(argv, env, log)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             httpx.get(base + "/login/", timeout=1)
-            break
+            return proc, base
         except httpx.TransportError:
             assert proc.proc.poll() is None, proc.output()
             time.sleep(0.2)
-    else:
-        pytest.fail("web server did not come up:\n" + proc.output())
+    proc.stop()
+    pytest.fail("web server did not come up:\n" + proc.output())
+
+
+@pytest.fixture(scope="session")
+def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The appliance's ASGI server (uvicorn) as a real process; yields its base URL."""
+    proc, base = start_web(live_env, tmp_path_factory.mktemp("web") / "web.log")
     yield base
     proc.stop()
 
