@@ -1,4 +1,5 @@
-"""The one ASGI entry point: ``/v1/*`` goes to the gateway's lean async path, the rest to Django."""
+"""The one ASGI entry point: ``/v1/*`` goes to the gateway's lean async path, so do the open probes
+``/health`` and ``/ready`` (gateway.probes) and ``/metrics``; the rest goes to Django."""
 
 import os
 
@@ -7,7 +8,7 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 django_application = get_asgi_application()
 
-from gateway.app import Gateway, Receive, Scope, Send, metrics_app  # noqa: E402 - needs Django set up first
+from gateway.app import PROBE_PATHS, Gateway, Receive, Scope, Send, metrics_app  # noqa: E402 - needs Django set up first
 
 gateway = Gateway()
 
@@ -17,6 +18,8 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         await gateway.lifespan(scope, receive, send)
     elif scope["type"] == "http" and (scope["path"] == "/v1" or scope["path"].startswith("/v1/")):
         await gateway(scope, receive, send)
+    elif scope["type"] == "http" and scope["path"] in PROBE_PATHS:
+        await gateway.probe(scope, receive, send)
     elif scope["type"] == "http" and scope["path"] == "/metrics":
         await metrics_app(scope, receive, send)
     else:

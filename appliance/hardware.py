@@ -25,6 +25,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
+from appliance.redis_keys import redis_key
 from engines.gpus import GpuDevice, Inventory, simulated_inventory
 
 PUBLISHED_FRESH_SCRAPES = 3
@@ -213,7 +214,7 @@ class Published:
 
 def published_key() -> str:
     """The Redis key of the published inventory (one function: the namespacing switch)."""
-    return f"hearth:{settings.HEARTH_INSTANCE}:gpu-inventory"
+    return redis_key("gpu-inventory")
 
 
 def _redis() -> redis.Redis:

@@ -98,10 +98,25 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Labels this appliance's containers, so that two appliances sharing a Docker daemon (a test run beside a
+# dev one) never take each other's containers for orphans, and prefixes every Redis key it uses (appliance.
+# redis_keys), so two sharing a Redis server keep apart. Default: from the database and data folder.
+HEARTH_INSTANCE = envstr(
+    "HEARTH_INSTANCE", hashlib.sha256(f"{os.environ.get('DATABASE_URL', '')}|{DATA_DIR}".encode()).hexdigest()[:12]
+)
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": f"hearth:{HEARTH_INSTANCE}",  # keys read hearth:<instance>:<version>:<key>
+    }
+}
 
 CELERY_BROKER_URL = REDIS_URL
+# kombu ≥ 5.3 prefixes every key of the Redis transport (queues, bindings, unacked) with it (kombu's
+# "Redis transport options": global_keyprefix), so two appliances on one Redis never take each other's tasks.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": f"hearth:{HEARTH_INSTANCE}:"}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -188,13 +203,11 @@ HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds
 HEARTH_METRICS_TOKEN = envsecret("HEARTH_METRICS_TOKEN")  # when set, /metrics wants "Authorization: Bearer <it>"
 HEARTH_RECONCILE_INTERVAL = envfloat("HEARTH_RECONCILE_INTERVAL", 10.0)  # seconds
 HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # seconds without a byte
+# Web processes on one socket (appliance.web_server); default one per core, at most 8.
+HEARTH_WEB_WORKERS = envint("HEARTH_WEB_WORKERS", max(1, min(os.cpu_count() or 1, 8)))
+HEARTH_DRAIN_SECONDS = envint("HEARTH_DRAIN_SECONDS", 30)  # a stopping web process lets open streams finish
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
 HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # engines' bridge; no host ports
-# Labels this appliance's containers, so that two appliances sharing a Docker daemon (a test run beside a
-# dev one) never take each other's containers for orphans. Default: from the database and data folder.
-HEARTH_INSTANCE = envstr(
-    "HEARTH_INSTANCE", hashlib.sha256(f"{os.environ.get('DATABASE_URL', '')}|{DATA_DIR}".encode()).hexdigest()[:12]
-)
 HEARTH_WEIGHTS_VOLUME = envstr("HEARTH_WEIGHTS_VOLUME", "hearth-weights")  # shared HF cache of every engine
 HEARTH_HF_TOKEN_FILE = envstr("HEARTH_HF_TOKEN_FILE", "")  # a file holding the HF token (a compose secret)
 HEARTH_ENGINE_SHM_SIZE = envstr("HEARTH_ENGINE_SHM_SIZE", "16g")  # /dev/shm for NCCL and workers (vLLM docs)

@@ -104,10 +104,11 @@ from dataclasses import dataclass, field
 
 from engines.launch import SGLANG_ENGINES
 from engines.planner import GpuPlan
+from engines.sglang_launcher import API_KEY_ENV, launcher_program
 
 VLLM_MIN_VERSION = "0.4.0"
 SGLANG_MIN_VERSION = "0.4.0"
-SGLANG_PROGRAM = ["python3", "-m", "sglang.launch_server"]
+SGLANG_PROGRAM = launcher_program("python3")  # the key from the environment (engines.sglang_launcher)
 LISTEN_HOST = "0.0.0.0"  # noqa: S104 - inside its container, on Hearth's internal network only
 
 type Gate = tuple[str, str | None]  # (flag, value), the value None for a switch or for any value
@@ -408,8 +409,8 @@ def sglang_args(
     gpu_memory_utilization, 0–1), ``--context-length``, ``--max-running-requests``, the KV dtype as
     fp8_e4m3 / fp8_e5m2, and ``--enable-metrics`` (its /metrics is off without it; left out, not
     refused, where the version lacks it), and the model's parsers when given (parser_flags). The API key
-    goes as ``--api-key``, the only way SGLang takes one. Raises ValueError as vllm_args does (Hearth
-    owns the model path, name, host, port and key).
+    goes in env API_KEY_ENV, which the launcher turns into ``--api-key`` (engines.sglang_launcher).
+    Raises ValueError as vllm_args does (Hearth owns the model path, name, host, port and key).
     """
     _identity(model, served_model_name, port)
     names = user_flag_names(user_args, SGLANG_ALIASES)
@@ -429,5 +430,5 @@ def sglang_args(
     wanted += parser_flags("sglang", tool_call_parser, reasoning_parser)
     added = _gated("SGLang", version, wanted, SGLANG_GATES, names)
     own = [*SGLANG_PROGRAM, "--model-path", model, "--served-model-name", served_model_name,
-           "--host", LISTEN_HOST, "--port", str(port), "--api-key", api_key]  # fmt: skip
-    return EngineArgs(command=[*own, *added, *user_args], env={}, added=added)
+           "--host", LISTEN_HOST, "--port", str(port)]  # fmt: skip
+    return EngineArgs(command=[*own, *added, *user_args], env={API_KEY_ENV: api_key}, added=added)

@@ -16,8 +16,9 @@ What worked here, each measured on 2026-12-01 (scripts/sglang-cpu.md):
 - ``SGLANG_GRPC_PORT``: SGLang checks a gRPC port of ``--port`` + 10000 even with gRPC off and refuses
   to start above port 55535 ("SGLANG_GRPC_PORT (66031) must be between 1 and 65535", server_args.py
   ``_handle_deprecated_args``); Hearth names one below the port there.
-The API key goes as ``--api-key``, the only way SGLang takes one (no environment fallback), so it is in
-the process's argv; ``GET /server_info`` echoes it too.
+The API key goes in the environment, and engines.sglang_launcher hands it to SGLang as ``--api-key`` (the
+only way SGLang takes one) without it reaching the process's argv or SGLang's log; ``GET /server_info``
+echoes it to a caller that has it.
 """
 
 from collections.abc import Sequence
@@ -25,9 +26,9 @@ from pathlib import Path
 
 from engines.adapters import SGLANG_ALIASES, SGLANG_OWNED, set_by_user, user_flag_names
 from engines.launch import EngineKind, LaunchSpec
+from engines.sglang_launcher import API_KEY_ENV
 from engines.sizing import SizingPlan
 
-SERVER_MODULE = "sglang.launch_server"
 GRPC_PORT_OFFSET = 10_000  # SGLang's default gRPC port is --port + this (server_args.py)
 # An upper bound for the KV pool only (--max-total-tokens sets it): SGLang's profile keeps this share of
 # the memory free before loading for weights and KV, the rest for activations.
@@ -71,7 +72,7 @@ def build_sglang_cpu_spec(
     """A LaunchSpec for SGLang CPU: flags from ``plan`` (a plan_cpu plan for EngineKind.SGLANG_CPU),
     never overriding one the user set (aliases and abbreviations as SGLang's argparse reads them).
 
-    ``program`` runs the server (``[python, "-m", SERVER_MODULE]``); ``model`` the model folder;
+    ``program`` runs the server (``launcher_program(python)``, engines.sglang_launcher); ``model`` the model folder;
     ``cache_dir`` holds the caches the engine writes; ``tool_call_parser`` and ``reasoning_parser`` are
     SGLang's names for the model's (engines.parsers; SGLang needs no switch beside ``--tool-call-parser``).
     Raises ValueError for an empty API key or a user flag Hearth owns (model path, served name, host, port,
@@ -92,11 +93,11 @@ def build_sglang_cpu_spec(
         "--served-model-name", served_model_name,
         "--host", host,
         "--port", str(port),
-        "--api-key", api_key,
         *added,
         *user_args,
     ]  # fmt: skip
     env = {
+        API_KEY_ENV: api_key,  # the launcher's (engines.sglang_launcher): never in argv or SGLang's log
         "SGLANG_USE_CPU_ENGINE": "1",
         "SGLANG_GRPC_PORT": str(grpc_port(port)),
         "HF_HUB_OFFLINE": "1",

@@ -14,6 +14,7 @@ import gc
 import hmac
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -22,14 +23,16 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from console.observability.export import engine_registry
-from gateway import context_fit, errors, quotas
+from gateway import context_fit, errors, probes, quotas
 from gateway.accounting import Outcome, count_refusal, flush, record
 from gateway.answers import for_request
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
+from gateway.registry import authenticate as authenticate_key
 from gateway.relay import Exchange
 from gateway.reservations import Reservation, Reservations
 from gateway.rewrite import (
@@ -62,6 +65,10 @@ POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
     "/v1/messages": (StreamKind.MESSAGES, Surface.ANTHROPIC),
     "/v1/messages/count_tokens": (StreamKind.MESSAGES, Surface.ANTHROPIC),
 }
+PROBE_PATHS = ("/health", "/ready")  # open to anyone, answered before Django (gateway.probes)
+# GET endpoints the gateway answers itself (OpenAI's surface), as paths with their one parameter named.
+MODELS_PATH = "/v1/models"
+GET_ROUTES = (MODELS_PATH, MODELS_PATH + "/{model}")
 
 
 class Gateway:
@@ -87,6 +94,13 @@ class Gateway:
                 await self.reservations.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def probe(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``/health`` or ``/ready`` (gateway.probes)."""
+        if scope["path"] == "/health":
+            await probes.health(send)
+        else:
+            await probes.ready(self.registry, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["hearth.arrived"] = time.monotonic()  # user-visible TTFT and duration count from here
@@ -119,34 +133,27 @@ class Gateway:
                 await _send_json(send, 500, error.body(surface))
 
     async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
-        method = scope["method"]
-        snapshot = await self.registry.current()
-        entry = authenticate(snapshot, scope)
-        if entry is None:
-            raise errors.invalid_key()
-        if method == "GET" and path == "/v1/models":
+        method, arrived, offered = scope["method"], scope["hearth.arrived"], _api_keys(scope)
+        snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered)))
+        if method == "GET" and path == MODELS_PATH:
             await _send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot, entry)}).encode())
-        elif method == "GET" and path.startswith("/v1/models/"):
-            name = path.removeprefix("/v1/models/")
-            found = [m for m in _models(snapshot, entry) if m["id"] == name]
-            if not found:
-                raise errors.unknown_model(name)
-            await _send_json(send, 200, json.dumps(found[0]).encode())
+        elif method == "GET" and path.startswith(MODELS_PATH + "/"):
+            name = path.removeprefix(MODELS_PATH + "/")
+            found = await self.registry.resolve(arrived, lambda s: _model(s, authenticate(s, offered), name))
+            await _send_json(send, 200, json.dumps(found).encode())
         elif method == "POST" and path in POST_ROUTES:
-            await self._relay(path, entry, snapshot, receive, send, scope["hearth.arrived"])
+            await self._relay(path, offered, receive, send, arrived)
         else:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
 
-    async def _relay(
-        self, path: str, entry: KeyEntry, snapshot: Snapshot, receive: Receive, send: Send, arrived: float
-    ) -> None:
+    async def _relay(self, path: str, offered: list[str], receive: Receive, send: Send, arrived: float) -> None:
         """Relay a POST to a replica of the body's model, adjusting the request on the way: the output
         limit in the engine's spelling, the key's and deployment's caps, fitted to the context left when the
         deployment says so, usage asked for on the client's behalf, or a translation to the chat API for an
         engine that does not speak the client's API."""
         body = await _read_body(receive)
         request = _parse(body)
-        route = _route(request, snapshot, entry)
+        entry, route = await self.registry.resolve(arrived, lambda s: _key_and_route(s, offered, request))
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
         exchange = Exchange(self.engines, route, outcome, kind, self.router)
@@ -273,12 +280,23 @@ async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
     engines = await sync_to_async(generate_latest)(_engine_registry())
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": generate_latest() + engines})
+    await send({"type": "http.response.body", "body": generate_latest(_gateway_registry()) + engines})
 
 
 @functools.cache
 def _engine_registry() -> CollectorRegistry:
     return engine_registry()
+
+
+@functools.cache
+def _gateway_registry() -> CollectorRegistry:
+    """The gateway's metrics summed over every web process (prometheus-client's multiprocess mode, whose
+    folder appliance.web_server sets), or this process's alone when it runs outside it."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
 
 
 async def _until_client_leaves(work: Awaitable[None], receive: Receive, exchange: Exchange) -> None:
@@ -311,14 +329,32 @@ def _api_keys(scope: Scope) -> list[str]:
     return keys
 
 
-def authenticate(snapshot: Snapshot, scope: Scope) -> KeyEntry | None:
-    """The live Hearth key among those the request offers: a client may send one header with its Hearth key
-    and the other with something else (Claude Code with both ANTHROPIC_API_KEY and ANTHROPIC_AUTH_TOKEN
-    set): the other one is ignored. Raises GatewayError 401 when no key was offered."""
-    for key in _api_keys(scope):
-        if (entry := Registry.authenticate(snapshot, key)) is not None:
-            return entry
-    return None
+def authenticate(snapshot: Snapshot, offered: list[str]) -> KeyEntry:
+    """The live Hearth key among those the request offers (``_api_keys``): a client may send one header
+    with its Hearth key and the other with something else (Claude Code with both ANTHROPIC_API_KEY and
+    ANTHROPIC_AUTH_TOKEN set): the other one is ignored. Nothing else in the request names a key or a
+    user (no identity header is believed). Raises GatewayError 401 when none authenticates, the most
+    telling refusal first (expired or rotated out before wrong)."""
+    refusals = []
+    for key in offered:
+        try:
+            return authenticate_key(snapshot, key)
+        except GatewayError as exc:
+            refusals.append(exc)
+    raise ([e for e in refusals if e != errors.invalid_key()] or refusals)[0]
+
+
+def _key_and_route(snapshot: Snapshot, offered: list[str], request: dict[str, Any]) -> tuple[KeyEntry, Route]:
+    entry = authenticate(snapshot, offered)
+    return entry, _route(request, snapshot, entry)
+
+
+def _model(snapshot: Snapshot, entry: KeyEntry, name: str) -> dict[str, object]:
+    """The model object of ``name`` when this key may see it ready. Raises GatewayError 404 otherwise."""
+    for model in _models(snapshot, entry):
+        if model["id"] == name:
+            return model
+    raise errors.unknown_model(name)
 
 
 # Fields the gateway itself reads or changes, checked before it does (the engine checks the rest).

@@ -55,6 +55,24 @@ def invalid_key() -> GatewayError:
     return GatewayError(401, "Incorrect API key provided.", code="invalid_api_key")
 
 
+def expired_key(at: str) -> GatewayError:
+    return GatewayError(401, f"This API key expired at {at}; ask for a new one.", code="invalid_api_key")
+
+
+def rotated_key(at: str) -> GatewayError:
+    return GatewayError(
+        401, f"This API key was rotated: this secret stopped working at {at}. Use its new secret.",
+        code="invalid_api_key",
+    )  # fmt: skip
+
+
+def registry_unavailable() -> GatewayError:
+    """The database holding keys and routes cannot be read: 503 with Retry-After, never a guess from an old
+    snapshot."""
+    return GatewayError(503, "The gateway cannot read its keys and routes right now; retry in a few seconds.",
+                        type="server_error", code="service_unavailable", retry_after=2)  # fmt: skip
+
+
 def unknown_model(name: str) -> GatewayError:
     return GatewayError(
         404,

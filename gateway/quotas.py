@@ -9,7 +9,8 @@ A request reserves, at admission, its prompt (counted by the engine's ``/tokeniz
 bound gateway.context_fit uses) plus the most it may generate: its output limit after the key's and the
 deployment's caps, else what the engine defaults to (16 for /v1/completions, as vLLM and SGLang do; the
 context left for the other endpoints), times the choices it asks for (``n``, ``best_of``, a list of prompts).
-A request whose reservation alone is over a limit can never pass: its 429 says so and carries no Retry-After.
+A request whose reservation alone is over a token limit or a budget not yet spent can never pass: its 429 says
+so and carries no Retry-After.
 """
 
 import math
@@ -136,7 +137,7 @@ def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> Gatew
     if index >= len(LIMITS):
         return _over_budget(index - len(LIMITS), limit, used, wanted, now)
     what, window = LIMITS[index]
-    if wanted > limit:
+    if what.startswith("tokens") and used < limit < wanted:
         return GatewayError(429, f"This request needs up to {wanted:,} tokens (its prompt and output limit), more "
                             f"than this API key's limit of {limit:,} {what}; ask for fewer output tokens.",
                             type="rate_limit_error", code="rate_limit_exceeded")  # fmt: skip
@@ -151,7 +152,7 @@ def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> 
     """OpenAI's type and code for a spent quota are ``insufficient_quota`` (its "Error codes" guide)."""
     what, window = BUDGETS[index]
     budget, retry = f"{what} of {usd_text(limit)}", seconds_to_turn(window, now)
-    if wanted > limit:
+    if used < limit < wanted:
         message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
         return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota")
     left = "" if used >= limit else f": {usd_text(limit - used)} is left, this request may cost {usd_text(wanted)}"

@@ -19,8 +19,8 @@ sum of the day's logged costs (plus what requests in flight hold). No price publ
 GPU price, no tokens measured yet): the budgets cannot be judged; the request passes, is charged nothing
 and its log row's cost is None (the keys page says "no price").
 
-Keys: ``hearth:<HEARTH_INSTANCE>:quota:key:<id>:…`` and ``…:quota:owner:<user id>:…``, so two appliances
-sharing one Redis never share counters.
+Keys: ``hearth:<HEARTH_INSTANCE>:quota:key:<id>:…`` and ``…:quota:owner:<user id>:…`` (appliance.redis_keys),
+so two appliances sharing one Redis never share counters.
 """
 
 import logging
@@ -36,6 +36,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from appliance.redis_keys import redis_key
 from console.observability.cost import price_per_token
 from gateway import quotas
 from gateway.quotas import NANO, Quota
@@ -135,8 +136,7 @@ def counter_keys(key_id: int, owner_id: int | None, deployment_id: int, now: flo
     """ADMIT's KEYS for a request admitted at ``now`` (Unix s)."""
     at = datetime.fromtimestamp(now, UTC)
     minute, day, month = int(now // 60), at.strftime("%Y%m%d"), at.strftime("%Y%m")
-    mine = f"hearth:{settings.HEARTH_INSTANCE}:quota:key:{key_id}"
-    owner = f"hearth:{settings.HEARTH_INSTANCE}:quota:owner:{owner_id or 0}"
+    mine, owner = redis_key(f"quota:key:{key_id}"), redis_key(f"quota:owner:{owner_id or 0}")
     return (f"{mine}:rpm:{minute}", f"{mine}:tpm:{minute}", f"{mine}:tpd:{day}", f"{mine}:running",
             f"{mine}:usd:{day}", f"{mine}:usd:{month}", f"{owner}:usd:{day}", f"{owner}:usd:{month}",
             price_per_token(deployment_id))  # fmt: skip

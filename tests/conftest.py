@@ -50,7 +50,8 @@ def live_env(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) ->
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         db = connection.settings_dict
     url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    return {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+    # the test process's instance name: its Redis keys (appliance.redis_keys) are the children's
+    return {**os.environ, "DATABASE_URL": url, "HEARTH_INSTANCE": settings.HEARTH_INSTANCE, "PYTHONUNBUFFERED": "1"}
 
 
 class Proc:
@@ -87,11 +88,12 @@ class Proc:
 
 
 def start_web(env: dict[str, str], log: Path) -> tuple[Proc, str]:
-    """The appliance's ASGI server (uvicorn) as a real process, once it answers; (process, base URL)."""
+    """The appliance's ASGI server (uvicorn) as a real process, once it answers; returns it and its base URL."""
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1", "--port",
-            str(port), "--no-access-log"]  # fmt: skip
-    proc, base = Proc(argv, env, log), f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+            "--no-access-log"]  # fmt: skip
+    proc = Proc(argv, env, log)
+    base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -110,21 +112,6 @@ def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
     proc, base = start_web(live_env, tmp_path_factory.mktemp("web") / "web.log")
     yield base
     proc.stop()
-
-
-@pytest.fixture(scope="session")
-def gateways(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Two more web processes on the session's database and Redis, for what several gateway processes must
-    share; their base URLs. They run under this test process's HEARTH_INSTANCE, so a test names their Redis
-    counters and sets the prices they read (the session's worker publishes its measured prices under its own
-    instance, which these never read)."""
-    env = {**live_env, "HEARTH_INSTANCE": settings.HEARTH_INSTANCE}
-    folder = tmp_path_factory.mktemp("gateways")
-    procs = [start_web(env, folder / f"gateway-{i}.log") for i in range(2)]
-    yield [base for _, base in procs]
-    for proc, _ in procs:
-        proc.stop()
-        assert "unexpected error" not in proc.output(), proc.output()[-3000:]
 
 
 def start_worker(env: dict[str, str], folder: Path) -> Proc:

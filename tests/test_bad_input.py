@@ -2,6 +2,7 @@
 over-long and NUL-bearing strings and out-of-range numbers answers 4xx ``{"detail": "..."}`` (never a
 500, never HTML), and the console's forms answer them on the page, never with a server error."""
 
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -20,6 +21,9 @@ VALID = {
     "POST /api/plan": {"model": "smol"},
     "POST /api/deployments": {"name": "d2", "model": "smol", "max_model_len": 1024},
     "POST /api/deployments/{pk}/change": {"max_model_len": 1024},
+    "POST /api/deployments/{pk}/capacity-checks": {"profile": "chat", "levels": [1, 2], "max_seconds": 30},
+    "POST /api/deployments/{pk}/slo": {"ttft_seconds": 1.0, "itl_seconds": 0.05},
+    "POST /api/deployments/{pk}/tunings": {"knob": "max_num_seqs", "values": "64, 128"},
     "POST /api/keys": {"name": "k2"},
     "PATCH /api/keys/{pk}": {"max_tokens_cap": 10},
     "POST /api/keys/{pk}/rotate": {"grace_seconds": 10},
@@ -32,6 +36,7 @@ SPOILED = {  # JSON type → values no field of that type accepts
     "number": ["lots", -1e308, 1e308, {}],
     "boolean": ["maybe", [True]],
     "array": ["smol", [LONG], ["\u0000"], [5]],
+    "object": ["smol", [1], {"levels": "many"}],
 }
 WHOLE = ["{not json", "[]", "null", "5", '"text"']
 
@@ -55,9 +60,16 @@ def fields(operation: str) -> dict[str, str]:
     schema = api.get_openapi_schema()
     body = schema["paths"][path][method.lower()]["requestBody"]["content"]["application/json"]["schema"]
     props = schema["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]["properties"]
-    types = {name: prop.get("type") or next(t["type"] for t in prop["anyOf"] if t.get("type") != "null")
-             for name, prop in props.items()}  # fmt: skip
+    types = {name: _json_type(prop) for name, prop in props.items()}
     return {name: kind for name, kind in types.items() if kind in SPOILED}
+
+
+def _json_type(prop: dict[str, Any]) -> str | None:
+    """A property's JSON type: its own, the first non-null one of a union, or "object" for a nested schema."""
+    if "$ref" in prop:
+        return "object"
+    given = [prop, *prop.get("anyOf", [])]
+    return next((t["type"] for t in given if t.get("type") not in (None, "null")), None)
 
 
 def test_the_valid_bodies_here_name_every_operation_that_takes_one() -> None:

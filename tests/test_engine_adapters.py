@@ -27,6 +27,7 @@ from engines.adapters import (
     vllm_planned_flags,
 )
 from engines.planner import GpuPlan
+from engines.sglang_launcher import API_KEY_ENV
 
 KEY = "hk-engine-7f3a9c2e41"  # a per-launch engine key
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -48,7 +49,7 @@ PLAN = GpuPlan(
 )
 VLLM_OWN = ["--model", MODEL, "--served-model-name", "llama", "--host", "0.0.0.0", "--port", "8001"]
 SGLANG_OWN = [*SGLANG_PROGRAM, "--model-path", MODEL, "--served-model-name", "llama", "--host", "0.0.0.0",
-              "--port", "8001", "--api-key", KEY]  # fmt: skip
+              "--port", "8001"]  # fmt: skip
 PLAN_VLLM = ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.90", "--max-model-len", "32768",
              "--max-num-seqs", "256"]  # fmt: skip
 PLAN_SGLANG = ["--tp-size", "2", "--mem-fraction-static", "0.90", "--context-length", "32768",
@@ -115,7 +116,7 @@ def test_sglang_adds_the_plans_flags_its_version_takes(version: str, kv: str, re
     args = sglang(version, revision=revision, kv_cache_dtype=kv)
     assert args.added == expected
     assert args.command == [*SGLANG_OWN, *expected]
-    assert args.env == {}
+    assert args.env == {API_KEY_ENV: KEY}
 
 
 @pytest.mark.parametrize(
@@ -247,9 +248,9 @@ def test_the_vllm_api_key_travels_in_the_environment_never_in_argv() -> None:
     assert KEY not in repr(args)
 
 
-def test_sglang_takes_the_key_as_api_key_and_its_repr_hides_it() -> None:
+def test_sglang_takes_the_key_from_the_environment_through_the_launcher_and_its_repr_hides_it() -> None:
     args = sglang()
-    assert args.command[args.command.index("--api-key") + 1] == KEY
+    assert args.env[API_KEY_ENV] == KEY and not any(KEY in arg for arg in args.command)
     assert KEY not in repr(args)
 
 
@@ -286,7 +287,8 @@ def test_every_emitted_flag_is_one_checked_in_the_engines_parser() -> None:
         flags = {arg for arg in args.command if arg.startswith("--")}
         assert flags <= known, flags - known
     assert len({arg for arg in vllm(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 12
-    assert len({arg for arg in sglang(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 12
+    # SGLang's key goes by the launcher (engines.sglang_launcher), not as a flag
+    assert len({arg for arg in sglang(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 11
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""USD budgets through two real gateway processes (conftest's ``gateways``): a key's daily budget and a member's
+"""USD budgets through two real gateway processes: a key's daily budget and a member's
 monthly budget over all their keys, under bursts of 50 requests at once. Each request reserves what it could
 cost at the deployment's price per token and is charged what it used; what is spent never passes the budget
 and comes within one request of it, and the Redis counters equal the sum of the request log's costs.
@@ -6,16 +6,23 @@ and comes within one request of it, and the Redis counters equal the sum of the 
 The price is the one console.observability.cost publishes for the gateway (``price_per_token``), set here."""
 
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 import redis
 from django.conf import settings
 
 from console.observability.cost import price_per_token
+from console.observability.models import PriceSetting
+from gateway.app import POST_ROUTES
+from gateway.errors import Surface
+from gateway.reservations import counter_keys
 from tests.conftest import login
+from tests.gatewayworld import gateway_processes
 from tests.quotaworld import BURST, burst, counters, logged, make_key, one_request
 from tests.simworld import Served
 
@@ -24,7 +31,17 @@ PRICE = Decimal("0.0001")  # USD per token: $100 per million, so a burst spends 
 NANO = Decimal(1_000_000_000)
 
 
+@pytest.fixture(scope="module")
+def gateways(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Two gateway processes on the session's database and Redis, sharing their counters there."""
+    with gateway_processes(2, live_env, tmp_path_factory.mktemp("gateways")) as bases:
+        yield bases
+
+
 def set_price(served: Served, price: Decimal | None) -> None:
+    """The deployment's USD per token where the scraper publishes it (None: none). With no GPU price left in
+    the database, the session worker's scraper publishes no measured price of its own meanwhile."""
+    PriceSetting.objects.all().delete()
     r = redis.Redis.from_url(settings.REDIS_URL)
     if price is None:
         r.delete(price_per_token(served.dep_id))
@@ -99,3 +116,26 @@ def test_a_key_without_limits_is_charged_too_so_a_budget_set_later_starts_from_t
     spent = sum(r.cost_usd or 0 for r in logged([key_id], 10))
     assert spent == 10 * one_request(answers) * PRICE
     assert counters(key_id, admin_user.pk, served, time.time())["usd_day"] == spent * NANO
+
+
+def test_a_spent_budget_is_refused_on_every_post_route_in_its_apis_shape(
+    served: Served, gateways: list[str], admin_user: Any
+) -> None:
+    """The security suite's budget-exhausted case (tests/test_gateway_security.py), on a ready deployment."""
+    set_price(served, PRICE)
+    key_id, key = make_key(served.client, gateways, daily_budget_usd="0.01")
+    day = counter_keys(key_id, admin_user.pk, served.dep_id, time.time())[4]
+    redis.Redis.from_url(settings.REDIS_URL).set(day, 10_000_000, ex=3600)  # $0.01 spent (nano-USD)
+    body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi", "input": "hi",
+            "max_tokens": 5}  # fmt: skip
+    for path, (_, surface) in POST_ROUTES.items():
+        answer = httpx.post(gateways[0] + path, headers={"Authorization": f"Bearer {key}"}, json=body)
+        error = answer.json()["error"]
+        assert (answer.status_code, answer.headers["content-type"]) == (429, "application/json"), (path, answer.text)
+        assert "This key's daily budget of $0.01 is spent; it renews in" in error["message"], path
+        assert int(answer.headers["retry-after"]) >= 1
+        if surface == Surface.ANTHROPIC:
+            assert answer.json()["type"] == "error" and error["type"] == "rate_limit_error", path
+        else:
+            assert (error["type"], error["code"]) == ("insufficient_quota", "insufficient_quota"), path
+    assert {r.status for r in logged([key_id], len(POST_ROUTES))} == {429}

@@ -2,7 +2,6 @@
 starts again. A key whose limits live in Redis gets 503 in its API's shape with Retry-After; a key without
 limits keeps being served (its cost just goes uncounted); both work again once Redis is back."""
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +9,9 @@ from pathlib import Path
 import anthropic
 import openai
 import pytest
-import redis
 
-from tests.conftest import Proc, free_port, start_web
+from tests.conftest import start_web
+from tests.gatewayworld import RedisServer
 from tests.quotaworld import logged
 from tests.simworld import Served
 
@@ -21,42 +20,25 @@ HI = [{"role": "user", "content": "Hi"}]
 
 
 @pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[tuple[Proc, int]]:
-    """A redis-server of the test's own (no persistence), and its port."""
-    server, port = shutil.which("redis-server"), free_port()
-    assert server, "redis-server is not installed"
-    proc = Proc([server, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-                {}, tmp_path / "redis.log")  # fmt: skip
-    wait_for_redis(port)
-    yield proc, port
-    proc.stop()
-
-
-def wait_for_redis(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            redis.Redis(port=port).ping()
-            return
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not come up"
-            time.sleep(0.05)
+def own_redis(live_env: dict[str, str], tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path, live_env)
+    yield server
+    server.stop()
 
 
 def test_a_limited_key_gets_503_while_redis_is_down_and_an_unlimited_one_is_served(
-    served: Served, own_redis: tuple[Proc, int], live_env: dict[str, str], tmp_path: Path
+    served: Served, own_redis: RedisServer, live_env: dict[str, str], tmp_path: Path
 ) -> None:
     limited = served.client.post("/api/keys", json={"name": "limited", "requests_per_minute": 1000}).json()
     free = served.client.post("/api/keys", json={"name": "free"}).json()
-    server, port = own_redis
-    proc, base = start_web({**live_env, "REDIS_URL": f"redis://127.0.0.1:{port}/0"}, tmp_path / "gateway.log")
+    proc, base = start_web({**live_env, "REDIS_URL": own_redis.url}, tmp_path / "gateway.log")
     try:
         sdk = {name: openai.OpenAI(base_url=f"{base}/v1", api_key=key["key"], max_retries=0)
                for name, key in (("limited", limited), ("free", free))}  # fmt: skip
         for one in sdk.values():
             assert one.chat.completions.create(model="llama", messages=HI, max_tokens=2).choices  # type: ignore[arg-type]
 
-        server.stop()
+        own_redis.stop()
         with pytest.raises(openai.InternalServerError) as down:
             sdk["limited"].chat.completions.create(model="llama", messages=HI, max_tokens=2)  # type: ignore[arg-type]
         assert down.value.status_code == 503 and down.value.response.headers["retry-after"] == "5"
@@ -73,8 +55,7 @@ def test_a_limited_key_gets_503_while_redis_is_down_and_an_unlimited_one_is_serv
         assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "length"  # its settlement failed
         assert [r.cost_usd for r in logged([free["id"]], 3)] == [None] * 3
 
-        server.restart()
-        wait_for_redis(port)
+        own_redis.start()
         deadline = time.monotonic() + 5
         while True:
             try:

@@ -1,11 +1,12 @@
 """Limits under concurrency: bursts of 50 requests at once, split over two real gateway processes sharing one
-Redis (conftest's ``gateways``), against each of a key's requests per minute, tokens per minute, tokens per day
+Redis, against each of a key's requests per minute, tokens per minute, tokens per day
 and requests at once. What is served never exceeds the limit and comes within one request of it; refused
 requests count toward nothing; Retry-After says when the window turns. Budgets: tests/test_gateway_budgets.py;
 Redis outages: tests/test_gateway_outage.py."""
 
 import asyncio
 import time
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -14,10 +15,20 @@ from django.test import override_settings
 from gateway.errors import GatewayError
 from gateway.quotas import Quota
 from gateway.reservations import Reservations
+from tests.gatewayworld import gateway_processes
 from tests.quotaworld import BURST, burst, counters, logged, make_key, one_request, room_in_minute
 from tests.simworld import Served
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(scope="module")
+def gateways(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Two gateway processes on the session's database and Redis, sharing their counters there."""
+    with gateway_processes(2, live_env, tmp_path_factory.mktemp("gateways")) as bases:
+        yield bases
+
+
 HI = [{"role": "user", "content": "Hi"}]
 
 

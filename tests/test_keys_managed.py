@@ -14,6 +14,7 @@ from django.contrib.sessions.models import Session
 from django.test import Client, override_settings
 from django.utils import timezone
 
+from appliance.redis_keys import redis_key
 from console.access import key_format, keys, members
 from console.access.models import ApiKey, Member
 from console.errors import ConsoleError
@@ -133,7 +134,7 @@ def test_a_new_key_is_shown_once_and_never_readable_in_the_session_or_redis(mia:
     sessions = [s.get_decoded() for s in Session.objects.all()]
     assert key not in json.dumps(sessions, default=str)
     r = redis.Redis.from_url(settings.REDIS_URL)
-    assert all(key.encode() not in (r.get(k) or b"") for k in r.scan_iter("hearth:shown-key:*"))
+    assert all(key.encode() not in (r.get(k) or b"") for k in r.scan_iter(redis_key("shown-key:*")))
 
 
 @override_settings(REDIS_URL="redis://127.0.0.1:1/0")

@@ -88,7 +88,7 @@ def test_a_mapped_group_signs_in_with_its_role_matched_by_subject(sso: str, djan
     django_user_model.objects.create_superuser("root", "", "a-long-password-1")
     django_user_model.objects.create_user("bob", "", "bobs-local-password")  # a local "bob" keeps his account
     _, page = sign_in(sso, "alice")
-    assert str(page.url) == sso + "/deployments/" and "alice (admin)" in page.text, page.text[-2000:]
+    assert str(page.url) == sso + "/" and "alice (admin)" in page.text, page.text[-2000:]
     alice = django_user_model.objects.get(member__oidc_subject="alice")
     assert (alice.username, alice.email, alice.is_superuser, alice.has_usable_password()) == (
         "alice", "alice@example.test", True, False)

@@ -104,7 +104,8 @@ def test_a_metric_the_engine_does_not_expose_says_so(admin: Client) -> None:
     engine.step(now, 10, 10, running=1, kv=0.1)
     panel = live_panel(dep, now)
     assert "kv_cache_size_tokens" not in panel.values
-    assert panel.reasons["kv_cache_size_tokens"] == "this engine (sglang) exposes no KV-cache capacity metric"
+    # SGLang has a capacity series (its mapping rows name it); this engine's scrape lacks it, and says which
+    assert panel.reasons["kv_cache_size_tokens"] == "the engine's scrape has no sglang:max_total_num_tokens"
     html = admin.get(f"/deployments/{dep.pk}/panel/").text
     assert 'data-field="kv_cache_size_tokens">no data<' in html and number(html, "kv_cache_usage") == "10.0 %"
 

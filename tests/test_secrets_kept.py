@@ -80,8 +80,12 @@ def dumps() -> dict[str, bytes]:
 
 
 def logs(base: Path) -> dict[str, bytes]:
-    """Every file this test run wrote under its temporary folders, and the engines' logs."""
-    files = [*base.rglob("*"), *(settings.DATA_DIR / "engines").glob("*.log")]
+    """Every file this test run wrote under its temporary folders, and the engines' logs. Left out: the
+    folders of tests that copy the checkout (tests/test_image.py's build contexts and what Docker sent), whose
+    files are the repository's own, test settings and fixtures included, not anything Hearth wrote."""
+    copies = {found.parent.parent for found in base.rglob("manage.py")}
+    written = [f for f in base.rglob("*") if copies.isdisjoint(f.parents)]
+    files = [*written, *(settings.DATA_DIR / "engines").glob("*.log")]
     return {str(f): f.read_bytes() for f in files if f.is_file() and f.stat().st_size <= MAX_FILE}
 
 

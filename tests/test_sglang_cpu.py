@@ -24,7 +24,8 @@ from engines.launch import EngineKind
 from engines.metrics import DEFAULT_MAPPINGS, choose_flavor, parse_metrics, sample_names
 from engines.modelconfig import parse_config
 from engines.planner import GpuPlan
-from engines.sglang import SERVER_MODULE, build_sglang_cpu_spec
+from engines.sglang import build_sglang_cpu_spec
+from engines.sglang_launcher import API_KEY_ENV, launcher_program
 from engines.sizing import plan_cpu
 from tests.conftest import free_port
 
@@ -78,9 +79,9 @@ def high_free_port() -> int:
 
 def cpu_spec(tmp_path: Path, user_args: tuple[str, ...] = (), port: int = 0):  # type: ignore[no-untyped-def]
     return build_sglang_cpu_spec(
-        program=[str(PYTHON), "-m", SERVER_MODULE], model=str(MODEL_DIR), served_model_name="smol", plan=PLAN,
-        host="127.0.0.1", port=port or free_port(), api_key=secrets.token_urlsafe(16), cache_dir=tmp_path / "cache",
-        user_args=user_args,
+        program=launcher_program(str(PYTHON)), model=str(MODEL_DIR), served_model_name="smol", plan=PLAN,
+        host="127.0.0.1", port=port or free_port(), cache_dir=tmp_path / "cache", user_args=user_args,
+        api_key="hek-" + secrets.token_urlsafe(16),  # as the console makes them: never read as a flag
     )  # fmt: skip
 
 
@@ -89,7 +90,8 @@ def test_sglangs_own_parser_takes_the_cpu_spec(tmp_path: Path) -> None:
     parsed = sglang_parse(spec.args)
     assert (parsed["device"], parsed["context_length"], parsed["max_total_tokens"]) == ("cpu", 2048, 11_650)
     assert parsed["grammar_backend"] == "llguidance" and parsed["enable_metrics"] and parsed["sleep_on_idle"]
-    assert parsed["api_key"] == spec.api_key and parsed["model_path"] == str(MODEL_DIR)
+    assert parsed["api_key"] is None and parsed["model_path"] == str(MODEL_DIR)  # the launcher adds the key
+    assert spec.env[API_KEY_ENV] == spec.api_key and not any(spec.api_key in arg for arg in spec.argv)
 
 
 def test_sglangs_own_parser_takes_the_container_command_hearth_builds() -> None:
@@ -98,7 +100,7 @@ def test_sglangs_own_parser_takes_the_container_command_hearth_builds() -> None:
                    kv_capacity_tokens=1, typical_context=1, concurrency_at_typical_context=1, split=None)  # fmt: skip
     built = sglang_args(version="0.5.15.post1", model="/models/m", revision="abc", served_model_name="m",
                         port=8000, api_key="k", plan=plan, user_args=["--tp", "2"])  # fmt: skip
-    assert built.command[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert built.command[:3] == launcher_program("python3") and built.env[API_KEY_ENV] == "k"
     parsed = sglang_parse(built.command[3:])
     assert (parsed["tp_size"], parsed["mem_fraction_static"], parsed["context_length"]) == (2, 0.88, 32_768)
     assert (parsed["max_running_requests"], parsed["kv_cache_dtype"], parsed["revision"]) == (64, "fp8_e4m3", "abc")
@@ -142,6 +144,10 @@ def test_it_serves_streams_reports_its_kv_pool_and_stops_leaving_no_process(tmp_
     try:
         wait_ready(runtime, base)
         assert httpx.get(f"{base}/v1/models", timeout=10).status_code == 401  # the key is enforced
+        # the launcher gave SGLang its key without putting it in the argv or the log (engines.sglang_launcher)
+        assert spec.api_key.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        log = (tmp_path / "sgl.log").read_text()
+        assert "api_key='<hidden>'" in log and spec.api_key not in log
         client = openai.OpenAI(base_url=f"{base}/v1", api_key=spec.api_key, max_retries=0, timeout=300)
         stream = client.chat.completions.create(
             model="smol", messages=[{"role": "user", "content": "Tell me about lighthouses."}], max_tokens=12,

@@ -7,7 +7,8 @@ import pytest
 
 from engines.launch import EngineKind
 from engines.modelconfig import parse_config
-from engines.sglang import SERVER_MODULE, build_sglang_cpu_spec, grpc_port
+from engines.sglang import build_sglang_cpu_spec, grpc_port
+from engines.sglang_launcher import API_KEY_ENV, launcher_program
 from engines.sizing import plan_cpu
 
 CONFIG = parse_config(json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text()))
@@ -16,7 +17,7 @@ PLAN = plan_cpu(CONFIG, 1, 1.0, 2048, engine=EngineKind.SGLANG_CPU)
 
 def spec(user_args: list[str], api_key: str = "k"):  # type: ignore[no-untyped-def]
     return build_sglang_cpu_spec(
-        program=["/venv/bin/python", "-m", SERVER_MODULE],
+        program=launcher_program("/venv/bin/python"),
         model="/models/smol",
         served_model_name="smol",
         plan=PLAN,
@@ -31,9 +32,10 @@ def spec(user_args: list[str], api_key: str = "k"):  # type: ignore[no-untyped-d
 def test_it_builds_the_flags_that_worked_on_sglang_cpu() -> None:
     s = spec([])
     assert s.engine == EngineKind.SGLANG_CPU
-    assert s.argv[:3] == ["/venv/bin/python", "-m", "sglang.launch_server"]
-    assert s.args[:10] == ["--model-path", "/models/smol", "--served-model-name", "smol", "--host", "127.0.0.1",
-                           "--port", "8001", "--api-key", "k"]  # fmt: skip
+    assert s.argv[:2] == ["/venv/bin/python", "-c"] and "sglang.launch_server" in s.argv[2]
+    assert s.args[:8] == ["--model-path", "/models/smol", "--served-model-name", "smol", "--host", "127.0.0.1",
+                          "--port", "8001"]  # fmt: skip
+    assert s.env[API_KEY_ENV] == "k" and "k" not in s.args  # the launcher passes it (engines.sglang_launcher)
     assert s.added_flags == [
         "--device", "cpu", "--context-length", "2048", "--max-total-tokens", "46603",
         "--mem-fraction-static", "0.9", "--enable-metrics", "--sleep-on-idle", "--disable-overlap-schedule",

@@ -15,13 +15,14 @@ import redis
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
+from appliance.redis_keys import redis_key
 from console.errors import ConsoleError
 
 SHOWN_TTL = 120  # seconds between the POST and its redirected page
 
 
 def _redis_key(token: str) -> str:
-    return f"hearth:shown-key:{hashlib.sha256(token.encode()).hexdigest()}"
+    return redis_key(f"shown-key:{hashlib.sha256(token.encode()).hexdigest()}")
 
 
 def keep(secret: str) -> str:

@@ -22,8 +22,8 @@ from engines import adapters
 from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec, image_version
 from engines.logscan import scan
 from engines.planner import GpuPlan
-from engines.sglang import SERVER_MODULE as SGLANG_SERVER_MODULE
 from engines.sglang import build_sglang_cpu_spec
+from engines.sglang_launcher import launcher_program
 from engines.sizing import SizingPlan
 from engines.vllm import API_SERVER_MODULE, build_simulator_spec, build_vllm_cpu_spec
 
@@ -140,7 +140,7 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
         if in_container:
             raise RuntimeError_("SGLang (CPU) runs only as a local process: set HEARTH_RUNTIME=process.")
         spec = build_sglang_cpu_spec(
-            program=[settings.HEARTH_SGLANG_CPU_PYTHON, "-m", SGLANG_SERVER_MODULE],
+            program=launcher_program(settings.HEARTH_SGLANG_CPU_PYTHON),
             model=model,
             plan=SizingPlan(**{k: v for k, v in dep.plan.items() if k in SIZING_FIELDS}),
             cache_dir=settings.HEARTH_CACHE_DIR,

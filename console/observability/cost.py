@@ -28,6 +28,7 @@ from django.db.models import Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
+from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment
 from console.observability.models import MetricSample, PriceSetting, RequestLog, Resolution
 
@@ -76,7 +77,7 @@ def usd_per_million(usd_per_hour: Decimal | None, tokens_per_second: float | Non
 
 def price_per_token(deployment_id: int) -> str:
     """The Redis key of a deployment's current USD per token (one function: the namespacing switch)."""
-    return f"hearth:{settings.HEARTH_INSTANCE}:price_per_token:{deployment_id}"
+    return redis_key(f"price_per_token:{deployment_id}")
 
 
 def publish_price(dep: Deployment, usd_per_hour: Decimal | None, tokens_per_second: float | None) -> str | None:

@@ -17,6 +17,7 @@ import redis
 from django.conf import settings
 from django.db.models import Max
 
+from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment
 from console.observability.models import MetricSample, RequestLog, ServiceLevel
 from console.observability.outcomes import ERRORS, OUTCOMES, SERVED, Slo, inter_token_seconds, outcome_of
@@ -158,7 +159,7 @@ def stored_counts(stats: RequestStats, last_id: int) -> dict[str, object]:
 
 def cursor_key() -> str:
     """Redis key of the last request log id counted into the history (one function: the namespacing switch)."""
-    return f"hearth:{settings.HEARTH_INSTANCE}:observability:requestlog-cursor"
+    return redis_key("observability:requestlog-cursor")
 
 
 def record_requests(deployments: Sequence[Deployment], at: datetime, batch: int = 50_000) -> int:

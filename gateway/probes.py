@@ -1,0 +1,59 @@
+"""Open probes for a load balancer or an orchestrator, answered on the web process before Django sees the
+request (so no login, no ALLOWED_HOSTS, no CSRF): ``/health`` and ``/ready``, both JSON.
+
+- ``/health``: liveness. 200 ``{"status": "up"}`` whenever the process answers at all.
+- ``/ready``: readiness. 200 ``{"status": "ready", "checks": {...}}`` when the database answers, Redis
+  answers, and the gateway holds keys and routes read from the database; else 503 ``{"status": "not
+  ready", "checks": {...}}`` with ``Retry-After``, each failing check naming only the kind of its failure
+  (the details go to the log, not to whoever asks). Each check waits at most CHECK_TIMEOUT seconds.
+"""
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from gateway.registry import Registry
+
+log = logging.getLogger(__name__)
+CHECK_TIMEOUT = 2.0  # seconds per readiness check
+RETRY_AFTER = 5  # seconds a load balancer is told to wait before asking /ready again
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+async def health(send: Send) -> None:
+    await _answer(send, 200, {"status": "up"})
+
+
+async def ready(registry: Registry, send: Send) -> None:
+    results = await asyncio.gather(
+        _check("database", registry.check_database()),
+        _check("redis", registry.redis.ping()),
+        _check("keys and routes", registry.current()),
+    )
+    checks = dict(zip(("database", "redis", "keys_and_routes"), results, strict=True))
+    if all(result == "ok" for result in checks.values()):
+        await _answer(send, 200, {"status": "ready", "checks": checks})
+        return
+    retry = ((b"retry-after", str(RETRY_AFTER).encode()),)
+    await _answer(send, 503, {"status": "not ready", "checks": checks}, retry)
+
+
+async def _check(name: str, work: Awaitable[object]) -> str:
+    """ "ok", or what went wrong in a few words (logged in full)."""
+    try:
+        await asyncio.wait_for(work, CHECK_TIMEOUT)
+    except TimeoutError:
+        log.warning("readiness: %s did not answer within %.0f s", name, CHECK_TIMEOUT)
+        return f"no answer within {CHECK_TIMEOUT:.0f} s"
+    except Exception as exc:
+        log.warning("readiness: %s failed: %s", name, exc)
+        return f"unreachable ({type(exc).__name__})"
+    return "ok"
+
+
+async def _answer(send: Send, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    head = [(b"content-type", b"application/json"), (b"cache-control", b"no-store"), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
