@@ -14,4 +14,4 @@ USER hearth
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
   CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/login/', timeout=2)"
-CMD ["python", "-m", "uvicorn", "appliance.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--no-access-log"]
+CMD ["python", "-m", "appliance.web_server", "--host", "0.0.0.0", "--port", "8000"]

@@ -203,6 +203,9 @@ HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds
 HEARTH_METRICS_TOKEN = envsecret("HEARTH_METRICS_TOKEN")  # when set, /metrics wants "Authorization: Bearer <it>"
 HEARTH_RECONCILE_INTERVAL = envfloat("HEARTH_RECONCILE_INTERVAL", 10.0)  # seconds
 HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # seconds without a byte
+# Web processes on one socket (appliance.web_server); default one per core, at most 8.
+HEARTH_WEB_WORKERS = envint("HEARTH_WEB_WORKERS", max(1, min(os.cpu_count() or 1, 8)))
+HEARTH_DRAIN_SECONDS = envint("HEARTH_DRAIN_SECONDS", 30)  # a stopping web process lets open streams finish
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
 HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # engines' bridge; no host ports
 HEARTH_WEIGHTS_VOLUME = envstr("HEARTH_WEIGHTS_VOLUME", "hearth-weights")  # shared HF cache of every engine

@@ -14,6 +14,7 @@ import gc
 import hmac
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -21,7 +22,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from console.observability.export import engine_registry
 from gateway import context_fit, errors, probes, quotas
@@ -258,12 +260,23 @@ async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
     engines = await sync_to_async(generate_latest)(_engine_registry())
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": generate_latest() + engines})
+    await send({"type": "http.response.body", "body": generate_latest(_gateway_registry()) + engines})
 
 
 @functools.cache
 def _engine_registry() -> CollectorRegistry:
     return engine_registry()
+
+
+@functools.cache
+def _gateway_registry() -> CollectorRegistry:
+    """The gateway's metrics summed over every web process (prometheus-client's multiprocess mode, whose
+    folder appliance.web_server sets), or this process's alone when it runs outside it."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
 
 
 async def _until_client_leaves(work: Awaitable[None], receive: Receive, exchange: Exchange) -> None:

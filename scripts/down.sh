@@ -8,12 +8,12 @@ PY=${PY:-.venv/bin/python}
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
 export HEARTH_DATA_DIR=$DATA
 
-stop() {  # name: the process in $DATA/NAME.pid
+stop() {  # name [seconds to wait, default 10]: the process in $DATA/NAME.pid
   local pidfile=$DATA/$1.pid pid
   [ -f "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
   kill "$pid" 2>/dev/null && echo "down: stopped $1 ($pid)"
-  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  for _ in $(seq 1 $((${2:-10} * 5))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   rm -f "$pidfile"
 }
 
@@ -50,7 +50,7 @@ engines() {
 }
 
 mkdir -p "$DATA/logs"
-stop web
+stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5))  # its open streams get HEARTH_DRAIN_SECONDS to finish
 stop beat
 stop worker  # before the engines: its reconcile would restart them
 engines

@@ -46,9 +46,8 @@ start() {  # name, command...
   nohup "$@" >>"$DATA/logs/$name.log" 2>&1 &
   echo $! >"$DATA/$name.pid"
 }
-# --no-proxy-headers: whether X-Forwarded-* is believed is Django's call (HEARTH_TRUSTED_PROXIES), not uvicorn's
-start web "$PY" -m uvicorn appliance.asgi:application --host "${HEARTH_HOST:-127.0.0.1}" --port "$PORT" --no-access-log \
-  --no-proxy-headers
+# HEARTH_WEB_WORKERS processes on one socket (default one per core, at most 8), metrics summed across them
+start web "$PY" -m appliance.web_server --host "${HEARTH_HOST:-127.0.0.1}" --port "$PORT"
 start worker "$PY" -m celery -A appliance worker -c 3 --loglevel INFO
 start beat "$PY" -m celery -A appliance beat --loglevel INFO -s "$DATA/celerybeat-schedule"
 

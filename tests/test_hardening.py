@@ -129,4 +129,5 @@ def test_compose_publishes_the_console_on_loopback_and_runs_beat_alone() -> None
     assert services["web"]["ports"] == ["${HEARTH_BIND:-127.0.0.1}:${HEARTH_PORT:-8000}:8000"]
     assert "-B" not in services["worker"]["command"] and "beat" not in services["worker"]["command"]
     assert services["beat"]["command"][:6] == ["python", "-m", "celery", "-A", "appliance", "beat"]
-    assert "--no-proxy-headers" in services["web"]["command"]
+    assert services["web"]["command"][:3] == ["python", "-m", "appliance.web_server"]  # proxy headers off there
+    # (tests/test_web_workers.py checks what it runs uvicorn with)
