@@ -55,7 +55,7 @@ def build() -> list[int]:
     Deployment.objects.all().delete()
     import json
 
-    config = json.loads((ROOT / "tests/data/models/llama-3.1-8b-instruct.json").read_text())["config"]
+    config = json.loads((ROOT / "console/catalog/demo/llama-3.1-8b-instruct.json").read_text())["config"]
     model, _ = ModelSource.objects.get_or_create(name="llama-8b", defaults={
         "kind": "hf", "repo_id": "meta-llama/Llama-3.1-8B-Instruct", "config": config,
         "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "weights_bytes": 16_060_522_496})  # fmt: skip
@@ -206,8 +206,10 @@ def main() -> None:
     ids = kept if "--reuse" in sys.argv and len(kept) == DEPLOYMENTS else build()
     if ids is kept:
         shift_to_now()
+    from django.contrib.auth.models import User
+
     client = Client()
-    client.login(username="bench", password="bench-password-1")
+    client.force_login(User.objects.get(username="bench"))  # django-axes wants a request for login()
     dep = ids[0]
     now = time.time()
     base = timed(Client(), "/login/")

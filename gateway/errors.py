@@ -163,6 +163,7 @@ class StreamCut(StrEnum):
     CLOSED = "upstream_truncated"  # the engine closed the stream (or died)
     IDLE = "upstream_timeout"  # the engine sent nothing for HEARTH_STREAM_IDLE_TIMEOUT seconds
     ENGINE_ERROR = "engine_error"  # the engine sent its own error event (its text is passed on)
+    RESTART = "gateway_restarting"  # the web process stopped before the stream ended (HEARTH_DRAIN_SECONDS)
 
 
 def stream_cut_message(cut: StreamCut, idle_seconds: float, engine_error: str | None = None) -> str:
@@ -171,6 +172,8 @@ def stream_cut_message(cut: StreamCut, idle_seconds: float, engine_error: str | 
                 "the response is incomplete.")  # fmt: skip
     if cut == StreamCut.ENGINE_ERROR and engine_error:
         return f"The engine failed: {engine_error}"
+    if cut == StreamCut.RESTART:
+        return "Hearth's web process restarted before the stream finished; the response is incomplete: retry."
     return "The engine ended the stream before it finished; the response is incomplete."
 
 

@@ -178,6 +178,15 @@ class Exchange:
             log.warning("stream from %s stalled: %s", self.route.served_model_name, exc)
         except UpstreamBroken as exc:
             log.warning("stream from %s broke: %s", self.route.served_model_name, exc)
+        except asyncio.CancelledError:
+            if self.outcome.client_cancelled:
+                raise
+            # uvicorn cancels what is still open HEARTH_DRAIN_SECONDS after a stop: the stream ends with its
+            # error event rather than a silent cut
+            cut = StreamCut.RESTART
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
         finally:
             self._stop_pings()
             self.outcome.usage = watcher.usage or {}  # recorded even when the client left meanwhile

@@ -13,8 +13,10 @@ import pytest
 from django.utils import timezone
 
 from console.access import keys as apikeys
+from console.access.key_format import key_prefix
 from console.access.models import ApiKey
-from gateway.registry import RECHECK_EVERY
+from gateway.errors import GatewayError
+from gateway.registry import RECHECK_EVERY, authenticate, load_snapshot
 from tests.conftest import Proc, login
 from tests.gatewayworld import bearer, burst, gateway_processes, status_of, statuses, within
 from tests.simworld import deploy, wait_state
@@ -125,3 +127,23 @@ def test_an_expiry_is_checked_on_each_request_not_at_each_reload(two: list[str],
     for base in two:
         answer = httpx.get(f"{base}/v1/models", headers=bearer(key))
         assert answer.status_code == 401 and "expired" in answer.json()["error"]["message"], answer.text
+
+
+def test_the_snapshot_accepts_exactly_the_secrets_the_key_model_says(admin_user: object) -> None:
+    """gateway.registry.authenticate against console.access.models.ApiKey.secrets_at, at moments around a
+    rotation's grace end and the key's expiry."""
+    row, old = apikeys.create_key("both-ends", admin_user)
+    new = apikeys.rotate_key(row, admin_user, grace_seconds=60)
+    ApiKey.objects.filter(pk=row.pk).update(expires_at=timezone.now() + timedelta(seconds=120))
+    row.refresh_from_db()
+    snapshot = load_snapshot()
+    for offset in (0, 59, 61, 119, 121):
+        at = timezone.now() + timedelta(seconds=offset)
+        live = {prefix for prefix, _, _ in row.secrets_at(at)}
+        for secret in (old, new):
+            try:
+                authenticate(snapshot, secret, at.timestamp())
+                accepted = True
+            except GatewayError:
+                accepted = False
+            assert accepted == (key_prefix(secret) in live), (offset, key_prefix(secret), live)
