@@ -31,8 +31,9 @@ class OutsideSim:
     def __init__(self, log: Path, served: str, *flags: str, api_key: str = ENGINE_KEY) -> None:
         self.port, self.log, self.served = free_port(), log, served
         self.base = f"http://127.0.0.1:{self.port}"
+        key = ["--api-key", api_key] if api_key else []
         self.argv = [sys.executable, "-m", "engines.simulator", "--port", str(self.port), "--served-model-name",
-                     served, "--max-model-len", "8192", *(["--api-key", api_key] if api_key else []), *flags]  # fmt: skip
+                     served, "--max-model-len", "8192", *key, *flags]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
@@ -80,7 +81,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 class _Page(http.server.BaseHTTPRequestHandler):
     """Answers every GET with a web page (200 text/html), as a server that is not an inference engine would."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         body = b"<html><body>Welcome to the intranet</body></html>"
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
@@ -88,7 +89,7 @@ class _Page(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
