@@ -142,6 +142,7 @@ def test_the_form_registers_and_hearth_never_starts_stops_changes_or_exports_it(
 
 def test_an_endpoint_added_to_a_deployment_must_serve_its_name(admin: Client, sim: OutsideSim) -> None:
     status, dep = register(admin, base_url=sim.base, engine_kind="vllm", api_key=ENGINE_KEY)
+    assert status == 201, dep
     other = OutsideSim(sim.log.with_name("other.log"), "someone-else")
     try:
         resp = admin.post(f"/api/deployments/{dep['id']}/endpoints", {"base_url": other.base, "engine_kind": "vllm",

@@ -232,7 +232,7 @@ def test_an_https_engine_below_a_path_is_reached_when_its_certificate_verifies_a
             trusting = Engines(1, 5, tls=ssl.create_default_context(cafile=str(cert)))
             async with await trusting.post(server.url + "/llm", "/v1/chat/completions", "", b"{}") as answer:
                 assert (answer.status, await answer.read()) == (200, b"{}")
-            with pytest.raises(UpstreamUnreachable, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            with pytest.raises(UpstreamUnreachable, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
                 await Engines(1, 5).post(server.url, "/v1/chat/completions", "k", b"{}")  # the system's CAs
             trusting.close()
         assert seen[0].startswith(b"POST /llm/v1/chat/completions HTTP/1.1\r\n")
