@@ -56,6 +56,11 @@ def test_a_good_endpoint_becomes_a_ready_deployment_with_its_version_and_its_key
     assert ENGINE_KEY not in str(entry.changes) and entry.changes["engine_api_key"] == "set"
     page = admin.get(f"/deployments/{dep['id']}/").content.decode()
     assert sim.base in page and "up" in page and ENGINE_KEY not in page and "Launch" not in page
+    pages = ["status/", "logs/", "panel/", "series/", "export/", "change/", "endpoints/add/", "capacity/"]
+    for path in ["/", "/deployments/", "/usage/", f"/api/deployments/{dep['id']}/metrics",
+                 *(f"/deployments/{dep['id']}/{page}" for page in pages)]:  # fmt: skip
+        shown = admin.get(path)
+        assert shown.status_code == 200 and ENGINE_KEY not in shown.content.decode(), path
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,6 @@ from console.catalog.models import ModelSource
 from console.errors import ConsoleError
 from console.sealed import SealedCharField
 from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME, ExternalKind
-from engines.launch import EngineKind
 
 
 class DeploymentState(models.TextChoices):
@@ -125,9 +124,10 @@ class Deployment(models.Model):
 
     @property
     def engine_label(self) -> str:
-        """The engine in words: "vLLM (CPU)", or for an external deployment its endpoints' kinds."""
+        """The engine as the pages name it: the stored kind ("vllm-cpu"), or for an external deployment its
+        endpoints' kinds in words ("vLLM (not launched by Hearth)")."""
         if not self.external:
-            return EngineKind(self.engine).label if self.engine in EngineKind else self.engine
+            return self.engine
         kinds = sorted({ExternalKind(r.engine_kind).label for r in self.replicas.external()})
         return ", ".join(kinds) + " (not launched by Hearth)"
 
