@@ -46,7 +46,7 @@ from engines import external
 from engines.launch import speaks_anthropic, speaks_responses
 from gateway import errors
 from gateway.errors import GatewayError
-from gateway.quotas import Quota
+from gateway.quotas import Quota, quota_of
 
 log = logging.getLogger(__name__)
 RECHECK_EVERY = 2.0  # seconds between background re-reads of the database, whatever Redis announced
@@ -80,6 +80,7 @@ class Route:
     max_tokens_cap: int | None = None  # the deployment's own cap on generated tokens per request
     speaks_responses: bool = True  # else the gateway translates /v1/responses to the chat API
     fit_max_tokens: bool = False  # lower an output limit over the context left to what it leaves (context_fit)
+    deployment_id: int = 0  # whose price per token the key's budgets are charged at (gateway.reservations)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _seconds(at: datetime | None) -> float | None:
 def key_entries(key: ApiKey) -> list[KeyEntry]:
     """The entries of an unrevoked key: its current secret, and its previous one while it has one (kept
     after its grace, so that its holder hears it was rotated rather than that it is wrong)."""
-    quota = Quota(key.requests_per_minute, key.tokens_per_minute, key.tokens_per_day, key.max_concurrent)
+    quota = quota_of(key)
     current = KeyEntry(key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap,
                        _seconds(key.expires_at), quota)  # fmt: skip
     if not (key.previous_prefix and key.previous_key_hash and key.previous_valid_until):
@@ -130,7 +131,7 @@ def key_entries(key: ApiKey) -> list[KeyEntry]:
 def load_snapshot() -> Snapshot:
     """Every unrevoked key's secrets and every deployment's route or state, read from the database now."""
     snap = Snapshot()
-    for key in ApiKey.objects.filter(revoked_at__isnull=True):
+    for key in ApiKey.objects.filter(revoked_at__isnull=True).select_related("owner__member"):
         for entry in key_entries(key):
             snap.keys.setdefault(entry.prefix, entry)  # a current prefix wins over an old one's
     for dep in Deployment.objects.prefetch_related("replicas"):
@@ -143,7 +144,7 @@ def load_snapshot() -> Snapshot:
                 dep.served_model_name, upstreams, dep.max_model_len, created,
                 all(_speaks(dep, r, anthropic=True) for r in ready), dep.max_tokens_cap,
                 speaks_responses=all(_speaks(dep, r, anthropic=False) for r in ready),
-                fit_max_tokens=dep.fit_max_tokens,
+                fit_max_tokens=dep.fit_max_tokens, deployment_id=dep.pk,
             )  # fmt: skip
     return snap
 
