@@ -396,7 +396,7 @@ def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Rout
     if route is not None:
         return route
     if model in snapshot.states:
-        raise errors.not_ready(model, snapshot.states[model])
+        raise errors.not_ready(model, snapshot.states[model], max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
     raise errors.unknown_model(model)
 
 

@@ -40,8 +40,9 @@ from redis.exceptions import RedisError
 
 from console.access.key_format import key_prefix, matches
 from console.access.models import ApiKey
-from console.deployments.models import Deployment, DeploymentState
+from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import routing_version_key
+from engines import external
 from engines.launch import speaks_anthropic, speaks_responses
 from gateway import errors
 from gateway.errors import GatewayError
@@ -59,7 +60,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Upstream:
-    """One ready replica: where it listens and the per-launch key its engine demands."""
+    """One ready replica: where it listens (``http://host:port``, or an external endpoint's base URL, which may be
+    https and have a path) and the key its engine demands ("" for an external endpoint that demands none)."""
 
     replica_id: int
     base_url: str
@@ -134,15 +136,15 @@ def load_snapshot() -> Snapshot:
             snap.keys.setdefault(entry.prefix, entry)  # a current prefix wins over an old one's
     for dep in Deployment.objects.prefetch_related("replicas"):
         snap.states[dep.served_model_name] = dep.state
-        ready = [r for r in dep.replicas.all() if r.running and r.ready_at is not None]
+        ready = sorted((r for r in dep.replicas.all() if r.up), key=lambda r: r.pk)
         if dep.state == DeploymentState.READY and ready:
-            upstreams = tuple(Upstream(r.pk, r.base_url, r.engine_api_key) for r in sorted(ready, key=lambda r: r.pk))
+            upstreams = tuple(Upstream(r.pk, r.base_url, r.engine_api_key) for r in ready)
             created = int(min(r.ready_at for r in ready if r.ready_at).timestamp())
             snap.routes[dep.served_model_name] = Route(
                 dep.served_model_name, upstreams, dep.max_model_len, created,
-                speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
-                speaks_responses=speaks_responses(dep.engine, dep.extra_args), fit_max_tokens=dep.fit_max_tokens,
-                deployment_id=dep.pk,
+                all(_speaks(dep, r, anthropic=True) for r in ready), dep.max_tokens_cap,
+                speaks_responses=all(_speaks(dep, r, anthropic=False) for r in ready),
+                fit_max_tokens=dep.fit_max_tokens, deployment_id=dep.pk,
             )  # fmt: skip
     return snap
 
@@ -165,6 +167,16 @@ def authenticate(snapshot: Snapshot, key: str, now: float | None = None) -> KeyE
 
 def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _speaks(dep: Deployment, replica: Replica, anthropic: bool) -> bool:
+    """Whether ``replica`` serves /v1/messages (``anthropic``) or /v1/responses itself: a launched one as its
+    deployment's engine does (engines.launch), an external endpoint as its kind and version do (engines.external).
+    A route relays an API as it is only when every replica of it serves it; otherwise it translates for all."""
+    if replica.external:
+        check = external.speaks_anthropic if anthropic else external.speaks_responses
+        return check(replica.engine_kind, replica.engine_version)
+    return (speaks_anthropic if anthropic else speaks_responses)(dep.engine, dep.extra_args)
 
 
 class Registry:
