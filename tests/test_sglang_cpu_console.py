@@ -14,6 +14,7 @@ from console.deployments.lifecycle import launch_spec
 from console.deployments.models import Replica
 from engines.launch import EngineKind
 from engines.remedy import oom_remedy
+from engines.sglang_launcher import API_KEY_ENV, launcher_program
 
 pytestmark = pytest.mark.django_db
 CONFIG = json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text())
@@ -51,7 +52,7 @@ def test_it_is_planned_in_one_token_pages_and_launched_with_that_pool_and_sglang
         replica = Replica(deployment=dep, runtime="process", host="127.0.0.1", port=60123, engine_api_key="k",
                           runtime_name="r")  # fmt: skip
         spec = launch_spec(dep, replica)
-    assert spec.program == [python, "-m", "sglang.launch_server"]
+    assert spec.program == launcher_program(python) and spec.env[API_KEY_ENV] == "k"  # never in argv
     assert spec.args[spec.args.index("--max-total-tokens") + 1] == "46603"
     assert spec.args[spec.args.index("--tool-call-parser") + 1] == dep.plan["parsers"]["tool_call_parser"]
     assert "--enable-auto-tool-choice" not in spec.args  # a vLLM flag SGLang does not have
