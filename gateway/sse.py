@@ -12,6 +12,7 @@ A stream is complete only when it ends as its API says it must:
 """
 
 import json
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -65,9 +66,17 @@ class StreamWatcher:
         self.token_chunks = 0
 
     def feed(self, chunk: bytes) -> None:
-        lines = (self._pending + self._ends.feed(chunk)).split(b"\n")
-        self._pending = lines.pop()
-        for line in lines:
+        data = self._pending + self._ends.feed(chunk)
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._pending = data
+            return
+        lines, self._pending = data[:end], data[end + 1 :]
+        if self.kind == StreamKind.CHAT and self.token_seen and not self.tally.tools and _plain(lines):
+            # content deltas only, read from their bytes in one scan: each data: line is one event
+            self.token_chunks += lines.startswith(b"data:") + lines.count(b"\ndata:")
+            return
+        for line in lines.split(b"\n"):
             self._line(line)
 
     def _line(self, line: bytes) -> None:
@@ -77,7 +86,7 @@ class StreamWatcher:
         if data == b"[DONE]":
             self.done = self.kind == StreamKind.CHAT
             return
-        if self.kind == StreamKind.CHAT and self.token_seen and not self.tally.tools and _plain_chat_chunk(data):
+        if self.kind == StreamKind.CHAT and self.token_seen and not self.tally.tools and _plain(data):
             self.token_chunks += 1  # a content delta, read from its bytes
             return
         try:
@@ -190,26 +199,21 @@ class UsageStripper:
         return rest
 
 
-def _plain_chat_chunk(data: bytes) -> bool:
-    """True when a chat chunk's JSON has no ``usage`` and no ``error``, and only null ``finish_reason``,
-    reasoning and ``tool_calls`` fields, read from its bytes without parsing it: most chunks of a stream,
-    whose parsing was ~10 % of the gateway's CPU at 64 streams (py-spy).
-
-    Exact for JSON without ``\\u`` escapes: a key is then spelled literally, and a quote inside a string is
-    escaped, so ``"finish_reason":null`` occurs only as a key with a null value. Chunks with ``\\u``
-    escapes, or other spacing around the colon, are parsed."""
-    if b"\\u" in data or b'"usage"' in data or b'"error"' in data:
-        return False
-    return all(_only_null(data, key) for key in NULL_KEYS)
+# What makes a chat chunk more than a content delta, found in its bytes without parsing it: a ``usage``,
+# an ``error``, a ``finish_reason``, reasoning or ``tool_calls`` field that is not null, ``[DONE]``, or a
+# ``\u`` escape (which could spell any of these). Exact for JSON without ``\u`` escapes: a key is then
+# spelled literally and a quote inside a string is escaped, so ``"finish_reason":null`` occurs only as a
+# key with a null value; other spacing around the colon counts as not null (the chunk is parsed).
+NOT_PLAIN = re.compile(
+    rb'\\u|"usage"|"error"|\[DONE\]|"(?:finish_reason|reasoning|reasoning_content|tool_calls)"(?!: ?null)'
+)
 
 
-NULL_KEYS = (b'"finish_reason"', b'"reasoning"', b'"reasoning_content"', b'"tool_calls"')
-
-
-def _only_null(data: bytes, key: bytes) -> bool:
-    """Whether every occurrence of the quoted ``key`` in ``data`` has a null value (true when there is none)."""
-    count = data.count(key)
-    return not count or count == data.count(key + b":null") + data.count(key + b": null")
+def _plain(data: bytes) -> bool:
+    """True when ``data`` (one or more chat chunks' lines) holds content deltas only (``NOT_PLAIN``): most
+    of a stream. One regular-expression scan, where parsing each chunk's JSON was ~10 % of the gateway's
+    CPU at 64 streams and counting each key's occurrences ~18 % at 256 (py-spy)."""
+    return NOT_PLAIN.search(data) is None
 
 
 def _may_hold_usage(data: bytes) -> bool:
