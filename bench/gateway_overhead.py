@@ -95,7 +95,8 @@ async def memory(args: argparse.Namespace, setup: Setup, sessions: dict[str, aio
         url = setup.urls[path] + "/v1/chat/completions"
         await asyncio.gather(*(one(sessions[path], url, WARMUP, 1) for _ in range(8)))
         note(f"  memory: holding {args.hold} streams open through {path}")
-        held[path] = await hold(url, setup.headers[path], args.hold, setup.procs[path].pid, args.hold_deadline)
+        held[path] = await hold(url, setup.headers[path], args.hold, setup.procs[path].pid, args.hold_deadline,
+                                args.hold_to_end)  # fmt: skip
     held.update(setup.skipped)
     return held
 
@@ -176,6 +177,22 @@ def start_litellm(setup: Setup, tmp: Path, engine_port: int) -> None:
         setup.skipped["litellm"] = f"could not start: {exc}"
 
 
+def fresh_database(url: str) -> str:
+    """``url`` (postgres://…/NAME) after dropping and creating NAME again, or "" for no URL. Raises SystemExit
+    for a name without "bench" in it: this drops the database."""
+    if not url:
+        return ""
+    base, _, name = url.rpartition("/")
+    if "bench" not in name:
+        raise SystemExit(f"--database-url: {name!r} has no 'bench' in its name; it would be dropped")
+    import psycopg
+
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url
+
+
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--upstream", choices=["simulator", "fake"], default="simulator",
@@ -187,6 +204,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--repeat", default=2, type=int, help="repetitions per level (default 2)")
     parser.add_argument("--min-samples", default=16, type=int, help="requests per path and repetition, at least")
     parser.add_argument("--hold", default=512, type=int, help="streams held open for the memory figure (0: skip)")
+    parser.add_argument("--hold-to-end", action="store_true",
+                        help="read held streams to their end (~60 s), counting errors, not dropping them")  # fmt: skip
     parser.add_argument("--hold-deadline", default=25.0, type=float, help="seconds to wait for them to open")
     parser.add_argument("--request-timeout", default=240.0, type=float, help="seconds for one request, in all")
     parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown")
@@ -196,6 +215,9 @@ def parse() -> argparse.Namespace:
                         help="hours of history the dashboard reads, with --dashboard (default 24)")  # fmt: skip
     parser.add_argument("--web-workers", default=0, type=int,
                         help="0: one uvicorn process (default); N: appliance.web_server, N workers")  # fmt: skip
+    parser.add_argument("--database-url", default="",
+                        help="a PostgreSQL database whose name has 'bench' in it, dropped and made again (default: "
+                             "a throwaway SQLite file)")  # fmt: skip
     parser.add_argument("--redis-url", default=REDIS_URL, help=f"Redis database to use and flush (default {REDIS_URL})")
     return parser.parse_args()
 
@@ -204,7 +226,8 @@ def main() -> None:
     args = parse()
     tmp = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
     env = {**os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50), "REDIS_URL": args.redis_url,
-           "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}", "HEARTH_DATA_DIR": str(tmp),
+           "DATABASE_URL": fresh_database(args.database_url) or f"sqlite:///{tmp / 'bench.sqlite3'}",
+           "HEARTH_DATA_DIR": str(tmp),
            "DJANGO_SETTINGS_MODULE": "appliance.settings", "PYTHONUNBUFFERED": "1"}  # fmt: skip
     os.environ.update(env)
     setup = Setup()

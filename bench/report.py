@@ -113,6 +113,9 @@ def memory(held: dict[str, Held | str]) -> list[str]:
             f"{path}: {h.per_1000_mb:.0f} MB per 1,000 open streams (RSS {h.idle_mb:.0f} MB idle, {h.open_mb:.0f} MB "
             f"with {h.opened}/{h.asked} open after {h.open_s:.1f} s, {h.after_mb:.0f} MB 3 s after they closed)"
         )
+        if h.ended is not None:
+            errors = ", ".join(f"{n} × {e}" for e, n in h.errors.most_common()) or "no errors"
+            lines.append(f"{path}: {h.ended}/{h.asked} held streams ended whole after {h.held_s:.0f} s ({errors})")
     return lines
 
 
