@@ -2,7 +2,7 @@
 sharing one Redis server (even one database) never read or announce each other's state.
 
 Every key Hearth writes is ``hearth:<HEARTH_INSTANCE>:<name>``: the routing version (console.fanout), the
-gateway's quota windows (gateway.quotas), prices (console.observability.cost), the published GPU inventory
+gateway's quota counters (gateway.reservations), prices (console.observability.cost), the published GPU inventory
 (appliance.hardware), a new key's sealed secret (console.access.shown_once). Django's cache and Celery's
 broker get the same prefix in appliance.settings (the cache's ``KEY_PREFIX``, kombu's ``global_keyprefix``),
 so queues, bindings and unacknowledged tasks keep apart too.

@@ -31,7 +31,7 @@ from procs import ROOT, free_port, start, stop
 
 CACHE = Path(os.environ.get("HEARTH_CACHE_DIR", Path.home() / ".cache" / "hearth"))
 TOKENIZER = CACHE / "models" / "SmolLM2-135M-Instruct"
-LLAMA = ROOT / "tests" / "data" / "models" / "llama-3.1-8b-instruct.json"
+LLAMA = ROOT / "console" / "catalog" / "demo" / "llama-3.1-8b-instruct.json"
 PY = sys.executable
 
 

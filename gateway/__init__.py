@@ -1,9 +1,11 @@
 """The /v1 data path: a lean ASGI app (app) that authenticates keys against an in-process snapshot
-(registry), applies quotas (quotas), routes to a replica (routing), relays or translates the stream
-(relay, upstream, sse, translate, translate_stream), and accounts for it (accounting: Prometheus metrics
-and console.observability's request log); and the open probes /health and /ready (probes).
+(registry), reserves and settles the key's limits and budgets in Redis (quotas, reservations), routes to a
+replica (routing), relays or translates the stream (relay, upstream, sse, translate, translate_stream), and
+accounts for it (accounting: Prometheus metrics and console.observability's request log); and the open probes
+/health and /ready (probes).
 
 May import: engines, appliance.redis_keys, and of the console only its domain models and shared modules
 (the models of console.access, console.deployments and console.observability, console.access.key_format,
-console.fanout): never a console page, form, API router or task.
+console.fanout, and console.observability.cost for the Redis key of a deployment's price per token): never
+a console page, form, API router or task.
 """

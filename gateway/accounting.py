@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from functools import cache
 from typing import Any
 
@@ -74,6 +75,7 @@ class Outcome:
     usage_estimated: bool = False  # no usage from the engine: counted by the gateway (a stream cut or left)
     counts: AnswerCounts = field(default_factory=AnswerCounts)
     ended_at: float = 0.0  # Unix seconds, set by ``record``: the row's created_at
+    cost_usd: Decimal | None = None  # USD charged to the key's budgets (gateway.reservations); None: no price
 
     def tokens(self) -> tuple[int | None, int | None, int | None]:
         """(prompt, completion, cached) from any of the three APIs' usage objects: OpenAI chat's
@@ -166,7 +168,7 @@ def write(batch: list[Outcome]) -> None:
 COLUMNS = ("created_at", "api_key_id", "model", "surface", "endpoint", "stream", "status", "finish_reason",
            "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_seconds", "duration_seconds", "truncated",
            "client_cancelled", "usage_estimated", "reasoning_tokens", "tool_call_failures", "length_cut",
-           "empty_answer")  # fmt: skip
+           "empty_answer", "cost_usd")  # fmt: skip
 
 
 @cache
@@ -185,4 +187,4 @@ def _values(o: Outcome, adapt_datetime: Callable[[datetime], Any]) -> tuple[Any,
     return (adapt_datetime(datetime.fromtimestamp(o.ended_at, UTC)), o.key_id, o.model, o.surface, o.endpoint,
             o.stream, o.status, o.finish_reason or "", prompt, completion, cached, o.ttft_seconds,
             o.duration_seconds, o.truncated, o.client_cancelled, o.usage_estimated, c.reasoning_tokens,
-            c.tool_call_failures, c.length_cut, empty)  # fmt: skip
+            c.tool_call_failures, c.length_cut, empty, o.cost_usd)  # fmt: skip

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -33,6 +34,7 @@ from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
 from gateway.registry import authenticate as authenticate_key
 from gateway.relay import Exchange
+from gateway.reservations import Reservation, Reservations
 from gateway.rewrite import (
     ask_for_usage,
     cap_max_tokens,
@@ -73,6 +75,7 @@ class Gateway:
     def __init__(self) -> None:
         self.registry = Registry()
         self.router = Router()
+        self.reservations = Reservations()
         self.engines = Engines(connect_timeout=10, read_timeout=settings.HEARTH_STREAM_IDLE_TIMEOUT)
 
     async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -88,6 +91,7 @@ class Gateway:
                 await flush()
                 self.engines.close()
                 await self.registry.close()
+                await self.reservations.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -157,6 +161,7 @@ class Gateway:
         prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
         if route.fit_max_tokens:
             fields |= await self._fit(path, request, fields, len(body), route, prefix, exchange)
+        reserve = await self._to_reserve(path, {**request, **fields}, len(body), route, prefix, entry)
         engine_path = path
         translate = (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
             path == "/v1/responses" and not route.speaks_responses
@@ -173,17 +178,18 @@ class Gateway:
             exchange.strip_usage = bool(usage)
             if fields or usage:
                 body = with_fields(body, request, {**fields, **usage})
-        await self._exchange(exchange, entry, engine_path, body, prefix, receive, send)
+        await self._exchange(exchange, entry, engine_path, body, prefix, receive, send, reserve)
 
     async def _exchange(
         self, exchange: Exchange, entry: KeyEntry, path: str, body: bytes, prefix: bytes, receive: Receive,
-        send: Send,
+        send: Send, reserve: int,
     ) -> None:  # fmt: skip
-        """Run the exchange under the key's quotas, and record it however it ends."""
-        outcome, slot = exchange.outcome, False
+        """Run the exchange under the key's limits and budgets (``reserve`` tokens held from admission to
+        settlement, gateway.reservations), and record it however it ends."""
+        outcome, quota, held = exchange.outcome, entry.quota, None
         try:
-            if entry.quota.any:
-                slot = await quotas.admit(self.registry.redis, entry.id, entry.quota)
+            if quota.any:
+                held = await self.reservations.admit(entry.id, quota, exchange.route.deployment_id, reserve)
             await _until_client_leaves(exchange.run(path, body, prefix, send), receive, exchange)
         except GatewayError as exc:
             outcome.status = exc.status  # refusals are logged and counted as errors, never as successes
@@ -193,12 +199,26 @@ class Gateway:
             if exchange.events_out and (outcome.client_cancelled or outcome.truncated or not outcome.usage):
                 outcome.usage = await self._usage_so_far(exchange)
             outcome.counts = exchange.tally.result(outcome.finish_reason)
-            if slot:
-                await quotas.release(self.registry.redis, entry.id)
-            if entry.quota.tokens_per_minute or entry.quota.tokens_per_day:
-                prompt, completion, _ = outcome.tokens()
-                await quotas.spend(self.registry.redis, entry.id, (prompt or 0) + (completion or 0))
+            if held is not None or not quota.any:  # a refused request holds nothing and is charged nothing
+                outcome.cost_usd = await self._settle(held, entry, exchange)
             await record(outcome)
+
+    async def _to_reserve(
+        self, path: str, request: dict[str, Any], body_bytes: int, route: Route, prefix: bytes, entry: KeyEntry
+    ) -> int:
+        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring):
+        its prompt as the engine counts it, else bounded by its size; 0 for any other key."""
+        if not entry.quota.counts_tokens:
+            return 0
+        upstream = self.router.order(route, prefix)[0] if route.upstreams else None
+        prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
+        return quotas.tokens_to_reserve(path, request, prompt, route.max_model_len)
+
+    async def _settle(self, held: Reservation | None, entry: KeyEntry, exchange: Exchange) -> Decimal | None:
+        """Settle the request's reservation with the tokens it used (prompt + completion); the USD charged."""
+        prompt, completion, _ = exchange.outcome.tokens()
+        used = (prompt or 0) + (completion or 0)
+        return await self.reservations.settle(held, entry.id, entry.quota.owner_id, exchange.route.deployment_id, used)
 
     async def _fit(
         self, path: str, request: dict[str, Any], fields: dict[str, Any], body_bytes: int, route: Route,
@@ -382,7 +402,7 @@ def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Rout
     if route is not None:
         return route
     if model in snapshot.states:
-        raise errors.not_ready(model, snapshot.states[model])
+        raise errors.not_ready(model, snapshot.states[model], max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
     raise errors.unknown_model(model)
 
 

@@ -46,10 +46,23 @@ async def count_prompt(engines: Engines, upstream: Upstream, body: dict[str, Any
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
+async def prompt_at_most(engines: Engines, upstream: Upstream | None, body: dict[str, Any] | None,
+                         body_bytes: int) -> int:  # fmt: skip
+    """The prompt's tokens as ``upstream``'s engine counts the ``/tokenize`` body, else (no body, no upstream,
+    no count) the bound a request of ``body_bytes`` bytes cannot exceed."""
+    counted = await count_prompt(engines, upstream, body) if body and upstream else None
+    return prompt_bound(body_bytes) if counted is None else counted
+
+
+def prompt_bound(body_bytes: int) -> int:
+    """Tokens a prompt of ``body_bytes`` bytes of JSON cannot exceed (module docstring)."""
+    return FIT_BOUND_FACTOR * body_bytes + FIT_BOUND_SLACK
+
+
 def may_overflow(asked: int, body_bytes: int, max_model_len: int) -> bool:
     """Whether a prompt of ``body_bytes`` bytes of JSON plus ``asked`` output tokens might not fit (module
     docstring); False means it surely fits and needs no count."""
-    return asked + FIT_BOUND_FACTOR * body_bytes + FIT_BOUND_SLACK > max_model_len
+    return asked + prompt_bound(body_bytes) > max_model_len
 
 
 def fitted_limit(asked: int, prompt: int, max_model_len: int) -> int | None:

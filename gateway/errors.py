@@ -93,13 +93,19 @@ def upstream_timeout(name: str) -> GatewayError:
     )  # fmt: skip
 
 
-def not_ready(name: str, state: str) -> GatewayError:
-    return GatewayError(
-        503,
-        f"The model '{name}' has no ready replica (its deployment is {state}).",
-        type="server_error",
-        code="no_ready_replica",
-    )
+COMING_STATES = frozenset({"pending", "pulling", "starting", "loading", "ready"})  # may serve without an admin
+
+
+def not_ready(name: str, state: str, retry_after: int) -> GatewayError:
+    """503 for a model with no replica to route to. While its deployment may serve again by itself (launching,
+    or ready with every replica down: a crash being restarted, an external endpoint being checked) with
+    Retry-After, ``retry_after`` seconds (one reconcile); stopped or failed, without (only an admin brings it back)."""
+    if state not in COMING_STATES:
+        return GatewayError(503, f"The model '{name}' has no ready replica (its deployment is {state}).",
+                            type="server_error", code="no_ready_replica")  # fmt: skip
+    why = "every replica of it is down" if state == "ready" else f"its deployment is {state}"
+    return GatewayError(503, f"The model '{name}' has no ready replica ({why}). Retry in {retry_after} s.",
+                        type="server_error", code="no_ready_replica", retry_after=retry_after)  # fmt: skip
 
 
 def engine_refused(name: str) -> GatewayError:

@@ -1,88 +1,167 @@
-"""Per-key quotas, counted in Redis so every gateway process shares them.
+"""A key's limits and budgets, what a request reserves against them, and the 429 that refuses it.
 
-- requests per minute and tokens per minute: fixed one-minute windows;
-- tokens per day: a UTC-day window; tokens are counted when a request ends (prompt + completion), so a
-  request that starts under the limit may finish over it;
-- requests at once: a counter taken before the relay and given back after it.
-A refusal is a 429 with ``Retry-After`` (seconds until the window turns, or 1 for concurrency).
+Limits (None: unlimited): requests per minute, tokens per minute (fixed one-minute windows), tokens per UTC
+day, requests at once; budgets in USD per UTC day and per UTC calendar month, the key's own and its owner
+member's (totals over all of that person's keys). gateway.reservations holds them in Redis; this module
+decides what one request reserves and words the refusals.
+
+A request reserves, at admission, its prompt (counted by the engine's ``/tokenize``; without a count, the
+bound gateway.context_fit uses) plus the most it may generate: its output limit after the key's and the
+deployment's caps, else what the engine defaults to (16 for /v1/completions, as vLLM and SGLang do; the
+context left for the other endpoints), times the choices it asks for (``n``, ``best_of``, a list of prompts).
+A request whose reservation alone is over a token limit or a budget not yet spent can never pass: its 429 says
+so and carries no Retry-After.
 """
 
-import time
+import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
 
-import redis.asyncio as aioredis
+from django.core.exceptions import ObjectDoesNotExist
 
-from appliance.redis_keys import redis_key
+from console.access.models import ApiKey
 from gateway.errors import GatewayError
+from gateway.rewrite import output_limit
 
-SAFETY_TTL = 3600  # seconds: a concurrency slot a crashed process never gave back expires
+NANO = Decimal(1_000_000_000)  # counters hold USD in nano-USD integers: exact sums, $9 million in a Lua double
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vllm/entrypoints/openai/completion/protocol.py; SGLang's CompletionRequest
+CONCURRENCY_RETRY = 1  # seconds: a slot frees when any request of the key ends
 
 
 @dataclass(frozen=True)
 class Quota:
-    """A key's limits; None means unlimited."""
+    """A key's limits and budgets (None: none), and whose member budgets also apply (``owner_id``: a user id)."""
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     tokens_per_day: int | None = None
     max_concurrent: int | None = None
+    daily_usd: Decimal | None = None
+    monthly_usd: Decimal | None = None
+    owner_id: int | None = None
+    owner_daily_usd: Decimal | None = None
+    owner_monthly_usd: Decimal | None = None
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.tokens_per_day,
-                                            self.max_concurrent))  # fmt: skip
+        """Whether requests need Redis before they may start."""
+        return self.requests_per_minute is not None or self.max_concurrent is not None or self.counts_tokens
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether admission needs the request's tokens: a token limit or a budget."""
+        return any(v is not None for v in (self.tokens_per_minute, self.tokens_per_day, *self.budgets()))
+
+    def budgets(self) -> tuple[Decimal | None, Decimal | None, Decimal | None, Decimal | None]:
+        """(key daily, key monthly, owner daily, owner monthly) USD."""
+        return self.daily_usd, self.monthly_usd, self.owner_daily_usd, self.owner_monthly_usd
 
 
-def _windows(key_id: int, now: float) -> tuple[str, str, str, int, int]:
-    minute, day = int(now // 60), int(now // 86400)
-    base = redis_key(f"q:{key_id}")
-    return (f"{base}:rpm:{minute}", f"{base}:tpm:{minute}", f"{base}:tpd:{day}",
-            60 - int(now % 60), 86400 - int(now % 86400))  # fmt: skip
+def quota_of(key: ApiKey) -> Quota:
+    """The key's quota, with its owner's member budgets (read ``key.owner.member``: select_related it)."""
+    member = None
+    if key.owner is not None:
+        try:
+            member = key.owner.member
+        except ObjectDoesNotExist:  # a user without a member row has no member budgets
+            member = None
+    return Quota(
+        key.requests_per_minute, key.tokens_per_minute, key.tokens_per_day, key.max_concurrent,
+        key.daily_budget_usd, key.monthly_budget_usd, key.owner_id,
+        member.daily_budget_usd if member else None, member.monthly_budget_usd if member else None,
+    )  # fmt: skip
 
 
-def _over(what: str, limit: int, retry_after: int) -> GatewayError:
-    return GatewayError(429, f"This API key's limit of {limit:,} {what} is reached; retry in {retry_after} s.",
-                        type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry_after)  # fmt: skip
+def tokens_to_reserve(path: str, request: dict[str, Any], prompt: int, max_model_len: int) -> int:
+    """Prompt plus the most the request may generate (module docstring), in tokens; ``request`` carries
+    the output limit the engine will get."""
+    limit = output_limit(path, request)
+    if limit is None:  # embeddings, count_tokens: nothing generated
+        return prompt
+    asked = limit[1]
+    if asked is None:
+        asked = COMPLETIONS_DEFAULT_MAX_TOKENS if path == "/v1/completions" else max(max_model_len - prompt, 0)
+    choices = max(_int(request.get("n")), _int(request.get("best_of")))
+    if path == "/v1/completions" and isinstance(request.get("prompt"), list):
+        choices *= max(len(request["prompt"]), 1)
+    return prompt + asked * choices
 
 
-async def admit(r: aioredis.Redis, key_id: int, quota: Quota) -> bool:
-    """Count one request against ``quota``; True when a concurrency slot was taken (give it back with
-    ``release``). Raises GatewayError 429 when a limit is reached (nothing stays counted then)."""
-    rpm_key, tpm_key, tpd_key, to_minute, to_day = _windows(key_id, time.time())
-    async with r.pipeline(transaction=False) as pipe:
-        pipe.incr(rpm_key)
-        pipe.expire(rpm_key, 120)
-        pipe.get(tpm_key)
-        pipe.get(tpd_key)
-        requests, _, minute_tokens, day_tokens = await pipe.execute()
-    if quota.requests_per_minute is not None and int(requests) > quota.requests_per_minute:
-        raise _over("requests per minute", quota.requests_per_minute, to_minute)
-    if quota.tokens_per_minute is not None and int(minute_tokens or 0) >= quota.tokens_per_minute:
-        raise _over("tokens per minute", quota.tokens_per_minute, to_minute)
-    if quota.tokens_per_day is not None and int(day_tokens or 0) >= quota.tokens_per_day:
-        raise _over("tokens per day", quota.tokens_per_day, to_day)
-    if quota.max_concurrent is None:
-        return False
-    slot = redis_key(f"q:{key_id}:concurrent")
-    if await r.incr(slot) > quota.max_concurrent:
-        await r.decr(slot)
-        raise _over("requests at once", quota.max_concurrent, 1)
-    await r.expire(slot, SAFETY_TTL)
-    return True
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-async def release(r: aioredis.Redis, key_id: int) -> None:
-    await r.decr(redis_key(f"q:{key_id}:concurrent"))
+def to_nano(usd: Decimal) -> int:
+    return int(usd * NANO)
 
 
-async def spend(r: aioredis.Redis, key_id: int, tokens: int) -> None:
-    """Count a finished request's tokens in the minute and day windows."""
-    if tokens <= 0:
-        return
-    _, tpm_key, tpd_key, _, _ = _windows(key_id, time.time())
-    async with r.pipeline(transaction=False) as pipe:
-        pipe.incrby(tpm_key, tokens)
-        pipe.expire(tpm_key, 120)
-        pipe.incrby(tpd_key, tokens)
-        pipe.expire(tpd_key, 2 * 86400)
-        await pipe.execute()
+def usd_text(nano: int) -> str:
+    """Nano-USD as dollars: to the cent from $1, else to four significant digits."""
+    usd = Decimal(nano) / NANO
+    return f"${usd:,.2f}" if usd >= 1 or usd == 0 else f"${float(usd):.4g}"
+
+
+# What each counter of gateway.reservations is, in its order: (what, window)
+LIMITS = (
+    ("requests per minute", "minute"),
+    ("tokens per minute", "minute"),
+    ("tokens per day", "day"),
+    ("requests at once", "concurrent"),
+)
+BUDGETS = (
+    ("this key's daily budget", "day"),
+    ("this key's monthly budget", "month"),
+    ("the daily budget of this key's owner (over all their keys)", "day"),
+    ("the monthly budget of this key's owner (over all their keys)", "month"),
+)
+
+
+def seconds_to_turn(window: str, now: float) -> int:
+    """Whole seconds (at least 1) until the UTC minute, day or calendar month that holds ``now`` ends."""
+    if window == "minute":
+        return max(1, math.ceil(60 - now % 60))
+    if window == "day":
+        return max(1, math.ceil(86400 - now % 86400))
+    if window == "month":
+        at = datetime.fromtimestamp(now, UTC)
+        turn = datetime(at.year + at.month // 12, at.month % 12 + 1, 1, tzinfo=UTC)
+        return max(1, math.ceil(turn.timestamp() - now))
+    return CONCURRENCY_RETRY
+
+
+def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> GatewayError:
+    """The 429 for counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: ``used``
+    already counted or reserved, ``wanted`` what the request would add (USD counters in nano-USD)."""
+    if index >= len(LIMITS):
+        return _over_budget(index - len(LIMITS), limit, used, wanted, now)
+    what, window = LIMITS[index]
+    if what.startswith("tokens") and used < limit < wanted:
+        return GatewayError(429, f"This request needs up to {wanted:,} tokens (its prompt and output limit), more "
+                            f"than this API key's limit of {limit:,} {what}; ask for fewer output tokens.",
+                            type="rate_limit_error", code="rate_limit_exceeded")  # fmt: skip
+    retry = seconds_to_turn(window, now)
+    state = "is reached" if used >= limit else (f"has {limit - used:,} left, fewer than this request may use "
+                                                f"({wanted:,}: its prompt and output limit)")  # fmt: skip
+    return GatewayError(429, f"This API key's limit of {limit:,} {what} {state}; retry in {retry} s.",
+                        type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)  # fmt: skip
+
+
+def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> GatewayError:
+    """OpenAI's type and code for a spent quota are ``insufficient_quota`` (its "Error codes" guide)."""
+    what, window = BUDGETS[index]
+    budget, retry = f"{what} of {usd_text(limit)}", seconds_to_turn(window, now)
+    if used < limit < wanted:
+        message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
+        return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota")
+    left = "" if used >= limit else f": {usd_text(limit - used)} is left, this request may cost {usd_text(wanted)}"
+    message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s."
+    return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota", retry_after=retry)
+
+
+def store_unreachable(retry_after: int) -> GatewayError:
+    """503 for a key whose limits or budgets cannot be judged: Redis does not answer."""
+    return GatewayError(503, "This API key's limits are kept in Redis, which does not answer; retry in "
+                        f"{retry_after} s.", type="server_error", code="quota_store_unavailable",
+                        retry_after=retry_after)  # fmt: skip

@@ -40,12 +40,13 @@ from redis.exceptions import RedisError
 
 from console.access.key_format import key_prefix, matches
 from console.access.models import ApiKey
-from console.deployments.models import Deployment, DeploymentState
+from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import routing_version_key
+from engines import external
 from engines.launch import speaks_anthropic, speaks_responses
 from gateway import errors
 from gateway.errors import GatewayError
-from gateway.quotas import Quota
+from gateway.quotas import Quota, quota_of
 
 log = logging.getLogger(__name__)
 RECHECK_EVERY = 2.0  # seconds between background re-reads of the database, whatever Redis announced
@@ -59,7 +60,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Upstream:
-    """One ready replica: where it listens and the per-launch key its engine demands."""
+    """One ready replica: where it listens (``http://host:port``, or an external endpoint's base URL, which may be
+    https and have a path) and the key its engine demands ("" for an external endpoint that demands none)."""
 
     replica_id: int
     base_url: str
@@ -78,6 +80,7 @@ class Route:
     max_tokens_cap: int | None = None  # the deployment's own cap on generated tokens per request
     speaks_responses: bool = True  # else the gateway translates /v1/responses to the chat API
     fit_max_tokens: bool = False  # lower an output limit over the context left to what it leaves (context_fit)
+    deployment_id: int = 0  # whose price per token the key's budgets are charged at (gateway.reservations)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def _seconds(at: datetime | None) -> float | None:
 def key_entries(key: ApiKey) -> list[KeyEntry]:
     """The entries of an unrevoked key: its current secret, and its previous one while it has one (kept
     after its grace, so that its holder hears it was rotated rather than that it is wrong)."""
-    quota = Quota(key.requests_per_minute, key.tokens_per_minute, key.tokens_per_day, key.max_concurrent)
+    quota = quota_of(key)
     current = KeyEntry(key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap,
                        _seconds(key.expires_at), quota)  # fmt: skip
     if not (key.previous_prefix and key.previous_key_hash and key.previous_valid_until):
@@ -128,19 +131,20 @@ def key_entries(key: ApiKey) -> list[KeyEntry]:
 def load_snapshot() -> Snapshot:
     """Every unrevoked key's secrets and every deployment's route or state, read from the database now."""
     snap = Snapshot()
-    for key in ApiKey.objects.filter(revoked_at__isnull=True):
+    for key in ApiKey.objects.filter(revoked_at__isnull=True).select_related("owner__member"):
         for entry in key_entries(key):
             snap.keys.setdefault(entry.prefix, entry)  # a current prefix wins over an old one's
     for dep in Deployment.objects.prefetch_related("replicas"):
         snap.states[dep.served_model_name] = dep.state
-        ready = [r for r in dep.replicas.all() if r.running and r.ready_at is not None]
+        ready = sorted((r for r in dep.replicas.all() if r.up), key=lambda r: r.pk)
         if dep.state == DeploymentState.READY and ready:
-            upstreams = tuple(Upstream(r.pk, r.base_url, r.engine_api_key) for r in sorted(ready, key=lambda r: r.pk))
+            upstreams = tuple(Upstream(r.pk, r.base_url, r.engine_api_key) for r in ready)
             created = int(min(r.ready_at for r in ready if r.ready_at).timestamp())
             snap.routes[dep.served_model_name] = Route(
                 dep.served_model_name, upstreams, dep.max_model_len, created,
-                speaks_anthropic(dep.engine, dep.extra_args), dep.max_tokens_cap,
-                speaks_responses=speaks_responses(dep.engine, dep.extra_args), fit_max_tokens=dep.fit_max_tokens,
+                all(_speaks(dep, r, anthropic=True) for r in ready), dep.max_tokens_cap,
+                speaks_responses=all(_speaks(dep, r, anthropic=False) for r in ready),
+                fit_max_tokens=dep.fit_max_tokens, deployment_id=dep.pk,
             )  # fmt: skip
     return snap
 
@@ -163,6 +167,16 @@ def authenticate(snapshot: Snapshot, key: str, now: float | None = None) -> KeyE
 
 def _utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _speaks(dep: Deployment, replica: Replica, anthropic: bool) -> bool:
+    """Whether ``replica`` serves /v1/messages (``anthropic``) or /v1/responses itself: a launched one as its
+    deployment's engine does (engines.launch), an external endpoint as its kind and version do (engines.external).
+    A route relays an API as it is only when every replica of it serves it; otherwise it translates for all."""
+    if replica.external:
+        check = external.speaks_anthropic if anthropic else external.speaks_responses
+        return check(replica.engine_kind, replica.engine_version)
+    return (speaks_anthropic if anthropic else speaks_responses)(dep.engine, dep.extra_args)
 
 
 class Registry:

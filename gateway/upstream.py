@@ -4,8 +4,9 @@ Chosen by benchmark, as FACTS.md asks of the upstream client. Against a fake eng
 machine a bare relay spent ~230 µs of CPU per short streamed request with aiohttp's client and ~135 µs
 with an asyncio protocol feeding httptools' parser (the one uvicorn reads the clients' requests with);
 per streamed chunk ~25 against ~18 µs. Engines are HTTP servers on the appliance's own network (vLLM and
-SGLang run uvicorn, the simulator aiohttp), so this client does only what they need: plain http, POST,
-no proxy, no redirect, no compression asked for (the bytes are relayed as they come).
+SGLang run uvicorn, the simulator aiohttp), or endpoints Hearth did not launch (engines.external), so this
+client does only what they need: http, or https checked against the system's CAs, below a base URL's path;
+POST, no proxy, no redirect, no compression asked for (the bytes are relayed as they come).
 
 Errors: ``UpstreamUnreachable`` when no answer began (connection refused or failed, or closed before the
 status line); ``TimeoutError`` after ``read_timeout`` seconds without a byte, before the status line (the
@@ -15,17 +16,37 @@ request must not be sent again elsewhere) or while the relay was reading; once a
 """
 
 import asyncio
+import functools
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import cast
+from typing import NamedTuple, cast
+from urllib.parse import urlsplit
 
 import httptools
 
 HIGH_WATER = 256 * 1024  # bytes of an answer buffered unread before its connection stops being read
 IDLE_KEEP = 4.0  # seconds an idle connection is kept: under the 5 s keep-alive of uvicorn (vLLM, SGLang)
+
+
+class Target(NamedTuple):
+    """Where a base URL points: the connection's host, port and whether it is TLS, and the path before /v1."""
+
+    host: str
+    port: int
+    tls: bool
+    prefix: str
+
+
+@functools.lru_cache(maxsize=1024)
+def target_of(base_url: str) -> Target:
+    """``http://h:8000`` → Target("h", 8000, False, ""); ``https://[::1]/x`` → Target("::1", 443, True, "/x")."""
+    parts = urlsplit(base_url)
+    tls = parts.scheme == "https"
+    return Target(parts.hostname or "", parts.port or (443 if tls else 80), tls, parts.path.rstrip("/"))
 
 
 class UpstreamUnreachable(Exception):
@@ -175,7 +196,7 @@ class Answer:
     """An engine's answer once its status line and headers are in; use as ``async with`` so that its
     connection goes back to the pool when the answer was read to its end, and is closed otherwise."""
 
-    def __init__(self, pool: "Engines", key: tuple[str, int], connection: _Connection) -> None:
+    def __init__(self, pool: "Engines", key: Target, connection: _Connection) -> None:
         self._pool, self._key, self._connection = pool, key, connection
         self.status = connection.status
         self.content_type = connection.content_type  # the header as sent, "" when absent
@@ -226,18 +247,22 @@ class Answer:
 class Engines:
     """Connections to the engines, kept alive between requests; no limit on how many are open at once."""
 
-    def __init__(self, connect_timeout: float, read_timeout: float) -> None:
+    def __init__(self, connect_timeout: float, read_timeout: float, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: how https engines are checked (default: the system's CAs, hostnames checked)."""
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout  # seconds
-        self._idle: dict[tuple[str, int], deque[_Connection]] = {}  # oldest first
+        self.tls = tls
+        self._idle: dict[Target, deque[_Connection]] = {}  # oldest first
 
     async def post(self, base_url: str, path: str, api_key: str, body: bytes) -> Answer:
-        """POST ``body`` (JSON) to ``base_url + path`` with ``Authorization: Bearer api_key``; the answer once
-        its headers are in. A kept-alive connection that turns out closed is replaced by a new one once.
-        Raises UpstreamUnreachable, or TimeoutError when the engine took the request and stayed silent."""
-        host, _, port = base_url.removeprefix("http://").rstrip("/").rpartition(":")
-        key = (host.strip("[]"), int(port))  # an IPv6 address is bracketed in a URL, not in a connect
+        """POST ``body`` (JSON) to ``base_url + path`` with ``Authorization: Bearer api_key`` (none when
+        ``api_key`` is ""); the answer once its headers are in. A kept-alive connection that turns out closed is
+        replaced by a new one once. Raises UpstreamUnreachable (a failed TLS handshake among the causes), or
+        TimeoutError when the engine took the request and stayed silent."""
+        key = target_of(base_url)
+        host = f"[{key.host}]" if ":" in key.host else key.host  # an IPv6 address is bracketed in a URL and Host
+        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         head = (
-            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {api_key}\r\n"
+            f"POST {key.prefix}{path} HTTP/1.1\r\nHost: {host}:{key.port}\r\n{auth}"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         request = head.encode("latin-1") + body
@@ -250,7 +275,7 @@ class Engines:
                     raise  # silent or garbled, not a connection the engine had closed while idle
         return await self._exchange(key, await self._connect(key), request)
 
-    def release(self, key: tuple[str, int], connection: _Connection) -> None:
+    def release(self, key: Target, connection: _Connection) -> None:
         """Keep ``connection`` for the next request to its engine (and close those idle too long)."""
         now = connection.idle_since = time.monotonic()
         connections = self._idle.setdefault(key, deque())
@@ -265,7 +290,7 @@ class Engines:
                 connection.abort()
         self._idle.clear()
 
-    async def _exchange(self, key: tuple[str, int], connection: _Connection, request: bytes) -> Answer:
+    async def _exchange(self, key: Target, connection: _Connection, request: bytes) -> Answer:
         connection.begin(request)
         try:
             await connection.headers
@@ -274,7 +299,7 @@ class Engines:
             raise
         return Answer(self, key, connection)
 
-    def _take_idle(self, key: tuple[str, int]) -> _Connection | None:
+    def _take_idle(self, key: Target) -> _Connection | None:
         connections = self._idle.get(key)
         now = time.monotonic()
         while connections:
@@ -284,11 +309,20 @@ class Engines:
             connection.abort()
         return None
 
-    async def _connect(self, key: tuple[str, int]) -> _Connection:
+    async def _connect(self, key: Target) -> _Connection:
         loop = asyncio.get_running_loop()
+        tls = (self.tls or _system_tls()) if key.tls else None
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, connection = await loop.create_connection(lambda: _Connection(self.read_timeout), *key)
-        except (OSError, TimeoutError) as exc:
-            raise UpstreamUnreachable(f"cannot connect to {key[0]}:{key[1]}: {exc or type(exc).__name__}") from None
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self.read_timeout), key.host, key.port, ssl=tls,
+                    server_hostname=key.host if tls else None,
+                )  # fmt: skip
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            raise UpstreamUnreachable(f"cannot connect to {key.host}:{key.port}: {exc or type(exc).__name__}") from None
         return connection
+
+
+@functools.cache
+def _system_tls() -> ssl.SSLContext:
+    return ssl.create_default_context()

@@ -16,6 +16,7 @@ from console.audit.recording import ACTIONS, record
 from console.audit.tasks import prune_audit_log
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment, Replica
+from tests.outside import ENGINE_KEY, OutsideSim
 from tests.test_console import SMOLLM2_CONFIG
 
 pytestmark = pytest.mark.django_db
@@ -114,11 +115,31 @@ def test_sign_ins_failures_lockouts_and_sign_outs_are_recorded(client: Client, d
     assert "wrong" not in json.dumps(list(AuditEntry.objects.values()), default=str)
 
 
+def test_engines_hearth_did_not_launch_are_recorded_without_their_key(root: Client, tmp_path: Any) -> None:
+    first, second = (OutsideSim(tmp_path / f"{n}.log", "outside") for n in ("first", "second"))
+    try:
+        dep = root.post("/api/external-deployments", {"base_url": first.base, "engine_kind": "vllm",
+                        "api_key": ENGINE_KEY}, content_type=JSON).json()  # fmt: skip
+        added = root.post(f"/api/deployments/{dep['id']}/endpoints", {"base_url": second.base, "engine_kind": "vllm",
+                          "api_key": ENGINE_KEY}, content_type=JSON).json()  # fmt: skip
+        assert root.delete(f"/api/deployments/{dep['id']}/endpoints/{added['replicas'][1]['id']}").status_code == 204
+    finally:
+        first.stop()
+        second.stop()
+    [register] = entries("deployment.register")
+    assert register.actor_name == "root" and register.changes["base_url"] == first.base
+    assert register.changes["engine_version"] == "0.32.0+sim" and register.changes["engine_api_key"] == "set"
+    assert entries("deployment.add_endpoint")[0].changes["base_url"] == second.base
+    assert entries("deployment.remove_endpoint")[0].changes == {"base_url": second.base}
+    assert ENGINE_KEY not in json.dumps(list(AuditEntry.objects.values()), default=str)
+
+
 def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
     tested = {"key.create", "key.limits", "key.rotate", "key.revoke", "member.create", "member.role",
               "member.limits", "member.active", "member.password", "deployment.create", "deployment.launch",
               "deployment.stop", "deployment.change", "deployment.remedy", "deployment.delete", "signin",
-              "signin.failed", "signin.lockout", "signout"}  # fmt: skip
+              "signin.failed", "signin.lockout", "signout", "deployment.register", "deployment.add_endpoint",
+              "deployment.remove_endpoint"}  # fmt: skip
     assert set(ACTIONS) == tested
 
 

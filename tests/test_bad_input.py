@@ -24,6 +24,8 @@ VALID = {
     "POST /api/deployments/{pk}/capacity-checks": {"profile": "chat", "levels": [1, 2], "max_seconds": 30},
     "POST /api/deployments/{pk}/slo": {"ttft_seconds": 1.0, "itl_seconds": 0.05},
     "POST /api/deployments/{pk}/tunings": {"knob": "max_num_seqs", "values": "64, 128"},
+    "POST /api/external-deployments": {"base_url": "http://127.0.0.1:1", "engine_kind": "vllm"},
+    "POST /api/deployments/{pk}/endpoints": {"base_url": "http://127.0.0.1:1", "engine_kind": "vllm"},
     "POST /api/keys": {"name": "k2"},
     "PATCH /api/keys/{pk}": {"max_tokens_cap": 10},
     "POST /api/keys/{pk}/rotate": {"grace_seconds": 10},

@@ -1,6 +1,7 @@
 """The gateway's batch writer of RequestLog rows."""
 
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 
@@ -16,7 +17,7 @@ def test_the_batch_writer_fills_every_column() -> None:
 def test_a_batch_becomes_rows_with_the_outcomes_values() -> None:
     usage = {"prompt_tokens": 3, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 2}}
     done = Outcome(None, "hk-abcdefgh", "m", "openai", "/v1/chat/completions", True, 200, "length", usage, 0.05, 1.5,
-                   ended_at=1_700_000_000.25)  # fmt: skip
+                   ended_at=1_700_000_000.25, cost_usd=Decimal("0.000005810"))  # fmt: skip
     cut = Outcome(None, "hk-abcdefgh", "m", "anthropic", "/v1/messages", True, 200, None, {"input_tokens": 7},
                   None, 0.5, truncated=True, client_cancelled=True, ended_at=1_700_000_001.0)  # fmt: skip
     write([done, cut])
@@ -30,3 +31,4 @@ def test_a_batch_becomes_rows_with_the_outcomes_values() -> None:
     assert (second.finish_reason, second.prompt_tokens, second.completion_tokens, second.ttft_seconds) == (
         "", 7, None, None)  # fmt: skip
     assert second.truncated and second.client_cancelled and second.api_key_id is None
+    assert (first.cost_usd, second.cost_usd) == (Decimal("0.000005810"), None)

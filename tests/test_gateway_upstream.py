@@ -1,11 +1,14 @@
 """The gateway's HTTP client for its engines, against scripted servers on loopback."""
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
 from gateway.upstream import HIGH_WATER, Engines, UpstreamBroken, UpstreamUnreachable
+from tests.outside import self_signed
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -28,8 +31,8 @@ async def request(reader: asyncio.StreamReader) -> bytes:
 class Server:
     """A loopback server running ``script`` on each connection; counts the connections."""
 
-    def __init__(self, script: Script) -> None:
-        self.script, self.connections, self.url = script, 0, ""
+    def __init__(self, script: Script, tls: ssl.SSLContext | None = None) -> None:
+        self.script, self.connections, self.url, self.tls = script, 0, "", tls
 
     async def __aenter__(self) -> "Server":
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -41,8 +44,9 @@ class Server:
             finally:
                 writer.close()
 
-        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=self.tls)
+        scheme = "https" if self.tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -206,5 +210,32 @@ def test_a_body_larger_than_the_buffer_arrives_whole_when_read_slowly() -> None:
             async with await Engines(1, 5).post(server.url, "/v1/completions", "k", b"{}") as answer:
                 await asyncio.sleep(0.3)  # the engine writes on; the client reads nothing yet
                 assert await answer.read() == body
+
+    run(test)
+
+
+def test_an_https_engine_below_a_path_is_reached_when_its_certificate_verifies_and_refused_when_not(
+    tmp_path: Path,
+) -> None:
+    cert, key = self_signed(tmp_path)
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+    seen: list[bytes] = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    async def test() -> None:
+        async with Server(script, tls=served) as server:
+            trusting = Engines(1, 5, tls=ssl.create_default_context(cafile=str(cert)))
+            async with await trusting.post(server.url + "/llm", "/v1/chat/completions", "", b"{}") as answer:
+                assert (answer.status, await answer.read()) == (200, b"{}")
+            with pytest.raises(UpstreamUnreachable, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+                await Engines(1, 5).post(server.url, "/v1/chat/completions", "k", b"{}")  # the system's CAs
+            trusting.close()
+        assert seen[0].startswith(b"POST /llm/v1/chat/completions HTTP/1.1\r\n")
+        assert b"authorization" not in seen[0].lower()  # an endpoint that demands no key gets none
 
     run(test)

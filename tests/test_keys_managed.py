@@ -147,14 +147,18 @@ def test_with_redis_unreachable_no_key_is_made_and_the_page_says_why(mia: Client
 def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: Client, member: Any) -> None:
     row, _ = keys.create_key("laptop", member)
     now = timezone.now()
-    for when, prompt, completion in [(now, 10, 5), (now, 3, None), (now - timedelta(days=40), 100, 100)]:
+    page = mia.get("/keys/").content.decode()
+    assert "no price" in page and 'data-field="cost"' not in page
+    for when, prompt, completion, cost in [(now, 10, 5, "0.0015"), (now, 3, None, None),
+                                           (now - timedelta(days=40), 100, 100, "0.02")]:  # fmt: skip
         RequestLog.objects.create(created_at=when, api_key=row, model="smol", surface="openai",
                                   endpoint="chat", status=200, prompt_tokens=prompt, completion_tokens=completion,
-                                  duration_seconds=0.1)  # fmt: skip
+                                  duration_seconds=0.1, cost_usd=cost)  # fmt: skip
     [listed] = mia.get("/api/keys").json()
     assert (listed["owner"], listed["requests_today"], listed["tokens_today"]) == ("mia", 2, 18)
     assert (listed["requests_month"], listed["tokens_month"]) == (2, 18)
+    assert Decimal(str(listed["cost_today"])) == Decimal(str(listed["cost_month"])) == Decimal("0.0015")
     last = datetime.fromisoformat(listed["last_used_at"].replace("Z", "+00:00"))
     assert abs((last - now).total_seconds()) < 1
     page = mia.get("/keys/").content.decode()
-    assert 'data-field="today">2 req, 18 tok</td>' in page and "no price set" in page
+    assert 'data-field="today">2 req, 18 tok</td>' in page and "$0.0015 today, $0.0015 this month" in page

@@ -58,6 +58,9 @@ PAGES = {
     "deployments:remedy": ("", "A"),
     "deployments:delete": ("", "A"),
     "deployments:export": ("AMV", ""),
+    "deployments:external": ("A", "A"),
+    "deployments:add-endpoint": ("A", "A"),
+    "deployments:remove-endpoint": ("", "A"),
     "capacity:deployment": ("AMV", "A"),
     "capacity:slo": ("", "A"),
     "capacity:tune": ("", "A"),
@@ -98,6 +101,9 @@ API = {
     "POST /api/deployments": "A",
     "GET /api/deployments/{pk}": "AMV",
     "DELETE /api/deployments/{pk}": "A",
+    "POST /api/external-deployments": "A",
+    "POST /api/deployments/{pk}/endpoints": "A",
+    "DELETE /api/deployments/{pk}/endpoints/{replica_id}": "A",
     "POST /api/deployments/{pk}/launch": "A",
     "POST /api/deployments/{pk}/stop": "A",
     "POST /api/deployments/{pk}/change": "A",
@@ -186,6 +192,7 @@ def url_for(route: str, world: dict[str, Any]) -> str:
     pk = (world["key"].pk if "keys" in route else world["people"]["member"].pk if "members" in route
           else world["model"].pk if "models" in route else world["deployment"].pk)  # fmt: skip
     path = route.replace("<int:pk>", str(pk)).replace("{pk}", str(pk))
+    path = path.replace("<int:replica_id>", "1").replace("{replica_id}", "1")
     return "/" + path.replace("<str:target>", "helm").replace("{target}", "helm").lstrip("/")
 
 

@@ -21,6 +21,7 @@ from django.db import connection
 
 from console.access.models import ApiKey
 from console.deployments.models import Deployment, Replica
+from tests.outside import ENGINE_KEY, OutsideSim
 from tests.simworld import Served
 from tests.test_roles import pages, url_for
 
@@ -107,6 +108,20 @@ def test_no_key_secret_engine_key_or_secret_key_is_in_any_log_page_metric_or_dum
     assert engine_keys and all(k.startswith("hek-") for k in engine_keys)
     secrets = {f"API key {k[:11]}…": k for k in shown} | {f"engine key {k[:6]}…": k for k in engine_keys}
     secrets["SECRET_KEY"] = settings.SECRET_KEY
-    corpus = {**crawl(served), **dumps(), **logs(tmp_path_factory.getbasetemp())}
+    secrets["an outside engine's key"] = ENGINE_KEY
+    outside = OutsideSim(tmp_path_factory.mktemp("outside") / "sim.log", "outside-secret")
+    try:
+        registered = served.client.post("/api/external-deployments", json={"base_url": outside.base,
+                                        "engine_kind": "vllm", "api_key": ENGINE_KEY})  # fmt: skip
+        assert registered.status_code == 201, registered.text
+        answer = httpx.post(f"{served.web}/v1/chat/completions", headers={"Authorization": f"Bearer {shown[0]}"},
+                            json={"model": "outside-secret", "messages": [{"role": "user", "content": "hi"}],
+                                  "max_tokens": 4}, timeout=60)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        corpus = {**crawl(served), **dumps(), **logs(tmp_path_factory.getbasetemp())}
+        corpus[f"/deployments/{registered.json()['id']}/"] = served.client.get(
+            f"/deployments/{registered.json()['id']}/").content  # fmt: skip
+    finally:
+        outside.stop()
     assert any(b"console key" in text for text in corpus.values()), "the crawl saw no key page"
     assert not (found := leaks(corpus, secrets)), "\n".join(found)

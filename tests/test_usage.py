@@ -25,18 +25,19 @@ def logs(django_user_model: Any) -> dict[str, Any]:
     Member.objects.create(user=mia, role="member")
     ops, _ = create_key("ops", root)
     laptop, _ = create_key("laptop", mia)
-    rows = [  # key, when, model, status, prompt, cached, completion, truncated
-        (ops, DAY, "smol", 200, 10, 4, 5, False),
-        (ops, DAY + timedelta(hours=11, minutes=59), "smol", 200, 20, None, 7, False),
-        (ops, DAY, "big", 429, None, None, None, False),
-        (laptop, DAY, "smol", 200, 1, 0, 2, True),
-        (laptop, DAY - timedelta(days=1), "smol", 200, 100, 50, 50, False),
-        (laptop, DAY + timedelta(hours=12), "smol", 200, 1000, 0, 1000, False),  # the next UTC day
+    rows = [  # key, when, model, status, prompt, cached, completion, truncated, USD charged
+        (ops, DAY, "smol", 200, 10, 4, 5, False, "0.0015"),
+        (ops, DAY + timedelta(hours=11, minutes=59), "smol", 200, 20, None, 7, False, "0.0027"),
+        (ops, DAY, "big", 429, None, None, None, False, None),
+        (laptop, DAY, "smol", 200, 1, 0, 2, True, None),
+        (laptop, DAY - timedelta(days=1), "smol", 200, 100, 50, 50, False, None),
+        (laptop, DAY + timedelta(hours=12), "smol", 200, 1000, 0, 1000, False, None),  # the next UTC day
     ]
-    for key, when, model, status, prompt, cached, completion, truncated in rows:
+    for key, when, model, status, prompt, cached, completion, truncated, cost in rows:
         RequestLog.objects.create(created_at=when, api_key=key, model=model, surface="openai", endpoint="chat",
                                   status=status, prompt_tokens=prompt, cached_tokens=cached,
-                                  completion_tokens=completion, truncated=truncated, duration_seconds=0.1)  # fmt: skip
+                                  completion_tokens=completion, truncated=truncated, duration_seconds=0.1,
+                                  cost_usd=cost)  # fmt: skip
     return {"ops": ops, "laptop": laptop}
 
 
@@ -52,9 +53,11 @@ def test_usage_by_key_by_utc_day_counts_tokens_and_errors(client: Client, logs: 
             r["errors"], r["cost_usd"]) for r in rows]  # fmt: skip
     assert got == [
         ("2026-11-30", laptop, 1, 1, 0, 2, 1, None),  # a stream the engine cut short is an error
-        ("2026-11-30", ops, 3, 30, 4, 12, 1, None),  # the 429 is an error with no tokens
+        ("2026-11-30", ops, 3, 30, 4, 12, 1, 0.0042),  # the 429 is an error with no tokens and no cost
         ("2026-11-29", laptop, 1, 100, 50, 50, 0, None),
     ]
+    page = client.get("/usage/?group=key&since=2026-11-29&until=2026-11-30").content.decode()
+    assert "$0.0042</td>" in page and "no price</span>" in page and "$0.0042</th>" in page  # a row, another, the total
 
 
 def test_usage_by_member_and_by_model(client: Client, logs: dict[str, Any]) -> None:
@@ -79,7 +82,7 @@ def test_the_csv_export_holds_the_pages_rows(client: Client, logs: dict[str, Any
     rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
     assert [(r["day"], r["model"], r["requests"], r["completion_tokens"], r["cost_usd"]) for r in rows] == [
         ("2026-11-30", "big", "1", "0", ""),
-        ("2026-11-30", "smol", "3", "14", ""),
+        ("2026-11-30", "smol", "3", "14", "0.0042"),
         ("2026-11-29", "smol", "1", "50", ""),
     ]
 

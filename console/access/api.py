@@ -83,8 +83,10 @@ class KeyRow(Schema):
     revoked: bool
     requests_today: int
     tokens_today: int
+    cost_today: Decimal | None  # USD charged (gateway.reservations); None: no request was priced
     requests_month: int
     tokens_month: int
+    cost_month: Decimal | None
 
     @staticmethod
     def resolve_owner(obj: ApiKey) -> str | None:

@@ -55,6 +55,9 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "deployments:remedy": (NOBODY, ADMINS),
     "deployments:delete": (NOBODY, ADMINS),
     "deployments:export": (ALL, NOBODY),  # cluster exports hold no key
+    "deployments:external": (ADMINS, ADMINS),  # register an engine Hearth did not launch
+    "deployments:add-endpoint": (ADMINS, ADMINS),
+    "deployments:remove-endpoint": (NOBODY, ADMINS),
     "deployments:export-file": (ALL, NOBODY),
     "observability:panel": (ALL, NOBODY),
     "observability:dashboard": (ALL, NOBODY),
@@ -97,6 +100,9 @@ API: dict[str, Access] = {
     "POST /api/deployments": ADMINS,
     "GET /api/deployments/{pk}": ALL,
     "DELETE /api/deployments/{pk}": ADMINS,
+    "POST /api/external-deployments": ADMINS,
+    "POST /api/deployments/{pk}/endpoints": ADMINS,
+    "DELETE /api/deployments/{pk}/endpoints/{replica_id}": ADMINS,
     "POST /api/deployments/{pk}/launch": ADMINS,
     "POST /api/deployments/{pk}/stop": ADMINS,
     "POST /api/deployments/{pk}/change": ADMINS,

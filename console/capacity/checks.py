@@ -84,8 +84,8 @@ def provenance(dep: Deployment) -> dict[str, Any]:
     settings, the SLO and the plan's capacity figures."""
     plan = dep.plan
     return {
-        "model": dep.model.name,
-        "model_revision": dep.model.revision or dep.model.path,
+        "model": dep.model.name if dep.model else dep.served_model_name,  # an external deployment has no source
+        "model_revision": (dep.model.revision or dep.model.path) if dep.model else "",
         "engine": dep.engine,
         "engine_version": dep.engine_version,
         "engine_image": dep.engine_image,

@@ -3,16 +3,18 @@ is handed to Celery after the transaction commits (console.deployments.dispatch)
 raise ConsoleError."""
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from console.audit.recording import record
 from console.catalog.models import ModelSource
-from console.deployments import dispatch
+from console.deployments import dispatch, external
 from console.deployments.engine_flags import check_extra_args
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
 from console.deployments.planning import MAX_REPLICAS, demo_refusal, plan_for
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
 from console.names import INT_MAX, SERVED_NAME, check_name
+from engines.external import EXTERNAL_ENGINE
 from engines.launch import EngineKind
 
 
@@ -98,8 +100,9 @@ def create_deployment(
 def launch(deployment: Deployment) -> None:
     """Move a stopped or failed deployment to pending and enqueue its launch after commit.
 
-    Raises ConsoleError when it is already active.
+    Raises ConsoleError when it is already active, or made of engines Hearth did not launch.
     """
+    external.refused(deployment, "launch")
     with transaction.atomic():
         before = deployment.state
         if not deployment.move(DeploymentState.PENDING, "Waiting for a worker."):
@@ -112,8 +115,9 @@ def launch(deployment: Deployment) -> None:
 def stop(deployment: Deployment) -> None:
     """Move an active deployment to stopping and enqueue the stop after commit.
 
-    Raises ConsoleError when it is not running.
+    Raises ConsoleError when it is not running, or made of engines Hearth did not launch.
     """
+    external.refused(deployment, "stop")
     with transaction.atomic():
         before = deployment.state
         if deployment.state not in ACTIVE_STATES or not deployment.move(DeploymentState.STOPPING):
@@ -124,11 +128,11 @@ def stop(deployment: Deployment) -> None:
 
 
 def delete_deployment(deployment: Deployment) -> None:
-    """Forget a stopped or failed deployment and its replicas' records. Raises ConsoleError while it runs."""
+    """Forget a stopped or failed deployment and its replicas' records; an external deployment whatever its
+    state (unregistered: its engines run on, unrouted). Raises ConsoleError while a launched one runs."""
+    ended = Q(state__in=[DeploymentState.STOPPED, DeploymentState.FAILED]) | Q(engine=EXTERNAL_ENGINE)
     with transaction.atomic():
-        if not Deployment.objects.filter(
-            pk=deployment.pk, state__in=[DeploymentState.STOPPED, DeploymentState.FAILED]
-        ).delete()[0]:
+        if not Deployment.objects.filter(ended, pk=deployment.pk).delete()[0]:
             raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
         record(None, "deployment.delete", deployment, {"name": deployment.name})
         transaction.on_commit(bump_routing_version)

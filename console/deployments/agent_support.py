@@ -68,5 +68,5 @@ def agent_facts(max_model_len: int, fit_max_tokens: bool) -> list[dict[str, Any]
 def launch_parsers(dep: Deployment) -> tuple[str | None, str | None]:
     """The (tool-call, reasoning) parsers to launch ``dep`` with: its plan's, or, for a deployment planned
     before plans held them, chosen now from its overrides."""
-    facts = dep.plan.get("parsers") or parser_facts(dep.model, dep.engine, dep.tool_call_parser, dep.reasoning_parser)
+    facts = dep.plan.get("parsers") or parser_facts(dep.source, dep.engine, dep.tool_call_parser, dep.reasoning_parser)
     return facts["tool_call_parser"], facts["reasoning_parser"]

@@ -1,4 +1,5 @@
-"""The deployments' part of the JSON API: plan, create, launch, stop, change, apply the remedy, delete."""
+"""The deployments' part of the JSON API: plan, create, launch, stop, change, apply the remedy, delete; register an
+engine Hearth did not launch, add one to a deployment as a replica, remove it."""
 
 from datetime import datetime
 from typing import Any
@@ -9,7 +10,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions, changes, cluster_export, remedy
+from console.deployments import admin_actions, changes, cluster_export, external, remedy
 from console.deployments.models import Deployment, Replica
 from console.deployments.planning import plan_for
 from console.errors import ConsoleError
@@ -45,9 +46,16 @@ class DeploymentIn(PlanIn):
 
 
 class ReplicaOut(Schema):
+    id: int
     runtime_name: str
     running: bool
     ready: bool
+    external: bool = Field(description="An endpoint Hearth did not launch (never started or stopped by it).")
+    base_url: str = Field(description="An external endpoint's base URL; '' for a replica Hearth launched.")
+    engine_kind: str
+    engine_version: str
+    down_reason: str = Field(description="Why an external endpoint's last health check failed; '' while it is up.")
+    checked_at: datetime | None
     exit_code: int | None
     oom_killed: bool
     restarts: int
@@ -59,7 +67,11 @@ class ReplicaOut(Schema):
 
     @staticmethod
     def resolve_ready(obj: Replica) -> bool:
-        return obj.running and obj.ready_at is not None
+        return obj.up
+
+    @staticmethod
+    def resolve_base_url(obj: Replica) -> str:
+        return obj.url
 
 
 class ChangeOut(Schema):
@@ -72,6 +84,7 @@ class ChangeOut(Schema):
 class DeploymentOut(Schema):
     id: int
     name: str
+    external: bool = Field(description="Made only of engines Hearth did not launch.")
     replica_count: int
     engine: str
     served_model_name: str
@@ -155,6 +168,44 @@ def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     admin_actions.stop(dep)
     return Status(202, dep)
+
+
+class EndpointIn(Schema):
+    """An engine Hearth did not launch: its base URL (``http(s)://host:port``, its OpenAI API below ``/v1``), its
+    kind (vllm, sglang, llama.cpp, ollama, openai) and the key it demands, if any (stored sealed, never shown)."""
+
+    base_url: str
+    engine_kind: str = "openai"
+    api_key: str = ""
+
+
+class ExternalIn(EndpointIn):
+    model: str = Field("", description="The endpoint's model to serve, as it lists it (default: its only one).")
+    name: str = Field("", description="The deployment's name (default: the model's).")
+
+
+@router.post("/external-deployments", response={201: DeploymentOut})
+def register_external(request: HttpRequest, data: ExternalIn) -> Status[Deployment]:
+    """Register an engine Hearth did not launch as a deployment, served under the name it lists its model by.
+    400, nothing saved, when the endpoint cannot be reached, fails TLS, is not OpenAI-compatible or its model
+    name is taken."""
+    return Status(201, external.register(**data.dict()))
+
+
+@router.post("/deployments/{pk}/endpoints", response={201: DeploymentOut})
+def add_endpoint(request: HttpRequest, pk: int, data: EndpointIn) -> Status[Deployment]:
+    """Add an engine Hearth did not launch to the deployment as one more replica (it must serve the deployment's
+    served model name); routed beside the others with the same prefix affinity and failover."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    external.add_endpoint(dep, **data.dict())
+    return Status(201, dep)
+
+
+@router.delete("/deployments/{pk}/endpoints/{replica_id}", response={204: None})
+def remove_endpoint(request: HttpRequest, pk: int, replica_id: int) -> Status[None]:
+    """Unregister one endpoint Hearth did not launch (its engine runs on, unrouted)."""
+    external.remove_endpoint(get_object_or_404(Deployment, pk=pk), replica_id)
+    return Status(204, None)
 
 
 class ChangeIn(Schema):

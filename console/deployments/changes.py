@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from console.audit.recording import changed, record
-from console.deployments import dispatch
+from console.deployments import dispatch, external
 from console.deployments.engine_flags import check_extra_args
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
 from console.deployments.planning import held_gpus, plan_for
@@ -66,11 +66,13 @@ def preview_change(
 ) -> ChangePreview:
     """What changing ``deployment`` to these settings would do; changes nothing.
 
-    Raises ConsoleError for flags Hearth refuses or numbers the planner refuses.
+    Raises ConsoleError for flags Hearth refuses or numbers the planner refuses, or for an external deployment
+    (no plan: Hearth does not run its engines).
     """
+    external.refused(deployment, "change the settings of")
     check_extra_args(extra_args)
     plan = plan_for(
-        deployment.model, deployment.engine, max_model_len=max_model_len, kv_space_gib=kv_space_gib,
+        deployment.source, deployment.engine, max_model_len=max_model_len, kv_space_gib=kv_space_gib,
         kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
         tensor_parallel_size=tensor_parallel_size, max_num_seqs=max_num_seqs, replica_count=deployment.replica_count,
         exclude=deployment.pk, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
@@ -81,7 +83,7 @@ def preview_change(
 
 
 def _downtime(deployment: Deployment) -> float | None:
-    loaded = deployment.replicas.filter(ready_at__isnull=False).order_by("-ready_at").first()
+    loaded = deployment.replicas.launched().filter(ready_at__isnull=False).order_by("-ready_at").first()
     if loaded is None or loaded.ready_at is None:
         return None
     return STOP_GRACE_SECONDS + (loaded.ready_at - loaded.started_at).total_seconds()

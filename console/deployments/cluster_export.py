@@ -9,6 +9,7 @@ image, and says so. Other engines are refused with the reason.
 from django.conf import settings
 
 from appliance.hardware import InventoryError, current_inventory
+from console.deployments import external
 from console.deployments.agent_support import launch_parsers
 from console.deployments.lifecycle import image_ref
 from console.deployments.models import Deployment
@@ -25,7 +26,9 @@ SIMULATED = (
 
 def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
     """The facts of ``dep`` as engines.export reads them; ``gpus_per_node`` defaults to the GPUs of the box
-    it is planned on (this one). Raises ConsoleError with the reason when no cluster document can be made of it."""
+    it is planned on (this one). Raises ConsoleError with the reason when no cluster document can be made of it
+    (an external deployment among them: Hearth knows no plan, image or flags of engines it did not launch)."""
+    external.refused(dep, "export")
     if dep.engine == EngineKind.SIMULATOR:
         image, digest, version = settings.HEARTH_ENGINE_IMAGES[EngineKind.VLLM], "", ""
     else:
@@ -41,13 +44,13 @@ def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
             image=image,
             image_digest=digest,
             gpus_per_node=gpus_per_node or _box_gpus(dep),
-            model_repo_id=dep.model.repo_id if dep.model.kind == dep.model.Kind.HF else "",
-            model_revision=dep.model.revision if dep.model.kind == dep.model.Kind.HF else "",
-            model_path=dep.model.path if dep.model.kind == dep.model.Kind.LOCAL else "",
+            model_repo_id=dep.source.repo_id if dep.source.kind == dep.source.Kind.HF else "",
+            model_revision=dep.source.revision if dep.source.kind == dep.source.Kind.HF else "",
+            model_path=dep.source.path if dep.source.kind == dep.source.Kind.LOCAL else "",
             extra_args=dep.extra_args,
             replica_count=dep.replica_count,
             gpu_model=dep.gpu_model or str(dep.plan.get("inventory", "")),
-            weights_bytes=dep.model.weights_bytes,
+            weights_bytes=dep.source.weights_bytes,
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
         )

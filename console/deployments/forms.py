@@ -1,4 +1,5 @@
-"""Forms of the deployment pages: a new deployment (with its plan's options) and a change of settings."""
+"""Forms of the deployment pages: a new deployment (with its plan's options), a change of settings, and an engine
+Hearth did not launch (registered as a deployment, or added to one as a replica)."""
 
 import shlex
 from typing import Any, ClassVar
@@ -8,6 +9,7 @@ from django.conf import settings
 
 from console.catalog.models import ModelSource
 from console.deployments.planning import available_engines
+from engines.external import ExternalKind
 from engines.launch import GPU_ENGINES, EngineKind
 
 
@@ -130,3 +132,29 @@ class ChangeForm(DeploymentForm):
         """The cleaned values console.deployments.changes takes."""
         fields = (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "extra_args")
         return {k: self.cleaned_data[k] for k in fields}
+
+
+class EndpointForm(forms.Form):
+    """An engine Hearth did not launch, added to a deployment as a replica (console.deployments.external)."""
+
+    base_url = forms.CharField(
+        max_length=500, label="Base URL", help_text="Where the server answers, e.g. http://10.0.0.5:8000 (its OpenAI "
+        "API below /v1; https is checked against the system's CAs).",
+    )  # fmt: skip
+    engine_kind = forms.ChoiceField(
+        choices=[(k.value, k.label) for k in ExternalKind], label="Engine",
+        help_text="Where Hearth reads its version and how it maps its metrics.",
+    )  # fmt: skip
+    api_key = forms.CharField(
+        required=False, max_length=300, label="Engine API key", widget=forms.PasswordInput(render_value=False),
+        help_text="The key the server demands, if any: stored sealed, sent only by the gateway, never shown again.",
+    )  # fmt: skip
+
+
+class ExternalForm(EndpointForm):
+    """An engine Hearth did not launch, registered as a deployment of its own."""
+
+    model = forms.CharField(required=False, max_length=200, label="Model",
+                            help_text="The one to serve, as the server lists it; empty: its only one.")  # fmt: skip
+    name = forms.CharField(required=False, max_length=100, label="Deployment name",
+                           help_text="Empty: the model's name.")  # fmt: skip

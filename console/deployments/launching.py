@@ -26,8 +26,8 @@ def launch(deployment_id: int) -> None:
     dep = Deployment.objects.filter(pk=deployment_id).select_related("model").first()
     if dep is None or dep.state != S.PENDING:
         return
-    if dep.model.kind == ModelSource.Kind.LOCAL and not Path(dep.model.path).is_dir():
-        dep.move(S.FAILED, f"The model folder {dep.model.path} is gone; add the model again.")
+    if dep.source.kind == ModelSource.Kind.LOCAL and not Path(dep.source.path).is_dir():
+        dep.move(S.FAILED, f"The model folder {dep.source.path} is gone; add the model again.")
         return
     if refused := replan_on_free_gpus(dep):
         dep.move(S.FAILED, refused)

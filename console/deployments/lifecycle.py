@@ -72,7 +72,7 @@ def converge(dep: Deployment) -> list[Replica]:
     Raises RuntimeError_ when the runtime cannot start one (rows already started stay as they are).
     """
     runtime = get_runtime()
-    live = list(dep.replicas.filter(stopped_at__isnull=True).order_by("pk"))
+    live = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk"))
     while len(live) < dep.replica_count:
         live.append(_new_replica(dep, runtime))
     for slot, replica in enumerate(live):
@@ -112,11 +112,11 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
     Raises RuntimeError_ for an engine the runtime cannot run.
     """
     in_container = replica.runtime == "docker"
-    model = dep.model.path or dep.model.repo_id
+    model = dep.source.path or dep.source.repo_id
     mounts: dict[str, str] = {}
-    if in_container and dep.model.path:
-        model = f"{CONTAINER_MODELS}/{dep.model.name}"
-        mounts[dep.model.path] = model
+    if in_container and dep.source.path:
+        model = f"{CONTAINER_MODELS}/{dep.source.name}"
+        mounts[dep.source.path] = model
     tool_call_parser, reasoning_parser = launch_parsers(dep)
     common = {
         "tool_call_parser": tool_call_parser,
@@ -173,7 +173,7 @@ def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPla
         built = build(
             version=image_version(image_ref(dep)),
             model=model,
-            revision=dep.model.revision or None,
+            revision=dep.source.revision or None,
             served_model_name=dep.served_model_name,
             port=replica.port,
             api_key=replica.engine_api_key,
@@ -254,6 +254,7 @@ def note_crash(replica: Replica, status: RuntimeStatus, restart_in: float) -> st
 
 
 def end_all(dep: Deployment) -> None:
-    """End every replica of ``dep`` that is not ended yet (running, or waiting to restart)."""
-    for replica in dep.replicas.filter(stopped_at__isnull=True):
+    """End every replica of ``dep`` that is not ended yet (running, or waiting to restart); endpoints Hearth did
+    not launch are left as they are."""
+    for replica in dep.replicas.launched().filter(stopped_at__isnull=True):
         end_replica(replica, RuntimeStatus(running=True), "")

@@ -10,6 +10,12 @@ Deployment states (transitions written once, in TRANSITIONS)::
     failed / stopped ──► pending (launch again)
 
 ready → loading when its only serving replica crashed and is restarting.
+
+A deployment may also hold engines Hearth did not launch (engines.external): an external deployment (engine
+"external") is only those, registered ready and removed by deleting it, never launched or stopped; a launched
+deployment may add some beside its own replicas (a mixed deployment). Their replicas (runtime "external") are
+health-checked by reconcile (console.deployments.external): up while ``ready_at`` is set, down with
+``down_reason`` otherwise, never started, stopped or restarted.
 """
 
 from typing import Any
@@ -18,7 +24,9 @@ from django.db import models
 from django.utils import timezone
 
 from console.catalog.models import ModelSource
+from console.errors import ConsoleError
 from console.sealed import SealedCharField
+from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME, ExternalKind
 
 
 class DeploymentState(models.TextChoices):
@@ -55,7 +63,10 @@ class Deployment(models.Model):
     """A model served by one engine: its plan, its state, and the name clients ask for."""
 
     name = models.CharField(max_length=100, unique=True, help_text="Default served model name.")
-    model = models.ForeignKey(ModelSource, on_delete=models.PROTECT, related_name="deployments")
+    model = models.ForeignKey(
+        ModelSource, on_delete=models.PROTECT, related_name="deployments", null=True, blank=True,
+        help_text="None for an external deployment (engines Hearth did not launch).",
+    )  # fmt: skip
     engine = models.CharField(max_length=20)
     served_model_name = models.CharField(max_length=200, unique=True)
     max_model_len = models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")
@@ -99,6 +110,28 @@ class Deployment(models.Model):
         return self.state == S.STOPPED and not self.state_reason and not self.replicas.exists()
 
     @property
+    def source(self) -> ModelSource:
+        """The model a launched deployment runs. Raises ConsoleError for an external deployment (it has none:
+        Hearth knows only the name its engines serve)."""
+        if self.model is None:
+            raise ConsoleError(f"{self.name} is served by engines Hearth did not launch; it has no model source.")
+        return self.model
+
+    @property
+    def external(self) -> bool:
+        """Made only of engines Hearth did not launch (registered, never launched or stopped)."""
+        return self.engine == EXTERNAL_ENGINE
+
+    @property
+    def engine_label(self) -> str:
+        """The engine as the pages name it: the stored kind ("vllm-cpu"), or for an external deployment its
+        endpoints' kinds in words ("vLLM (not launched by Hearth)")."""
+        if not self.external:
+            return self.engine
+        kinds = sorted({ExternalKind(r.engine_kind).label for r in self.replicas.external()})
+        return ", ".join(kinds) + " (not launched by Hearth)"
+
+    @property
     def state_words(self) -> str:
         """The state as the console shows it: "not launched yet" rather than "stopped" for a new deployment."""
         return "not launched yet" if self.never_launched else str(self.state)
@@ -128,8 +161,20 @@ class Deployment(models.Model):
         return bool(updated)
 
 
+class ReplicaQuerySet(models.QuerySet["Replica"]):
+    def launched(self) -> "ReplicaQuerySet":
+        """The replicas Hearth starts and stops (a process or a container)."""
+        return self.exclude(runtime=EXTERNAL_RUNTIME)
+
+    def external(self) -> "ReplicaQuerySet":
+        """The endpoints Hearth did not launch."""
+        return self.filter(runtime=EXTERNAL_RUNTIME)
+
+
 class Replica(models.Model):
-    """One engine process or container of a deployment."""
+    """One engine process or container of a deployment, or an endpoint Hearth did not launch (runtime
+    "external": ``url`` its base URL, ``engine_kind`` and ``engine_version`` its engine, ``engine_api_key`` the
+    key it demands, if any; ``host`` and ``port`` read from the URL, for display)."""
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="replicas")
     runtime = models.CharField(max_length=10)
@@ -137,7 +182,15 @@ class Replica(models.Model):
     handle = models.CharField(max_length=100, blank=True, help_text="pid or container id.")
     host = models.CharField(max_length=100)
     port = models.PositiveIntegerField()
-    engine_api_key = SealedCharField(max_length=255, help_text="Per-launch secret; only the gateway uses it. Sealed.")
+    engine_api_key = SealedCharField(
+        max_length=600, blank=True, help_text="Per-launch secret, or an external endpoint's key; only the gateway "
+        "uses it. Sealed (600 holds a key of up to 300 characters).",
+    )  # fmt: skip
+    url = models.CharField(max_length=500, blank=True, help_text="An external endpoint's base URL.")
+    engine_kind = models.CharField(max_length=20, blank=True, help_text="An external endpoint's engine.")
+    engine_version = models.CharField(max_length=50, blank=True, help_text="As an external endpoint reports it.")
+    down_reason = models.TextField(blank=True, help_text="Why an external endpoint's last health check failed.")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="An external endpoint's last health check.")
     running = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
     oom_killed = models.BooleanField(default=False)
@@ -151,9 +204,21 @@ class Replica(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
 
+    objects = ReplicaQuerySet.as_manager()
+
     def __str__(self) -> str:
         return self.runtime_name
 
     @property
+    def external(self) -> bool:
+        return self.runtime == EXTERNAL_RUNTIME
+
+    @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """Where the engine answers: an external endpoint's URL, else ``http://host:port``."""
+        return self.url if self.external else f"http://{self.host}:{self.port}"
+
+    @property
+    def up(self) -> bool:
+        """Serving: running (registered, for an external endpoint) and healthy since its start or last check."""
+        return self.running and self.ready_at is not None

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from appliance.runtimes import get_runtime
 from console.deployments import dispatch
+from console.deployments.external import check_endpoints
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.deployments.watching import engine_ended, restart
 
@@ -19,16 +20,18 @@ S = DeploymentState
 def reconcile() -> None:
     """Resume launches whose worker died, notice serving engines that exited, restart crashed replicas
     whose backoff is over, and remove engines no replica owns (a database restored from backup, a
-    container left by hand)."""
+    container left by hand); check the endpoints Hearth did not launch (console.deployments.external)."""
     _resume_stale_launches()
-    for replica in Replica.objects.filter(running=True, ready_at__isnull=False, deployment__state=S.READY):
+    serving = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
+    for replica in serving:
         status = get_runtime(replica.runtime).status(replica.runtime_name)
         if not status.running:
             engine_ended(replica, status)
-    due = Replica.objects.filter(running=False, stopped_at__isnull=True, restart_at__lte=timezone.now())
+    due = Replica.objects.launched().filter(running=False, stopped_at__isnull=True, restart_at__lte=timezone.now())
     for replica_id in due.values_list("pk", flat=True):
         restart(replica_id)
     _remove_orphans()
+    check_endpoints()
 
 
 def _resume_stale_launches() -> None:
@@ -44,7 +47,7 @@ def _resume_stale_launches() -> None:
             "deployment %s: no sign of its %s task for %s s; resuming", dep.name, dep.state, settings.HEARTH_STALE_AFTER
         )
         if dep.state == S.LOADING:
-            for replica in dep.replicas.filter(running=True, ready_at__isnull=True):
+            for replica in dep.replicas.launched().filter(running=True, ready_at__isnull=True):
                 dispatch.send(dispatch.WATCH_REPLICA, replica.pk)
         else:
             dispatch.send(dispatch.RESUME_LAUNCH, dep.pk)

@@ -12,7 +12,7 @@ from engines.remedy import Remedy, oom_remedy
 
 def remedy_for(deployment: Deployment) -> Remedy | None:
     """The out-of-memory remedy for a failed deployment whose last run ran out of memory, else None."""
-    last = deployment.replicas.order_by("-pk").first()
+    last = deployment.replicas.launched().order_by("-pk").first()
     if deployment.state != DeploymentState.FAILED or last is None or not (last.oom_killed or last.previous_oom_killed):
         return None
     return oom_remedy(deployment.engine, deployment.plan, deployment.engine_env, deployment.kv_space_gib)

@@ -11,6 +11,7 @@ from console.deployments.admin_actions import launch
 from console.deployments.lifecycle import end_all
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, Replica
 from console.fanout import bump_routing_version
+from engines.external import EXTERNAL_ENGINE
 
 S = DeploymentState
 
@@ -49,7 +50,9 @@ class Engine:
 def live_engines() -> list[Engine]:
     """The replicas not yet ended of active or stopping deployments, and the engines no replica owns that
     the process runtime still runs (their pid files under HEARTH_DATA_DIR/engines)."""
-    live = Replica.objects.filter(stopped_at__isnull=True, deployment__state__in=[*ACTIVE_STATES, S.STOPPING])
+    live = Replica.objects.launched().filter(
+        stopped_at__isnull=True, deployment__state__in=[*ACTIVE_STATES, S.STOPPING]
+    )
     engines = [Engine(r.deployment.name, r.runtime_name, r.handle) for r in live.select_related("deployment")]
     owned = set(Replica.objects.filter(stopped_at__isnull=True).values_list("runtime_name", flat=True))
     runtime = ProcessRuntime(settings.DATA_DIR / "engines")
@@ -61,9 +64,10 @@ def live_engines() -> list[Engine]:
 
 def stop_everything(reason: str) -> list[Engine]:
     """End every engine live_engines finds, here and now (not through Celery), and move their deployments to
-    stopped with ``reason``; returns the engines ended. A deployment caught mid-launch stops too."""
+    stopped with ``reason``; returns the engines ended. A deployment caught mid-launch stops too; external
+    deployments are not Hearth's to stop (their engines run elsewhere)."""
     engines = live_engines()
-    for dep in Deployment.objects.filter(state__in=[*ACTIVE_STATES, S.STOPPING]):
+    for dep in Deployment.objects.filter(state__in=[*ACTIVE_STATES, S.STOPPING]).exclude(engine=EXTERNAL_ENGINE):
         if dep.state == S.STOPPING or dep.move(S.STOPPING, reason):
             end_all(dep)
             dep.move(S.STOPPED, reason)

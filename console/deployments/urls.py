@@ -16,4 +16,7 @@ urlpatterns = [
     path("deployments/<int:pk>/delete/", views.deployment_delete, name="delete"),
     path("deployments/<int:pk>/export/", views.deployment_export, name="export"),
     path("deployments/<int:pk>/export/<str:target>/", views.deployment_export_file, name="export-file"),
+    path("deployments/external/", views.external_register, name="external"),
+    path("deployments/<int:pk>/endpoints/add/", views.endpoint_add, name="add-endpoint"),
+    path("deployments/<int:pk>/endpoints/<int:replica_id>/remove/", views.endpoint_remove, name="remove-endpoint"),
 ]

@@ -1,5 +1,6 @@
 """Deployment pages: the list and the form with its live plan, one deployment's page (its state, log and
-plan; the live numbers come from console.observability), its actions, and the change of its settings."""
+plan; the live numbers come from console.observability), its actions, and the change of its settings; engines
+Hearth did not launch, registered, added to a deployment and removed."""
 
 import shlex
 
@@ -10,8 +11,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions, changes, cluster_export, remedy
-from console.deployments.forms import ChangeForm, DeploymentForm
+from console.deployments import admin_actions, changes, cluster_export, external, remedy
+from console.deployments.forms import ChangeForm, DeploymentForm, EndpointForm, ExternalForm
 from console.deployments.models import Deployment
 from console.deployments.planning import demo_refusal, plan_for
 from console.errors import ConsoleError
@@ -79,8 +80,9 @@ def deployment_logs(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _deployment_context(dep: Deployment) -> dict[str, object]:
-    latest = list(dep.replicas.order_by("-id")[: dep.replica_count])  # the latest launch's replicas
-    return {"dep": dep, "replicas": latest[::-1], "remedy": remedy.remedy_for(dep)}
+    latest = list(dep.replicas.launched().order_by("-id")[: dep.replica_count])  # the latest launch's replicas
+    endpoints = list(dep.replicas.external().order_by("id"))
+    return {"dep": dep, "replicas": latest[::-1], "endpoints": endpoints, "remedy": remedy.remedy_for(dep)}
 
 
 @login_required
@@ -151,3 +153,44 @@ def deployment_export_file(request: HttpRequest, pk: int, target: str) -> HttpRe
     response = HttpResponse(found.text, content_type="application/yaml; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{found.filename}"'
     return response
+
+
+@login_required
+def external_register(request: HttpRequest) -> HttpResponse:
+    """Register an engine Hearth did not launch as a deployment; what the endpoint answered wrong shows on the form,
+    and nothing is saved."""
+    form = ExternalForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dep = external.register(**form.cleaned_data)
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("deployments:detail", dep.pk)
+    return render(request, "deployments/external.html", {"form": form, "dep": None})
+
+
+@login_required
+def endpoint_add(request: HttpRequest, pk: int) -> HttpResponse:
+    """Add an engine Hearth did not launch to a deployment as one more replica."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    form = EndpointForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            external.add_endpoint(dep, **form.cleaned_data)
+        except ConsoleError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("deployments:detail", dep.pk)
+    return render(request, "deployments/external.html", {"form": form, "dep": dep})
+
+
+@login_required
+@require_POST
+def endpoint_remove(request: HttpRequest, pk: int, replica_id: int) -> HttpResponse:
+    dep = get_object_or_404(Deployment, pk=pk)
+    try:
+        external.remove_endpoint(dep, replica_id)
+    except ConsoleError as exc:
+        messages.error(request, str(exc))
+    return redirect("deployments:detail", dep.pk)

@@ -24,7 +24,7 @@ STABLE_AFTER = 600.0  # seconds a restarted replica must serve before its crash 
 
 def watch(replica_id: int) -> None:
     """One health poll of a loading replica; polls again in WATCH_EVERY seconds until it answers or ends."""
-    replica = Replica.objects.filter(pk=replica_id, running=True, ready_at__isnull=True).first()
+    replica = Replica.objects.launched().filter(pk=replica_id, running=True, ready_at__isnull=True).first()
     if replica is None or replica.deployment.state not in (S.LOADING, S.READY):
         return
     dep = replica.deployment
@@ -51,7 +51,7 @@ def watch(replica_id: int) -> None:
 
 def _became_ready(replica: Replica, dep: Deployment) -> None:
     Replica.objects.filter(pk=replica.pk).update(ready_at=timezone.now())
-    waiting = dep.replicas.filter(stopped_at__isnull=True, ready_at__isnull=True).count()
+    waiting = dep.replicas.launched().filter(stopped_at__isnull=True, ready_at__isnull=True).count()
     version = _engine_version(replica, dep.engine) or dep.engine_version
     if waiting == 0 and dep.move(S.READY, "Serving.", engine_version=version):
         bump_routing_version()
@@ -114,7 +114,7 @@ def engine_ended(replica: Replica, status: RuntimeStatus) -> None:
 def restart(replica_id: int) -> None:
     """Start a crashed replica again once its backoff is over (claimed: a replica restarts once)."""
     now = timezone.now()
-    replica = Replica.objects.filter(pk=replica_id, running=False, stopped_at__isnull=True).first()
+    replica = Replica.objects.launched().filter(pk=replica_id, running=False, stopped_at__isnull=True).first()
     if replica is None or replica.restart_at is None or replica.restart_at > now + timedelta(seconds=1):
         return
     if replica.deployment.state not in (S.LOADING, S.READY):
@@ -122,7 +122,7 @@ def restart(replica_id: int) -> None:
     if not Replica.objects.filter(pk=replica.pk, restart_at=replica.restart_at).update(restart_at=None):
         return
     dep = replica.deployment
-    slot = list(dep.replicas.filter(stopped_at__isnull=True).order_by("pk")).index(replica)
+    slot = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk")).index(replica)
     try:
         start_replica(replica, slot)
     except RuntimeError_ as exc:

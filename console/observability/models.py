@@ -33,6 +33,10 @@ class RequestLog(models.Model):
     )
     length_cut = models.BooleanField(default=False, help_text="The answer hit its output-token limit.")
     empty_answer = models.BooleanField(default=False, help_text="A finished answer with no text and no tool call.")
+    cost_usd = models.DecimalField(
+        max_digits=18, decimal_places=9, null=True,
+        help_text="USD charged to the key's budgets: tokens × the deployment's price per token; None: no price.",
+    )  # fmt: skip
 
     class Meta:
         indexes = (models.Index(fields=["api_key", "created_at"]),)

@@ -141,7 +141,9 @@ def _fill(panel: Panel, now: float, rows: list[MappingRow]) -> None:
     _latencies(panel, mine)
     flavor = next((r.flavor for r in panel.replicas if r.flavor), "")
     if not mine:
+        errors = sorted({r.error for r in panel.replicas if r.error})  # e.g. an Ollama endpoint: no /metrics at all
         why = "no replica's /metrics answered in the last scrapes" if panel.replicas else "no replica is running"
+        why += f" ({errors[0]})" if errors and panel.replicas else ""
         panel.reasons = {k: why for k in (*GAUGES, *COUNTERS_SHOWN, "ttft", "itl")}
         return
     for name in (*GAUGES, *COUNTERS_SHOWN):

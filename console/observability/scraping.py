@@ -2,7 +2,9 @@
 mapped (engines.metrics, the mapping chosen by the engine version Hearth read back and by the names present),
 stored in the history with the replica's scrape health; the request log's new rows counted into the history;
 each deployment's price per token published for the gateway (console.observability.cost); each running
-replica's log tail refreshed."""
+replica's log tail refreshed. An endpoint Hearth did not launch is scraped with its engine key (llama.cpp guards
+/metrics with it), its flavor picked by its engine kind and version; one whose kind serves no /metrics
+(engines.external.NO_METRICS) is not asked, and its scrape health says why; its log is not Hearth's to read."""
 
 import logging
 import time
@@ -16,10 +18,12 @@ from django.db.models import F
 from appliance.runtimes import get_runtime
 from console.deployments.lifecycle import LOG_LINES
 from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.probing import tls_context
 from console.observability import cost, history, request_stats
 from console.observability.mappings import mapping_rows
 from console.observability.models import ScrapeHealth
 from console.observability.panel import panels
+from engines.external import METRIC_ENGINES, NO_METRICS, ExternalKind
 from engines.metrics import MappingRow, Scrape, choose_flavor, parse_metrics, sample_names
 
 log = logging.getLogger(__name__)
@@ -32,9 +36,13 @@ def scrape_timeout() -> float:
 
 
 def fetch(replica: Replica) -> tuple[float, str] | Exception:
-    """(time, text) of one /metrics, or the error."""
+    """(time, text) of one /metrics, or the error (ValueError for a kind that serves none)."""
+    if replica.external and replica.engine_kind in NO_METRICS:
+        return ValueError(NO_METRICS[ExternalKind(replica.engine_kind)])
+    key = replica.engine_api_key if replica.external else ""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        resp = httpx.get(f"{replica.base_url}/metrics", timeout=scrape_timeout())
+        resp = httpx.get(f"{replica.base_url}/metrics", headers=headers, timeout=scrape_timeout(), verify=tls_context())
         resp.raise_for_status()
         return time.time(), resp.text
     except httpx.HTTPError as exc:
@@ -44,7 +52,11 @@ def fetch(replica: Replica) -> tuple[float, str] | Exception:
 def parse(replica: Replica, text: str, at: float, rows: list[MappingRow]) -> Scrape:
     """Map one scrape with the flavor its engine and names call for. Raises ValueError for non-Prometheus text."""
     dep = replica.deployment
-    flavor = choose_flavor(dep.engine, dep.engine_version, sample_names(text), rows)
+    if replica.external:
+        engine, version = METRIC_ENGINES.get(ExternalKind(replica.engine_kind), ""), replica.engine_version
+    else:
+        engine, version = dep.engine, dep.engine_version
+    flavor = choose_flavor(engine, version, sample_names(text), rows)
     return parse_metrics(text, [r for r in rows if r.flavor == flavor], at, flavor)
 
 
@@ -55,10 +67,10 @@ def scrape_all() -> int:
     replicas = list(
         Replica.objects.filter(running=True, deployment__state__in=[S.LOADING, S.READY]).select_related("deployment")
     )
-    for replica in replicas:
+    for replica in (r for r in replicas if not r.external):
         replica.log_tail = get_runtime(replica.runtime).logs(replica.runtime_name, LOG_LINES)
         replica.save(update_fields=["log_tail"])
-    ready = [r for r in replicas if r.deployment.state == S.READY]
+    ready = [r for r in replicas if r.deployment.state == S.READY and (r.up or not r.external)]
     rows = mapping_rows()
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(ready)))) as pool:
         results = list(pool.map(fetch, ready))

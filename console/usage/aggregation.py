@@ -1,13 +1,14 @@
 """Usage by UTC day and by key, member or model, from the request log (one GROUP BY query).
 
 Members see only their own keys' requests; admins and viewers everyone's. Errors are requests that
-answered 4xx/5xx or whose stream the engine ended without its terminal event. Cost: the request log
-holds no price yet (the panels' cost figures are not there), so ``cost_usd`` is None, shown as
-"no price set".
+answered 4xx/5xx or whose stream the engine ended without its terminal event. Cost: the sum of the request
+log's ``cost_usd`` (what the gateway charged: tokens × the deployment's price per token); None when no
+request of the row had a price, shown as "no price".
 """
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
@@ -19,7 +20,7 @@ from console.observability.models import RequestLog
 
 GROUPS = {"key": "api_key__name", "member": "api_key__owner__username", "model": "model"}
 MAX_DAYS = 366
-NO_PRICE = "no price set"
+NO_PRICE = "no price"
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class UsageRow:
     cached_tokens: int
     completion_tokens: int
     errors: int
-    cost_usd: None = None  # no price per token is recorded yet
+    cost_usd: Decimal | None = None  # None: no request of the row had a price
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,11 @@ def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
         logs.annotate(day=TruncDate("created_at", tzinfo=UTC)).values("day", *names)
         .annotate(requests=Count("id"), prompt=Coalesce(Sum("prompt_tokens"), 0),
                   cached=Coalesce(Sum("cached_tokens"), 0), completion=Coalesce(Sum("completion_tokens"), 0),
-                  errors=Count("id", filter=Q(status__gte=400) | Q(truncated=True)))
+                  errors=Count("id", filter=Q(status__gte=400) | Q(truncated=True)), cost=Sum("cost_usd"))
         .order_by("-day", *names)
     )  # fmt: skip
-    return [UsageRow(r["day"], _label(group, r), r["requests"], r["prompt"], r["cached"], r["completion"], r["errors"])
-            for r in rows]  # fmt: skip
+    return [UsageRow(r["day"], _label(group, r), r["requests"], r["prompt"], r["cached"], r["completion"], r["errors"],
+                     r["cost"]) for r in rows]  # fmt: skip
 
 
 def _label(group: str, row: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ class UsageOut(Schema):
     cached_tokens: int
     completion_tokens: int
     errors: int
-    cost_usd: float | None  # None: no price set yet
+    cost_usd: float | None  # USD the gateway charged; None: no request of the row had a price
 
 
 @router.get("/usage", response=list[UsageOut])
