@@ -82,7 +82,8 @@ def build() -> list[int]:
     return ids
 
 
-def _history(replica: object, now: float) -> None:
+def _history(replica: object, now: float, span: float = DAY) -> None:
+    """Scrape-resolution samples every INTERVAL over the ``span`` seconds before ``now``."""
     from console.observability.history import _encode_hist
     from console.observability.models import MetricSample, ScrapeHealth
     from engines.metrics import Histogram
@@ -100,9 +101,9 @@ def _history(replica: object, now: float) -> None:
                                                   ("e2e_seconds", e2e_b), ("queue_seconds", e2e_b))}  # fmt: skip
     bounds = {"ttft_seconds": ttft_b, "itl_seconds": itl_b, "e2e_seconds": e2e_b, "queue_seconds": e2e_b}
     rows = []
-    steps = int(DAY / INTERVAL)
+    steps = int(span / INTERVAL)
     for k in range(steps):
-        at = now - DAY + k * INTERVAL
+        at = now - span + k * INTERVAL
         n = rng.randint(0, 12)
         counters["prompt_tokens_total"] += n * 128
         counters["generation_tokens_total"] += n * 64
@@ -122,12 +123,12 @@ def _history(replica: object, now: float) -> None:
                                 series=430, flavor="vllm")  # fmt: skip
 
 
-def _gateway(dep: object, now: float) -> None:
+def _gateway(dep: object, now: float, span: float = DAY) -> None:
     from console.observability.models import MetricSample
 
     rows = []
-    for k in range(int(DAY / INTERVAL)):
-        at = now - DAY + k * INTERVAL
+    for k in range(int(span / INTERVAL)):
+        at = now - span + k * INTERVAL
         rows.append(MetricSample(deployment=dep, replica=None, at=datetime.fromtimestamp(at, UTC), values={
             "d": {"success": 10, "requests": 10, "errors": 0, "prompt_tokens": 1280, "completion_tokens": 640},
             "e": {}, "uh": {"ttft": {"14": 5, "15": 5}, "itl": {"3": 10}}, "last_id": 0}))  # fmt: skip

@@ -4,7 +4,8 @@ Usage: ``python bench/fake_upstream.py PORT`` (listens on 127.0.0.1 only; SIGTER
 
 ``POST /v1/chat/completions`` with ``"stream": true`` waits FIRST_CHUNK_DELAY, then sends CHUNKS content
 chunks CHUNK_INTERVAL apart (on an absolute schedule, so a late wake-up does not push back the rest), a
-``finish_reason`` chunk and ``data: [DONE]``, as vLLM's OpenAI server does. Any Bearer key is accepted.
+``finish_reason`` chunk, a usage chunk when ``stream_options.include_usage`` asks for one, and
+``data: [DONE]``, as vLLM's OpenAI server does. Any Bearer key is accepted.
 The pacing is the one FACTS.md's relay measurements used. ``max_tokens`` (up to MAX_CHUNKS) sets the number
 of chunks, and a
 ``[[sim:stall-between=SECONDS]]`` marker in the body (the simulator's) spaces them that far apart instead.
@@ -41,7 +42,16 @@ def _event(delta: dict[str, str], finish: str | None = None) -> bytes:
 
 ROLE = _event({"role": "assistant", "content": ""})
 CONTENT = [_event({"content": f"tok{i} "}) for i in range(MAX_CHUNKS)]
-END = _event({"content": ""}, finish="length") + b"data: [DONE]\n\n"
+FINISH = _event({"content": ""}, finish="length")
+DONE = b"data: [DONE]\n\n"
+
+
+def _usage(completion: int) -> bytes:
+    """vLLM's last chunk when the request's ``stream_options.include_usage`` is true (the gateway asks)."""
+    usage = {"prompt_tokens": 9, "total_tokens": 9 + completion, "completion_tokens": completion}
+    chunk = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED, "model": "bench",
+             "choices": [], "usage": usage}  # fmt: skip
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
@@ -65,7 +75,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
     for i, chunk in enumerate(CONTENT[:count]):
         await asyncio.sleep(max(0.0, start + FIRST_CHUNK_DELAY + i * interval - loop.time()))
         await resp.write(ROLE + chunk if i == 0 else chunk)
-    await resp.write(END)
+    include_usage = (body.get("stream_options") or {}).get("include_usage")
+    await resp.write(FINISH + (_usage(count) if include_usage else b"") + DONE)
     await resp.write_eof()
     return resp
 

@@ -25,9 +25,11 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import dashboard_load
 import litellm_peer
 import redis
 import report
@@ -35,13 +37,15 @@ import uvloop
 from loadgen import WARMUP, Held, hold, measure, one, wait_ready
 from procs import ROOT, engine_argv, free_port, seed, start, stop, web_argv
 
-REDIS_URL = "redis://127.0.0.1:6379/10"
+REDIS_URL = "redis://127.0.0.1:6379/10"  # the default of --redis-url
+DASHBOARD = "hearth+dashboard"  # the path measured while a console user refreshes the dashboard
 
 
 class Setup:
     """Where each path is: base URL, request headers, and the process to watch (None for direct)."""
 
     def __init__(self) -> None:
+        self.console: tuple[dict[str, str], int] | None = None  # --dashboard: session cookie, deployment id
         self.urls: dict[str, str] = {}
         self.headers: dict[str, dict[str, str]] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -86,10 +90,13 @@ async def memory(args: argparse.Namespace, setup: Setup, sessions: dict[str, aio
                  ) -> dict[str, Held | str]:  # fmt: skip
     held: dict[str, Held | str] = {}
     for path in setup.paths[1:]:
+        if path == DASHBOARD:
+            continue  # the same process as hearth
         url = setup.urls[path] + "/v1/chat/completions"
         await asyncio.gather(*(one(sessions[path], url, WARMUP, 1) for _ in range(8)))
         note(f"  memory: holding {args.hold} streams open through {path}")
-        held[path] = await hold(url, setup.headers[path], args.hold, setup.procs[path].pid, args.hold_deadline)
+        held[path] = await hold(url, setup.headers[path], args.hold, setup.procs[path].pid, args.hold_deadline,
+                                args.hold_to_end)  # fmt: skip
     held.update(setup.skipped)
     return held
 
@@ -106,7 +113,7 @@ async def bench(args: argparse.Namespace, setup: Setup) -> tuple[list[report.Row
     try:
         await ready(setup, sessions)
         held = await memory(args, setup, sessions) if args.hold else {}
-        rows = []
+        rows, refreshes = [], []
         for n in args.streams:
             rounds = max(2 if args.pattern == "burst" else 3, math.ceil(args.min_samples / n))
             for rep in range(1, args.repeat + 1):
@@ -116,14 +123,35 @@ async def bench(args: argparse.Namespace, setup: Setup) -> tuple[list[report.Row
                 for path in order:
                     proc = setup.procs[path] if path != "direct" else None
                     url = setup.urls[path] + "/v1/chat/completions"
+                    refreshing = with_dashboard(setup) if path == DASHBOARD else None
                     runs[path] = await measure(sessions[path], url, n, rounds, proc.pid if proc else None,
                                                args.pattern, seed=n * 1000 + rep)  # fmt: skip
+                    if refreshing is not None:
+                        refreshes.append(await refreshing())
                 rows.append(report.Row(n, rep, {p: runs[p] for p in paths}))
                 note(f"  {n} streams, repetition {rep} ({' → '.join(order)}): done")
+        if refreshes:
+            took = sorted(t for run in refreshes for t in run)
+            note(f"  dashboard: {len(took)} refreshes, p50 {took[len(took) // 2] * 1000:.0f} ms, "
+                 f"max {took[-1] * 1000:.0f} ms (/, /dashboard/live/ and the panel, one after the other)")  # fmt: skip
         return rows, held
     finally:
         for session in sessions.values():
             await session.close()
+
+
+def with_dashboard(setup: Setup) -> Callable[[], Awaitable[list[float]]]:
+    """Start a console user's refreshes (dashboard_load.refresh) on this loop; the returned coroutine
+    function stops them and gives each refresh's seconds."""
+    assert setup.console is not None
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(dashboard_load.refresh(setup.urls[DASHBOARD], *setup.console, stop))
+
+    async def done() -> list[float]:
+        stop.set()
+        return await task
+
+    return done
 
 
 def log_notes(name: str, log: Path) -> str:
@@ -149,6 +177,22 @@ def start_litellm(setup: Setup, tmp: Path, engine_port: int) -> None:
         setup.skipped["litellm"] = f"could not start: {exc}"
 
 
+def fresh_database(url: str) -> str:
+    """``url`` (postgres://…/NAME) after dropping and creating NAME again, or "" for no URL. Raises SystemExit
+    for a name without "bench" in it: this drops the database."""
+    if not url:
+        return ""
+    base, _, name = url.rpartition("/")
+    if "bench" not in name:
+        raise SystemExit(f"--database-url: {name!r} has no 'bench' in its name; it would be dropped")
+    import psycopg
+
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url
+
+
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--upstream", choices=["simulator", "fake"], default="simulator",
@@ -160,17 +204,30 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--repeat", default=2, type=int, help="repetitions per level (default 2)")
     parser.add_argument("--min-samples", default=16, type=int, help="requests per path and repetition, at least")
     parser.add_argument("--hold", default=512, type=int, help="streams held open for the memory figure (0: skip)")
+    parser.add_argument("--hold-to-end", action="store_true",
+                        help="read held streams to their end (~60 s), counting errors, not dropping them")  # fmt: skip
     parser.add_argument("--hold-deadline", default=25.0, type=float, help="seconds to wait for them to open")
     parser.add_argument("--request-timeout", default=240.0, type=float, help="seconds for one request, in all")
     parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown")
+    parser.add_argument("--dashboard", action="store_true",
+                        help=f"add a path {DASHBOARD!r}: Hearth while a console user refreshes it")  # fmt: skip
+    parser.add_argument("--history-hours", default=24.0, type=float,
+                        help="hours of history the dashboard reads, with --dashboard (default 24)")  # fmt: skip
+    parser.add_argument("--web-workers", default=0, type=int,
+                        help="0: one uvicorn process (default); N: appliance.web_server, N workers")  # fmt: skip
+    parser.add_argument("--database-url", default="",
+                        help="a PostgreSQL database whose name has 'bench' in it, dropped and made again (default: "
+                             "a throwaway SQLite file)")  # fmt: skip
+    parser.add_argument("--redis-url", default=REDIS_URL, help=f"Redis database to use and flush (default {REDIS_URL})")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse()
     tmp = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
-    env = {**os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50), "REDIS_URL": REDIS_URL,
-           "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}", "HEARTH_DATA_DIR": str(tmp),
+    env = {**os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50), "REDIS_URL": args.redis_url,
+           "DATABASE_URL": fresh_database(args.database_url) or f"sqlite:///{tmp / 'bench.sqlite3'}",
+           "HEARTH_DATA_DIR": str(tmp),
            "DJANGO_SETTINGS_MODULE": "appliance.settings", "PYTHONUNBUFFERED": "1"}  # fmt: skip
     os.environ.update(env)
     setup = Setup()
@@ -182,9 +239,15 @@ def main() -> None:
         setup.add("direct", engine_port, "anything", engine)
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
         key = seed(engine_port)
-        web = start(web_argv(web_port), tmp / "web.log", env)
+        if args.dashboard:
+            note(f"  dashboard: seeding {args.history_hours:g} h of history")
+            setup.console = dashboard_load.seed_console(args.history_hours)
+        web_env = {**env, "HEARTH_WEB_WORKERS": str(args.web_workers)} if args.web_workers else env
+        web = start(web_argv(web_port, args.web_workers), tmp / "web.log", web_env)
         all_procs.append(("web", web))
         setup.add("hearth", web_port, key, web)
+        if args.dashboard:
+            setup.add(DASHBOARD, web_port, key, web)
         if args.peers == "litellm":
             start_litellm(setup, tmp, engine_port)
             if "litellm" in setup.procs:
@@ -193,13 +256,15 @@ def main() -> None:
         rows, held = uvloop.run(bench(args, setup))
         cells = report.pool(rows, setup.paths)
         print(f"engine: {args.upstream}; pattern: {args.pattern}; paths: {', '.join(setup.paths)}; "
-              f"repetitions {args.repeat}")
+              f"repetitions {args.repeat}")  # fmt: skip
         for peer, why in setup.skipped.items():
             print(f"{peer.upper()}: NOT IN THIS RUN: {why}")
         print(report.table(cells, markdown=False))
         print("memory per 1,000 open streams (RSS with them open minus idle, scaled):")
         print("\n".join("  " + line for line in report.memory(held)))
-        print(report.verdict(cells, [p for p in setup.paths if p not in ("direct", "hearth")]))
+        print(report.verdict(cells, [p for p in setup.paths if p not in ("direct", "hearth", DASHBOARD)]))
+        if args.dashboard:
+            print(report.dashboard_verdict(cells, DASHBOARD))
         if args.markdown:
             print("\n" + report.table(cells, markdown=True) + "\n")
             print("\n".join("- " + line for line in report.memory(held)))
@@ -211,7 +276,7 @@ def main() -> None:
                 print(log_notes(name, log))
         if "litellm" in setup.skipped or "litellm" in setup.urls:
             print(f"LiteLLM: {litellm_peer.version()} from {litellm_peer.VENV}")
-        redis.Redis.from_url(REDIS_URL).flushdb()
+        redis.Redis.from_url(args.redis_url).flushdb()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -164,29 +164,42 @@ class Held:
     open_mb: float
     after_mb: float  # a few seconds after the clients went away
     open_s: float  # seconds it took to get the first chunk of every stream
+    ended: int | None = None  # with ``to_end``: streams that ended whole ([DONE] after all their chunks)
+    errors: Counter[str] = field(default_factory=Counter)  # with ``to_end``: how the others ended
+    held_s: float = 0.0  # with ``to_end``: seconds until the last stream ended
 
     @property
     def per_1000_mb(self) -> float:
         return (self.open_mb - self.idle_mb) * 1000 / self.opened if self.opened else math.nan
 
 
-async def hold(url: str, headers: dict[str, str], n: int, pid: int, deadline_s: float) -> Held:
-    """Open ``n`` streams that stall 30 s after their first chunk, read the gateway's RSS with them open,
-    then drop them all. Waits at most ``deadline_s`` for the first chunks."""
+async def hold(url: str, headers: dict[str, str], n: int, pid: int, deadline_s: float, to_end: bool = False) -> Held:
+    """Open ``n`` streams of 3 chunks 30 s apart, read the gateway's RSS with them open, then drop them all
+    (waiting at most ``deadline_s`` for the first chunks); with ``to_end``, read every stream to its end
+    instead (~60 s) and count those that did not end whole."""
     data = body(3, "hold this open [[sim:stall-between=30]]")
     connector = aiohttp.TCPConnector(limit=0)
     opened = 0
     everyone = asyncio.Event()
 
-    async def stream(session: aiohttp.ClientSession) -> None:
+    async def stream(session: aiohttp.ClientSession) -> str | None:
         nonlocal opened
+        chunks, done = 0, False
         async with session.post(url, data=data) as resp:
+            if resp.status != 200:
+                return f"HTTP {resp.status}"
             async for line in resp.content:
                 if CONTENT_RE.search(line):
-                    opened += 1
-                    if opened == n:
+                    chunks += 1
+                    opened += chunks == 1
+                    if opened == n and chunks == 1:
                         everyone.set()
-                    await asyncio.sleep(3600)  # hold it; cancelled below
+                    if not to_end:
+                        await asyncio.sleep(3600)  # hold it; cancelled below
+                elif line.startswith(b"data:") and b'"error"' in line:
+                    return "in-stream error event"
+                done = done or line.startswith(b"data: [DONE]")
+        return None if done and chunks == 3 else f"incomplete ({chunks} chunks, done={done})"
 
     async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
         await asyncio.sleep(1.0)
@@ -200,8 +213,14 @@ async def hold(url: str, headers: dict[str, str], n: int, pid: int, deadline_s: 
         open_s = time.perf_counter() - started
         await asyncio.sleep(1.0)
         open_mb = proc_stats(pid)[1]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not to_end:
+            for task in tasks:
+                task.cancel()
+        ends = await asyncio.gather(*tasks, return_exceptions=True)
+        held_s = time.perf_counter() - started
     await asyncio.sleep(3.0)
-    return Held(n, opened, idle_mb, open_mb, proc_stats(pid)[1], open_s)
+    held = Held(n, opened, idle_mb, open_mb, proc_stats(pid)[1], open_s)
+    if to_end:
+        held.errors = Counter(e if isinstance(e, str) else type(e).__name__ for e in ends if e is not None)
+        held.ended, held.held_s = n - sum(held.errors.values()), held_s
+    return held

@@ -91,8 +91,11 @@ def engine_argv(kind: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def web_argv(port: int) -> list[str]:
-    """Hearth's web server as the appliance runs it: uvicorn, uvloop, httptools, one process."""
+def web_argv(port: int, workers: int = 0) -> list[str]:
+    """Hearth's web server: with ``workers`` 0, uvicorn with uvloop and httptools in one process; else as the
+    appliance runs it, ``python -m appliance.web_server`` (the caller sets HEARTH_WEB_WORKERS)."""
+    if workers:
+        return [sys.executable, "-m", "appliance.web_server", "--host", "127.0.0.1", "--port", str(port)]
     return [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1",
             "--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log"]  # fmt: skip
 

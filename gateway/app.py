@@ -106,13 +106,7 @@ class Gateway:
         scope["hearth.arrived"] = time.monotonic()  # user-visible TTFT and duration count from here
         path = scope["path"].rstrip("/")
         surface = Surface.ANTHROPIC if path.startswith("/v1/messages") else Surface.OPENAI
-        started = False
-
-        async def tracked(message: Mapping[str, Any]) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
+        tracked = _Tracked(send)
         try:
             await self._dispatch(scope, path, receive, tracked)
         except GatewayError as exc:
@@ -121,13 +115,13 @@ class Gateway:
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
             await _send_json(send, exc.status, exc.body(surface), retry)
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
-            if not started:
+            if not tracked.started:
                 count_refusal(surface, 400)
                 nested = GatewayError(400, "The request body is JSON nested too deeply.")
                 await _send_json(send, 400, nested.body(surface))
         except Exception:  # a bug must still answer in the API's shape, never a plain-text 500
             log.exception("unexpected error on %s", path)
-            if not started:
+            if not tracked.started:
                 count_refusal(surface, 500)
                 error = GatewayError(500, "The gateway failed on this request; it is logged.", type="server_error")
                 await _send_json(send, 500, error.body(surface))
@@ -297,6 +291,18 @@ def _gateway_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return registry
+
+
+class _Tracked:
+    """The server's ``send``, noting whether anything was sent (``started``). A plain callable returning the
+    server's awaitable rather than a coroutine of its own: it is called for every relayed chunk."""
+
+    def __init__(self, send: Send) -> None:
+        self.send, self.started = send, False
+
+    def __call__(self, message: Mapping[str, Any]) -> Awaitable[None]:
+        self.started = True
+        return self.send(message)
 
 
 async def _until_client_leaves(work: Awaitable[None], receive: Receive, exchange: Exchange) -> None:

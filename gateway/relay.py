@@ -168,8 +168,10 @@ class Exchange:
                 if self.outcome.ttft_seconds is None and watcher.token_seen:
                     self.outcome.ttft_seconds = time.monotonic() - self.started
                 out = converter.feed(chunk) if converter else stripper.feed(chunk) if self.strip_usage else chunk
-                if out:
-                    await self._forward(send, out)
+                if out:  # inline, not a method: this runs for every chunk
+                    self.events_out, self.at_boundary = True, False  # a keep-alive now could split an event
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    self.at_boundary = out.endswith(b"\n\n")
                 # A client that leaves once the terminal event went by is done, not cancelled (a converted
                 # stream's end is the converter's, sent below).
                 self.answered = converter is None and watcher.complete
@@ -193,13 +195,6 @@ class Exchange:
             self.outcome.finish_reason = watcher.finish_reason
             self.token_chunks = watcher.token_chunks
         await self._end_stream(send, watcher, converter, stripper, cut, resp.status)
-
-    async def _forward(self, send: Send, out: bytes) -> None:
-        self.events_out = True
-        boundary = out.endswith(b"\n\n")
-        self.at_boundary = False  # until this write is out, a keep-alive could split an event
-        await self._send(send, out)
-        self.at_boundary = boundary
 
     async def _end_stream(
         self, send: Send, watcher: StreamWatcher, converter: Converter | None, stripper: UsageStripper,
@@ -239,7 +234,8 @@ class Exchange:
         """After HEARTH_SSE_KEEPALIVE seconds of engine silence, a keep-alive between two events."""
         if time.monotonic() - self.last_sent >= settings.HEARTH_SSE_KEEPALIVE:
             self.last_sent = time.monotonic()
-            if self.at_boundary and (self._ping is None or self._ping.done()):
+            # never after the stream's terminal event: the engine may close its answer a moment later
+            if self.at_boundary and not self.answered and (self._ping is None or self._ping.done()):
                 self._ping = asyncio.ensure_future(self._send(send, KEEPALIVE[Surface(self.outcome.surface)]))
         self._schedule_ping(send)
 
