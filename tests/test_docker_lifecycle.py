@@ -25,7 +25,9 @@ from tests.simworld import deploy, ensure_model, wait_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
-INSTANCE = f"test-{os.getpid()}"
+# The test run's own instance (every process of it shares one: tests/conftest.py's live_env), which labels its
+# containers apart from any other appliance's on this daemon and names its Celery queue in Redis
+INSTANCE = settings.HEARTH_INSTANCE
 NETWORK = f"hearth-{INSTANCE}"
 CHECKOUT = hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]  # images per checkout: others' tests keep theirs
 IMAGES = {
@@ -60,7 +62,6 @@ def docker_env(live_env: dict[str, str]) -> dict[str, str]:
     return {
         **live_env,
         "HEARTH_RUNTIME": "docker",
-        "HEARTH_INSTANCE": INSTANCE,
         "HEARTH_DOCKER_NETWORK": NETWORK,
         "HEARTH_STALE_AFTER": "5",
         "HEARTH_RESTART_BACKOFF": "1",
