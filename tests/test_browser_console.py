@@ -137,7 +137,11 @@ def test_the_demo_plan_on_a_simulated_8xh100_launch_key_and_stream(
     page.get_by_role("link", name="Deployments").click()
     page.get_by_role("link", name="demo").click()
     expect(page.locator("[data-field=generation_tokens_total]")).not_to_have_text("no data", timeout=15_000)
-    page.get_by_role("button", name="Stop").click()
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    page.get_by_role("button", name="Stop").click()  # a destructive button asks first
+    expect(page.locator("[data-field=state]")).not_to_have_text("ready", timeout=30_000)
+    assert asked and asked[0].startswith("Stop demo?"), asked
     expect(page.locator("[data-field=state]")).to_have_text("stopped", timeout=30_000)
 
 
