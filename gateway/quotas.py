@@ -9,8 +9,8 @@ A request reserves, at admission, its prompt (counted by the engine's ``/tokeniz
 bound gateway.context_fit uses) plus the most it may generate: its output limit after the key's and the
 deployment's caps, else what the engine defaults to (16 for /v1/completions, as vLLM and SGLang do; the
 context left for the other endpoints), times the choices it asks for (``n``, ``best_of``, a list of prompts).
-A request whose reservation alone is over a token limit or a budget not yet spent can never pass: its 429 says
-so and carries no Retry-After.
+A request whose reservation alone is over a token limit or a budget not yet spent can never pass: it is a 400
+(code ``exceeds_key_limit`` or ``exceeds_key_budget``) that says so, which SDKs do not retry.
 """
 
 import math
@@ -132,31 +132,39 @@ def seconds_to_turn(window: str, now: float) -> int:
 
 
 def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> GatewayError:
-    """The 429 for counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: ``used``
-    already counted or reserved, ``wanted`` what the request would add (USD counters in nano-USD)."""
+    """The refusal of counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: a 429,
+    or a 400 when the request alone is over it. ``used`` is already counted or reserved, ``wanted`` what the
+    request would add (USD counters in nano-USD)."""
     if index >= len(LIMITS):
         return _over_budget(index - len(LIMITS), limit, used, wanted, now)
     what, window = LIMITS[index]
-    if what.startswith("tokens") and used < limit < wanted:
-        return GatewayError(429, f"This request needs up to {wanted:,} tokens (its prompt and output limit), more "
+    if what.startswith("tokens") and used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
+        return GatewayError(400, f"This request needs up to {wanted:,} tokens (its prompt and output limit), more "
                             f"than this API key's limit of {limit:,} {what}; ask for fewer output tokens.",
-                            type="rate_limit_error", code="rate_limit_exceeded")  # fmt: skip
+                            code="exceeds_key_limit")  # fmt: skip
     retry = seconds_to_turn(window, now)
     state = "is reached" if used >= limit else (f"has {limit - used:,} left, fewer than this request may use "
                                                 f"({wanted:,}: its prompt and output limit)")  # fmt: skip
-    return GatewayError(429, f"This API key's limit of {limit:,} {what} {state}; retry in {retry} s.",
-                        type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)  # fmt: skip
+    message = f"This API key's limit of {limit:,} {what} {state}; retry in {retry:,} s{_at(now, retry)}."
+    return GatewayError(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)
+
+
+def _at(now: float, retry: int) -> str:
+    """When a wait of more than a minute ends, in UTC, for the refusal's message."""
+    if retry <= 60:
+        return ""
+    return f" (at {datetime.fromtimestamp(now + retry, UTC):%Y-%m-%d %H:%M} UTC)"
 
 
 def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> GatewayError:
     """OpenAI's type and code for a spent quota are ``insufficient_quota`` (its "Error codes" guide)."""
     what, window = BUDGETS[index]
     budget, retry = f"{what} of {usd_text(limit)}", seconds_to_turn(window, now)
-    if used < limit < wanted:
+    if used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
-        return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota")
+        return GatewayError(400, message, code="exceeds_key_budget")
     left = "" if used >= limit else f": {usd_text(limit - used)} is left, this request may cost {usd_text(wanted)}"
-    message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s."
+    message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s{_at(now, retry)}."
     return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota", retry_after=retry)
 
 

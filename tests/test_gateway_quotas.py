@@ -103,10 +103,11 @@ def test_a_burst_on_tokens_serves_within_one_request_of_the_limit(
 def test_a_request_bigger_than_the_limit_is_refused_without_retry_after(served: Served, gateways: list[str]) -> None:
     _, key = make_key(served.client, gateways, tokens_per_minute=200)
     sdk = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=key, max_retries=0)
-    with pytest.raises(openai.RateLimitError, match="more than this API key's limit of 200 tokens per minute") as big:
+    with pytest.raises(openai.BadRequestError, match="more than this API key's limit of 200 tokens per minute") as big:
         sdk.chat.completions.create(model="llama", messages=HI, max_tokens=500)  # type: ignore[arg-type]
     assert "retry-after" not in big.value.response.headers
-    with pytest.raises(openai.RateLimitError, match="needs up to 8,192 tokens"):  # no max_tokens: the context left
+    assert big.value.code == "exceeds_key_limit"  # a 400: no retry can pass, so SDKs must not retry it
+    with pytest.raises(openai.BadRequestError, match="needs up to 8,192 tokens"):  # no max_tokens: the context left
         sdk.chat.completions.create(model="llama", messages=HI)  # type: ignore[arg-type]
 
 
