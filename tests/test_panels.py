@@ -221,3 +221,25 @@ def test_an_admin_adds_a_metric_mapping_in_the_console_and_scrapes_use_it(admin:
     assert scraping.choose_flavor("myengine", "", {"my_busy"}, rows) == "myengine"
     assert scraping.parse_metrics(text, [r for r in rows if r.flavor == "myengine"], 1.0).values == {
         "requests_running": 3}
+
+
+def test_a_member_sees_their_own_keys_usage_by_name_and_everyone_elses_only_as_a_sum(
+    admin: Client, django_user_model: type
+) -> None:
+    from console.access.models import ApiKey, Member
+
+    dep = deployment()
+    bob = django_user_model.objects.create_user("bob", "", "bobs-password-1")  # type: ignore[attr-defined]
+    Member.objects.create(user=bob, role="member")
+    mine = ApiKey.objects.create(name="bob's laptop", prefix="hk-bobbobbo", key_hash="x", owner=bob)
+    theirs = [ApiKey.objects.create(name=f"team key {n}", prefix=f"hk-team000{n}", key_hash="x") for n in (1, 2)]
+    for key, tokens in ((mine, 100), (theirs[0], 300), (theirs[1], 600)):
+        log_row("llama", api_key=key, prompt_tokens=tokens, completion_tokens=0)
+    member = Client()
+    member.force_login(bob)
+    for path in (f"/deployments/{dep.pk}/panel/", "/costs/"):
+        html = member.get(path).text
+        assert "bob&#x27;s laptop" in html and "other keys" in html and "team key" not in html, path
+        assert "team key 1" in admin.get(path).text  # an admin sees every key by name
+    shares = {k.key_name: k for k in cost.visible_to(cost.key_costs(datetime.now(UTC).date(), dep), {mine.pk})}
+    assert (shares["other keys"].tokens, round(shares["other keys"].share, 3)) == (900, 0.9)

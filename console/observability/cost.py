@@ -158,6 +158,24 @@ class KeyCost:
     usd: Decimal | None
 
 
+def visible_to(costs: list[KeyCost], own: set[int] | None) -> list[KeyCost]:
+    """``costs`` as someone who sees only the keys ``own`` holds (None: everyone's) may see them: the others
+    summed into one "other keys" row per deployment and day, so the shares still add up to the whole."""
+    if own is None:
+        return costs
+    mine = [k for k in costs if k.key_id in own]
+    others: dict[tuple[date, str], list[KeyCost]] = {}
+    for k in costs:
+        if k.key_id not in own:
+            others.setdefault((k.day, k.deployment), []).append(k)
+    for (day, deployment), rows in others.items():
+        priced = [k.usd for k in rows if k.usd is not None]
+        usd = sum(priced, Decimal(0)) if len(priced) == len(rows) else None
+        mine.append(KeyCost(day, deployment, None, "other keys", sum(k.tokens for k in rows),
+                            sum(k.share for k in rows), usd))  # fmt: skip
+    return sorted(mine, key=lambda k: -k.tokens)
+
+
 def key_costs(day: date, only: Deployment | None = None) -> list[KeyCost]:
     """Every key's tokens and cost per deployment (or ``only`` that one) on ``day`` (UTC), largest first (module
     docstring's method)."""

@@ -65,6 +65,7 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
     keys = cache.get_or_set(f"observability:keys:{dep.pk}:{now.date()}", lambda: cost.key_costs(now.date(), only=dep),
                             COSTS_EVERY)  # fmt: skip
     slo = ServiceLevel.objects.filter(deployment=dep).first()
+    keys = cost.visible_to(keys or [], _own_keys(request))
     context = {"dep": dep, "panel": panel, "hours_up": up, "hours_idle": idle, "keys": keys, "slo": slo,
                "slo_form": SloForm(instance=slo), "latency_window": LATENCY_WINDOW // 60,
                "throughput_window": cost.THROUGHPUT_WINDOW}  # fmt: skip
@@ -160,7 +161,9 @@ def costs(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
             return redirect("observability:costs")
     today = datetime.now(UTC).date()
-    days = [(today - timedelta(days=n), cost.key_costs(today - timedelta(days=n))) for n in range(7)]
+    own = _own_keys(request)
+    days = [(today - timedelta(days=n), cost.visible_to(cost.key_costs(today - timedelta(days=n)), own))
+            for n in range(7)]  # fmt: skip
     hourly = [(d, cost.hourly_cost(d)) for d in Deployment.objects.order_by("name")]
     prices = PriceSetting.objects.order_by("gpu_model")
     context = {"prices": prices, "form": form, "days": days, "hourly": hourly}
@@ -182,3 +185,10 @@ def mappings(request: HttpRequest) -> HttpResponse:
     rows = MetricMapping.objects.order_by("flavor", "canonical")
     return render(request, "observability/mappings.html", {"rows": rows, "form": form, "editing": editing})
 
+
+
+def _own_keys(request: HttpRequest) -> set[int] | None:
+    """The ids of the keys a member holds, whose usage alone they see by name; None for those who see all."""
+    if may_see_all(request.user):
+        return None
+    return set(request.user.api_keys.values_list("pk", flat=True))  # type: ignore[union-attr]
