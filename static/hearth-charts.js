@@ -14,10 +14,11 @@
     kv: { series: [["kv_cache_usage", "KV cache %", COLORS.a]], unit: "%", fmt: (v) => (v == null ? "—" : v.toFixed(1) + " %"), range: [0, 100] },
     queue: { series: [["requests_running", "running", COLORS.a], ["requests_waiting", "waiting", COLORS.b]], unit: "requests", fmt: num, limit: "max_num_seqs" },
     tps: { series: [["generation_tps", "generation", COLORS.a], ["prompt_tps", "prompt", COLORS.c]], unit: "tokens/s", fmt: num },
-    ttft: { series: [["user_ttft_p50", "users p50", COLORS.a], ["user_ttft_p99", "users p99", COLORS.b], ["ttft_p50", "engine p50", COLORS.c], ["ttft_p99", "engine p99", COLORS.d]], unit: "s", fmt: secs, slo: "ttft" },
-    itl: { series: [["user_itl_p50", "users p50", COLORS.a], ["user_itl_p99", "users p99", COLORS.b], ["itl_p50", "engine p50", COLORS.c], ["itl_p99", "engine p99", COLORS.d]], unit: "s", fmt: secs, slo: "itl" },
+    ttft: { series: [["user_ttft_p50", "users p50", COLORS.a], ["user_ttft_p99", "users p99", COLORS.b], ["ttft_p50", "engine p50", COLORS.c], ["ttft_p99", "engine p99", COLORS.d]], unit: "latency", fmt: secs, slo: "ttft" },
+    itl: { series: [["user_itl_p50", "users p50", COLORS.a], ["user_itl_p99", "users p99", COLORS.b], ["itl_p50", "engine p50", COLORS.c], ["itl_p99", "engine p99", COLORS.d]], unit: "latency", fmt: secs, slo: "itl" },
     requests: { series: [["requests_per_s", "requests/s", COLORS.c], ["errors_per_s", "errors/s", COLORS.slo]], unit: "per s", fmt: (v) => (v == null ? "—" : v.toFixed(2)) },
   };
+  const SPAN = { "15m": 900, "1h": 3600, "24h": 86400, "30d": 2592000 };  // seconds: the x axis always spans the range
   let range = "1h", data = null, plots = {}, timer = null, lastT = null;
 
   function columns(def) {
@@ -34,7 +35,9 @@
     if (extra != null) series.push({ label: def.slo ? "SLO" : "max_num_seqs", stroke: COLORS.slo, dash: [6, 4], width: 1.5, value: (u, v) => def.fmt(v) });
     const opts = {
       width: Math.max(el.clientWidth, 300), height: 200, series,
-      scales: { x: { time: true }, y: def.range ? { range: def.range } : { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
+      // the chosen range ending now, in UTC as the console's tables are: one point is not a 2-year axis
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
+      scales: { x: { time: true, range: (u, lo, hi) => { const end = Math.max(hi || 0, Date.now() / 1000); return [end - SPAN[range], end]; } }, y: def.range ? { range: def.range } : { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
       axes: [{ stroke: "#555", grid: { stroke: "#eee" } },
              { stroke: "#555", grid: { stroke: "#eee" }, size: 64, values: (u, vals) => vals.map(def.fmt), label: def.unit, labelSize: 18 }],
       legend: { live: true },

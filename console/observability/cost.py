@@ -60,8 +60,10 @@ def gpu_model_of(dep: Deployment, prices: list[PriceSetting]) -> PriceSetting | 
 def hourly_cost(dep: Deployment, prices: list[PriceSetting] | None = None) -> HourlyCost:
     """$/hour of a deployment's GPUs (see the module docstring)."""
     gpus = len(dep.plan.get("gpu_indices") or [])
+    if dep.external:
+        return HourlyCost(None, 0, "", None, "Hearth did not launch it, so it knows no GPUs to price")
     if not gpus:
-        return HourlyCost(None, 0, "", None, "runs on CPU: no GPU price applies")
+        return HourlyCost(None, 0, "", None, "runs on CPU, where no GPU price applies")
     row = gpu_model_of(dep, list(PriceSetting.objects.all()) if prices is None else prices)
     if row is None:
         return HourlyCost(None, gpus, "", None, "no price is set for its GPU model (Costs page)")

@@ -1,5 +1,7 @@
 """Observability's forms: the request log's filters, a metric mapping, a GPU price, a deployment's SLO."""
 
+from typing import ClassVar
+
 from django import forms
 
 from console.observability.models import MetricMapping, PriceSetting, ServiceLevel
@@ -27,6 +29,9 @@ class PriceForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = PriceSetting
         fields = ("gpu_model", "usd_per_gpu_hour", "source")
+        labels: ClassVar[dict[str, str]] = {
+            "gpu_model": "GPU model", "usd_per_gpu_hour": "USD per GPU-hour", "source": "Source of the price",
+        }  # fmt: skip
 
     def clean_usd_per_gpu_hour(self) -> object:
         value = self.cleaned_data["usd_per_gpu_hour"]
