@@ -168,7 +168,7 @@ def write(batch: list[Outcome]) -> None:
 COLUMNS = ("created_at", "api_key_id", "model", "surface", "endpoint", "stream", "status", "finish_reason",
            "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_seconds", "duration_seconds", "truncated",
            "client_cancelled", "usage_estimated", "reasoning_tokens", "tool_call_failures", "length_cut",
-           "empty_answer", "cost_usd")  # fmt: skip
+           "empty_answer", "cost_usd", "key_prefix")  # fmt: skip
 
 
 @cache
@@ -187,4 +187,4 @@ def _values(o: Outcome, adapt_datetime: Callable[[datetime], Any]) -> tuple[Any,
     return (adapt_datetime(datetime.fromtimestamp(o.ended_at, UTC)), o.key_id, o.model, o.surface, o.endpoint,
             o.stream, o.status, o.finish_reason or "", prompt, completion, cached, o.ttft_seconds,
             o.duration_seconds, o.truncated, o.client_cancelled, o.usage_estimated, c.reasoning_tokens,
-            c.tool_call_failures, c.length_cut, empty, o.cost_usd)  # fmt: skip
+            c.tool_call_failures, c.length_cut, empty, o.cost_usd, o.key_prefix)  # fmt: skip

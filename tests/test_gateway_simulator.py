@@ -360,3 +360,24 @@ def test_anthropic_clients_get_pings_while_the_engine_is_silent_before_and_after
         model="llama", max_tokens=3, messages=[{"role": "user", "content": "Think [[sim:stall-first=2]]"}]
     ) as stream:
         assert stream.get_final_message().stop_reason == "max_tokens"
+
+
+def test_a_request_made_with_a_rotated_keys_old_secret_is_logged_under_that_secrets_prefix(served: Served) -> None:
+    """During a rotation's grace the request log says which secret each request used, so the key's owner
+    sees who is still on the old one."""
+    from console.observability.models import RequestLog
+
+    old = served.client.post("/api/keys", json={"name": "rotating"}).json()
+    new = served.client.post(f"/api/keys/{old['id']}/rotate", json={"grace_seconds": 60}).json()
+    for secret in (old["key"], new["key"]):
+        answer = httpx.post(f"{served.web}/v1/chat/completions", headers={"Authorization": f"Bearer {secret}"},
+                            json={"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                            timeout=60)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+    deadline = time.monotonic() + 10
+    while len(rows := list(RequestLog.objects.filter(api_key_id=old["id"]).order_by("id"))) < 2:
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.1)
+    assert [r.key_prefix for r in rows] == [old["prefix"], new["prefix"]]
+    page = served.client.get("/requests/").text
+    assert f"<code>{old['prefix']}</code>" in page and "(its secret before rotation)" in page

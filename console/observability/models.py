@@ -37,6 +37,10 @@ class RequestLog(models.Model):
         max_digits=18, decimal_places=9, null=True,
         help_text="USD charged to the key's budgets: tokens × the deployment's price per token; None: no price.",
     )  # fmt: skip
+    key_prefix = models.CharField(
+        max_length=20, blank=True,
+        help_text="The public prefix of the secret the request used: during a rotation's grace, the old one's.",
+    )  # fmt: skip
 
     class Meta:
         indexes = (models.Index(fields=["api_key", "created_at"]),)
