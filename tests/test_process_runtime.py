@@ -100,3 +100,17 @@ def test_a_name_started_again_gets_a_fresh_log_and_keeps_the_last_one_apart(tmp_
         time.sleep(0.1)
     assert runtime.logs("r5").strip() == "second"
     assert (tmp_path / "r5.previous.log").read_text().strip() == "first"
+
+
+def test_a_running_engine_is_adopted_only_when_it_runs_what_was_asked(tmp_path: Path) -> None:
+    """A worker that died after a start finds its engine again; the same name from another life (a reset
+    database reuses replica ids) is ended and started afresh, never taken for the engine asked for."""
+    runtime = ProcessRuntime(tmp_path)
+    first = int(runtime.start("r1", spec("import time; time.sleep(60)")).handle)
+    assert int(ProcessRuntime(tmp_path).start("r1", spec("import time; time.sleep(60)")).handle) == first
+    other = int(ProcessRuntime(tmp_path).start("r1", spec("import time; time.sleep(61)")).handle)
+    try:
+        assert other != first and runtime.status("r1").running
+        assert not Path(f"/proc/{first}").exists() or Path(f"/proc/{first}/stat").read_text().split()[2] == "Z"
+    finally:
+        runtime.stop("r1", grace_seconds=2)

@@ -3,7 +3,9 @@
 Each engine runs in its own session (process group) so that stopping it ends its children too, and
 so that a worker restart leaves it running for reconcile to find. Files under ``root``:
 ``NAME.pid``, ``NAME.log`` (stdout+stderr; an earlier run's under the same name moves to
-``NAME.previous.log``), ``NAME.exit`` (exit code, written by a reaper thread in the process that started it).
+``NAME.previous.log``), ``NAME.exit`` (exit code, written by a reaper thread in the process that started it),
+``NAME.argv`` (what it runs: a running engine is adopted only when its argv is the one asked for, so a reset
+database that reuses replica ids never adopts another life's engine).
 The folder is 0700 and the files 0600 (engine logs may quote prompts).
 
 An engine gets its spec's environment over an allow-list of the worker's (ENGINE_ENV, plus the names
@@ -11,6 +13,7 @@ in ``passed``, HEARTH_ENGINE_ENV), never the whole of it: no SECRET_KEY(_FILE), 
 """
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -60,11 +63,14 @@ class ProcessRuntime:
 
     def start(self, name: str, spec: LaunchSpec) -> Started:
         pid = self._pid(name)
-        if pid is not None and self.status(name).running:  # a worker died after starting it: adopt it
-            return Started(str(pid), spec.host, spec.port)
+        if pid is not None and self.status(name).running:
+            if self._argv(name) == spec.argv:  # a worker died after starting this very engine: adopt it
+                return Started(str(pid), spec.host, spec.port)
+            # the same name from another life (a reset database reuses replica ids): not this engine
+            _end_group(pid, 5.0)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.root.chmod(0o700)
-        for suffix in ("exit", "pid"):
+        for suffix in ("exit", "pid", "argv"):
             self._path(name, suffix).unlink(missing_ok=True)
         env = engine_environment(os.environ, spec.env, self.passed_env)
         log_path = self._path(name, "log")
@@ -86,6 +92,7 @@ class ProcessRuntime:
         finally:
             log.close()
         self._path(name, "pid").write_text(str(proc.pid))
+        self._path(name, "argv").write_text(json.dumps(spec.argv))  # holds no key: keys go in the environment
         threading.Thread(target=self._reap, args=(proc, name), daemon=True).start()
         return Started(str(proc.pid), spec.host, spec.port)
 
@@ -98,6 +105,13 @@ class ProcessRuntime:
             return int(self._path(name, "pid").read_text())
         except (FileNotFoundError, ValueError):
             return None
+
+    def _argv(self, name: str) -> list[str] | None:
+        try:
+            argv: list[str] = json.loads(self._path(name, "argv").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return argv
 
     def _exit_code(self, name: str) -> int | None:
         try:
