@@ -1,5 +1,6 @@
 """The process runtime: real subprocesses started, watched, logged and stopped."""
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -114,3 +115,16 @@ def test_a_running_engine_is_adopted_only_when_it_runs_what_was_asked(tmp_path: 
         assert not Path(f"/proc/{first}").exists() or Path(f"/proc/{first}/stat").read_text().split()[2] == "Z"
     finally:
         runtime.stop("r1", grace_seconds=2)
+
+
+def test_a_recycled_pid_that_is_not_ours_is_neither_adopted_nor_ended(tmp_path: Path) -> None:
+    runtime = ProcessRuntime(tmp_path)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(62)"], start_new_session=True)
+    try:
+        (tmp_path / "r1.pid").write_text(str(stranger.pid))  # a stale pid file whose pid another process has now
+        started = int(runtime.start("r1", spec("import time; time.sleep(60)")).handle)
+        assert started != stranger.pid and stranger.poll() is None
+    finally:
+        runtime.stop("r1", grace_seconds=2)
+        stranger.kill()
+        stranger.wait()

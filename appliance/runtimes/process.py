@@ -4,8 +4,9 @@ Each engine runs in its own session (process group) so that stopping it ends its
 so that a worker restart leaves it running for reconcile to find. Files under ``root``:
 ``NAME.pid``, ``NAME.log`` (stdout+stderr; an earlier run's under the same name moves to
 ``NAME.previous.log``), ``NAME.exit`` (exit code, written by a reaper thread in the process that started it),
-``NAME.argv`` (what it runs: a running engine is adopted only when its argv is the one asked for, so a reset
-database that reuses replica ids never adopts another life's engine).
+``NAME.argv`` (what it was started with). A running engine is adopted only when its argv is the one asked
+for; one of ours from another life (a reset database reuses replica ids) is ended, and a recycled pid that
+is not ours is left alone.
 The folder is 0700 and the files 0600 (engine logs may quote prompts).
 
 An engine gets its spec's environment over an allow-list of the worker's (ENGINE_ENV, plus the names
@@ -64,10 +65,12 @@ class ProcessRuntime:
     def start(self, name: str, spec: LaunchSpec) -> Started:
         pid = self._pid(name)
         if pid is not None and self.status(name).running:
-            if self._argv(name) == spec.argv:  # a worker died after starting this very engine: adopt it
+            running = _cmdline(pid)
+            if running == spec.argv:  # a worker died after starting this very engine: adopt it
                 return Started(str(pid), spec.host, spec.port)
-            # the same name from another life (a reset database reuses replica ids): not this engine
-            _end_group(pid, 5.0)
+            if running == self._argv(name):  # ours under this name from another life (a reset database)
+                _end_group(pid, 5.0)
+            # else the pid was recycled by a process that is not ours: left alone
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.root.chmod(0o700)
         for suffix in ("exit", "pid", "argv"):
@@ -145,6 +148,15 @@ class ProcessRuntime:
 
     def names(self) -> set[str]:
         return {path.name.removesuffix(".pid") for path in self.root.glob("*.pid")}
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    """The argv process ``pid`` runs, or None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode("utf-8", "surrogateescape").split("\0")[:-1]
 
 
 def _group_alive(pgid: int) -> bool:
