@@ -128,3 +128,11 @@ def test_a_recycled_pid_that_is_not_ours_is_neither_adopted_nor_ended(tmp_path: 
         runtime.stop("r1", grace_seconds=2)
         stranger.kill()
         stranger.wait()
+
+
+def test_it_lists_only_its_own_appliances_engines(tmp_path: Path) -> None:
+    """Two appliances sharing a data folder: reconcile removes the engines no replica owns among its own
+    names only, never the other's."""
+    for name in ("hearth-aaaaaa-replica-1", "hearth-bbbbbb-replica-1"):
+        (tmp_path / f"{name}.pid").write_text("1")
+    assert ProcessRuntime(tmp_path, prefix="hearth-aaaaaa-").names() == {"hearth-aaaaaa-replica-1"}

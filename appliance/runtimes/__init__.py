@@ -9,13 +9,19 @@ from appliance.runtimes.base import Runtime, RuntimeError_, RuntimeStatus, Start
 __all__ = ["Runtime", "RuntimeError_", "RuntimeStatus", "Started", "get_runtime"]
 
 
+def engine_name_prefix() -> str:
+    """How this appliance's engines' runtime names begin (``hearth-<instance>-``): what its runtimes list as
+    its own, so that two appliances sharing a data folder or a Docker daemon never stop each other's."""
+    return f"hearth-{settings.HEARTH_INSTANCE[:6]}-"
+
+
 def get_runtime(name: str | None = None) -> Runtime:
     """The runtime named ``name`` (default: HEARTH_RUNTIME). Raises ValueError for an unknown name."""
     name = name or settings.HEARTH_RUNTIME
     if name == "process":
         from appliance.runtimes.process import ProcessRuntime
 
-        return ProcessRuntime(settings.DATA_DIR / "engines", settings.HEARTH_ENGINE_ENV)
+        return ProcessRuntime(settings.DATA_DIR / "engines", settings.HEARTH_ENGINE_ENV, engine_name_prefix())
     if name == "docker":
         return _docker_runtime()
     raise ValueError(f"unknown runtime {name!r} (use process or docker)")

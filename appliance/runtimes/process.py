@@ -52,9 +52,11 @@ def engine_environment(
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, root: Path, passed_env: Sequence[str] = ()) -> None:
+    def __init__(self, root: Path, passed_env: Sequence[str] = (), prefix: str = "") -> None:
+        """``prefix``: how this appliance's engine names begin; ``names`` lists only those."""
         self.root = root
         self.passed_env = tuple(passed_env)
+        self.prefix = prefix
 
     def _path(self, name: str, suffix: str) -> Path:
         return self.root / f"{name}.{suffix}"
@@ -147,7 +149,7 @@ class ProcessRuntime:
             return ""
 
     def names(self) -> set[str]:
-        return {path.name.removesuffix(".pid") for path in self.root.glob("*.pid")}
+        return {path.name.removesuffix(".pid") for path in self.root.glob(f"{self.prefix}*.pid")}
 
 
 def _cmdline(pid: int) -> list[str] | None:

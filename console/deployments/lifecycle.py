@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, get_runtime
+from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, engine_name_prefix, get_runtime
 from console.deployments.agent_support import launch_parsers
 from console.deployments.models import Deployment, Replica
 from engines import adapters
@@ -89,7 +89,7 @@ def _new_replica(dep: Deployment, runtime: Runtime) -> Replica:
     port = CONTAINER_PORT if runtime.name == "docker" else _free_port(host)
     key = ENGINE_KEY_PREFIX + secrets.token_urlsafe(24)
     replica = Replica.objects.create(deployment=dep, runtime=runtime.name, host=host, port=port, engine_api_key=key)
-    replica.runtime_name = f"hearth-{settings.HEARTH_INSTANCE[:6]}-replica-{replica.pk}"
+    replica.runtime_name = f"{engine_name_prefix()}replica-{replica.pk}"
     replica.save(update_fields=["runtime_name"])
     return replica
 
