@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 os.environ.setdefault("DEBUG", "1")
 os.environ["HEARTH_SCRAPE_INTERVAL"] = "5"
+os.environ.setdefault("ALLOWED_HOSTS", "testserver")  # Django's test client's host name
 
 import django  # noqa: E402
 
