@@ -8,7 +8,9 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 django_application = get_asgi_application()
 
-from gateway.app import PROBE_PATHS, Gateway, Receive, Scope, Send, metrics_app  # noqa: E402 - needs Django set up first
+from gateway.app import PROBE_PATHS, Gateway  # noqa: E402 - needs Django set up first
+from gateway.asgi_io import Receive, Scope, Send  # noqa: E402
+from gateway.metrics_endpoint import metrics_app  # noqa: E402
 
 gateway = Gateway()
 

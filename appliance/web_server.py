@@ -4,7 +4,7 @@
 What the processes share lives in Redis and the database (quotas, concurrency, key and route changes, the
 request log); their Prometheus metrics are summed through prometheus-client's multiprocess mode: each
 process writes its samples under PROMETHEUS_MULTIPROC_DIR (set here, before any worker imports the client,
-to ``DATA_DIR/run/prometheus`` unless given) and /metrics reads them all (gateway.app.metrics_app). The
+to ``DATA_DIR/run/prometheus`` unless given) and /metrics reads them all (gateway.metrics_endpoint.metrics_app). The
 folder is emptied at each start: counters begin again at 0, which Prometheus reads as a restart.
 
 Imports Django's settings only (never the app: each worker imports it itself).

@@ -9,27 +9,21 @@ cancels the upstream request at once.
 """
 
 import asyncio
-import functools
 import gc
-import hmac
 import json
 import logging
-import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-from prometheus_client.multiprocess import MultiProcessCollector
 
-from console.observability.export import engine_registry
 from gateway import context_fit, errors, probes, quotas
 from gateway.accounting import Outcome, count_refusal, flush, record
 from gateway.answers import for_request
+from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.errors import GatewayError, Surface
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
 from gateway.registry import authenticate as authenticate_key
@@ -48,10 +42,6 @@ from gateway.routing import Router, prefix_key
 from gateway.sse import StreamKind
 from gateway.translate import TranslationError
 from gateway.upstream import Engines
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 REFUSED_BEFORE_RELAY = {400, 401, 403, 404, 413, 503}  # answered by the gateway alone (400: a bad body)
@@ -113,28 +103,28 @@ class Gateway:
             if exc.status in REFUSED_BEFORE_RELAY and not exc.recorded:  # the rest gateway.accounting counted
                 count_refusal(surface, exc.status)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
-            await _send_json(send, exc.status, exc.body(surface), retry)
+            await send_json(send, exc.status, exc.body(surface), retry)
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
             if not tracked.started:
                 count_refusal(surface, 400)
                 nested = GatewayError(400, "The request body is JSON nested too deeply.")
-                await _send_json(send, 400, nested.body(surface))
+                await send_json(send, 400, nested.body(surface))
         except Exception:  # a bug must still answer in the API's shape, never a plain-text 500
             log.exception("unexpected error on %s", path)
             if not tracked.started:
                 count_refusal(surface, 500)
                 error = GatewayError(500, "The gateway failed on this request; it is logged.", type="server_error")
-                await _send_json(send, 500, error.body(surface))
+                await send_json(send, 500, error.body(surface))
 
     async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send) -> None:
         method, arrived, offered = scope["method"], scope["hearth.arrived"], _api_keys(scope)
         snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered)))
         if method == "GET" and path == MODELS_PATH:
-            await _send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot, entry)}).encode())
+            await send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot, entry)}).encode())
         elif method == "GET" and path.startswith(MODELS_PATH + "/"):
             name = path.removeprefix(MODELS_PATH + "/")
             found = await self.registry.resolve(arrived, lambda s: _model(s, authenticate(s, offered), name))
-            await _send_json(send, 200, json.dumps(found).encode())
+            await send_json(send, 200, json.dumps(found).encode())
         elif method == "POST" and path in POST_ROUTES:
             await self._relay(path, offered, receive, send, arrived)
         else:
@@ -258,39 +248,6 @@ class Gateway:
             counted = await context_fit.count_prompt(self.engines, exchange.route.upstreams[0], tokenize)
             usage |= {"prompt_tokens": counted} if counted is not None else {}
         return usage
-
-
-async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The appliance's own Prometheus metrics, for an external Prometheus or Grafana: the gateway's, and the
-    engines' canonical series (console.observability.export, read from the database in a thread). When
-    HEARTH_METRICS_TOKEN is set, a request without ``Authorization: Bearer <token>`` gets 401."""
-    token = settings.HEARTH_METRICS_TOKEN
-    if token:
-        sent = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-            headers = [(b"www-authenticate", b'Bearer realm="hearth-metrics"')]
-            await _send_json(send, 401, b'{"error": "/metrics needs the bearer token HEARTH_METRICS_TOKEN"}', headers)
-            return
-    engines = await sync_to_async(generate_latest)(_engine_registry())
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})  # fmt: skip
-    await send({"type": "http.response.body", "body": generate_latest(_gateway_registry()) + engines})
-
-
-@functools.cache
-def _engine_registry() -> CollectorRegistry:
-    return engine_registry()
-
-
-@functools.cache
-def _gateway_registry() -> CollectorRegistry:
-    """The gateway's metrics summed over every web process (prometheus-client's multiprocess mode, whose
-    folder appliance.web_server sets), or this process's alone when it runs outside it."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return REGISTRY
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    return registry
 
 
 class _Tracked:
@@ -437,9 +394,3 @@ async def _cancel_when_gone(receive: Receive, relay: asyncio.Task[Any], exchange
     if not exchange.answered:
         exchange.outcome.client_cancelled = True
         relay.cancel()
-
-
-async def _send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    all_headers = [(b"content-type", b"application/json"), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": all_headers})
-    await send({"type": "http.response.body", "body": body})

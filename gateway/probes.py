@@ -11,15 +11,15 @@ request (so no login, no ALLOWED_HOSTS, no CSRF): ``/health`` and ``/ready``, bo
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable
 from typing import Any
 
+from gateway.asgi_io import Send, send_json
 from gateway.registry import Registry
 
 log = logging.getLogger(__name__)
 CHECK_TIMEOUT = 2.0  # seconds per readiness check
 RETRY_AFTER = 5  # seconds a load balancer is told to wait before asking /ready again
-Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 
 async def health(send: Send) -> None:
@@ -54,6 +54,4 @@ async def _check(name: str, work: Awaitable[object]) -> str:
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    head = [(b"content-type", b"application/json"), (b"cache-control", b"no-store"), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+    await send_json(send, status, json.dumps(body).encode(), [(b"cache-control", b"no-store"), *headers])

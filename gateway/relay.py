@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +23,7 @@ from django.conf import settings
 from gateway import errors
 from gateway.accounting import Outcome
 from gateway.answers import AnswerTally, tally_whole
+from gateway.asgi_io import Send
 from gateway.errors import StreamCut, Surface
 from gateway.registry import Route
 from gateway.responses_chat import chat_to_response
@@ -35,7 +35,6 @@ from gateway.translate import chat_to_message
 from gateway.translate_stream import ChatStreamToMessages
 from gateway.upstream import Answer, Engines, UpstreamBroken, UpstreamUnreachable
 
-Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 Converter = ChatStreamToMessages | ChatStreamToResponses
 log = logging.getLogger(__name__)
 SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]

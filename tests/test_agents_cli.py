@@ -6,7 +6,7 @@ Claude Code runs with both ANTHROPIC_AUTH_TOKEN (the Hearth key, sent as ``Autho
 ANTHROPIC_API_KEY (some other key, sent as ``x-api-key``) set, a common setup that used to be refused 401;
 Codex over the Responses API, natively (the simulator serves /v1/responses) and through the gateway's
 translation to chat completions (``--no-responses``). Non-essential traffic off, a throwaway HOME each
-(../shared/FACTS.md, "Real coding-agent clients").
+(the project's measured facts, FACTS.md: "Real coding-agent clients").
 """
 
 import os

@@ -17,7 +17,7 @@ from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.observability.models import PriceSetting
-from gateway.app import metrics_app
+from gateway.metrics_endpoint import metrics_app
 from tests.conftest import ROOT, Proc, free_port, login
 from tests.simworld import Served, ensure_model
 

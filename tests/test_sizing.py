@@ -15,7 +15,7 @@ SMOLLM2_WEIGHTS = 269_030_016  # bytes of BF16 tensors in the converted checkpoi
 
 
 def test_it_computes_smollm2_kv_bytes_per_token() -> None:
-    # 2 × 30 layers × 3 KV heads × head_dim 64 × 2 bytes (bf16), ../shared/FACTS.md
+    # 2 × 30 layers × 3 KV heads × head_dim 64 × 2 bytes (bf16), as measured in the project's FACTS.md
     assert kv_bytes_per_token(SMOLLM2) == 23_040
 
 
