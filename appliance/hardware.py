@@ -12,6 +12,7 @@ NVML is reached through nvidia-ml-py (``pynvml``); memory used by other processe
 The pre-flight check (appliance.doctor) also reads the driver version and the processes on each GPU here.
 """
 
+import functools
 import json
 import os
 import socket
@@ -218,7 +219,14 @@ def published_key() -> str:
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+    return _client(settings.REDIS_URL)
+
+
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    """One client (and its connection pool) per Redis URL and process: the console reads the inventory on every
+    page, and a connection made per read was half its cost."""
+    return redis.Redis.from_url(url, socket_timeout=2)
 
 
 def publish(inventory: Inventory, telemetry: list[GpuTelemetry], process: str = "worker") -> None:

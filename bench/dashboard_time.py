@@ -5,14 +5,16 @@ Fills a database (``DATABASE_URL``; give it an empty PostgreSQL database, e.g. `
 deployments × 2 replicas, 24 h of scrape-resolution samples at HEARTH_SCRAPE_INTERVAL (5 s) made from a real
 simulator exposition with counters that grow, their 5-minute rollups, the gateway's per-scrape counts, and the
 last hour of request-log rows at 2 requests/s per deployment. Then renders, in this process through Django's test
-client (server time only, no network), each URL a refresh asks for, and prints p50/p99 and the ratio to a
-baseline measured in the same run (the login page). Goal (issue 12): under 200 ms per refresh.
+client (server time only, no network), each URL a refresh asks for, each time after a new sample of every
+replica (what the scraper adds between refreshes), and prints p50/p99 and the ratio to a
+baseline measured in the same run (the login page). Goal (issue 12): p99 under 200 ms per refresh.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/hearth_bench .venv/bin/python bench/dashboard_time.py [--reuse]
 
 ``--reuse`` times the history a previous run left in that database instead of making it again (~6 minutes).
 """
 
+import gc
 import os
 import random
 import statistics
@@ -157,15 +159,34 @@ def shift_to_now() -> None:
     MetricSample.objects.update(at=F("at") + shift)
     RequestLog.objects.update(created_at=F("created_at") + shift)
     ScrapeHealth.objects.update(last_attempt_at=datetime.now(UTC), last_success_at=datetime.now(UTC))
+    if connection.vendor == "postgresql":  # the update left a dead copy of every row, which scraping never does
+        with connection.cursor() as cur:
+            cur.execute("VACUUM ANALYZE observability_metricsample")
+            cur.execute("VACUUM ANALYZE observability_requestlog")
     from django.core.cache import cache
 
     cache.clear()
 
 
+def scrape_once() -> None:
+    """A new sample for every replica, now (a copy of its newest): what the scraper adds between two refreshes."""
+    from console.deployments.models import Replica
+    from console.observability.models import MetricSample
+
+    now, made = datetime.now(UTC), []
+    for replica in Replica.objects.filter(deployment__name__startswith="bench-"):
+        r = MetricSample.objects.filter(replica=replica, resolution=0).order_by("-at").first()
+        if r is not None:
+            made.append(MetricSample(deployment_id=r.deployment_id, replica=replica, at=now, values=r.values))
+    MetricSample.objects.bulk_create(made)
+
+
 def timed(client: Client, url: str, n: int = 30) -> tuple[float, float]:
+    """p50 and p99 (seconds) of ``n`` GETs of ``url``, each after a new scrape of every replica."""
     client.get(url)  # warm
     times = []
     for _ in range(n):
+        scrape_once()
         t0 = time.perf_counter()
         resp = client.get(url)
         times.append(time.perf_counter() - t0)
@@ -210,6 +231,7 @@ def main() -> None:
         shift_to_now()
     from django.contrib.auth.models import User
 
+    gc.freeze()  # as the web server does at start-up (gateway.app's lifespan): what setup loaded is left out of GC
     client = Client()
     client.force_login(User.objects.get(username="bench"))  # django-axes wants a request for login()
     dep = ids[0]
@@ -234,11 +256,13 @@ def main() -> None:
         p50, p99 = timed(client, url)
         results[url] = (p50, p99)
         print(f"| {label} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {p50 / base[0]:.1f} |")
-    dash = results["/dashboard/live/"][0]
+    dash = results["/dashboard/live/"]
     update = f"/deployments/{dep}/series/?range=1h&since={now - 10}"
-    page = results[f"/deployments/{dep}/panel/"][0] + results[update][0]
-    print(f"\nper refresh: dashboard {dash * 1000:.0f} ms, deployment page (panel + chart update) "
-          f"{page * 1000:.0f} ms; goal < 200 ms: {'met' if max(dash, page) < 0.2 else 'NOT met'}")  # fmt: skip
+    page = [a + b for a, b in zip(results[f"/deployments/{dep}/panel/"], results[update], strict=True)]
+    worst = max(dash[1], page[1])
+    print(f"\nper refresh, p50/p99: dashboard {dash[0] * 1000:.0f}/{dash[1] * 1000:.0f} ms, deployment page (panel + "
+          f"chart update) {page[0] * 1000:.0f}/{page[1] * 1000:.0f} ms; goal p99 < 200 ms: "
+          f"{'met' if worst < 0.2 else 'NOT met'}")  # fmt: skip
     size_per_replica_day()
 
 

@@ -20,6 +20,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from console.observability import step_cache
+
 if TYPE_CHECKING:
     from django.test import Client
 
@@ -42,6 +44,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True, scope="session")
 def clean_redis() -> None:
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+@pytest.fixture(autouse=True)
+def fresh_step_cache() -> None:
+    """Each test's history starts unknown to this process (a rolled-back test's sample ids come back on SQLite)."""
+    step_cache.clear()
 
 
 @pytest.fixture(scope="session")

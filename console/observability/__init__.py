@@ -1,9 +1,9 @@
 """Observability: each ready replica's /metrics scraped, mapped to canonical names through editable mapping rows
-(engines.metrics' defaults seeded as data), kept as history in the database (scraping, history); the request log
-the gateway writes and the statistics drawn from it (request_stats, outcomes); the panels, dashboard and charts
-made from both (panel, charts, views); cost per hour and per million tokens, and the price per token the gateway
-charges (cost); the GPU strip from the worker's published inventory (gpu_strip); Hearth's own /metrics, engine
-side (export).
+(engines.metrics' defaults seeded as data), kept as history in the database (scraping, history; step_cache keeps
+each web process's recent steps); the request log the gateway writes and the statistics drawn from it
+(request_stats, outcomes); the panels, dashboard and charts made from both (panel, charts, views); cost per hour
+and per million tokens, and the price per token the gateway charges (cost); the GPU strip from the worker's
+published inventory (gpu_strip); Hearth's own /metrics, engine side (export).
 
 May import: engines, appliance, console.deployments (its models), console's shared modules. Nothing of
 console.access or console.catalog beyond what deployments bring. ``outcomes`` imports nothing of Django: the

@@ -17,6 +17,7 @@ from functools import lru_cache
 from django.db import transaction
 
 from console.deployments.models import Replica
+from console.observability import step_cache
 from console.observability.models import HistogramBounds, MetricSample, Resolution
 from engines.metrics import Histogram, Scrape, add_histograms, counter_delta, histogram_delta
 
@@ -103,20 +104,29 @@ def _raw_point(row: MetricSample, only: frozenset[str] | None) -> tuple[float, d
     return row.at.timestamp(), v.get("v", {}), _decode_hists(v.get("h", {}), only)
 
 
+RawSample = tuple[float, dict[str, float], dict[str, Histogram]]  # (Unix s, gauges and counters, histograms)
+
+
+def step(prev: RawSample | None, cur: RawSample, interval: float) -> Point:
+    """The point ending at ``cur``: a baseline (dt 0) without ``prev`` or across a gap, else its deltas."""
+    at, values, hists = cur
+    point = Point(at, 0.0, dict(values))
+    if prev is not None and 0 < at - prev[0] <= GAP_STEPS * interval + 1:
+        point.dt = at - prev[0]
+        point.deltas = {k: counter_delta(prev[1][k], x) for k, x in values.items() if k in prev[1]}
+        point.hists = {k: histogram_delta(prev[2].get(k), h) for k, h in hists.items() if k in prev[2]}
+    return point
+
+
 def steps(rows: Iterable[MetricSample], interval: float, only: frozenset[str] | None = SHOWN_HISTOGRAMS) -> list[Point]:
     """Consecutive raw samples of one replica (oldest first) as points, with the histograms named in ``only``
     (None: all); the first, and the first after a gap, is a baseline (dt 0)."""
     points: list[Point] = []
-    prev: tuple[float, dict[str, float], dict[str, Histogram]] | None = None
+    prev: RawSample | None = None
     for row in rows:
-        at, values, hists = _raw_point(row, only)
-        point = Point(at, 0.0, dict(values))
-        if prev is not None and 0 < at - prev[0] <= GAP_STEPS * interval + 1:
-            point.dt = at - prev[0]
-            point.deltas = {k: counter_delta(prev[1][k], x) for k, x in values.items() if k in prev[1]}
-            point.hists = {k: histogram_delta(prev[2].get(k), h) for k, h in hists.items() if k in prev[2]}
-        points.append(point)
-        prev = (at, values, hists)
+        cur = _raw_point(row, only)
+        points.append(step(prev, cur, interval))
+        prev = cur
     return points
 
 
@@ -133,19 +143,48 @@ def rollup_points(rows: Iterable[MetricSample]) -> list[Point]:
 def engine_points(
     deployment_id: int, start: float, end: float, resolution: int, interval: float
 ) -> dict[int, list[Point]]:
-    """Each replica's points of a deployment between ``start`` and ``end`` (Unix s) at a resolution."""
-    lead = (GAP_STEPS * interval + 1) if resolution == Resolution.SCRAPE else ROLLUP
+    """Each replica's points of a deployment between ``start`` and ``end`` (Unix s) at a resolution. The points
+    are shared with later calls (step_cache): read them, never change them."""
+    if resolution == Resolution.SCRAPE:
+        return _scrape_points(deployment_id, start, end, interval)
     rows = MetricSample.objects.filter(
         deployment_id=deployment_id, replica__isnull=False, resolution=resolution,
-        at__gte=to_datetime(start - lead), at__lte=to_datetime(end),
+        at__gte=to_datetime(start - ROLLUP), at__lte=to_datetime(end),
     ).order_by("replica_id", "at")  # fmt: skip
     by_replica: dict[int, list[MetricSample]] = {}
     for row in rows:
         by_replica.setdefault(row.replica_id or 0, []).append(row)
+    return {rid: [p for p in rollup_points(mine) if p.at >= start] for rid, mine in by_replica.items()}
+
+
+def _scrape_points(deployment_id: int, start: float, end: float, interval: float) -> dict[int, list[Point]]:
+    """Scrape-resolution points, reading the window's ids and times and the values of only the samples this
+    process has no step for (step_cache says why)."""
+    rows = MetricSample.objects.filter(
+        deployment_id=deployment_id, replica__isnull=False, resolution=Resolution.SCRAPE,
+        at__gte=to_datetime(start - GAP_STEPS * interval - 1), at__lte=to_datetime(end),
+    ).order_by("replica_id", "at")  # fmt: skip
+    times: dict[int, float] = {}
+    by_replica: dict[int, list[int]] = {}
+    for replica_id, sample_id, at in rows.values_list("replica_id", "id", "at"):
+        times[sample_id] = at.timestamp()
+        by_replica.setdefault(replica_id, []).append(sample_id)
+    pairs = [(prev, sid) for ids in by_replica.values() for prev, sid in zip([0, *ids[:-1]], ids, strict=True)]
+    known = {pair: p for pair, p in step_cache.steps(pairs).items() if p.at == times[pair[1]]}
+    wanted = {i for pair in pairs if pair not in known for i in pair if i}
+    raw = step_cache.samples(wanted)
+    raw = {i: r for i, r in raw.items() if r[0] == times[i]}
+    for sid, values in MetricSample.objects.filter(id__in=wanted - raw.keys()).values_list("id", "values"):
+        raw[sid] = (times[sid], values.get("v", {}), _decode_hists(values.get("h", {}), SHOWN_HISTOGRAMS))
+    made = {
+        pair: step(raw[pair[0]] if pair[0] else None, raw[pair[1]], interval) for pair in pairs if pair not in known
+    }
+    step_cache.keep(made, {ids[-1]: raw[ids[-1]] for ids in by_replica.values() if ids[-1] in raw})
+    points = known | made
     out = {}
-    for replica_id, mine in by_replica.items():
-        points = steps(mine, interval) if resolution == Resolution.SCRAPE else rollup_points(mine)
-        out[replica_id] = [p for p in points if p.at >= start]
+    for replica_id, ids in by_replica.items():
+        mine = [points[pair] for pair in zip([0, *ids[:-1]], ids, strict=True)]
+        out[replica_id] = [p for p in mine if p.at >= start]
     return out
 
 

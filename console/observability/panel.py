@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
-from console.deployments.models import Deployment, DeploymentState
+from console.deployments.models import Deployment, DeploymentState, Replica
 from console.observability.cost import THROUGHPUT_WINDOW, HourlyCost, hourly_cost, usd_per_million
 from console.observability.history import Point, engine_points
 from console.observability.mappings import mapping_rows, no_data_reason
@@ -92,29 +92,37 @@ def _interval() -> float:
     return float(settings.HEARTH_SCRAPE_INTERVAL)
 
 
-def replica_health(dep: Deployment, now: float) -> list[ReplicaHealth]:
-    """Health of the deployment's running replicas (a replica never scraped has no age)."""
-    out = []
-    for replica in dep.replicas.filter(running=True).order_by("id"):
-        h = ScrapeHealth.objects.filter(replica=replica).first()
+def replica_health(deps: list[Deployment], now: float) -> dict[int, list[ReplicaHealth]]:
+    """Health of each deployment's running replicas, by deployment id (a replica never scraped has no age);
+    two queries for all of them."""
+    running = list(
+        Replica.objects.filter(deployment__in=deps, running=True).only("deployment_id", "runtime_name").order_by("id")
+    )
+    health = {h.replica_id: h for h in ScrapeHealth.objects.filter(replica__in=running)}
+    out: dict[int, list[ReplicaHealth]] = {d.pk: [] for d in deps}
+    for replica in running:
+        h = health.get(replica.pk)
         age = now - h.last_success_at.timestamp() if h and h.last_success_at else None
-        out.append(ReplicaHealth(replica.pk, replica.runtime_name, age, h.failures_in_row if h else 0,
-                                 h.last_error if h else "", h.series if h else 0, h.flavor if h else ""))  # fmt: skip
+        out[replica.deployment_id].append(ReplicaHealth(
+            replica.pk, replica.runtime_name, age, h.failures_in_row if h else 0, h.last_error if h else "",
+            h.series if h else 0, h.flavor if h else ""))  # fmt: skip
     return out
 
 
 def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
-    """Panels for several deployments, with one request-log query for all of them."""
+    """Panels for several deployments, with one request-log query and two replica queries for all of them."""
     now = time.time() if now is None else now
     rows = mapping_rows()
     prices = list(PriceSetting.objects.all())
     ready = [d for d in deps if d.state == DeploymentState.READY]
     stats = window_stats(ready, datetime.fromtimestamp(now - LATENCY_WINDOW, UTC)) if ready else {}
+    health = replica_health(ready, now) if ready else {}
     out = []
     for dep in deps:
         panel = Panel(dep, cost=hourly_cost(dep, prices))
         if dep.state == DeploymentState.READY:
             panel.requests = stats.get(dep.pk, RequestStats())
+            panel.replicas = health[dep.pk]
             _fill(panel, now, rows)
         else:
             panel.reasons = dict.fromkeys((*GAUGES, *COUNTERS_SHOWN), f"the deployment is {dep.state}")
@@ -127,7 +135,6 @@ def live_panel(dep: Deployment, now: float | None = None) -> Panel:
 
 
 def _fill(panel: Panel, now: float, rows: list[MappingRow]) -> None:
-    panel.replicas = replica_health(panel.dep, now)
     fresh = {r.replica_id for r in panel.replicas if r.fresh}
     points = engine_points(panel.dep.pk, now - LATENCY_WINDOW, now, Resolution.SCRAPE, _interval())
     mine = {rid: pts for rid, pts in points.items() if rid in fresh and pts}
