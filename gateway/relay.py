@@ -5,9 +5,11 @@ Streams are relayed as the engine sends them (line ends made LF, gateway.sse.Lin
 engine closed it (``upstream_truncated``), it went silent for HEARTH_STREAM_IDLE_TIMEOUT seconds
 (``upstream_timeout``), or, on a translated stream, the engine sent an error (its own text). From the
 response head on, while the engine is silent (a model thinking before its first token) the client gets a
-keep-alive every HEARTH_SSE_KEEPALIVE seconds, between events only: an SSE comment for OpenAI clients,
+keep-alive every HEARTH_SSE_KEEPALIVE seconds, between events only: a blank line for OpenAI clients,
 Anthropic's own ``ping`` event for Anthropic clients, before the first event too (the SDKs skip pings
-wherever they come). Non-streaming answers are read whole first, so an answer the engine cuts short becomes
+wherever they come). A blank line, not an SSE comment: ``vllm bench serve`` strips each network read before
+it splits events, so a comment that arrived alone swallowed the rest of its stream ("Never received a valid
+chunk"), while an empty line is dropped whole by it, skipped by the SDKs and AIPerf, and legal SSE. Non-streaming answers are read whole first, so an answer the engine cuts short becomes
 a 502 and one the engine is silent on for the idle timeout a 504; a request the engine took is never sent
 to another replica.
 """
@@ -38,7 +40,7 @@ from gateway.upstream import Answer, Engines, UpstreamBroken, UpstreamUnreachabl
 Converter = ChatStreamToMessages | ChatStreamToResponses
 log = logging.getLogger(__name__)
 SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-KEEPALIVE = {Surface.OPENAI: b": keep-alive\n\n", Surface.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n'}
+KEEPALIVE = {Surface.OPENAI: b"\n", Surface.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n'}
 JSON = b"application/json"
 
 

@@ -229,10 +229,14 @@ def test_keep_alives_flow_while_the_engine_thinks_and_sdks_ignore_them(served: S
         timeout=30,
         headers={"Authorization": f"Bearer {served.key}"},
     ) as resp:
-        lines = [line for line in resp.iter_lines() if line]
-    first_data = next(i for i, line in enumerate(lines) if line.startswith("data:"))
-    assert lines[:first_data].count(": keep-alive") >= 2  # HEARTH_SSE_KEEPALIVE is 1 s in tests
-    assert lines[-1] == "data: [DONE]"
+        raw = b"".join(resp.iter_raw())
+    head = raw[: raw.index(b"data:")]
+    assert head.count(b"\n") >= 2 and not head.strip()  # blank lines (HEARTH_SSE_KEEPALIVE is 1 s in tests)
+    assert raw.rstrip().endswith(b"data: [DONE]")
+    stream = served.openai().chat.completions.create(
+        model="llama", max_tokens=3, stream=True, messages=[{"role": "user", "content": "Think [[sim:stall-first=2]]"}]
+    )
+    assert [c.choices[0].finish_reason for c in stream if c.choices][-1] == "length"
     with served.anthropic().messages.stream(
         model="llama", max_tokens=3, messages=[{"role": "user", "content": "Think [[sim:stall-first=2]]"}]
     ) as stream:
@@ -335,10 +339,12 @@ def test_silences_between_tokens_keep_the_stream_alive_and_whole(served: Served)
         timeout=30,
         headers={"Authorization": f"Bearer {served.key}"},
     ) as resp:
-        lines = [line for line in resp.iter_lines() if line]
-    first = next(i for i, line in enumerate(lines) if line.startswith("data:"))
-    assert ": keep-alive" in lines[first:]  # between events, never inside one
-    assert lines[-1] == "data: [DONE]" and '"finish_reason":"length"' in lines[-2].replace(" ", "")
+        raw = b"".join(resp.iter_raw())
+    body = raw[raw.index(b"data:") :]
+    assert b"\n\n\n" in body  # a keep-alive (a blank line) between two events, never inside one
+    events = [e.strip() for e in body.split(b"\n\n") if e.strip()]
+    assert all(e.startswith(b"data: ") and b"\n" not in e for e in events)
+    assert events[-1] == b"data: [DONE]" and b'"finish_reason":"length"' in events[-2].replace(b" ", b"")
 
 
 def test_anthropic_clients_get_pings_while_the_engine_is_silent_before_and_after_message_start(served: Served) -> None:
