@@ -9,9 +9,9 @@ keep-alive every HEARTH_SSE_KEEPALIVE seconds, between events only: a blank line
 Anthropic's own ``ping`` event for Anthropic clients, before the first event too (the SDKs skip pings
 wherever they come). A blank line, not an SSE comment: ``vllm bench serve`` strips each network read before
 it splits events, so a comment that arrived alone swallowed the rest of its stream ("Never received a valid
-chunk"), while an empty line is dropped whole by it, skipped by the SDKs and AIPerf, and legal SSE. Non-streaming answers are read whole first, so an answer the engine cuts short becomes
-a 502 and one the engine is silent on for the idle timeout a 504; a request the engine took is never sent
-to another replica.
+chunk"), while an empty line is dropped whole by it, skipped by the SDKs and AIPerf, and legal SSE.
+Non-streaming answers are read whole first, so an answer the engine cuts short becomes a 502 and one the
+engine is silent on for the idle timeout a 504; a request the engine took is never sent to another replica.
 """
 
 import asyncio
