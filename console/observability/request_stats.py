@@ -15,17 +15,23 @@ from datetime import datetime
 
 import redis
 from django.conf import settings
+from django.db import connection
 from django.db.models import Max
 
 from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment
+from console.observability import request_stats_sql
 from console.observability.models import MetricSample, RequestLog, ServiceLevel
 from console.observability.outcomes import ERRORS, OUTCOMES, SERVED, Slo, inter_token_seconds, outcome_of
+from console.observability.request_stats_sql import QUANTILES
 from engines.metrics import Histogram
 
 # Log-spaced bounds (×1.2 from 1 ms to past 30 minutes), seconds, for the gateway side's stored histograms: a
 # percentile read from them lies within 20 % of the exact one (usually far closer).
 USER_BOUNDS: tuple[float, ...] = tuple(round(0.001 * 1.2**k, 6) for k in range(80))
+# Rows from which PostgreSQL's aggregates beat counting here (bench, 2026-12-01: 600 rows 20 ms in SQL against 6 ms
+# here, 2,400 rows 33 against 25 ms; here costs ~10 µs a row, SQL ~20 ms a refresh and little per row).
+SQL_FROM_ROWS = 4000
 FIELDS = ("id", "model", "api_key_id", "status", "finish_reason", "truncated", "client_cancelled",
           "completion_tokens", "prompt_tokens", "ttft_seconds", "duration_seconds")  # fmt: skip
 
@@ -52,6 +58,7 @@ class RequestStats:
     completion_tokens: int = 0
     tokens_by_key: dict[int | None, int] = field(default_factory=dict)
     met_slo: int = 0
+    known: dict[str, tuple[int, dict[str, float | None]]] = field(default_factory=dict)  # aggregated elsewhere
 
     @property
     def total(self) -> int:
@@ -78,9 +85,21 @@ class RequestStats:
     def itl_q(self) -> dict[str, float | None]:
         return self.quantiles("itl")
 
+    @property
+    def ttft_count(self) -> int:
+        """Served requests with a TTFT (those its percentiles are of)."""
+        return self.known["ttft"][0] if "ttft" in self.known else len(self.ttft)
+
+    @property
+    def itl_count(self) -> int:
+        return self.known["itl"][0] if "itl" in self.known else len(self.itl)
+
     def quantiles(self, which: str) -> dict[str, float | None]:
-        values = sorted(self.ttft if which == "ttft" else self.itl)
-        return {f"p{round(q * 100)}": percentile(values, q) for q in (0.5, 0.9, 0.99)}
+        """p50, p90 and p99 (seconds) of ``which`` ("ttft" or "itl"), worked out once."""
+        if which not in self.known:
+            values = sorted(self.ttft if which == "ttft" else self.itl)
+            self.known[which] = (len(values), {f"p{round(q * 100)}": percentile(values, q) for q in QUANTILES})
+        return self.known[which][1]
 
     def add(self, row: tuple, slo: Slo) -> None:  # type: ignore[type-arg]
         """Count one request log row (FIELDS' order)."""
@@ -110,17 +129,39 @@ def slos(deployments: Iterable[Deployment]) -> dict[int, Slo]:
     return {s.deployment_id: Slo(s.ttft_seconds, s.itl_seconds) for s in rows}
 
 
-def window_stats(deployments: Sequence[Deployment], since: datetime) -> dict[int, RequestStats]:
+def window_stats(
+    deployments: Sequence[Deployment], since: datetime, in_database: bool | None = None
+) -> dict[int, RequestStats]:
     """Each deployment's requests that ended since ``since``, by deployment id (requests are matched to a
-    deployment by the served model name clients asked for)."""
+    deployment by the served model name clients asked for). On PostgreSQL, past SQL_FROM_ROWS rows, the
+    database aggregates them (request_stats_sql); otherwise, or with ``in_database`` False, every row is
+    counted here."""
     by_name = {d.served_model_name: d.pk for d in deployments}
     targets = slos(deployments)
+    window = RequestLog.objects.filter(created_at__gte=since, model__in=list(by_name))
+    if in_database is None:
+        in_database = connection.vendor == "postgresql" and window.count() > SQL_FROM_ROWS
+    if in_database:
+        named = {name: targets[pk] for name, pk in by_name.items() if pk in targets}
+        found = request_stats_sql.window(list(by_name), since, named)
+        return {by_name[m]: _from_aggregates(a) for m, a in found.items()}
     out = {d.pk: RequestStats() for d in deployments}
-    rows = RequestLog.objects.filter(created_at__gte=since, model__in=list(by_name)).values_list(*FIELDS)
-    for row in rows:  # one client-side fetch: PostgreSQL's server-side cursor (iterator()) cost 11 ms more a refresh
+    for row in window.values_list(*FIELDS):  # one client-side fetch: a server-side cursor (iterator()) cost 11 ms
         pk = by_name[row[1]]
         out[pk].add(row, targets.get(pk, Slo()))
     return out
+
+
+def _from_aggregates(a: request_stats_sql.Aggregates) -> RequestStats:
+    stats = RequestStats(
+        errors_by_status=a.errors_by_status, prompt_tokens=a.prompt_tokens, completion_tokens=a.completion_tokens,
+        tokens_by_key=a.tokens_by_key, met_slo=a.met_slo,
+    )  # fmt: skip
+    stats.outcomes.update(a.outcomes)
+    for which, (n, values) in (("ttft", a.ttft), ("itl", a.itl)):
+        qs: list[float | None] = list(values) if values else [None] * len(QUANTILES)
+        stats.known[which] = (n, {f"p{round(q * 100)}": v for q, v in zip(QUANTILES, qs, strict=True)})
+    return stats
 
 
 def _sparse(values: Iterable[float]) -> dict[str, int]:
