@@ -23,7 +23,6 @@ from console.deployments.models import Deployment
 from console.observability import request_stats_sql
 from console.observability.models import MetricSample, RequestLog, ServiceLevel
 from console.observability.outcomes import ERRORS, OUTCOMES, SERVED, Slo, inter_token_seconds, outcome_of
-from console.observability.request_stats_sql import QUANTILES
 from engines.metrics import Histogram
 
 # Log-spaced bounds (×1.2 from 1 ms to past 30 minutes), seconds, for the gateway side's stored histograms: a
@@ -98,11 +97,13 @@ class RequestStats:
         """p50, p90 and p99 (seconds) of ``which`` ("ttft" or "itl"), worked out once."""
         if which not in self.known:
             values = sorted(self.ttft if which == "ttft" else self.itl)
-            self.known[which] = (len(values), {f"p{round(q * 100)}": percentile(values, q) for q in QUANTILES})
+            found = {f"p{round(q * 100)}": percentile(values, q) for q in request_stats_sql.QUANTILES}
+            self.known[which] = (len(values), found)
         return self.known[which][1]
 
     def add(self, row: tuple, slo: Slo) -> None:  # type: ignore[type-arg]
         """Count one request log row (FIELDS' order)."""
+        self.known.clear()  # percentiles worked out before this row are stale
         _, _, key, status, finish, truncated, cancelled, completion, prompt, ttft, duration = row
         outcome = outcome_of(status, finish, truncated, cancelled, completion)
         self.outcomes[outcome] += 1
@@ -159,8 +160,9 @@ def _from_aggregates(a: request_stats_sql.Aggregates) -> RequestStats:
     )  # fmt: skip
     stats.outcomes.update(a.outcomes)
     for which, (n, values) in (("ttft", a.ttft), ("itl", a.itl)):
-        qs: list[float | None] = list(values) if values else [None] * len(QUANTILES)
-        stats.known[which] = (n, {f"p{round(q * 100)}": v for q, v in zip(QUANTILES, qs, strict=True)})
+        qs = request_stats_sql.QUANTILES
+        got: list[float | None] = list(values) if values else [None] * len(qs)
+        stats.known[which] = (n, {f"p{round(q * 100)}": v for q, v in zip(qs, got, strict=True)})
     return stats
 
 
