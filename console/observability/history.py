@@ -176,14 +176,16 @@ def _scrape_points(deployment_id: int, start: float, end: float, interval: float
     raw = {i: r for i, r in raw.items() if r[0] == times[i]}
     for sid, values in MetricSample.objects.filter(id__in=wanted - raw.keys()).values_list("id", "values"):
         raw[sid] = (times[sid], values.get("v", {}), _decode_hists(values.get("h", {}), SHOWN_HISTOGRAMS))
-    made = {
-        pair: step(raw[pair[0]] if pair[0] else None, raw[pair[1]], interval) for pair in pairs if pair not in known
+    made = {  # a sample deleted since the first query (its deployment removed) has no raw: its step is left out
+        pair: step(raw.get(pair[0]) if pair[0] else None, raw[pair[1]], interval)
+        for pair in pairs
+        if pair not in known and pair[1] in raw and (not pair[0] or pair[0] in raw)
     }
     step_cache.keep(made, {ids[-1]: raw[ids[-1]] for ids in by_replica.values() if ids[-1] in raw})
     points = known | made
     out = {}
     for replica_id, ids in by_replica.items():
-        mine = [points[pair] for pair in zip([0, *ids[:-1]], ids, strict=True)]
+        mine = [points[pair] for pair in zip([0, *ids[:-1]], ids, strict=True) if pair in points]
         out[replica_id] = [p for p in mine if p.at >= start]
     return out
 
