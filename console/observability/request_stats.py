@@ -28,8 +28,10 @@ from engines.metrics import Histogram
 # Log-spaced bounds (×1.2 from 1 ms to past 30 minutes), seconds, for the gateway side's stored histograms: a
 # percentile read from them lies within 20 % of the exact one (usually far closer).
 USER_BOUNDS: tuple[float, ...] = tuple(round(0.001 * 1.2**k, 6) for k in range(80))
-# Rows from which PostgreSQL's aggregates beat counting here (bench, 2026-12-01: 600 rows 20 ms in SQL against 6 ms
-# here, 2,400 rows 33 against 25 ms; here costs ~10 µs a row, SQL ~20 ms a refresh and little per row).
+# Rows from which PostgreSQL's aggregates beat counting here in time (bench, 2026-12-01: 600 rows 46 ms in SQL against
+# 13 ms here, 2,400 rows 53 against 28 ms, 27,000 rows 130 against 213). This process's CPU alone (what holds the
+# relay's GIL) crosses over sooner, at ~2,000 rows (17 ms of Django building the 5 queries against ~8 µs a row
+# here), but on a box of 2 cores PostgreSQL's own CPU competes with the relay just the same: the total decides.
 SQL_FROM_ROWS = 4000
 FIELDS = ("id", "model", "api_key_id", "status", "finish_reason", "truncated", "client_cancelled",
           "completion_tokens", "prompt_tokens", "ttft_seconds", "duration_seconds")  # fmt: skip
