@@ -110,7 +110,8 @@ def replica_health(deps: list[Deployment], now: float) -> dict[int, list[Replica
 
 
 def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
-    """Panels for several deployments, with one request-log query and two replica queries for all of them."""
+    """Panels for several deployments, with the request-log window read once and the replicas in two queries
+    for all of them."""
     now = time.time() if now is None else now
     rows = mapping_rows()
     prices = list(PriceSetting.objects.all())
