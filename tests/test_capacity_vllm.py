@@ -3,7 +3,9 @@ requests queue, measured from the engine's own gauges, against the plan's KV cap
 
 Filling 1 GiB of KV cache takes ~46K tokens of prefill; on a busy 2-core machine vLLM CPU prefills ~100-200
 tokens/s, so the last requests wait in its queue, silent, for longer than the gateway's default
-HEARTH_STREAM_IDLE_TIMEOUT (600 s) and are cut: the suite runs with 3600 s (pyproject.toml's pytest env).
+HEARTH_STREAM_IDLE_TIMEOUT (600 s) and are cut: the suite runs with 3600 s (pyproject.toml's pytest env). On a
+2-core AVX2 machine without AVX-512 (2026-12-01) it prefills ~40 tokens/s and the check needs more than 1,200 s:
+it gets the longest a check may run (HEARTH_CAPACITY_MAX_SECONDS, 1,800 s).
 """
 
 import time
@@ -15,7 +17,7 @@ from django.conf import settings
 from tests.conftest import Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
 
-pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytest.mark.timeout(2700)]
 __all__ = ["engine_built"]  # the module fixture that fails the test when the engine is not built
 KV_GIB = 1  # 2^30 B / 23,040 B per token = 46,603 → 364 blocks of 128 = 46,592 tokens (vLLM 0.32 takes whole GiB)
 CAPACITY = 46_592
@@ -51,20 +53,22 @@ def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capa
     client.post(f"/api/deployments/{dep['id']}/launch")
     assert wait_for(client, dep["id"], {"ready", "failed"}, READY_WITHIN)["state"] == "ready", worker.output()[-3000:]
     try:
-        check = {"profile": "chat", "levels": [USERS], "requests_per_level": USERS, "max_seconds": 1200,
+        check = {"profile": "chat", "levels": [USERS], "requests_per_level": USERS,
+                 "max_seconds": settings.HEARTH_CAPACITY_MAX_SECONDS,
                  "prompt_tokens": PROMPT, "output_tokens": ANSWER}  # fmt: skip
         resp = client.post(f"/api/deployments/{dep['id']}/capacity-checks", json=check)
         assert resp.status_code == 202, resp.text
-        run = wait_run(client, resp.json()["id"], within=1300)
+        run = wait_run(client, resp.json()["id"], within=settings.HEARTH_CAPACITY_MAX_SECONDS + 120)
         assert run["state"] == "done", (run, worker.output()[-3000:])
         level = run["results"][0]  # type: ignore[index]
+        assert level["failures"] == {}, (level, run["summary"])  # e.g. cut at the check's time bound
         session = level["mean_prompt_tokens"] + level["mean_output_tokens"]
         planned = CAPACITY / session
         held = level["engine"]["running_while_waiting"]
         print(f"session {session:.0f} tokens; plan {planned:.2f} at once; the engine ran {held} while others waited; "
               f"{run['summary']}")  # fmt: skip
         assert abs(level["mean_prompt_tokens"] - PROMPT) <= 16 and level["mean_output_tokens"] == ANSWER
-        assert level["failures"] == {} and level["engine"]["waiting_peak"] > 0
+        assert level["engine"]["waiting_peak"] > 0
         assert abs(held / planned - 1) <= 0.10
         assert f"the engine ran {held:g} at once while others waited" in str(run["summary"])
     finally:
