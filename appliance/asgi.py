@@ -1,23 +1,44 @@
-"""The one ASGI entry point: ``/v1/*`` goes to the gateway's lean async path, so do the open probes
-``/health`` and ``/ready`` (gateway.probes) and ``/metrics``; the rest goes to Django."""
+"""The relay processes' ASGI entry point: ``/v1/*`` goes to the gateway's lean async path, so do the open
+probes ``/health`` and ``/ready`` (gateway.probes) and ``/metrics``; the rest is the console's.
+
+The console is Django: forwarded to the console process when HEARTH_CONSOLE_SOCKET names its socket
+(appliance.web_server sets it; appliance.console_proxy says why), else served here in this process.
+"""
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 django_application = get_asgi_application()
 
+from appliance.console_proxy import ConsoleProxy  # noqa: E402
 from gateway.app import PROBE_PATHS, Gateway  # noqa: E402 - needs Django set up first
 from gateway.asgi_io import Receive, Scope, Send  # noqa: E402
 from gateway.metrics_endpoint import metrics_app  # noqa: E402
 
 gateway = Gateway()
+console_proxy = ConsoleProxy(settings.HEARTH_CONSOLE_SOCKET) if settings.HEARTH_CONSOLE_SOCKET else None
+console = console_proxy or django_application
+
+
+async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+    """The gateway's lifespan, and the console proxy's connections closed before shutdown completes."""
+
+    async def sending(message: Mapping[str, Any]) -> None:
+        if message["type"] == "lifespan.shutdown.complete" and console_proxy is not None:
+            await console_proxy.close()
+        await send(message)
+
+    await gateway.lifespan(scope, receive, sending)
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
-        await gateway.lifespan(scope, receive, send)
+        await lifespan(scope, receive, send)
     elif scope["type"] == "http" and (scope["path"] == "/v1" or scope["path"].startswith("/v1/")):
         await gateway(scope, receive, send)
     elif scope["type"] == "http" and scope["path"] in PROBE_PATHS:
@@ -25,4 +46,4 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     elif scope["type"] == "http" and scope["path"] == "/metrics":
         await metrics_app(scope, receive, send)
     else:
-        await django_application(scope, receive, send)
+        await console(scope, receive, send)

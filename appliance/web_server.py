@@ -1,6 +1,11 @@
-"""The web processes: uvicorn serving appliance.asgi with HEARTH_WEB_WORKERS processes on one socket.
+"""The web processes: uvicorn serving appliance.asgi with HEARTH_WEB_WORKERS relay processes on one socket,
+and the console's own uvicorn (appliance.console_asgi, HEARTH_CONSOLE_WORKERS processes) behind them.
 
 ``python -m appliance.web_server --host H --port P`` (scripts/up.sh, compose.yaml and the image run it).
+The console listens on a unix socket in a fresh 0700 folder, never on a port; the relay processes find it
+in HEARTH_CONSOLE_SOCKET and forward every non-gateway request to it (appliance.console_proxy says why). It
+is started first and waited for, restarted if it dies while the relays run (an exit that is not 0: uvicorn
+exits 0 only when asked to stop), and stopped after the relays have drained their streams.
 What the processes share lives in Redis and the database (quotas, concurrency, key and route changes, the
 request log); their Prometheus metrics are summed through prometheus-client's multiprocess mode: each
 process writes its samples under PROMETHEUS_MULTIPROC_DIR (set here, before any worker imports the client,
@@ -11,13 +16,22 @@ Imports Django's settings only (never the app: each worker imports it itself).
 """
 
 import argparse
+import logging
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import uvicorn
 
+log = logging.getLogger("appliance.web_server")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client.values reads it at import
+CONSOLE_START_SECONDS = 60.0  # Django's start, with every app imported, takes ~3 s here
 
 
 def metrics_folder(data_dir: Path) -> Path:
@@ -31,6 +45,70 @@ def metrics_folder(data_dir: Path) -> Path:
     return folder
 
 
+class ConsoleServer:
+    """The console's uvicorn on a unix socket (``self.socket``); ``start()`` returns once it accepts
+    connections (raises RuntimeError with its exit code if it exits first, or after CONSOLE_START_SECONDS)."""
+
+    def __init__(self, workers: int, drain_seconds: int) -> None:
+        self.folder = tempfile.mkdtemp(prefix="hearth-console-")  # 0700; short, as unix socket paths must be
+        self.socket = os.path.join(self.folder, "console.sock")
+        self.drain_seconds = drain_seconds
+        self.argv = [sys.executable, "-m", "uvicorn", "appliance.console_asgi:application", "--uds", self.socket,
+                     "--workers", str(workers), "--no-access-log", "--no-proxy-headers", "--no-server-header",
+                     "--no-date-header", "--timeout-graceful-shutdown", str(drain_seconds)]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def start(self) -> None:
+        self.proc = self._spawn()
+        deadline = time.monotonic() + CONSOLE_START_SECONDS
+        while not self._accepts():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the console process did not start (exit {self.proc.returncode}); see above")
+            time.sleep(0.1)
+        threading.Thread(target=self._keep, name="console-watch", daemon=True).start()
+
+    def _spawn(self) -> "subprocess.Popen[bytes]":
+        return subprocess.Popen(self.argv)  # noqa: S603 - our own argv, never a shell
+
+    def _accepts(self) -> bool:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(self.socket)
+            except OSError:
+                return False
+            return True
+
+    def _keep(self) -> None:
+        """Restart the console when it dies on its own (not 0: a crash, or killed by a signal)."""
+        while True:
+            assert self.proc is not None
+            code = self.proc.wait()
+            with self._lock:
+                if self._stopping or code == 0:
+                    return
+                log.error("the console process exited with %s; starting it again", code)
+                time.sleep(1)
+                if os.path.exists(self.socket):
+                    os.unlink(self.socket)
+                self.proc = self._spawn()
+
+    def stop(self) -> None:
+        """SIGTERM, its drain to finish, then SIGKILL; the socket's folder removed."""
+        with self._lock:
+            self._stopping = True
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(self.drain_seconds + 5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -40,11 +118,17 @@ def main(argv: list[str] | None = None) -> None:
     from django.conf import settings
 
     metrics_folder(settings.DATA_DIR)
-    # proxy_headers off: whether X-Forwarded-* is believed is Django's call (HEARTH_TRUSTED_PROXIES)
-    uvicorn.run(
-        "appliance.asgi:application", host=args.host, port=args.port, workers=settings.HEARTH_WEB_WORKERS,
-        access_log=False, proxy_headers=False, timeout_graceful_shutdown=settings.HEARTH_DRAIN_SECONDS,
-    )  # fmt: skip
+    console = ConsoleServer(settings.HEARTH_CONSOLE_WORKERS, settings.HEARTH_DRAIN_SECONDS)
+    console.start()
+    os.environ["HEARTH_CONSOLE_SOCKET"] = console.socket  # the relay processes read it at import
+    try:
+        # proxy_headers off: whether X-Forwarded-* is believed is Django's call (HEARTH_TRUSTED_PROXIES)
+        uvicorn.run(
+            "appliance.asgi:application", host=args.host, port=args.port, workers=settings.HEARTH_WEB_WORKERS,
+            access_log=False, proxy_headers=False, timeout_graceful_shutdown=settings.HEARTH_DRAIN_SECONDS,
+        )  # fmt: skip
+    finally:
+        console.stop()
 
 
 if __name__ == "__main__":

@@ -73,10 +73,17 @@ def test_the_web_server_runs_uvicorn_with_the_workers_and_without_proxy_headers(
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")  # unset; restored after the test
     (tmp_path / "run" / "prometheus").mkdir(parents=True)
     (tmp_path / "run" / "prometheus" / "counter_1.db").write_bytes(b"a stale run's samples")
+    monkeypatch.delenv("HEARTH_CONSOLE_SOCKET", raising=False)
     ran: dict[str, Any] = {}
-    monkeypatch.setattr("uvicorn.run", lambda app, **kwargs: ran.update(kwargs, app=app))
+
+    def run(app: str, **kwargs: Any) -> None:  # the relays' uvicorn; the console's is real
+        socket = os.environ["HEARTH_CONSOLE_SOCKET"]
+        with httpx.Client(transport=httpx.HTTPTransport(uds=socket), timeout=10) as console:
+            ran.update(kwargs, app=app, socket=socket, console=console.get("http://localhost/static/hearth.css"))
+    monkeypatch.setattr("uvicorn.run", run)
     web_server.main(["--port", "8123"])
     assert (ran["app"], ran["workers"], ran["port"], ran["proxy_headers"]) == ("appliance.asgi:application", 3,
                                                                              8123, False)  # fmt: skip
+    assert ran["console"].status_code == 200 and not Path(ran["socket"]).exists()  # served, then removed
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path / "run" / "prometheus")
     assert list((tmp_path / "run" / "prometheus").iterdir()) == []  # a new run counts from 0

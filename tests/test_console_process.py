@@ -1,0 +1,124 @@
+"""The console in its own process behind the relay processes (appliance.web_server, as `make up` and compose
+run it): pages, sign-in and the JSON API work through the relay's forward with the client's address and
+scheme as Django would see them in one process; a console that is stopped cold does not stop the gateway;
+one that dies answers 503 until it is started again; stopping the web server leaves no console behind."""
+
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from console.audit.models import AuditEntry
+from tests.conftest import Proc, free_port, login
+from tests.simworld import Served
+
+pytestmark = pytest.mark.django_db(transaction=True)
+CHAT = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+class WebServer:
+    def __init__(self, proc: Proc, base: str) -> None:
+        self.proc, self.base = proc, base
+
+    def console_pid(self) -> int:
+        """The console's uvicorn: the web server's child running appliance.console_asgi."""
+        for entry in Path("/proc").iterdir():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == self.proc.proc.pid and b"appliance.console_asgi:application" in cmdline:
+                return int(entry.name)
+        raise AssertionError("no console process:\n" + self.proc.output())
+
+    def socket_folder(self) -> Path:
+        found = re.search(r"unix socket (\S+)/console\.sock", self.proc.output())
+        assert found, self.proc.output()
+        return Path(found[1])
+
+
+@pytest.fixture
+def web_server(live_env: dict[str, str], tmp_path: Path) -> Iterator[WebServer]:
+    """`python -m appliance.web_server` with two relay processes, believing X-Forwarded-For from 127.0.0.1."""
+    port = free_port()
+    env = {**live_env, "HEARTH_WEB_WORKERS": "2", "HEARTH_CONSOLE_WORKERS": "1", "HEARTH_DRAIN_SECONDS": "2",
+           "HEARTH_TRUSTED_PROXIES": "127.0.0.1", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")}  # fmt: skip
+    proc = Proc([sys.executable, "-m", "appliance.web_server", "--port", str(port)], env, tmp_path / "web.log")
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(f"{base}/login/", timeout=1).status_code < 500:  # 302 to /setup/ while no admin exists
+                break
+        except httpx.TransportError:
+            assert proc.proc.poll() is None, proc.output()
+        time.sleep(0.2)
+    yield WebServer(proc, base)
+    proc.stop()
+
+
+def test_sign_in_and_the_api_work_through_the_relay_with_the_clients_address(
+    web_server: WebServer, admin_user: object
+) -> None:
+    client = login(web_server.base)
+    assert client.get("/").status_code == 200
+    created = client.post("/api/keys", json={"name": "through the relay"})
+    assert created.status_code == 201 and created.json()["key"].startswith("hk-"), created.text
+    assert client.get("/api/keys").json()  # the session cookie and the CSRF token made it both ways
+    # a client may not say who it is through the private header (the relay sets it from the connection),
+    # while a trusted proxy's X-Forwarded-For is believed, as in one process
+    for claim in ({"X-Hearth-Peer": "http 198.51.100.9 1 h 80"}, {"X-Forwarded-For": "203.0.113.7"}):
+        with httpx.Client(base_url=web_server.base, headers=claim) as other:
+            other.get("/login/")
+            token = other.cookies["csrftoken"]
+            other.post("/login/", data={"username": "admin", "password": "wrong", "csrfmiddlewaretoken": token})
+    ips = sorted(f"{e.action} {e.ip}" for e in AuditEntry.objects.filter(action__startswith="signin"))
+    assert ips == ["signin 127.0.0.1", "signin.failed 127.0.0.1", "signin.failed 203.0.113.7"], ips
+    page = httpx.get(f"{web_server.base}/login/", headers={"X-Hearth-Peer": "https 198.51.100.9 1 h 443"})
+    assert "secure" not in page.headers["set-cookie"].lower()  # the connection was plain http, whatever it says
+
+
+def test_a_console_stopped_cold_does_not_stop_the_gateway(served: Served, web_server: WebServer) -> None:
+    pid = web_server.console_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.get(f"{web_server.base}/login/", timeout=2)
+        for _ in range(4):  # each on a new connection, so both relay processes are asked
+            answer = httpx.post(f"{web_server.base}/v1/chat/completions", json=CHAT, timeout=30,
+                                headers={"Authorization": f"Bearer {served.key}"})  # fmt: skip
+            assert answer.status_code == 200, answer.text
+        assert httpx.get(f"{web_server.base}/ready", timeout=5).status_code == 200
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert httpx.get(f"{web_server.base}/login/", timeout=10).status_code < 500
+
+
+def test_a_console_that_dies_answers_503_until_it_is_started_again(web_server: WebServer) -> None:
+    first = web_server.console_pid()
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.3)
+    page = httpx.get(f"{web_server.base}/login/", timeout=10)
+    api = httpx.get(f"{web_server.base}/api/keys", timeout=10)
+    assert (page.status_code, page.headers["retry-after"], api.status_code) == (503, "2", 503), page.text
+    assert "console is not answering" in page.text and "console is not answering" in api.json()["detail"]
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{web_server.base}/login/", timeout=10).status_code >= 500:
+        assert time.monotonic() < deadline, web_server.proc.output()[-3000:]
+        time.sleep(0.5)
+    assert web_server.console_pid() != first
+    assert "the console process exited with -9; starting it again" in web_server.proc.output()
+
+
+def test_stopping_the_web_server_leaves_no_console_behind(web_server: WebServer) -> None:
+    pid, folder = web_server.console_pid(), web_server.socket_folder()
+    assert folder.stat().st_mode & 0o777 == 0o700
+    web_server.proc.proc.send_signal(signal.SIGTERM)
+    assert web_server.proc.proc.wait(30) == 0, web_server.proc.output()[-3000:]
+    assert not Path(f"/proc/{pid}").exists() and not folder.exists()
