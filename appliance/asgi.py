@@ -1,15 +1,16 @@
 """The relay processes' ASGI entry point: ``/v1/*`` goes to the gateway's lean async path, so do the open
 probes ``/health`` and ``/ready`` (gateway.probes) and ``/metrics``; the rest is the console's.
 
-The console is Django: forwarded to the console process when HEARTH_CONSOLE_SOCKET names its socket
-(appliance.web_server sets it; appliance.console_proxy says why), else served here in this process.
+The console is Django: forwarded to the console process when the environment's HEARTH_CONSOLE_SOCKET
+names its socket (appliance.web_server sets it after loading the settings, so it is read here, not there;
+appliance.console_proxy says why), else served here in this process (plain uvicorn on this module, as the
+tests and benches run it).
 """
 
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
@@ -21,7 +22,8 @@ from gateway.asgi_io import Receive, Scope, Send  # noqa: E402
 from gateway.metrics_endpoint import metrics_app  # noqa: E402
 
 gateway = Gateway()
-console_proxy = ConsoleProxy(settings.HEARTH_CONSOLE_SOCKET) if settings.HEARTH_CONSOLE_SOCKET else None
+console_socket = os.environ.get("HEARTH_CONSOLE_SOCKET", "")
+console_proxy = ConsoleProxy(console_socket) if console_socket else None
 console = console_proxy or django_application
 
 

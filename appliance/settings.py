@@ -208,9 +208,6 @@ HEARTH_WEB_WORKERS = envint("HEARTH_WEB_WORKERS", max(1, min(os.cpu_count() or 1
 HEARTH_DRAIN_SECONDS = envint("HEARTH_DRAIN_SECONDS", 30)  # a stopping web process lets open streams finish
 # The console's own processes behind the relaying ones (appliance.console_asgi); one per 4 cores, 1 to 4.
 HEARTH_CONSOLE_WORKERS = envint("HEARTH_CONSOLE_WORKERS", max(1, min((os.cpu_count() or 1) // 4, 4)))
-# Set by appliance.web_server for its relay processes: the console process's unix socket. Unset (plain
-# uvicorn on appliance.asgi, as the tests and benches run it) the console is served in the same process.
-HEARTH_CONSOLE_SOCKET = envstr("HEARTH_CONSOLE_SOCKET")
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
 HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # engines' bridge; no host ports
 HEARTH_WEIGHTS_VOLUME = envstr("HEARTH_WEIGHTS_VOLUME", "hearth-weights")  # shared HF cache of every engine

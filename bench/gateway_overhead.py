@@ -123,7 +123,7 @@ async def bench(args: argparse.Namespace, setup: Setup) -> tuple[list[report.Row
                 for path in order:
                     proc = setup.procs[path] if path != "direct" else None
                     url = setup.urls[path] + "/v1/chat/completions"
-                    refreshing = with_dashboard(setup) if path == DASHBOARD else None
+                    refreshing = with_dashboard(setup, args.viewers) if path == DASHBOARD else None
                     runs[path] = await measure(sessions[path], url, n, rounds, proc.pid if proc else None,
                                                args.pattern, seed=n * 1000 + rep)  # fmt: skip
                     if refreshing is not None:
@@ -140,16 +140,17 @@ async def bench(args: argparse.Namespace, setup: Setup) -> tuple[list[report.Row
             await session.close()
 
 
-def with_dashboard(setup: Setup) -> Callable[[], Awaitable[list[float]]]:
-    """Start a console user's refreshes (dashboard_load.refresh) on this loop; the returned coroutine
-    function stops them and gives each refresh's seconds."""
+def with_dashboard(setup: Setup, viewers: int) -> Callable[[], Awaitable[list[float]]]:
+    """Start ``viewers`` console users' refreshes (dashboard_load.refresh, each its own session) on this
+    loop; the returned coroutine function stops them and gives every refresh's seconds."""
     assert setup.console is not None
     stop = asyncio.Event()
-    task = asyncio.ensure_future(dashboard_load.refresh(setup.urls[DASHBOARD], *setup.console, stop))
+    tasks = [asyncio.ensure_future(dashboard_load.refresh(setup.urls[DASHBOARD], *setup.console, stop))
+             for _ in range(viewers)]  # fmt: skip
 
     async def done() -> list[float]:
         stop.set()
-        return await task
+        return [t for took in await asyncio.gather(*tasks) for t in took]
 
     return done
 
@@ -211,6 +212,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown")
     parser.add_argument("--dashboard", action="store_true",
                         help=f"add a path {DASHBOARD!r}: Hearth while a console user refreshes it")  # fmt: skip
+    parser.add_argument("--viewers", default=1, type=int,
+                        help="console users refreshing at once, with --dashboard (default 1)")  # fmt: skip
     parser.add_argument("--history-hours", default=24.0, type=float,
                         help="hours of history the dashboard reads, with --dashboard (default 24)")  # fmt: skip
     parser.add_argument("--web-workers", default=0, type=int,
@@ -264,7 +267,7 @@ def main() -> None:
         print("\n".join("  " + line for line in report.memory(held)))
         print(report.verdict(cells, [p for p in setup.paths if p not in ("direct", "hearth", DASHBOARD)]))
         if args.dashboard:
-            print(report.dashboard_verdict(cells, DASHBOARD))
+            print(report.dashboard_verdict(cells, DASHBOARD, args.viewers))
         if args.markdown:
             print("\n" + report.table(cells, markdown=True) + "\n")
             print("\n".join("- " + line for line in report.memory(held)))

@@ -46,11 +46,20 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             pass
 
 
+CONSOLE = b"appliance.console_asgi"  # appliance.web_server's console process: it relays nothing
+
+
 def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (a proxy that forks workers is measured whole)."""
+    """``pid`` and its descendants (a proxy that forks workers is measured whole), but not Hearth's console
+    process and its own: the relay's CPU and memory are what a relayed chunk or stream costs."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
+        try:
+            if CONSOLE in Path(f"/proc/{p}/cmdline").read_bytes():
+                continue
+        except (FileNotFoundError, ProcessLookupError):
+            continue
         out.append(p)
         try:
             for task in Path(f"/proc/{p}/task").iterdir():

@@ -45,11 +45,13 @@ class WebServer:
 
 
 @pytest.fixture
-def web_server(live_env: dict[str, str], tmp_path: Path) -> Iterator[WebServer]:
-    """`python -m appliance.web_server` with two relay processes, believing X-Forwarded-For from 127.0.0.1."""
+def web_server(live_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WebServer]:
+    """`python -m appliance.web_server` with two relay processes (or the number a test's parameter gives),
+    believing X-Forwarded-For from 127.0.0.1."""
     port = free_port()
-    env = {**live_env, "HEARTH_WEB_WORKERS": "2", "HEARTH_CONSOLE_WORKERS": "1", "HEARTH_DRAIN_SECONDS": "2",
-           "HEARTH_TRUSTED_PROXIES": "127.0.0.1", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")}  # fmt: skip
+    env = {**live_env, "HEARTH_WEB_WORKERS": str(getattr(request, "param", 2)), "HEARTH_CONSOLE_WORKERS": "1",
+           "HEARTH_DRAIN_SECONDS": "2", "HEARTH_TRUSTED_PROXIES": "127.0.0.1",
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")}  # fmt: skip
     proc = Proc([sys.executable, "-m", "appliance.web_server", "--port", str(port)], env, tmp_path / "web.log")
     base = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -84,6 +86,7 @@ def test_sign_in_and_the_api_work_through_the_relay_with_the_clients_address(
     assert "secure" not in page.headers["set-cookie"].lower()  # the connection was plain http, whatever it says
 
 
+@pytest.mark.parametrize("web_server", [1, 2], indirect=True, ids=["one relay process", "two"])
 def test_a_console_stopped_cold_does_not_stop_the_gateway(served: Served, web_server: WebServer) -> None:
     pid = web_server.console_pid()
     os.kill(pid, signal.SIGSTOP)
@@ -116,6 +119,7 @@ def test_a_console_that_dies_answers_503_until_it_is_started_again(web_server: W
     assert "the console process exited with -9; starting it again" in web_server.proc.output()
 
 
+@pytest.mark.parametrize("web_server", [1, 2], indirect=True, ids=["one relay process", "two"])
 def test_stopping_the_web_server_leaves_no_console_behind(web_server: WebServer) -> None:
     pid, folder = web_server.console_pid(), web_server.socket_folder()
     assert folder.stat().st_mode & 0o777 == 0o700
