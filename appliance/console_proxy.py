@@ -37,8 +37,8 @@ CONNECT_TIMEOUT = 5.0  # seconds to reach the console's socket; a page itself ma
 RETRY_AFTER = b"2"  # seconds: about a console process's start
 
 
-class ConsoleUnavailable(Exception):
-    """The console process did not take the request (no socket, refused, or closed before an answer)."""
+class ClientGone(Exception):
+    """The client left while its request's body was being forwarded: the forward is abandoned."""
 
 
 class ConsoleProxy:
@@ -78,7 +78,9 @@ class ConsoleProxy:
                 scope["method"], url, headers=headers, data=_body(receive) if has_body else None, allow_redirects=False,
                 skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
             )  # fmt: skip
-        except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError) as exc:
+        except aiohttp.ClientConnectionError as exc:  # no socket, refused, or closed before an answer
+            if isinstance(exc.__cause__, ClientGone):  # aiohttp closed the console's connection: nobody to answer
+                return
             log.warning("the console process did not answer %s %s: %s", scope["method"], scope["path"], exc)
             await _unavailable(scope, send)
             return
@@ -91,11 +93,12 @@ class ConsoleProxy:
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:
-    """The request's body as the client sends it (an async generator aiohttp streams)."""
+    """The request's body as the client sends it (an async generator aiohttp streams). Raises ClientGone
+    if the client disconnects first (ending the body early would leave the console waiting for the rest)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return
+            raise ClientGone
         if message.get("body"):
             yield message["body"]
         if not message.get("more_body", False):
