@@ -7,6 +7,7 @@ appliance.console_proxy says why), else served here in this process (plain uvico
 tests and benches run it).
 """
 
+import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 django_application = get_asgi_application()
 
 from appliance.console_proxy import ConsoleProxy  # noqa: E402
+from appliance.orphan_watch import end_with_the_web_server  # noqa: E402
 from gateway.app import PROBE_PATHS, Gateway  # noqa: E402 - needs Django set up first
 from gateway.asgi_io import Receive, Scope, Send  # noqa: E402
 from gateway.metrics_endpoint import metrics_app  # noqa: E402
@@ -28,11 +30,18 @@ console = console_proxy or django_application
 
 
 async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
-    """The gateway's lifespan, and the console proxy's connections closed before shutdown completes."""
+    """The gateway's lifespan, with this process ending with its web server (appliance.orphan_watch) and
+    the console proxy's connections closed before shutdown completes."""
+    watch: list[asyncio.Task[None]] = []
 
     async def sending(message: Mapping[str, Any]) -> None:
-        if message["type"] == "lifespan.shutdown.complete" and console_proxy is not None:
-            await console_proxy.close()
+        if message["type"] == "lifespan.startup.complete":
+            watch.append(asyncio.ensure_future(end_with_the_web_server()))
+        if message["type"] == "lifespan.shutdown.complete":
+            for task in watch:
+                task.cancel()
+            if console_proxy is not None:
+                await console_proxy.close()
         await send(message)
 
     await gateway.lifespan(scope, receive, sending)

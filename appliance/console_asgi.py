@@ -8,12 +8,14 @@ Each request's client, scheme and server come back from the relay's ``x-hearth-p
 (appliance.console_peer).
 """
 
+import asyncio
 import gc
 import os
 
 from django.core.asgi import get_asgi_application
 
 from appliance.console_peer import Receive, Scope, Send, restore
+from appliance.orphan_watch import end_with_the_web_server
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 django_application = get_asgi_application()
@@ -21,12 +23,16 @@ django_application = get_asgi_application()
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
+        watch: asyncio.Task[None] | None = None
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 gc.freeze()  # as the relay's lifespan does (gateway.app): full collections skip start-up's objects
+                watch = asyncio.ensure_future(end_with_the_web_server())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if watch is not None:
+                    watch.cancel()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     else:

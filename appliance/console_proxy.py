@@ -11,21 +11,24 @@ client, not the gateway's own).
 
 What is forwarded: method, path and query as received, every header but the hop-by-hop ones (RFC 9110
 §7.6.1) and ``x-hearth-peer``, which is set here to this connection's client, scheme and server
-(appliance.console_peer); the body is streamed with the client's Content-Length. Not followed or kept: redirects
+(appliance.console_peer), header values as UTF-8 where they are (aiohttp sends text as UTF-8; other bytes
+pass as Latin-1 characters); the body is read whole first, as nginx buffers it, so a slow or vanishing
+uploader never holds a connection to the console (bodies over HEARTH_MAX_BODY_BYTES get 413, as /v1's do),
+and sent with its length. A request target that is not a path (``*``) gets 400. Not followed or kept: redirects
 (the browser's to follow), cookies (a DummyCookieJar: the session is shared by every user), compression
 (bytes pass as they are). An answer's head is sent only once the console gave it; if the console cannot be
 reached the client gets 503 with Retry-After (JSON ``{"detail": ...}`` under /api/, as console.api
-answers, plain text elsewhere); an answer cut after its head ends the client's connection without the
-chunked terminator, so it never looks complete.
+answers, elsewhere a page that reloads itself); an answer cut after its head ends the client's connection
+without the chunked terminator, so it never looks complete.
 
-Imports nothing of Hearth's but appliance.console_peer.
+Imports nothing of Hearth's but appliance.console_peer (and Django's settings).
 """
 
 import json
 import logging
-from collections.abc import AsyncIterator
 
 import aiohttp
+from django.conf import settings
 from yarl import URL
 
 from appliance.console_peer import PEER_HEADER, Receive, Scope, Send, peer_header
@@ -35,10 +38,15 @@ HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-autho
               b"te", b"trailer", b"transfer-encoding", b"upgrade"}  # fmt: skip
 CONNECT_TIMEOUT = 5.0  # seconds to reach the console's socket; a page itself may take as long as it takes
 RETRY_AFTER = b"2"  # seconds: about a console process's start
+Headers = tuple[tuple[bytes, bytes], ...]
 
 
 class ClientGone(Exception):
-    """The client left while its request's body was being forwarded: the forward is abandoned."""
+    """The client left before its request's body was whole: nothing is forwarded."""
+
+
+class BodyTooLarge(Exception):
+    """The request's body is over HEARTH_MAX_BODY_BYTES."""
 
 
 class ConsoleProxy:
@@ -51,7 +59,8 @@ class ConsoleProxy:
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:  # made on the event loop that uses it, at the first request
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=self.socket_path, keepalive_timeout=4),
+                # no limit on connections: each is held only while the console answers a whole request
+                connector=aiohttp.UnixConnector(path=self.socket_path, limit=0, keepalive_timeout=4),
                 cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
             )  # fmt: skip
@@ -64,23 +73,31 @@ class ConsoleProxy:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the console serves no websocket
             return
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
-                   if k not in HOP_BY_HOP and k != PEER_HEADER]  # fmt: skip
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        if not raw_path.startswith("/"):
+            await _answer(send, 400, b"text/plain; charset=utf-8", b"The request target must be a path.\n")
+            return
+        try:
+            body = await _body(receive)
+        except ClientGone:
+            return
+        except BodyTooLarge:
+            detail = f"The request body is over {settings.HEARTH_MAX_BODY_BYTES} bytes."
+            await _answer(send, 413, *_detail(scope, detail))
+            return
+        headers = [(_text(k), _text(v)) for k, v in scope["headers"]
+                   if k not in HOP_BY_HOP and k != PEER_HEADER and k != b"content-length"]  # fmt: skip
         name, value = peer_header(scope)
         headers.append((name.decode(), value.decode("latin-1")))
         query = scope.get("query_string", b"").decode("latin-1")
-        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         url = URL("http://console" + raw_path + ("?" + query if query else ""), encoded=True)
-        names = {k for k, _ in scope["headers"]}
-        has_body = b"content-length" in names or b"transfer-encoding" in names
+        has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
         try:
             answer = await self.session().request(
-                scope["method"], url, headers=headers, data=_body(receive) if has_body else None, allow_redirects=False,
+                scope["method"], url, headers=headers, data=body if has_body else None, allow_redirects=False,
                 skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
             )  # fmt: skip
         except aiohttp.ClientConnectionError as exc:  # no socket, refused, or closed before an answer
-            if isinstance(exc.__cause__, ClientGone):  # aiohttp closed the console's connection: nobody to answer
-                return
             log.warning("the console process did not answer %s %s: %s", scope["method"], scope["path"], exc)
             await _unavailable(scope, send)
             return
@@ -92,25 +109,53 @@ class ConsoleProxy:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def _body(receive: Receive) -> AsyncIterator[bytes]:
-    """The request's body as the client sends it (an async generator aiohttp streams). Raises ClientGone
-    if the client disconnects first (ending the body early would leave the console waiting for the rest)."""
+def _text(raw: bytes) -> str:
+    """A header's bytes as aiohttp's text, which it sends as UTF-8: exact for UTF-8 and ASCII."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+async def _body(receive: Receive) -> bytes:
+    """The request's whole body. Raises ClientGone if the client disconnects first, BodyTooLarge past
+    HEARTH_MAX_BODY_BYTES."""
+    parts, size = [], 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientGone
-        if message.get("body"):
-            yield message["body"]
+        part = message.get("body", b"")
+        size += len(part)
+        if size > settings.HEARTH_MAX_BODY_BYTES:
+            raise BodyTooLarge
+        parts.append(part)
         if not message.get("more_body", False):
-            return
+            return b"".join(parts)
+
+
+def _detail(scope: Scope, detail: str, page: bytes = b"") -> tuple[bytes, bytes]:
+    """(content type, body) of an error in console.api's shape under /api/, else ``page`` or plain text."""
+    if scope["path"].startswith("/api/"):
+        return b"application/json", json.dumps({"detail": detail}).encode()
+    if page:
+        return b"text/html; charset=utf-8", page
+    return b"text/plain; charset=utf-8", detail.encode() + b"\n"
+
+
+async def _answer(send: Send, status: int, kind: bytes, body: bytes, extra: Headers = ()) -> None:
+    headers = [(b"content-type", kind), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+UNAVAILABLE_PAGE = b"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+<title>Hearth: the console is starting</title></head><body style="font-family: sans-serif; margin: 3em">
+<h1>The console is not answering</h1><p>It may be starting again; this page reloads itself every 2 seconds.
+The API at /v1 is served meanwhile.</p></body></html>
+"""
 
 
 async def _unavailable(scope: Scope, send: Send) -> None:
     detail = "The console is not answering (it may be starting); try again in a moment."
-    if scope["path"].startswith("/api/"):
-        body, kind = json.dumps({"detail": detail}).encode(), b"application/json"
-    else:
-        body, kind = detail.encode() + b"\n", b"text/plain; charset=utf-8"
-    headers = [(b"content-type", kind), (b"retry-after", RETRY_AFTER)]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await _answer(send, 503, *_detail(scope, detail, UNAVAILABLE_PAGE), ((b"retry-after", RETRY_AFTER),))

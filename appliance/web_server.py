@@ -12,7 +12,7 @@ process writes its samples under PROMETHEUS_MULTIPROC_DIR (set here, before any 
 to ``DATA_DIR/run/prometheus`` unless given) and /metrics reads them all (gateway.metrics_endpoint.metrics_app). The
 folder is emptied at each start: counters begin again at 0, which Prometheus reads as a restart.
 
-Imports Django's settings only (never the app: each worker imports it itself).
+Imports Django's settings and appliance.orphan_watch only (never the app: each worker imports it itself).
 """
 
 import argparse
@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 import uvicorn
+
+from appliance.orphan_watch import SUPERVISOR_ENV
 
 log = logging.getLogger("appliance.web_server")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client.values reads it at import
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     # runs, and after, when uvicorn, having drained, restores this handler and raises the signal again.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit)
+    os.environ[SUPERVISOR_ENV] = str(os.getpid())  # its processes end with it (appliance.orphan_watch)
     console = ConsoleServer(settings.HEARTH_CONSOLE_WORKERS, settings.HEARTH_DRAIN_SECONDS)
     console.start()
     os.environ["HEARTH_CONSOLE_SOCKET"] = console.socket  # the relay processes read it at import

@@ -9,7 +9,8 @@ one 403, and an unexpected one 500, all in that shape.
 import json
 import logging
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
@@ -83,6 +84,13 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     cause = exc.__cause__
     detail = str(cause) if isinstance(cause, BodyError) else str(exc)
     return api.create_response(request, {"detail": detail}, status=exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    """A body over Django's DATA_UPLOAD_MAX_MEMORY_SIZE: 413, not a bug's 500 and its traceback."""
+    detail = f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+    return api.create_response(request, {"detail": detail}, status=413)
 
 
 @api.exception_handler(PermissionDenied)

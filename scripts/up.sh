@@ -52,6 +52,12 @@ start worker "$PY" -m celery -A appliance worker -c 3 --loglevel INFO
 start beat "$PY" -m celery -A appliance beat --loglevel INFO -s "$DATA/celerybeat-schedule"
 
 for _ in $(seq 1 60); do
+  # the web server started here must be the one answering (not one a killed run left holding the port)
+  if ! kill -0 "$(cat "$DATA/web.pid")" 2>/dev/null; then
+    echo "up: the web server exited; see $DATA/logs/web.log" >&2
+    tail -20 "$DATA/logs/web.log" >&2
+    exit 1
+  fi
   if "$PY" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/login/', timeout=1)" 2>/dev/null; then
     echo "Hearth is up: open http://127.0.0.1:$PORT/ (while no admin exists, the first visit creates one)."
     echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"

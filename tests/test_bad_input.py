@@ -2,12 +2,14 @@
 over-long and NUL-bearing strings and out-of-range numbers answers 4xx ``{"detail": "..."}`` (never a
 500, never HTML), and the console's forms answer them on the page, never with a server error."""
 
+import json
 from typing import Any
 
 import pytest
 from django.db import transaction
 from django.test import Client, override_settings
 
+from console.access.models import ApiKey
 from console.api import api
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
@@ -118,6 +120,13 @@ def test_an_over_long_model_path_is_a_400_not_a_500(admin: Client) -> None:
     page = admin.post("/models/", {"local-name": "m", "local-path": "/" + "a" * 5000})
     assert page.status_code == 200 and "at most 500 characters" in page.content.decode()
     assert not ModelSource.objects.exists()
+
+
+def test_a_body_over_the_upload_limit_is_a_413_in_the_apis_shape(admin: Client, settings: Any) -> None:
+    body = json.dumps({"name": "k", "pad": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)})
+    resp = admin.post("/api/keys", body, content_type="application/json")
+    assert resp.status_code == 413 and "request body is over" in resp.json()["detail"], resp.content[:200]
+    assert not ApiKey.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,19 @@
 """The console in its own process behind the relay processes (appliance.web_server, as `make up` and compose
 run it): pages, sign-in and the JSON API work through the relay's forward with the client's address and
-scheme as Django would see them in one process; a console that is stopped cold does not stop the gateway;
-one that dies answers 503 until it is started again; stopping the web server leaves no console behind."""
+scheme as Django would see them in one process; what the forward refuses (a body over the limit, a target
+that is not a path) and what it passes on unchanged; uploads that stall or vanish hold nothing; a console
+stopped cold does not stop the gateway; one that dies answers 503 until it is started again; stopping the
+web server, or killing it outright, leaves no console or relay behind."""
 
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -19,6 +23,7 @@ from tests.conftest import Proc, free_port, login
 from tests.simworld import Served
 
 pytestmark = pytest.mark.django_db(transaction=True)
+MAX_BODY = 1_000_000
 CHAT = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
@@ -50,7 +55,7 @@ def web_server(live_env: dict[str, str], tmp_path: Path, request: pytest.Fixture
     believing X-Forwarded-For from 127.0.0.1."""
     port = free_port()
     env = {**live_env, "HEARTH_WEB_WORKERS": str(getattr(request, "param", 2)), "HEARTH_CONSOLE_WORKERS": "1",
-           "HEARTH_DRAIN_SECONDS": "2", "HEARTH_TRUSTED_PROXIES": "127.0.0.1",
+           "HEARTH_DRAIN_SECONDS": "2", "HEARTH_TRUSTED_PROXIES": "127.0.0.1", "HEARTH_MAX_BODY_BYTES": str(MAX_BODY),
            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")}  # fmt: skip
     proc = Proc([sys.executable, "-m", "appliance.web_server", "--port", str(port)], env, tmp_path / "web.log")
     base = f"http://127.0.0.1:{port}"
@@ -86,6 +91,41 @@ def test_sign_in_and_the_api_work_through_the_relay_with_the_clients_address(
     assert "secure" not in page.headers["set-cookie"].lower()  # the connection was plain http, whatever it says
 
 
+def raw(base: str, request: bytes) -> socket.socket:
+    """A connection to the web server that has sent ``request`` as it is."""
+    parts = urlsplit(base)
+    conn = socket.create_connection((parts.hostname, parts.port), timeout=10)
+    conn.sendall(request)
+    return conn
+
+
+def test_what_the_relay_refuses_or_passes_on_as_it_came(web_server: WebServer, admin_user: object) -> None:
+    big = b"x" * (MAX_BODY + 1)
+    page = httpx.post(f"{web_server.base}/login/", content=big)
+    api = httpx.post(f"{web_server.base}/api/keys", content=big, headers={"Content-Type": "application/json"})
+    assert (page.status_code, api.status_code) == (413, 413) and "over 1000000 bytes" in api.json()["detail"]
+    with raw(web_server.base, b"OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") as conn:
+        assert conn.recv(200).startswith(b"HTTP/1.1 400 ")
+    agent = "café-agent"  # UTF-8 bytes reach Django as they came, as they would in one process
+    client = httpx.Client(base_url=web_server.base, headers={"User-Agent": agent.encode()})
+    client.get("/login/")
+    client.post("/login/", data={"username": "admin", "password": "admin-password-1",
+                                 "csrfmiddlewaretoken": client.cookies["csrftoken"]})  # fmt: skip
+    assert AuditEntry.objects.get(action="signin").user_agent == agent.encode().decode("latin-1")
+
+
+def test_uploads_that_stall_or_vanish_hold_no_connection_to_the_console(web_server: WebServer) -> None:
+    partial = b"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nusername=x"
+    for _ in range(300):  # each hangs up with 990 bytes of its body unsent
+        raw(web_server.base, partial).close()
+    stalled = [raw(web_server.base, partial) for _ in range(300)]  # these keep their connections open
+    try:
+        assert httpx.get(f"{web_server.base}/login/", timeout=10).status_code < 500
+    finally:
+        for conn in stalled:
+            conn.close()
+
+
 @pytest.mark.parametrize("web_server", [1, 2], indirect=True, ids=["one relay process", "two"])
 def test_a_console_stopped_cold_does_not_stop_the_gateway(served: Served, web_server: WebServer) -> None:
     pid = web_server.console_pid()
@@ -117,6 +157,25 @@ def test_a_console_that_dies_answers_503_until_it_is_started_again(web_server: W
         time.sleep(0.5)
     assert web_server.console_pid() != first
     assert "the console process exited with -9; starting it again" in web_server.proc.output()
+
+
+def relay_pids(web: WebServer) -> list[int]:
+    children = Path(f"/proc/{web.proc.proc.pid}/task/{web.proc.proc.pid}/children").read_text().split()
+    return [int(c) for c in children if int(c) != web.console_pid()]
+
+
+@pytest.mark.parametrize("web_server", [1, 2], indirect=True, ids=["one relay process", "two"])
+def test_a_web_server_killed_outright_takes_its_relays_and_console_with_it(web_server: WebServer) -> None:
+    left = [web_server.console_pid(), *relay_pids(web_server)]
+    assert len(left) >= 1, left  # the console; with two relays, them too (and multiprocessing's resource tracker)
+    os.kill(web_server.proc.proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+              for pid in left):  # fmt: skip
+        assert time.monotonic() < deadline, [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+        time.sleep(0.5)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{web_server.base}/login/", timeout=5)
 
 
 @pytest.mark.parametrize("web_server", [1, 2], indirect=True, ids=["one relay process", "two"])
