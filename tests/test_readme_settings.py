@@ -17,8 +17,9 @@ PYTHON_READS = re.compile(
 )
 SHELL_READS = re.compile(r"\$\{([A-Z][A-Z0-9_]*)(?::?[-?])")  # ${NAME:-...}, ${NAME-...}, ${NAME:?...}
 # Read, but not settings of Hearth's: what the engine simulator reads as vLLM does (Hearth sets it per launch),
-# and the interpreter the Makefile hands the scripts.
-NOT_SETTINGS = {"VLLM_API_KEY": "engines/simulator/config.py", "PY": "Makefile → scripts"}
+# the interpreter the Makefile hands the scripts, and what appliance.web_server tells its own processes.
+NOT_SETTINGS = {"VLLM_API_KEY": "engines/simulator/config.py", "PY": "Makefile → scripts",
+                "HEARTH_CONSOLE_SOCKET": "appliance/web_server.py"}  # fmt: skip
 
 
 def read_in_python() -> dict[str, str]:
