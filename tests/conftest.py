@@ -96,13 +96,15 @@ class Proc:
 
 
 def start_web(env: dict[str, str], log: Path) -> tuple[Proc, str]:
-    """The appliance's ASGI server (uvicorn) as a real process, once it answers; returns it and its base URL."""
+    """The appliance's web server as `make up` runs it (appliance.web_server: a relay process, HEARTH_WEB_WORKERS
+    unless ``env`` says, and the console's own process behind it), once it answers; returns it and its base URL."""
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-            "--no-access-log"]  # fmt: skip
-    proc = Proc(argv, env, log)
+    argv = [sys.executable, "-m", "appliance.web_server", "--host", "127.0.0.1", "--port", str(port)]
+    # its own metrics folder: web_server empties the one it is given, which another server may be using
+    defaults = {"HEARTH_WEB_WORKERS": "1", "PROMETHEUS_MULTIPROC_DIR": str(log.parent / f"prometheus-{port}")}
+    proc = Proc(argv, {**defaults, **env}, log)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90  # the console's process first, then the relay
     while time.monotonic() < deadline:
         try:
             httpx.get(base + "/login/", timeout=1)
@@ -116,7 +118,7 @@ def start_web(env: dict[str, str], log: Path) -> tuple[Proc, str]:
 
 @pytest.fixture(scope="session")
 def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The appliance's ASGI server (uvicorn) as a real process; yields its base URL."""
+    """The appliance's web server as a real process (start_web); yields its base URL."""
     proc, base = start_web(live_env, tmp_path_factory.mktemp("web") / "web.log")
     yield base
     proc.stop()
