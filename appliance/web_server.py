@@ -53,6 +53,34 @@ def metrics_folder(data_dir: Path) -> Path:
     return folder
 
 
+def remove_stale_console_folders(root: Path | None = None) -> list[Path]:
+    """Remove what web servers killed outright left in ``root`` (default the temp folder): ``hearth-console-*``
+    folders of this user, older than CONSOLE_START_SECONDS (so not one starting now), whose socket is gone or
+    takes no connection. Returns the folders removed."""
+    removed = []
+    for folder in (root or Path(tempfile.gettempdir())).glob("hearth-console-*"):
+        try:
+            info = folder.stat()
+        except OSError:
+            continue
+        if info.st_uid != os.getuid() or time.time() - info.st_mtime < CONSOLE_START_SECONDS:
+            continue
+        if not _accepts(str(folder / "console.sock")):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _accepts(path: str) -> bool:
+    """Whether a unix socket at ``path`` takes a connection."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True
+
+
 class ConsoleServer:
     """The console's uvicorn on a unix socket (``self.socket``); ``start()`` returns once it accepts
     connections (raises RuntimeError with its exit code if it exits first, or after CONSOLE_START_SECONDS)."""
@@ -71,7 +99,7 @@ class ConsoleServer:
     def start(self) -> None:
         self.proc = self._spawn()
         deadline = time.monotonic() + CONSOLE_START_SECONDS
-        while not self._accepts():
+        while not _accepts(self.socket):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the console process did not start (exit {self.proc.returncode}); see above")
@@ -82,14 +110,6 @@ class ConsoleServer:
         proc = subprocess.Popen(self.argv)  # noqa: S603 - our own argv, never a shell
         os.setpriority(os.PRIO_PROCESS, proc.pid, CONSOLE_NICENESS)  # before it starts workers or threads
         return proc
-
-    def _accepts(self) -> bool:
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(self.socket)
-            except OSError:
-                return False
-            return True
 
     def _keep(self) -> None:
         """Restart the console when it dies on its own (not 0: a crash, or killed by a signal)."""
@@ -137,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit)
     os.environ[SUPERVISOR_ENV] = str(os.getpid())  # its processes end with it (appliance.orphan_watch)
+    remove_stale_console_folders()
     console = ConsoleServer(settings.HEARTH_CONSOLE_WORKERS, settings.HEARTH_DRAIN_SECONDS)
     console.start()
     os.environ["HEARTH_CONSOLE_SOCKET"] = console.socket  # the relay processes read it at import

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from appliance.web_server import CONSOLE_START_SECONDS, remove_stale_console_folders
 from console.audit.models import AuditEntry
 from tests.conftest import Proc, free_port, login
 from tests.simworld import Served
@@ -185,3 +186,15 @@ def test_stopping_the_web_server_leaves_no_console_behind(web_server: WebServer)
     web_server.proc.proc.send_signal(signal.SIGTERM)
     assert web_server.proc.proc.wait(30) == 0, web_server.proc.output()[-3000:]
     assert not Path(f"/proc/{pid}").exists() and not folder.exists()
+
+
+def test_what_a_killed_web_server_left_in_the_temp_folder_is_removed_and_nothing_else(tmp_path: Path) -> None:
+    stale, starting, other = tmp_path / "hearth-console-a", tmp_path / "hearth-console-b", tmp_path / "unrelated"
+    for folder in (stale, starting, other):
+        folder.mkdir()
+    (stale / "console.sock").write_text("")  # not a listening socket: nothing accepts there
+    old = time.time() - CONSOLE_START_SECONDS - 5
+    for folder in (stale, other):
+        os.utime(folder, (old, old))
+    assert remove_stale_console_folders(tmp_path) == [stale]
+    assert starting.exists() and other.exists()
