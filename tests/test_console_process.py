@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 from appliance.web_server import CONSOLE_START_SECONDS, remove_stale_console_folders
 from console.audit.models import AuditEntry
-from tests.conftest import Proc, free_port, login
+from tests.conftest import Proc, login, start_web
 from tests.simworld import Served
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,19 +53,10 @@ class WebServer:
 def web_server(live_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WebServer]:
     """`python -m appliance.web_server` with two relay processes (or the number a test's parameter gives),
     believing X-Forwarded-For from 127.0.0.1."""
-    port = free_port()
     env = {**live_env, "HEARTH_WEB_WORKERS": str(getattr(request, "param", 2)), "HEARTH_CONSOLE_WORKERS": "1",
            "HEARTH_DRAIN_SECONDS": "2", "HEARTH_TRUSTED_PROXIES": "127.0.0.1", "HEARTH_MAX_BODY_BYTES": str(MAX_BODY),
            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")}  # fmt: skip
-    proc = Proc([sys.executable, "-m", "appliance.web_server", "--port", str(port)], env, tmp_path / "web.log")
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(f"{base}/login/", timeout=1).status_code < 500:  # 302 to /setup/ while no admin exists
-                break
-        except httpx.TransportError:
-            assert proc.proc.poll() is None, proc.output()
-        time.sleep(0.2)
+    proc, base = start_web(env, tmp_path / "web.log")
     yield WebServer(proc, base)
     proc.stop()
 
@@ -108,7 +98,7 @@ def test_what_the_relay_refuses_or_passes_on_as_it_came(web_server: WebServer, a
     with raw(web_server.base, b"OPTIONS * HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") as conn:
         assert conn.recv(200).startswith(b"HTTP/1.1 400 ")
     agent = "café-agent"  # UTF-8 bytes reach Django as they came, as they would in one process
-    client = httpx.Client(base_url=web_server.base, headers={"User-Agent": agent.encode()})
+    client = httpx.Client(base_url=web_server.base, headers={b"User-Agent": agent.encode()})
     client.get("/login/")
     client.post("/login/", data={"username": "admin", "password": "admin-password-1",
                                  "csrfmiddlewaretoken": client.cookies["csrftoken"]})  # fmt: skip

@@ -2,8 +2,6 @@
 the gateway, and /metrics, asked of any of them, counts the requests all of them served."""
 
 import os
-import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance import web_server
-from tests.conftest import Proc, free_port
+from tests.conftest import start_web
 from tests.simworld import Served
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,18 +22,9 @@ SENT = 48
 @pytest.fixture
 def two_processes(live_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """`python -m appliance.web_server` with HEARTH_WEB_WORKERS=2; yields its base URL and metrics folder."""
-    port, folder = free_port(), tmp_path / "prometheus"
+    folder = tmp_path / "prometheus"
     env = {**live_env, "HEARTH_WEB_WORKERS": "2", "PROMETHEUS_MULTIPROC_DIR": str(folder)}
-    proc = Proc([sys.executable, "-m", "appliance.web_server", "--port", str(port)], env,
-                tmp_path / "web.log")  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(150):
-        try:
-            if httpx.get(f"{base}/login/", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            assert proc.proc.poll() is None, proc.output()
-        time.sleep(0.2)
+    proc, base = start_web(env, tmp_path / "web.log")
     yield base, folder
     proc.stop()
 
