@@ -62,7 +62,9 @@ def test_the_web_server_runs_uvicorn_with_the_workers_and_without_proxy_headers(
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")  # unset; restored after the test
     (tmp_path / "run" / "prometheus").mkdir(parents=True)
     (tmp_path / "run" / "prometheus" / "counter_1.db").write_bytes(b"a stale run's samples")
-    monkeypatch.delenv("HEARTH_CONSOLE_SOCKET", raising=False)
+    for name in ("HEARTH_CONSOLE_SOCKET", "HEARTH_WEB_SUPERVISOR"):  # main sets both: unset after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     ran: dict[str, Any] = {}
 
     def run(app: str, **kwargs: Any) -> None:  # the relays' uvicorn; the console's is real
