@@ -9,7 +9,7 @@ from console.audit.recording import record
 from console.catalog.models import ModelSource
 from console.deployments import dispatch, external
 from console.deployments.engine_flags import check_extra_args
-from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
+from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, Replica
 from console.deployments.planning import MAX_REPLICAS, demo_refusal, plan_for
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
@@ -132,7 +132,12 @@ def delete_deployment(deployment: Deployment) -> None:
     state (unregistered: its engines run on, unrouted). Raises ConsoleError while a launched one runs."""
     ended = Q(state__in=[DeploymentState.STOPPED, DeploymentState.FAILED]) | Q(engine=EXTERNAL_ENGINE)
     with transaction.atomic():
-        if not Deployment.objects.filter(ended, pk=deployment.pk).delete()[0]:
+        # Locked first: the worker's scrapes keep adding rows that refer to the deployment and its replicas
+        # (samples, scrape health). Each such insert waits for this transaction and then fails on the gone
+        # row, instead of landing between the delete's collection and its commit (an IntegrityError: 500).
+        locked = list(Deployment.objects.select_for_update().filter(ended, pk=deployment.pk).values_list("pk"))
+        list(Replica.objects.select_for_update().filter(deployment_id=deployment.pk).values_list("pk"))
+        if not locked or not Deployment.objects.filter(pk=deployment.pk).delete()[0]:
             raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
         record(None, "deployment.delete", deployment, {"name": deployment.name})
         transaction.on_commit(bump_routing_version)

@@ -143,6 +143,8 @@ def remove_endpoint(dep: Deployment, replica_id: int) -> None:
     if dep.external and dep.replicas.count() == 1:
         raise ConsoleError(f"It is the only endpoint of {dep.name}: remove the deployment to unregister it.")
     with transaction.atomic():
+        # locked first, as admin_actions.delete_deployment does: a scrape storing rows of it waits, then fails
+        list(Replica.objects.select_for_update().filter(pk=replica.pk).values_list("pk"))
         replica.delete()
         record(None, "deployment.remove_endpoint", dep, {"base_url": replica.url})
         transaction.on_commit(bump_routing_version)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import httpx
 from django.conf import settings
+from django.db import IntegrityError
 from django.db.models import F
 
 from appliance.runtimes import get_runtime
@@ -68,17 +69,23 @@ def scrape_all() -> int:
         Replica.objects.filter(running=True, deployment__state__in=[S.LOADING, S.READY]).select_related("deployment")
     )
     for replica in (r for r in replicas if not r.external):
-        replica.log_tail = get_runtime(replica.runtime).logs(replica.runtime_name, LOG_LINES)
-        replica.save(update_fields=["log_tail"])
+        logs = get_runtime(replica.runtime).logs(replica.runtime_name, LOG_LINES)
+        Replica.objects.filter(pk=replica.pk).update(log_tail=logs)  # none when deleted meanwhile
     ready = [r for r in replicas if r.deployment.state == S.READY and (r.up or not r.external)]
     rows = mapping_rows()
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(ready)))) as pool:
         results = list(pool.map(fetch, ready))
     good = 0
     for replica, result in zip(ready, results, strict=True):
-        good += _record(replica, result, rows)
+        try:
+            good += _record(replica, result, rows)
+        except IntegrityError:  # its deployment was deleted since the query above
+            log.info("replica %s was deleted while scraped; its scrape is dropped", replica.pk)
     deployments = list(Deployment.objects.filter(state=S.READY))
-    request_stats.record_requests(deployments, datetime.now(UTC))
+    try:
+        request_stats.record_requests(deployments, datetime.now(UTC))
+    except IntegrityError:  # the Redis cursor stays: the next scrape counts these rows without that deployment
+        log.info("a deployment was deleted while its requests were counted; counted again at the next scrape")
     _publish_prices(deployments)
     return good
 
