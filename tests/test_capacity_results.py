@@ -77,6 +77,10 @@ def test_the_run_is_held_against_the_plan_in_words() -> None:
         "plan: 13.9 sessions of 32K; measured: 10 before TTFT p90 passed 2 s at 50; "
         "the engine ran 12 at once while others waited"
     )
+    blocks = held_against_plan(46_592, 1997, [level(1, 0.2)], SLO, block_tokens=128)  # type: ignore[list-item]
+    assert blocks.startswith("plan: 22.8 sessions of 1,997 tokens (16 blocks of 128); ")  # vLLM's 22.75x
+    assert held_against_plan(46_592, 2048, [level(1, 0.2)], SLO, block_tokens=128).startswith(  # type: ignore[list-item]
+        "plan: 22.8 sessions of 2K; ")
     held = held_against_plan(46_592, 2048, [level(1, 0.2), level(4, 0.3)], SLO)  # type: ignore[list-item]
     assert held == "plan: 22.8 sessions of 2K; measured: 4 sessions, the most run, held TTFT p90 within 2 s"
     failing = held_against_plan(46_592, 1000, [level(1, 0.2), level(8, 0.3, failed=2)], SLO)  # type: ignore[list-item]

@@ -8,12 +8,14 @@ HEARTH_STREAM_IDLE_TIMEOUT (600 s) and are cut: the suite runs with 3600 s (pypr
 it gets the longest a check may run (HEARTH_CAPACITY_MAX_SECONDS, 1,800 s).
 """
 
+import math
 import time
 
 import httpx
 import pytest
 from django.conf import settings
 
+from engines.planner import kv_block_tokens
 from tests.conftest import Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
 
@@ -21,7 +23,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytes
 __all__ = ["engine_built"]  # the module fixture that fails the test when the engine is not built
 KV_GIB = 1  # 2^30 B / 23,040 B per token = 46,603 → 364 blocks of 128 = 46,592 tokens (vLLM 0.32 takes whole GiB)
 CAPACITY = 46_592
-PROMPT, ANSWER = 1960, 32  # a session of ~1,992 tokens: 16 blocks of 128, so 364 blocks hold 22 of them
+PROMPT, ANSWER = 1960, 32  # a session of ~1,992 tokens: 16 blocks of 128, so 364 blocks hold 22.75 of them
 USERS = 24  # more than fit, so some queue
 
 
@@ -63,13 +65,15 @@ def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capa
         level = run["results"][0]  # type: ignore[index]
         assert level["failures"] == {}, (level, run["summary"])  # e.g. cut at the check's time bound
         session = level["mean_prompt_tokens"] + level["mean_output_tokens"]
-        planned = CAPACITY / session
+        block = kv_block_tokens("vllm-cpu")
+        planned = CAPACITY / (math.ceil(session / block) * block)  # a sequence holds whole KV blocks
         held = level["engine"]["running_while_waiting"]
         print(f"session {session:.0f} tokens; plan {planned:.2f} at once; the engine ran {held} while others waited; "
               f"{run['summary']}")  # fmt: skip
         assert abs(level["mean_prompt_tokens"] - PROMPT) <= 16 and level["mean_output_tokens"] == ANSWER
         assert level["engine"]["waiting_peak"] > 0
         assert abs(held / planned - 1) <= 0.10
+        assert f"plan: {planned:,.1f} sessions" in str(run["summary"])
         assert f"the engine ran {held:g} at once while others waited" in str(run["summary"])
     finally:
         client.post(f"/api/deployments/{dep['id']}/stop")

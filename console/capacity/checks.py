@@ -31,6 +31,7 @@ from console.errors import ConsoleError
 from console.observability.models import RequestLog
 from engines.capacity.profiles import CONCURRENCY, MODES, PROFILES, RATE, Shape, shape_for
 from engines.capacity.results import LevelResult, Slo, held_against_plan, summarize
+from engines.planner import kv_block_tokens
 
 log = logging.getLogger(__name__)
 CHECK = "console.capacity.tasks.run_check"  # the task's name (tasks.py), sent through dispatch
@@ -211,7 +212,8 @@ def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult]) -> Non
     capacity = int(dep.plan.get("kv_capacity_tokens") or 0) * dep.replica_count
     unit = "requests/s" if run.mode == RATE else "sessions"
     held = capacity and levels
-    summary = held_against_plan(capacity, session or shape.session_tokens, levels, slo, unit) if held else ""
+    block = kv_block_tokens(dep.engine)
+    summary = held_against_plan(capacity, session or shape.session_tokens, levels, slo, unit, block) if held else ""
     done = len(levels)
     now = timezone.now()
     if run.move(RunState.DONE, progress=1.0, progress_text=f"{done} of {len(run.levels)} levels", summary=summary,

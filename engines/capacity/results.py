@@ -168,12 +168,19 @@ def tokens_label(tokens: float) -> str:
 
 
 def held_against_plan(
-    kv_capacity_tokens: int, session_tokens: float, levels: list[LevelResult], slo: Slo, unit: str = "sessions"
+    kv_capacity_tokens: int, session_tokens: float, levels: list[LevelResult], slo: Slo, unit: str = "sessions",
+    block_tokens: int = 1,
 ) -> str:
     """The run against the plan in one sentence, e.g. "plan: 13.9 sessions of 32K; measured: 12 before
     TTFT p90 passed 2 s". ``levels`` in the order run; a level holds when nothing failed and its TTFT
-    p90 is within the SLO. ``unit`` names a level ("sessions", or "requests/s" for a rate sweep)."""
-    plan = f"plan: {kv_capacity_tokens / session_tokens:,.1f} sessions of {tokens_label(session_tokens)}"
+    p90 is within the SLO. ``unit`` names a level ("sessions", or "requests/s" for a rate sweep).
+
+    A session holds whole KV blocks of ``block_tokens`` tokens (engines.planner.kv_block_tokens), so the
+    plan's sessions are ``kv_capacity_tokens / (ceil(session_tokens / block_tokens) × block_tokens)``: vLLM's
+    own ``kv_cache_max_concurrency`` counts the same way (vllm/v1/core/kv_cache_utils.py)."""
+    held_tokens = math.ceil(session_tokens / block_tokens) * block_tokens
+    blocks = f" ({held_tokens // block_tokens} blocks of {block_tokens})" if held_tokens != session_tokens else ""
+    plan = f"plan: {kv_capacity_tokens / held_tokens:,.1f} sessions of {tokens_label(session_tokens)}{blocks}"
     target = f"TTFT p90 passed {slo.ttft_seconds:g} s"
     held = [lv for lv in levels if lv.failed == 0 and lv.ttft_p90 is not None and lv.ttft_p90 <= slo.ttft_seconds]
     broke = next((lv for lv in levels if lv not in held), None)
