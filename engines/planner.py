@@ -50,7 +50,7 @@ CUDA_GRAPHS_ESTIMATE = int(0.3 * GIB)
 TYPICAL_CONTEXT = 32_768  # tokens; a long chat or coding session, for the concurrency the plan reports
 # Tokens per KV block each engine allocates (a sequence of n tokens holds ceil(n / block) blocks); the
 # simulator's is its --block-size default (engines.simulator.config), which Hearth does not pass.
-KV_BLOCK_TOKENS: dict[str, int] = {
+KV_BLOCK_TOKENS: dict[EngineKind, int] = {
     EngineKind.VLLM: BLOCK_SIZE, EngineKind.SGLANG: SGLANG_PAGE_SIZE, EngineKind.SIMULATOR: 16, **CPU_KV_BLOCK,
 }
 
@@ -58,7 +58,7 @@ KV_BLOCK_TOKENS: dict[str, int] = {
 def kv_block_tokens(engine: str) -> int:
     """Tokens per KV block of ``engine`` (an EngineKind value, KV_BLOCK_TOKENS); 1 for an engine Hearth did
     not launch (an external one: its block size is not known)."""
-    return KV_BLOCK_TOKENS.get(engine, 1)
+    return KV_BLOCK_TOKENS.get(EngineKind(engine), 1) if engine in set(EngineKind) else 1
 
 
 @dataclass(frozen=True)
