@@ -134,12 +134,38 @@ def test_engines_hearth_did_not_launch_are_recorded_without_their_key(root: Clie
     assert ENGINE_KEY not in json.dumps(list(AuditEntry.objects.values()), default=str)
 
 
+def test_models_prices_slos_and_mappings_are_recorded_with_what_changed(root: Client) -> None:
+    assert root.post("/api/models", {"demo": "qwen3-8b"}, content_type=JSON).status_code == 201
+    [added] = entries("model.add")
+    assert (added.actor_name, added.target_name, added.changes["kind"]) == ("root", "qwen3-8b", "demo")
+    for price in ("2.5", "3"):
+        root.post("/costs/", {"gpu_model": "NVIDIA H100 80GB HBM3", "usd_per_gpu_hour": price, "source": "quote"})
+    first, second = (e.changes for e in entries("price.set"))  # the first changes the seeded price
+    assert first["usd_per_gpu_hour"][1] == "2.5" and first["source"][1] == "quote" and "gpu_model" not in first
+    assert second == {"usd_per_gpu_hour": ["2.5000", "3"]}
+    dep = root.post("/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"},
+                    content_type=JSON).json()  # fmt: skip
+    root.post(f"/deployments/{dep['id']}/slo/", {"ttft_seconds": "1.5", "itl_seconds": ""})
+    [slo] = entries("deployment.slo")
+    assert (slo.target_name, slo.changes) == ("q", {"ttft_seconds": [None, 1.5]})
+    mapping = {"flavor": "tgi", "engine": "tgi", "canonical": "requests_running", "metric": "tgi_batch_current_size",
+               "source": "text-generation-inference docs, Metrics"}  # fmt: skip
+    root.post("/metric-mappings/", mapping)
+    assert entries("mapping.set")[0].changes["metric"] == [None, "tgi_batch_current_size"]
+    Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
+    root.delete(f"/api/deployments/{dep['id']}")
+    assert root.delete(f"/api/models/{ModelSource.objects.get().pk}").status_code == 204
+    [deleted] = entries("model.delete")
+    assert (deleted.target_name, deleted.changes["kind"]) == ("qwen3-8b", "demo")
+
+
 def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
     tested = {"key.create", "key.limits", "key.rotate", "key.revoke", "member.create", "member.role",
               "member.limits", "member.active", "member.password", "deployment.create", "deployment.launch",
               "deployment.stop", "deployment.change", "deployment.remedy", "deployment.delete", "signin",
               "signin.failed", "signin.lockout", "signout", "deployment.register", "deployment.add_endpoint",
-              "deployment.remove_endpoint"}  # fmt: skip
+              "deployment.remove_endpoint", "deployment.slo", "model.add", "model.delete", "price.set",
+              "mapping.set"}  # fmt: skip
     assert set(ACTIONS) == tested
 
 

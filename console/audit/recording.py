@@ -38,6 +38,11 @@ ACTIONS = {
     "deployment.register": "engine Hearth did not launch registered",
     "deployment.add_endpoint": "endpoint Hearth did not launch added as a replica",
     "deployment.remove_endpoint": "endpoint Hearth did not launch removed",
+    "deployment.slo": "deployment SLO targets set",
+    "model.add": "model added",
+    "model.delete": "model deleted",
+    "price.set": "GPU price set",
+    "mapping.set": "metric mapping saved",
     "signin": "signed in",
     "signin.failed": "sign-in failed",
     "signin.lockout": "locked out after failed sign-ins",
@@ -87,6 +92,12 @@ def _target(target: models.Model | str | None) -> tuple[str, str, str]:
 def changed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     """The fields whose values differ, as field → [before, after] (the shape of ``changes`` for an edit)."""
     return {k: [before.get(k), v] for k, v in after.items() if before.get(k) != v}
+
+
+def form_changes(form: Any) -> dict[str, list[Any]]:
+    """A bound, valid ModelForm's edited fields as field → [before, after] (``form.changed_data``; before is
+    None for a new row)."""
+    return {name: [form.initial.get(name), form.cleaned_data[name]] for name in form.changed_data}
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from console.audit.recording import record
 from console.catalog.demo import demo_model
 from console.catalog.hub import HubError, read_hub_model
 from console.catalog.models import ModelSource
@@ -92,7 +93,10 @@ def _save_model(**fields: Any) -> ModelSource:
         raise ConsoleError(str(exc)) from None
     try:
         with transaction.atomic():
-            return ModelSource.objects.create(**fields)
+            model = ModelSource.objects.create(**fields)
+            facts = {k: fields[k] for k in ("kind", "path", "repo_id", "revision") if fields.get(k)}
+            record(None, "model.add", model, {**facts, "weights_bytes": model.weights_bytes})
+            return model
     except IntegrityError:
         raise ConsoleError(f"A model named {fields['name']!r} already exists.") from None
 
@@ -101,4 +105,6 @@ def delete_model(model: ModelSource) -> None:
     """Forget a model no deployment uses (its files stay where they are). Raises ConsoleError otherwise."""
     if names := list(model.deployments.values_list("name", flat=True)):
         raise ConsoleError(f"{model.name} is used by {', '.join(names)}; delete those deployments first.")
-    model.delete()
+    with transaction.atomic():
+        record(None, "model.delete", model, {"kind": model.kind, "path": model.path, "repo_id": model.repo_id})
+        model.delete()

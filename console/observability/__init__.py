@@ -5,7 +5,8 @@ each web process's recent steps); the request log the gateway writes and the sta
 and per million tokens, and the price per token the gateway charges (cost); the GPU strip from the worker's
 published inventory (gpu_strip); Hearth's own /metrics, engine side (export).
 
-May import: engines, appliance, console.deployments (its models), console's shared modules. Nothing of
-console.access or console.catalog beyond what deployments bring. ``outcomes`` imports nothing of Django: the
+May import: engines, appliance, console.deployments (its models), console.audit (recording price, SLO and
+mapping edits), console's shared modules. Nothing of console.access or console.catalog beyond what deployments
+bring. ``outcomes`` imports nothing of Django: the
 gateway's accounting uses it.
 """

@@ -11,12 +11,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access.roles import may_see_all
+from console.audit.recording import form_changes, record
 from console.deployments.models import ACTIVE_STATES, Deployment
 from console.observability import charts, cost, gpu_strip
 from console.observability.forms import MappingForm, PriceForm, RequestFilter, SloForm
@@ -96,9 +98,11 @@ def deployment_slo(request: HttpRequest, pk: int) -> HttpResponse:
     dep = get_object_or_404(Deployment, pk=pk)
     form = SloForm(request.POST, instance=ServiceLevel.objects.filter(deployment=dep).first())
     if form.is_valid():
-        slo = form.save(commit=False)
-        slo.deployment = dep
-        slo.save()
+        with transaction.atomic():
+            slo = form.save(commit=False)
+            slo.deployment = dep
+            slo.save()
+            record(None, "deployment.slo", dep, form_changes(form))
         messages.success(request, "SLO saved.")
     else:
         messages.error(request, " ".join(str(e) for errors in form.errors.values() for e in errors))
@@ -157,7 +161,8 @@ def costs(request: HttpRequest) -> HttpResponse:
         instance = PriceSetting.objects.filter(gpu_model=request.POST.get("gpu_model", "")).first()
         form = PriceForm(request.POST, instance=instance)
         if form.is_valid():
-            form.save()
+            with transaction.atomic():
+                record(None, "price.set", form.save(), form_changes(form))
             messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
             return redirect("observability:costs")
     today = datetime.now(UTC).date()
@@ -179,12 +184,13 @@ def mappings(request: HttpRequest) -> HttpResponse:
         editing = MetricMapping.objects.filter(pk=request.POST.get("id") or 0).first()
         form = MappingForm(request.POST, instance=editing)
         if form.is_valid():
-            row = form.save()
+            with transaction.atomic():
+                row = form.save()
+                record(None, "mapping.set", row, form_changes(form))
             messages.success(request, f"Mapping saved: {row}.")
             return redirect("observability:mappings")
     rows = MetricMapping.objects.order_by("flavor", "canonical")
     return render(request, "observability/mappings.html", {"rows": rows, "form": form, "editing": editing})
-
 
 
 def _own_keys(request: HttpRequest) -> set[int] | None:
