@@ -114,6 +114,14 @@ def test_unknown_ids_and_bad_queries_are_4xx_json(admin: Client, path: str) -> N
     assert 400 <= resp.status_code < 500 and "detail" in resp.json(), (path, resp.status_code, resp.content[:200])
 
 
+@pytest.mark.parametrize("method", ["put", "patch", "head", "options"])
+def test_a_method_an_api_path_does_not_serve_is_a_405_json_naming_those_it_does(admin: Client, method: str) -> None:
+    resp = getattr(admin, method)("/api/keys")
+    assert (resp.status_code, resp["Content-Type"], resp["Allow"]) == (405, "application/json", "GET, POST")
+    if method != "head":
+        assert resp.json()["detail"] == f"{method.upper()} is not served here; use GET, POST."
+
+
 def test_an_over_long_model_path_is_a_400_not_a_500(admin: Client) -> None:
     resp = admin.post("/api/models", {"name": "m", "path": "/" + "a" * 5000}, content_type="application/json")
     assert resp.status_code == 400 and "too long" in resp.json()["detail"]
