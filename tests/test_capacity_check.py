@@ -108,7 +108,8 @@ def test_one_check_at_a_time_and_a_confirmation_under_live_traffic(ready: Any, w
     assert refused.status_code == 400 and "serving live traffic (1 requests from 1 key" in refused.json()["detail"]
     confirmed = start(client, dep_id, levels=[1], requests_per_level=2, confirm_live_traffic=True)
     assert confirmed.status_code == 202
-    assert wait_run(client, confirmed.json()["id"], {"done", "failed", "cancelled"})["state"] == "done"
+    run = wait_run(client, confirmed.json()["id"], {"done", "failed", "cancelled"})
+    assert run["state"] == "done", run
 
 
 def test_a_check_refuses_bad_settings_in_the_apis_error_shape(ready: Any) -> None:
