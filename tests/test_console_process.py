@@ -150,6 +150,20 @@ def test_a_console_that_dies_answers_503_until_it_is_started_again(web_server: W
     assert "the console process exited with -9; starting it again" in web_server.proc.output()
 
 
+def test_every_line_of_the_web_log_says_when_and_which_process(web_server: WebServer) -> None:
+    assert httpx.get(f"{web_server.base}/nothing-here/", timeout=10).status_code == 404  # the console logs it
+    os.kill(web_server.console_pid(), signal.SIGKILL)  # and the web server that it starts it again
+    deadline = time.monotonic() + 60
+    while "starting it again" not in web_server.proc.output():
+        assert time.monotonic() < deadline, web_server.proc.output()[-3000:]
+        time.sleep(0.2)
+    stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING|ERROR) \[(\d+)\] [\w.]+: ")
+    lines = [line for line in web_server.proc.output().splitlines() if line.strip()]
+    assert all(stamp.match(line) for line in lines), [line for line in lines if not stamp.match(line)][:5]
+    pids = {int(found.group(2)) for line in lines if (found := stamp.match(line))}
+    assert web_server.proc.proc.pid in pids and len(pids) >= 3  # the web server, its relay, its consoles
+
+
 def relay_pids(web: WebServer) -> list[int]:
     children = Path(f"/proc/{web.proc.proc.pid}/task/{web.proc.proc.pid}/children").read_text().split()
     return [int(c) for c in children if int(c) != web.console_pid()]
