@@ -10,7 +10,8 @@ own venv (``litellm_peer.py``). First it measures each gateway's memory per 1,00
 each concurrency level and repetition runs N concurrent streaming chats on every path, in an order that
 rotates per repetition: N clients in a closed loop (``steady``), or rounds of N sent at once (``burst``).
 The load generator runs here (``loadgen.py``), in no server's process. Prints a table and a verdict
-against the issue's targets (``report.py``); asserts nothing. Needs Redis at 127.0.0.1:6379 (uses db 10
+against the issue's targets (``report.py``); asserts nothing. Answers hold 64 chunks on average, or
+BENCH_ANSWER_CHUNKS (bench/procs.py). Needs Redis at 127.0.0.1:6379 (uses db 10
 and flushes it at the end). Stops everything it started, even on error.
 """
 

@@ -11,7 +11,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHUNKS = 64  # content chunks per measured answer (max_tokens)
+# Content chunks per measured answer (max_tokens; answers are drawn around it, up to twice it): 64, or
+# BENCH_ANSWER_CHUNKS (1-128, the fake engine's MAX_CHUNKS / 2). Two runs at two lengths split the relay's CPU
+# into a cost per request and one per chunk (bench/README.md).
+CHUNKS = int(os.environ.get("BENCH_ANSWER_CHUNKS", "64"))
+if not 1 <= CHUNKS <= 128:
+    raise SystemExit(f"BENCH_ANSWER_CHUNKS must be 1 to 128, not {CHUNKS}")
 DECODE_MS = 10  # ms between chunks, both engines
 
 
