@@ -105,11 +105,13 @@ def sizing_plan(
     if engine not in available_engines():
         offered = ", ".join(available_engines())
         raise ConsoleError(f"Engine '{engine}' is not available here; choose one of: {offered}.")
-    if not 0 <= max_model_len <= INT_MAX or not 0 <= tensor_parallel_size <= 64 or not 0 <= gpu_memory_utilization < 1:
-        raise ConsoleError(
-            "max_model_len and tensor parallel size must be 0 (auto) or more, "
-            "gpu_memory_utilization 0 (auto) or a ratio below 1."
-        )
+    if not 0 <= max_model_len <= INT_MAX:
+        raise ConsoleError(f"max_model_len must be 0 (the model's own) to {INT_MAX:,} tokens, not {max_model_len:,}.")
+    if not 0 <= tensor_parallel_size <= 64:
+        raise ConsoleError(f"Tensor parallel size must be 0 (auto) to 64 GPUs, not {tensor_parallel_size:,}.")
+    if not 0 <= gpu_memory_utilization < 1:
+        utilization = f"{gpu_memory_utilization:g}"
+        raise ConsoleError(f"gpu_memory_utilization must be 0 (auto) or a ratio below 1, not {utilization}.")
     if not 0 < kv_space_gib <= MAX_KV_SPACE_GIB:  # vLLM (CPU)'s only, but never stored out of range
         raise ConsoleError(f"KV space must be above 0 and at most {MAX_KV_SPACE_GIB:,} GiB.")
     if not 1 <= replica_count <= MAX_REPLICAS:
