@@ -224,6 +224,11 @@ def test_an_admin_adds_a_metric_mapping_in_the_console_and_scrapes_use_it(admin:
         "requests_running": 3}
 
 
+def test_the_costs_page_says_when_no_key_was_charged_rather_than_showing_an_empty_table(admin: Client) -> None:
+    deployment()
+    assert "No key was charged for priced GPU time in the last 7 days" in admin.get("/costs/").text
+
+
 def test_a_member_sees_their_own_keys_usage_by_name_and_everyone_elses_only_as_a_sum(
     admin: Client, django_user_model: type
 ) -> None:

@@ -171,7 +171,8 @@ def costs(request: HttpRequest) -> HttpResponse:
             for n in range(7)]  # fmt: skip
     hourly = [(d, cost.hourly_cost(d)) for d in Deployment.objects.order_by("name")]
     prices = PriceSetting.objects.order_by("gpu_model")
-    context = {"prices": prices, "form": form, "days": days, "hourly": hourly}
+    context = {"prices": prices, "form": form, "days": days, "hourly": hourly,
+               "any_key_costs": any(rows for _, rows in days)}  # fmt: skip
     return render(request, "observability/costs.html", context)
 
 
