@@ -137,7 +137,8 @@ def delete_deployment(deployment: Deployment) -> None:
         # row, instead of landing between the delete's collection and its commit (an IntegrityError: 500).
         locked = list(Deployment.objects.select_for_update().filter(ended, pk=deployment.pk).values_list("pk"))
         list(Replica.objects.select_for_update().filter(deployment_id=deployment.pk).values_list("pk"))
-        if not locked or not Deployment.objects.filter(pk=deployment.pk).delete()[0]:
+        if not locked:
             raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
+        Deployment.objects.filter(pk=deployment.pk).delete()
         record(None, "deployment.delete", deployment, {"name": deployment.name})
         transaction.on_commit(bump_routing_version)

@@ -7,6 +7,5 @@ published inventory (gpu_strip); Hearth's own /metrics, engine side (export).
 
 May import: engines, appliance, console.deployments (its models), console.audit (recording price, SLO and
 mapping edits), console's shared modules. Nothing of console.access or console.catalog beyond what deployments
-bring. ``outcomes`` imports nothing of Django: the
-gateway's accounting uses it.
+bring. ``outcomes`` imports nothing of Django: the gateway's accounting uses it.
 """
