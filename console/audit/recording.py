@@ -39,6 +39,7 @@ ACTIONS = {
     "deployment.add_endpoint": "endpoint Hearth did not launch added as a replica",
     "deployment.remove_endpoint": "endpoint Hearth did not launch removed",
     "deployment.slo": "deployment SLO targets set",
+    "capacity.slo": "capacity check SLO set",
     "model.add": "model added",
     "model.delete": "model deleted",
     "price.set": "GPU price set",

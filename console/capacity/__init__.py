@@ -2,7 +2,7 @@
 tokens/s, goodput at its SLO, the engine's KV-cache peak and preemptions), keep the run with what ran, hold it
 against the plan, compare two runs, and tune one setting at a time through the change flow.
 
-May import: console.deployments (models, changes, dispatch), console.access (keys), console.observability
-(the scrapes it keeps), console.catalog, engines, console's shared modules. Nothing imports it but the shell's
-urls and api.
+May import: console.deployments (models, changes, dispatch), console.access (keys), console.audit,
+console.observability (the scrapes it keeps), console.catalog, engines, console's shared modules. Nothing
+imports it but the shell's urls and api.
 """

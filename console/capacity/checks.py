@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.access.keys import create_key, revoke_key
+from console.audit.recording import changed, record
 from console.capacity import engine_numbers, loadgen
 from console.capacity.models import CapacityResult, CapacityRun, RunState
 from console.deployments import dispatch
@@ -292,5 +293,8 @@ def set_slo(dep: Deployment, ttft_seconds: float, itl_seconds: float) -> None:
     """Set the deployment's SLO (seconds), which goodput is measured at. Raises ConsoleError out of range."""
     if not (0 < ttft_seconds <= 3600 and 0 < itl_seconds <= 60):
         raise ConsoleError("The SLO's TTFT is above 0 and at most 3,600 s, its ITL above 0 and at most 60 s.")
-    Deployment.objects.filter(pk=dep.pk).update(slo_ttft_seconds=ttft_seconds, slo_itl_seconds=itl_seconds)
-    dep.slo_ttft_seconds, dep.slo_itl_seconds = ttft_seconds, itl_seconds
+    before = {"ttft_seconds": dep.slo_ttft_seconds, "itl_seconds": dep.slo_itl_seconds}
+    with transaction.atomic():
+        Deployment.objects.filter(pk=dep.pk).update(slo_ttft_seconds=ttft_seconds, slo_itl_seconds=itl_seconds)
+        dep.slo_ttft_seconds, dep.slo_itl_seconds = ttft_seconds, itl_seconds
+        record(None, "capacity.slo", dep, changed(before, {"ttft_seconds": ttft_seconds, "itl_seconds": itl_seconds}))
