@@ -5,8 +5,10 @@ the start with ImproperlyConfigured naming it.
 """
 
 import hashlib
+import logging
 import os
 import socket
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -182,6 +184,11 @@ TIME_ZONE = "UTC"
 # When, which process (the relays, the console and the worker write to one log) and which module; uvicorn's own
 # lines too (appliance.web_server.uvicorn_logging).
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+# Python's warnings become log lines in that format (logger py.warnings). One is dropped: whitenoise hands
+# Django's ASGI handler each static file as a synchronous iterator, which Django then reads in a thread, and it
+# warns so on every file a browser loads.
+logging.captureWarnings(True)
+warnings.filterwarnings("ignore", "StreamingHttpResponse must consume synchronous iterators", module="django")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

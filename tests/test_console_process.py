@@ -152,6 +152,7 @@ def test_a_console_that_dies_answers_503_until_it_is_started_again(web_server: W
 
 def test_every_line_of_the_web_log_says_when_and_which_process(web_server: WebServer) -> None:
     assert httpx.get(f"{web_server.base}/nothing-here/", timeout=10).status_code == 404  # the console logs it
+    assert httpx.get(f"{web_server.base}/static/hearth.css", timeout=10).status_code == 200  # Django warned here
     os.kill(web_server.console_pid(), signal.SIGKILL)  # and the web server that it starts it again
     deadline = time.monotonic() + 60
     while "starting it again" not in web_server.proc.output():
