@@ -13,9 +13,12 @@ SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$")  # e.g. meta-l
 def check_name(name: str, what: str, pattern: re.Pattern[str] = NAME) -> str:
     """The name, stripped; names are case-sensitive, as model names are in the OpenAI API.
 
-    Raises ConsoleError naming ``what`` and the characters allowed.
+    Raises ConsoleError naming ``what`` and the characters allowed, or the length allowed.
     """
     name = name.strip()
+    longest = 200 if pattern is SERVED_NAME else 100
+    if len(name) > longest:
+        raise ConsoleError(f"{what} is {len(name):,} characters long; at most {longest} are allowed.")
     if not pattern.match(name):
         allowed = "'.', '-', '_', ':' or '/'" if pattern is SERVED_NAME else "'.', '-' or '_'"
         raise ConsoleError(

@@ -250,6 +250,8 @@ def test_extra_engine_flags_from_the_console_form(admin: Client, smollm2: ModelS
         ("/api/keys", {"name": "k", "expires_in_days": 10**9}, "expires_in_days must be from 1 to 36,500"),
         ("/api/keys", {"name": "k", "max_tokens_cap": "lots"}, "max_tokens_cap: Input should be a valid integer"),
         ("/api/plan", {"model": "smollm2-135m", "kv_space_gib": 1e308}, "KV space must be above 0 and at most"),
+        ("/api/deployments", {"name": "d" * 101, "model": "smollm2-135m"},
+         "Deployment name is 101 characters long; at most 100 are allowed."),
         ("/api/deployments", {"name": "d", "model": "smollm2-135m", "max_model_len": 1e12},
          "max_model_len must be 0 (the model's own) to 2,147,483,647 tokens, not 1,000,000,000,000."),
         ("/api/plan", {"model": "smollm2-135m", "tensor_parallel_size": 65},
@@ -276,6 +278,9 @@ def test_stopped_deployments_and_unused_models_can_be_deleted(admin: Client, smo
     assert resp.status_code == 400 and "used by smol" in resp.json()["detail"]
     Deployment.objects.filter(pk=dep["id"]).update(state="ready")
     assert admin.delete(f"/api/deployments/{dep['id']}").json()["detail"].startswith("smol is ready; stop it")
+    Deployment.objects.filter(pk=dep["id"]).update(state="stopping")
+    stopping = admin.delete(f"/api/deployments/{dep['id']}").json()["detail"]
+    assert stopping.startswith("smol is stopping; wait until it has stopped")
     Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
     assert admin.delete(f"/api/deployments/{dep['id']}").status_code == 204
     assert admin.post(f"/models/{smollm2.pk}/delete/", follow=True).status_code == 200

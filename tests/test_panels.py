@@ -131,6 +131,13 @@ def test_cost_per_million_tokens_is_the_hourly_price_over_the_throughput_the_pan
     assert abs(shown - expected) <= Decimal("0.005") + expected * Decimal("0.001")  # display rounding only
 
 
+def test_a_stopped_deployment_on_priced_gpus_shows_no_hourly_cost_on_the_dashboard(admin: Client) -> None:
+    dep = deployment(gpus=2)
+    Deployment.objects.filter(pk=dep.pk).update(state="stopped")
+    html = admin.get("/").text
+    assert 'title="$6.00 an hour while it runs">not running<' in html and "$6.00</td>" not in html
+
+
 def test_the_price_per_token_is_published_for_the_gateway_with_a_ttl() -> None:
     dep = deployment()
     written = cost.publish_price(dep, Decimal("3.00"), 1200.0)

@@ -138,7 +138,8 @@ def delete_deployment(deployment: Deployment) -> None:
         locked = list(Deployment.objects.select_for_update().filter(ended, pk=deployment.pk).values_list("pk"))
         list(Replica.objects.select_for_update().filter(deployment_id=deployment.pk).values_list("pk"))
         if not locked:
-            raise ConsoleError(f"{deployment.name} is {deployment.state}; stop it before deleting it.")
+            todo = "wait until it has stopped" if deployment.state == DeploymentState.STOPPING else "stop it"
+            raise ConsoleError(f"{deployment.name} is {deployment.state}; {todo} before deleting it.")
         Deployment.objects.filter(pk=deployment.pk).delete()
         record(None, "deployment.delete", deployment, {"name": deployment.name})
         transaction.on_commit(bump_routing_version)
