@@ -17,18 +17,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 from engines.gpus import GpuDevice, Inventory
-from engines.launch import EngineKind
 from engines.modelconfig import ModelConfig
-from engines.sizing import (
-    CPU_KV_BLOCK,
-    GIB,
-    SGLANG_PAGE_SIZE,
-    context_beyond_model,
-    kv_bytes_per_sequence,
-    kv_bytes_per_token,
-)
+from engines.sizing import BLOCK_SIZE, GIB, context_beyond_model, kv_bytes_per_sequence, kv_bytes_per_token
 
-BLOCK_SIZE = 16  # vLLM's default KV block size on GPUs (--block-size)
 DEFAULT_UTILIZATION = 0.90  # vLLM's default --gpu-memory-utilization
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default --max-num-seqs
 MAX_NUM_BATCHED_TOKENS = 8192  # vLLM V1's default chunked-prefill budget for the OpenAI server on GPUs
@@ -48,17 +39,6 @@ NON_TORCH_V1_TPN = int(0.4 * GIB)
 # (default since v0.21.0)", gpu_worker.py); logged estimates run 0.07-2.4 GiB, 0.3-0.9 for 8B-32B models.
 CUDA_GRAPHS_ESTIMATE = int(0.3 * GIB)
 TYPICAL_CONTEXT = 32_768  # tokens; a long chat or coding session, for the concurrency the plan reports
-# Tokens per KV block each engine allocates (a sequence of n tokens holds ceil(n / block) blocks); the
-# simulator's is its --block-size default (engines.simulator.config), which Hearth does not pass.
-KV_BLOCK_TOKENS: dict[EngineKind, int] = {
-    EngineKind.VLLM: BLOCK_SIZE, EngineKind.SGLANG: SGLANG_PAGE_SIZE, EngineKind.SIMULATOR: 16, **CPU_KV_BLOCK,
-}
-
-
-def kv_block_tokens(engine: str) -> int:
-    """Tokens per KV block of ``engine`` (an EngineKind value, KV_BLOCK_TOKENS); 1 for an engine Hearth did
-    not launch (an external one: its block size is not known)."""
-    return KV_BLOCK_TOKENS.get(EngineKind(engine), 1) if engine in set(EngineKind) else 1
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines.launch import CPU_ENGINES, GPU_ENGINES, EngineKind
-from engines.planner import BLOCK_SIZE
+from engines.sizing import BLOCK_SIZE
 
 UTILIZATION_STEP = 0.04  # one step down: 0.92 → 0.88
 MIN_UTILIZATION = 0.5

@@ -18,14 +18,26 @@ from engines.launch import EngineKind
 from engines.modelconfig import DTYPE_BYTES, ModelConfig
 
 GIB = 1024**3
+BLOCK_SIZE = 16  # vLLM's default KV block size on GPUs (--block-size)
 VLLM_CPU_BLOCK_SIZE = 128  # vLLM's CPU attention backend block size, read back from cache_config_info
 SGLANG_PAGE_SIZE = 1  # SGLang's default --page-size (server_args.py), read back from sglang:page_size
 # The engine's process tree besides KV cache and weights: vLLM CPU ~3.7-4.0 GiB RSS with 1 GiB KV; SGLang
 # CPU 0.5.15.post1 3.9 GiB PSS (5.0 GiB RSS, three processes importing torch) with 1 GiB KV and 0.25 GiB weights.
 CPU_ENGINE_OVERHEAD = 3 * GIB
 # Per CPU engine: the KV block the capacity is rounded to, and how the budget reaches the engine.
-CPU_KV_BLOCK = {EngineKind.VLLM_CPU: VLLM_CPU_BLOCK_SIZE, EngineKind.SGLANG_CPU: SGLANG_PAGE_SIZE}
+CPU_KV_BLOCK: dict[str, int] = {EngineKind.VLLM_CPU: VLLM_CPU_BLOCK_SIZE, EngineKind.SGLANG_CPU: SGLANG_PAGE_SIZE}
 CPU_KV_BUDGET_NAME = {EngineKind.VLLM_CPU: "VLLM_CPU_KVCACHE_SPACE", EngineKind.SGLANG_CPU: "as --max-total-tokens"}
+# Tokens per KV block each engine allocates (a sequence of n tokens holds ceil(n / block) blocks); the
+# simulator's is its --block-size default (engines.simulator.config), which Hearth does not pass.
+KV_BLOCK_TOKENS: dict[str, int] = {
+    EngineKind.VLLM: BLOCK_SIZE, EngineKind.SGLANG: SGLANG_PAGE_SIZE, EngineKind.SIMULATOR: 16, **CPU_KV_BLOCK,
+}  # fmt: skip
+
+
+def kv_block_tokens(engine: str) -> int:
+    """Tokens per KV block of ``engine`` (an EngineKind value, KV_BLOCK_TOKENS); 1 for an engine Hearth did
+    not launch (an external one: its block size is not known)."""
+    return KV_BLOCK_TOKENS.get(engine, 1)
 
 
 def kv_value_bytes(config: ModelConfig, kv_dtype: str = "auto") -> int:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from engines.planner import kv_block_tokens
+from engines.sizing import kv_block_tokens
 from tests.conftest import Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
 

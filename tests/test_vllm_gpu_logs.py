@@ -14,8 +14,8 @@ import pytest
 
 from engines.gpus import SIM_PROFILES, simulated_inventory
 from engines.modelconfig import parse_config
-from engines.planner import BLOCK_SIZE, PlanRequest, kv_bytes_per_token_per_gpu, plan_gpu
-from engines.sizing import GIB
+from engines.planner import PlanRequest, kv_bytes_per_token_per_gpu, plan_gpu
+from engines.sizing import BLOCK_SIZE, GIB
 
 DATA = Path(__file__).parent / "data"
 MODELS = Path(__file__).parent.parent / "console" / "catalog" / "demo"  # the demo catalog

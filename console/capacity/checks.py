@@ -32,7 +32,7 @@ from console.errors import ConsoleError
 from console.observability.models import RequestLog
 from engines.capacity.profiles import CONCURRENCY, MODES, PROFILES, RATE, Shape, shape_for
 from engines.capacity.results import LevelResult, Slo, held_against_plan, summarize
-from engines.planner import kv_block_tokens
+from engines.sizing import kv_block_tokens
 
 log = logging.getLogger(__name__)
 CHECK = "console.capacity.tasks.run_check"  # the task's name (tasks.py), sent through dispatch

@@ -175,7 +175,7 @@ def held_against_plan(
     TTFT p90 passed 2 s". ``levels`` in the order run; a level holds when nothing failed and its TTFT
     p90 is within the SLO. ``unit`` names a level ("sessions", or "requests/s" for a rate sweep).
 
-    A session holds whole KV blocks of ``block_tokens`` tokens (engines.planner.kv_block_tokens), so the
+    A session holds whole KV blocks of ``block_tokens`` tokens (engines.sizing.kv_block_tokens), so the
     plan's sessions are ``kv_capacity_tokens / (ceil(session_tokens / block_tokens) × block_tokens)``: vLLM's
     own ``kv_cache_max_concurrency`` counts the same way (vllm/v1/core/kv_cache_utils.py)."""
     held_tokens = math.ceil(session_tokens / block_tokens) * block_tokens
