@@ -250,10 +250,10 @@ def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Proc, daem
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while stray.id in {c.id for c in daemon.containers.list(all=True)}:
+        while stray.id in {c.id for c in daemon.containers.list(all=True, sparse=True)}:
             assert time.monotonic() < deadline, docker_worker.output()[-3000:]
             time.sleep(0.5)
-        assert other.id in {c.id for c in daemon.containers.list(all=True)}  # not ours: left alone
+        assert other.id in {c.id for c in daemon.containers.list(all=True, sparse=True)}  # not ours: left alone
     finally:
         other.remove(force=True)
 
