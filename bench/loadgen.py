@@ -57,6 +57,7 @@ class Run:
     ramp: list[Sample] = field(default_factory=list)  # steady pattern: each client's first request
     wall: float = 0.0  # seconds the measured requests took, ramp-up included
     cpu: float = 0.0  # CPU seconds the gateway process used meanwhile (not for direct)
+    kernel_cpu: float = 0.0  # the part of ``cpu`` spent in the kernel (system calls: reads, writes, epoll)
     rss_mb: float = 0.0  # gateway RSS after them (not for direct)
 
     def ttfts_ms(self) -> list[float]:
@@ -134,7 +135,7 @@ async def measure(session: aiohttp.ClientSession, url: str, n: int, rounds: int,
     requests and its RSS."""
     await asyncio.gather(*(one(session, url, WARMUP, 1) for _ in range(n)))
     run = Run()
-    cpu_before = proc_stats(pid)[0] if pid else 0.0
+    cpu_before, _, kernel_before = proc_stats(pid) if pid else (0.0, 0.0, 0.0)
     started = time.perf_counter()
     if pattern == "steady":
 
@@ -149,8 +150,8 @@ async def measure(session: aiohttp.ClientSession, url: str, n: int, rounds: int,
             run.samples += await asyncio.gather(*(one(session, url) for _ in range(n)))
     run.wall = time.perf_counter() - started
     if pid:
-        cpu_after, run.rss_mb = proc_stats(pid)
-        run.cpu = cpu_after - cpu_before
+        cpu_after, run.rss_mb, kernel_after = proc_stats(pid)
+        run.cpu, run.kernel_cpu = cpu_after - cpu_before, kernel_after - kernel_before
     return run
 
 

@@ -74,9 +74,10 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def proc_stats(pid: int) -> tuple[float, float]:
-    """(CPU seconds used so far, resident MB) of a process and its descendants, from /proc."""
-    cpu, rss_kb = 0.0, 0
+def proc_stats(pid: int) -> tuple[float, float, float]:
+    """(CPU seconds used so far, resident MB, the kernel's part of those CPU seconds) of a process and its
+    descendants, from /proc (utime + stime, VmRSS, stime)."""
+    cpu, rss_kb, kernel = 0.0, 0, 0.0
     for p in _tree(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
@@ -84,8 +85,9 @@ def proc_stats(pid: int) -> tuple[float, float]:
         except (FileNotFoundError, ProcessLookupError):
             continue
         cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        kernel += int(fields[12]) / os.sysconf("SC_CLK_TCK")
         rss_kb += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
-    return cpu, rss_kb / 1024
+    return cpu, rss_kb / 1024, kernel
 
 
 def engine_argv(kind: str, port: int) -> list[str]:

@@ -49,6 +49,7 @@ class Cell:
     ratio_high: float
     errors: int
     cpu_us_per_chunk: float
+    kernel_share: float  # 0-1, the kernel's part of the CPU
     rss_mb: float
 
 
@@ -70,13 +71,14 @@ def pool(rows: list[Row], paths: list[str]) -> list[Cell]:
                 rate / d_rate if d_rate else math.nan, min(per_rep, default=math.nan), max(per_rep, default=math.nan),
                 sum(sum(run.errors.values()) for run in runs),
                 sum(run.cpu for run in runs) * 1e6 / chunks if chunks else math.nan,
+                sum(run.kernel_cpu for run in runs) / cpu if (cpu := sum(run.cpu for run in runs)) else math.nan,
                 max((run.rss_mb for run in runs), default=math.nan),
             ))  # fmt: skip
     return cells
 
 
 HEAD = ["streams", "path", "n", "TTFT p50 ms", "TTFT p99 ms", "added p50 ms", "added p99 ms", "chunks/s",
-        "vs direct (per rep)", "errors", "CPU µs/chunk", "RSS MB"]  # fmt: skip
+        "vs direct (per rep)", "errors", "CPU µs/chunk", "kernel %", "RSS MB"]  # fmt: skip
 
 
 def _cells(c: Cell) -> list[str]:
@@ -86,10 +88,12 @@ def _cells(c: Cell) -> list[str]:
         return "—" if math.isnan(x) else format(x, fmt)
 
     ratio = "1.00" if direct else f"{num(c.ratio, '.2f')} ({num(c.ratio_low, '.2f')}–{num(c.ratio_high, '.2f')})"
-    gateway = [num(c.added50), num(c.added99), num(c.cpu_us_per_chunk, ".0f"), num(c.rss_mb)]
-    added50, added99, cpu, rss = [""] * 4 if direct else gateway
+    gateway = [num(c.added50), num(c.added99), num(c.cpu_us_per_chunk, ".0f"), num(c.kernel_share * 100, ".0f"),
+               num(c.rss_mb)]  # fmt: skip
+    added50, added99, cpu, kernel, rss = [""] * 5 if direct else gateway
     rate, errors = num(c.chunks_per_s, ".0f"), str(c.errors)
-    return [str(c.streams), c.path, str(c.n), num(c.p50), num(c.p99), added50, added99, rate, ratio, errors, cpu, rss]
+    return [str(c.streams), c.path, str(c.n), num(c.p50), num(c.p99), added50, added99, rate, ratio, errors, cpu,
+            kernel, rss]  # fmt: skip
 
 
 def table(cells: list[Cell], markdown: bool) -> str:

@@ -25,6 +25,7 @@ from gateway.accounting import Outcome, count_refusal, flush, record
 from gateway.answers import for_request
 from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.errors import GatewayError, Surface
+from gateway.prices import Prices
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
 from gateway.registry import authenticate as authenticate_key
 from gateway.relay import Exchange
@@ -63,9 +64,10 @@ GET_ROUTES = (MODELS_PATH, MODELS_PATH + "/{model}")
 
 class Gateway:
     def __init__(self) -> None:
-        self.registry = Registry()
+        prices = Prices()
+        self.registry = Registry(prices)
         self.router = Router()
-        self.reservations = Reservations()
+        self.reservations = Reservations(prices)
         self.engines = Engines(connect_timeout=10, read_timeout=settings.HEARTH_STREAM_IDLE_TIMEOUT)
 
     async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:

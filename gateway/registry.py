@@ -20,6 +20,10 @@ Freshness, in the order the console's changes reach a gateway process:
   request is never answered from a snapshot older than UNWATCHED_MAX_AGE, and the watch is reopened
   every WATCH_RETRY seconds (reopening counts as a change: it may have missed some).
 - **Per request.** Expiry and a rotation's grace end are checked against the clock on every request.
+
+The same watch follows the deployments' price keys (console.observability.cost.price_key_prefix) for the
+process's price cache (gateway.prices): an announced price change empties it, and it is used only while the
+watch is live.
 """
 
 import asyncio
@@ -42,10 +46,12 @@ from console.access.key_format import key_prefix, matches
 from console.access.models import ApiKey
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import routing_version_key
+from console.observability.cost import price_key_prefix
 from engines import external
 from engines.launch import speaks_anthropic, speaks_responses
 from gateway import errors
 from gateway.errors import GatewayError
+from gateway.prices import Prices
 from gateway.quotas import Quota, quota_of
 
 log = logging.getLogger(__name__)
@@ -180,9 +186,11 @@ def _speaks(dep: Deployment, replica: Replica, anthropic: bool) -> bool:
 
 
 class Registry:
-    """Keys and routes for one gateway process (the module docstring says how fresh they are)."""
+    """Keys and routes for one gateway process (the module docstring says how fresh they are); its watch also
+    keeps ``prices`` fresh."""
 
-    def __init__(self) -> None:
+    def __init__(self, prices: Prices | None = None) -> None:
+        self.prices = prices or Prices()
         self.snapshot = Snapshot()
         self._loaded_at = float("-inf")  # monotonic seconds at which the served snapshot's DB read began
         self._changed_at = float("-inf")  # monotonic seconds at which the last announcement was read
@@ -274,12 +282,14 @@ class Registry:
             tracker = await _open_watch()
             if tracker is not None:
                 self._watching, self._changed_at = True, time.monotonic()  # changes made while nobody listened
+                self.prices.forget()
+                self.prices.live = True
                 try:
                     await self._listen(tracker)
                 except (RedisError, OSError) as exc:
                     log.warning("routing announcements from Redis stopped (%s); reopening", exc)
                 finally:
-                    self._watching = False
+                    self._watching = self.prices.live = False
                     await tracker.aclose()
             await asyncio.sleep(WATCH_RETRY)
 
@@ -297,9 +307,17 @@ class Registry:
                 await connection.send_command("PING")
                 pinged = True
             elif message[0] == b"message":  # [b"message", channel, [keys] or None after a flush]
-                self._changed_at = time.monotonic()
+                self._announced(message[2])
             else:  # [b"pong", b""]
                 pinged = False
+
+    def _announced(self, keys: list[bytes] | None) -> None:
+        """Redis announced that ``keys`` changed (None: all of them, a flush)."""
+        prices = price_key_prefix().encode()
+        if keys is None or any(k.startswith(prices) for k in keys):
+            self.prices.forget()
+        if keys is None or any(not k.startswith(prices) for k in keys):
+            self._changed_at = time.monotonic()
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -321,14 +339,15 @@ def _select_one() -> None:
 
 
 async def _open_watch() -> aioredis.Redis | None:
-    """A connection subscribed to the announcements of the routing version's changes, or None (logged)
-    when Redis cannot give one within WATCH_RETRY seconds."""
+    """A connection subscribed to the announcements of the routing version's changes and the price keys', or
+    None (logged) when Redis cannot give one within WATCH_RETRY seconds."""
     tracker = aioredis.Redis.from_url(
         settings.REDIS_URL, protocol=2, single_connection_client=True, socket_connect_timeout=WATCH_RETRY
     )
     try:
         own_id = await tracker.client_id()
-        await tracker.client_tracking_on(clientid=own_id, bcast=True, prefix=[routing_version_key()])
+        prefixes = [routing_version_key(), price_key_prefix()]
+        await tracker.client_tracking_on(clientid=own_id, bcast=True, prefix=prefixes)
         assert tracker.connection is not None  # a single-connection client connects at its first command
         await tracker.connection.send_command("SUBSCRIBE", INVALIDATIONS)
         await tracker.connection.read_response(timeout=WATCH_RETRY)

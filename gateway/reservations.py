@@ -11,7 +11,8 @@ Settlement (``SETTLE``) gives back what was reserved and not used: tokens reserv
 completion as the request log counts them; a cancelled request's count so far), the cost reserved minus the
 cost of the tokens used at the price read at admission, and the slot. The request stays counted in its
 minute. Each request is counted in the windows of the moment it was admitted. A key without any limit is
-not admitted through Redis; its cost is added to the USD counters at settlement, at the price of that moment.
+not admitted through Redis and holds nothing to settle: its cost, at the price this process has read
+(gateway.prices), is added to its USD counters in batches (gateway.charges).
 
 USD: counters in nano-USD; cost = tokens × USD per token, reserved rounded up and charged rounded to the
 nearest nano-USD, and that charge is what the request log's ``cost_usd`` holds, so the day's counter is the
@@ -39,6 +40,8 @@ from redis.exceptions import RedisError
 from appliance.redis_keys import redis_key
 from console.observability.cost import price_per_token
 from gateway import quotas
+from gateway.charges import Charges, nano_usd
+from gateway.prices import Prices
 from gateway.quotas import NANO, Quota
 
 log = logging.getLogger(__name__)
@@ -144,15 +147,17 @@ def counter_keys(key_id: int, owner_id: int | None, deployment_id: int, now: flo
 
 class Reservations:
     """One gateway process's client for the counters (its own pool, short timeouts and no retries: a
-    reservation sent twice would be counted twice, and an outage should answer at once)."""
+    reservation sent twice would be counted twice, and an outage should answer at once). ``prices`` is the
+    process's price cache, which gateway.registry's watch keeps fresh."""
 
-    def __init__(self) -> None:
+    def __init__(self, prices: Prices) -> None:
         pool = aioredis.BlockingConnectionPool.from_url(
             settings.REDIS_URL, max_connections=64, timeout=5, socket_timeout=REDIS_TIMEOUT,
             socket_connect_timeout=REDIS_TIMEOUT, retry=Retry(NoBackoff(), 0),
         )  # fmt: skip
         self.redis = aioredis.Redis(connection_pool=pool)
         self._admit, self._settle = self.redis.register_script(ADMIT), self.redis.register_script(SETTLE)
+        self.prices, self.charges = prices, Charges(self.redis)
 
     async def admit(self, key_id: int, quota: Quota, deployment_id: int, tokens: int) -> Reservation:
         """Reserve one request of ``tokens`` tokens (gateway.quotas.tokens_to_reserve). Raises GatewayError
@@ -179,13 +184,10 @@ class Reservations:
         self, held: Reservation | None, key_id: int, owner_id: int | None, deployment_id: int, used: int
     ) -> Decimal | None:
         """Settle ``held`` with the ``used`` tokens, or, for a key admitted without Redis (``held`` None),
-        add their cost; the USD charged, None when no price was known or Redis did not answer (logged: a
-        request already answered never fails here)."""
+        charge their cost (gateway.charges); the USD charged, None when no price was known or Redis did not
+        answer (logged: a request already answered never fails here)."""
         if held is None:
-            if used <= 0:
-                return None
-            keys = counter_keys(key_id, owner_id, deployment_id, time.time())
-            held = Reservation(keys, "", 0, 0, "?", owner_id is not None)
+            return await self._charge(key_id, owner_id, deployment_id, used)
         keys = held.keys[1:]
         ttls = [TTL["day"], TTL["month"]]
         args: list[str | int] = [held.rid, held.tokens, max(used, 0), held.cost, held.price, int(held.owned), *ttls]
@@ -196,5 +198,21 @@ class Reservations:
             return None
         return Decimal(int(cost)) / NANO if price else None
 
+    async def _charge(self, key_id: int, owner_id: int | None, deployment_id: int, used: int) -> Decimal | None:
+        if used <= 0:
+            return None
+        try:
+            price = await self.prices.get(self.redis, deployment_id)
+        except (RedisError, OSError) as exc:
+            log.warning("quota store unreachable; a request of key %s was not charged (%s)", key_id, exc)
+            return None
+        if not price:
+            return None
+        cost = nano_usd(used, price)
+        counters = counter_keys(key_id, owner_id, deployment_id, time.time())[4 : 8 if owner_id is not None else 6]
+        self.charges.charge(counters, [TTL["day"], TTL["month"]] * (len(counters) // 2), cost)
+        return Decimal(cost) / NANO
+
     async def close(self) -> None:
+        await self.charges.close()
         await self.redis.aclose()

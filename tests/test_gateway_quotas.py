@@ -13,6 +13,7 @@ import pytest
 from django.test import override_settings
 
 from gateway.errors import GatewayError
+from gateway.prices import Prices
 from gateway.quotas import Quota
 from gateway.reservations import Reservations
 from tests.gatewayworld import gateway_processes
@@ -136,7 +137,7 @@ def test_two_appliances_on_one_redis_never_share_counters() -> None:
 
     async def admitted(instance: str) -> int:
         with override_settings(HEARTH_INSTANCE=instance):
-            store, served = Reservations(), 0
+            store, served = Reservations(Prices()), 0
             try:
                 for _ in range(5):
                     await store.admit(7, quota, 1, 0)

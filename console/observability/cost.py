@@ -79,7 +79,12 @@ def usd_per_million(usd_per_hour: Decimal | None, tokens_per_second: float | Non
 
 def price_per_token(deployment_id: int) -> str:
     """The Redis key of a deployment's current USD per token (one function: the namespacing switch)."""
-    return redis_key(f"price_per_token:{deployment_id}")
+    return f"{price_key_prefix()}{deployment_id}"
+
+
+def price_key_prefix() -> str:
+    """What every deployment's price key starts with (the gateway watches it: gateway.prices)."""
+    return redis_key("price_per_token:")
 
 
 def publish_price(dep: Deployment, usd_per_hour: Decimal | None, tokens_per_second: float | None) -> str | None:
