@@ -89,6 +89,19 @@ def test_creating_a_deployment_leads_to_its_page(admin: Client, smollm2: ModelSo
     assert 'data-field="generation_tokens_total">no data<' in panel
 
 
+def test_max_model_len_left_empty_is_2048_on_the_cpu_and_the_models_own_context_elsewhere(
+    admin: Client, smollm2: ModelSource
+) -> None:
+    """A GPU engine (the simulator is planned as one) gets the model's context, lowered only when it does not fit:
+    a fixed 2,048 there would refuse every coding agent's request."""
+    admin.post("/deployments/", {"name": "cpu", "model": smollm2.pk, "engine": "vllm-cpu", "kv_space_gib": 1})
+    admin.post("/deployments/", {"name": "sim", "model": smollm2.pk, "engine": "simulator"})
+    lengths = dict(Deployment.objects.values_list("name", "max_model_len"))
+    assert lengths == {"cpu": 2048, "sim": smollm2.config["max_position_embeddings"]}
+    form = admin.get("/deployments/").text
+    assert "empty: 2,048 on the CPU engines, else the model's own context" in form
+
+
 def test_stopping_a_stopped_deployment_is_explained(admin: Client, smollm2: ModelSource) -> None:
     admin.post(
         "/deployments/",

@@ -10,7 +10,9 @@ from django.conf import settings
 from console.catalog.models import ModelSource
 from console.deployments.planning import available_engines
 from engines.external import ExternalKind
-from engines.launch import GPU_ENGINES, EngineKind
+from engines.launch import CPU_ENGINES, GPU_ENGINES, EngineKind
+
+CPU_MAX_MODEL_LEN = 2048  # tokens: a form left empty on vLLM or SGLang (CPU), sized for its default KV space
 
 
 class DeploymentForm(forms.Form):
@@ -19,8 +21,10 @@ class DeploymentForm(forms.Form):
     engine = forms.ChoiceField(choices=lambda: [(e.value, e.label) for e in available_engines()])
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")
     max_model_len = forms.IntegerField(
-        min_value=0, initial=2048, label="max_model_len", help_text="Tokens; 0 = the model's maximum."
-    )
+        min_value=0, required=False, label="max_model_len",
+        help_text=f"Tokens; empty: {CPU_MAX_MODEL_LEN:,} on the CPU engines, else the model's own context (lowered to what "
+        "fits the GPUs); 0 = the model's maximum.",
+    )  # fmt: skip
     kv_space_gib = forms.FloatField(
         min_value=0.01, label="KV cache space (GiB)", help_text="vLLM (CPU)'s KV cache.",
         required=False,
@@ -96,12 +100,18 @@ class DeploymentForm(forms.Form):
                 self.fields[name].widget.attrs["data-engines"] = " ".join(sorted(engines))
 
     def clean(self) -> dict[str, Any]:
-        """An option left empty takes its default (the field's initial value)."""
+        """An option left empty takes its default (the field's initial value; max_model_len's depends on the
+        engine: CPU_MAX_MODEL_LEN on the CPU engines, whose KV space is small, else 0, the model's own)."""
         data = super().clean() or {}
+        if "max_model_len" in self.fields and data.get("max_model_len") is None:
+            data["max_model_len"] = CPU_MAX_MODEL_LEN if self._engine(data) in CPU_ENGINES else 0
         for name in (*self.PLAN_FIELDS, "replica_count"):
             if name in self.fields and data.get(name) in (None, ""):
                 data[name] = self.fields[name].initial
         return data
+
+    def _engine(self, data: dict[str, Any]) -> str:
+        return str(data.get("engine") or "")
 
     def clean_extra_args(self) -> list[str]:
         try:
@@ -122,11 +132,15 @@ class ChangeForm(DeploymentForm):
     def __init__(self, *args: Any, engine: str = "", **kwargs: Any) -> None:
         """``engine``: the deployment's; options that mean nothing to it are kept as they are, out of sight."""
         super().__init__(*args, **kwargs)
+        self.engine = engine
         for name in self.FIXED:
             del self.fields[name]
         for name, engines in self.ENGINES_OF.items():
             if engine and engine not in engines:
                 self.fields[name].widget = forms.HiddenInput()
+
+    def _engine(self, data: dict[str, Any]) -> str:
+        return self.engine
 
     def settings(self) -> dict[str, Any]:
         """The cleaned values console.deployments.changes takes."""
