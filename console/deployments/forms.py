@@ -22,8 +22,8 @@ class DeploymentForm(forms.Form):
     served_model_name = forms.CharField(max_length=200, required=False, help_text="Defaults to the name.")
     max_model_len = forms.IntegerField(
         min_value=0, required=False, label="max_model_len",
-        help_text=f"Tokens; empty: {CPU_MAX_MODEL_LEN:,} on the CPU engines, else the model's own context (lowered to what "
-        "fits the GPUs); 0 = the model's maximum.",
+        help_text=f"Tokens; empty: {CPU_MAX_MODEL_LEN:,} on the CPU engines, else the model's own context "
+        "(lowered to what fits the GPUs); 0 = the model's maximum.",
     )  # fmt: skip
     kv_space_gib = forms.FloatField(
         min_value=0.01, label="KV cache space (GiB)", help_text="vLLM (CPU)'s KV cache.",
