@@ -132,7 +132,7 @@ class ChangeForm(DeploymentForm):
     def __init__(self, *args: Any, engine: str = "", **kwargs: Any) -> None:
         """``engine``: the deployment's; options that mean nothing to it are kept as they are, out of sight."""
         super().__init__(*args, **kwargs)
-        self.engine = engine
+        self.deployment_engine = engine
         for name in self.FIXED:
             del self.fields[name]
         for name, engines in self.ENGINES_OF.items():
@@ -140,7 +140,7 @@ class ChangeForm(DeploymentForm):
                 self.fields[name].widget = forms.HiddenInput()
 
     def _engine(self, data: dict[str, Any]) -> str:
-        return self.engine
+        return self.deployment_engine
 
     def settings(self) -> dict[str, Any]:
         """The cleaned values console.deployments.changes takes."""
