@@ -65,11 +65,19 @@ def _int(cfg: dict[str, Any], *names: str, default: int = 0) -> int:
     return default
 
 
+# Contexts a sparse config.json leaves to its transformers class's default, tokens, by model_type.
+CONTEXT_DEFAULTS = {
+    "gemma3_text": 131_072,  # transformers' Gemma3TextConfig(max_position_embeddings=131072): Gemma 3's 128K
+}
+
+
 def max_context(cfg: dict[str, Any]) -> int:
     """The longest context the model takes, tokens (0: unknown), as vLLM derives it
-    (vllm/config/model.py ``_get_and_verify_max_len``): max_position_embeddings or its aliases; YaRN
-    rope scaling multiplies its original_max_position_embeddings by its factor."""
-    base = _int(cfg, "max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
+    (vllm/config/model.py ``_get_and_verify_max_len``): max_position_embeddings or its aliases, else its
+    class's default (CONTEXT_DEFAULTS); YaRN rope scaling multiplies its original_max_position_embeddings by
+    its factor."""
+    base = _int(cfg, "max_position_embeddings", "max_sequence_length", "seq_length", "n_positions",
+                default=CONTEXT_DEFAULTS.get(str(cfg.get("model_type")), 0))  # fmt: skip
     rope = cfg.get("rope_scaling") or {}
     if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "yarn" and rope.get("factor"):
         base = int(int(rope.get("original_max_position_embeddings") or base) * float(rope["factor"]))

@@ -140,3 +140,14 @@ def test_qwen3_235b_fp8_kv_per_gpu_at_tp4_matches_vllm() -> None:
     config = parse_config(fixture("qwen3-235b-a22b-fp8")["config"])  # type: ignore[arg-type]
     tokens = int(8.11 * GIB) // kv_bytes_per_token_per_gpu(config, 4, "auto")
     assert abs(tokens - 178_880) / 178_880 < 0.05
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_every_model_has_a_context(name: str) -> None:
+    """The demo catalog's Context column: a sparse config (Gemma 3's nested text_config leaves
+    max_position_embeddings to transformers' default) still has one."""
+    assert parse_config(fixture(name)["config"]).max_position_embeddings > 0  # type: ignore[arg-type]
+
+
+def test_gemma_3s_context_is_its_classs_default() -> None:
+    assert parse_config(fixture("gemma-3-27b-it")["config"]).max_position_embeddings == 131_072  # type: ignore[arg-type]

@@ -33,7 +33,10 @@ class KeyLimitsFields(forms.Form):
     requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: unlimited.")
     tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion.")
     tokens_per_day = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion, per UTC day.")
-    max_concurrent = forms.IntegerField(required=False, min_value=1, label="Requests at once")
+    max_concurrent = forms.IntegerField(
+        required=False, min_value=1, label="Requests at once",
+        help_text="Requests (streams included) open at the same time; the next is refused (429). Empty: unlimited.",
+    )  # fmt: skip
     daily_budget_usd = usd_field("Daily budget (USD)", "Per UTC day; empty: none.")
     monthly_budget_usd = usd_field("Monthly budget (USD)", "Per UTC calendar month; empty: none.")
 
