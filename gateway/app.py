@@ -45,7 +45,7 @@ from gateway.translate import TranslationError
 from gateway.upstream import Engines
 
 log = logging.getLogger(__name__)
-REFUSED_BEFORE_RELAY = {400, 401, 403, 404, 413, 503}  # answered by the gateway alone (400: a bad body)
+REFUSED_BEFORE_RELAY = {400, 401, 403, 404, 405, 413, 503}  # answered by the gateway alone (400: a bad body)
 
 # POST endpoints relayed to the engine serving the body's model: path → (stream kind, error surface).
 POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
@@ -105,7 +105,8 @@ class Gateway:
             if exc.status in REFUSED_BEFORE_RELAY and not exc.recorded:  # the rest gateway.accounting counted
                 count_refusal(surface, exc.status)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
-            await send_json(send, exc.status, exc.body(surface), retry)
+            allow = [(b"allow", exc.allow.encode())] if exc.allow else []
+            await send_json(send, exc.status, exc.body(surface), retry + allow)
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
             if not tracked.started:
                 count_refusal(surface, 400)
@@ -129,6 +130,10 @@ class Gateway:
             await send_json(send, 200, json.dumps(found).encode())
         elif method == "POST" and path in POST_ROUTES:
             await self._relay(path, offered, receive, send, arrived)
+        elif path in POST_ROUTES or path == MODELS_PATH or path.startswith(MODELS_PATH + "/"):
+            allow = "POST" if path in POST_ROUTES else "GET"
+            raise GatewayError(405, f"{scope['path']} takes {allow}, not {method}.", code="method_not_allowed",
+                               allow=allow)  # fmt: skip
         else:
             raise GatewayError(404, f"Unknown endpoint {method} {scope['path']}.", code="unknown_url")
 

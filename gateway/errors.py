@@ -20,7 +20,7 @@ class Surface(StrEnum):
 
 ANTHROPIC_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error",
+    405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error",
 }  # fmt: skip
 
 
@@ -34,6 +34,7 @@ class GatewayError(Exception):
     code: str | None = None
     param: str | None = None
     retry_after: int | None = None  # seconds, sent as the Retry-After header
+    allow: str | None = None  # the methods the path serves, sent as the Allow header of a 405
     recorded: bool = False  # the request's outcome is already logged and counted (gateway.accounting)
 
     def body(self, surface: Surface = Surface.OPENAI) -> bytes:

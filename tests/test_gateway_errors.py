@@ -81,6 +81,21 @@ def test_an_unknown_endpoint_is_404_in_openai_shape(web: str, key: str) -> None:
     assert_openai_error(resp, 404, "unknown_url")
 
 
+@pytest.mark.parametrize(("method", "path", "allow"), [("PUT", "/v1/chat/completions", "POST"),
+                                                     ("GET", "/v1/messages", "POST"), ("POST", "/v1/models", "GET"),
+                                                     ("DELETE", "/v1/models/d", "GET")])  # fmt: skip
+def test_a_known_endpoint_asked_with_another_method_is_405_saying_which(
+    web: str, key: str, method: str, path: str, allow: str
+) -> None:
+    resp = httpx.request(method, f"{web}{path}", headers={"Authorization": f"Bearer {key}"})
+    assert (resp.status_code, resp.headers["allow"]) == (405, allow)
+    assert resp.json()["error"]["message"] == f"{path} takes {allow}, not {method}."
+    if path.startswith("/v1/messages"):
+        assert resp.json()["error"]["type"] == "invalid_request_error" and resp.json()["type"] == "error"
+    else:
+        assert resp.json()["error"]["code"] == "method_not_allowed"
+
+
 MESSAGE = {"model": "nope", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
 
