@@ -61,6 +61,10 @@ def expired_key(at: str) -> GatewayError:
     return GatewayError(401, f"This API key expired at {at}; ask for a new one.", code="invalid_api_key")
 
 
+def revoked_key(at: str) -> GatewayError:
+    return GatewayError(401, f"This API key was revoked at {at}; ask for a new one.", code="invalid_api_key")
+
+
 def rotated_key(at: str) -> GatewayError:
     return GatewayError(
         401, f"This API key was rotated: this secret stopped working at {at}. Use its new secret.",

@@ -40,6 +40,7 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection
+from django.db.models import F
 from redis.exceptions import RedisError
 
 from console.access.key_format import key_prefix, matches
@@ -105,6 +106,7 @@ class KeyEntry:
     expires_at: float | None  # Unix seconds
     quota: Quota = field(default_factory=Quota)
     grace_until: float | None = None  # Unix seconds: this is the previous secret, accepted until then
+    revoked_at: float | None = None  # Unix seconds: the key was revoked then, and is refused saying so
 
     def allows(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
@@ -122,22 +124,27 @@ def _seconds(at: datetime | None) -> float | None:
 
 
 def key_entries(key: ApiKey) -> list[KeyEntry]:
-    """The entries of an unrevoked key: its current secret, and its previous one while it has one (kept
-    after its grace, so that its holder hears it was rotated rather than that it is wrong)."""
+    """The entries of a key: its current secret, and its previous one while it has one (kept after its grace,
+    so that its holder hears it was rotated rather than that it is wrong), each with when the key was revoked,
+    if it was."""
     quota = quota_of(key)
+    revoked = _seconds(key.revoked_at)
     current = KeyEntry(key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap,
-                       _seconds(key.expires_at), quota)  # fmt: skip
+                       _seconds(key.expires_at), quota, revoked_at=revoked)  # fmt: skip
     if not (key.previous_prefix and key.previous_key_hash and key.previous_valid_until):
         return [current]
     grace = key.previous_valid_until.timestamp()
     return [current, KeyEntry(key.pk, key.previous_prefix, key.previous_key_hash, current.allowed_models,
-                              key.max_tokens_cap, current.expires_at, quota, grace_until=grace)]  # fmt: skip
+                              key.max_tokens_cap, current.expires_at, quota, grace_until=grace,
+                              revoked_at=revoked)]  # fmt: skip
 
 
 def load_snapshot() -> Snapshot:
-    """Every unrevoked key's secrets and every deployment's route or state, read from the database now."""
+    """Every key's secrets (a revoked key's too, to be refused as revoked) and every deployment's route or
+    state, read from the database now."""
     snap = Snapshot()
-    for key in ApiKey.objects.filter(revoked_at__isnull=True).select_related("owner__member"):
+    live_first = (F("revoked_at").asc(nulls_first=True), "pk")
+    for key in ApiKey.objects.select_related("owner__member").order_by(*live_first):
         for entry in key_entries(key):
             snap.keys.setdefault(entry.prefix, entry)  # a current prefix wins over an old one's
     for dep in Deployment.objects.prefetch_related("replicas"):
@@ -158,11 +165,14 @@ def load_snapshot() -> Snapshot:
 def authenticate(snapshot: Snapshot, key: str, now: float | None = None) -> KeyEntry:
     """The entry of ``key`` when it authenticates at ``now`` (Unix seconds, default the clock): a live key's
     current secret, or its previous one within the rotation's grace. The hash comparison is constant-time
-    (console.access.key_format.matches). Raises GatewayError 401: an unknown or wrong key, an expired one,
-    or a previous secret past its grace (the last two say so: only the key's holder can have sent it)."""
+    (console.access.key_format.matches). Raises GatewayError 401: an unknown or wrong key, a revoked one, an
+    expired one, or a previous secret past its grace (the last three say so: only the key's holder can have
+    sent it)."""
     entry = snapshot.keys.get(key_prefix(key))
     if entry is None or not matches(key, entry.key_hash):
         raise errors.invalid_key()
+    if entry.revoked_at is not None:
+        raise errors.revoked_key(_utc(entry.revoked_at))
     now = time.time() if now is None else now
     if entry.expires_at is not None and entry.expires_at <= now:
         raise errors.expired_key(_utc(entry.expires_at))
