@@ -50,7 +50,8 @@ def test_a_revoked_key_is_refused_at_once(web: str, key: str) -> None:
     assert_openai_error(resp, 401, "invalid_api_key")
     at = ApiKey.objects.get().revoked_at
     assert at is not None
-    assert resp.json()["error"]["message"] == f"This API key was revoked at {at:%Y-%m-%d %H:%M:%S} UTC; ask for a new one."
+    said = f"This API key was revoked at {at:%Y-%m-%d %H:%M:%S} UTC; ask for a new one."
+    assert resp.json()["error"]["message"] == said
     wrong = key[:-4] + ("aaaa" if not key.endswith("aaaa") else "bbbb")  # its prefix, not its secret
     resp = httpx.get(f"{web}/v1/models", headers={"Authorization": f"Bearer {wrong}"})
     assert resp.json()["error"]["message"] == "Incorrect API key provided."  # nothing said of a key not held
