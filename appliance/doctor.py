@@ -273,7 +273,7 @@ def container_pids(label_prefix: str = "hearth.") -> set[int]:
     try:
         client = docker.from_env(timeout=5)
         try:
-            for container in client.containers.list():
+            for container in client.containers.list(ignore_removed=True):
                 if any(key.startswith(label_prefix) for key in container.labels):
                     top = container.top()
                     column = top["Titles"].index("PID")

@@ -197,4 +197,6 @@ class DockerRuntime:
 
     def names(self) -> set[str]:
         mine = [LABEL_REPLICA, f"{LABEL_INSTANCE}={settings.HEARTH_INSTANCE}"]
-        return {str(c.name) for c in self.client.containers.list(all=True, filters={"label": mine})}
+        # the SDK inspects each container it lists: one removed in between is left out, not a NotFound
+        listed = self.client.containers.list(all=True, filters={"label": mine}, ignore_removed=True)
+        return {str(c.name) for c in listed}
