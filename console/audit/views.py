@@ -11,22 +11,23 @@ from django.utils import timezone
 
 from console.audit.models import AuditEntry
 from console.audit.queries import COLUMNS, Filters, as_row
-from console.audit.recording import ACTIONS
+from console.audit.recording import ACTIONS, RETIRED_ACTIONS
 from console.errors import ConsoleError
 from console.spreadsheet import csv_text
 
 PAGE_SIZE = 100
+FILTERED_ACTIONS = {**ACTIONS, **RETIRED_ACTIONS}
 
 
 def audit_page(request: HttpRequest) -> HttpResponse:
     try:
         filters = Filters.from_query(request.GET)
     except ConsoleError as exc:
-        return render(request, "audit/audit.html", {"error": str(exc), "actions": ACTIONS}, status=400)
+        return render(request, "audit/audit.html", {"error": str(exc), "actions": FILTERED_ACTIONS}, status=400)
     page = Paginator(filters.apply(AuditEntry.objects.all()), PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"page": page, "filters": filters, "actions": ACTIONS, "query": query.urlencode(),
+    context = {"page": page, "filters": filters, "actions": FILTERED_ACTIONS, "query": query.urlencode(),
                "retention_days": settings.HEARTH_AUDIT_RETENTION_DAYS}  # fmt: skip
     return render(request, "audit/audit.html", context)
 

@@ -138,10 +138,11 @@ class SloIn(Schema):
 
 @router.post("/deployments/{pk}/slo", response=SloIn)
 def set_slo(request: HttpRequest, pk: int, data: SloIn) -> dict[str, float]:
-    """The deployment's SLO, which goodput is measured at: TTFT and ITL targets, seconds."""
+    """The deployment's SLO, which goodput is measured at on its panels and in its capacity checks: TTFT and
+    ITL targets, seconds (console.observability.service_level)."""
     dep = get_object_or_404(Deployment, pk=pk)
     checks.set_slo(dep, data.ttft_seconds, data.itl_seconds)
-    return {"ttft_seconds": dep.slo_ttft_seconds, "itl_seconds": dep.slo_itl_seconds}
+    return {"ttft_seconds": data.ttft_seconds, "itl_seconds": data.itl_seconds}
 
 
 class TuningIn(Schema):

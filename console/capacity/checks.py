@@ -22,7 +22,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.access.keys import create_key, revoke_key
-from console.audit.recording import changed, record
 from console.capacity import engine_numbers, loadgen
 from console.capacity.models import CapacityResult, CapacityRun, RunState
 from console.deployments import dispatch
@@ -30,6 +29,7 @@ from console.deployments.changes import current_settings
 from console.deployments.models import Deployment, DeploymentState
 from console.errors import ConsoleError
 from console.observability.models import RequestLog
+from console.observability.service_level import check_slo, set_targets
 from engines.capacity.profiles import CONCURRENCY, MODES, PROFILES, RATE, Shape, shape_for
 from engines.capacity.results import LevelResult, Slo, held_against_plan, summarize
 from engines.sizing import kv_block_tokens
@@ -95,9 +95,23 @@ def provenance(dep: Deployment) -> dict[str, Any]:
         "gpu_indices": plan.get("gpu_indices") or [],
         "replicas": dep.replica_count,
         "settings": current_settings(dep),
-        "slo": {"ttft_seconds": dep.slo_ttft_seconds, "itl_seconds": dep.slo_itl_seconds},
+        "slo": _slo_facts(dep),
         "plan": {k: plan.get(k) for k in ("kv_capacity_tokens", "kv_bytes_per_token", "max_model_len", "max_num_seqs")},
     }
+
+
+def _slo_facts(dep: Deployment) -> dict[str, object]:
+    """The SLO a check measures at (a target None: not checked), and whether it is the deployment's own."""
+    slo, own = check_slo(dep)
+    return {"ttft_seconds": slo.ttft_seconds, "itl_seconds": slo.itl_seconds, "set": own}
+
+
+def _targets(dep: Deployment) -> Slo:
+    """The check's targets in seconds, a target the SLO leaves out never missed (infinite)."""
+    slo, _ = check_slo(dep)
+    unchecked = math.inf
+    return Slo(unchecked if slo.ttft_seconds is None else slo.ttft_seconds,
+               unchecked if slo.itl_seconds is None else slo.itl_seconds)  # fmt: skip
 
 
 def validate_check(
@@ -196,7 +210,7 @@ def run_check(run_id: int) -> None:
     row, secret = create_key(f"capacity check {run.pk}", run.created_by, allowed_models=[dep.served_model_name])
     CapacityRun.objects.filter(pk=run.pk).update(api_key=row)
     try:
-        levels = asyncio.run(_measure(run, dep, secret))
+        levels = asyncio.run(_measure(run, dep, secret, _targets(dep)))
         _finish(run, dep, levels)
     except Exception as exc:
         log.exception("capacity run %s failed", run.pk)
@@ -206,7 +220,7 @@ def run_check(run_id: int) -> None:
 
 
 def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult]) -> None:
-    slo = Slo(dep.slo_ttft_seconds, dep.slo_itl_seconds)
+    slo = _targets(dep)
     shape = Shape(**run.shape)
     measured = [lv for lv in levels if lv.mean_prompt_tokens is not None]
     session = (measured[0].mean_prompt_tokens or 0) + (measured[0].mean_output_tokens or 0) if measured else 0
@@ -225,10 +239,10 @@ def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult]) -> Non
     run.move(RunState.CANCELLED, why, summary=summary, finished_at=now)
 
 
-async def _measure(run: CapacityRun, dep: Deployment, secret: str) -> list[LevelResult]:
-    """Calibrate, then run each level; a cancel stops it between or inside levels. Returns the levels done."""
+async def _measure(run: CapacityRun, dep: Deployment, secret: str, slo: Slo) -> list[LevelResult]:
+    """Calibrate, then run each level, goodput at ``slo``; a cancel stops it between or inside levels. Returns the
+    levels done."""
     target = loadgen.Target(settings.HEARTH_GATEWAY_URL, secret, dep.served_model_name)
-    slo = Slo(dep.slo_ttft_seconds, dep.slo_itl_seconds)
     stop, sent = asyncio.Event(), [0]
     total = run.requests_per_level * len(run.levels)
     words = {"text": "Calibrated the prompt lengths; starting the first level…"}
@@ -290,11 +304,8 @@ def _save(run: CapacityRun, result: LevelResult) -> None:
 
 
 def set_slo(dep: Deployment, ttft_seconds: float, itl_seconds: float) -> None:
-    """Set the deployment's SLO (seconds), which goodput is measured at. Raises ConsoleError out of range."""
+    """Set the deployment's SLO (seconds; console.observability.service_level), which goodput is measured at,
+    here and on its panels. Raises ConsoleError out of range."""
     if not (0 < ttft_seconds <= 3600 and 0 < itl_seconds <= 60):
         raise ConsoleError("The SLO's TTFT is above 0 and at most 3,600 s, its ITL above 0 and at most 60 s.")
-    before = {"ttft_seconds": dep.slo_ttft_seconds, "itl_seconds": dep.slo_itl_seconds}
-    with transaction.atomic():
-        Deployment.objects.filter(pk=dep.pk).update(slo_ttft_seconds=ttft_seconds, slo_itl_seconds=itl_seconds)
-        dep.slo_ttft_seconds, dep.slo_itl_seconds = ttft_seconds, itl_seconds
-        record(None, "capacity.slo", dep, changed(before, {"ttft_seconds": ttft_seconds, "itl_seconds": itl_seconds}))
+    set_targets(dep, ttft_seconds, itl_seconds)

@@ -15,6 +15,7 @@ from console.capacity.models import CapacityRun, Tuning
 from console.deployments.changes import current_settings, preview_change
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
+from console.observability.service_level import check_slo
 
 
 def _downtime(dep: Deployment) -> float | None:
@@ -44,6 +45,7 @@ def capacity_page(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _context(dep: Deployment, **forms: object) -> dict[str, object]:
     runs = CapacityRun.objects.filter(deployment=dep).order_by("-pk")
+    slo, own = check_slo(dep)
     return {
         "dep": dep,
         "runs": runs,
@@ -52,7 +54,9 @@ def _context(dep: Deployment, **forms: object) -> dict[str, object]:
         "downtime": _downtime(dep),
         "form": forms.get("form") or CheckForm(prefix="check"),
         "tuning_form": forms.get("tuning_form") or TuningForm(prefix="tune"),
-        "slo_form": SloForm(initial={"ttft_seconds": dep.slo_ttft_seconds, "itl_seconds": dep.slo_itl_seconds}),
+        "slo": slo,
+        "slo_set": own,
+        "slo_form": SloForm(initial={"ttft_seconds": slo.ttft_seconds, "itl_seconds": slo.itl_seconds}),
     }
 
 

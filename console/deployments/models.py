@@ -95,8 +95,6 @@ class Deployment(models.Model):
         max_length=300, blank=True, help_text="The configured image the pin came from; its tag names the version."
     )
     gpu_model = models.CharField(max_length=100, blank=True, help_text="The GPUs it was launched on.")
-    slo_ttft_seconds = models.FloatField(default=2.0, help_text="SLO: time to first token, seconds (goodput).")
-    slo_itl_seconds = models.FloatField(default=0.1, help_text="SLO: inter-token latency, seconds (goodput).")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

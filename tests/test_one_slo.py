@@ -1,0 +1,31 @@
+"""A deployment has one SLO: set on its page, its Capacity page shows and checks at it; set on the Capacity
+page (or its API), the deployment page's panels measure goodput at it. With none set, the Capacity page says
+its checks measure at the default, and the panels show no goodput."""
+
+import pytest
+from django.test import Client
+
+from console.deployments.models import Deployment
+from console.observability.outcomes import Slo
+from console.observability.request_stats import slos
+from console.observability.service_level import CHECK_DEFAULT, check_slo, slo_of
+
+pytestmark = pytest.mark.django_db
+JSON = "application/json"
+
+
+def test_one_slo_is_shown_and_set_on_both_pages(admin: Client) -> None:
+    assert admin.post("/api/models", {"demo": "qwen3-8b"}, content_type=JSON).status_code == 201
+    dep = admin.post("/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"},
+                     content_type=JSON).json()  # fmt: skip
+    row = Deployment.objects.get(pk=dep["id"])
+    capacity = f"/deployments/{dep['id']}/capacity/"
+    assert slo_of(row) is None and check_slo(row) == (CHECK_DEFAULT, False)
+    assert "No SLO set: checks measure goodput at TTFT ≤ 2.0 s, ITL ≤ 0.1 s." in admin.get(capacity).text
+    admin.post(f"/deployments/{dep['id']}/slo/", {"ttft_seconds": "1.5", "itl_seconds": ""})
+    page = admin.get(capacity).text
+    assert "SLO (the deployment's, its panels' too): TTFT ≤ 1.5 s, ITL not checked." in page
+    admin.post(f"{capacity}slo/", {"ttft_seconds": "3", "itl_seconds": "0.2"})
+    slo = slo_of(row)
+    assert slo is not None and (slo.ttft_seconds, slo.itl_seconds) == (3.0, 0.2)
+    assert slos([row]) == {row.pk: Slo(3.0, 0.2)}  # what the panels and the dashboard measure goodput at
