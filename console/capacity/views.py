@@ -15,6 +15,7 @@ from console.capacity.models import CapacityRun, Tuning
 from console.deployments.changes import current_settings, preview_change
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
+from console.observability.outcomes import Slo
 from console.observability.service_level import check_slo
 
 
@@ -56,8 +57,19 @@ def _context(dep: Deployment, **forms: object) -> dict[str, object]:
         "tuning_form": forms.get("tuning_form") or TuningForm(prefix="tune"),
         "slo": slo,
         "slo_set": own,
-        "slo_form": SloForm(initial={"ttft_seconds": slo.ttft_seconds, "itl_seconds": slo.itl_seconds}),
+        "slo_form": _slo_form(slo, own),
     }
+
+
+def _slo_form(slo: Slo, own: bool) -> SloForm:
+    """The deployment's SLO to edit; with none set, empty, the default shown as placeholders (saving it unchanged
+    must not make the default look chosen)."""
+    if own:
+        return SloForm(initial={"ttft_seconds": slo.ttft_seconds, "itl_seconds": slo.itl_seconds})
+    form = SloForm()
+    for name in ("ttft_seconds", "itl_seconds"):
+        form.fields[name].widget.attrs["placeholder"] = f"{getattr(slo, name)} (default)"
+    return form
 
 
 @login_required
