@@ -1,5 +1,5 @@
-"""The /v1 data path: a lean ASGI app (app) that authenticates keys against an in-process snapshot
-(registry), reserves and settles the key's limits and budgets in Redis (quotas, reservations; a key without
+"""The /v1 data path: a lean ASGI app (app; the body it reads and checks: request_body) that authenticates keys
+against an in-process snapshot (registry), reserves and settles the key's limits and budgets in Redis (quotas, reservations; a key without
 limits is charged in batches at a price the process keeps: charges, prices), routes to a
 replica (routing), relays or translates the stream (relay, upstream, sse, translate, translate_stream), and
 accounts for it (accounting: Prometheus metrics and console.observability's request log); and the open probes

@@ -29,6 +29,7 @@ from gateway.prices import Prices
 from gateway.registry import KeyEntry, Registry, Route, Snapshot
 from gateway.registry import authenticate as authenticate_key
 from gateway.relay import Exchange
+from gateway.request_body import parse_body, read_body
 from gateway.reservations import Reservation, Reservations
 from gateway.rewrite import (
     ask_for_usage,
@@ -142,8 +143,8 @@ class Gateway:
         limit in the engine's spelling, the key's and deployment's caps, fitted to the context left when the
         deployment says so, usage asked for on the client's behalf, or a translation to the chat API for an
         engine that does not speak the client's API."""
-        body = await _read_body(receive)
-        request = _parse(body)
+        body = await read_body(receive)
+        request = parse_body(body)
         entry, route = await self.registry.resolve(arrived, lambda s: _key_and_route(s, offered, request))
         kind, surface = POST_ROUTES[path]
         outcome = Outcome(entry.id, entry.prefix, route.served_model_name, surface, path, bool(request.get("stream")))
@@ -327,33 +328,6 @@ def _model(snapshot: Snapshot, entry: KeyEntry, name: str) -> dict[str, object]:
     raise errors.unknown_model(name)
 
 
-# Fields the gateway itself reads or changes, checked before it does (the engine checks the rest).
-FIELD_TYPES = (
-    ("stream", bool, "true or false"),
-    ("stream_options", dict, "an object"),
-    ("max_tokens", int, "an integer"),
-    ("max_completion_tokens", int, "an integer"),
-)
-
-
-def _parse(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object. Raises GatewayError 400 for what is not one: invalid JSON or text, or JSON
-    nested deeper than the parser's recursion limit (~1,000 levels in CPython)."""
-    try:
-        request = json.loads(body)
-    except ValueError:
-        raise GatewayError(400, "The request body is not valid JSON.") from None
-    except RecursionError:
-        raise GatewayError(400, "The request body is JSON nested too deeply.") from None
-    if not isinstance(request, dict):
-        raise GatewayError(400, "The request body must be a JSON object.")
-    for name, kind, what in FIELD_TYPES:
-        value = request.get(name)
-        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
-            raise GatewayError(400, f"'{name}' must be {what}.", param=name)
-    return request
-
-
 def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Route:
     """The route of the body's model. A model the key may not use is 403 whatever its state, so a key
     learns nothing of the models it cannot use."""
@@ -378,21 +352,6 @@ def _models(snapshot: Snapshot, entry: KeyEntry) -> list[dict[str, object]]:
         for r in snapshot.routes.values()
         if entry.allows(r.served_model_name)
     ]  # fmt: skip
-
-
-async def _read_body(receive: Receive) -> bytes:
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
-        body += message.get("body", b"")
-        if len(body) > settings.HEARTH_MAX_BODY_BYTES:
-            raise GatewayError(
-                413, f"The request body is over {settings.HEARTH_MAX_BODY_BYTES:,} bytes.", code="request_too_large"
-            )
-        if not message.get("more_body"):
-            return bytes(body)
 
 
 async def _cancel_when_gone(receive: Receive, relay: asyncio.Task[Any], exchange: Exchange) -> None:
