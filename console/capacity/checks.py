@@ -210,8 +210,9 @@ def run_check(run_id: int) -> None:
     row, secret = create_key(f"capacity check {run.pk}", run.created_by, allowed_models=[dep.served_model_name])
     CapacityRun.objects.filter(pk=run.pk).update(api_key=row)
     try:
-        levels = asyncio.run(_measure(run, dep, secret, _targets(dep)))
-        _finish(run, dep, levels)
+        slo = _targets(dep)
+        levels = asyncio.run(_measure(run, dep, secret, slo))
+        _finish(run, dep, levels, slo)
     except Exception as exc:
         log.exception("capacity run %s failed", run.pk)
         run.move(RunState.FAILED, f"The check stopped: {exc}", finished_at=timezone.now())
@@ -219,8 +220,7 @@ def run_check(run_id: int) -> None:
         revoke_key(row)
 
 
-def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult]) -> None:
-    slo = _targets(dep)
+def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult], slo: Slo) -> None:
     shape = Shape(**run.shape)
     measured = [lv for lv in levels if lv.mean_prompt_tokens is not None]
     session = (measured[0].mean_prompt_tokens or 0) + (measured[0].mean_output_tokens or 0) if measured else 0
