@@ -27,6 +27,10 @@ def test_one_slo_is_shown_and_set_on_both_pages(admin: Client) -> None:
     admin.post(f"/deployments/{dep['id']}/slo/", {"ttft_seconds": "1.5", "itl_seconds": ""})
     page = admin.get(capacity).text
     assert "SLO (the deployment's, its panels' too): TTFT ≤ 1.5 s, ITL not checked." in page
+    before = slo_of(row)
+    for page in (f"/deployments/{dep['id']}/slo/", f"{capacity}slo/"):  # one SLO, one range on both pages
+        admin.post(page, {"ttft_seconds": "1", "itl_seconds": "100"})
+        assert slo_of(row) == before, page
     admin.post(f"{capacity}slo/", {"ttft_seconds": "3", "itl_seconds": "0.2"})
     slo = slo_of(row)
     assert slo is not None and (slo.ttft_seconds, slo.itl_seconds) == (3.0, 0.2)

@@ -29,7 +29,7 @@ from console.deployments.changes import current_settings
 from console.deployments.models import Deployment, DeploymentState
 from console.errors import ConsoleError
 from console.observability.models import RequestLog
-from console.observability.service_level import check_slo, set_targets
+from console.observability.service_level import check_slo, out_of_range, set_targets
 from engines.capacity.profiles import CONCURRENCY, MODES, PROFILES, RATE, Shape, shape_for
 from engines.capacity.results import LevelResult, Slo, held_against_plan, summarize
 from engines.sizing import kv_block_tokens
@@ -306,6 +306,6 @@ def _save(run: CapacityRun, result: LevelResult) -> None:
 def set_slo(dep: Deployment, ttft_seconds: float, itl_seconds: float) -> None:
     """Set the deployment's SLO (seconds; console.observability.service_level), which goodput is measured at,
     here and on its panels. Raises ConsoleError out of range."""
-    if not (0 < ttft_seconds <= 3600 and 0 < itl_seconds <= 60):
-        raise ConsoleError("The SLO's TTFT is above 0 and at most 3,600 s, its ITL above 0 and at most 60 s.")
+    if why := out_of_range(ttft_seconds, itl_seconds):
+        raise ConsoleError(why)
     set_targets(dep, ttft_seconds, itl_seconds)

@@ -6,6 +6,7 @@ from django import forms
 
 from console.observability.models import MetricMapping, PriceSetting, ServiceLevel
 from console.observability.outcomes import OUTCOMES
+from console.observability.service_level import out_of_range
 from engines.metrics import CANONICAL
 
 
@@ -47,9 +48,8 @@ class SloForm(forms.ModelForm):  # type: ignore[type-arg]
         labels = {"ttft_seconds": "TTFT target (s)", "itl_seconds": "ITL target (s)"}  # noqa: RUF012 - Django's Meta
 
     def clean(self) -> dict[str, object]:
+        """The same range as the Capacity page and the API (console.observability.service_level.out_of_range)."""
         data = super().clean() or {}
-        for name in ("ttft_seconds", "itl_seconds"):
-            value = data.get(name)
-            if value is not None and not 0 < value <= 3600:
-                self.add_error(name, "A target is a number of seconds above 0, at most 3600.")
+        if why := out_of_range(data.get("ttft_seconds"), data.get("itl_seconds")):
+            self.add_error(None, why)
         return data

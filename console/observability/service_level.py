@@ -15,6 +15,15 @@ from console.observability.outcomes import Slo
 # seconds: what a capacity check measures goodput at when no SLO is set (an interactive chat's targets, as
 # Deployment's own fields held before the two SLOs became one, migration observability 0009)
 CHECK_DEFAULT = Slo(2.0, 0.1)
+MAX_SECONDS = {"ttft_seconds": 3600.0, "itl_seconds": 60.0}  # the longest target each may be, seconds
+
+
+def out_of_range(ttft_seconds: float | None, itl_seconds: float | None) -> str:
+    """Why these targets cannot be the SLO ("" when they can; None: not checked), in the words the pages show."""
+    for value, most in ((ttft_seconds, MAX_SECONDS["ttft_seconds"]), (itl_seconds, MAX_SECONDS["itl_seconds"])):
+        if value is not None and not 0 < value <= most:
+            return "The SLO's TTFT is above 0 and at most 3,600 s, its ITL above 0 and at most 60 s."
+    return ""
 
 
 def slo_of(dep: Deployment) -> Slo | None:
