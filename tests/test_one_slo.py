@@ -8,7 +8,7 @@ from django.test import Client
 from console.deployments.models import Deployment
 from console.observability.outcomes import Slo
 from console.observability.request_stats import slos
-from console.observability.service_level import CHECK_DEFAULT, check_slo, slo_of
+from console.observability.service_level import CHECK_DEFAULT, check_slo, out_of_range, slo_of
 
 pytestmark = pytest.mark.django_db
 JSON = "application/json"
@@ -35,3 +35,24 @@ def test_one_slo_is_shown_and_set_on_both_pages(admin: Client) -> None:
     slo = slo_of(row)
     assert slo is not None and (slo.ttft_seconds, slo.itl_seconds) == (3.0, 0.2)
     assert slos([row]) == {row.pk: Slo(3.0, 0.2)}  # what the panels and the dashboard measure goodput at
+
+
+def test_the_slo_api_takes_numbers_in_range_and_refuses_booleans_and_strings(admin: Client) -> None:
+    assert admin.post("/api/models", {"demo": "qwen3-8b"}, content_type=JSON).status_code == 201
+    dep = admin.post("/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"},
+                     content_type=JSON).json()  # fmt: skip
+    row, url = Deployment.objects.get(pk=dep["id"]), f"/api/deployments/{dep['id']}/slo"
+    for ttft, itl in ((3, 1), (3600, 60.0), (0.25, 0.05)):  # ints and floats, up to the range's ends
+        answer = admin.post(url, {"ttft_seconds": ttft, "itl_seconds": itl}, content_type=JSON)
+        assert answer.status_code == 200 and answer.json() == {"ttft_seconds": ttft, "itl_seconds": itl}
+        assert slo_of(row) == Slo(ttft, itl)
+    spoiled = (("ttft_seconds", True), ("itl_seconds", False), ("ttft_seconds", "1.5"), ("itl_seconds", "0.1"))
+    for field, value in spoiled:
+        body = {"ttft_seconds": 1.5, "itl_seconds": 0.1} | {field: value}
+        answer = admin.post(url, body, content_type=JSON)
+        assert answer.status_code == 400 and field in answer.json()["detail"], (body, answer.content)
+        assert slo_of(row) == Slo(0.25, 0.05), body  # nothing stored
+    for ttft, itl in ((0, 0.1), (3601, 0.1), (1, 60.5)):
+        answer = admin.post(url, {"ttft_seconds": ttft, "itl_seconds": itl}, content_type=JSON)
+        assert answer.json() == {"detail": out_of_range(ttft, itl)}
+        assert answer.status_code == 400 and slo_of(row) == Slo(0.25, 0.05)

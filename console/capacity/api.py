@@ -7,6 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
+from pydantic import StrictFloat
 
 from console.capacity import checks, exports, tuning
 from console.capacity.models import CapacityRun, Tuning
@@ -132,8 +133,11 @@ def cancel_check(request: HttpRequest, pk: int) -> Status[CapacityRun]:
 
 
 class SloIn(Schema):
-    ttft_seconds: float
-    itl_seconds: float
+    """TTFT and ITL targets, seconds: JSON numbers, ints or floats (strict: ``true`` or ``"1.5"`` is refused with
+    400 naming the field, not read as 1.0 or 1.5), in console.observability.service_level's range."""
+
+    ttft_seconds: StrictFloat
+    itl_seconds: StrictFloat
 
 
 @router.post("/deployments/{pk}/slo", response=SloIn)
