@@ -3,7 +3,9 @@ page (or its API), the deployment page's panels measure goodput at it. With none
 its checks measure at the default, and the panels show no goodput."""
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from console.deployments.models import Deployment
 from console.observability.outcomes import Slo
@@ -56,3 +58,20 @@ def test_the_slo_api_takes_numbers_in_range_and_refuses_booleans_and_strings(adm
         answer = admin.post(url, {"ttft_seconds": ttft, "itl_seconds": itl}, content_type=JSON)
         assert answer.json() == {"detail": out_of_range(ttft, itl)}
         assert answer.status_code == 400 and slo_of(row) == Slo(0.25, 0.05)
+
+
+def test_the_deployment_api_shows_its_slo_and_the_list_reads_them_in_its_one_query(admin: Client) -> None:
+    assert admin.post("/api/models", {"demo": "qwen3-8b"}, content_type=JSON).status_code == 201
+    ids = [admin.post("/api/deployments", {"name": name, "model": "qwen3-8b", "engine": "simulator"},
+                      content_type=JSON).json()["id"] for name in ("a", "b", "c")]  # fmt: skip
+    none_set = {"ttft_seconds": None, "itl_seconds": None, "default": True}
+    assert admin.get(f"/api/deployments/{ids[0]}").json()["slo"] == none_set
+    admin.post(f"/api/deployments/{ids[0]}/slo", {"ttft_seconds": 3, "itl_seconds": 0.2}, content_type=JSON)
+    admin.post(f"/deployments/{ids[1]}/slo/", {"ttft_seconds": "1.5", "itl_seconds": ""})  # the page: ITL not checked
+    assert admin.get(f"/api/deployments/{ids[0]}").json()["slo"] == {"ttft_seconds": 3.0, "itl_seconds": 0.2,
+                                                                      "default": False}  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        listed = admin.get("/api/deployments").json()
+    assert [d["slo"] for d in listed] == [{"ttft_seconds": 3.0, "itl_seconds": 0.2, "default": False},
+                                          {"ttft_seconds": 1.5, "itl_seconds": None, "default": False}, none_set]
+    assert len([q for q in queries.captured_queries if "servicelevel" in q["sql"]]) == 1  # not one per deployment

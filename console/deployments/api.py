@@ -5,6 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
@@ -81,6 +82,15 @@ class ChangeOut(Schema):
     why: str
 
 
+class SloOut(Schema):
+    """The deployment's SLO, as ``POST /api/deployments/{id}/slo`` sets it (console.observability.service_level)."""
+
+    ttft_seconds: float | None = Field(description="The TTFT target, seconds; null: not checked or none set.")
+    itl_seconds: float | None = Field(description="The ITL target, seconds; null: not checked or none set.")
+    default: bool = Field(description="None is set: the panels show no goodput and a capacity check measures at "
+                                      "the default, console.observability.service_level.CHECK_DEFAULT.")  # fmt: skip
+
+
 class DeploymentOut(Schema):
     id: int
     name: str
@@ -101,6 +111,7 @@ class DeploymentOut(Schema):
     gpu_model: str
     replicas: list[ReplicaOut]
     remedy: list[ChangeOut] | None
+    slo: SloOut
 
     @staticmethod
     def resolve_replicas(obj: Deployment) -> list[Replica]:
@@ -110,6 +121,16 @@ class DeploymentOut(Schema):
     def resolve_remedy(obj: Deployment) -> list[Change] | None:
         known = remedy.remedy_for(obj)
         return known.changes if known else None
+
+    @staticmethod
+    def resolve_slo(obj: Deployment) -> SloOut:
+        """Read through the reverse one-to-one (this layer may not import console.observability): no query when
+        the caller selected it (``select_related("slo")``), one otherwise."""
+        try:
+            row = obj.slo
+        except ObjectDoesNotExist:
+            return SloOut(ttft_seconds=None, itl_seconds=None, default=True)
+        return SloOut(ttft_seconds=row.ttft_seconds, itl_seconds=row.itl_seconds, default=False)
 
 
 def _model(name: str) -> ModelSource:
@@ -142,7 +163,7 @@ def create_deployment(request: HttpRequest, data: DeploymentIn) -> Status[Deploy
 
 @router.get("/deployments", response=list[DeploymentOut])
 def list_deployments(request: HttpRequest) -> list[Deployment]:
-    return list(Deployment.objects.order_by("name"))
+    return list(Deployment.objects.select_related("slo").order_by("name"))  # each one's SLO in the same query
 
 
 @router.delete("/deployments/{pk}", response={204: None})
@@ -153,7 +174,7 @@ def delete_deployment(request: HttpRequest, pk: int) -> Status[None]:
 
 @router.get("/deployments/{pk}", response=DeploymentOut)
 def get_deployment(request: HttpRequest, pk: int) -> Deployment:
-    return get_object_or_404(Deployment, pk=pk)
+    return get_object_or_404(Deployment.objects.select_related("slo"), pk=pk)
 
 
 @router.post("/deployments/{pk}/launch", response={202: DeploymentOut})
