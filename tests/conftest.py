@@ -169,6 +169,16 @@ def login(base: str, username: str = "admin", password: str = "admin-password-1"
     return client
 
 
+def serving(*names: str) -> None:
+    """Deployments serving ``names``, stopped and never launched: the names a key's or a member's allowed_models
+    may hold (console.access.served_models)."""
+    from console.deployments.models import Deployment, DeploymentState
+
+    for name in names:
+        Deployment.objects.create(name=name, engine="simulator", served_model_name=name, max_model_len=0,
+                                  kv_space_gib=0, plan={}, state=DeploymentState.STOPPED)  # fmt: skip
+
+
 @pytest.fixture
 def admin_user(django_user_model: type) -> object:
     return django_user_model.objects.create_superuser("admin", "", "admin-password-1")  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ from django.test import Client, override_settings
 from console.access.models import ApiKey
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
+from tests.conftest import serving
 from tests.test_modelconfig import CONFIG, write_safetensors
 
 pytestmark = pytest.mark.django_db
@@ -301,6 +302,7 @@ def test_stopped_deployments_and_unused_models_can_be_deleted(admin: Client, smo
 
 
 def test_keys_are_listed_without_their_secret(admin: Client) -> None:
+    serving("smol")
     created = admin.post("/api/keys", {"name": "ci", "allowed_models": ["smol"]}, content_type="application/json")
     [listed] = admin.get("/api/keys").json()
     names = ("id", "name", "prefix", "owner", "allowed_models", "max_tokens_cap", "revoked", "requests_today")

@@ -16,9 +16,10 @@ import httpx
 import openai
 import pytest
 
-from console.deployments.models import Replica
+from console.deployments.models import Deployment, Replica
+from console.fanout import bump_routing_version
 from console.observability.models import RequestLog
-from tests.conftest import Proc, login
+from tests.conftest import Proc, login, serving
 from tests.outside import ENGINE_KEY, OutsideSim
 from tests.simworld import deploy, wait_state
 
@@ -62,7 +63,10 @@ def test_an_outside_simulator_serves_both_sdks_with_keys_and_quotas_shows_metric
         assert resp.status_code == 201, resp.text
         dep_id = resp.json()["id"]
         key = client.post("/api/keys", json={"name": "outside", "requests_per_minute": 3}).json()["key"]
+        serving("nothing-here")  # a key may name only a served model: one that was, and is gone by its first use
         other = client.post("/api/keys", json={"name": "elsewhere", "allowed_models": ["nothing-here"]}).json()["key"]
+        Deployment.objects.filter(served_model_name="nothing-here").delete()
+        bump_routing_version()
 
         chat, message = stream_both(web, key, "outside-sim")
         assert chat and message

@@ -8,6 +8,7 @@ from console.access.models import ApiKey
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions
 from console.fanout import bump_routing_version
+from tests.conftest import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CHAT = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
@@ -143,6 +144,7 @@ def test_a_field_the_gateway_reads_with_the_wrong_type_is_400(
 
 
 def test_a_key_limited_to_some_models_gets_403_for_any_other_whatever_its_state(web: str, admin_user: object) -> None:
+    serving("only-this")
     limited = apikeys.create_key("limited", admin_user, allowed_models=["only-this"])[1]
     for model in ("nope", "only-this-not"):
         resp = httpx.post(

@@ -4,7 +4,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import Proc, login
+from tests.conftest import Proc, login, serving
 from tests.simworld import (
     Served,
     ensure_model,
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_key_limited_to_other_models_gets_403_in_each_apis_shape(served: Served) -> None:
+    serving("other")
     key = served.client.post("/api/keys", json={"name": "only-other", "allowed_models": ["other"]}).json()["key"]
     sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
     assert sdk.models.list().data == []

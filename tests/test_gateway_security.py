@@ -22,6 +22,7 @@ from console.access.models import ApiKey
 from console.fanout import bump_routing_version
 from gateway.app import GET_ROUTES, POST_ROUTES
 from gateway.errors import ANTHROPIC_TYPES, Surface
+from tests.conftest import serving
 from tests.gatewayworld import gateway_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,6 +55,7 @@ class Keys:
 @pytest.fixture
 def keys(admin_user: object) -> Keys:
     good_row, good = apikeys.create_key("good", admin_user)
+    serving("other")
     _, restricted = apikeys.create_key("restricted", admin_user, allowed_models=["other"])
     revoked_row, revoked = apikeys.create_key("revoked", admin_user)
     apikeys.revoke_key(revoked_row, admin_user)

@@ -17,8 +17,10 @@ from django.utils import timezone
 from appliance.redis_keys import redis_key
 from console.access import key_format, keys, members
 from console.access.models import ApiKey, Member
+from console.deployments.models import Deployment
 from console.errors import ConsoleError
 from console.observability.models import RequestLog
+from tests.conftest import serving
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "a-long-password-1"
@@ -77,6 +79,7 @@ def test_a_rotation_through_the_api_shows_the_new_secret_once(mia: Client) -> No
 
 
 def test_a_members_keys_get_their_ceilings_and_cannot_exceed_them(member: Any, admin_user: Any) -> None:
+    serving("smol", "big", "other")
     members.set_member_limits(admin_user, member, allowed_models=["smol", "big"], tokens_per_day=1000,
                               max_key_days=30, monthly_budget_usd=Decimal("20"), max_keys=2)  # fmt: skip
     row, _ = keys.create_key("plain", member)
@@ -97,6 +100,7 @@ def test_a_members_keys_get_their_ceilings_and_cannot_exceed_them(member: Any, a
 
 
 def test_lowering_a_members_limits_lowers_their_keys(member: Any, admin_user: Any) -> None:
+    serving("a", "b", "c")
     row, _ = keys.create_key("laptop", member, tokens_per_minute=500, allowed_models=["a", "b"])
     members.set_member_limits(admin_user, member, tokens_per_minute=100, allowed_models=["b", "c"])
     row.refresh_from_db()
@@ -162,3 +166,47 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     assert abs((last - now).total_seconds()) < 1
     page = mia.get("/keys/").content.decode()
     assert 'data-field="today">2 req, 18 tok</td>' in page and "$0.0015 today, $0.0015 this month" in page
+
+
+def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:
+    none_yet = ("No deployment serves 'smol'. Allowed models are served model names: none yet (leave it empty for "
+                "every model).")
+    refused = admin.post("/api/keys", {"name": "k", "allowed_models": ["smol"]}, content_type="application/json")
+    assert (refused.status_code, refused.json()) == (400, {"detail": none_yet})
+    serving("smol", "big")
+    said = "No deployment serves 'Smol', 'nope'. Allowed models are served model names: big, smol."
+    refused = admin.post("/api/keys", {"name": "k", "allowed_models": ["smol", "nope", "Smol"]},
+                         content_type="application/json")  # fmt: skip
+    assert (refused.status_code, refused.json()) == (400, {"detail": said})  # as the gateway matches: exactly
+    page = admin.post("/keys/", {"name": "k", "allowed_models": "smol, nope, Smol"})
+    assert page.status_code == 200 and said.replace("'", "&#x27;") in page.content.decode()  # a form error
+    assert not ApiKey.objects.exists()
+    made = admin.post("/api/keys", {"name": "k", "allowed_models": ["smol"]}, content_type="application/json")
+    assert made.status_code == 201
+    patched = admin.patch(f"/api/keys/{made.json()['id']}", {"allowed_models": ["smol", "gone"]},
+                          content_type="application/json")  # fmt: skip
+    assert patched.status_code == 400 and "No deployment serves 'gone'." in patched.json()["detail"]
+    assert ApiKey.objects.get().allowed_models == ["smol"]
+
+
+def test_a_name_a_key_holds_stays_when_its_deployment_is_gone(admin: Client, admin_user: Any) -> None:
+    serving("smol")
+    row, _ = keys.create_key("k", admin_user, allowed_models=["smol"])
+    Deployment.objects.filter(served_model_name="smol").delete()
+    page = admin.post(f"/keys/{row.pk}/", {"allowed_models": "smol", "max_tokens_cap": "64"})
+    assert page.status_code == 302  # its other limits still change
+    row.refresh_from_db()
+    assert (row.allowed_models, row.max_tokens_cap) == (["smol"], 64)
+
+
+def test_a_members_allowed_models_must_be_served_in_the_api_and_on_their_page(admin: Client, member: Any) -> None:
+    serving("smol")
+    said = "No deployment serves 'nope'. Allowed models are served model names: smol."
+    page = admin.post(f"/members/{member.pk}/", {"role": "member", "is_active": "on", "allowed_models": "smol, nope"})
+    assert page.status_code == 200 and said.replace("'", "&#x27;") in page.content.decode()
+    refused = admin.patch(f"/api/members/{member.pk}", {"allowed_models": ["nope"]}, content_type="application/json")
+    assert (refused.status_code, refused.json()) == (400, {"detail": said})
+    assert Member.objects.get(user=member).allowed_models == []
+    assert admin.patch(f"/api/members/{member.pk}", {"allowed_models": ["smol"]},
+                       content_type="application/json").status_code == 200  # fmt: skip
+    assert Member.objects.get(user=member).allowed_models == ["smol"]

@@ -8,6 +8,7 @@ from django.test import Client
 
 from console.access.keys import create_key
 from console.access.models import ApiKey, Member
+from tests.conftest import serving
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "a-long-password-1"
@@ -35,6 +36,7 @@ def test_an_admin_adds_members_and_a_common_password_is_refused(root: Client) ->
 def test_role_and_limits_are_set_on_the_member_page(root: Client, django_user_model: Any) -> None:
     mia = django_user_model.objects.create_user("mia", "", PASSWORD)
     Member.objects.create(user=mia, role="viewer")
+    serving("smol", "big")
     resp = root.post(f"/members/{mia.pk}/", form("member", tokens_per_day="5000", allowed_models="smol, big",
                                                  monthly_budget_usd="25.5", max_key_days="30"))  # fmt: skip
     assert resp.status_code == 302

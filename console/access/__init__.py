@@ -6,5 +6,6 @@ rotation and revoke (keys), with their pages and API router.
 
 May import: console.audit and console's shared modules. Nothing of the other console domains, nor
 engines or appliance. The keys pages count each key's requests through ApiKey's ``requests`` relation
-(the request log's foreign key), without importing console.observability.
+(the request log's foreign key), without importing console.observability; allowed models are checked
+against the deployments' served model names, which the console's shell hands over (served_models).
 """

@@ -2,6 +2,7 @@
 owner (console.access.models.Member). The same rules serve a new key, a change of a key's limits, and
 the lowering of a member's keys when their ceilings go down (``clamp``)."""
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from django.utils import timezone
 
 from console.access.models import Member
+from console.access.served_models import check_served
 from console.errors import ConsoleError
 from console.names import INT_MAX, SERVED_NAME, check_name
 
@@ -28,8 +30,9 @@ def expiry(days: int | None) -> datetime | None:
     return timezone.now() + timedelta(days=days)
 
 
-def checked(limits: dict[str, Any]) -> dict[str, Any]:
-    """``limits`` (some of LIMITS) in range, names checked, budgets as 2-place Decimals.
+def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any]:
+    """``limits`` (some of LIMITS) in range, names checked, budgets as 2-place Decimals. Each allowed model is
+    served by a deployment (console.access.served_models), unless it is in ``held``, the key's or member's own.
 
     Raises ConsoleError naming the first bad one.
     """
@@ -46,6 +49,7 @@ def checked(limits: dict[str, Any]) -> dict[str, Any]:
     if "allowed_models" in out:
         models = out["allowed_models"] or []
         out["allowed_models"] = sorted({check_name(m, "Allowed model", SERVED_NAME) for m in models})
+        check_served(out["allowed_models"], held)
     return out
 
 

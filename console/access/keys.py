@@ -105,7 +105,8 @@ def set_key_limits(key: ApiKey, actor: Any, **limits: Any) -> ApiKey:
     if key.revoked_at is not None:
         raise ConsoleError(f"{key.name} is revoked; its limits no longer matter.")
     before = limits_of(key)
-    after = key_limits.within_ceilings(ceilings_for(key.owner), key_limits.checked({**before, **limits}))
+    wanted = key_limits.checked({**before, **limits}, held=before["allowed_models"])
+    after = key_limits.within_ceilings(ceilings_for(key.owner), wanted)
     with transaction.atomic():
         ApiKey.objects.filter(pk=key.pk).update(**after)
         key.refresh_from_db()

@@ -105,7 +105,8 @@ def set_member_limits(actor: Any, user: Any, **limits: Any) -> Member:
     for name, value in extra.items():
         if value is not None and not 1 <= value <= (key_limits.MAX_DAYS if name == "max_key_days" else INT_MAX):
             raise ConsoleError(f"{name} must be from 1 to {key_limits.MAX_DAYS:,} (or empty for no limit).")
-    fields: dict[str, Any] = {**key_limits.checked(limits), **extra}
+    held = Member.objects.filter(user=user).values_list("allowed_models", flat=True).first() or []
+    fields: dict[str, Any] = {**key_limits.checked(limits, held=held), **extra}
     with transaction.atomic():
         role = role_of(user) or Role.VIEWER
         member, _ = Member.objects.select_for_update().get_or_create(user=user, defaults={"role": role})
