@@ -137,6 +137,7 @@ SECURE_HSTS_SECONDS = envint("HEARTH_HSTS_SECONDS", 31_536_000)  # one year (OWA
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+MESSAGE_STORAGE = "appliance.flash_messages.FlashStorage"  # its cookie is deleted HttpOnly, as it is set
 
 AUTH_PASSWORD_VALIDATORS = [  # Django's four: not like the username, 8+ characters, not common, not all digits
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -105,6 +105,29 @@ def test_tls_served_directly_gives_secure_cookies_and_hsts(client: Client, admin
     assert not client.get("/login/").cookies["csrftoken"]["secure"]
 
 
+def cookie_attributes(header: str) -> set[str]:
+    """A Set-Cookie header's attributes, less its value and its expiry (``Max-Age``, ``expires``)."""
+    _, *attributes = (part.strip() for part in header.split(";"))
+    return {a for a in attributes if not a.lower().startswith(("max-age=", "expires="))}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("secure", [False, True])
+def test_the_flash_message_cookie_is_deleted_with_the_attributes_it_was_set_with(
+    admin: Client, admin_user: object, secure: bool
+) -> None:
+    from console.access.keys import create_key
+
+    row, _ = create_key("k", admin_user)
+    saved = admin.post(f"/keys/{row.pk}/", {"max_tokens_cap": "5"}, secure=secure)  # flashes "Limits of k saved."
+    shown = admin.get(saved["Location"], secure=secure)
+    assert "Limits of k saved." in shown.content.decode()
+    set_header, deleted = saved.cookies["messages"].OutputString(), shown.cookies["messages"].OutputString()
+    assert "Max-Age=0" in deleted and deleted.startswith('messages="";')
+    assert cookie_attributes(set_header) == cookie_attributes(deleted), (set_header, deleted)
+    assert {"HttpOnly", "Path=/", "SameSite=Lax"} <= cookie_attributes(deleted), deleted
+
+
 @pytest.mark.django_db
 def test_a_trusted_proxy_gives_the_clients_address_and_nobody_else_can(client: Client, admin_user: object) -> None:
     from console.audit.models import AuditEntry
