@@ -21,7 +21,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import NamedTuple, cast
 from urllib.parse import urlsplit
@@ -80,6 +80,8 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False  # read when the answer completes (the parser forgets after it)
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
+        self.sink: Callable[[bytes], None] | None = None  # set while the reader waits: see Answer.chunks
+        self.sink_stopped = False
         self.last_read = time.monotonic()
         self.paused = False
 
@@ -115,6 +117,9 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(UpstreamBroken(f"the engine sent what is not HTTP: {exc}"))
             self.abort()
+            return
+        if self.sink is not None and self.body:  # one piece per read, however many chunks it framed
+            self.sink(self.take())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -148,7 +153,8 @@ class _Connection(asyncio.Protocol):
         if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
-        self._wake()
+        if self.sink is None:  # a sink takes it at the end of this read (data_received)
+            self._wake()
 
     def on_message_complete(self) -> None:
         self.complete, self.keep_alive = True, self.parser.should_keep_alive()
@@ -206,12 +212,20 @@ class Answer:
         """The content type without its parameters, lower case ("text/event-stream")."""
         return self.content_type.partition(";")[0].strip().lower()
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives, each piece what came since the previous one."""
+    async def chunks(self, sink: Callable[[bytes], None] | None = None) -> AsyncIterator[bytes]:
+        """The body as it arrives, each piece what came since the previous one.
+
+        With ``sink``, a piece that arrives while this waits for one is handed to ``sink`` at once, in the
+        connection's own read callback, and not yielded: the relay's fast path, with no task switch per
+        piece. A sink that cannot go on that way calls ``stop_sink``; the next pieces are yielded again, and
+        b"" is yielded when none is there yet, so that the caller can finish what its sink left."""
         connection = self._connection
         while True:
             if connection.body:
                 yield connection.take()
+            elif connection.sink_stopped:
+                connection.sink_stopped = False
+                yield b""
             elif connection.complete:
                 return
             elif connection.error is not None:
@@ -220,8 +234,17 @@ class Answer:
                 raise UpstreamBroken("the connection to the engine is closed")
             else:
                 connection.waiter = asyncio.get_running_loop().create_future()
-                await connection.waiter
-                connection.waiter = None
+                connection.sink = sink
+                try:
+                    await connection.waiter
+                finally:
+                    connection.waiter = connection.sink = None
+
+    def stop_sink(self) -> None:
+        """From the sink of ``chunks``: hand it nothing more, and wake the reader."""
+        connection = self._connection
+        connection.sink, connection.sink_stopped = None, True
+        connection._wake()
 
     async def read(self) -> bytes:
         """The whole body."""

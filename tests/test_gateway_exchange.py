@@ -234,3 +234,103 @@ def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine
 
     run(test)
     assert len(seen) == 1 and b"POST /tokenize" in seen[0]  # the small one was not counted: it surely fits
+
+
+def paced(events: list[bytes], gap: float) -> Script:
+    """An engine that streams ``events`` ``gap`` seconds apart, then ends its answer properly."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(SSE)
+        for event in events:
+            writer.write(chunk(event))
+            await writer.drain()
+            await asyncio.sleep(gap)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    return script
+
+
+def numbered(count: int) -> list[bytes]:
+    text = [b'data: {"choices": [{"index": 0, "delta": {"content": "%d "}, "finish_reason": null}]}\n\n' % i
+            for i in range(count)]  # fmt: skip
+    return [*text, b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n']
+
+
+class Watching(Client):
+    """A client that notes which task each body was sent from, and whose send waits ``wait`` seconds on
+    every ``every``-th body (a client reading slower than it is sent to, as a server's flow control makes
+    it), or fails there with ``fail``."""
+
+    def __init__(self, every: int = 0, wait: float = 0.0, fail: Exception | None = None) -> None:
+        super().__init__()
+        self.every, self.wait, self.fail, self.bodies, self.from_task = every, wait, fail, 0, 0
+
+    async def __call__(self, message: Mapping[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("more_body"):
+            self.bodies += 1
+            self.from_task += asyncio.current_task() is not None
+            if self.every and self.bodies % self.every == 0:
+                if self.fail is not None:
+                    raise self.fail
+                await asyncio.sleep(self.wait)
+        await super().__call__(message)
+
+
+def relayed_to(client: Client, script: Script) -> Exchange:
+    async def test() -> Exchange:
+        async with Server(script) as engine:
+            relay = exchange(Engines(1, 5), route(engine.url))
+            await relay.run(CHAT, b"{}", b"", client)
+            return relay
+
+    return asyncio.run(asyncio.wait_for(test(), 15))
+
+
+def test_pieces_that_arrive_while_the_relay_waits_are_sent_from_the_engines_read_without_a_task_switch() -> None:
+    client = Watching()
+    relay = relayed_to(client, paced(numbered(20), 0.005))
+    assert client.body == b"".join(numbered(20)) and not relay.outcome.truncated
+    assert client.bodies >= 20 and client.from_task <= 2  # the first piece may come with the head
+
+
+def test_a_client_slower_than_the_engine_gets_the_whole_stream_in_order() -> None:
+    client = Watching(every=3, wait=0.03)  # waits 30 ms on every third piece while the engine sends every 2 ms
+    relay = relayed_to(client, paced(numbered(60), 0.002))
+    assert client.body == b"".join(numbered(60)) and not relay.outcome.truncated
+    assert relay.outcome.finish_reason == "stop" and client.from_task > 0  # what push left, sent by the task
+
+
+def test_a_send_that_fails_in_the_engines_read_is_raised_in_the_relays_task() -> None:
+    client = Watching(every=4, fail=RuntimeError("Invalid HTTP header value."))
+    with pytest.raises(RuntimeError, match="Invalid HTTP"):
+        relayed_to(client, paced(numbered(10), 0.005))
+    assert client.bodies == 4
+
+
+def test_a_client_leaving_while_a_pushed_send_waits_cancels_the_stream() -> None:
+    stuck = asyncio.Event()
+
+    class Stuck(Watching):
+        async def __call__(self, message: Mapping[str, Any]) -> None:
+            if message["type"] == "http.response.body" and message.get("more_body") and self.bodies == 2:
+                try:
+                    await asyncio.Event().wait()  # never set: the client stopped reading
+                finally:
+                    stuck.set()
+            await super().__call__(message)
+
+    async def test() -> None:
+        async with Server(paced(numbered(50), 0.005)) as engine:
+            relay = exchange(Engines(1, 5), route(engine.url))
+            running = asyncio.ensure_future(relay.run(CHAT, b"{}", b"", Stuck()))
+            await asyncio.sleep(0.1)
+            relay.outcome.client_cancelled = True
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            assert stuck.is_set()  # the waiting send was ended, not left behind
+
+    run(test)
