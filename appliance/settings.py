@@ -60,6 +60,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "appliance.transport_security.TrustedProxyMiddleware",  # before anything reads the scheme or address
+    # second: it sees the response last, after the session, CSRF and messages middleware set their cookies
+    "appliance.transport_security.SecureCookiesMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -71,7 +73,6 @@ MIDDLEWARE = [
     "console.audit.recording.AuditMiddleware",
     "console.access.middleware.RoleMiddleware",  # the role table (console.access.policy) before every view
     "axes.middleware.AxesMiddleware",
-    "appliance.transport_security.SecureCookiesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"

@@ -6,7 +6,10 @@ proxy itself added, MDN "X-Forwarded-For", security and privacy concerns); from 
 headers are dropped, so nobody can claim TLS or another address by sending them.
 
 ``SecureCookiesMiddleware``: on a secure request (TLS directly, or so by a trusted proxy) every cookie
-set is ``Secure``; Django's SecurityMiddleware sends HSTS on those same requests.
+set is ``Secure``; Django's SecurityMiddleware sends HSTS on those same requests. It must come right after
+``TrustedProxyMiddleware`` in MIDDLEWARE, so that it sees the response after every other middleware set its
+cookies (the session's, CSRF's, the flash messages'); last in the list, it ran before them and the session
+cookie went out without ``Secure``.
 """
 
 import ipaddress

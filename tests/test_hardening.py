@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -154,3 +155,19 @@ def test_compose_publishes_the_console_on_loopback_and_runs_beat_alone() -> None
     assert services["beat"]["command"][:6] == ["python", "-m", "celery", "-A", "appliance", "beat"]
     assert services["web"]["command"][:3] == ["python", "-m", "appliance.web_server"]  # proxy headers off there
     # (tests/test_web_workers.py checks what it runs uvicorn with)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", ["plain", "tls", "trusted proxy"])
+def test_signing_in_over_tls_sets_every_cookie_secure(client: Client, admin_user: object, how: str) -> None:
+    """The session cookie too, which the session middleware sets on the way out (after the views)."""
+    extra: dict[str, Any] = {"secure": True} if how == "tls" else {}
+    if how == "trusted proxy":
+        extra = {"REMOTE_ADDR": "10.9.8.7", "HTTP_X_FORWARDED_PROTO": "https"}
+    with override_settings(HEARTH_TRUSTED_PROXIES=["10.9.8.7"]):
+        client.get("/login/", **extra)
+        signed_in = client.post("/login/", {"username": "admin", "password": "admin-password-1"}, **extra)
+    assert signed_in.status_code == 302 and {"sessionid", "csrftoken"} <= set(signed_in.cookies)
+    assert {name: bool(c["secure"]) for name, c in signed_in.cookies.items()} == dict.fromkeys(
+        signed_in.cookies, how != "plain"
+    )
