@@ -133,16 +133,22 @@ def test_a_translated_count_tokens_is_never_a_silent_zero(body: bytes) -> None:
     run(test)
 
 
-def stream(*events: bytes, end: str = "close") -> Script:
-    """An engine that streams ``events`` then closes, or stays silent (``end="silent"``)."""
+def stream(*events: bytes, end: str = "close", gap: float = 0.0) -> Script:
+    """An engine that streams ``events`` (``gap`` seconds apart) then closes, stays silent (``end="silent"``),
+    or ends its answer properly and keeps the connection (``end="whole"``)."""
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await request(reader)
         writer.write(SSE)
         for event in events:
             writer.write(chunk(event))
+            if gap:
+                await writer.drain()
+                await asyncio.sleep(gap)
+        if end == "whole":
+            writer.write(b"0\r\n\r\n")
         await writer.drain()
-        if end == "silent":
+        if end in ("silent", "whole"):
             await reader.read()
 
     return script
@@ -236,23 +242,6 @@ def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine
     assert len(seen) == 1 and b"POST /tokenize" in seen[0]  # the small one was not counted: it surely fits
 
 
-def paced(events: list[bytes], gap: float) -> Script:
-    """An engine that streams ``events`` ``gap`` seconds apart, then ends its answer properly."""
-
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await request(reader)
-        writer.write(SSE)
-        for event in events:
-            writer.write(chunk(event))
-            await writer.drain()
-            await asyncio.sleep(gap)
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    return script
-
-
 def numbered(count: int) -> list[bytes]:
     text = [b'data: {"choices": [{"index": 0, "delta": {"content": "%d "}, "finish_reason": null}]}\n\n' % i
             for i in range(count)]  # fmt: skip
@@ -291,14 +280,14 @@ def relayed_to(client: Client, script: Script) -> Exchange:
 
 def test_pieces_that_arrive_while_the_relay_waits_are_sent_from_the_engines_read_without_a_task_switch() -> None:
     client = Watching()
-    relay = relayed_to(client, paced(numbered(20), 0.005))
+    relay = relayed_to(client, stream(*numbered(20), end="whole", gap=0.005))
     assert client.body == b"".join(numbered(20)) and not relay.outcome.truncated
     assert client.bodies >= 20 and client.from_task <= 2  # the first piece may come with the head
 
 
 def test_a_client_slower_than_the_engine_gets_the_whole_stream_in_order() -> None:
     client = Watching(every=3, wait=0.03)  # waits 30 ms on every third piece while the engine sends every 2 ms
-    relay = relayed_to(client, paced(numbered(60), 0.002))
+    relay = relayed_to(client, stream(*numbered(60), end="whole", gap=0.002))
     assert client.body == b"".join(numbered(60)) and not relay.outcome.truncated
     assert relay.outcome.finish_reason == "stop" and client.from_task > 0  # what push left, sent by the task
 
@@ -306,7 +295,7 @@ def test_a_client_slower_than_the_engine_gets_the_whole_stream_in_order() -> Non
 def test_a_send_that_fails_in_the_engines_read_is_raised_in_the_relays_task() -> None:
     client = Watching(every=4, fail=RuntimeError("Invalid HTTP header value."))
     with pytest.raises(RuntimeError, match="Invalid HTTP"):
-        relayed_to(client, paced(numbered(10), 0.005))
+        relayed_to(client, stream(*numbered(10), end="whole", gap=0.005))
     assert client.bodies == 4
 
 
@@ -323,7 +312,7 @@ def test_a_client_leaving_while_a_pushed_send_waits_cancels_the_stream() -> None
             await super().__call__(message)
 
     async def test() -> None:
-        async with Server(paced(numbered(50), 0.005)) as engine:
+        async with Server(stream(*numbered(50), end="whole", gap=0.005)) as engine:
             relay = exchange(Engines(1, 5), route(engine.url))
             running = asyncio.ensure_future(relay.run(CHAT, b"{}", b"", Stuck()))
             await asyncio.sleep(0.1)
