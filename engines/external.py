@@ -5,7 +5,7 @@ speaks, and the reading of a base URL and of a /v1/models answer. Pure: the cons
 Where each kind tells its version:
 - vLLM: ``GET /version`` → ``{"version": "0.11.0"}`` (vllm/entrypoints/openai/api_server.py);
 - SGLang: ``GET /server_info`` (0.5.6+) or ``GET /get_server_info`` (0.4.0+), the top-level ``version``
-  (engines.adapters.VERSION_PATHS; the body echoes the server's arguments, its API key among them: never log it);
+  (engines.engine_version.VERSION_PATHS; the body echoes the server's arguments, its API key among them: never log it);
 - llama.cpp: ``GET /props`` → ``build_info`` ("b6123-1a2b3c4", tools/server/README.md, "GET /props");
 - Ollama: ``GET /api/version`` → ``{"version": "0.5.7"}`` (docs/api.md, "Version");
 - other OpenAI-compatible servers: nowhere known.
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from engines.adapters import VERSION_PATHS as LAUNCHED_VERSION_PATHS
-from engines.adapters import parse_version
+from engines.engine_version import VERSION_PATHS as LAUNCHED_VERSION_PATHS
+from engines.engine_version import parse_version
 
 EXTERNAL_ENGINE = "external"  # Deployment.engine of a deployment made only of engines Hearth did not launch
 EXTERNAL_RUNTIME = "external"  # Replica.runtime of one such engine: no runtime starts, stops or reads it

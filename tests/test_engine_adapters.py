@@ -20,12 +20,11 @@ from engines.adapters import (
     VLLM_FLAGS,
     EngineArgs,
     _gated,
-    parse_version,
     sglang_args,
-    version_from_engine,
     vllm_args,
     vllm_planned_flags,
 )
+from engines.engine_version import parse_version, version_from_engine
 from engines.planner import GpuPlan
 from engines.sglang_launcher import API_KEY_ENV
 

@@ -18,7 +18,7 @@ from console.deployments.agent_support import agent_facts, parser_facts
 from console.deployments.models import ACTIVE_STATES, Deployment
 from console.errors import ConsoleError
 from console.names import INT_MAX
-from engines.adapters import parse_version
+from engines.engine_version import parse_version
 from engines.gpus import Inventory
 from engines.launch import CPU_ENGINES, EngineKind, image_version
 from engines.modelconfig import parse_config

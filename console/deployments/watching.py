@@ -15,7 +15,7 @@ from console.deployments.launching import WATCH_EVERY
 from console.deployments.lifecycle import end_all, end_replica, note_crash, start_replica
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import bump_routing_version
-from engines.adapters import VERSION_PATHS, version_from_engine
+from engines.engine_version import VERSION_PATHS, version_from_engine
 from engines.launch import SGLANG_ENGINES
 
 S = DeploymentState
@@ -64,7 +64,7 @@ def _became_ready(replica: Replica, dep: Deployment) -> None:
 
 
 def _engine_version(replica: Replica, engine: str) -> str:
-    """The version the running engine reports (engines.adapters.VERSION_PATHS), "" when it says none."""
+    """The version the running engine reports (engines.engine_version.VERSION_PATHS), "" when it says none."""
     headers = {"Authorization": f"Bearer {replica.engine_api_key}"}  # SGLang guards its info with the key
     for path in VERSION_PATHS["sglang" if engine in SGLANG_ENGINES else "vllm"]:
         try:

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from engines.adapters import parse_version
+from engines.engine_version import parse_version
 from engines.export.facts import GIB, ClusterFacts
 
 ENGINE_KEY = "VLLM_API_KEY"  # vLLM reads its API key from this variable (vllm/envs.py); also the Secret's key
