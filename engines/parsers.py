@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-VLLM_LIKE = frozenset({"vllm", "vllm-cpu", "simulator"})
-
 
 @dataclass(frozen=True)
 class Family:
