@@ -36,9 +36,10 @@ VALID = {
 }
 SPOILED = {  # JSON type → values no field of that type accepts
     "string": [LONG, "a\u0000b", 5, ["x"]],
-    "integer": ["lots", -1, 10**30, 1.5, [1]],
-    "number": ["lots", -1e308, 1e308, {}],
-    "boolean": ["maybe", [True]],
+    "integer": ["lots", -1, 10**30, 1.5, [1], True, "12"],  # strict: neither read as 1 or 12
+    "number": ["lots", -1e308, 1e308, {}, True, "1.5"],
+    "decimal": ["lots", -1e308, 1e308, {}, True],  # money: a number or its digits as a string, "1.5" included
+    "boolean": ["maybe", [True], 1, "yes", "true"],
     "array": ["smol", [LONG], ["\u0000"], [5]],
     "object": ["smol", [1], {"levels": "many"}],
 }
@@ -69,10 +70,13 @@ def fields(operation: str) -> dict[str, str]:
 
 
 def _json_type(prop: dict[str, Any]) -> str | None:
-    """A property's JSON type: its own, the first non-null one of a union, or "object" for a nested schema."""
+    """A property's JSON type: its own, the first non-null one of a union, "object" for a nested schema, or
+    "decimal" for pydantic's Decimal (a number or a string)."""
     if "$ref" in prop:
         return "object"
     given = [prop, *prop.get("anyOf", [])]
+    if {"number", "string"} <= {t.get("type") for t in given}:
+        return "decimal"
     return next((t["type"] for t in given if t.get("type") not in (None, "null")), None)
 
 

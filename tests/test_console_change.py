@@ -98,7 +98,7 @@ def test_a_change_through_the_api_keeps_what_it_leaves_out(admin: Client, dep: D
 
 @pytest.mark.parametrize(
     ("body", "error"),
-    [({"kv_space_gib": "NaN"}, "KV space must be above 0"), ({"kv_space_gib": -100}, "KV space must be above 0"),
+    [({"kv_space_gib": float("nan")}, "KV space must be above 0"), ({"kv_space_gib": -100}, "KV space must be above 0"),
      ({"extra_args": ["--enable-prefix-caching\u0000"]}, "printable"), ({"max_num_seqs": -1}, "max_num_seqs"),
      ({"extra_args": ["--x"] * 101}, "At most 100 extra engine flags")],
 )  # fmt: skip

@@ -11,11 +11,13 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
+from pydantic import StrictBool
 
 from console.access import keys, members
 from console.access.key_activity import with_activity
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
+from console.json_numbers import Integer
 
 router = Router(tags=["keys", "members"])
 
@@ -23,12 +25,12 @@ router = Router(tags=["keys", "members"])
 class KeyIn(Schema):
     name: str
     allowed_models: list[str] = Field(default_factory=list)
-    max_tokens_cap: int | None = None
-    expires_in_days: int | None = None
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    tokens_per_day: int | None = None
-    max_concurrent: int | None = None
+    max_tokens_cap: Integer | None = None
+    expires_in_days: Integer | None = None
+    requests_per_minute: Integer | None = None
+    tokens_per_minute: Integer | None = None
+    tokens_per_day: Integer | None = None
+    max_concurrent: Integer | None = None
     daily_budget_usd: Decimal | None = None
     monthly_budget_usd: Decimal | None = None
 
@@ -37,12 +39,12 @@ class KeyPatch(Schema):
     """The limits to change; one left out keeps its value, one given as null removes it."""
 
     allowed_models: list[str] | None = None
-    max_tokens_cap: int | None = None
+    max_tokens_cap: Integer | None = None
     expires_at: datetime | None = None
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    tokens_per_day: int | None = None
-    max_concurrent: int | None = None
+    requests_per_minute: Integer | None = None
+    tokens_per_minute: Integer | None = None
+    tokens_per_day: Integer | None = None
+    max_concurrent: Integer | None = None
     daily_budget_usd: Decimal | None = None
     monthly_budget_usd: Decimal | None = None
 
@@ -55,7 +57,7 @@ class KeyOut(Schema):
 
 
 class RotateIn(Schema):
-    grace_seconds: int = 3600
+    grace_seconds: Integer = 3600
 
 
 class RotateOut(KeyOut):
@@ -145,15 +147,15 @@ class MemberPatch(Schema):
     """What to change; one left out keeps its value, a limit given as null removes it."""
 
     role: str | None = None
-    is_active: bool | None = None
+    is_active: StrictBool | None = None
     allowed_models: list[str] | None = None
-    max_tokens_cap: int | None = None
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    tokens_per_day: int | None = None
-    max_concurrent: int | None = None
-    max_key_days: int | None = None
-    max_keys: int | None = None
+    max_tokens_cap: Integer | None = None
+    requests_per_minute: Integer | None = None
+    tokens_per_minute: Integer | None = None
+    tokens_per_day: Integer | None = None
+    max_concurrent: Integer | None = None
+    max_key_days: Integer | None = None
+    max_keys: Integer | None = None
     daily_budget_usd: Decimal | None = None
     monthly_budget_usd: Decimal | None = None
 

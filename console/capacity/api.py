@@ -7,12 +7,13 @@ from typing import Any
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
-from pydantic import StrictFloat
+from pydantic import StrictBool, StrictFloat
 
 from console.capacity import checks, exports, tuning
 from console.capacity.models import CapacityRun, Tuning
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
+from console.json_numbers import Integer
 
 router = Router(tags=["capacity"])
 
@@ -22,14 +23,14 @@ class CheckIn(Schema):
 
     profile: str = "chat"
     mode: str = "concurrency"
-    levels: list[float] = Field(default_factory=list)
-    shared_prefix: bool = False
-    requests_per_level: int = 0
-    max_seconds: int = 300
-    prompt_tokens: int = 0
-    output_tokens: int = 0
+    levels: list[StrictFloat] = Field(default_factory=list)
+    shared_prefix: StrictBool = False
+    requests_per_level: Integer = 0
+    max_seconds: Integer = 300
+    prompt_tokens: Integer = 0
+    output_tokens: Integer = 0
     label: str = ""
-    confirm_live_traffic: bool = False
+    confirm_live_traffic: StrictBool = False
 
     def check(self) -> dict[str, Any]:
         return self.dict(exclude={"label", "confirm_live_traffic"})

@@ -9,12 +9,14 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
+from pydantic import StrictBool, StrictFloat
 
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions, changes, cluster_export, external, remedy
 from console.deployments.models import Deployment, Replica
 from console.deployments.planning import plan_for
 from console.errors import ConsoleError
+from console.json_numbers import Integer
 from engines.remedy import Change
 
 router = Router(tags=["deployments"])
@@ -23,16 +25,16 @@ router = Router(tags=["deployments"])
 class PlanIn(Schema):
     model: str
     engine: str = "vllm-cpu"
-    max_model_len: int = 0
-    kv_space_gib: float = Field(default_factory=lambda: settings.HEARTH_VLLM_CPU_KVCACHE_SPACE)  # GiB, vLLM (CPU)
+    max_model_len: Integer = 0
+    kv_space_gib: StrictFloat = Field(default_factory=lambda: settings.HEARTH_VLLM_CPU_KVCACHE_SPACE)  # GiB, vLLM (CPU)
     kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float = 0.0
-    tensor_parallel_size: int = 0
-    replica_count: int = 1
-    max_num_seqs: int = 0
+    gpu_memory_utilization: StrictFloat = 0.0
+    tensor_parallel_size: Integer = 0
+    replica_count: Integer = 1
+    max_num_seqs: Integer = 0
     tool_call_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
     reasoning_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
-    fit_max_tokens: bool = False
+    fit_max_tokens: StrictBool = False
 
     def options(self) -> dict[str, Any]:
         return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "max_tokens_cap"})
@@ -42,8 +44,8 @@ class DeploymentIn(PlanIn):
     name: str
     served_model_name: str = ""
     extra_args: list[str] = Field(default_factory=list)
-    replica_count: int = 1
-    max_tokens_cap: int | None = None
+    replica_count: Integer = 1
+    max_tokens_cap: Integer | None = None
 
 
 class ReplicaOut(Schema):
@@ -232,17 +234,17 @@ def remove_endpoint(request: HttpRequest, pk: int, replica_id: int) -> Status[No
 class ChangeIn(Schema):
     """The settings to change; one left out keeps its current value."""
 
-    max_model_len: int | None = None
-    kv_space_gib: float | None = None
+    max_model_len: Integer | None = None
+    kv_space_gib: StrictFloat | None = None
     kv_cache_dtype: str | None = None
-    gpu_memory_utilization: float | None = None
-    tensor_parallel_size: int | None = None
-    max_num_seqs: int | None = None
+    gpu_memory_utilization: StrictFloat | None = None
+    tensor_parallel_size: Integer | None = None
+    max_num_seqs: Integer | None = None
     extra_args: list[str] | None = None
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
-    fit_max_tokens: bool | None = None
-    confirm: bool = False
+    fit_max_tokens: StrictBool | None = None
+    confirm: StrictBool = False
 
 
 class ChangePreviewOut(Schema):

@@ -1,0 +1,24 @@
+"""Whole numbers in a JSON API body, as JSON Schema's "integer" means them: a JSON number with no fraction
+(``4096`` or ``4096.0``), never ``true`` or a string of digits, which pydantic's lax int would read as 1 or
+4096. pydantic's StrictFloat and StrictBool already mean a JSON number and a JSON boolean. Imports pydantic
+only."""
+
+from typing import Annotated
+
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
+
+_JSON_TYPE = {bool: "a boolean", str: "a string", list: "an array", dict: "an object"}
+
+
+def _a_json_number(value: object) -> object:
+    """The value itself when it is a JSON number (int or float, bool excluded); else pydantic's int_type
+    error, "Input should be a whole number, not a string" (or a boolean, an array, an object)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = _JSON_TYPE.get(type(value), type(value).__name__)
+        raise PydanticCustomError("int_type", "Input should be a whole number, not {kind}", {"kind": kind})
+    return value
+
+
+Integer = Annotated[int, BeforeValidator(_a_json_number)]
+"""An int field of a body: a JSON number with no fraction; pydantic then refuses 1.5 as "a valid integer"."""
