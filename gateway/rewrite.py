@@ -59,14 +59,23 @@ def output_limit(path: str, request: dict[str, Any]) -> tuple[str, int | None] |
 
 
 def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[str, int]:
-    """The output-token limit field lowered to ``cap`` (set when absent); empty when the request is within it."""
-    limit = output_limit(path, request)
-    if cap is None or limit is None:
+    """Each output-token limit field the request holds, lowered to ``cap`` when over it or not an integer (the
+    endpoint's first field set to ``cap`` when it holds none); empty when the request is within it.
+
+    Every field is capped, not only the one the gateway reads first: SGLang's chat API generates
+    ``max_completion_tokens or max_tokens`` tokens (sglang/srt/entrypoints/openai/serving_chat.py, 0.5.15), so a
+    request with ``max_completion_tokens: 0`` and a ``max_tokens`` over the cap would otherwise get the latter."""
+    fields = MAX_TOKENS_FIELDS.get(path)
+    if cap is None or fields is None:
         return {}
-    name, asked = limit
-    if asked is not None and asked <= cap:
-        return {}
-    return {name: cap}
+    held = [name for name in fields if request.get(name) is not None]
+    if not held:
+        return {fields[0]: cap}
+    return {name: cap for name in held if not _at_most(request[name], cap)}
+
+
+def _at_most(value: object, cap: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value <= cap
 
 
 def with_fields(body: bytes, request: dict[str, Any], fields: dict[str, Any]) -> bytes:

@@ -41,3 +41,13 @@ def test_a_utf16_body_is_encoded_again_not_spliced() -> None:
 def test_nothing_changes_when_the_client_asked_for_usage_within_the_cap() -> None:
     request = {"model": "m", "stream": True, "max_tokens": 4, "stream_options": {"include_usage": True}}
     assert cap_max_tokens(CHAT, request, 8) == {} and ask_for_usage(CHAT, request) == {}
+
+
+def test_every_limit_field_a_request_holds_is_capped_not_only_the_first() -> None:
+    """SGLang generates ``max_completion_tokens or max_tokens``: a 0 in the first must not hand it the second."""
+    request = {"model": "m", "max_completion_tokens": 0, "max_tokens": 100_000}
+    assert cap_max_tokens(CHAT, request, 8) == {"max_tokens": 8}
+    assert cap_max_tokens(CHAT, {"max_completion_tokens": 50, "max_tokens": 7}, 8) == {"max_completion_tokens": 8}
+    assert cap_max_tokens(CHAT, {"max_completion_tokens": 4, "max_tokens": 8}, 8) == {}
+    assert cap_max_tokens("/v1/responses", {"max_output_tokens": "999"}, 8) == {"max_output_tokens": 8}
+    assert cap_max_tokens("/v1/embeddings", {"max_tokens": 100}, 8) == {}
