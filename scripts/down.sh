@@ -12,7 +12,12 @@ stop() {  # name [seconds to wait, default 10]: the process in $DATA/NAME.pid
   local pidfile=$DATA/$1.pid pid
   [ -f "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
-  kill "$pid" 2>/dev/null && echo "down: stopped $1 ($pid)"
+  if ! kill "$pid" 2>/dev/null; then
+    echo "down: $1 was not running (its pid file named $pid, which has ended)"
+    rm -f "$pidfile"
+    return 0
+  fi
+  echo "down: stopped $1 ($pid)"
   for _ in $(seq 1 $((${2:-10} * 5))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   rm -f "$pidfile"
 }

@@ -96,3 +96,11 @@ def test_without_a_database_down_goes_by_the_pid_files(tmp_path: Path) -> None:
     assert _down(tmp_path, env).strip() == f"down: stopped engine hearth-x-replica-1 ({pid})"
     time.sleep(0.2)
     assert not _alive(pid) and not (tmp_path / "engines" / "hearth-x-replica-1.pid").exists()
+
+
+def test_a_pid_file_whose_process_ended_is_named_and_removed(tmp_path: Path) -> None:
+    ended = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "web.pid").write_text(ended)  # a web server that crashed, leaving its pid file
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    assert _down(tmp_path, env).strip() == f"down: web was not running (its pid file named {ended}, which has ended)"
+    assert not (tmp_path / "web.pid").exists()
