@@ -54,6 +54,11 @@ def test_the_slo_api_takes_numbers_in_range_and_refuses_booleans_and_strings(adm
         answer = admin.post(url, body, content_type=JSON)
         assert answer.status_code == 400 and field in answer.json()["detail"], (body, answer.content)
         assert slo_of(row) == Slo(0.25, 0.05), body  # nothing stored
+    answer = admin.post(url, {"ttft_seconds": 2, "itl_seconds": None}, content_type=JSON)  # ITL not checked
+    assert answer.status_code == 200 and slo_of(row) == Slo(2, None)
+    answer = admin.post(url, {"ttft_seconds": 0.25}, content_type=JSON)  # left out is not null: a 400
+    assert answer.status_code == 400 and "itl_seconds" in answer.json()["detail"] and slo_of(row) == Slo(2, None)
+    admin.post(url, {"ttft_seconds": 0.25, "itl_seconds": 0.05}, content_type=JSON)
     for ttft, itl in ((0, 0.1), (3601, 0.1), (1, 60.5)):
         answer = admin.post(url, {"ttft_seconds": ttft, "itl_seconds": itl}, content_type=JSON)
         assert answer.json() == {"detail": out_of_range(ttft, itl)}

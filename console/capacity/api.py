@@ -135,14 +135,15 @@ def cancel_check(request: HttpRequest, pk: int) -> Status[CapacityRun]:
 
 class SloIn(Schema):
     """TTFT and ITL targets, seconds: JSON numbers, ints or floats (strict: ``true`` or ``"1.5"`` is refused with
-    400 naming the field, not read as 1.0 or 1.5), in console.observability.service_level's range."""
+    400 naming the field, not read as 1.0 or 1.5), in console.observability.service_level's range; ``null``: that
+    target is not checked, as a blank one on the deployment page. Both are required."""
 
-    ttft_seconds: StrictFloat
-    itl_seconds: StrictFloat
+    ttft_seconds: StrictFloat | None
+    itl_seconds: StrictFloat | None
 
 
 @router.post("/deployments/{pk}/slo", response=SloIn)
-def set_slo(request: HttpRequest, pk: int, data: SloIn) -> dict[str, float]:
+def set_slo(request: HttpRequest, pk: int, data: SloIn) -> dict[str, float | None]:
     """The deployment's SLO, which goodput is measured at on its panels and in its capacity checks: TTFT and
     ITL targets, seconds (console.observability.service_level)."""
     dep = get_object_or_404(Deployment, pk=pk)

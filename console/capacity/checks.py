@@ -303,9 +303,9 @@ def _save(run: CapacityRun, result: LevelResult) -> None:
     CapacityResult.objects.create(run=run, **asdict(result))
 
 
-def set_slo(dep: Deployment, ttft_seconds: float, itl_seconds: float) -> None:
-    """Set the deployment's SLO (seconds; console.observability.service_level), which goodput is measured at,
-    here and on its panels. Raises ConsoleError out of range."""
+def set_slo(dep: Deployment, ttft_seconds: float | None, itl_seconds: float | None) -> None:
+    """Set the deployment's SLO (seconds, None: not checked; console.observability.service_level), which goodput
+    is measured at, here and on its panels. Raises ConsoleError out of range."""
     if why := out_of_range(ttft_seconds, itl_seconds):
         raise ConsoleError(why)
     set_targets(dep, ttft_seconds, itl_seconds)
