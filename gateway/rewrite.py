@@ -5,7 +5,7 @@ Messages or OpenAI's Responses API. Pure functions on the parsed request.
 
 import json
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 from gateway.responses_chat import responses_to_chat
 from gateway.translate import TranslationError, messages_to_chat
@@ -44,18 +44,26 @@ def engine_spelling(path: str, request: dict[str, Any]) -> dict[str, int]:
     if path != "/v1/completions" or request.get("max_tokens") is not None:
         return {}
     value = request.get("max_completion_tokens")
-    return {"max_tokens": value} if isinstance(value, int) and not isinstance(value, bool) else {}
+    return {"max_tokens": value} if _whole(value) else {}
 
 
 def output_limit(path: str, request: dict[str, Any]) -> tuple[str, int | None] | None:
-    """(field, value) of the request's output-token limit (value None when absent), or None for an endpoint
-    without one."""
+    """(field, value) of the most the request may generate, in tokens, or None for an endpoint without a limit.
+
+    Of the endpoint's limit fields the request holds, the largest (engines differ on which they read: vLLM the
+    first, SGLang ``max_completion_tokens or max_tokens``); value None when it holds none (the endpoint's first
+    field) or one that is not an integer."""
     fields = MAX_TOKENS_FIELDS.get(path)
     if fields is None:
         return None
-    name = next((f for f in fields if request.get(f) is not None), fields[0])
-    value = request.get(name)
-    return name, value if isinstance(value, int) and not isinstance(value, bool) else None
+    held = {name: request[name] for name in fields if request.get(name) is not None}
+    if not held:
+        return fields[0], None
+    unread = next((name for name, value in held.items() if not _whole(value)), None)
+    if unread is not None:
+        return unread, None
+    name = max(held, key=held.__getitem__)
+    return name, held[name]
 
 
 def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[str, int]:
@@ -75,7 +83,11 @@ def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[
 
 
 def _at_most(value: object, cap: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value <= cap
+    return _whole(value) and value <= cap
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def with_fields(body: bytes, request: dict[str, Any], fields: dict[str, Any]) -> bytes:

@@ -3,7 +3,8 @@
 import json
 from typing import Any
 
-from gateway.rewrite import ask_for_usage, cap_max_tokens, with_fields
+from gateway.quotas import tokens_to_reserve
+from gateway.rewrite import ask_for_usage, cap_max_tokens, output_limit, with_fields
 
 CHAT = "/v1/chat/completions"
 
@@ -51,3 +52,13 @@ def test_every_limit_field_a_request_holds_is_capped_not_only_the_first() -> Non
     assert cap_max_tokens(CHAT, {"max_completion_tokens": 4, "max_tokens": 8}, 8) == {}
     assert cap_max_tokens("/v1/responses", {"max_output_tokens": "999"}, 8) == {"max_output_tokens": 8}
     assert cap_max_tokens("/v1/embeddings", {"max_tokens": 100}, 8) == {}
+
+
+def test_the_output_limit_is_the_largest_field_held_as_engines_differ_on_which_they_read() -> None:
+    assert output_limit(CHAT, {"max_completion_tokens": 0, "max_tokens": 500}) == ("max_tokens", 500)
+    assert output_limit(CHAT, {"max_completion_tokens": 40, "max_tokens": 5}) == ("max_completion_tokens", 40)
+    assert output_limit(CHAT, {"max_completion_tokens": 40, "max_tokens": "lots"}) == ("max_tokens", None)
+    assert output_limit(CHAT, {}) == ("max_completion_tokens", None)
+    assert output_limit("/v1/embeddings", {"max_tokens": 5}) is None
+    # a key's token quota reserves what SGLang would generate
+    assert tokens_to_reserve(CHAT, {"max_completion_tokens": 0, "max_tokens": 500}, 20, 4096) == 520
