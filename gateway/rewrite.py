@@ -70,7 +70,7 @@ def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[
     """Each output-token limit field the request holds, lowered to ``cap`` when over it or not an integer (the
     endpoint's first field set to ``cap`` when it holds none); empty when the request is within it.
 
-    Every field is capped, not only the one the gateway reads first: SGLang's chat API generates
+    Every field is capped, not only the first: SGLang's chat API generates
     ``max_completion_tokens or max_tokens`` tokens (sglang/srt/entrypoints/openai/serving_chat.py, 0.5.15), so a
     request with ``max_completion_tokens: 0`` and a ``max_tokens`` over the cap would otherwise get the latter."""
     fields = MAX_TOKENS_FIELDS.get(path)
