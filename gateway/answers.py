@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.observability.outcomes import LENGTH_CUTS
+
 Json = dict[str, Any]
 
 # How a tool call looks as text when a model wrote it but no (or the wrong) tool-call parser read it: the
@@ -29,7 +31,6 @@ Json = dict[str, Any]
 # and the bare JSON call of llama3_json without its tag.
 TOOL_CALL_MARKERS = ("<tool_call>", "<|tool_call|>", "[TOOL_CALLS]", "<|python_tag|>", "<function=",
                      "<｜tool▁calls▁begin｜>", "<|tool_calls_section_begin|>", '{"name":')  # fmt: skip
-LENGTH_CUTS = frozenset({"length", "max_tokens", "max_output_tokens"})
 
 
 @dataclass

@@ -213,9 +213,12 @@ def test_the_request_log_page_filters_by_outcome(admin: Client) -> None:
     log_row("llama")
     log_row("llama", status=429, ttft=None)
     log_row("llama", truncated=True)
+    log_row("llama", endpoint="/v1/responses", finish_reason="max_output_tokens")  # a Responses answer cut short
     page = admin.get("/requests/?outcome=refused").text
     assert page.count('data-field="outcome">refused') == 1 and 'data-field="outcome">success' not in page
-    assert admin.get("/requests/").text.count('data-field="outcome"') == 3
+    assert admin.get("/requests/").text.count('data-field="outcome"') == 4
+    cut = admin.get("/requests/?outcome=length").text
+    assert cut.count('data-field="outcome">length') == 1 and "/v1/responses" in cut
 
 
 def test_an_admin_adds_a_metric_mapping_in_the_console_and_scrapes_use_it(admin: Client) -> None:

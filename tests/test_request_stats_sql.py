@@ -17,14 +17,14 @@ pytestmark = pytest.mark.django_db
 
 
 def rows(model: str, n: int, rng: random.Random, keys: list[ApiKey | None]) -> None:
-    made = []
+    made, finishes = [], ["stop", "length", "max_tokens", "max_output_tokens", ""]
     for _ in range(n):
         status = rng.choice([200] * 12 + [0, 400, 404, 413, 429, 500, 502])
         completion = None if status != 200 else rng.choice([0, 1, 2, 5, 40, 200])
         ttft = None if status != 200 or rng.random() < 0.05 else rng.uniform(0.01, 3.0)
         made.append(RequestLog(
             model=model, surface="openai", endpoint="/v1/chat/completions", stream=True, status=status,
-            finish_reason=rng.choice(["stop", "length", "max_tokens", ""]) if status == 200 else "",
+            finish_reason=rng.choice(finishes) if status == 200 else "",
             truncated=rng.random() < 0.05, client_cancelled=rng.random() < 0.05, api_key=rng.choice(keys),
             prompt_tokens=None if rng.random() < 0.1 else rng.randint(1, 4000), completion_tokens=completion,
             ttft_seconds=ttft, duration_seconds=(ttft or 0.0) + rng.uniform(0.0, 20.0)))  # fmt: skip

@@ -11,6 +11,9 @@ that produced tokens (success, length) feed TTFT, ITL and goodput.
 from dataclasses import dataclass
 
 OUTCOMES = ("success", "length", "empty", "cancelled", "truncated", "refused", "error")
+# A length cut in each API's words: OpenAI's finish_reason, Anthropic's stop_reason, a Responses answer's
+# incomplete_details.reason (what the gateway logs as finish_reason, gateway.answers.responses_finish).
+LENGTH_CUTS = ("length", "max_tokens", "max_output_tokens")
 ERRORS = frozenset({"truncated", "refused", "error"})
 SERVED = frozenset({"success", "length"})  # produced an answer: their latencies are speed
 
@@ -27,7 +30,7 @@ def outcome_of(
         return "refused"
     if status >= 500 or status == 0:
         return "error"
-    if finish_reason == "length" or finish_reason == "max_tokens":
+    if finish_reason in LENGTH_CUTS:
         return "length"
     if completion_tokens == 0:
         return "empty"

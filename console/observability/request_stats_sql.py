@@ -20,7 +20,7 @@ from django.db.models import Aggregate, Case, CharField, Count, F, FloatField, Q
 from django.db.models.functions import Coalesce, Greatest
 
 from console.observability.models import RequestLog
-from console.observability.outcomes import ERRORS, SERVED, Slo
+from console.observability.outcomes import ERRORS, LENGTH_CUTS, SERVED, Slo
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -29,7 +29,7 @@ OUTCOME = Case(
     When(truncated=True, then=Value("truncated")),
     When(status__gte=400, status__lt=500, then=Value("refused")),
     When(Q(status__gte=500) | Q(status=0), then=Value("error")),
-    When(finish_reason__in=("length", "max_tokens"), then=Value("length")),
+    When(finish_reason__in=LENGTH_CUTS, then=Value("length")),
     When(completion_tokens=0, then=Value("empty")),
     default=Value("success"),
     output_field=CharField(),

@@ -23,7 +23,7 @@ from console.deployments.models import ACTIVE_STATES, Deployment
 from console.observability import charts, cost, gpu_strip
 from console.observability.forms import MappingForm, PriceForm, RequestFilter, SloForm
 from console.observability.models import MetricMapping, PriceSetting, RequestLog, ScrapeHealth, ServiceLevel
-from console.observability.outcomes import outcome_of
+from console.observability.outcomes import LENGTH_CUTS, outcome_of
 from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
 
 COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
@@ -134,7 +134,7 @@ def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
         rows = rows.filter(Q(status__gte=500) | Q(status=0), truncated=False, client_cancelled=False)
     elif outcome in ("success", "length", "empty"):
         rows = rows.filter(status__lt=400, status__gt=0, truncated=False, client_cancelled=False)
-        long = Q(finish_reason__in=["length", "max_tokens"])
+        long = Q(finish_reason__in=LENGTH_CUTS)
         rows = rows.filter(long) if outcome == "length" else rows.exclude(long)
         rows = rows.filter(completion_tokens=0) if outcome == "empty" else rows.exclude(completion_tokens=0)
     return rows
