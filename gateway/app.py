@@ -34,6 +34,7 @@ from gateway.reservations import Reservation, Reservations
 from gateway.rewrite import (
     ask_for_usage,
     cap_max_tokens,
+    capped_header,
     engine_spelling,
     output_limit,
     tokenize_request,
@@ -151,10 +152,9 @@ class Gateway:
         exchange = Exchange(self.engines, route, outcome, kind, self.router)
         exchange.started = arrived  # as the client counts: reading the body and choosing a replica included
         exchange.request, exchange.tally = request, for_request(path, request)
-        caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
         fields = engine_spelling(path, request)
         request.update(fields)
-        fields |= cap_max_tokens(path, request, min(caps) if caps else None)
+        fields |= self._cap(path, request, entry, route, exchange)
         # the prompt-prefix digest only matters where there is a replica to choose
         prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
         if route.fit_max_tokens:
@@ -217,6 +217,21 @@ class Gateway:
         prompt, completion, _ = exchange.outcome.tokens()
         used = (prompt or 0) + (completion or 0)
         return await self.reservations.settle(held, entry.id, entry.quota.owner_id, exchange.route.deployment_id, used)
+
+    def _cap(
+        self, path: str, request: dict[str, Any], entry: KeyEntry, route: Route, exchange: Exchange
+    ) -> dict[str, int]:
+        """The output limit lowered to the key's or the deployment's cap, the lower of the two, with the response
+        header saying so (gateway.rewrite.capped_header); empty when the request is within it."""
+        caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
+        if not caps:
+            return {}
+        capped = cap_max_tokens(path, request, min(caps))
+        if capped:
+            asked = (output_limit(path, request) or ("", None))[1]
+            by = "key" if entry.max_tokens_cap == min(caps) else "deployment"
+            exchange.headers.append(capped_header(asked, min(caps), by))
+        return capped
 
     async def _fit(
         self, path: str, request: dict[str, Any], fields: dict[str, Any], body_bytes: int, route: Route,

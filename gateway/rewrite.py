@@ -82,6 +82,15 @@ def cap_max_tokens(path: str, request: dict[str, Any], cap: int | None) -> dict[
     return {name: cap for name in held if not _at_most(request[name], cap)}
 
 
+CAPPED_HEADER = b"x-hearth-max-tokens-capped"
+
+
+def capped_header(asked: int | None, cap: int, by: str) -> tuple[bytes, bytes]:
+    """The response header saying a cap lowered the output limit, or set it where the request had none:
+    ``16; requested=100; cap=key`` (``requested=none``; ``cap`` is ``key`` or ``deployment``, whose cap it was)."""
+    return CAPPED_HEADER, f"{cap}; requested={'none' if asked is None else asked}; cap={by}".encode()
+
+
 def _at_most(value: object, cap: int) -> bool:
     return _whole(value) and value <= cap
 

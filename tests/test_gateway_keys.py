@@ -37,6 +37,13 @@ def test_a_keys_max_tokens_cap_lowers_what_a_request_asks_for(served: Served) ->
     claude = anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0)
     message = claude.messages.create(model="llama", max_tokens=50, messages=[{"role": "user", "content": "Talk"}])
     assert message.usage.output_tokens <= 3 and message.stop_reason == "max_tokens"
+    # the answer says the cap lowered its limit, or set one; none within the cap
+    for asked, header in (({"max_tokens": 50}, "3; requested=50; cap=key"), ({}, "3; requested=none; cap=key"),
+                          ({"max_tokens": 2}, None)):  # fmt: skip
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="llama", messages=[{"role": "user", "content": "Talk"}], **asked
+        )
+        assert raw.headers.get("x-hearth-max-tokens-capped") == header
 
 
 def test_an_expired_key_is_refused(served: Served) -> None:
