@@ -13,6 +13,7 @@ from console.catalog.models import ModelSource
 from console.deployments import admin_actions, changes
 from console.deployments.lifecycle import launch_spec
 from console.deployments.models import Deployment, Replica
+from console.deployments.planning import plan_for
 from console.errors import ConsoleError
 from gateway.registry import load_snapshot
 from tests.test_modelconfig import write_safetensors
@@ -61,7 +62,7 @@ def test_a_chat_template_tells_llama_3_apart_and_is_read_from_a_local_folder(tmp
 def test_a_model_without_a_known_parser_is_warned_about_and_an_override_is_used_and_said() -> None:
     bare = simulated(hf_model("llama", "llama-3.1-8b-instruct"), max_model_len=8192)
     assert bare.plan["parsers"]["tool_call_parser"] is None
-    assert "refuses every request that carries tools" in bare.plan["parsers"]["warning"]
+    assert "vLLM would refuse every one of them" in bare.plan["parsers"]["warning"]  # the Simulator needs none
     assert "--tool-call-parser" not in command(bare)
     chosen = simulated(hf_model("llama-set", "llama-3.1-8b-instruct"), max_model_len=8192,
                        tool_call_parser="llama3_json")  # fmt: skip
@@ -115,3 +116,16 @@ def test_the_console_shows_the_parsers_the_warning_and_the_agents_before_anythin
     assert body["plan"]["parsers"]["tool_call_parser"] == "llama3_json"
     page = admin.get(f"/deployments/{body['id']}/").content.decode()
     assert 'data-field="tool_call_parser">llama3_json<' in page and "Claude Code: served." in page
+
+
+def test_without_a_tool_call_parser_a_real_engine_serves_no_agent_and_the_simulator_still_does() -> None:
+    model = hf_model("no-parser", "llama-3.1-8b-instruct")
+    on_vllm = plan_for(model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True)
+    assert "this engine refuses every request that carries tools" in on_vllm["parsers"]["warning"]
+    assert not any(a["serves"] for a in on_vllm["agents"])
+    assert all("refuses without a tool-call parser" in a["reason"] for a in on_vllm["agents"])
+    on_sim = plan_for(model, "simulator", max_model_len=65536, fit_max_tokens=True)
+    assert all(a["serves"] for a in on_sim["agents"])  # it answers tools with no parser (its agent mode)
+    with_parser = plan_for(model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True,
+                           tool_call_parser="llama3_json")
+    assert all(a["serves"] for a in with_parser["agents"]) and with_parser["parsers"]["warning"] is None

@@ -11,6 +11,7 @@ from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
 from engines.agent_clients import agent_fits
+from engines.launch import EngineKind
 from engines.parsers import choose_parsers
 
 OFF = "none"  # an override that turns the parser off
@@ -41,10 +42,18 @@ def parser_facts(model: ModelSource, engine: str, tool_call_parser: str = "", re
                                 (reasoning, "reasoning", choice.reasoning_parser)):  # fmt: skip
         if given:
             reasons.append(f"The admin set the {what} parser to {given} (the plan's choice: {chosen or 'none'}).")
-    warning = None if effective_tool else (
-        "No tool-call parser: this engine refuses every request that carries tools, and coding agents (Claude "
-        "Code, Codex, IDE assistants) always send them. Set one if the model can call tools."
-    )  # fmt: skip
+    if effective_tool:
+        warning = None
+    elif engine == EngineKind.SIMULATOR:
+        warning = (
+            "No tool-call parser: the Simulator answers requests with tools without one, but vLLM would refuse "
+            "every one of them, and coding agents always send tools. Set one before exporting this deployment."
+        )  # fmt: skip
+    else:
+        warning = (
+            "No tool-call parser: this engine refuses every request that carries tools, and coding agents "
+            "(Claude Code, Codex, IDE assistants) always send them. Set one if the model can call tools."
+        )  # fmt: skip
     return {
         "tool_call_parser": effective_tool, "reasoning_parser": effective_reasoning,
         "chosen": {"tool_call_parser": choice.tool_call_parser, "reasoning_parser": choice.reasoning_parser},
@@ -58,11 +67,24 @@ def _effective(given: str, chosen: str | None) -> str | None:
     return given or chosen
 
 
-def agent_facts(max_model_len: int, fit_max_tokens: bool) -> list[dict[str, Any]]:
+def agent_facts(max_model_len: int, fit_max_tokens: bool, takes_tools: bool = True) -> list[dict[str, Any]]:
     """Per agent: ``{"name", "serves", "needed", "reason"}`` (``needed`` in tokens of context), for a
-    deployment of ``max_model_len`` tokens with ``fit_max_tokens`` on or off."""
-    return [{"name": f.client.name, "serves": f.serves, "needed": f.needed, "reason": f.reason}
-            for f in agent_fits(max_model_len, fit_max_tokens)]  # fmt: skip
+    deployment of ``max_model_len`` tokens with ``fit_max_tokens`` on or off. ``takes_tools`` False (an engine
+    without a tool-call parser, which refuses requests with tools): no agent is served, whatever the context,
+    since each sends tools on every request."""
+    facts = []
+    for f in agent_fits(max_model_len, fit_max_tokens):
+        reason = f.reason if takes_tools else (
+            f"{f.reason} But it sends tools on every request, which this engine refuses without a tool-call parser."
+        )  # fmt: skip
+        facts.append({"name": f.client.name, "serves": f.serves and takes_tools, "needed": f.needed, "reason": reason})
+    return facts
+
+
+def takes_tools(engine: str, parsers: dict[str, Any]) -> bool:
+    """Whether ``engine`` with these parser facts (parser_facts') answers requests that carry tools: with a
+    tool-call parser, or the Simulator, which needs none."""
+    return bool(parsers.get("tool_call_parser")) or engine == EngineKind.SIMULATOR
 
 
 def launch_parsers(dep: Deployment) -> tuple[str | None, str | None]:

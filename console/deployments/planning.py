@@ -14,7 +14,7 @@ from django.conf import settings
 
 from appliance.hardware import InventoryError, current_inventory
 from console.catalog.models import ModelSource
-from console.deployments.agent_support import agent_facts, parser_facts
+from console.deployments.agent_support import agent_facts, parser_facts, takes_tools
 from console.deployments.models import ACTIVE_STATES, Deployment
 from console.errors import ConsoleError
 from console.names import INT_MAX
@@ -79,7 +79,8 @@ def plan_for(
     """
     plan = sizing_plan(model, engine, **sizing)
     plan["parsers"] = parser_facts(model, engine, tool_call_parser, reasoning_parser)
-    plan["agents"] = agent_facts(int(plan.get("max_model_len") or 0), fit_max_tokens)
+    tools = takes_tools(engine, plan["parsers"])
+    plan["agents"] = agent_facts(int(plan.get("max_model_len") or 0), fit_max_tokens, tools)
     return plan
 
 
