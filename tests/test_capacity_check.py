@@ -121,6 +121,7 @@ def test_a_check_refuses_bad_settings_in_the_apis_error_shape(ready: Any) -> Non
         ({"requests_per_level": 5000}, "At most 2,000 requests"),
         ({"max_seconds": 3}, "10 to 1,800 seconds"),
         ({"mode": "burst"}, "Mode must be one of"),
+        ({"label": "x" * 10_000}, "The label is 10,000 characters long; at most 200 are allowed."),
     ]:
         resp = start(client, dep_id, **check)
         assert resp.status_code == 400 and words in resp.json()["detail"], (check, resp.text)

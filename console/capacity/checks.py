@@ -139,6 +139,9 @@ def validate_check(
             "requests_per_level": requests_per_level, "max_seconds": max_seconds, "shape": asdict(shape)}  # fmt: skip
 
 
+LABEL_MAX = 200  # CapacityRun.label's max_length
+
+
 def start_check(
     dep: Deployment, user: Any, *, label: str = "", confirm_live_traffic: bool = False, tuning: Any = None,
     tuning_value: Any = None, enqueue: bool = True, **check: Any,
@@ -146,10 +149,13 @@ def start_check(
     """Queue a check of a ready deployment (``check``: validate_check's keywords); the worker runs it
     (``enqueue`` False: the caller runs it, as a tuning does in its own task).
 
-    Raises ConsoleError for bad settings, a deployment that is not ready or already under a check, and
-    LiveTraffic when it served other clients lately and ``confirm_live_traffic`` is not given.
+    Raises ConsoleError for bad settings or a label over LABEL_MAX characters, a deployment that is not ready or
+    already under a check, and LiveTraffic when it served other clients lately and ``confirm_live_traffic`` is
+    not given.
     """
     fields = validate_check(dep, **check)
+    if len(label := label.strip()) > LABEL_MAX:
+        raise ConsoleError(f"The label is {len(label):,} characters long; at most {LABEL_MAX} are allowed.")
     fail_stale_runs(dep)
     if dep.state != DeploymentState.READY:
         raise ConsoleError(f"{dep.name} is {dep.state}; a capacity check needs it ready.")
@@ -157,7 +163,7 @@ def start_check(
         raise LiveTraffic(
             f"{dep.name} is serving live traffic ({live}); a check will slow it down. Confirm to go ahead."
         )
-    fields |= {"deployment": dep, "deployment_name": dep.name, "created_by": user, "label": label.strip()[:200],
+    fields |= {"deployment": dep, "deployment_name": dep.name, "created_by": user, "label": label,
                "provenance": provenance(dep), "tuning": tuning, "tuning_value": tuning_value}  # fmt: skip
     try:
         with transaction.atomic():
