@@ -78,6 +78,17 @@ def test_a_simulator_deployment_exports_what_vllm_would_run_and_says_so(admin: C
     assert spec["repository"] == "vllm/vllm-openai" and spec["tag"] == "v0.11.0"  # the configured image, no digest
 
 
+def test_a_demo_catalog_model_is_not_offered_for_export_and_the_api_says_why(admin: Client) -> None:
+    assert admin.post("/api/models", {"demo": "llama-3.1-70b"}, content_type="application/json").status_code == 201
+    dep = admin.post("/api/deployments", {"name": "demo70", "model": "llama-3.1-70b", "engine": "simulator"},
+                     content_type="application/json").json()  # fmt: skip
+    resp = admin.get(f"/api/deployments/{dep['id']}/export")
+    assert resp.status_code == 400 and "demo catalog entry, with no pinned revision" in resp.json()["detail"]
+    assert "meta-llama/Meta-Llama-3.1-70B from Hugging Face" in resp.json()["detail"]
+    page = admin.get(f"/deployments/{dep['id']}/").content.decode()
+    assert "Export for a cluster" not in page and "Capacity check…" in page and "· ·" not in page
+
+
 def test_an_engine_no_cluster_target_runs_is_refused_with_the_reason(admin: Client) -> None:
     model = ModelSource.objects.create(name="smol", kind="local", path="/models/smol", config=SMOLLM2_CONFIG,
                                        weights_bytes=269_030_016)  # fmt: skip

@@ -23,12 +23,20 @@ SIMULATED = (
     "from the configured vLLM image (HEARTH_IMAGE_VLLM), whose digest is pinned at the first real launch."
 )
 
+DEMO_REFUSED = (
+    "{name} cannot be exported for a cluster: its model is a demo catalog entry, with no pinned revision and no "
+    "weights, and a cluster must load the same commit. Add {repo} from Hugging Face (Models) to plan and export it."
+)
+
 
 def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
     """The facts of ``dep`` as engines.export reads them; ``gpus_per_node`` defaults to the GPUs of the box
     it is planned on (this one). Raises ConsoleError with the reason when no cluster document can be made of it
-    (an external deployment among them: Hearth knows no plan, image or flags of engines it did not launch)."""
+    (an external deployment among them: Hearth knows no plan, image or flags of engines it did not launch; and
+    one of a demo catalog model, which has no pinned revision)."""
     external.refused(dep, "export")
+    if dep.source.kind == dep.source.Kind.DEMO:
+        raise ConsoleError(DEMO_REFUSED.format(name=dep.name, repo=dep.source.repo_id))
     if dep.engine == EngineKind.SIMULATOR:
         image, digest, version = settings.HEARTH_ENGINE_IMAGES[EngineKind.VLLM], "", ""
     else:
