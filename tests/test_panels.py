@@ -259,3 +259,12 @@ def test_a_member_sees_their_own_keys_usage_by_name_and_everyone_elses_only_as_a
         assert "team key 1" in admin.get(path).text  # an admin sees every key by name
     shares = {k.key_name: k for k in cost.visible_to(cost.key_costs(datetime.now(UTC).date(), dep), {mine.pk})}
     assert (shares["other keys"].tokens, round(shares["other keys"].share, 3)) == (900, 0.9)
+
+
+def test_a_panel_says_a_new_deployment_has_not_been_launched_and_a_stopped_one_is_stopped() -> None:
+    new = Deployment.objects.create(name="new", model=deployment().model, engine="simulator", served_model_name="new",
+                                    max_model_len=8192, kv_space_gib=1, plan={}, state="stopped")  # fmt: skip
+    assert set(live_panel(new).reasons.values()) == {"the deployment has not been launched yet"}
+    Deployment.objects.filter(pk=new.pk).update(state_reason="Stopped by admin.")
+    new.refresh_from_db()
+    assert set(live_panel(new).reasons.values()) == {"the deployment is stopped"}

@@ -126,7 +126,8 @@ def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
             panel.replicas = health[dep.pk]
             _fill(panel, now, rows)
         else:
-            panel.reasons = dict.fromkeys((*GAUGES, *COUNTERS_SHOWN), f"the deployment is {dep.state}")
+            why = "the deployment has not been launched yet" if dep.never_launched else f"the deployment is {dep.state}"
+            panel.reasons = dict.fromkeys((*GAUGES, *COUNTERS_SHOWN), why)
         out.append(panel)
     return out
 
