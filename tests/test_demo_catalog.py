@@ -44,6 +44,7 @@ def test_the_models_page_offers_the_catalog_open_in_demo_mode(admin: Client) -> 
     assert row and "<code>meta-llama/Meta-Llama-3.1-70B</code>" in row[1] and "131.4 GiB" in row[1]
     assert 'action="/models/demo/llama-3.1-70b/"' in row[1] and "Plan on this box" in row[1]
     assert " GB" not in page  # binary units only
+    assert "find_string" not in page and "search tool" not in page  # the citations are the API's, not a hover
 
 
 @override_settings(HEARTH_GPU_INVENTORY="auto")
