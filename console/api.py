@@ -3,9 +3,10 @@ tests; the console pages use the same domain functions.
 
 Auth is the console's session (log in first; send the CSRF token as X-CSRFToken); what each role may call
 is console.access.policy's table. Errors a user can fix answer 400 ``{"detail": message}``, a forbidden
-one 403, and an unexpected one 500, all in that shape. Numbers and booleans in a body are JSON's own
-(console.json_numbers.Integer, pydantic's StrictFloat and StrictBool): ``true`` or ``"12"`` where a number goes,
-or ``1`` or ``"yes"`` where a boolean goes, is a 400 naming the field, never read as 1, 12 or true.
+one 403, and an unexpected one 500, all in that shape. A body holds only its operation's fields, and
+numbers and booleans as JSON's own (console.api_bodies): an unknown field (a typo), ``true`` or ``"12"`` where a
+number goes, or ``1`` or ``"yes"`` where a boolean goes, is a 400 naming the field, never ignored or read as 1,
+12 or true.
 """
 
 import json

@@ -1,6 +1,6 @@
 """Every bad input a 4xx in the right shape: each /api operation fed malformed JSON, the wrong types,
-over-long and NUL-bearing strings and out-of-range numbers answers 4xx ``{"detail": "..."}`` (never a
-500, never HTML), and the console's forms answer them on the page, never with a server error."""
+over-long and NUL-bearing strings, out-of-range numbers and unknown fields answers 4xx ``{"detail": "..."}``
+(never a 500, never HTML), and the console's forms answer them on the page, never with a server error."""
 
 import json
 from typing import Any
@@ -96,6 +96,7 @@ def test_every_api_operation_answers_each_spoiled_field_with_a_4xx_in_its_shape(
     send = getattr(admin, method.lower())
     wrong = []
     bodies = [(body, body) for body in WHOLE]
+    bodies.append(("an unknown field", VALID[operation] | {"max_token_cap": 10}))  # a typo is refused, not ignored
     bodies += [(f"{name}={value!r:.40}", VALID[operation] | {name: value})
                for name, kind in fields(operation).items() for value in SPOILED[kind]]
     for shown, body in bodies:

@@ -17,12 +17,12 @@ from console.access import keys, members
 from console.access.key_activity import with_activity
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
-from console.json_numbers import Integer
+from console.api_bodies import Body, Integer
 
 router = Router(tags=["keys", "members"])
 
 
-class KeyIn(Schema):
+class KeyIn(Body):
     name: str
     allowed_models: list[str] = Field(default_factory=list)
     max_tokens_cap: Integer | None = None
@@ -35,7 +35,7 @@ class KeyIn(Schema):
     monthly_budget_usd: Decimal | None = None
 
 
-class KeyPatch(Schema):
+class KeyPatch(Body):
     """The limits to change; one left out keeps its value, one given as null removes it."""
 
     allowed_models: list[str] | None = None
@@ -56,7 +56,7 @@ class KeyOut(Schema):
     key: str
 
 
-class RotateIn(Schema):
+class RotateIn(Body):
     grace_seconds: Integer = 3600
 
 
@@ -137,13 +137,13 @@ def revoke_key(request: HttpRequest, pk: int) -> Status[None]:
     return Status(204, None)
 
 
-class MemberIn(Schema):
+class MemberIn(Body):
     username: str
     password: str
     role: str = "member"
 
 
-class MemberPatch(Schema):
+class MemberPatch(Body):
     """What to change; one left out keeps its value, a limit given as null removes it."""
 
     role: str | None = None

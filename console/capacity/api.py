@@ -9,16 +9,16 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool, StrictFloat
 
+from console.api_bodies import Body, Integer
 from console.capacity import checks, exports, tuning
 from console.capacity.models import CapacityRun, Tuning
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
-from console.json_numbers import Integer
 
 router = Router(tags=["capacity"])
 
 
-class CheckIn(Schema):
+class CheckIn(Body):
     """A check: ``levels`` users (concurrency) or requests/s (rate); empty: the profile's."""
 
     profile: str = "chat"
@@ -133,7 +133,7 @@ def cancel_check(request: HttpRequest, pk: int) -> Status[CapacityRun]:
     return Status(202, run)
 
 
-class SloIn(Schema):
+class SloIn(Body):
     """TTFT and ITL targets, seconds: JSON numbers, ints or floats (strict: ``true`` or ``"1.5"`` is refused with
     400 naming the field, not read as 1.0 or 1.5), in console.observability.service_level's range; ``null``: that
     target is not checked, as a blank one on the deployment page. Both are required."""
@@ -151,7 +151,7 @@ def set_slo(request: HttpRequest, pk: int, data: SloIn) -> dict[str, float | Non
     return {"ttft_seconds": data.ttft_seconds, "itl_seconds": data.itl_seconds}
 
 
-class TuningIn(Schema):
+class TuningIn(Body):
     """A knob and its values ("64, 128" or a list), and the check each value runs."""
 
     knob: str

@@ -4,6 +4,7 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router, Schema, Status
 
+from console.api_bodies import Body
 from console.catalog import sources
 from console.catalog.demo import demo_models
 from console.catalog.models import ModelSource
@@ -12,7 +13,7 @@ from console.errors import ConsoleError
 router = Router(tags=["models"])
 
 
-class ModelIn(Schema):
+class ModelIn(Body):
     name: str = ""  # the demo entry's own name when ``demo`` is given
     path: str = ""
     repo_id: str = ""

@@ -11,18 +11,18 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool, StrictFloat
 
+from console.api_bodies import Body, Integer
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions, changes, cluster_export, external, remedy
 from console.deployments.models import Deployment, Replica
 from console.deployments.planning import plan_for
 from console.errors import ConsoleError
-from console.json_numbers import Integer
 from engines.remedy import Change
 
 router = Router(tags=["deployments"])
 
 
-class PlanIn(Schema):
+class PlanIn(Body):
     model: str
     engine: str = "vllm-cpu"
     max_model_len: Integer = 0
@@ -193,7 +193,7 @@ def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
     return Status(202, dep)
 
 
-class EndpointIn(Schema):
+class EndpointIn(Body):
     """An engine Hearth did not launch: its base URL (``http(s)://host:port``, its OpenAI API below ``/v1``), its
     kind (vllm, sglang, llama.cpp, ollama, openai) and the key it demands, if any (stored sealed, never shown)."""
 
@@ -231,7 +231,7 @@ def remove_endpoint(request: HttpRequest, pk: int, replica_id: int) -> Status[No
     return Status(204, None)
 
 
-class ChangeIn(Schema):
+class ChangeIn(Body):
     """The settings to change; one left out keeps its current value."""
 
     max_model_len: Integer | None = None

@@ -1,11 +1,13 @@
-"""Whole numbers in a JSON API body, as JSON Schema's "integer" means them: a JSON number with no fraction
-(``4096`` or ``4096.0``), never ``true`` or a string of digits, which pydantic's lax int would read as 1 or
-4096. pydantic's StrictFloat and StrictBool already mean a JSON number and a JSON boolean. Imports pydantic
-only."""
+"""What a JSON API body may hold, for every operation's input schema: only that schema's fields (Body: an unknown
+field, a typo such as ``max_token_cap`` among them, is a 400 naming it, never ignored), and whole numbers as
+JSON Schema's "integer" means them (Integer: a JSON number with no fraction, ``4096`` or ``4096.0``, never
+``true`` or a string of digits, which pydantic's lax int would read as 1 or 4096). pydantic's StrictFloat and
+StrictBool already mean a JSON number and a JSON boolean. Imports ninja and pydantic only."""
 
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from ninja import Schema
+from pydantic import BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
 _JSON_TYPE = {bool: "a boolean", str: "a string", list: "an array", dict: "an object"}
@@ -22,3 +24,9 @@ def _a_json_number(value: object) -> object:
 
 Integer = Annotated[int, BeforeValidator(_a_json_number)]
 """An int field of a body: a JSON number with no fraction; pydantic then refuses 1.5 as "a valid integer"."""
+
+
+class Body(Schema):
+    """The base of every operation's input schema: a field it does not declare is refused."""
+
+    model_config = ConfigDict(extra="forbid")
