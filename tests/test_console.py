@@ -273,6 +273,8 @@ def test_extra_engine_flags_from_the_console_form(admin: Client, smollm2: ModelS
          "max_model_len: Input should be a whole number, not a boolean"),
         ("/api/plan", {"model": "smollm2-135m", "fit_max_tokens": "yes"},
          "fit_max_tokens: Input should be a valid boolean"),
+        ("/api/deployments", {"name": "d", "model": "smollm2-135m", "tensor_parallel_size": 4},
+         "vllm-cpu runs on the CPU, in one process: tensor parallel size and gpu_memory_utilization are for GPU"),
         ("/api/plan", {"model": "smollm2-135m", "tensor_parallel_size": 65},
          "Tensor parallel size must be 0 (auto) to 64 GPUs, not 65."),
         ("/api/plan", {"model": "smollm2-135m", "gpu_memory_utilization": 1.5},

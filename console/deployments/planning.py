@@ -101,7 +101,8 @@ def sizing_plan(
 
     vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force, less the
     GPUs other active deployments hold (``exclude``: a deployment whose own GPUs count as free).
-    Raises ConsoleError for an unknown engine, bad numbers, or an inventory that cannot be read.
+    Raises ConsoleError for an unknown engine, bad numbers (a CPU engine given a tensor parallel size over 1
+    or a gpu_memory_utilization among them), or an inventory that cannot be read.
     """
     if engine not in available_engines():
         offered = ", ".join(available_engines())
@@ -121,6 +122,11 @@ def sizing_plan(
         raise ConsoleError(f"KV cache dtype must be one of: {', '.join(KV_CACHE_DTYPES)}.")
     if not 0 <= max_num_seqs <= MAX_NUM_SEQS:
         raise ConsoleError(f"max_num_seqs must be 0 (the planner's default) to {MAX_NUM_SEQS:,} sequences.")
+    if engine in CPU_ENGINES and (tensor_parallel_size > 1 or gpu_memory_utilization):
+        raise ConsoleError(
+            f"{engine} runs on the CPU, in one process: tensor parallel size and gpu_memory_utilization are for "
+            "GPU engines; leave them 0 (its KV space sizes it)."
+        )
     config = parse_config(model.config)
     if engine in CPU_ENGINES:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
