@@ -8,15 +8,33 @@
   const url = root.dataset.seriesUrl;
   const status = root.querySelector("[data-field=chart_status]");
   const COLORS = { a: "#2f7d4f", b: "#c98a3d", c: "#3b6fb6", d: "#8e3b8e", slo: "#b00020" };
+  // The legend's value under the cursor; a whole count (3 requests running) without decimals.
   const secs = (v) => (v == null ? "—" : v < 1 ? (v * 1000).toFixed(0) + " ms" : v.toFixed(2) + " s");
-  const num = (v) => (v == null ? "—" : v >= 100 ? v.toFixed(0) : v.toFixed(1));
+  const num = (v) => (v == null ? "—" : Number.isInteger(v) || v >= 100 ? v.toFixed(0) : v.toFixed(1));
+
+  // The y axis's tick labels. uPlot hands an axis's values() its ticks and the step between them (foundIncr):
+  // each label gets as many decimals as that step has (0.25 → 0.75, 0.5 → 1.5, 2 → 4), so 0.25 never reads
+  // "0.3" and a whole step (counts) has none.
+  function decimals(incr) {
+    let d = 0;
+    while (d < 8 && Math.abs(incr * 10 ** d - Math.round(incr * 10 ** d)) > 1e-6) d++;
+    return d;
+  }
+  const fixed = (v, d) => v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+  const plainTicks = (suffix) => (ticks, incr) => ticks.map((v) => (v == null ? "" : fixed(v, decimals(incr)) + suffix));
+  // seconds: in ms when every tick is under 1 s, so one axis never mixes "500 ms" and "1.00 s"
+  function secTicks(ticks, incr) {
+    const ms = Math.max(...ticks.filter((v) => v != null)) < 1, scale = ms ? 1000 : 1, d = decimals(incr * scale);
+    return ticks.map((v) => (v == null ? "" : fixed(v * scale, d) + (ms ? " ms" : " s")));
+  }
+
   const CHARTS = {
-    kv: { series: [["kv_cache_usage", "KV cache %", COLORS.a]], unit: "%", fmt: (v) => (v == null ? "—" : v.toFixed(1) + " %"), range: [0, 100] },
-    queue: { series: [["requests_running", "running", COLORS.a], ["requests_waiting", "waiting", COLORS.b]], unit: "requests", fmt: num, limit: "max_num_seqs" },
-    tps: { series: [["generation_tps", "generation", COLORS.a], ["prompt_tps", "prompt", COLORS.c]], unit: "tokens/s", fmt: num },
-    ttft: { series: [["user_ttft_p50", "users p50", COLORS.a], ["user_ttft_p99", "users p99", COLORS.b], ["ttft_p50", "engine p50", COLORS.c], ["ttft_p99", "engine p99", COLORS.d]], unit: "latency", fmt: secs, slo: "ttft" },
-    itl: { series: [["user_itl_p50", "users p50", COLORS.a], ["user_itl_p99", "users p99", COLORS.b], ["itl_p50", "engine p50", COLORS.c], ["itl_p99", "engine p99", COLORS.d]], unit: "latency", fmt: secs, slo: "itl" },
-    requests: { series: [["requests_per_s", "requests/s", COLORS.c], ["errors_per_s", "errors/s", COLORS.slo]], unit: "per s", fmt: (v) => (v == null ? "—" : v.toFixed(2)) },
+    kv: { series: [["kv_cache_usage", "KV cache %", COLORS.a]], unit: "%", fmt: (v) => (v == null ? "—" : v.toFixed(1) + " %"), ticks: plainTicks(" %"), range: [0, 100] },
+    queue: { series: [["requests_running", "running", COLORS.a], ["requests_waiting", "waiting", COLORS.b]], unit: "requests", fmt: num, ticks: plainTicks(""), limit: "max_num_seqs" },
+    tps: { series: [["generation_tps", "generation", COLORS.a], ["prompt_tps", "prompt", COLORS.c]], unit: "tokens/s", fmt: num, ticks: plainTicks("") },
+    ttft: { series: [["user_ttft_p50", "users p50", COLORS.a], ["user_ttft_p99", "users p99", COLORS.b], ["ttft_p50", "engine p50", COLORS.c], ["ttft_p99", "engine p99", COLORS.d]], unit: "latency", fmt: secs, ticks: secTicks, slo: "ttft" },
+    itl: { series: [["user_itl_p50", "users p50", COLORS.a], ["user_itl_p99", "users p99", COLORS.b], ["itl_p50", "engine p50", COLORS.c], ["itl_p99", "engine p99", COLORS.d]], unit: "latency", fmt: secs, ticks: secTicks, slo: "itl" },
+    requests: { series: [["requests_per_s", "requests/s", COLORS.c], ["errors_per_s", "errors/s", COLORS.slo]], unit: "per s", fmt: (v) => (v == null ? "—" : v.toFixed(2)), ticks: plainTicks("") },
   };
   const SPAN = { "15m": 900, "1h": 3600, "24h": 86400, "30d": 2592000 };  // seconds: the x axis always spans the range
   let range = "1h", data = null, plots = {}, timer = null, lastT = null;
@@ -39,7 +57,7 @@
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
       scales: { x: { time: true, range: (u, lo, hi) => { const end = Math.max(hi || 0, Date.now() / 1000); return [end - SPAN[range], end]; } }, y: def.range ? { range: def.range } : { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
       axes: [{ stroke: "#555", grid: { stroke: "#eee" } },
-             { stroke: "#555", grid: { stroke: "#eee" }, size: 64, values: (u, vals) => vals.map(def.fmt), label: def.unit, labelSize: 18 }],
+             { stroke: "#555", grid: { stroke: "#eee" }, size: 64, values: (u, ticks, axis, space, incr) => def.ticks(ticks, incr), label: def.unit, labelSize: 18 }],
       legend: { live: true },
     };
     return new uPlot(opts, columns(def), el);

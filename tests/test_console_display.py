@@ -1,0 +1,173 @@
+"""What the console shows, as a person reads it: chart tick labels that say their tick's value (headless Chromium)."""
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, Route, sync_playwright
+
+from console.catalog.models import ModelSource
+from console.deployments.models import Deployment
+from console.observability.charts import SERIES
+from tests.simworld import ensure_model
+from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
+
+NOTES = Path("/work/notes/screens")
+H100_BOX = "8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated (8xH100-80GB)"
+NAV = '<nav aria-label="Console">'
+
+
+def a_deployment(name: str, engine: str = "simulator", gpus: int = 1, **fields: object) -> Deployment:
+    """A ready deployment on ``gpus`` simulated H100s (0: on CPU, as vllm-cpu plans it), no max_num_seqs."""
+    ensure_model()
+    plan = {"gpu_indices": list(range(gpus)), "inventory": H100_BOX if gpus else "CPU", "reasons": []}
+    return Deployment.objects.create(name=name, model=ModelSource.objects.get(name="llama-8b"), engine=engine,
+                                     served_model_name=name, max_model_len=8192, kv_space_gib=1, plan=plan,
+                                     state="ready", **fields)  # fmt: skip
+
+
+# --- 1. chart tick labels -------------------------------------------------------------------------------------
+
+# Every uPlot the page makes, kept where the test can read its axes (uPlot keeps an axis's ticks in _splits and
+# their labels in _values after drawing; static/vendor/uplot-1.6.32).
+KEEP_PLOTS = """(() => { let real;
+  Object.defineProperty(window, "uPlot", { configurable: true, get() { return real; }, set(v) {
+    real = new Proxy(v, { construct(target, args) {
+      const plot = Reflect.construct(target, args);
+      (window.__plots = window.__plots || []).push(plot);
+      return plot; } });
+  } });
+})();"""
+Y_AXES = """() => window.__plots.filter((p) => document.contains(p.root)).map((p) => ({
+  chart: p.root.parentElement.dataset.chart, ticks: p.axes[1]._splits, labels: p.axes[1]._values }))"""
+BUSY_DRAWN = """() => window.__plots.some((p) => document.contains(p.root)
+  && p.root.parentElement.dataset.chart === "tps" && Math.max(...p.data[1]) > 100)"""
+
+
+def series(small: bool, now: float) -> dict[str, object]:
+    """observability:series' shape, 61 points. ``small``: what an idle simulator shows (0 or 1 running,
+    tokens/s under 1, TTFT in tens of ms); else busy whole counts (up to 6 running) and thousands of tokens/s."""
+    n, span = 61, 3600 if small else 86400  # small: the 1 h range; busy: 24 h
+    t = [now - span + span / 60 * i for i in range(n)]
+    wave = [(i % 7) / 6 for i in range(n)]  # 0 … 1
+    if small:
+        values = {"requests_running": [i % 2 for i in range(n)], "requests_waiting": [0] * n,
+                  "generation_tps": [round(0.2 + 0.7 * w, 2) for w in wave], "prompt_tps": [0.1] * n,
+                  "kv_cache_usage": [round(0.5 + 2.5 * w, 2) for w in wave],
+                  "requests_per_s": [round(0.02 + 0.03 * w, 3) for w in wave]}  # fmt: skip
+    else:
+        values = {"requests_running": [round(6 * w) for w in wave], "requests_waiting": [i % 3 for i in range(n)],
+                  "generation_tps": [round(400 + 1100 * w) for w in wave], "prompt_tps": [2500.0] * n,
+                  "kv_cache_usage": [round(20 + 60 * w, 2) for w in wave],
+                  "requests_per_s": [round(2 + 3 * w, 2) for w in wave]}  # fmt: skip
+    for name in ("ttft_p50", "user_ttft_p50", "itl_p50", "user_itl_p50"):
+        values[name] = [round(0.012 + 0.018 * w, 4) for w in wave]
+    for name in ("ttft_p99", "user_ttft_p99", "itl_p99", "user_itl_p99"):
+        values[name] = [round(0.03 + 0.04 * w, 4) for w in wave]
+    every = {name: values.get(name, [0.0] * n) for name in SERIES}
+    return {"t": t, "series": every, "step": span / 60, "since": None, "slo": {"ttft": None, "itl": None},
+            "max_num_seqs": None}  # fmt: skip
+
+
+def serve_series(route: Route) -> None:
+    """The range's series (small values for 1 h, busy ones for 24 h); a live update (?since=) brings nothing new."""
+    url = route.request.url
+    body = series("range=24h" not in url, time.time())
+    if "since=" in url:
+        body = {**body, "t": [], "series": {name: [] for name in SERIES}}
+    route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+
+def decimals_of(step: float) -> int:
+    return next(d for d in range(10) if abs(step * 10**d - round(step * 10**d)) < 1e-6)
+
+
+def label_value(label: str) -> tuple[float, int]:
+    """("0.25 ms" → 0.00025 s, 2 decimals); "1,500" → 1500; "20 %" → 20."""
+    number = re.fullmatch(r"(-?[\d,]+(?:\.(\d+))?)(?: (%|ms|s))?", label)
+    assert number, label
+    value = float(number.group(1).replace(",", ""))
+    return value / 1000 if number.group(3) == "ms" else value, len(number.group(2) or "")
+
+
+def assert_labels_say_their_ticks(axes: list[dict[str, list[float | None]]]) -> dict[str, list[str]]:
+    shown = {}
+    for axis in axes:
+        pairs = [(t, lab) for t, lab in zip(axis["ticks"], axis["labels"], strict=True) if t is not None]
+        assert len(pairs) >= 2, axis
+        ticks, labels = [t for t, _ in pairs], [str(lab) for _, lab in pairs]
+        step = ticks[1] - ticks[0]
+        in_ms = labels[-1].endswith(" ms")
+        want = decimals_of(step * 1000 if in_ms else step)
+        for tick, label in pairs:
+            value, places = label_value(str(label))
+            assert abs(value - tick) < 1e-9 * max(1.0, abs(tick)), (axis["chart"], tick, label)
+            assert places == want, (axis["chart"], step, labels)  # the step's decimals: no more, no fewer
+        assert len(set(labels)) == len(labels), (axis["chart"], labels)
+        shown[str(axis["chart"])] = labels
+    return shown
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is not installed (apt-get install chromium)")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API keeps an event loop in this thread
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def shot(page: Page, tmp_path: Path, name: str, part: str = "#charts") -> Path:
+    """``part`` of the page as a PNG in the test's folder, and in /work/notes/screens/ when that exists."""
+    path = tmp_path / f"{name}.png"
+    page.locator(part).screenshot(path=str(path))
+    if NOTES.parent.exists():
+        NOTES.mkdir(exist_ok=True)
+        shutil.copy(path, NOTES / path.name)
+    return path
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_chart_tick_labels_say_their_ticks_value_to_the_steps_precision_and_counts_are_whole(
+    browser: Browser, web: str, admin_user: object, tmp_path: Path
+) -> None:
+    dep = a_deployment("quiet")
+    context = browser.new_context(base_url=web, viewport={"width": 1440, "height": 900})
+    context.add_init_script(KEEP_PLOTS)
+    page = context.new_page()
+    try:
+        page.route(f"**/deployments/{dep.pk}/series/**", serve_series)
+        page.goto("/login/")
+        page.get_by_label("Username").fill("admin")
+        page.get_by_label("Password").fill("admin-password-1")
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"{web}/")
+        page.goto(f"/deployments/{dep.pk}/")
+        page.wait_for_function("document.querySelectorAll('[data-chart][data-points=\"61\"]').length === 6")
+        small = assert_labels_say_their_ticks(page.evaluate(Y_AXES))
+        assert all("." in label for label in small["queue"][1:]), small  # 0 or 1 running: fractional steps
+        assert "0.25" in small["queue"] or "0.2" in small["queue"] or "0.5" in small["queue"], small
+        assert all(label.endswith(" ms") for label in small["ttft"]), small  # one unit on one axis
+        shot(page, tmp_path, "charts-small-values")
+
+        page.get_by_role("button", name="24 h").click()
+        page.wait_for_function(BUSY_DRAWN)
+        busy = assert_labels_say_their_ticks(page.evaluate(Y_AXES))
+        assert not any("." in label for label in busy["queue"]), busy  # whole requests, no "2.0"
+        assert not any("." in label for label in busy["kv"]), busy
+        assert "1,000" in busy["tps"] or "2,000" in busy["tps"], busy
+        shot(page, tmp_path, "charts-busy-values")
+
+        page.goto("/deployments/9999/")  # and a console 404, for the eye: the layout, what is missing, the way back
+        page.get_by_role("link", name="Back to Deployments").wait_for()
+        shot(page, tmp_path, "not-found-deployment", "body")
+    finally:
+        context.close()
