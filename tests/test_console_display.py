@@ -1,4 +1,5 @@
-"""What the console shows, as a person reads it: chart tick labels that say their tick's value (headless Chromium)."""
+"""What the console shows, as a person reads it: chart tick labels that say their tick's value (headless Chromium),
+error pages inside the console's layout (JSON under /api/ and /v1/)."""
 
 import json
 import os
@@ -9,8 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.test import Client, RequestFactory
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
+from console import error_pages
+from console.access.keys import create_key
+from console.access.models import Member
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
 from console.observability.charts import SERIES
@@ -171,3 +176,76 @@ def test_chart_tick_labels_say_their_ticks_value_to_the_steps_precision_and_coun
         shot(page, tmp_path, "not-found-deployment", "body")
     finally:
         context.close()
+
+
+# --- 2. error pages in the console's layout ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "says", "back"), [
+    ("/deployments/9999/", "There is no deployment 9999", ('href="/deployments/"', "Back to Deployments")),
+    ("/deployments/9999/capacity/", "There is no deployment 9999", ('href="/deployments/"', "Back to Deployments")),
+    ("/keys/9999/", "There is no API key 9999", ('href="/keys/"', "Back to API keys")),
+    ("/capacity/runs/999/", "There is no capacity check 999", ('href="/deployments/"', "Back to Deployments")),
+    ("/members/9999/", "There is no member 9999", ('href="/members/"', "Back to Members")),
+    ("/no/such/page/", "There is no page at /no/such/page/.", ('href="/"', "Back to the dashboard")),
+])  # fmt: skip
+def test_a_console_404_is_a_page_in_the_layout_saying_what_is_missing_with_a_link_back(
+    admin: Client, path: str, says: str, back: tuple[str, str]
+) -> None:
+    resp = admin.get(path)
+    html = resp.content.decode()
+    assert resp.status_code == 404 and resp["Content-Type"].startswith("text/html")
+    assert NAV in html and "Log out admin" in html and "<title>Not found · Hearth</title>" in html
+    assert says in html and all(part in html for part in back), html
+
+
+@pytest.mark.django_db
+def test_a_404_from_a_view_that_says_why_shows_its_words(admin: Client) -> None:
+    dep = a_deployment("llama")
+    html = admin.get(f"/deployments/{dep.pk}/series/?range=1y").content.decode()
+    assert "Unknown range." in html and NAV in html and "There is no deployment" not in html
+
+
+@pytest.mark.django_db
+def test_api_and_v1_404s_stay_json(admin: Client) -> None:
+    for path in ("/api/deployments/9999", "/api/no-such-operation"):
+        resp = admin.get(path)
+        assert resp.status_code == 404 and resp["Content-Type"].startswith("application/json"), path
+        assert "detail" in resp.json() and NAV not in resp.content.decode()
+    resp = admin.get("/v1/no-such-endpoint")  # gateway.app answers /v1 before Django; should one reach it anyway
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "unknown_url"
+
+
+@pytest.mark.django_db
+def test_someone_elses_key_is_a_403_page_in_the_layout_saying_why(admin_user: object, django_user_model: type) -> None:
+    bob = django_user_model.objects.create_user("bob", "", "bobs-password-1")  # type: ignore[attr-defined]
+    Member.objects.create(user=bob, role="member")
+    key, _ = create_key("root's", admin_user)
+    member = Client()
+    member.force_login(bob)
+    resp = member.get(f"/keys/{key.pk}/")
+    html = resp.content.decode()
+    assert resp.status_code == 403 and NAV in html and "This key is someone else&#x27;s" in html, html
+
+
+@pytest.mark.django_db
+def test_a_500_is_a_page_in_the_layout_and_a_plain_one_when_the_layout_fails(
+    admin_user: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.sessions.middleware import SessionMiddleware
+
+    request = RequestFactory().get("/deployments/")
+    SessionMiddleware(lambda r: None).process_request(request)  # type: ignore[arg-type, return-value]
+    request.user = admin_user  # type: ignore[assignment]
+    resp = error_pages.server_error(request)
+    html = resp.content.decode()
+    assert resp.status_code == 500 and NAV in html and "Server error" in html
+    assert error_pages.server_error(RequestFactory().get("/api/deployments")).status_code == 500
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the database is gone")
+
+    monkeypatch.setattr(error_pages, "render", broken)
+    plain = error_pages.server_error(request)
+    assert plain.status_code == 500 and b"Server error" in plain.content and NAV.encode() not in plain.content
