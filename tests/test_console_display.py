@@ -1,5 +1,5 @@
 """What the console shows, as a person reads it: chart tick labels that say their tick's value (headless Chromium),
-error pages inside the console's layout (JSON under /api/ and /v1/)."""
+error pages inside the console's layout (JSON under /api/ and /v1/), the Costs page's GPUs for a deployment on CPU."""
 
 import json
 import os
@@ -249,3 +249,19 @@ def test_a_500_is_a_page_in_the_layout_and_a_plain_one_when_the_layout_fails(
     monkeypatch.setattr(error_pages, "render", broken)
     plain = error_pages.server_error(request)
     assert plain.status_code == 500 and b"Server error" in plain.content and NAV.encode() not in plain.content
+
+
+# --- 3. the Costs page's GPUs column ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_costs_page_says_a_cpu_deployment_has_no_gpus_rather_than_0(admin: Client) -> None:
+    a_deployment("llama")
+    a_deployment("smol", engine="vllm-cpu", gpus=0)
+    Deployment.objects.create(name="outside", engine="external", served_model_name="outside", max_model_len=0,
+                              kv_space_gib=0, plan={}, state="ready")  # fmt: skip
+    html = admin.get("/costs/").content.decode()
+    row = r'<a href="/deployments/\d+/">(\w+)</a></td><td class="num" data-field="gpus">([^<]*)<'
+    cells = dict(re.findall(row, html))
+    want = {"llama": "1 × NVIDIA H100 80GB HBM3", "smol": "none (CPU)", "outside": "not known (external)"}
+    assert cells == want, cells
