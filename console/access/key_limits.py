@@ -3,7 +3,7 @@ owner (console.access.models.Member). The same rules serve a new key, a change o
 the lowering of a member's keys when their ceilings go down (``clamp``)."""
 
 from collections.abc import Collection
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -31,7 +31,8 @@ def expiry(days: int | None) -> datetime | None:
 
 
 def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any]:
-    """``limits`` (some of LIMITS) in range, names checked, budgets as 2-place Decimals. Each allowed model is
+    """``limits`` (some of LIMITS) in range, names checked, budgets as 2-place Decimals, ``expires_at`` an
+    aware datetime in the future (one without a zone is read as UTC: expiry_moment). Each allowed model is
     served by a deployment (console.access.served_models), unless it is in ``held``, the key's or member's own.
 
     Raises ConsoleError naming the first bad one.
@@ -44,13 +45,25 @@ def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any
     for name in BUDGETS:
         if out.get(name) is not None:
             out[name] = budget(out[name], name)
-    if out.get("expires_at") is not None and out["expires_at"] <= timezone.now():
-        raise ConsoleError("expires_at must be in the future (or empty for never).")
+    if out.get("expires_at") is not None:
+        out["expires_at"] = expiry_moment(out["expires_at"])
     if "allowed_models" in out:
         models = out["allowed_models"] or []
         out["allowed_models"] = sorted({check_name(m, "Allowed model", SERVED_NAME) for m in models})
         check_served(out["allowed_models"], held)
     return out
+
+
+def expiry_moment(value: object) -> datetime:
+    """``value`` (a datetime) as an aware datetime in the future. One without a time zone, as the JSON API
+    gets "2030-01-01T00:00:00" or "2030-01-01", is read as UTC, as the console's form reads it and its
+    pages show it. Raises ConsoleError when it is no datetime or not after now."""
+    if not isinstance(value, datetime):
+        raise ConsoleError("expires_at must be a date and time, e.g. 2030-01-01T00:00:00Z (or empty for never).")
+    moment = value.replace(tzinfo=UTC) if timezone.is_naive(value) else value
+    if moment <= timezone.now():
+        raise ConsoleError("expires_at must be in the future (or empty for never).")
+    return moment
 
 
 def budget(value: object, name: str) -> Decimal:
