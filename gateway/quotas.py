@@ -145,7 +145,8 @@ def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> Gatew
     retry = seconds_to_turn(window, now)
     state = "is reached" if used >= limit else (f"has {limit - used:,} left, fewer than this request may use "
                                                 f"({wanted:,}: its prompt and output limit)")  # fmt: skip
-    message = f"This API key's limit of {limit:,} {what} {state}; retry in {retry:,} s{_at(now, retry)}."
+    noun = what if limit != 1 else what.replace("s ", " ", 1)  # "1 request at once", "1 token per minute"
+    message = f"This API key's limit of {limit:,} {noun} {state}; retry in {retry:,} s{_at(now, retry)}."
     return GatewayError(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)
 
 

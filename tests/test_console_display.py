@@ -1,5 +1,6 @@
 """What the console shows, as a person reads it: chart tick labels that say their tick's value (headless Chromium),
-error pages inside the console's layout (JSON under /api/ and /v1/), the Costs page's GPUs for a deployment on CPU."""
+error pages inside the console's layout (JSON under /api/ and /v1/), the Costs page's GPUs for a deployment on CPU,
+singular counts ("1 request")."""
 
 import json
 import os
@@ -19,8 +20,10 @@ from console.access.models import Member
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
 from console.observability.charts import SERIES
+from gateway.quotas import LIMITS, refusal
 from tests.simworld import ensure_model
 from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
+from tests.test_panels import log_row
 
 NOTES = Path("/work/notes/screens")
 H100_BOX = "8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated (8xH100-80GB)"
@@ -265,3 +268,33 @@ def test_the_costs_page_says_a_cpu_deployment_has_no_gpus_rather_than_0(admin: C
     cells = dict(re.findall(row, html))
     want = {"llama": "1 × NVIDIA H100 80GB HBM3", "smol": "none (CPU)", "outside": "not known (external)"}
     assert cells == want, cells
+
+
+# --- 4. singular counts -----------------------------------------------------------------------------------------
+
+
+def test_a_limit_of_one_says_one_request_not_one_requests() -> None:
+    at_once = [what for what, _ in LIMITS].index("requests at once")
+    assert "limit of 1 request at once is reached" in refusal(at_once, 1, 1, 1, time.time()).message
+    assert "limit of 2 requests at once is reached" in refusal(at_once, 2, 2, 1, time.time()).message
+    assert "limit of 1 request per minute is reached" in refusal(0, 1, 1, 1, time.time()).message
+
+
+@pytest.mark.django_db
+def test_one_logged_request_reads_1_request(admin: Client) -> None:
+    dep = a_deployment("llama")
+    log_row("llama")
+    assert "(1 request)" in admin.get("/requests/").content.decode()
+    panel = admin.get(f"/deployments/{dep.pk}/panel/").content.decode()
+    assert "first content byte to the client, 1 request<" in panel, panel
+    log_row("llama")
+    assert "(2 requests)" in admin.get("/requests/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_plan_of_one_sequence_at_once_reads_1_sequence(admin: Client) -> None:
+    dep = a_deployment("solo")
+    dep.plan = {**dep.plan, "max_num_seqs": 1, "kv_capacity_tokens": 8192, "max_model_len": 8192}
+    dep.save()
+    html = admin.get(f"/deployments/{dep.pk}/capacity/").content.decode()
+    assert "at most 1 sequence at once" in html, html
