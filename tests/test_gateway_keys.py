@@ -91,7 +91,7 @@ def test_a_key_limited_to_one_request_at_once_is_refused_a_second(served: Served
     slow = sdk.chat.completions.create(
         model="llama", max_tokens=3, stream=True, messages=[{"role": "user", "content": "Slow [[sim:stall-first=2]]"}]
     )
-    with pytest.raises(openai.RateLimitError, match="requests at once"):
+    with pytest.raises(openai.RateLimitError, match="limit of 1 request at once"):
         sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
     assert list(slow)[-1].choices[0].finish_reason == "length"
     sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)  # freed
