@@ -56,7 +56,8 @@ def keys_page(request: HttpRequest) -> HttpResponse:
 
 
 def key_page(request: HttpRequest, pk: int) -> HttpResponse:
-    """One key: its limits (changed here, within its owner's ceilings), its rotation and revoke."""
+    """One key: its limits (changed here, within its owner's ceilings), its rotation (while it is live: the
+    rotation of an expired key is refused) and revoke."""
     key = keys.visible_keys(request.user).filter(pk=pk).first() or keys.manageable_key(request.user, pk)
     may_manage = may_manage_key(request.user, key)
     form = KeyChangeForm(request.POST or None, initial=_initial(key))
