@@ -296,6 +296,15 @@ def test_one_logged_request_reads_1_request(admin: Client) -> None:
 
 
 @pytest.mark.django_db
+def test_a_keys_page_counts_1_request(admin: Client) -> None:
+    a_deployment("llama")
+    key = admin.post("/api/keys", {"name": "once"}, content_type="application/json").json()
+    log_row("llama", api_key_id=key["id"])
+    page = admin.get(f"/keys/{key['id']}/").content.decode()
+    assert re.search(r"<td>1 request, [\d,]+ tokens</td>", page) and "1 requests" not in page, page
+
+
+@pytest.mark.django_db
 def test_a_plan_of_one_sequence_at_once_reads_1_sequence(admin: Client) -> None:
     dep = a_deployment("solo")
     dep.plan = {**dep.plan, "max_num_seqs": 1, "kv_capacity_tokens": 8192, "max_model_len": 8192}
