@@ -179,6 +179,19 @@ def serving(*names: str) -> None:
                                   kv_space_gib=0, plan={}, state=DeploymentState.STOPPED)  # fmt: skip
 
 
+MEMBER_PASSWORD = "a-long-password-1"
+
+
+@pytest.fixture
+def member(django_user_model: type) -> object:
+    """The member "mia" (role member), password MEMBER_PASSWORD."""
+    from console.access.models import Member
+
+    user = django_user_model.objects.create_user("mia", "", MEMBER_PASSWORD)  # type: ignore[attr-defined]
+    Member.objects.create(user=user, role="member")
+    return user
+
+
 @pytest.fixture
 def admin_user(django_user_model: type) -> object:
     return django_user_model.objects.create_superuser("admin", "", "admin-password-1")  # type: ignore[attr-defined]

@@ -11,18 +11,12 @@ from django.utils import timezone
 
 from console.access import keys
 from console.access.models import ApiKey, Member
+from tests.conftest import MEMBER_PASSWORD
 
 pytestmark = pytest.mark.django_db
-PASSWORD = "a-long-password-1"
+PASSWORD = MEMBER_PASSWORD
 NEW_YEAR_2030 = datetime(2030, 1, 1, tzinfo=UTC)
 FUTURE = "expires_at must be in the future (or empty for never)."
-
-
-@pytest.fixture
-def member(django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("mia", "", PASSWORD)
-    Member.objects.create(user=user, role="member")
-    return user
 
 
 @pytest.fixture

@@ -20,17 +20,10 @@ from console.access.models import ApiKey, Member
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
 from console.observability.models import RequestLog
-from tests.conftest import serving
+from tests.conftest import MEMBER_PASSWORD, serving
 
 pytestmark = pytest.mark.django_db
-PASSWORD = "a-long-password-1"
-
-
-@pytest.fixture
-def member(django_user_model: Any) -> Any:
-    user = django_user_model.objects.create_user("mia", "", PASSWORD)
-    Member.objects.create(user=user, role="member")
-    return user
+PASSWORD = MEMBER_PASSWORD
 
 
 @pytest.fixture
