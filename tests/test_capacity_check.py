@@ -105,7 +105,7 @@ def test_one_check_at_a_time_and_a_confirmation_under_live_traffic(ready: Any, w
         wait_run(client, refused.json()["id"], {"cancelled", "done"})
         assert time.monotonic() < deadline
         time.sleep(0.5)
-    assert refused.status_code == 400 and "serving live traffic (1 requests from 1 key" in refused.json()["detail"]
+    assert refused.status_code == 400 and "serving live traffic (1 request from 1 key" in refused.json()["detail"]
     confirmed = start(client, dep_id, levels=[1], requests_per_level=2, confirm_live_traffic=True)
     assert confirmed.status_code == 202
     run = wait_run(client, confirmed.json()["id"], {"done", "failed", "cancelled"})

@@ -56,7 +56,8 @@ def live_traffic(dep: Deployment) -> str:
     if not count:
         return ""
     keys = recent.exclude(api_key=None).values("api_key").distinct().count()
-    return f"{count:,} requests from {keys:,} key{'s' if keys != 1 else ''} in the last 10 minutes"
+    requests, from_keys = f"{count:,} request{'s' if count != 1 else ''}", f"{keys:,} key{'s' if keys != 1 else ''}"
+    return f"{requests} from {from_keys} in the last 10 minutes"
 
 
 def _levels(mode: str, levels: list[float]) -> list[float]:
