@@ -121,6 +121,12 @@ class Deployment(models.Model):
         return self.engine == EXTERNAL_ENGINE
 
     @property
+    def exportable(self) -> bool:
+        """Whether a cluster export can be made of it (console.deployments.cluster_export, which says why not):
+        Hearth launched it, from a model with a pinned source, not a demo catalog entry."""
+        return not self.external and self.model is not None and self.model.kind != ModelSource.Kind.DEMO
+
+    @property
     def engine_label(self) -> str:
         """The engine as the pages name it: the stored kind ("vllm-cpu"), or for an external deployment its
         endpoints' kinds in words ("vLLM (not launched by Hearth)")."""
