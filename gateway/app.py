@@ -226,11 +226,11 @@ class Gateway:
         caps = [c for c in (entry.max_tokens_cap, route.max_tokens_cap) if c is not None]
         if not caps:
             return {}
-        capped = cap_max_tokens(path, request, min(caps))
+        cap = min(caps)
+        capped = cap_max_tokens(path, request, cap)
         if capped:
             asked = (output_limit(path, request) or ("", None))[1]
-            by = "key" if entry.max_tokens_cap == min(caps) else "deployment"
-            exchange.headers.append(capped_header(asked, min(caps), by))
+            exchange.headers.append(capped_header(asked, cap, "key" if entry.max_tokens_cap == cap else "deployment"))
         return capped
 
     async def _fit(
