@@ -12,6 +12,8 @@ COPY . .
 # as root.
 USER hearth
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
-  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/login/', timeout=2)"
+# The web's check (compose.yaml gives the same one, and the worker and beat their own, migrate none): /ready answers
+# before Django (gateway.probes), whatever ALLOWED_HOSTS names, and says whether the database and Redis answer.
+HEALTHCHECK --interval=10s --timeout=5s --retries=5 --start-period=60s \
+  CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/ready', timeout=4)"
 CMD ["python", "-m", "appliance.web_server", "--host", "0.0.0.0", "--port", "8000"]

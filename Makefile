@@ -8,12 +8,14 @@ PYTHON ?= $(shell for p in python3.13 python3.12 $(HOME)/.pyenv/versions/3.1[23]
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: help venv engine engines services up down test lint
+.PHONY: help venv engine engines services up down test lint check soak
 
 help:
 	@echo "make up    bring Hearth up on this machine (console on http://127.0.0.1:$${HEARTH_PORT:-8000}/)"
 	@echo "make down  stop it and the engines it started (KEEP_ENGINES=1 keeps them running)"
 	@echo "make test  install what the tests need and run the whole suite"
+	@echo "make check lint and the tests that start no process (a few minutes)"
+	@echo "make soak  issue 28's acceptance at its full numbers: outages and load for minutes (~16 min)"
 
 # Not an editable install: the code runs from this folder (no packages are installed), and setuptools warns
 # about every editable one.
@@ -45,9 +47,39 @@ down:
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	DEBUG=1 $(VENV)/bin/mypy .  # django-stubs imports the settings
 	$(VENV)/bin/lint-imports --no-cache  # the architecture contracts in pyproject.toml
 
-test: lint engines services
-	set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi; exit $$rc
+# The suite in stages (markers in pyproject.toml; tests/conftest.py fails a test that starts a process unmarked).
+# Each runs in parallel (pytest-xdist: each worker has its own test database, Redis database and data folder,
+# tests/settings.py). The tests that start processes run on 4 workers: most of their time is spent waiting on
+# the processes they start, not on the 2 cores; conftest.py's xdist_group keeps each file on one worker and
+# the real CPU engines' tests and those marked heavy in one queue, started first. PYTEST_ARGS goes to every stage.
+PYTEST := $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+NO_PROCESS := not (process or engine or docker or browser or last or soak)
+TIMED := HEARTH_STAGES=$${HEARTH_STAGES:-/dev/null} bash scripts/timed.sh
+
+check: venv  # lint and every test that starts no process: under 5 minutes, for every change
+	@$(TIMED) lint $(MAKE) -s lint
+	@$(TIMED) "tests without processes" $(PYTEST) -q -n 2 -m "$(NO_PROCESS)"
+
+# Every stage's temporary folders lie under one HEARTH_TEST_RUN_DIR, which the last stage searches for secrets.
+test: venv
+	@export HEARTH_STAGES=$$(mktemp) HEARTH_TEST_RUN_DIR=$$(mktemp -d -t hearth-tests-XXXX); rc=0; \
+	$(TIMED) "engines and services" $(MAKE) -s engines services || exit 1; \
+	$(TIMED) lint $(MAKE) -s lint || rc=1; \
+	$(TIMED) "tests without processes" $(PYTEST) -q -n 2 -m "$(NO_PROCESS)" \
+		--basetemp=$$HEARTH_TEST_RUN_DIR/no-process || rc=1; \
+	$(TIMED) "tests with processes, engines, Docker and browsers" $(PYTEST) -q -n 4 --dist loadgroup --no-loadscope-reorder \
+		--durations=20 -m "(process or engine or docker or browser) and not (last or soak)" \
+		--basetemp=$$HEARTH_TEST_RUN_DIR/process || rc=1; \
+	$(TIMED) "after everything" $(PYTEST) -q -m last --basetemp=$$HEARTH_TEST_RUN_DIR/last || rc=1; \
+	echo "make test: each stage's time"; cat $$HEARTH_STAGES; rm -f $$HEARTH_STAGES; \
+	[ $$rc = 0 ] && rm -rf $$HEARTH_TEST_RUN_DIR || echo "make test: the failed run's files are in $$HEARTH_TEST_RUN_DIR"; exit $$rc
+
+# The tests marked soak (tests/test_soak_*.py): issue 28's acceptance at its full numbers, one after the other
+# (no pytest-xdist: each loads the cores on purpose), with each test's numbers printed (-rP). Not in make test.
+soak: venv
+	@$(MAKE) -s engines services
+	$(PYTEST) -rP --durations=0 -m soak --basetemp=$${TMPDIR:-/tmp}/hearth-soak

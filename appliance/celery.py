@@ -1,8 +1,13 @@
-"""The Celery app: Redis broker, JSON payloads, and the beat schedule (metrics scrape, reconcile)."""
+"""The Celery app: Redis broker, JSON payloads, the beat schedule (metrics scrape, reconcile), and beat's and the
+workers' heartbeats (appliance.celery_heartbeats)."""
 
 import os
 
 from celery import Celery
+from celery.signals import beat_init, heartbeat_sent, worker_init, worker_ready, worker_shutdown
+
+from appliance import celery_heartbeats
+from appliance.datafiles import keep_data_dir_private
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
@@ -11,21 +16,46 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+@worker_init.connect
+@beat_init.connect
+def keep_the_data_folder_private(**kwargs: object) -> None:
+    """The worker and beat write in the data folder (beat's schedule, engine logs, SQLite): made private first."""
+    keep_data_dir_private()
+
+
+# Celery's worker heartbeat (every 2 s) and shutdown note that a worker runs; the receivers are connected before any
+# worker starts, since its heartbeat looks for receivers once, when it is made.
+heartbeat_sent.connect(celery_heartbeats.note_worker)
+worker_shutdown.connect(celery_heartbeats.note_worker_stopped)
+worker_ready.connect(celery_heartbeats.forget_old_workers)
+
+
+@beat_init.connect
+def note_that_beat_runs(**kwargs: object) -> None:
+    """Beat (its own process, or a worker's -B) notes each task it sends (appliance.celery_heartbeats)."""
+    celery_heartbeats.start_beat_heartbeat(min(periodic_tasks().values()))
+
+
 @app.on_after_finalize.connect
 def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
-    """Scrape and publish the GPUs every HEARTH_SCRAPE_INTERVAL, reconcile every HEARTH_RECONCILE_INTERVAL
-    seconds, roll the metric history up every 5 minutes, prune the audit log hourly.
+    """Send each of ``periodic_tasks`` at its period; each run expires just under its period, so a backlog never
+    piles up behind a stalled worker."""
+    for name, every in periodic_tasks().items():
+        sender.add_periodic_task(every, sender.signature(name, expires=every * 0.9))
 
-    Each run expires just under its period, so a backlog never piles up behind a stalled worker.
-    """
+
+def periodic_tasks() -> dict[str, float]:
+    """Beat's schedule, task name → seconds: scrape and publish the GPUs every HEARTH_SCRAPE_INTERVAL, reconcile
+    every HEARTH_RECONCILE_INTERVAL seconds, check the request accounting every HEARTH_ACCOUNTING_CHECK_INTERVAL
+    seconds, roll the metric history up every 5 minutes, prune the audit log hourly."""
     from django.conf import settings
 
-    periodic = {  # task names, not imports: the Celery app imports nothing of the console
+    return {  # task names, not imports: the Celery app imports nothing of the console
         "console.observability.tasks.scrape_metrics": settings.HEARTH_SCRAPE_INTERVAL,
         "console.deployments.tasks.reconcile": settings.HEARTH_RECONCILE_INTERVAL,
         "console.audit.tasks.prune_audit_log": 3600.0,  # the audit log's retention, HEARTH_AUDIT_RETENTION_DAYS
         "console.observability.tasks.publish_gpus": settings.HEARTH_SCRAPE_INTERVAL,  # the worker's GPUs, for web
         "console.observability.tasks.maintain_history": 300.0,  # 5-minute rollups and retention
+        # the request log's spool written, spending counters held to the request log
+        "console.observability.tasks.check_accounting": settings.HEARTH_ACCOUNTING_CHECK_INTERVAL,
     }
-    for name, every in periodic.items():
-        sender.add_periodic_task(every, sender.signature(name, expires=every * 0.9))

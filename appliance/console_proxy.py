@@ -34,8 +34,17 @@ from yarl import URL
 from appliance.console_peer import PEER_HEADER, Receive, Scope, Send, peer_header
 
 log = logging.getLogger(__name__)
-HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
-              b"te", b"trailer", b"transfer-encoding", b"upgrade"}  # fmt: skip
+HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"proxy-connection",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+}
 CONNECT_TIMEOUT = 5.0  # seconds to reach the console's socket; a page itself may take as long as it takes
 RETRY_AFTER = b"2"  # seconds: about a console process's start
 Headers = tuple[tuple[bytes, bytes], ...]
@@ -61,9 +70,10 @@ class ConsoleProxy:
             self._session = aiohttp.ClientSession(
                 # no limit on connections: each is held only while the console answers a whole request
                 connector=aiohttp.UnixConnector(path=self.socket_path, limit=0, keepalive_timeout=4),
-                cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
-            )  # fmt: skip
+            )
         return self._session
 
     async def close(self) -> None:
@@ -85,8 +95,11 @@ class ConsoleProxy:
             detail = f"The request body is over {settings.HEARTH_MAX_BODY_BYTES} bytes."
             await _answer(send, 413, *_detail(scope, detail))
             return
-        headers = [(_text(k), _text(v)) for k, v in scope["headers"]
-                   if k not in HOP_BY_HOP and k != PEER_HEADER and k != b"content-length"]  # fmt: skip
+        headers = [
+            (_text(k), _text(v))
+            for k, v in scope["headers"]
+            if k not in HOP_BY_HOP and k != PEER_HEADER and k != b"content-length"
+        ]
         name, value = peer_header(scope)
         headers.append((name.decode(), value.decode("latin-1")))
         query = scope.get("query_string", b"").decode("latin-1")
@@ -94,9 +107,13 @@ class ConsoleProxy:
         has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
         try:
             answer = await self.session().request(
-                scope["method"], url, headers=headers, data=body if has_body else None, allow_redirects=False,
+                scope["method"],
+                url,
+                headers=headers,
+                data=body if has_body else None,
+                allow_redirects=False,
                 skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-            )  # fmt: skip
+            )
         except aiohttp.ClientConnectionError as exc:  # no socket, refused, or closed before an answer
             log.warning("the console process did not answer %s %s: %s", scope["method"], scope["path"], exc)
             await _unavailable(scope, send)

@@ -6,6 +6,9 @@ import os
 import stat
 from pathlib import Path
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
 PRIVATE_DIR = 0o700
 PRIVATE_UMASK = 0o077  # new files 0600, new folders 0700
 
@@ -23,3 +26,14 @@ def keep_private(folder: Path) -> Path:
             if info.st_uid == mine and not path.is_symlink():
                 path.chmod(PRIVATE_DIR if path.is_dir() else stat.S_IMODE(info.st_mode) & 0o700)
     return folder
+
+
+def keep_data_dir_private() -> None:
+    """keep_private(settings.DATA_DIR): what Hearth's commands (manage.py, the web server, the Celery worker
+    and beat) do first, so importing the settings changes nothing on disk. Settings that do not load are
+    left for the command to report as it does."""
+    try:
+        folder = settings.DATA_DIR
+    except ImproperlyConfigured:
+        return
+    keep_private(folder)

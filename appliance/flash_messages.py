@@ -25,10 +25,15 @@ class FlashCookieStorage(CookieStorage):
         (Max-Age 0), with the same domain, Secure, HttpOnly and SameSite either way."""
         max_age, expires = (None, None) if encoded_data else (0, EPOCH)
         response.set_cookie(
-            self.cookie_name, encoded_data or "", max_age=max_age, expires=expires,
-            domain=settings.SESSION_COOKIE_DOMAIN, secure=bool(settings.SESSION_COOKIE_SECURE),
-            httponly=bool(settings.SESSION_COOKIE_HTTPONLY), samesite=cast(SameSite, settings.SESSION_COOKIE_SAMESITE),
-        )  # fmt: skip
+            self.cookie_name,
+            encoded_data or "",
+            max_age=max_age,
+            expires=expires,
+            domain=settings.SESSION_COOKIE_DOMAIN,
+            secure=bool(settings.SESSION_COOKIE_SECURE),
+            httponly=bool(settings.SESSION_COOKIE_HTTPONLY),
+            samesite=cast(SameSite, settings.SESSION_COOKIE_SAMESITE),
+        )
 
 
 class FlashStorage(FallbackStorage):

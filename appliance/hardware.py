@@ -197,11 +197,18 @@ def read_nvml_telemetry() -> list[GpuTelemetry]:
             power = _optional(pynvml.nvmlDeviceGetPowerUsage, h)
             limit = _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
             temp = _optional(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
-            out.append(GpuTelemetry(
-                i, str(pynvml.nvmlDeviceGetName(h)), int(memory.used), int(memory.total),
-                None if util is None else util.gpu / 100, None if power is None else power / 1000,
-                None if limit is None else limit / 1000, None if temp is None else float(temp),
-            ))  # fmt: skip
+            out.append(
+                GpuTelemetry(
+                    i,
+                    str(pynvml.nvmlDeviceGetName(h)),
+                    int(memory.used),
+                    int(memory.total),
+                    None if util is None else util.gpu / 100,
+                    None if power is None else power / 1000,
+                    None if limit is None else limit / 1000,
+                    None if temp is None else float(temp),
+                )
+            )
         return out
 
 

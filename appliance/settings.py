@@ -15,8 +15,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from appliance.datafiles import keep_private
 from appliance.env import envbool, envfloat, envint, envsecret, envstr
+from engines.supported import SUPPORTED_ENGINES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -87,18 +87,32 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.context.inventory",
+                "console.context.celery_processes",
                 "console.access.context.roles",
             ],
         },
     },
 ]
 
-DATA_DIR = keep_private(Path(envstr("HEARTH_DATA_DIR", str(BASE_DIR / "data"))))  # 0700; files made 0600
+# Made 0700, its files 0600, by the commands that use it (appliance.datafiles.keep_private), not by this import.
+DATA_DIR = Path(envstr("HEARTH_DATA_DIR", str(BASE_DIR / "data")))
+# An empty DATABASE_URL (a .env line left blank) means the embedded default, as an unset one does.
 DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{DATA_DIR / 'hearth.sqlite3'}", conn_max_age=60, conn_health_checks=True
+    "default": dj_database_url.parse(
+        envstr("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'hearth.sqlite3'}", conn_max_age=60, conn_health_checks=True
     )
 }
+# SQLite, the embedded default (README, "SQLite or PostgreSQL"): in WAL mode, so a reader never waits for a writer
+# nor holds one up; write transactions take the write lock at their BEGIN (IMMEDIATE), since a transaction that read
+# first and then writes meets a held lock with "database is locked" at once, whatever the timeout; a writer waits up
+# to HEARTH_SQLITE_BUSY_SECONDS for the lock.
+HEARTH_SQLITE_BUSY_SECONDS = envfloat("HEARTH_SQLITE_BUSY_SECONDS", 30.0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": HEARTH_SQLITE_BUSY_SECONDS,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Labels this appliance's containers, so that two appliances sharing a Docker daemon (a test run beside a
@@ -213,12 +227,19 @@ HEARTH_SGLANG_CPU_PYTHON = envstr("HEARTH_SGLANG_CPU_PYTHON", str(HEARTH_CACHE_D
 HEARTH_VLLM_CPU_KVCACHE_SPACE = envfloat("HEARTH_VLLM_CPU_KVCACHE_SPACE", 1.0)  # GiB: a new vLLM (CPU) deployment's
 HEARTH_START_TIMEOUT = envint("HEARTH_START_TIMEOUT", 1800)  # seconds; weights may load for 30 minutes
 HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds
-HEARTH_METRICS_TOKEN = envsecret("HEARTH_METRICS_TOKEN")  # when set, /metrics wants "Authorization: Bearer <it>"
+HEARTH_METRICS_TOKEN = envsecret("HEARTH_METRICS_TOKEN")  # /metrics wants "Authorization: Bearer <it>"
+HEARTH_METRICS_OPEN = envbool("HEARTH_METRICS_OPEN", False)  # true: /metrics answers anyone (no token needed)
 HEARTH_RECONCILE_INTERVAL = envfloat("HEARTH_RECONCILE_INTERVAL", 10.0)  # seconds
+# Seconds between beat's checks of the request accounting (the spool written, spending counters held to the log)
+HEARTH_ACCOUNTING_CHECK_INTERVAL = envfloat("HEARTH_ACCOUNTING_CHECK_INTERVAL", 30.0)
 HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # seconds without a byte
 # Web processes on one socket (appliance.web_server); default one per core, at most 8.
 HEARTH_WEB_WORKERS = envint("HEARTH_WEB_WORKERS", max(1, min(os.cpu_count() or 1, 8)))
 HEARTH_DRAIN_SECONDS = envint("HEARTH_DRAIN_SECONDS", 30)  # a stopping web process lets open streams finish
+# Seconds a relay process may take to answer its supervisor's ping before it is killed and replaced (uvicorn's
+# timeout_worker_healthcheck, 5 by default, killed relays holding open streams on a starved CPU; measured in README,
+# "Relay processes are not killed for being slow"; appliance.relay_supervision).
+HEARTH_WORKER_HEALTHCHECK_SECONDS = envint("HEARTH_WORKER_HEALTHCHECK_SECONDS", 60)
 # The console's own processes behind the relaying ones (appliance.console_asgi); one per 4 cores, 1 to 4.
 HEARTH_CONSOLE_WORKERS = envint("HEARTH_CONSOLE_WORKERS", max(1, min((os.cpu_count() or 1) // 4, 4)))
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
@@ -226,11 +247,11 @@ HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # eng
 HEARTH_WEIGHTS_VOLUME = envstr("HEARTH_WEIGHTS_VOLUME", "hearth-weights")  # shared HF cache of every engine
 HEARTH_HF_TOKEN_FILE = envstr("HEARTH_HF_TOKEN_FILE", "")  # a file holding the HF token (a compose secret)
 HEARTH_ENGINE_SHM_SIZE = envstr("HEARTH_ENGINE_SHM_SIZE", "16g")  # /dev/shm for NCCL and workers (vLLM docs)
-# Engine images for the Docker runtime, by versioned tag: the flags are built for the version the tag names.
-# A launch pins the image to its digest; restarts reuse that pin.
+# Engine images for the Docker runtime, by versioned tag: the flags are built for the version the tag names; the
+# defaults are the supported releases (engines.supported). A launch pins the image to its digest; restarts reuse it.
 HEARTH_ENGINE_IMAGES = {
-    "vllm": envstr("HEARTH_IMAGE_VLLM", "vllm/vllm-openai:v0.11.0"),
-    "sglang": envstr("HEARTH_IMAGE_SGLANG", "lmsysorg/sglang:v0.5.19-cu129"),  # the last CUDA 12 tag (SGLang docs)
+    "vllm": envstr("HEARTH_IMAGE_VLLM", SUPPORTED_ENGINES["vllm"].image),
+    "sglang": envstr("HEARTH_IMAGE_SGLANG", SUPPORTED_ENGINES["sglang"].image),
     "vllm-cpu": envstr("HEARTH_IMAGE_VLLM_CPU", "hearth/vllm-cpu:local"),  # scripts/build-engine-images.sh
     "simulator": envstr("HEARTH_IMAGE_SIMULATOR", "hearth/simulator:local"),
 }
@@ -239,17 +260,28 @@ HEARTH_RESTART_BACKOFF = envfloat("HEARTH_RESTART_BACKOFF", 10.0)  # first resta
 HEARTH_MAX_RESTARTS = envint("HEARTH_MAX_RESTARTS", 5)  # crashes in a row before a deployment fails
 HEARTH_GPU_INVENTORY = envstr("HEARTH_GPU_INVENTORY", "auto")  # auto | nvml | sim:<profile>
 HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engine silence between keep-alives
+# Sharing the GPUs over time (console.deployments.sleeping): seconds a wake may take before it has failed (sized for a
+# CPU engine's relaunch), and seconds a deployment stays awake (ready) at least before it is put aside again.
+HEARTH_WAKE_TIMEOUT = envfloat("HEARTH_WAKE_TIMEOUT", 300.0)
+HEARTH_MIN_RESIDENCY = envfloat("HEARTH_MIN_RESIDENCY", 120.0)
 # Pre-flight (manage.py doctor): the weights cache's disk must hold the weights still to download plus this
 # margin, in GiB, for what engines write beside them (compile caches, logs); the console waits
 # HEARTH_DOCTOR_WAIT seconds for the worker to run the checks.
 HEARTH_DOCTOR_MIN_FREE_GIB = envfloat("HEARTH_DOCTOR_MIN_FREE_GIB", 10.0)
+# MiB that must stay free on HEARTH_DATA_DIR's disk for /ready to answer ready (gateway.probes): below it the
+# database (SQLite), engine logs and beat's schedule can fail to write.
+HEARTH_READY_MIN_FREE_MIB = envfloat("HEARTH_READY_MIN_FREE_MIB", 100.0)
 HEARTH_DOCTOR_WAIT = envfloat("HEARTH_DOCTOR_WAIT", 15.0)  # seconds
 HEARTH_AUDIT_RETENTION_DAYS = envint("HEARTH_AUDIT_RETENTION_DAYS", 365)  # beat prunes older audit entries hourly
 # Names of the worker's environment variables a local engine process gets beside its own (the process
 # runtime passes an allow-list, appliance.runtimes.process.ENGINE_ENV, never the worker's whole environment).
 HEARTH_ENGINE_ENV = [n.strip() for n in envstr("HEARTH_ENGINE_ENV").split(",") if n.strip()]
+HEARTH_PORT = envint("HEARTH_PORT", 8000)  # the appliance's port (appliance.web_server sets it for its processes)
 # Capacity checks (console.capacity): the worker loads a deployment through the gateway at this URL, within
 # these bounds per check (requests in all, seconds).
-HEARTH_GATEWAY_URL = envstr("HEARTH_GATEWAY_URL", f"http://127.0.0.1:{envstr('HEARTH_PORT', '8000')}")
+HEARTH_GATEWAY_URL = envstr("HEARTH_GATEWAY_URL", f"http://127.0.0.1:{HEARTH_PORT}")
 HEARTH_CAPACITY_MAX_REQUESTS = envint("HEARTH_CAPACITY_MAX_REQUESTS", 2000)
 HEARTH_CAPACITY_MAX_SECONDS = envint("HEARTH_CAPACITY_MAX_SECONDS", 1800)
+# Engines Hearth did not launch (appliance.address_policy): networks whose loopback, link-local or other refused
+# addresses an admin allows them at anyway (comma-separated, e.g. 127.0.0.0/8 for a test engine on this box).
+HEARTH_EXTERNAL_ALLOW = [n.strip() for n in envstr("HEARTH_EXTERNAL_ALLOW").split(",") if n.strip()]

@@ -12,7 +12,8 @@ process writes its samples under PROMETHEUS_MULTIPROC_DIR (set here, before any 
 to ``DATA_DIR/run/prometheus`` unless given) and /metrics reads them all (gateway.metrics_endpoint.metrics_app). The
 folder is emptied at each start: counters begin again at 0, which Prometheus reads as a restart.
 
-Imports Django's settings and appliance.orphan_watch only (never the app: each worker imports it itself).
+Imports Django's settings, appliance.orphan_watch and appliance.relay_supervision only (never the app: each worker
+imports it itself).
 """
 
 import argparse
@@ -35,6 +36,8 @@ from typing import Any
 import uvicorn
 import uvicorn.config
 
+from appliance import relay_supervision
+from appliance.datafiles import keep_data_dir_private
 from appliance.orphan_watch import SUPERVISOR_ENV
 
 log = logging.getLogger("appliance.web_server")
@@ -45,6 +48,12 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client.values reads it 
 # p50 +0.5 against +0.3 ms, the refresh p50 380 against 322 ms.
 CONSOLE_NICENESS = 10
 CONSOLE_START_SECONDS = 60.0  # Django's start, with every app imported, takes ~3 s here
+# Seconds an idle client connection is kept open: longer than the idle expiry of the clients that reuse connections
+# (httpx, and so the OpenAI and Anthropic SDKs: 5 s), as console_proxy keeps its own below the console's. With
+# uvicorn's default, also 5 s, the two close at the same moment, and a request a client sends on a connection the
+# server is closing is lost unanswered ("Server disconnected without sending a response", or a reset): the likely
+# cause of the 1-2 requests in ~2,600 lost under a CPU hog in test_soak_load's SQLite run; nginx keeps 75 s.
+KEEP_ALIVE_SECONDS = 75
 
 
 def uvicorn_logging(line_format: str) -> dict[str, Any]:
@@ -103,10 +112,24 @@ class ConsoleServer:
         self.drain_seconds = drain_seconds
         log_config = os.path.join(self.folder, "logging.json")
         Path(log_config).write_text(json.dumps(uvicorn_logging(log_format)))
-        self.argv = [sys.executable, "-m", "uvicorn", "appliance.console_asgi:application", "--uds", self.socket,
-                     "--log-config", log_config, "--workers", str(workers), "--no-access-log", "--no-proxy-headers",
-                     "--no-server-header", "--no-date-header", "--timeout-graceful-shutdown",
-                     str(drain_seconds)]  # fmt: skip
+        self.argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "appliance.console_asgi:application",
+            "--uds",
+            self.socket,
+            "--log-config",
+            log_config,
+            "--workers",
+            str(workers),
+            "--no-access-log",
+            "--no-proxy-headers",
+            "--no-server-header",
+            "--no-date-header",
+            "--timeout-graceful-shutdown",
+            str(drain_seconds),
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._stopping = False
@@ -163,10 +186,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
+    os.environ["HEARTH_PORT"] = str(args.port)  # its processes' settings (appliance.address_policy refuses it)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)  # this process's own lines as the others'
+    keep_data_dir_private()
     metrics_folder(settings.DATA_DIR)
     # SIGTERM or SIGINT ends this process through its ``finally`` (the console stopped too): before uvicorn
     # runs, and after, when uvicorn, having drained, restores this handler and raises the signal again.
@@ -177,13 +202,23 @@ def main(argv: list[str] | None = None) -> None:
     console = ConsoleServer(settings.HEARTH_CONSOLE_WORKERS, settings.HEARTH_DRAIN_SECONDS, settings.LOG_FORMAT)
     console.start()
     os.environ["HEARTH_CONSOLE_SOCKET"] = console.socket  # the relay processes read it at import
+    relay_supervision.install()  # a relay that dies while pinged is replaced at once (its docstring)
     try:
         # proxy_headers off: whether X-Forwarded-* is believed is Django's call (HEARTH_TRUSTED_PROXIES)
         uvicorn.run(
-            "appliance.asgi:application", host=args.host, port=args.port, workers=settings.HEARTH_WEB_WORKERS,
-            access_log=False, proxy_headers=False, timeout_graceful_shutdown=settings.HEARTH_DRAIN_SECONDS,
+            "appliance.asgi:application",
+            host=args.host,
+            port=args.port,
+            workers=settings.HEARTH_WEB_WORKERS,
+            access_log=False,
+            proxy_headers=False,
+            http="appliance.http_protocol:JsonErrorsHttpToolsProtocol",  # a request it cannot parse: a JSON 400
+            timeout_graceful_shutdown=settings.HEARTH_DRAIN_SECONDS,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            # a relay starved of CPU answers its supervisor's ping late: killed, it would cut its open streams
+            timeout_worker_healthcheck=settings.HEARTH_WORKER_HEALTHCHECK_SECONDS,
             log_config=uvicorn_logging(settings.LOG_FORMAT),
-        )  # fmt: skip
+        )
     finally:
         console.stop()
 

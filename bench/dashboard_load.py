@@ -42,8 +42,9 @@ def seed_console(hours: float) -> tuple[dict[str, str], int]:
     return {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}, dep.pk
 
 
-async def refresh(base_url: str, cookies: dict[str, str], deployment: int, stop: asyncio.Event,
-                  period: float = PERIOD) -> list[float]:  # fmt: skip
+async def refresh(
+    base_url: str, cookies: dict[str, str], deployment: int, stop: asyncio.Event, period: float = PERIOD
+) -> list[float]:
     """GET the dashboard, its live part and the deployment's panel every ``period`` s until ``stop`` is set;
     each refresh's seconds (the three one after the other). Raises RuntimeError on an answer that is not 200
     (a redirect to the login page included)."""

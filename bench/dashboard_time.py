@@ -59,29 +59,58 @@ def build() -> list[int]:
     import json
 
     config = json.loads((ROOT / "console/catalog/demo/llama-3.1-8b-instruct.json").read_text())["config"]
-    model, _ = ModelSource.objects.get_or_create(name="llama-8b", defaults={
-        "kind": "hf", "repo_id": "meta-llama/Llama-3.1-8B-Instruct", "config": config,
-        "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "weights_bytes": 16_060_522_496})  # fmt: skip
+    model, _ = ModelSource.objects.get_or_create(
+        name="llama-8b",
+        defaults={
+            "kind": "hf",
+            "repo_id": "meta-llama/Llama-3.1-8B-Instruct",
+            "config": config,
+            "revision": "0e9e39f249a16976918f6564b8830bc894c89659",
+            "weights_bytes": 16_060_522_496,
+        },
+    )
     box = "8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated (8xH100-80GB)"
     now = time.time()
     ids = []
     for d in range(DEPLOYMENTS):
-        plan = {"gpu_indices": [2 * d, 2 * d + 1], "inventory": box, "max_num_seqs": 256,
-                "kv_capacity_tokens": 454_880, "reasons": []}  # fmt: skip
-        dep = Deployment.objects.create(name=f"bench-{d}", model=model, engine="simulator", plan=plan,
-                                        served_model_name=f"bench-{d}", max_model_len=8192, kv_space_gib=1,
-                                        state="ready", replica_count=REPLICAS)  # fmt: skip
+        plan = {
+            "gpu_indices": [2 * d, 2 * d + 1],
+            "inventory": box,
+            "max_num_seqs": 256,
+            "kv_capacity_tokens": 454_880,
+            "reasons": [],
+        }
+        dep = Deployment.objects.create(
+            name=f"bench-{d}",
+            model=model,
+            engine="simulator",
+            plan=plan,
+            served_model_name=f"bench-{d}",
+            max_model_len=8192,
+            kv_space_gib=1,
+            state="ready",
+            replica_count=REPLICAS,
+        )
         ids.append(dep.pk)
         for r in range(REPLICAS):
-            replica = Replica.objects.create(deployment=dep, runtime="process", runtime_name=f"bench-{d}-{r}",
-                                             host="127.0.0.1", port=9, engine_api_key="k", running=True)  # fmt: skip
+            replica = Replica.objects.create(
+                deployment=dep,
+                runtime="process",
+                runtime_name=f"bench-{d}-{r}",
+                host="127.0.0.1",
+                port=9,
+                engine_api_key="k",
+                running=True,
+            )
             _history(replica, now)
         _gateway(dep, now)
         _requests(dep, now)
     t0 = time.perf_counter()
     history.roll_up(now, INTERVAL)
-    print(f"rolled up 24 h in {time.perf_counter() - t0:.1f} s; {MetricSample.objects.count():,} samples, "
-          f"{RequestLog.objects.count():,} request log rows")  # fmt: skip
+    print(
+        f"rolled up 24 h in {time.perf_counter() - t0:.1f} s; {MetricSample.objects.count():,} samples, "
+        f"{RequestLog.objects.count():,} request log rows"
+    )
     return ids
 
 
@@ -91,17 +120,68 @@ def _history(replica: object, now: float, span: float = DAY) -> None:
     from console.observability.models import MetricSample, ScrapeHealth
     from engines.metrics import Histogram
 
-    ttft_b = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-              80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+    ttft_b = (
+        0.001,
+        0.005,
+        0.01,
+        0.02,
+        0.04,
+        0.06,
+        0.08,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+        160.0,
+        640.0,
+        2560.0,
+    )
     itl_b = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-    e2e_b = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-             960.0, 1920.0, 7680.0)  # fmt: skip
+    e2e_b = (
+        0.3,
+        0.5,
+        0.8,
+        1.0,
+        1.5,
+        2.0,
+        2.5,
+        5.0,
+        10.0,
+        15.0,
+        20.0,
+        30.0,
+        40.0,
+        50.0,
+        60.0,
+        120.0,
+        240.0,
+        480.0,
+        960.0,
+        1920.0,
+        7680.0,
+    )
     rng = random.Random(replica.pk)  # type: ignore[attr-defined]
-    names = ("prompt_tokens_total", "generation_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total",
-             "preemptions_total", "cached_prompt_tokens_total")  # fmt: skip
+    names = (
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "prefix_cache_queries_total",
+        "prefix_cache_hits_total",
+        "preemptions_total",
+        "cached_prompt_tokens_total",
+    )
     counters = dict.fromkeys(names, 0.0)
-    hist = {k: [0.0] * (len(b) + 1) for k, b in (("ttft_seconds", ttft_b), ("itl_seconds", itl_b),
-                                                  ("e2e_seconds", e2e_b), ("queue_seconds", e2e_b))}  # fmt: skip
+    hist = {
+        k: [0.0] * (len(b) + 1)
+        for k, b in (("ttft_seconds", ttft_b), ("itl_seconds", itl_b), ("e2e_seconds", e2e_b), ("queue_seconds", e2e_b))
+    }
     bounds = {"ttft_seconds": ttft_b, "itl_seconds": itl_b, "e2e_seconds": e2e_b, "queue_seconds": e2e_b}
     rows = []
     steps = int(span / INTERVAL)
@@ -116,14 +196,26 @@ def _history(replica: object, now: float, span: float = DAY) -> None:
             first = rng.randint(3, 9) if name != "itl_seconds" else 1
             for i in range(first, len(counts)):
                 counts[i] += n if name != "itl_seconds" else n * 63
-        values = {"requests_running": float(n), "requests_waiting": float(max(0, n - 10)),
-                  "kv_cache_usage": n / 40, "kv_cache_size_tokens": 454_880.0, **counters}  # fmt: skip
+        values = {
+            "requests_running": float(n),
+            "requests_waiting": float(max(0, n - 10)),
+            "kv_cache_usage": n / 40,
+            "kv_cache_size_tokens": 454_880.0,
+            **counters,
+        }
         encoded = {k: _encode_hist(Histogram(bounds[k], tuple(c), 0.1 * c[-1])) for k, c in hist.items()}
-        rows.append(MetricSample(deployment_id=replica.deployment_id, replica=replica,  # type: ignore[attr-defined]
-                                 at=datetime.fromtimestamp(at, UTC), values={"v": values, "h": encoded}))  # fmt: skip
+        rows.append(
+            MetricSample(
+                deployment_id=replica.deployment_id,
+                replica=replica,  # type: ignore[attr-defined]
+                at=datetime.fromtimestamp(at, UTC),
+                values={"v": values, "h": encoded},
+            )
+        )
     MetricSample.objects.bulk_create(rows, batch_size=2000)
-    ScrapeHealth.objects.create(replica=replica, last_attempt_at=datetime.now(UTC), last_success_at=datetime.now(UTC),
-                                series=430, flavor="vllm")  # fmt: skip
+    ScrapeHealth.objects.create(
+        replica=replica, last_attempt_at=datetime.now(UTC), last_success_at=datetime.now(UTC), series=430, flavor="vllm"
+    )
 
 
 def _gateway(dep: object, now: float, span: float = DAY) -> None:
@@ -132,19 +224,41 @@ def _gateway(dep: object, now: float, span: float = DAY) -> None:
     rows = []
     for k in range(int(span / INTERVAL)):
         at = now - span + k * INTERVAL
-        rows.append(MetricSample(deployment=dep, replica=None, at=datetime.fromtimestamp(at, UTC), values={
-            "d": {"success": 10, "requests": 10, "errors": 0, "prompt_tokens": 1280, "completion_tokens": 640},
-            "e": {}, "uh": {"ttft": {"14": 5, "15": 5}, "itl": {"3": 10}}, "last_id": 0}))  # fmt: skip
+        rows.append(
+            MetricSample(
+                deployment=dep,
+                replica=None,
+                at=datetime.fromtimestamp(at, UTC),
+                values={
+                    "d": {"success": 10, "requests": 10, "errors": 0, "prompt_tokens": 1280, "completion_tokens": 640},
+                    "e": {},
+                    "uh": {"ttft": {"14": 5, "15": 5}, "itl": {"3": 10}},
+                    "last_id": 0,
+                },
+            )
+        )
     MetricSample.objects.bulk_create(rows, batch_size=2000)
 
 
 def _requests(dep: object, now: float) -> None:
     from console.observability.models import RequestLog
 
-    rows = [RequestLog(created_at=datetime.fromtimestamp(now - k * 0.5, UTC), model=dep.served_model_name,  # type: ignore[attr-defined]
-                       surface="openai", endpoint="/v1/chat/completions", stream=True, status=200,
-                       finish_reason="stop", prompt_tokens=128, completion_tokens=64, ttft_seconds=0.03 + (k % 7) / 100,
-                       duration_seconds=0.8) for k in range(7200)]  # fmt: skip
+    rows = [
+        RequestLog(
+            created_at=datetime.fromtimestamp(now - k * 0.5, UTC),
+            model=dep.served_model_name,  # type: ignore[attr-defined]
+            surface="openai",
+            endpoint="/v1/chat/completions",
+            stream=True,
+            status=200,
+            finish_reason="stop",
+            prompt_tokens=128,
+            completion_tokens=64,
+            ttft_seconds=0.03 + (k % 7) / 100,
+            duration_seconds=0.8,
+        )
+        for k in range(7200)
+    ]
     RequestLog.objects.bulk_create(rows, batch_size=2000)
 
 
@@ -220,11 +334,26 @@ def big_window(deployment_id: int, n: int = 27_000) -> None:
     if connection.vendor != "postgresql":
         return
     now, dep = datetime.now(UTC), Deployment.objects.get(pk=deployment_id)
-    RequestLog.objects.bulk_create([RequestLog(
-        created_at=datetime.fromtimestamp(now.timestamp() - k * 300 / n, UTC), model=dep.served_model_name,
-        surface="openai", endpoint="/v1/chat/completions", stream=True, status=200, finish_reason="length",
-        prompt_tokens=128, completion_tokens=64, ttft_seconds=0.05 + (k % 13) / 100, duration_seconds=0.8,
-        key_prefix="bench-big-window") for k in range(n)], batch_size=5000)  # fmt: skip
+    RequestLog.objects.bulk_create(
+        [
+            RequestLog(
+                created_at=datetime.fromtimestamp(now.timestamp() - k * 300 / n, UTC),
+                model=dep.served_model_name,
+                surface="openai",
+                endpoint="/v1/chat/completions",
+                stream=True,
+                status=200,
+                finish_reason="length",
+                prompt_tokens=128,
+                completion_tokens=64,
+                ttft_seconds=0.05 + (k % 13) / 100,
+                duration_seconds=0.8,
+                key_prefix="bench-big-window",
+            )
+            for k in range(n)
+        ],
+        batch_size=5000,
+    )
     with connection.cursor() as cur:
         cur.execute("ANALYZE observability_requestlog")
     try:
@@ -236,8 +365,10 @@ def big_window(deployment_id: int, n: int = 27_000) -> None:
                 window_stats([dep], since, in_database)
                 walls.append(time.perf_counter() - w0)
                 cpus.append(time.process_time() - c0)
-            print(f"a {n:,}-row request window {how}: {statistics.median(walls) * 1000:.0f} ms, of it "
-                  f"{statistics.median(cpus) * 1000:.0f} ms of this process's CPU")  # fmt: skip
+            print(
+                f"a {n:,}-row request window {how}: {statistics.median(walls) * 1000:.0f} ms, of it "
+                f"{statistics.median(cpus) * 1000:.0f} ms of this process's CPU"
+            )
     finally:
         RequestLog.objects.filter(key_prefix="bench-big-window").delete()
 
@@ -250,11 +381,15 @@ def size_per_replica_day() -> None:
         return
     with connection.cursor() as cur:
         cur.execute("VACUUM FULL observability_metricsample")
-        cur.execute("SELECT pg_total_relation_size('observability_metricsample'), count(*), "
-                    "sum(pg_column_size(values)) FROM observability_metricsample")  # fmt: skip
+        cur.execute(
+            "SELECT pg_total_relation_size('observability_metricsample'), count(*), "
+            "sum(pg_column_size(values)) FROM observability_metricsample"
+        )
         total, rows, json_bytes = cur.fetchone()  # type: ignore[misc]
-        cur.execute("SELECT replica_id IS NULL, resolution, count(*), avg(pg_column_size(values)) "
-                    "FROM observability_metricsample GROUP BY 1, 2")  # fmt: skip
+        cur.execute(
+            "SELECT replica_id IS NULL, resolution, count(*), avg(pg_column_size(values)) "
+            "FROM observability_metricsample GROUP BY 1, 2"
+        )
         kinds = {(gw, res): (n, float(avg)) for gw, res, n, avg in cur.fetchall()}
     overhead = (total - json_bytes) / rows  # tuple header, the other columns, index entries
     print(f"history table: {total / 2**20:,.1f} MiB for {rows:,} rows; {overhead:,.0f} B per row besides its JSON")
@@ -262,10 +397,12 @@ def size_per_replica_day() -> None:
     raw = (kinds[(False, 0)][1] + overhead) * per_day
     rollup = (kinds[(False, 300)][1] + overhead) * 288
     gateway = (kinds[(True, 0)][1] + overhead) * per_day
-    print(f"per replica per day at a {INTERVAL:.0f} s scrape interval: {raw / 2**20:,.1f} MiB of scrape-resolution "
-          f"samples (JSON {kinds[(False, 0)][1]:,.0f} B each; kept 24 h) and {rollup / 2**10:,.0f} KiB of rollups "
-          f"(kept 30 days: {30 * rollup / 2**20:,.1f} MiB); per deployment with requests every scrape, "
-          f"{gateway / 2**20:,.1f} MiB of the gateway's counts per day (none written for a scrape without requests)")
+    print(
+        f"per replica per day at a {INTERVAL:.0f} s scrape interval: {raw / 2**20:,.1f} MiB of scrape-resolution "
+        f"samples (JSON {kinds[(False, 0)][1]:,.0f} B each; kept 24 h) and {rollup / 2**10:,.0f} KiB of rollups "
+        f"(kept 30 days: {30 * rollup / 2**20:,.1f} MiB); per deployment with requests every scrape, "
+        f"{gateway / 2**20:,.1f} MiB of the gateway's counts per day (none written for a scrape without requests)"
+    )
 
 
 def main() -> None:
@@ -308,9 +445,11 @@ def main() -> None:
     update = f"/deployments/{dep}/series/?range=1h&since={now - 10}"
     page = [a + b for a, b in zip(results[f"/deployments/{dep}/panel/"], results[update], strict=True)]
     worst = max(dash[1], page[1])
-    print(f"\nper refresh, p50/p99: dashboard {dash[0] * 1000:.0f}/{dash[1] * 1000:.0f} ms, deployment page (panel + "
-          f"chart update) {page[0] * 1000:.0f}/{page[1] * 1000:.0f} ms; goal p99 < 200 ms: "
-          f"{'met' if worst < 0.2 else 'NOT met'}")  # fmt: skip
+    print(
+        f"\nper refresh, p50/p99: dashboard {dash[0] * 1000:.0f}/{dash[1] * 1000:.0f} ms, deployment page (panel + "
+        f"chart update) {page[0] * 1000:.0f}/{page[1] * 1000:.0f} ms; goal p99 < 200 ms: "
+        f"{'met' if worst < 0.2 else 'NOT met'}"
+    )
     drop_scrapes()
     big_window(dep)
     size_per_replica_day()

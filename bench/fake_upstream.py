@@ -49,8 +49,14 @@ DONE = b"data: [DONE]\n\n"
 def _usage(completion: int) -> bytes:
     """vLLM's last chunk when the request's ``stream_options.include_usage`` is true (the gateway asks)."""
     usage = {"prompt_tokens": 9, "total_tokens": 9 + completion, "completion_tokens": completion}
-    chunk = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED, "model": "bench",
-             "choices": [], "usage": usage}  # fmt: skip
+    chunk = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": "bench",
+        "choices": [],
+        "usage": usage,
+    }
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 

@@ -81,14 +81,16 @@ async def ready(setup: Setup, sessions: dict[str, aiohttp.ClientSession]) -> Non
     await wait_ready(sessions["hearth"], setup.urls["hearth"] + "/v1/models", setup.procs["hearth"], 60, has_bench)
     if "litellm" in setup.urls:
         try:
-            await wait_ready(sessions["litellm"], setup.urls["litellm"] + "/v1/models", setup.procs["litellm"], 180,
-                             has_bench)  # fmt: skip
+            await wait_ready(
+                sessions["litellm"], setup.urls["litellm"] + "/v1/models", setup.procs["litellm"], 180, has_bench
+            )
         except RuntimeError as exc:
             setup.drop("litellm", f"did not get ready: {exc}")
 
 
-async def memory(args: argparse.Namespace, setup: Setup, sessions: dict[str, aiohttp.ClientSession]
-                 ) -> dict[str, Held | str]:  # fmt: skip
+async def memory(
+    args: argparse.Namespace, setup: Setup, sessions: dict[str, aiohttp.ClientSession]
+) -> dict[str, Held | str]:
     held: dict[str, Held | str] = {}
     for path in setup.paths[1:]:
         if path == DASHBOARD:
@@ -96,8 +98,9 @@ async def memory(args: argparse.Namespace, setup: Setup, sessions: dict[str, aio
         url = setup.urls[path] + "/v1/chat/completions"
         await asyncio.gather(*(one(sessions[path], url, WARMUP, 1) for _ in range(8)))
         note(f"  memory: holding {args.hold} streams open through {path}")
-        held[path] = await hold(url, setup.headers[path], args.hold, setup.procs[path].pid, args.hold_deadline,
-                                args.hold_to_end)  # fmt: skip
+        held[path] = await hold(
+            url, setup.headers[path], args.hold, setup.procs[path].pid, args.hold_deadline, args.hold_to_end
+        )
     held.update(setup.skipped)
     return held
 
@@ -125,16 +128,19 @@ async def bench(args: argparse.Namespace, setup: Setup) -> tuple[list[report.Row
                     proc = setup.procs[path] if path != "direct" else None
                     url = setup.urls[path] + "/v1/chat/completions"
                     refreshing = with_dashboard(setup, args.viewers) if path == DASHBOARD else None
-                    runs[path] = await measure(sessions[path], url, n, rounds, proc.pid if proc else None,
-                                               args.pattern, seed=n * 1000 + rep)  # fmt: skip
+                    runs[path] = await measure(
+                        sessions[path], url, n, rounds, proc.pid if proc else None, args.pattern, seed=n * 1000 + rep
+                    )
                     if refreshing is not None:
                         refreshes.append(await refreshing())
                 rows.append(report.Row(n, rep, {p: runs[p] for p in paths}))
                 note(f"  {n} streams, repetition {rep} ({' → '.join(order)}): done")
         if refreshes:
             took = sorted(t for run in refreshes for t in run)
-            note(f"  dashboard: {len(took)} refreshes, p50 {took[len(took) // 2] * 1000:.0f} ms, "
-                 f"max {took[-1] * 1000:.0f} ms (/, /dashboard/live/ and the panel, one after the other)")  # fmt: skip
+            note(
+                f"  dashboard: {len(took)} refreshes, p50 {took[len(took) // 2] * 1000:.0f} ms, "
+                f"max {took[-1] * 1000:.0f} ms (/, /dashboard/live/ and the panel, one after the other)"
+            )
         return rows, held
     finally:
         for session in sessions.values():
@@ -146,8 +152,10 @@ def with_dashboard(setup: Setup, viewers: int) -> Callable[[], Awaitable[list[fl
     loop; the returned coroutine function stops them and gives every refresh's seconds."""
     assert setup.console is not None
     stop = asyncio.Event()
-    tasks = [asyncio.ensure_future(dashboard_load.refresh(setup.urls[DASHBOARD], *setup.console, stop))
-             for _ in range(viewers)]  # fmt: skip
+    tasks = [
+        asyncio.ensure_future(dashboard_load.refresh(setup.urls[DASHBOARD], *setup.console, stop))
+        for _ in range(viewers)
+    ]
 
     async def done() -> list[float]:
         stop.set()
@@ -197,31 +205,55 @@ def fresh_database(url: str) -> str:
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--upstream", choices=["simulator", "fake"], default="simulator",
-                        help="the engine: Hearth's simulator (default) or the lean fake_upstream.py")  # fmt: skip
+    parser.add_argument(
+        "--upstream",
+        choices=["simulator", "fake"],
+        default="simulator",
+        help="the engine: Hearth's simulator (default) or the lean fake_upstream.py",
+    )
     parser.add_argument("--peers", choices=["litellm", "none"], default="litellm", help="peer gateways to include")
     parser.add_argument("--streams", default="1,64,256", type=lambda s: [int(x) for x in s.split(",")])
-    parser.add_argument("--pattern", choices=["steady", "burst"], default="steady",
-                        help="steady: N clients in a closed loop (default); burst: N at once, in rounds")  # fmt: skip
+    parser.add_argument(
+        "--pattern",
+        choices=["steady", "burst"],
+        default="steady",
+        help="steady: N clients in a closed loop (default); burst: N at once, in rounds",
+    )
     parser.add_argument("--repeat", default=2, type=int, help="repetitions per level (default 2)")
     parser.add_argument("--min-samples", default=16, type=int, help="requests per path and repetition, at least")
     parser.add_argument("--hold", default=512, type=int, help="streams held open for the memory figure (0: skip)")
-    parser.add_argument("--hold-to-end", action="store_true",
-                        help="read held streams to their end (~60 s), counting errors, not dropping them")  # fmt: skip
+    parser.add_argument(
+        "--hold-to-end",
+        action="store_true",
+        help="read held streams to their end (~60 s), counting errors, not dropping them",
+    )
     parser.add_argument("--hold-deadline", default=25.0, type=float, help="seconds to wait for them to open")
     parser.add_argument("--request-timeout", default=240.0, type=float, help="seconds for one request, in all")
     parser.add_argument("--markdown", action="store_true", help="also print the table in Markdown")
-    parser.add_argument("--dashboard", action="store_true",
-                        help=f"add a path {DASHBOARD!r}: Hearth while a console user refreshes it")  # fmt: skip
-    parser.add_argument("--viewers", default=1, type=int,
-                        help="console users refreshing at once, with --dashboard (default 1)")  # fmt: skip
-    parser.add_argument("--history-hours", default=24.0, type=float,
-                        help="hours of history the dashboard reads, with --dashboard (default 24)")  # fmt: skip
-    parser.add_argument("--web-workers", default=0, type=int,
-                        help="0: one uvicorn process (default); N: appliance.web_server, N workers")  # fmt: skip
-    parser.add_argument("--database-url", default="",
-                        help="a PostgreSQL database whose name has 'bench' in it, dropped and made again (default: "
-                             "a throwaway SQLite file)")  # fmt: skip
+    parser.add_argument(
+        "--dashboard", action="store_true", help=f"add a path {DASHBOARD!r}: Hearth while a console user refreshes it"
+    )
+    parser.add_argument(
+        "--viewers", default=1, type=int, help="console users refreshing at once, with --dashboard (default 1)"
+    )
+    parser.add_argument(
+        "--history-hours",
+        default=24.0,
+        type=float,
+        help="hours of history the dashboard reads, with --dashboard (default 24)",
+    )
+    parser.add_argument(
+        "--web-workers",
+        default=0,
+        type=int,
+        help="0: one uvicorn process (default); N: appliance.web_server, N workers",
+    )
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="a PostgreSQL database whose name has 'bench' in it, dropped and made again (default: "
+        "a throwaway SQLite file)",
+    )
     parser.add_argument("--redis-url", default=REDIS_URL, help=f"Redis database to use and flush (default {REDIS_URL})")
     return parser.parse_args()
 
@@ -229,10 +261,16 @@ def parse() -> argparse.Namespace:
 def main() -> None:
     args = parse()
     tmp = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
-    env = {**os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50), "REDIS_URL": args.redis_url,
-           "DATABASE_URL": fresh_database(args.database_url) or f"sqlite:///{tmp / 'bench.sqlite3'}",
-           "HEARTH_DATA_DIR": str(tmp),
-           "DJANGO_SETTINGS_MODULE": "appliance.settings", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "REDIS_URL": args.redis_url,
+        "DATABASE_URL": fresh_database(args.database_url) or f"sqlite:///{tmp / 'bench.sqlite3'}",
+        "HEARTH_DATA_DIR": str(tmp),
+        "DJANGO_SETTINGS_MODULE": "appliance.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
     os.environ.update(env)
     setup = Setup()
     all_procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -259,8 +297,10 @@ def main() -> None:
                 note(f"  LiteLLM {litellm_peer.version()} starting (it takes 10–30 s)")
         rows, held = uvloop.run(bench(args, setup))
         cells = report.pool(rows, setup.paths)
-        print(f"engine: {args.upstream}; pattern: {args.pattern}; paths: {', '.join(setup.paths)}; "
-              f"repetitions {args.repeat}")  # fmt: skip
+        print(
+            f"engine: {args.upstream}; pattern: {args.pattern}; paths: {', '.join(setup.paths)}; "
+            f"repetitions {args.repeat}"
+        )
         for peer, why in setup.skipped.items():
             print(f"{peer.upper()}: NOT IN THIS RUN: {why}")
         print(report.table(cells, markdown=False))

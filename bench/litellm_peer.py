@@ -41,8 +41,9 @@ def ensure_venv() -> str | None:
     try:
         if not (VENV / "bin/python").exists():
             subprocess.run([python, "-m", "venv", str(VENV)], check=True, capture_output=True, timeout=300)
-        pip = subprocess.run([str(VENV / "bin/pip"), "install", "-q", "litellm[proxy]"],
-                             capture_output=True, text=True, timeout=1200)  # fmt: skip
+        pip = subprocess.run(
+            [str(VENV / "bin/pip"), "install", "-q", "litellm[proxy]"], capture_output=True, text=True, timeout=1200
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"could not make {VENV}: {exc}"
     noise = [ln for ln in (pip.stdout + pip.stderr).splitlines() if not _noise(ln)]
@@ -61,8 +62,22 @@ def argv_env(tmp: Path, engine_port: int, port: int, master_key: str) -> tuple[l
     config = tmp / "litellm.yaml"
     config.write_text(CONFIG.format(api_base=f"http://127.0.0.1:{engine_port}/v1", master_key=master_key))
     env = {k: v for k in ("PATH", "HOME", "LANG", "TERM") if (v := os.environ.get(k))}
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False", LITELLM_LOG="ERROR",
-               PYTHONUNBUFFERED="1", NO_PROXY="*")  # fmt: skip
-    argv = [str(VENV / "bin/litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-            "--num_workers", "1"]  # fmt: skip
+    env.update(
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_TELEMETRY="False",
+        LITELLM_LOG="ERROR",
+        PYTHONUNBUFFERED="1",
+        NO_PROXY="*",
+    )
+    argv = [
+        str(VENV / "bin/litellm"),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+    ]
     return argv, env

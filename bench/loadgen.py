@@ -78,8 +78,13 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else math.nan
 
 
-async def wait_ready(session: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes], seconds: float,
-                     check: Callable[[bytes], bool] = lambda _: True) -> None:  # fmt: skip
+async def wait_ready(
+    session: aiohttp.ClientSession,
+    url: str,
+    proc: subprocess.Popen[bytes],
+    seconds: float,
+    check: Callable[[bytes], bool] = lambda _: True,
+) -> None:
     """Poll ``url`` until it answers 200 and ``check`` likes the body; raise if ``proc`` exits or time runs out."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -123,12 +128,14 @@ async def one(session: aiohttp.ClientSession, url: str, data: bytes = MEASURED, 
 def lengths(n: int, per_client: int, seed: int) -> list[list[int]]:
     """``max_tokens`` of each client's requests: normal, mean CHUNKS, sd CHUNKS / 4, within 1–2 × CHUNKS."""
     rng = random.Random(seed)
-    return [[min(2 * CHUNKS, max(1, round(rng.gauss(CHUNKS, CHUNKS / 4)))) for _ in range(per_client)]
-            for _ in range(n)]  # fmt: skip
+    return [
+        [min(2 * CHUNKS, max(1, round(rng.gauss(CHUNKS, CHUNKS / 4)))) for _ in range(per_client)] for _ in range(n)
+    ]
 
 
-async def measure(session: aiohttp.ClientSession, url: str, n: int, rounds: int, pid: int | None, pattern: str,
-                  seed: int) -> Run:  # fmt: skip
+async def measure(
+    session: aiohttp.ClientSession, url: str, n: int, rounds: int, pid: int | None, pattern: str, seed: int
+) -> Run:
     """N concurrent streams in ``pattern`` (steady: each of ``n`` clients sends ``rounds`` sampled requests
     after its ramp-up one; burst: ``rounds`` rounds of ``n``), after one unmeasured round of one-token
     answers that opens the connections; with ``pid``, that process's CPU seconds over the measured

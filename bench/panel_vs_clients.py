@@ -36,11 +36,17 @@ PY = sys.executable
 
 
 def hearth_env(tmp: Path) -> dict[str, str]:
-    return {**os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50),
-            "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/11"),
-            "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}", "HEARTH_DATA_DIR": str(tmp),
-            "HEARTH_GPU_INVENTORY": "sim:8xH100-80GB", "HEARTH_SCRAPE_INTERVAL": "2",
-            "HEARTH_INSTANCE": "bench-panels"}  # fmt: skip
+    return {
+        **os.environ,
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/11"),
+        "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}",
+        "HEARTH_DATA_DIR": str(tmp),
+        "HEARTH_GPU_INVENTORY": "sim:8xH100-80GB",
+        "HEARTH_SCRAPE_INTERVAL": "2",
+        "HEARTH_INSTANCE": "bench-panels",
+    }
 
 
 SETUP = f"""
@@ -58,10 +64,16 @@ def up(tmp: Path, env: dict[str, str]) -> tuple[str, list[subprocess.Popen[bytes
     subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True)
     subprocess.run([PY, "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=env, check=True, capture_output=True)
     port = free_port()
-    web = start([PY, "-m", "uvicorn", "appliance.asgi:application", "--port", str(port), "--no-access-log"],
-                tmp / "web.log", env)  # fmt: skip
-    worker = start([PY, "-m", "celery", "-A", "appliance", "worker", "-B", "-c", "3", "-s", str(tmp / "beat")],
-                   tmp / "worker.log", env)  # fmt: skip
+    web = start(
+        [PY, "-m", "uvicorn", "appliance.asgi:application", "--port", str(port), "--no-access-log"],
+        tmp / "web.log",
+        env,
+    )
+    worker = start(
+        [PY, "-m", "celery", "-A", "appliance", "worker", "-B", "-c", "3", "-s", str(tmp / "beat")],
+        tmp / "worker.log",
+        env,
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:
@@ -75,8 +87,10 @@ def up(tmp: Path, env: dict[str, str]) -> tuple[str, list[subprocess.Popen[bytes
 def login(base: str) -> httpx.Client:
     client = httpx.Client(base_url=base, timeout=60)
     client.get("/login/")
-    client.post("/login/", data={"username": "bench", "password": "bench-password-1",
-                                 "csrfmiddlewaretoken": client.cookies["csrftoken"]})  # fmt: skip
+    client.post(
+        "/login/",
+        data={"username": "bench", "password": "bench-password-1", "csrfmiddlewaretoken": client.cookies["csrftoken"]},
+    )
     client.headers.update({"X-CSRFToken": client.cookies["csrftoken"], "Referer": base + "/"})
     return client
 
@@ -91,26 +105,54 @@ def routed(base: str, key: str, name: str) -> None:
     raise SystemExit(f"the gateway never routed {name}")
 
 
-def deploy(client: httpx.Client, name: str) -> int:
-    resp = client.post("/api/deployments", json={"name": name, "model": "llama-8b", "engine": "simulator",
-                                                 "max_model_len": 8192})  # fmt: skip
+def deploy(client: httpx.Client, name: str, within: float = 60, **fields: object) -> int:
+    """Create and launch ``name``, Llama 3.1 8B on the simulator unless ``fields`` (POST /api/deployments' body)
+    say otherwise; its id once ready. SystemExit when it is not ready within ``within`` seconds."""
+    body = {"name": name, "model": "llama-8b", "engine": "simulator", "max_model_len": 8192} | fields
+    resp = client.post("/api/deployments", json=body)
     resp.raise_for_status()
     dep_id: int = resp.json()["id"]
     client.post(f"/api/deployments/{dep_id}/launch").raise_for_status()
-    for _ in range(120):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
         if client.get(f"/api/deployments/{dep_id}").json()["state"] == "ready":
             return dep_id
         time.sleep(0.5)
-    raise SystemExit(f"{name} did not become ready")
+    raise SystemExit(f"{name} did not become ready: {client.get(f'/api/deployments/{dep_id}').json()['state_reason']}")
 
 
 def run_aiperf(base: str, model: str, key: str, concurrency: int, count: int, out: Path) -> dict[str, float]:
-    argv = [str(CACHE / "venv-aiperf" / "bin" / "aiperf"), "profile", "--model", model, "--url", base,
-            "--endpoint-type", "chat", "--streaming", "--api-key", key, "--tokenizer", str(TOKENIZER),
-            "--concurrency", str(concurrency), "--request-count", str(count), "--random-seed", "0",
-            "--prompt-input-tokens-mean", "128", "--prompt-input-tokens-stddev", "0",
-            "--prompt-output-tokens-mean", "64", "--prompt-output-tokens-stddev", "0",
-            "--output-artifact-dir", str(out)]  # fmt: skip
+    argv = [
+        str(CACHE / "venv-aiperf" / "bin" / "aiperf"),
+        "profile",
+        "--model",
+        model,
+        "--url",
+        base,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--api-key",
+        key,
+        "--tokenizer",
+        str(TOKENIZER),
+        "--concurrency",
+        str(concurrency),
+        "--request-count",
+        str(count),
+        "--random-seed",
+        "0",
+        "--prompt-input-tokens-mean",
+        "128",
+        "--prompt-input-tokens-stddev",
+        "0",
+        "--prompt-output-tokens-mean",
+        "64",
+        "--prompt-output-tokens-stddev",
+        "0",
+        "--output-artifact-dir",
+        str(out),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)
     found = sorted(glob.glob(str(out / "**" / "*aiperf*.json"), recursive=True))
@@ -123,18 +165,31 @@ def run_aiperf(base: str, model: str, key: str, concurrency: int, count: int, ou
 
 def run_guidellm(base: str, model: str, key: str, concurrency: int, count: int, out: Path) -> dict[str, float]:
     out.mkdir(parents=True, exist_ok=True)
-    spec = {"spec": {
-        "backend": {"kind": "openai_http", "target": base, "model": model, "api_key": key,
-                    "request_format": "/v1/chat/completions", "validate_backend": False},  # it wants a /health
-        "profile": {"kind": "concurrent", "streams": [concurrency]},
-        "constraints": [{"kind": "max_requests", "count": count}],
-        "tokenizer": {"kind": "hf_auto", "model": str(TOKENIZER)},
-        "data": [{"kind": "synthetic_text", "prompt_tokens": 128, "output_tokens": 64}],
-        "outputs": [{"kind": "json", "path": str(out / "guidellm.json")}],
-    }}  # fmt: skip
+    spec = {
+        "spec": {
+            "backend": {
+                "kind": "openai_http",
+                "target": base,
+                "model": model,
+                "api_key": key,
+                "request_format": "/v1/chat/completions",
+                "validate_backend": False,
+            },  # it wants a /health
+            "profile": {"kind": "concurrent", "streams": [concurrency]},
+            "constraints": [{"kind": "max_requests", "count": count}],
+            "tokenizer": {"kind": "hf_auto", "model": str(TOKENIZER)},
+            "data": [{"kind": "synthetic_text", "prompt_tokens": 128, "output_tokens": 64}],
+            "outputs": [{"kind": "json", "path": str(out / "guidellm.json")}],
+        }
+    }
     (out / "scenario.json").write_text(json.dumps(spec))
-    argv = [str(CACHE / "venv-guidellm" / "bin" / "guidellm"), "run", "--scenario", str(out / "scenario.json"),
-            "--disable-progress"]  # fmt: skip
+    argv = [
+        str(CACHE / "venv-guidellm" / "bin" / "guidellm"),
+        "run",
+        "--scenario",
+        str(out / "scenario.json"),
+        "--disable-progress",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     (out.parent / f"{out.name}.log").write_text(done.stdout + done.stderr)
     if done.returncode or not (out / "guidellm.json").exists():
@@ -204,15 +259,19 @@ def main() -> None:
         for p in procs:
             stop(p)
     print(f"\nPanel vs client, user-visible TTFT through the gateway (simulator; logs in {tmp})\n")
-    print("| client | concurrency | requests (client / panel) | client p50 | panel p50 | diff | within 10 % or 5 ms | "
-          "client p99 | panel p99 |")
+    print(
+        "| client | concurrency | requests (client / panel) | client p50 | panel p50 | diff | within 10 % or 5 ms | "
+        "client p99 | panel p99 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for tool, c, count, served, m, p in rows:
         diff = p["p50"] - m["p50"]
         ok = abs(diff) <= max(0.10 * m["p50"], 0.005)
-        print(f"| {tool} | {c} | {count} / {served} | {m['p50'] * 1000:.1f} ms | {p['p50'] * 1000:.1f} ms | "
-              f"{diff * 1000:+.1f} ms ({diff / m['p50']:+.1%}) | {'yes' if ok else 'NO'} | {m['p99'] * 1000:.1f} ms | "
-              f"{p['p99'] * 1000:.1f} ms |")  # fmt: skip
+        print(
+            f"| {tool} | {c} | {count} / {served} | {m['p50'] * 1000:.1f} ms | {p['p50'] * 1000:.1f} ms | "
+            f"{diff * 1000:+.1f} ms ({diff / m['p50']:+.1%}) | {'yes' if ok else 'NO'} | {m['p99'] * 1000:.1f} ms | "
+            f"{p['p99'] * 1000:.1f} ms |"
+        )
 
 
 if __name__ == "__main__":

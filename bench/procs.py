@@ -28,8 +28,9 @@ def free_port() -> int:
 
 def start(argv: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own process group (so ``stop`` reaches any children it forks), output to ``log``."""
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -100,11 +101,33 @@ def engine_argv(kind: str, port: int) -> list[str]:
     if kind == "fake":
         return [sys.executable, str(ROOT / "bench/fake_upstream.py"), str(port)]
     return [
-        sys.executable, "-m", "engines.simulator", "--model", "bench", "--served-model-name", "bench",
-        "--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", "1024", "--kv-cache-tokens", "4000000",
-        "--max-model-len", "4096", "--decode-ms-per-token", str(DECODE_MS), "--decode-ms-per-seq", "0",
-        "--prefill-tokens-per-s", "1000000", "--natural-output-tokens", "1000", "--no-enable-prefix-caching",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "engines.simulator",
+        "--model",
+        "bench",
+        "--served-model-name",
+        "bench",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-num-seqs",
+        "1024",
+        "--kv-cache-tokens",
+        "4000000",
+        "--max-model-len",
+        "4096",
+        "--decode-ms-per-token",
+        str(DECODE_MS),
+        "--decode-ms-per-seq",
+        "0",
+        "--prefill-tokens-per-s",
+        "1000000",
+        "--natural-output-tokens",
+        "1000",
+        "--no-enable-prefix-caching",
+    ]
 
 
 def web_argv(port: int, workers: int = 0) -> list[str]:
@@ -112,8 +135,21 @@ def web_argv(port: int, workers: int = 0) -> list[str]:
     appliance runs it, ``python -m appliance.web_server`` (the caller sets HEARTH_WEB_WORKERS)."""
     if workers:
         return [sys.executable, "-m", "appliance.web_server", "--host", "127.0.0.1", "--port", str(port)]
-    return [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--host", "127.0.0.1",
-            "--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "appliance.asgi:application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+        "--no-access-log",
+    ]
 
 
 def seed(upstream_port: int) -> str:
@@ -130,13 +166,25 @@ def seed(upstream_port: int) -> str:
 
     source = ModelSource.objects.create(name="bench", kind="local", path="/nonexistent", config={}, weights_bytes=0)
     deployment = Deployment.objects.create(
-        name="bench", model=source, engine="vllm", served_model_name="bench", max_model_len=4096,
-        kv_space_gib=1.0, plan={}, state=DeploymentState.READY,
-    )  # fmt: skip
+        name="bench",
+        model=source,
+        engine="vllm",
+        served_model_name="bench",
+        max_model_len=4096,
+        kv_space_gib=1.0,
+        plan={},
+        state=DeploymentState.READY,
+    )
     Replica.objects.create(
-        deployment=deployment, runtime="process", runtime_name="bench-engine", host="127.0.0.1",
-        port=upstream_port, engine_api_key=secrets.token_hex(16), running=True, ready_at=deployment.created_at,
-    )  # fmt: skip
+        deployment=deployment,
+        runtime="process",
+        runtime_name="bench-engine",
+        host="127.0.0.1",
+        port=upstream_port,
+        engine_api_key=secrets.token_hex(16),
+        running=True,
+        ready_at=deployment.created_at,
+    )
     _, key = create_key("bench", None)
     bump_routing_version()
     return str(key)

@@ -65,20 +65,43 @@ def pool(rows: list[Row], paths: list[str]) -> list[Cell]:
             chunks, wall = sum(run.chunks for run in runs), sum(run.wall for run in runs)
             rate = chunks / wall if wall else 0.0
             per_rep = [r.ratio(path) for r in mine if path in r.runs]
-            cells.append(Cell(
-                n, path, sum(len(run.samples) for run in runs), pct(ttfts, .5), pct(ttfts, .99),
-                pct(ttfts, .5) - pct(direct, .5), pct(ttfts, .99) - pct(direct, .99), rate,
-                rate / d_rate if d_rate else math.nan, min(per_rep, default=math.nan), max(per_rep, default=math.nan),
-                sum(sum(run.errors.values()) for run in runs),
-                sum(run.cpu for run in runs) * 1e6 / chunks if chunks else math.nan,
-                sum(run.kernel_cpu for run in runs) / cpu if (cpu := sum(run.cpu for run in runs)) else math.nan,
-                max((run.rss_mb for run in runs), default=math.nan),
-            ))  # fmt: skip
+            cells.append(
+                Cell(
+                    n,
+                    path,
+                    sum(len(run.samples) for run in runs),
+                    pct(ttfts, 0.5),
+                    pct(ttfts, 0.99),
+                    pct(ttfts, 0.5) - pct(direct, 0.5),
+                    pct(ttfts, 0.99) - pct(direct, 0.99),
+                    rate,
+                    rate / d_rate if d_rate else math.nan,
+                    min(per_rep, default=math.nan),
+                    max(per_rep, default=math.nan),
+                    sum(sum(run.errors.values()) for run in runs),
+                    sum(run.cpu for run in runs) * 1e6 / chunks if chunks else math.nan,
+                    sum(run.kernel_cpu for run in runs) / cpu if (cpu := sum(run.cpu for run in runs)) else math.nan,
+                    max((run.rss_mb for run in runs), default=math.nan),
+                )
+            )
     return cells
 
 
-HEAD = ["streams", "path", "n", "TTFT p50 ms", "TTFT p99 ms", "added p50 ms", "added p99 ms", "chunks/s",
-        "vs direct (per rep)", "errors", "CPU µs/chunk", "kernel %", "RSS MB"]  # fmt: skip
+HEAD = [
+    "streams",
+    "path",
+    "n",
+    "TTFT p50 ms",
+    "TTFT p99 ms",
+    "added p50 ms",
+    "added p99 ms",
+    "chunks/s",
+    "vs direct (per rep)",
+    "errors",
+    "CPU µs/chunk",
+    "kernel %",
+    "RSS MB",
+]
 
 
 def _cells(c: Cell) -> list[str]:
@@ -88,12 +111,30 @@ def _cells(c: Cell) -> list[str]:
         return "—" if math.isnan(x) else format(x, fmt)
 
     ratio = "1.00" if direct else f"{num(c.ratio, '.2f')} ({num(c.ratio_low, '.2f')}–{num(c.ratio_high, '.2f')})"
-    gateway = [num(c.added50), num(c.added99), num(c.cpu_us_per_chunk, ".0f"), num(c.kernel_share * 100, ".0f"),
-               num(c.rss_mb)]  # fmt: skip
+    gateway = [
+        num(c.added50),
+        num(c.added99),
+        num(c.cpu_us_per_chunk, ".0f"),
+        num(c.kernel_share * 100, ".0f"),
+        num(c.rss_mb),
+    ]
     added50, added99, cpu, kernel, rss = [""] * 5 if direct else gateway
     rate, errors = num(c.chunks_per_s, ".0f"), str(c.errors)
-    return [str(c.streams), c.path, str(c.n), num(c.p50), num(c.p99), added50, added99, rate, ratio, errors, cpu,
-            kernel, rss]  # fmt: skip
+    return [
+        str(c.streams),
+        c.path,
+        str(c.n),
+        num(c.p50),
+        num(c.p99),
+        added50,
+        added99,
+        rate,
+        ratio,
+        errors,
+        cpu,
+        kernel,
+        rss,
+    ]
 
 
 def table(cells: list[Cell], markdown: bool) -> str:
@@ -130,9 +171,11 @@ def verdict(cells: list[Cell], peers: list[str]) -> str:
     hearth = get.get((TARGET_LEVEL, "hearth"))
     if hearth:
         p50_ok, p99_ok = hearth.added50 <= ADDED_P50_MS, hearth.added99 <= ADDED_P99_MS
-        parts.append(f"{TARGET_LEVEL} streams added TTFT p50 {hearth.added50:.1f} ms (≤ {ADDED_P50_MS:g} "
-                     f"{'ok' if p50_ok else 'MISS'}), p99 {hearth.added99:.1f} ms (≤ {ADDED_P99_MS:g} "
-                     f"{'ok' if p99_ok else 'MISS'})")  # fmt: skip
+        parts.append(
+            f"{TARGET_LEVEL} streams added TTFT p50 {hearth.added50:.1f} ms (≤ {ADDED_P50_MS:g} "
+            f"{'ok' if p50_ok else 'MISS'}), p99 {hearth.added99:.1f} ms (≤ {ADDED_P99_MS:g} "
+            f"{'ok' if p99_ok else 'MISS'})"
+        )
         misses += [] if p50_ok else ["added p50"]
         misses += [] if p99_ok else ["added p99"]
     ratios = [c for c in cells if c.path == "hearth"]
@@ -152,8 +195,11 @@ def verdict(cells: list[Cell], peers: list[str]) -> str:
             factor = f"{p.added50 / h.added50:.0f}×" if h.added50 > 0 else "Hearth ≤ 0"
             texts.append(f"{h.streams}: {p.added50:.1f} vs {h.added50:.1f} ms ({factor})")
             bad += [] if ok else [str(h.streams)]
-        parts.append(f"added p50 {peer} vs hearth " + "; ".join(texts)
-                     + f" (≥ {VS_LITELLM:g}× {'ok' if not bad else 'MISS at ' + ','.join(bad)})")  # fmt: skip
+        parts.append(
+            f"added p50 {peer} vs hearth "
+            + "; ".join(texts)
+            + f" (≥ {VS_LITELLM:g}× {'ok' if not bad else 'MISS at ' + ','.join(bad)})"
+        )
         misses += [f"vs {peer} at {s}" for s in bad]
     if not peers:
         parts.append("vs LiteLLM: NOT CHECKED (no LiteLLM in this run)")
@@ -176,7 +222,9 @@ def dashboard_verdict(cells: list[Cell], path: str, viewers: int = 1) -> str:
             continue
         added = c.p50 - hearth.p50
         judged = f" (≤ {DASHBOARD_ADDED_P50_MS:g} {'ok' if added <= DASHBOARD_ADDED_P50_MS else 'MISS'})"
-        texts.append(f"{c.streams}: p50 {added:+.1f} ms, p99 {c.p99 - hearth.p99:+.1f} ms"
-                     + (judged if c.streams == TARGET_LEVEL else ""))  # fmt: skip
+        texts.append(
+            f"{c.streams}: p50 {added:+.1f} ms, p99 {c.p99 - hearth.p99:+.1f} ms"
+            + (judged if c.streams == TARGET_LEVEL else "")
+        )
     who = "dashboard refreshing every second" + (f" in {viewers} sessions" if viewers != 1 else "")
     return f"{who}, TTFT added to hearth's: " + ("; ".join(texts) or "not run")

@@ -33,7 +33,6 @@ from console.usage.api import router as usage
 log = logging.getLogger(__name__)
 
 
-
 class BodyError(ValueError):
     """A request body that is not a JSON object Hearth can store; the message says why."""
 

@@ -10,7 +10,9 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Hearth console"
 
     def ready(self) -> None:
-        """Hand access the deployments' served model names, which it may not import (console.access.served_models)."""
+        """Hand access the deployments' served model names, which it may not import (console.access.served_models),
+        and register the checks of the appliance's settings (appliance.system_checks)."""
+        from appliance import system_checks  # noqa: F401 - registers them
         from console.access import served_models
 
         served_models.read_with(_served_names)

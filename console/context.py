@@ -5,6 +5,7 @@ import time
 from django.conf import settings
 from django.http import HttpRequest
 
+from appliance import celery_heartbeats
 from appliance.hardware import PUBLISHED_FRESH_SCRAPES, InventoryError, current_inventory
 
 
@@ -21,3 +22,16 @@ def inventory(request: HttpRequest) -> dict[str, object]:
     limit = PUBLISHED_FRESH_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL + 1
     old = found.read_at is not None and now - found.read_at > limit
     return {"inventory": found.describe(), "inventory_origin": found.provenance(now), "inventory_stale": old}
+
+
+def celery_processes(request: HttpRequest) -> dict[str, object]:
+    """For the header: why Celery beat or the worker is taken for stopped ("" while it runs), or why that cannot
+    be told (appliance.celery_heartbeats)."""
+    if not request.user.is_authenticated:
+        return {}
+    found = celery_heartbeats.read()
+    return {
+        "beat_stopped": found.beat_stopped(),
+        "worker_stopped": found.worker_stopped(),
+        "liveness_unreadable": found.unreadable,
+    }

@@ -32,11 +32,14 @@ def _json_404(request: HttpRequest) -> JsonResponse | None:
     """The JSON answer for /api/, and for /v1/ in the gateway's OpenAI shape (gateway.app answers /v1 itself; this
     is for a request that reaches Django anyway, as under the test client); None for a console page."""
     if request.path.startswith("/api/"):
-        return JsonResponse({"detail": f"No API operation at {request.path[:200]}; /api/docs lists them."},
-                            status=404)  # fmt: skip
+        return JsonResponse({"detail": f"No API operation at {request.path[:200]}; /api/docs lists them."}, status=404)
     if request.path == "/v1" or request.path.startswith("/v1/"):
-        error = {"message": f"Unknown endpoint {request.method} {request.path[:200]}.", "type": "invalid_request_error",
-                 "param": None, "code": "unknown_url"}  # fmt: skip
+        error = {
+            "message": f"Unknown endpoint {request.method} {request.path[:200]}.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "unknown_url",
+        }
         return JsonResponse({"error": error}, status=404)
     return None
 
@@ -76,5 +79,5 @@ def server_error(request: HttpRequest) -> HttpResponse:
         log.exception("the 500 page could not be drawn in the console's layout")
         return HttpResponseServerError(
             "<!doctype html><title>Server error · Hearth</title><h1>Server error</h1>"
-            "<p>Something went wrong; the appliance's log has the details. <a href=\"/\">Back to the dashboard</a></p>"
+            '<p>Something went wrong; the appliance\'s log has the details. <a href="/">Back to the dashboard</a></p>'
         )

@@ -10,6 +10,7 @@ configured reads as "" (logged): the engine it belonged to is then refused until
 import base64
 import hashlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -20,8 +21,8 @@ log = logging.getLogger(__name__)
 MARK = "fernet:"  # a sealed value's beginning; a value without it is plaintext from before sealing
 
 
-def _fernet() -> MultiFernet:
-    keys = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+def _fernet(secret_keys: Sequence[str] = ()) -> MultiFernet:
+    keys = secret_keys or [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
     digests = (hashlib.sha256(f"hearth sealed field:{k}".encode()).digest() for k in keys)
     return MultiFernet([Fernet(base64.urlsafe_b64encode(d)) for d in digests])
 
@@ -41,6 +42,14 @@ def unseal(value: str) -> str:
     except InvalidToken:
         log.warning("a sealed value no configured SECRET_KEY opens was read as empty (was SECRET_KEY changed?)")
         return ""
+
+
+def unseal_under(value: str, secret_keys: Sequence[str]) -> str:
+    """The plaintext of a value sealed under one of ``secret_keys`` (another appliance's SECRET_KEY, as a backup
+    holds it); a value without MARK is returned as it is. Raises cryptography's InvalidToken when none opens it."""
+    if not value.startswith(MARK):
+        return value
+    return _fernet(secret_keys).decrypt(value.removeprefix(MARK).encode()).decode()
 
 
 class SealedCharField(models.CharField):  # type: ignore[type-arg]

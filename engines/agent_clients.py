@@ -73,8 +73,10 @@ def _reason(client: AgentClient, max_model_len: int, fit_max_tokens: bool, neede
     else:
         how = f"asking for {client.max_tokens:,} output tokens"
     verdict = "fits" if max_model_len >= needed else "does not fit"
-    reason = (f"{client.name} {client.version}'s first request ({client.prompt_tokens:,} prompt tokens, {how}) "
-              f"needs about {needed:,} tokens of context: it {verdict} in {max_model_len:,}.")  # fmt: skip
+    reason = (
+        f"{client.name} {client.version}'s first request ({client.prompt_tokens:,} prompt tokens, {how}) "
+        f"needs about {needed:,} tokens of context: it {verdict} in {max_model_len:,}."
+    )
     if verdict != "fits" and not fit_max_tokens and client.max_tokens is not None:
         if max_model_len >= prompt + MIN_ANSWER_TOKENS:
             reason += ' Turning on "fit max_tokens to the context left" would let it through.'

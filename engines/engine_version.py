@@ -1,6 +1,6 @@
 """Engine versions: where a running engine tells its version, how to read it from the answer, and how to
 compare versions (``parse_version``, PEP 440 order). Pure; used to gate the engines' flags
-(engines.adapters), to read what a launched or registered engine runs (console.deployments.watching,
+(engines.flag_gates), to read what a launched or registered engine runs (console.deployments.watching,
 engines.external) and to compare it with what a plan or an export needs."""
 
 import re
@@ -44,11 +44,13 @@ def parse_version(text: str) -> tuple[int, ...]:
     pre, post, dev = match["pre"], match["post_n"], match["dev_n"]
     pre_rank = _PRE_RANK[pre.lower()] if pre else (-4 if dev is not None and post is None else 0)
     return (
-        *release, *[0] * (4 - len(release)),
-        pre_rank, int(match["pre_n"] or 0),
+        *release,
+        *[0] * (4 - len(release)),
+        pre_rank,
+        int(match["pre_n"] or 0),
         int(post or 0) + 1 if post is not None else 0,
         *((-1, int(dev or 0)) if dev is not None else (0, 0)),
-    )  # fmt: skip
+    )
 
 
 def version_from_engine(engine: str, body: Mapping[str, object]) -> str:

@@ -9,10 +9,20 @@ import re
 from dataclasses import dataclass
 
 ERROR_LINE = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)$|\berror: (.+)$")
-GENERIC = ("Engine core initialization failed", "See root cause above", "EngineCore failed to start",
-           "Worker failed", "Traceback (most recent call last)")  # fmt: skip
-OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Cannot allocate memory",
-               "out of memory")  # fmt: skip
+GENERIC = (
+    "Engine core initialization failed",
+    "See root cause above",
+    "EngineCore failed to start",
+    "Worker failed",
+    "Traceback (most recent call last)",
+)
+OOM_MARKERS = (
+    "CUDA out of memory",
+    "OutOfMemoryError",
+    "torch.OutOfMemoryError",
+    "Cannot allocate memory",
+    "out of memory",
+)
 MAX_CAUSE_CHARS = 400
 # A line logged below ERROR is never the cause: vLLM warns at every start about errors that may come
 # ("Found ulimit of ... can cause fd limit errors like `OSError: [Errno 24] Too many open files`").

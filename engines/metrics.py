@@ -129,40 +129,75 @@ _SGLANG_COMMON = {
     "queue_seconds": "sglang:queue_time_seconds",
 }
 DEFAULT_MAPPINGS: list[MappingRow] = [
-    *_rows("vllm", "vllm", "0.11", "", _VLLM_SRC, {
-        **_VLLM_COMMON,
-        "kv_cache_usage": "vllm:kv_cache_usage_perc",
-        "cached_prompt_tokens_total": "vllm:prompt_tokens_cached_total",
-        "prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
-        "prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
-        "itl_seconds": "vllm:inter_token_latency_seconds",
-    }),
-    *_rows("vllm-v0", "vllm", "", "0.11", _VLLM_V0_SRC, {
-        **_VLLM_COMMON,
-        "kv_cache_usage": "vllm:gpu_cache_usage_perc",
-        "prefix_cache_queries_total": "vllm:gpu_prefix_cache_queries_total",
-        "prefix_cache_hits_total": "vllm:gpu_prefix_cache_hits_total",
-        "itl_seconds": "vllm:time_per_output_token_seconds",
-    }),
+    *_rows(
+        "vllm",
+        "vllm",
+        "0.11",
+        "",
+        _VLLM_SRC,
+        {
+            **_VLLM_COMMON,
+            "kv_cache_usage": "vllm:kv_cache_usage_perc",
+            "cached_prompt_tokens_total": "vllm:prompt_tokens_cached_total",
+            "prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
+            "prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
+            "itl_seconds": "vllm:inter_token_latency_seconds",
+        },
+    ),
+    *_rows(
+        "vllm-v0",
+        "vllm",
+        "",
+        "0.11",
+        _VLLM_V0_SRC,
+        {
+            **_VLLM_COMMON,
+            "kv_cache_usage": "vllm:gpu_cache_usage_perc",
+            "prefix_cache_queries_total": "vllm:gpu_prefix_cache_queries_total",
+            "prefix_cache_hits_total": "vllm:gpu_prefix_cache_hits_total",
+            "itl_seconds": "vllm:time_per_output_token_seconds",
+        },
+    ),
     # Before "sglang" so that it wins a tie (both name a series that SGLang >= 0.5.7 has).
-    *_rows("sglang-0.5.7", "sglang", "0.5.7", "", _SGLANG_SRC, {
-        **_SGLANG_COMMON,
-        "generation_tokens_total": 'sglang:realtime_tokens_total{mode="decode"}',
-    }),
-    *_rows("sglang", "sglang", "", "", _SGLANG_SRC, {
-        **_SGLANG_COMMON,
-        "generation_tokens_total": "sglang:generation_tokens_total",
-    }),
-    *_rows("llamacpp", "llamacpp", "", "", _LLAMACPP_SRC, {
-        "requests_running": "llamacpp:requests_processing",
-        "requests_waiting": "llamacpp:requests_deferred",
-        "kv_cache_usage": "llamacpp:kv_cache_usage_ratio",
-        "prompt_tokens_total": "llamacpp:prompt_tokens_total",
-        "generation_tokens_total": "llamacpp:tokens_predicted_total",
-        "spec_draft_tokens_total": "llamacpp:tokens_drafted_total",
-        "spec_accepted_tokens_total": "llamacpp:tokens_drafted_accepted_total",
-    }),
-]  # fmt: skip
+    *_rows(
+        "sglang-0.5.7",
+        "sglang",
+        "0.5.7",
+        "",
+        _SGLANG_SRC,
+        {
+            **_SGLANG_COMMON,
+            "generation_tokens_total": 'sglang:realtime_tokens_total{mode="decode"}',
+        },
+    ),
+    *_rows(
+        "sglang",
+        "sglang",
+        "",
+        "",
+        _SGLANG_SRC,
+        {
+            **_SGLANG_COMMON,
+            "generation_tokens_total": "sglang:generation_tokens_total",
+        },
+    ),
+    *_rows(
+        "llamacpp",
+        "llamacpp",
+        "",
+        "",
+        _LLAMACPP_SRC,
+        {
+            "requests_running": "llamacpp:requests_processing",
+            "requests_waiting": "llamacpp:requests_deferred",
+            "kv_cache_usage": "llamacpp:kv_cache_usage_ratio",
+            "prompt_tokens_total": "llamacpp:prompt_tokens_total",
+            "generation_tokens_total": "llamacpp:tokens_predicted_total",
+            "spec_draft_tokens_total": "llamacpp:tokens_drafted_total",
+            "spec_accepted_tokens_total": "llamacpp:tokens_drafted_accepted_total",
+        },
+    ),
+]
 
 # The engine family whose flavors a deployment's engine kind may speak (the simulator imitates them all).
 ENGINE_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -303,9 +338,13 @@ def parse_metrics(text: str, rows: Iterable[MappingRow] | str, time: float, flav
 
 
 def _histogram_sample(
-    name: str, labels: dict[str, str], value: float, histos: dict[str, str],
-    buckets: dict[str, dict[float, float]], sums: dict[str, float],
-) -> None:  # fmt: skip
+    name: str,
+    labels: dict[str, str],
+    value: float,
+    histos: dict[str, str],
+    buckets: dict[str, dict[float, float]],
+    sums: dict[str, float],
+) -> None:
     base, _, suffix = name.rpartition("_")
     canonical = histos.get(base)
     if canonical is None:

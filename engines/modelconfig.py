@@ -76,8 +76,14 @@ def max_context(cfg: dict[str, Any]) -> int:
     (vllm/config/model.py ``_get_and_verify_max_len``): max_position_embeddings or its aliases, else its
     class's default (CONTEXT_DEFAULTS); YaRN rope scaling multiplies its original_max_position_embeddings by
     its factor."""
-    base = _int(cfg, "max_position_embeddings", "max_sequence_length", "seq_length", "n_positions",
-                default=CONTEXT_DEFAULTS.get(str(cfg.get("model_type")), 0))  # fmt: skip
+    base = _int(
+        cfg,
+        "max_position_embeddings",
+        "max_sequence_length",
+        "seq_length",
+        "n_positions",
+        default=CONTEXT_DEFAULTS.get(str(cfg.get("model_type")), 0),
+    )
     rope = cfg.get("rope_scaling") or {}
     if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "yarn" and rope.get("factor"):
         base = int(int(rope.get("original_max_position_embeddings") or base) * float(rope["factor"]))

@@ -42,64 +42,169 @@ class Family:
         return kind and all(marker in template for marker in self.template_has)
 
 
-def _f(name: str, tools: tuple[str | None, str | None], reasoning: tuple[str | None, str | None], source: str,
-       types: tuple[str, ...] = (), archs: tuple[str, ...] = (), template: tuple[str, ...] = ()) -> Family:  # fmt: skip
-    return Family(name, tools[0], reasoning[0], tools[1], reasoning[1], source, frozenset(types), frozenset(archs),
-                  template)  # fmt: skip
+def _f(
+    name: str,
+    tools: tuple[str | None, str | None],
+    reasoning: tuple[str | None, str | None],
+    source: str,
+    types: tuple[str, ...] = (),
+    archs: tuple[str, ...] = (),
+    template: tuple[str, ...] = (),
+) -> Family:
+    return Family(
+        name, tools[0], reasoning[0], tools[1], reasoning[1], source, frozenset(types), frozenset(archs), template
+    )
 
 
 VLLM_DOCS = "vLLM docs/features/tool_calling.md and reasoning_outputs.md"
 SGLANG_DOCS = "SGLang docs/advanced_features/tool_parser.md and separate_reasoning.md"
 # (vLLM, SGLang) names per family; the more specific template first where an architecture is shared.
 FAMILIES: tuple[Family, ...] = (
-    _f("gpt-oss", ("openai", "gpt-oss"), ("openai_gptoss", "gpt-oss"),
-       f"{VLLM_DOCS} (gpt-oss section); {SGLANG_DOCS}", types=("gpt_oss",)),
-    _f("Kimi K2", ("kimi_k2", "kimi_k2"), ("kimi_k2", "kimi_k2"),
-       f"{VLLM_DOCS} (Kimi-K2 section); {SGLANG_DOCS}; moonshotai/Kimi-K2-Instruct model card",
-       types=("kimi_k2",)),
-    _f("DeepSeek-V3.1", ("deepseek_v31", "deepseekv31"), ("deepseek_v3", "deepseek-v3"),
-       f"{VLLM_DOCS} (DeepSeek-V3.1 section); {SGLANG_DOCS}", types=("deepseek_v3",), template=("thinking",)),
-    _f("DeepSeek-R1", ("deepseek_v3", "deepseekv3"), ("deepseek_r1", "deepseek-r1"),
-       f"{VLLM_DOCS} (DeepSeek-V3/R1-0528 section); {SGLANG_DOCS}", types=("deepseek_v3",), template=("<think>",)),
-    _f("DeepSeek-V3", ("deepseek_v3", "deepseekv3"), (None, None),
-       f"{VLLM_DOCS} (DeepSeek-V3 section); {SGLANG_DOCS}", types=("deepseek_v3",)),
-    _f("GLM-4.5 / 4.6", ("glm45", "glm45"), ("glm45", "glm45"),
-       f"{VLLM_DOCS} (GLM-4.5 section); {SGLANG_DOCS}", types=("glm4_moe",)),
-    _f("Qwen3-Coder", ("qwen3_coder", "qwen3_coder"), (None, None),
-       f"{VLLM_DOCS} (Qwen3-Coder section); {SGLANG_DOCS}; Qwen/Qwen3-Coder-30B-A3B-Instruct model card",
-       types=("qwen3", "qwen3_moe"), template=("<function=",)),
-    _f("Qwen3", ("hermes", "qwen25"), ("qwen3", "qwen3"),
-       f"{VLLM_DOCS} (Qwen section: hermes; reasoning qwen3); {SGLANG_DOCS}", types=("qwen3", "qwen3_moe")),
-    _f("QwQ / Qwen2.5 reasoning", ("hermes", "qwen25"), ("deepseek_r1", "deepseek-r1"),
-       f"{VLLM_DOCS} (QwQ-32B takes deepseek_r1); {SGLANG_DOCS}", types=("qwen2",),
-       template=("<tool_call>", "<think>")),
-    _f("DeepSeek-R1-Distill (Qwen, Llama)", (None, None), ("deepseek_r1", "deepseek-r1"),
-       f"{VLLM_DOCS} (reasoning_outputs: DeepSeek R1 series); {SGLANG_DOCS}", types=("qwen2", "llama"),
-       template=("<｜Assistant｜>",)),
-    _f("Qwen2.5", ("hermes", "qwen25"), (None, None),
-       f"{VLLM_DOCS} (Qwen section: Qwen2.5's template supports Hermes-style calls); {SGLANG_DOCS}",
-       types=("qwen2",), template=("<tool_call>",)),
-    _f("Llama 4", ("llama4_pythonic", "pythonic"), (None, None),
-       f"{VLLM_DOCS} (Llama 4 section); {SGLANG_DOCS}", types=("llama4",)),
-    _f("Hermes 2 Pro / 3 (Llama)", ("hermes", "hermes"), (None, None),
-       f"{VLLM_DOCS} (NousResearch Hermes section); {SGLANG_DOCS}", types=("llama",), template=("<tool_call>",)),
-    _f("Llama 3.1 / 3.2 / 3.3", ("llama3_json", "llama3"), (None, None),
-       f"{VLLM_DOCS} (Llama 3.1 section: llama3_json); {SGLANG_DOCS} (llama3)", types=("llama",),
-       template=("<|start_header_id|>",)),
-    _f("Magistral", ("mistral", "mistral"), ("mistral", "mistral"),
-       f"{VLLM_DOCS} (Mistral section; reasoning_outputs: Magistral); {SGLANG_DOCS}",
-       types=("mistral", "mistral3"), template=("[THINK]",)),
-    _f("Mistral / Mixtral", ("mistral", "mistral"), (None, None),
-       f"{VLLM_DOCS} (Mistral section); {SGLANG_DOCS}", types=("mistral", "mixtral", "mistral3")),
-    _f("IBM Granite 3", ("granite", None), ("granite", None),
-       f"{VLLM_DOCS} (IBM Granite section); SGLang names no Granite parser", types=("granite",)),
-    _f("MiniMax-M2", ("minimax_m2", "minimax-m2"), ("minimax_m2_append_think", "minimax-append-think"),
-       f"{VLLM_DOCS} (MiniMax section); {SGLANG_DOCS}", types=("minimax_m2",)),
-    _f("ChatML without tool markup (SmolLM2, ...)", ("hermes", "qwen25"), (None, None),
-       "the Hermes format is ChatML's tool convention (NousResearch/Hermes-2-Pro model card); the template "
-       "renders no tools, so calls are unlikely but requests with tools are accepted", types=("llama", "qwen2"),
-       template=("<|im_start|>",)),
-)  # fmt: skip
+    _f(
+        "gpt-oss",
+        ("openai", "gpt-oss"),
+        ("openai_gptoss", "gpt-oss"),
+        f"{VLLM_DOCS} (gpt-oss section); {SGLANG_DOCS}",
+        types=("gpt_oss",),
+    ),
+    _f(
+        "Kimi K2",
+        ("kimi_k2", "kimi_k2"),
+        ("kimi_k2", "kimi_k2"),
+        f"{VLLM_DOCS} (Kimi-K2 section); {SGLANG_DOCS}; moonshotai/Kimi-K2-Instruct model card",
+        types=("kimi_k2",),
+    ),
+    _f(
+        "DeepSeek-V3.1",
+        ("deepseek_v31", "deepseekv31"),
+        ("deepseek_v3", "deepseek-v3"),
+        f"{VLLM_DOCS} (DeepSeek-V3.1 section); {SGLANG_DOCS}",
+        types=("deepseek_v3",),
+        template=("thinking",),
+    ),
+    _f(
+        "DeepSeek-R1",
+        ("deepseek_v3", "deepseekv3"),
+        ("deepseek_r1", "deepseek-r1"),
+        f"{VLLM_DOCS} (DeepSeek-V3/R1-0528 section); {SGLANG_DOCS}",
+        types=("deepseek_v3",),
+        template=("<think>",),
+    ),
+    _f(
+        "DeepSeek-V3",
+        ("deepseek_v3", "deepseekv3"),
+        (None, None),
+        f"{VLLM_DOCS} (DeepSeek-V3 section); {SGLANG_DOCS}",
+        types=("deepseek_v3",),
+    ),
+    _f(
+        "GLM-4.5 / 4.6",
+        ("glm45", "glm45"),
+        ("glm45", "glm45"),
+        f"{VLLM_DOCS} (GLM-4.5 section); {SGLANG_DOCS}",
+        types=("glm4_moe",),
+    ),
+    _f(
+        "Qwen3-Coder",
+        ("qwen3_coder", "qwen3_coder"),
+        (None, None),
+        f"{VLLM_DOCS} (Qwen3-Coder section); {SGLANG_DOCS}; Qwen/Qwen3-Coder-30B-A3B-Instruct model card",
+        types=("qwen3", "qwen3_moe"),
+        template=("<function=",),
+    ),
+    _f(
+        "Qwen3",
+        ("hermes", "qwen25"),
+        ("qwen3", "qwen3"),
+        f"{VLLM_DOCS} (Qwen section: hermes; reasoning qwen3); {SGLANG_DOCS}",
+        types=("qwen3", "qwen3_moe"),
+    ),
+    _f(
+        "QwQ / Qwen2.5 reasoning",
+        ("hermes", "qwen25"),
+        ("deepseek_r1", "deepseek-r1"),
+        f"{VLLM_DOCS} (QwQ-32B takes deepseek_r1); {SGLANG_DOCS}",
+        types=("qwen2",),
+        template=("<tool_call>", "<think>"),
+    ),
+    _f(
+        "DeepSeek-R1-Distill (Qwen, Llama)",
+        (None, None),
+        ("deepseek_r1", "deepseek-r1"),
+        f"{VLLM_DOCS} (reasoning_outputs: DeepSeek R1 series); {SGLANG_DOCS}",
+        types=("qwen2", "llama"),
+        template=("<｜Assistant｜>",),
+    ),
+    _f(
+        "Qwen2.5",
+        ("hermes", "qwen25"),
+        (None, None),
+        f"{VLLM_DOCS} (Qwen section: Qwen2.5's template supports Hermes-style calls); {SGLANG_DOCS}",
+        types=("qwen2",),
+        template=("<tool_call>",),
+    ),
+    _f(
+        "Llama 4",
+        ("llama4_pythonic", "pythonic"),
+        (None, None),
+        f"{VLLM_DOCS} (Llama 4 section); {SGLANG_DOCS}",
+        types=("llama4",),
+    ),
+    _f(
+        "Hermes 2 Pro / 3 (Llama)",
+        ("hermes", "hermes"),
+        (None, None),
+        f"{VLLM_DOCS} (NousResearch Hermes section); {SGLANG_DOCS}",
+        types=("llama",),
+        template=("<tool_call>",),
+    ),
+    _f(
+        "Llama 3.1 / 3.2 / 3.3",
+        ("llama3_json", "llama3"),
+        (None, None),
+        f"{VLLM_DOCS} (Llama 3.1 section: llama3_json); {SGLANG_DOCS} (llama3)",
+        types=("llama",),
+        template=("<|start_header_id|>",),
+    ),
+    _f(
+        "Magistral",
+        ("mistral", "mistral"),
+        ("mistral", "mistral"),
+        f"{VLLM_DOCS} (Mistral section; reasoning_outputs: Magistral); {SGLANG_DOCS}",
+        types=("mistral", "mistral3"),
+        template=("[THINK]",),
+    ),
+    _f(
+        "Mistral / Mixtral",
+        ("mistral", "mistral"),
+        (None, None),
+        f"{VLLM_DOCS} (Mistral section); {SGLANG_DOCS}",
+        types=("mistral", "mixtral", "mistral3"),
+    ),
+    _f(
+        "IBM Granite 3",
+        ("granite", None),
+        ("granite", None),
+        f"{VLLM_DOCS} (IBM Granite section); SGLang names no Granite parser",
+        types=("granite",),
+    ),
+    _f(
+        "MiniMax-M2",
+        ("minimax_m2", "minimax-m2"),
+        ("minimax_m2_append_think", "minimax-append-think"),
+        f"{VLLM_DOCS} (MiniMax section); {SGLANG_DOCS}",
+        types=("minimax_m2",),
+    ),
+    _f(
+        "ChatML without tool markup (SmolLM2, ...)",
+        ("hermes", "qwen25"),
+        (None, None),
+        "the Hermes format is ChatML's tool convention (NousResearch/Hermes-2-Pro model card); the template "
+        "renders no tools, so calls are unlikely but requests with tools are accepted",
+        types=("llama", "qwen2"),
+        template=("<|im_start|>",),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -117,9 +222,11 @@ class ParserChoice:
         """What the console should warn about: no tool-call parser means requests with tools are refused."""
         if self.tool_call_parser is not None:
             return None
-        return ("No tool-call parser is known for this model on this engine: requests that carry tools "
-                "(every coding agent's) will be refused. Set one under the engine's flags if the model can "
-                "call tools.")  # fmt: skip
+        return (
+            "No tool-call parser is known for this model on this engine: requests that carry tools "
+            "(every coding agent's) will be refused. Set one under the engine's flags if the model can "
+            "call tools."
+        )
 
 
 def template_text(tokenizer_config: Mapping[str, Any] | None, chat_template: str | None = None) -> str:

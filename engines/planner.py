@@ -198,8 +198,10 @@ def _tp_refusal(config: ModelConfig, tps: list[int], gpus: int) -> str:
     if tps[0] > gpus:
         return f"Tensor parallel {tps[0]} needs {tps[0]} GPUs; {gpus} are free here."
     if heads % tps[0]:
-        return (f"Tensor parallel {tps[0]} does not divide the model's {heads} attention heads; sizes that do "
-                f"on {gpus} GPUs: {', '.join(map(str, dividing))}.")  # fmt: skip
+        return (
+            f"Tensor parallel {tps[0]} does not divide the model's {heads} attention heads; sizes that do "
+            f"on {gpus} GPUs: {', '.join(map(str, dividing))}."
+        )
     return ""
 
 

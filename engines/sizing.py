@@ -4,7 +4,7 @@ Formulas (../shared/DESIGN.md, "Size"):
 - KV bytes per token, standard/GQA attention: 2 (K and V) x layers x kv_heads x head_dim x bytes_per_value.
 - KV capacity in tokens: budget / kv_bytes_per_token, rounded down to whole blocks of ``block_size``.
 
-For vLLM's CPU build the budget is ``VLLM_CPU_KVCACHE_SPACE`` GiB and the block size 128; with
+For vLLM's CPU build the budget is ``--kv-cache-memory-bytes`` (Hearth passes the plan's) and the block size 128; with
 SmolLM2-135M (30 layers, 3 KV heads, head_dim 64, bf16) this gives 23,040 B/token and 46,592 tokens
 at 1 GiB, exactly what vLLM 0.32.0 reports at startup (../shared/FACTS.md). SGLang's CPU engine
 pages by 1 token (its default ``--page-size``) and takes the capacity itself as ``--max-total-tokens``:
@@ -26,12 +26,15 @@ SGLANG_PAGE_SIZE = 1  # SGLang's default --page-size (server_args.py), read back
 CPU_ENGINE_OVERHEAD = 3 * GIB
 # Per CPU engine: the KV block the capacity is rounded to, and how the budget reaches the engine.
 CPU_KV_BLOCK: dict[str, int] = {EngineKind.VLLM_CPU: VLLM_CPU_BLOCK_SIZE, EngineKind.SGLANG_CPU: SGLANG_PAGE_SIZE}
-CPU_KV_BUDGET_NAME = {EngineKind.VLLM_CPU: "VLLM_CPU_KVCACHE_SPACE", EngineKind.SGLANG_CPU: "as --max-total-tokens"}
+CPU_KV_BUDGET_NAME = {EngineKind.VLLM_CPU: "as --kv-cache-memory-bytes", EngineKind.SGLANG_CPU: "as --max-total-tokens"}
 # Tokens per KV block each engine allocates (a sequence of n tokens holds ceil(n / block) blocks); the
 # simulator's is its --block-size default (engines.simulator.config), which Hearth does not pass.
 KV_BLOCK_TOKENS: dict[str, int] = {
-    EngineKind.VLLM: BLOCK_SIZE, EngineKind.SGLANG: SGLANG_PAGE_SIZE, EngineKind.SIMULATOR: 16, **CPU_KV_BLOCK,
-}  # fmt: skip
+    EngineKind.VLLM: BLOCK_SIZE,
+    EngineKind.SGLANG: SGLANG_PAGE_SIZE,
+    EngineKind.SIMULATOR: 16,
+    **CPU_KV_BLOCK,
+}
 
 
 def kv_block_tokens(engine: str) -> int:
@@ -123,7 +126,7 @@ def plan_cpu(
 ) -> SizingPlan:
     """Plan a model on a CPU engine (``engine``: vLLM's or SGLang's) with ``kv_space_gib`` GiB of KV cache.
 
-    vLLM CPU takes the budget as VLLM_CPU_KVCACHE_SPACE and rounds it to blocks of 128 tokens; SGLang
+    vLLM CPU takes the budget as ``--kv-cache-memory-bytes`` and rounds it to blocks of 128 tokens; SGLang
     CPU takes the capacity itself as ``--max-total-tokens`` (pages of 1 token). Raises ValueError for
     an engine Hearth does not know and KeyError for one that is not a CPU engine.
 

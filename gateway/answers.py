@@ -29,8 +29,16 @@ Json = dict[str, Any]
 # (``<|tool_call|>``), mistral (``[TOOL_CALLS]``), llama3_json (``<|python_tag|>``), qwen3_coder
 # (``<function=``), deepseek_v3 (``<｜tool▁calls▁begin｜>``), kimi_k2 (``<|tool_calls_section_begin|>``),
 # and the bare JSON call of llama3_json without its tag.
-TOOL_CALL_MARKERS = ("<tool_call>", "<|tool_call|>", "[TOOL_CALLS]", "<|python_tag|>", "<function=",
-                     "<｜tool▁calls▁begin｜>", "<|tool_calls_section_begin|>", '{"name":')  # fmt: skip
+TOOL_CALL_MARKERS = (
+    "<tool_call>",
+    "<|tool_call|>",
+    "[TOOL_CALLS]",
+    "<|python_tag|>",
+    "<function=",
+    "<｜tool▁calls▁begin｜>",
+    "<|tool_calls_section_begin|>",
+    '{"name":',
+)
 
 
 @dataclass

@@ -71,8 +71,9 @@ class Charges:
         try:
             await self._add(keys=list(pending), args=args)
         except (RedisError, OSError) as exc:
-            log.warning("quota store unreachable; %d USD counters of keys without limits not updated (%s)",
-                        len(pending), exc)  # fmt: skip
+            log.warning(
+                "quota store unreachable; %d USD counters of keys without limits not updated (%s)", len(pending), exc
+            )
 
     async def close(self) -> None:
         """Flush what is pending (a stop): the flush under way first, then the rest, with none left scheduled."""

@@ -31,7 +31,9 @@ async def count_prompt(engines: Engines, upstream: Upstream, body: dict[str, Any
     try:
         async with asyncio.timeout(COUNT_TIMEOUT):
             payload = json.dumps(body).encode()
-            answer = await engines.post(upstream.base_url, "/tokenize", upstream.engine_api_key, payload)
+            answer = await engines.post(
+                upstream.base_url, "/tokenize", upstream.engine_api_key, payload, external=upstream.external
+            )
             async with answer:
                 data = await answer.read()
     except (TimeoutError, UpstreamUnreachable, UpstreamBroken) as exc:
@@ -46,8 +48,9 @@ async def count_prompt(engines: Engines, upstream: Upstream, body: dict[str, Any
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-async def prompt_at_most(engines: Engines, upstream: Upstream | None, body: dict[str, Any] | None,
-                         body_bytes: int) -> int:  # fmt: skip
+async def prompt_at_most(
+    engines: Engines, upstream: Upstream | None, body: dict[str, Any] | None, body_bytes: int
+) -> int:
     """The prompt's tokens as ``upstream``'s engine counts the ``/tokenize`` body, else (no body, no upstream,
     no count) the bound a request of ``body_bytes`` bytes cannot exceed."""
     counted = await count_prompt(engines, upstream, body) if body and upstream else None

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gateway.engine_messages import LOGGED_CHARS, clean
+
 
 class Surface(StrEnum):
     OPENAI = "openai"
@@ -19,10 +21,17 @@ class Surface(StrEnum):
 
 
 ANTHROPIC_TYPES = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
     504: "timeout_error",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,7 @@ class GatewayError(Exception):
     param: str | None = None
     retry_after: int | None = None  # seconds, sent as the Retry-After header
     allow: str | None = None  # the methods the path serves, sent as the Allow header of a 405
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # more response headers (name and value, as ASGI sends them)
     recorded: bool = False  # the request's outcome is already logged and counted (gateway.accounting)
 
     def body(self, surface: Surface = Surface.OPENAI) -> bytes:
@@ -67,16 +77,22 @@ def revoked_key(at: str) -> GatewayError:
 
 def rotated_key(at: str) -> GatewayError:
     return GatewayError(
-        401, f"This API key was rotated: this secret stopped working at {at}. Use its new secret.",
+        401,
+        f"This API key was rotated: this secret stopped working at {at}. Use its new secret.",
         code="invalid_api_key",
-    )  # fmt: skip
+    )
 
 
 def registry_unavailable() -> GatewayError:
     """The database holding keys and routes cannot be read: 503 with Retry-After, never a guess from an old
     snapshot."""
-    return GatewayError(503, "The gateway cannot read its keys and routes right now; retry in a few seconds.",
-                        type="server_error", code="service_unavailable", retry_after=2)  # fmt: skip
+    return GatewayError(
+        503,
+        "The gateway cannot read its keys and routes right now; retry in a few seconds.",
+        type="server_error",
+        code="service_unavailable",
+        retry_after=2,
+    )
 
 
 def unknown_model(name: str) -> GatewayError:
@@ -94,9 +110,11 @@ def model_not_allowed(name: str) -> GatewayError:
 
 def upstream_timeout(name: str) -> GatewayError:
     return GatewayError(
-        504, f"The engine serving '{name}' went silent for longer than HEARTH_STREAM_IDLE_TIMEOUT.",
-        type="server_error", code="upstream_timeout",
-    )  # fmt: skip
+        504,
+        f"The engine serving '{name}' went silent for longer than HEARTH_STREAM_IDLE_TIMEOUT.",
+        type="server_error",
+        code="upstream_timeout",
+    )
 
 
 COMING_STATES = frozenset({"pending", "pulling", "starting", "loading", "ready"})  # may serve without an admin
@@ -107,25 +125,140 @@ def not_ready(name: str, state: str, retry_after: int) -> GatewayError:
     or ready with every replica down: a crash being restarted, an external endpoint being checked) with
     Retry-After, ``retry_after`` seconds (one reconcile); stopped or failed, without (only an admin brings it back)."""
     if state not in COMING_STATES:
-        return GatewayError(503, f"The model '{name}' has no ready replica (its deployment is {state}).",
-                            type="server_error", code="no_ready_replica")  # fmt: skip
+        return GatewayError(
+            503,
+            f"The model '{name}' has no ready replica (its deployment is {state}).",
+            type="server_error",
+            code="no_ready_replica",
+        )
     why = "every replica of it is down" if state == "ready" else f"its deployment is {state}"
-    return GatewayError(503, f"The model '{name}' has no ready replica ({why}). Retry in {retry_after} s.",
-                        type="server_error", code="no_ready_replica", retry_after=retry_after)  # fmt: skip
+    return GatewayError(
+        503,
+        f"The model '{name}' has no ready replica ({why}). Retry in {retry_after} s.",
+        type="server_error",
+        code="no_ready_replica",
+        retry_after=retry_after,
+    )
+
+
+def wake_failed(name: str, reason: str, retry_after: int) -> GatewayError:
+    """503 for a request held for a wake that failed (gateway.holding): the deployment's reason in the worker's
+    words (the engine's own for a failed /wake_up), with Retry-After ``retry_after`` seconds."""
+    why = clean(reason, "A failed wake's reason") if reason else "its deployment failed"
+    return GatewayError(
+        503,
+        f"The model '{name}' was put aside to share the GPUs and could not be woken: {why}",
+        type="server_error",
+        code="wake_failed",
+        retry_after=retry_after,
+    )
+
+
+def wake_timeout(name: str, seconds: float, retry_after: int) -> GatewayError:
+    """503 for a request held longer than HEARTH_WAKE_TIMEOUT (``seconds``) for its deployment's wake."""
+    return GatewayError(
+        503,
+        f"The model '{name}' was put aside to share the GPUs and was not awake within {seconds:.0f} s "
+        f"(HEARTH_WAKE_TIMEOUT); it may still be waking. Retry in {retry_after} s.",
+        type="server_error",
+        code="wake_timeout",
+        retry_after=retry_after,
+    )
+
+
+def wake_not_asked(name: str, why: str, retry_after: int) -> GatewayError:
+    """503 for a request held for a wake Hearth could not ask the worker for (Redis or the broker away)."""
+    return GatewayError(
+        503,
+        f"The model '{name}' was put aside to share the GPUs and Hearth could not ask for its wake ({why}). "
+        f"Retry in {retry_after} s.",
+        type="server_error",
+        code="wake_unavailable",
+        retry_after=retry_after,
+    )
 
 
 def engine_refused(name: str) -> GatewayError:
-    return GatewayError(502, f"The engine serving '{name}' refused the gateway's credentials; relaunch the "
-                        "deployment.", type="server_error", code="engine_refused")  # fmt: skip
+    return GatewayError(
+        502,
+        f"The engine serving '{name}' refused the gateway's credentials; relaunch the deployment.",
+        type="server_error",
+        code="engine_refused",
+    )
 
 
 def upstream_unreachable(name: str, retry_after: int) -> GatewayError:
     """Every replica refused the connection or closed it without an answer: an engine that just died, which
     the next reconcile restarts or takes out of the route. 503 with Retry-After (seconds), as for a
     deployment that is not ready, so clients wait and retry instead of giving up on a 502."""
-    return GatewayError(503, f"No replica serving '{name}' could be reached (its engine may have just stopped; "
-                        f"it is being checked). Retry in {retry_after} s.", type="server_error",
-                        code="upstream_unreachable", retry_after=retry_after)  # fmt: skip
+    return GatewayError(
+        503,
+        f"No replica serving '{name}' could be reached (its engine may have just stopped; "
+        f"it is being checked). Retry in {retry_after} s.",
+        type="server_error",
+        code="upstream_unreachable",
+        retry_after=retry_after,
+    )
+
+
+NO_RETRY = ((b"x-should-retry", b"false"),)  # the openai and anthropic SDKs retry a 5xx unless told not to
+
+
+def loop_detected() -> GatewayError:
+    """A request that came back to this Hearth (its hop header names it, gateway.loops): 508 Loop Detected (RFC
+    5842), a server's fault and not the client's request's, and not worth retrying."""
+    return GatewayError(
+        508,
+        "This request came back to the Hearth that sent it: an endpoint of this model's deployment leads back "
+        "to this Hearth (directly or through another one), so it would go round forever. An admin must point "
+        "that endpoint at an engine.",
+        type="server_error",
+        code="loop_detected",
+        headers=NO_RETRY,
+    )
+
+
+def too_many_hops(hops: int) -> GatewayError:
+    """A request that went through ``hops`` Hearths already (gateway.loops): 508, as a loop is."""
+    return GatewayError(
+        508,
+        f"This request has come through {hops} Hearths already (x-hearth-hop); a chain this long is most likely "
+        "a loop, so it goes no further. An admin must point the endpoints of this model at an engine.",
+        type="server_error",
+        code="too_many_hops",
+        headers=NO_RETRY,
+    )
+
+
+def upstream_redirected(name: str, status: int) -> GatewayError:
+    """An engine that answered with a redirect: never followed, never relayed (its endpoint is misconfigured)."""
+    return GatewayError(
+        502,
+        f"The engine serving '{name}' answered with a redirect (HTTP {status}), which Hearth does not follow: "
+        "an admin must check its endpoint's URL.",
+        type="server_error",
+        code="upstream_redirect",
+    )
+
+
+def upstream_not_json(name: str) -> GatewayError:
+    return GatewayError(
+        502,
+        f"The engine serving '{name}' answered with what is not a JSON object; an admin must check its endpoint.",
+        type="server_error",
+        code="upstream_not_json",
+    )
+
+
+def upstream_refused(name: str) -> GatewayError:
+    """Every replica's address was refused by the address policy at connect time (gateway.connect_policy)."""
+    return GatewayError(
+        502,
+        f"The endpoint serving '{name}' is at an address Hearth's address policy refuses now; nothing was sent "
+        "there. An admin must check where its name resolves.",
+        type="server_error",
+        code="upstream_address_refused",
+    )
 
 
 def upstream_broke(name: str) -> GatewayError:
@@ -147,13 +280,22 @@ CONTEXT_LENGTH = re.compile(
 )
 
 
+PARAM = re.compile(r"[a-z_][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,64}|\[\d{1,6}\]){0,8}")  # messages[0].content
+
+
 def reshape(status: int, body: bytes, surface: Surface) -> bytes:
-    """An engine's error body in the API's own shape, keeping its message (vLLM's carries the real
-    numbers of a context-length error) and its status. A 400 whose message says the prompt does not fit
-    the context gets OpenAI's code ``context_length_exceeded``."""
+    """An engine's error body in the API's own shape, keeping its status and its message (vLLM's carries the
+    real numbers of a context-length error) as gateway.engine_messages.clean leaves it: at most 500 characters,
+    without what looks like a secret or a traceback; its ``param`` only when it names a request field. A 400
+    whose message says the prompt does not fit the context gets OpenAI's code ``context_length_exceeded``."""
+    return engine_error(status, body).body(surface)
+
+
+def engine_error(status: int, body: bytes) -> GatewayError:
+    """An engine's error answer (``status``, ``body``) as the GatewayError ``reshape`` describes."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict) and error.get("message"):
@@ -161,12 +303,16 @@ def reshape(status: int, body: bytes, surface: Surface) -> bytes:
     elif isinstance(data, dict) and (error or data.get("detail") or data.get("message")):
         message, param = str(error or data.get("detail") or data.get("message")), None  # FastAPI's {"detail": ...}
     else:
-        message, param = body.decode("utf-8", "replace")[:2000] or f"The engine answered HTTP {status}.", None
+        text = body[: LOGGED_CHARS * 4].decode("utf-8", "replace")  # UTF-8: at most 4 bytes a character
+        message, param = text or f"The engine answered HTTP {status}.", None
     if status == 404 and message == "Not Found":
         message = "The engine serving this model does not offer this endpoint."
+    message = clean(message, f"An engine's HTTP {status} answer")
+    if not isinstance(param, str) or not PARAM.fullmatch(param):
+        param = None  # a request field's name or nothing: the engine's own words go in the message only
     kind = "invalid_request_error" if status < 500 else "server_error"
     code = "context_length_exceeded" if status == 400 and CONTEXT_LENGTH.search(message) else None
-    return GatewayError(status, message, type=kind, param=param, code=code).body(surface)
+    return GatewayError(status, message, type=kind, param=param, code=code)
 
 
 class StreamCut(StrEnum):
@@ -180,10 +326,12 @@ class StreamCut(StrEnum):
 
 def stream_cut_message(cut: StreamCut, idle_seconds: float, engine_error: str | None = None) -> str:
     if cut == StreamCut.IDLE:
-        return (f"The engine sent nothing for {idle_seconds:.0f} s (HEARTH_STREAM_IDLE_TIMEOUT); "
-                "the response is incomplete.")  # fmt: skip
+        return (
+            f"The engine sent nothing for {idle_seconds:.0f} s (HEARTH_STREAM_IDLE_TIMEOUT); "
+            "the response is incomplete."
+        )
     if cut == StreamCut.ENGINE_ERROR and engine_error:
-        return f"The engine failed: {engine_error}"
+        return f"The engine failed: {clean(engine_error, 'An engine error in a translated stream')}"
     if cut == StreamCut.RESTART:
         return "Hearth's web process restarted before the stream finished; the response is incomplete: retry."
     return "The engine ended the stream before it finished; the response is incomplete."
@@ -206,9 +354,29 @@ def stream_error_event(
         payload = {"type": "error", "error": {"type": kind, "message": message}}
         return f"event: error\ndata: {json.dumps(payload)}\n\n".encode()
     if response_id is not None:
-        response: dict[str, object] = {"id": response_id, "object": "response", "status": "failed", "output": [],
-                    "error": {"code": code, "message": message}, "incomplete_details": None}  # fmt: skip
+        response: dict[str, object] = {
+            "id": response_id,
+            "object": "response",
+            "status": "failed",
+            "output": [],
+            "error": {"code": code, "message": message},
+            "incomplete_details": None,
+        }
         event = {"type": "response.failed", "sequence_number": 0, "response": response}
         return f"event: response.failed\ndata: {json.dumps(event)}\n\n".encode()
     error = {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
     return f"data: {json.dumps(error)}\n\n".encode()
+
+
+def error_event(error: GatewayError, surface: Surface, responses: bool) -> bytes:
+    """``error`` as the in-stream event that ends a stream whose head went out before it could be answered (a
+    request held for a wake, gateway.holding): Anthropic's ``event: error`` with the type its status has, a
+    Responses stream's ``response.failed`` (``responses``), a chat stream's ``data: {"error": ...}``."""
+    if surface == Surface.ANTHROPIC:
+        payload = {
+            "type": "error",
+            "error": {"type": ANTHROPIC_TYPES.get(error.status, "api_error"), "message": error.message},
+        }
+        return f"event: error\ndata: {json.dumps(payload)}\n\n".encode()
+    code = error.code or error.type
+    return stream_error_event(error.message, code, surface, response_id="" if responses else None)

@@ -68,10 +68,16 @@ def quota_of(key: ApiKey) -> Quota:
         except ObjectDoesNotExist:  # a user without a member row has no member budgets
             member = None
     return Quota(
-        key.requests_per_minute, key.tokens_per_minute, key.tokens_per_day, key.max_concurrent,
-        key.daily_budget_usd, key.monthly_budget_usd, key.owner_id,
-        member.daily_budget_usd if member else None, member.monthly_budget_usd if member else None,
-    )  # fmt: skip
+        key.requests_per_minute,
+        key.tokens_per_minute,
+        key.tokens_per_day,
+        key.max_concurrent,
+        key.daily_budget_usd,
+        key.monthly_budget_usd,
+        key.owner_id,
+        member.daily_budget_usd if member else None,
+        member.monthly_budget_usd if member else None,
+    )
 
 
 def tokens_to_reserve(path: str, request: dict[str, Any], prompt: int, max_model_len: int) -> int:
@@ -139,12 +145,18 @@ def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> Gatew
         return _over_budget(index - len(LIMITS), limit, used, wanted, now)
     what, window = LIMITS[index]
     if what.startswith("tokens") and used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
-        return GatewayError(400, f"This request needs up to {wanted:,} tokens (its prompt and output limit), more "
-                            f"than this API key's limit of {limit:,} {what}; ask for fewer output tokens.",
-                            code="exceeds_key_limit")  # fmt: skip
+        return GatewayError(
+            400,
+            f"This request needs up to {wanted:,} tokens (its prompt and output limit), more "
+            f"than this API key's limit of {limit:,} {what}; ask for fewer output tokens.",
+            code="exceeds_key_limit",
+        )
     retry = seconds_to_turn(window, now)
-    state = "is reached" if used >= limit else (f"has {limit - used:,} left, fewer than this request may use "
-                                                f"({wanted:,}: its prompt and output limit)")  # fmt: skip
+    state = (
+        "is reached"
+        if used >= limit
+        else (f"has {limit - used:,} left, fewer than this request may use ({wanted:,}: its prompt and output limit)")
+    )
     noun = what if limit != 1 else what.replace("s ", " ", 1)  # "1 request at once", "1 token per minute"
     message = f"This API key's limit of {limit:,} {noun} {state}; retry in {retry:,} s{_at(now, retry)}."
     return GatewayError(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)
@@ -171,6 +183,10 @@ def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> 
 
 def store_unreachable(retry_after: int) -> GatewayError:
     """503 for a key whose limits or budgets cannot be judged: Redis does not answer."""
-    return GatewayError(503, "This API key's limits are kept in Redis, which does not answer; retry in "
-                        f"{retry_after} s.", type="server_error", code="quota_store_unavailable",
-                        retry_after=retry_after)  # fmt: skip
+    return GatewayError(
+        503,
+        f"This API key's limits are kept in Redis, which does not answer; retry in {retry_after} s.",
+        type="server_error",
+        code="quota_store_unavailable",
+        retry_after=retry_after,
+    )

@@ -20,6 +20,11 @@ Freshness, in the order the console's changes reach a gateway process:
   request is never answered from a snapshot older than UNWATCHED_MAX_AGE, and the watch is reopened
   every WATCH_RETRY seconds (reopening counts as a change: it may have missed some).
 - **Per request.** Expiry and a rotation's grace end are checked against the clock on every request.
+- **Waiting for a change.** A request held for a deployment's wake (gateway.holding) waits on
+  ``changed_since``: every announced change and every reload wakes it, and it reads the snapshot again (so all
+  the requests held for one deployment see it ready at the same reload); it polls nothing of its own.
+
+What a snapshot holds: gateway.snapshot.
 
 The same watch follows the deployments' price keys (console.observability.cost.price_key_prefix) for the
 process's price cache (gateway.prices): an announced price change empties it, and it is used only while the
@@ -32,28 +37,22 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TypeVar
 
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django.db.models import F
 from redis.exceptions import RedisError
 
-from console.access.key_format import key_prefix, matches
-from console.access.models import ApiKey
-from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import routing_version_key
 from console.observability.cost import price_key_prefix
-from engines import external
-from engines.launch import speaks_anthropic, speaks_responses
 from gateway import errors
 from gateway.errors import GatewayError
 from gateway.prices import Prices
-from gateway.quotas import Quota, quota_of
+from gateway.snapshot import KeyEntry, Route, Snapshot, Upstream, authenticate, key_entries, load_snapshot
+
+__all__ = ["KeyEntry", "Registry", "Route", "Snapshot", "Upstream", "authenticate", "key_entries", "load_snapshot"]
 
 log = logging.getLogger(__name__)
 RECHECK_EVERY = 2.0  # seconds between background re-reads of the database, whatever Redis announced
@@ -63,136 +62,6 @@ WATCH_RETRY = 1.0  # seconds between attempts to (re)open the watch
 INVALIDATIONS = "__redis__:invalidate"  # the channel Redis announces tracked keys' changes on
 RECHECKED = {401, 403, 404, 503}  # refusals decided again on a snapshot read after the request arrived
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """One ready replica: where it listens (``http://host:port``, or an external endpoint's base URL, which may be
-    https and have a path) and the key its engine demands ("" for an external endpoint that demands none)."""
-
-    replica_id: int
-    base_url: str
-    engine_api_key: str
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a served model name goes: its ready replicas."""
-
-    served_model_name: str
-    upstreams: tuple[Upstream, ...]
-    max_model_len: int
-    created: int  # Unix seconds the deployment became ready, as OpenAI's model object has it
-    speaks_anthropic: bool = True  # else the gateway translates /v1/messages to the chat API
-    max_tokens_cap: int | None = None  # the deployment's own cap on generated tokens per request
-    speaks_responses: bool = True  # else the gateway translates /v1/responses to the chat API
-    fit_max_tokens: bool = False  # lower an output limit over the context left to what it leaves (context_fit)
-    deployment_id: int = 0  # whose price per token the key's budgets are charged at (gateway.reservations)
-
-
-@dataclass(frozen=True)
-class KeyEntry:
-    """One secret of a live API key as the gateway needs it; ``allowed_models`` empty means every model.
-
-    A rotated key has two entries under its two prefixes, one key ``id`` (so one set of quotas): the
-    current secret, and the previous one with ``grace_until`` set (console.access.models.ApiKey.secrets_at).
-    """
-
-    id: int
-    prefix: str
-    key_hash: str
-    allowed_models: frozenset[str]
-    max_tokens_cap: int | None
-    expires_at: float | None  # Unix seconds
-    quota: Quota = field(default_factory=Quota)
-    grace_until: float | None = None  # Unix seconds: this is the previous secret, accepted until then
-    revoked_at: float | None = None  # Unix seconds: the key was revoked then, and is refused saying so
-
-    def allows(self, model: str) -> bool:
-        return not self.allowed_models or model in self.allowed_models
-
-
-@dataclass
-class Snapshot:
-    keys: dict[str, KeyEntry] = field(default_factory=dict)  # by public prefix, previous secrets' too
-    routes: dict[str, Route] = field(default_factory=dict)  # ready models
-    states: dict[str, str] = field(default_factory=dict)  # every deployed model → its state
-
-
-def _seconds(at: datetime | None) -> float | None:
-    return at.timestamp() if at is not None else None
-
-
-def key_entries(key: ApiKey) -> list[KeyEntry]:
-    """The entries of a key: its current secret, and its previous one while it has one (kept after its grace,
-    so that its holder hears it was rotated rather than that it is wrong), each with when the key was revoked,
-    if it was."""
-    quota = quota_of(key)
-    revoked = _seconds(key.revoked_at)
-    current = KeyEntry(key.pk, key.prefix, key.key_hash, frozenset(key.allowed_models), key.max_tokens_cap,
-                       _seconds(key.expires_at), quota, revoked_at=revoked)  # fmt: skip
-    if not (key.previous_prefix and key.previous_key_hash and key.previous_valid_until):
-        return [current]
-    grace = key.previous_valid_until.timestamp()
-    return [current, KeyEntry(key.pk, key.previous_prefix, key.previous_key_hash, current.allowed_models,
-                              key.max_tokens_cap, current.expires_at, quota, grace_until=grace,
-                              revoked_at=revoked)]  # fmt: skip
-
-
-def load_snapshot() -> Snapshot:
-    """Every key's secrets (a revoked key's too, to be refused as revoked) and every deployment's route or
-    state, read from the database now."""
-    snap = Snapshot()
-    live_first = (F("revoked_at").asc(nulls_first=True), "pk")
-    for key in ApiKey.objects.select_related("owner__member").order_by(*live_first):
-        for entry in key_entries(key):
-            snap.keys.setdefault(entry.prefix, entry)  # a current prefix wins over an old one's
-    for dep in Deployment.objects.prefetch_related("replicas"):
-        snap.states[dep.served_model_name] = dep.state
-        ready = sorted((r for r in dep.replicas.all() if r.up), key=lambda r: r.pk)
-        if dep.state == DeploymentState.READY and ready:
-            upstreams = tuple(Upstream(r.pk, r.base_url, r.engine_api_key) for r in ready)
-            created = int(min(r.ready_at for r in ready if r.ready_at).timestamp())
-            snap.routes[dep.served_model_name] = Route(
-                dep.served_model_name, upstreams, dep.max_model_len, created,
-                all(_speaks(dep, r, anthropic=True) for r in ready), dep.max_tokens_cap,
-                speaks_responses=all(_speaks(dep, r, anthropic=False) for r in ready),
-                fit_max_tokens=dep.fit_max_tokens, deployment_id=dep.pk,
-            )  # fmt: skip
-    return snap
-
-
-def authenticate(snapshot: Snapshot, key: str, now: float | None = None) -> KeyEntry:
-    """The entry of ``key`` when it authenticates at ``now`` (Unix seconds, default the clock): a live key's
-    current secret, or its previous one within the rotation's grace. The hash comparison is constant-time
-    (console.access.key_format.matches). Raises GatewayError 401: an unknown or wrong key, a revoked one, an
-    expired one, or a previous secret past its grace (the last three say so: only the key's holder can have
-    sent it)."""
-    entry = snapshot.keys.get(key_prefix(key))
-    if entry is None or not matches(key, entry.key_hash):
-        raise errors.invalid_key()
-    if entry.revoked_at is not None:
-        raise errors.revoked_key(_utc(entry.revoked_at))
-    now = time.time() if now is None else now
-    if entry.expires_at is not None and entry.expires_at <= now:
-        raise errors.expired_key(_utc(entry.expires_at))
-    if entry.grace_until is not None and entry.grace_until <= now:
-        raise errors.rotated_key(_utc(entry.grace_until))
-    return entry
-
-
-def _utc(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _speaks(dep: Deployment, replica: Replica, anthropic: bool) -> bool:
-    """Whether ``replica`` serves /v1/messages (``anthropic``) or /v1/responses itself: a launched one as its
-    deployment's engine does (engines.launch), an external endpoint as its kind and version do (engines.external).
-    A route relays an API as it is only when every replica of it serves it; otherwise it translates for all."""
-    if replica.external:
-        check = external.speaks_anthropic if anthropic else external.speaks_responses
-        return check(replica.engine_kind, replica.engine_version)
-    return (speaks_anthropic if anthropic else speaks_responses)(dep.engine, dep.extra_args)
 
 
 class Registry:
@@ -207,6 +76,8 @@ class Registry:
         self._watching = False  # the announcement watch is live
         self._tasks: list[asyncio.Task[None]] = []
         self._reload: asyncio.Future[None] | None = None
+        self._generation = 0  # counts the reloads and announced changes, for ``changed_since``
+        self._bumped = asyncio.Event()  # set (and replaced) at each of them
         self._redis: aioredis.Redis | None = None
         self._loads = ThreadPoolExecutor(1, thread_name_prefix="hearth-registry")  # one DB connection, its own
 
@@ -252,6 +123,25 @@ class Registry:
                 raise errors.registry_unavailable() from None
         return self.snapshot
 
+    @property
+    def generation(self) -> int:
+        """How many reloads and announced changes this registry has seen: read it before a snapshot, and give
+        it to ``changed_since``."""
+        return self._generation
+
+    async def changed_since(self, generation: int, timeout: float) -> None:
+        """Return as soon as a reload or an announced change came after ``generation`` (at once when one came
+        already), or after ``timeout`` seconds."""
+        if self._generation != generation or timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._bumped.wait(), timeout)
+
+    def _bump(self) -> None:
+        self._generation += 1
+        self._bumped.set()
+        self._bumped = asyncio.Event()
+
     async def check_database(self) -> None:
         """Ask the database for ``SELECT 1`` (on the thread that reads snapshots). Raises what the driver raises."""
         await sync_to_async(_select_one, thread_sensitive=False, executor=self._loads)()
@@ -278,6 +168,7 @@ class Registry:
             log.warning("keys and routes could not be read from the database: %s", exc)
             raise
         self.snapshot, self._loaded_at = snapshot, began
+        self._bump()
 
     async def _keep_rechecking(self) -> None:
         """Re-read the database every RECHECK_EVERY seconds, whatever Redis announced or failed to."""
@@ -292,6 +183,7 @@ class Registry:
             tracker = await _open_watch()
             if tracker is not None:
                 self._watching, self._changed_at = True, time.monotonic()  # changes made while nobody listened
+                self._bump()
                 self.prices.forget()
                 self.prices.live = True
                 try:
@@ -328,6 +220,7 @@ class Registry:
             self.prices.forget()
         if keys is None or any(not k.startswith(prices) for k in keys):
             self._changed_at = time.monotonic()
+            self._bump()
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -362,8 +255,9 @@ async def _open_watch() -> aioredis.Redis | None:
         await tracker.connection.send_command("SUBSCRIBE", INVALIDATIONS)
         await tracker.connection.read_response(timeout=WATCH_RETRY)
     except (RedisError, OSError) as exc:
-        log.warning("no routing announcements from Redis (%s); keys and routes are re-read every %.0f s",
-                    exc, UNWATCHED_MAX_AGE)  # fmt: skip
+        log.warning(
+            "no routing announcements from Redis (%s); keys and routes are re-read every %.0f s", exc, UNWATCHED_MAX_AGE
+        )
         await tracker.aclose()
         return None
     return tracker

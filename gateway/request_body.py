@@ -1,9 +1,13 @@
-"""The client's request body: read whole within HEARTH_MAX_BODY_BYTES, and parsed as a JSON object whose
-fields the gateway itself reads are checked (the engine checks the rest). Errors are GatewayError 400 or 413,
-in the API's shape (gateway.errors)."""
+"""The client's request body: read whole within HEARTH_MAX_BODY_BYTES, decoded when it came compressed
+(``Content-Encoding`` gzip or deflate, HTTP's content codings, RFC 9110 §8.4.1; its decoded size held to the same
+limit, so a small body that inflates to gigabytes stops at the limit), and parsed as a JSON object whose fields
+the gateway itself reads are checked (the engine checks the rest). Errors are GatewayError 400, 413 or 415, in
+the API's shape (gateway.errors)."""
 
 import asyncio
 import json
+import zlib
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -38,8 +42,11 @@ def parse_body(body: bytes) -> dict[str, Any]:
     return request
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The whole body. Raises GatewayError 413 past HEARTH_MAX_BODY_BYTES, CancelledError when the client left."""
+async def read_body(receive: Receive, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes:
+    """The whole body, decoded as the request's ``headers`` say (``Content-Encoding``). Raises GatewayError 413
+    past HEARTH_MAX_BODY_BYTES (as sent or decoded), 415 for a coding other than gzip or deflate, 400 for a body
+    that is not what its coding says; CancelledError when the client left."""
+    codings = content_codings(headers)
     body = bytearray()
     while True:
         message = await receive()
@@ -47,8 +54,63 @@ async def read_body(receive: Receive) -> bytes:
             raise asyncio.CancelledError
         body += message.get("body", b"")
         if len(body) > settings.HEARTH_MAX_BODY_BYTES:
-            raise GatewayError(
-                413, f"The request body is over {settings.HEARTH_MAX_BODY_BYTES:,} bytes.", code="request_too_large"
-            )
+            raise _too_large("")
         if not message.get("more_body"):
-            return bytes(body)
+            break
+    decoded = bytes(body)
+    for coding in reversed(codings):  # the codings were applied in the order they are listed
+        decoded = _decompressed(decoded, coding)
+    return decoded
+
+
+# A content coding → the zlib window bits that read it: gzip's header and trailer, or deflate's zlib wrapper
+# (RFC 9110 §8.4.1.2-3; "x-gzip" is gzip's old name, which recipients should take as gzip).
+WINDOW_BITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def content_codings(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
+    """The request's content codings in the order they were applied ("identity" left out). Raises GatewayError 415
+    for one the gateway does not decode, saying which it does."""
+    codings = [
+        coding.strip().lower()
+        for name, value in headers
+        if name == b"content-encoding"
+        for coding in value.decode("latin-1").split(",")
+    ]
+    codings = [coding for coding in codings if coding and coding != "identity"]
+    for coding in codings:
+        if coding not in WINDOW_BITS:
+            raise GatewayError(
+                415,
+                f"The request body's Content-Encoding {coding[:40]!r} is not supported: send it uncompressed, "
+                "or compressed with gzip or deflate.",
+                code="unsupported_content_encoding",
+            )
+    return codings
+
+
+def _decompressed(body: bytes, coding: str) -> bytes:
+    """``body`` decoded from ``coding`` (one of WINDOW_BITS; gzip members one after the other, as gzip allows),
+    never more than HEARTH_MAX_BODY_BYTES + 1 bytes of it at once. Raises GatewayError 413 past the limit, 400 for
+    a body that is not what ``coding`` says."""
+    limit = settings.HEARTH_MAX_BODY_BYTES
+    out, rest = bytearray(), body
+    while True:
+        inflate = zlib.decompressobj(WINDOW_BITS[coding])
+        try:
+            out += inflate.decompress(rest, limit + 1 - len(out))
+        except zlib.error:
+            raise GatewayError(400, f"The request body is not valid {coding} data.") from None
+        if len(out) > limit:
+            raise _too_large(" decompressed")
+        if not inflate.eof:
+            raise GatewayError(400, f"The request body's {coding} data is cut short.")
+        rest = inflate.unused_data
+        if not rest or coding == "deflate":
+            return bytes(out)
+
+
+def _too_large(how: str) -> GatewayError:
+    return GatewayError(
+        413, f"The request body is over {settings.HEARTH_MAX_BODY_BYTES:,} bytes{how}.", code="request_too_large"
+    )

@@ -20,16 +20,27 @@ sum of the day's logged costs (plus what requests in flight hold). No price publ
 GPU price, no tokens measured yet): the budgets cannot be judged; the request passes, is charged nothing
 and its log row's cost is None (the keys page says "no price").
 
-Keys: ``hearth:<HEARTH_INSTANCE>:quota:key:<id>:…`` and ``…:quota:owner:<user id>:…`` (appliance.redis_keys),
-so two appliances sharing one Redis never share counters.
+Keys: ``hearth:<HEARTH_INSTANCE>:quota:key:<id>:…`` and ``…:quota:owner:<user id>:…`` (appliance.redis_keys;
+the USD counters' names in console.observability.spent, which beat's accounting check reads them by), so two
+appliances sharing one Redis never share counters.
+
+Each request is noted (gateway.ledger): admission writes a noted request's note in the same script, with what it
+reserved; ``FINISH`` ends it: it removes the note, settles what was reserved, and adds the request's log row to
+the spool (console.observability.request_spool), all at once, and does nothing when the note is gone already
+(another process recorded the request when its relay's process died).
+
+Both scripts also keep the deployment's activity for its idle policy (console.deployments.activity: the last
+request's time, the requests in flight): admission adds the request to its deployment's in-flight set, FINISH
+takes it out (even when its note is gone), so neither costs a round trip of its own.
 """
 
+import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import redis.asyncio as aioredis
 from django.conf import settings
@@ -37,8 +48,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from appliance.redis_keys import redis_key
+from console.deployments import activity
 from console.observability.cost import price_per_token
+from console.observability.request_spool import spool_key
+from console.observability.spent import DAY_TTL, MONTH_TTL, key_counters, periods, usd_counters
 from gateway import quotas
 from gateway.charges import Charges, nano_usd
 from gateway.prices import Prices
@@ -48,12 +61,15 @@ log = logging.getLogger(__name__)
 SLOT_LAPSE = 3600  # seconds a concurrency slot is held at most (a process that died never gives it back)
 REDIS_TIMEOUT = 1.0  # seconds to connect or answer before Redis counts as unreachable
 OUTAGE_RETRY = 5  # seconds, the Retry-After of a 503 while Redis does not answer
-TTL = {"minute": 120, "day": 2 * 86400, "month": 62 * 86400}  # seconds each window's counter outlives its start
+TTL = {"minute": 120, "day": DAY_TTL, "month": MONTH_TTL}  # seconds each window's counter outlives its start
 
 # KEYS: 1 requests/minute, 2 tokens/minute, 3 tokens/day, 4 running (sorted set), 5 key USD/day, 6 key USD/month,
-#       7 owner USD/day, 8 owner USD/month, 9 the deployment's USD per token.
-# ARGV: 1 reservation id, 2 now (Unix s), 3 tokens to reserve, 4-11 the limits of KEYS 1-8 ('' none; USD in
-#       nano-USD), 12 1 when the key has an owner, 13-15 TTL of minute, day and month counters, 16 SLOT_LAPSE.
+#       7 owner USD/day, 8 owner USD/month, 9 the deployment's USD per token, 10 the process's notes,
+#       11 the deployment's last-request key, 12 its in-flight set (console.deployments.activity).
+# ARGV: 1 reservation id (the request's id), 2 now (Unix s), 3 tokens to reserve, 4-11 the limits of KEYS 1-8 (''
+#       none; USD in nano-USD), 12 1 when the key has an owner, 13-15 TTL of minute, day and month counters,
+#       16 SLOT_LAPSE, 17 the request's note (a JSON object; '' none): written with "held": [cost, price] added,
+#       18 activity.KEPT and 19 activity.LAPSE ('' both: the activity is not noted).
 # Returns {0, cost reserved (nano-USD), price ('' none)} or {index of the full counter (1-8), used, wanted}.
 ADMIT = """
 local now, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -82,45 +98,82 @@ for i = 1, last do
     redis.call('EXPIRE', KEYS[i], ttls[i])
   end
 end
+if ARGV[17] ~= '' then
+  local held = string.format(',"held":["%d","%s"]}', cost, price or '')
+  redis.call('HSET', KEYS[10], ARGV[1], string.sub(ARGV[17], 1, -2) .. held)
+end
+if ARGV[18] and ARGV[18] ~= '' then
+  redis.call('SET', KEYS[11], ARGV[2], 'EX', ARGV[18])
+  redis.call('ZADD', KEYS[12], now + tonumber(ARGV[19]), ARGV[1])
+  redis.call('EXPIRE', KEYS[12], ARGV[19])
+end
 return {0, string.format('%d', cost), price or ''}
 """
 
-# KEYS: 1 tokens/minute, 2 tokens/day, 3 running, 4 key USD/day, 5 key USD/month, 6 owner USD/day,
-#       7 owner USD/month, 8 the deployment's USD per token.
-# ARGV: 1 reservation id ('' none: nothing was reserved), 2 tokens reserved, 3 tokens used, 4 cost reserved,
-#       5 the price read at admission ('' none; '?' read it now), 6 1 when the key has an owner,
-#       7-8 TTL of day and month counters.
+# The settlement, as a Lua function of its KEYS (K) and ARGV (A):
+# K: 1 tokens/minute, 2 tokens/day, 3 running, 4 key USD/day, 5 key USD/month, 6 owner USD/day,
+#    7 owner USD/month, 8 the deployment's USD per token.
+# A: 1 reservation id ('' none: nothing was reserved), 2 tokens reserved, 3 tokens used, 4 cost reserved,
+#    5 the price read at admission ('' none; '?' read it now), 6 1 when the key has an owner,
+#    7-8 TTL of day and month counters.
 # Returns {cost charged (nano-USD), price ('' none)}.
-SETTLE = """
-local reserved, used, reserved_cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local price = ARGV[5]
-if price == '?' then price = redis.call('GET', KEYS[8]) or '' end
-local cost = 0
-if price ~= '' then cost = math.floor(used * tonumber(price) * 1e9 + 0.5) end
-if ARGV[1] ~= '' then
-  for i = 1, 2 do
-    if used ~= reserved and redis.call('EXISTS', KEYS[i]) == 1 then
-      redis.call('INCRBY', KEYS[i], string.format('%d', used - reserved))
+SETTLE_FUNCTION = """
+local function settle(K, A)
+  local reserved, used, reserved_cost = tonumber(A[2]), tonumber(A[3]), tonumber(A[4])
+  local price = A[5]
+  if price == '?' then price = redis.call('GET', K[8]) or '' end
+  local cost = 0
+  if price ~= '' then cost = math.floor(used * tonumber(price) * 1e9 + 0.5) end
+  if A[1] ~= '' then
+    for i = 1, 2 do
+      if used ~= reserved and redis.call('EXISTS', K[i]) == 1 then
+        redis.call('INCRBY', K[i], string.format('%d', used - reserved))
+      end
+    end
+    redis.call('ZREM', K[3], A[1])
+  end
+  local change = cost - reserved_cost
+  local last = 5
+  if A[6] == '1' then last = 7 end
+  local ttls = {0, 0, 0, A[7], A[8], A[7], A[8]}
+  for i = 4, last do
+    if change ~= 0 then
+      if redis.call('EXISTS', K[i]) == 1 then
+        redis.call('INCRBY', K[i], string.format('%d', change))
+      elseif change > 0 then
+        redis.call('INCRBY', K[i], string.format('%d', change))
+        redis.call('EXPIRE', K[i], ttls[i])
+      end
     end
   end
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  return {string.format('%d', cost), price}
 end
-local change = cost - reserved_cost
-local last = 5
-if ARGV[6] == '1' then last = 7 end
-local ttls = {0, 0, 0, ARGV[7], ARGV[8], ARGV[7], ARGV[8]}
-for i = 4, last do
-  if change ~= 0 then
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-      redis.call('INCRBY', KEYS[i], string.format('%d', change))
-    elseif change > 0 then
-      redis.call('INCRBY', KEYS[i], string.format('%d', change))
-      redis.call('EXPIRE', KEYS[i], ttls[i])
-    end
-  end
-end
-return {string.format('%d', cost), price}
 """
+SETTLE = SETTLE_FUNCTION + "return settle(KEYS, ARGV)\n"  # KEYS and ARGV as K and A above
+
+# KEYS: 1 the process's notes, 2 the spool, 3 the deployment's last-request key, 4 its in-flight set (both
+#       optional), 5-12 the settlement's K (when settling).
+# ARGV: 1 the request's id, 2 1 when the request was noted, 3 its log row (JSON), 4 its cost (nano-USD, '' none)
+#       when not settling, 5 1 to settle, 6 now (Unix s: the last request's time; '' leaves it), 7 activity.KEPT,
+#       8-15 the settlement's A.
+# Returns {1, the cost charged (nano-USD, '' none)}, or 0 when the request was noted and its note is gone (it was
+# recorded elsewhere: nothing done but its activity's end).
+FINISH = (
+    SETTLE_FUNCTION
+    + """
+if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
+if KEYS[3] and ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[7]) end
+if ARGV[2] == '1' and redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+local cost = ARGV[4]
+if ARGV[5] == '1' then
+  local settled = settle({unpack(KEYS, 5)}, {unpack(ARGV, 8)})
+  cost = ''
+  if settled[2] ~= '' then cost = settled[1] end
+end
+redis.call('XADD', KEYS[2], '*', 'row', ARGV[3], 'cost', cost)
+return {1, cost}
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -136,13 +189,46 @@ class Reservation:
 
 
 def counter_keys(key_id: int, owner_id: int | None, deployment_id: int, now: float) -> tuple[str, ...]:
-    """ADMIT's KEYS for a request admitted at ``now`` (Unix s)."""
-    at = datetime.fromtimestamp(now, UTC)
-    minute, day, month = int(now // 60), at.strftime("%Y%m%d"), at.strftime("%Y%m")
-    mine, owner = redis_key(f"quota:key:{key_id}"), redis_key(f"quota:owner:{owner_id or 0}")
-    return (f"{mine}:rpm:{minute}", f"{mine}:tpm:{minute}", f"{mine}:tpd:{day}", f"{mine}:running",
-            f"{mine}:usd:{day}", f"{mine}:usd:{month}", f"{owner}:usd:{day}", f"{owner}:usd:{month}",
-            price_per_token(deployment_id))  # fmt: skip
+    """ADMIT's KEYS 1-9 for a request admitted at ``now`` (Unix s)."""
+    minute, (day, _) = int(now // 60), periods(now)
+    mine = key_counters(key_id)
+    return (
+        f"{mine}:rpm:{minute}",
+        f"{mine}:tpm:{minute}",
+        f"{mine}:tpd:{day}",
+        f"{mine}:running",
+        *usd_counters(key_id, owner_id, now),
+        price_per_token(deployment_id),
+    )
+
+
+def settlement(
+    keys: tuple[str, ...], rid: str, reserved: int, used: int, cost: int, price: str, owned: bool
+) -> tuple[list[str], list[str | int]]:
+    """The settlement's K and A (SETTLE, FINISH) for a request admitted with ADMIT's ``keys``: ``rid`` '' when
+    nothing was reserved, ``price`` '?' to read it in the script."""
+    args: list[str | int] = [rid, reserved, max(used, 0), cost, price, int(owned), TTL["day"], TTL["month"]]
+    return list(keys[1:]), args
+
+
+def finish_call(
+    notes: str,
+    request_id: str,
+    noted: bool,
+    row: str,
+    cost: str,
+    settle: tuple[list[str], list[str | int]],
+    deployment_id: int,
+    now: float | None,
+) -> tuple[list[str], list[str | int]]:
+    """FINISH's KEYS and ARGV: the request ``request_id`` of the notes hash ``notes`` (``noted``: its note was
+    written) ended with its log ``row`` (encoded) and ``cost`` (nano-USD, '' none, when not settling), settled by
+    ``settle`` (``settlement``'s K and A; both empty: nothing to settle), taken out of ``deployment_id``'s requests
+    in flight, and ``now`` (Unix s; None: left as it is) its last request's time."""
+    keys = [notes, spool_key(), activity.last_request_key(deployment_id), activity.in_flight_key(deployment_id)]
+    args: list[str | int] = [request_id, int(noted), row, cost, int(bool(settle[0]))]
+    args += ["" if now is None else repr(now), activity.KEPT, *settle[1]]
+    return keys + settle[0], args
 
 
 class Reservations:
@@ -152,25 +238,63 @@ class Reservations:
 
     def __init__(self, prices: Prices) -> None:
         pool = aioredis.BlockingConnectionPool.from_url(
-            settings.REDIS_URL, max_connections=64, timeout=5, socket_timeout=REDIS_TIMEOUT,
-            socket_connect_timeout=REDIS_TIMEOUT, retry=Retry(NoBackoff(), 0),
-        )  # fmt: skip
+            settings.REDIS_URL,
+            max_connections=64,
+            timeout=5,
+            socket_timeout=REDIS_TIMEOUT,
+            socket_connect_timeout=REDIS_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+        )
         self.redis = aioredis.Redis(connection_pool=pool)
         self._admit, self._settle = self.redis.register_script(ADMIT), self.redis.register_script(SETTLE)
+        self.finish = self.redis.register_script(FINISH)
         self.prices, self.charges = prices, Charges(self.redis)
 
-    async def admit(self, key_id: int, quota: Quota, deployment_id: int, tokens: int) -> Reservation:
-        """Reserve one request of ``tokens`` tokens (gateway.quotas.tokens_to_reserve). Raises GatewayError
-        429 when a limit or budget has no room for it (nothing counted then), 503 when Redis does not answer."""
+    async def admit(
+        self,
+        key_id: int,
+        quota: Quota,
+        deployment_id: int,
+        tokens: int,
+        rid: str = "",
+        note: tuple[str, dict[str, Any]] | None = None,
+    ) -> Reservation:
+        """Reserve one request of ``tokens`` tokens (gateway.quotas.tokens_to_reserve) under the id ``rid`` (a
+        new one when ''); with ``note`` (the process's notes hash, the note's fields), note the request too, its
+        fields with ``admitted`` (Unix s), ``reserve`` and ``owned`` added; the request is in the deployment's
+        requests in flight once admitted (console.deployments.activity). Raises GatewayError 429 when a limit
+        or budget has no room for it (nothing counted or noted then), 503 when Redis does not answer."""
         now = time.time()
         keys = counter_keys(key_id, quota.owner_id, deployment_id, now)
-        limits = [quota.requests_per_minute, quota.tokens_per_minute, quota.tokens_per_day, quota.max_concurrent,
-                  *(None if b is None else quotas.to_nano(b) for b in quota.budgets())]  # fmt: skip
-        rid, owned = uuid.uuid4().hex, quota.owner_id is not None
-        args: list[str | int] = [rid, repr(now), tokens, *("" if v is None else v for v in limits), int(owned),
-                TTL["minute"], TTL["day"], TTL["month"], SLOT_LAPSE]  # fmt: skip
+        limits = [
+            quota.requests_per_minute,
+            quota.tokens_per_minute,
+            quota.tokens_per_day,
+            quota.max_concurrent,
+            *(None if b is None else quotas.to_nano(b) for b in quota.budgets()),
+        ]
+        rid, owned = rid or uuid.uuid4().hex, quota.owner_id is not None
+        if note is not None:
+            note[1].update(admitted=now, reserve=tokens, owned=owned)
+        noted = "" if note is None else json.dumps(note[1])
+        args: list[str | int] = [
+            rid,
+            repr(now),
+            tokens,
+            *("" if v is None else v for v in limits),
+            int(owned),
+            TTL["minute"],
+            TTL["day"],
+            TTL["month"],
+            SLOT_LAPSE,
+            noted,
+            activity.KEPT,
+            activity.LAPSE,
+        ]
+        busy = [activity.last_request_key(deployment_id), activity.in_flight_key(deployment_id)]
         try:
-            answer = await self._admit(keys=list(keys), args=args)
+            notes = note[0] if note else keys[3]  # KEYS 10, untouched without a note
+            answer = await self._admit(keys=[*keys, notes, *busy], args=args)
         except (RedisError, OSError) as exc:
             log.warning("quota store unreachable; key %s refused with 503 (%s)", key_id, exc)
             raise quotas.store_unreachable(OUTAGE_RETRY) from None
@@ -187,18 +311,21 @@ class Reservations:
         charge their cost (gateway.charges); the USD charged, None when no price was known or Redis did not
         answer (logged: a request already answered never fails here)."""
         if held is None:
-            return await self._charge(key_id, owner_id, deployment_id, used)
-        keys = held.keys[1:]
-        ttls = [TTL["day"], TTL["month"]]
-        args: list[str | int] = [held.rid, held.tokens, max(used, 0), held.cost, held.price, int(held.owned), *ttls]
+            return await self.charge(key_id, owner_id, deployment_id, used)
+        keys, args = settlement(held.keys, held.rid, held.tokens, used, held.cost, held.price, held.owned)
         try:
-            cost, price = await self._settle(keys=list(keys), args=args)
+            cost, price = await self._settle(keys=keys, args=args)
         except (RedisError, OSError) as exc:
             log.warning("quota store unreachable; a request of key %s was not settled (%s)", key_id, exc)
             return None
         return Decimal(int(cost)) / NANO if price else None
 
-    async def _charge(self, key_id: int, owner_id: int | None, deployment_id: int, used: int) -> Decimal | None:
+    async def charge(
+        self, key_id: int, owner_id: int | None, deployment_id: int, used: int, at: float | None = None
+    ) -> Decimal | None:
+        """Charge ``used`` tokens of a key admitted without Redis in this process's next batch (gateway.charges),
+        to the day and month of ``at`` (Unix s: when the request started, as a reservation is counted; default
+        now); the USD charged, None when no price was known or Redis did not answer (logged)."""
         if used <= 0:
             return None
         try:
@@ -209,7 +336,8 @@ class Reservations:
         if not price:
             return None
         cost = nano_usd(used, price)
-        counters = counter_keys(key_id, owner_id, deployment_id, time.time())[4 : 8 if owner_id is not None else 6]
+        when = time.time() if at is None else at
+        counters = counter_keys(key_id, owner_id, deployment_id, when)[4 : 8 if owner_id is not None else 6]
         self.charges.charge(counters, [TTL["day"], TTL["month"]] * (len(counters) // 2), cost)
         return Decimal(cost) / NANO
 

@@ -42,10 +42,24 @@ CUSTOM_PARAMETERS: Json = {
 }
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 # Items a chat engine has no use for: reasoning, and the calls of built-in tools it cannot run.
-SKIPPED_ITEMS = frozenset({"reasoning", "item_reference", "web_search_call", "file_search_call", "computer_call",
-                           "computer_call_output", "local_shell_call", "local_shell_call_output",
-                           "image_generation_call", "code_interpreter_call", "mcp_call", "mcp_list_tools",
-                           "mcp_approval_request", "mcp_approval_response"})  # fmt: skip
+SKIPPED_ITEMS = frozenset(
+    {
+        "reasoning",
+        "item_reference",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "computer_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "image_generation_call",
+        "code_interpreter_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+    }
+)
 SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "user")
 
 
@@ -120,8 +134,11 @@ def _item(item: Any, messages: list[Json], system: list[str]) -> None:
         name = str(item.get("name") or "")
         if item.get("namespace"):
             name = f"{item['namespace']}{NAMESPACE_SEPARATOR}{name}"
-        call = {"id": str(item.get("call_id") or ""), "type": "function",
-                "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else "{}"}}  # fmt: skip
+        call = {
+            "id": str(item.get("call_id") or ""),
+            "type": "function",
+            "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else "{}"},
+        }
         last = messages[-1] if messages else None
         if last is not None and last["role"] == "assistant":
             last.setdefault("tool_calls", []).append(call)
@@ -197,11 +214,23 @@ def call_item(request: Json, call_id: str, name: str, arguments: str) -> Json:
         except (ValueError, AttributeError):
             payload = None
         text = payload if isinstance(payload, str) else arguments
-        return {"type": "custom_tool_call", "id": f"ctc_{uuid.uuid4().hex}", "call_id": call_id, "name": name,
-                "input": text, "status": "completed"}  # fmt: skip
+        return {
+            "type": "custom_tool_call",
+            "id": f"ctc_{uuid.uuid4().hex}",
+            "call_id": call_id,
+            "name": name,
+            "input": text,
+            "status": "completed",
+        }
     namespace, short = spaced.get(name, (None, name))
-    item: Json = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call_id, "name": short,
-                  "arguments": arguments, "status": "completed"}  # fmt: skip
+    item: Json = {
+        "type": "function_call",
+        "id": f"fc_{uuid.uuid4().hex}",
+        "call_id": call_id,
+        "name": short,
+        "arguments": arguments,
+        "status": "completed",
+    }
     if namespace:
         item["namespace"] = namespace
     return item
@@ -214,25 +243,43 @@ def response_usage(usage: Any) -> Json | None:
     prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
-    return {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
-            "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens_details": {"reasoning_tokens": reasoning}}  # fmt: skip
+    return {
+        "input_tokens": prompt,
+        "output_tokens": completion,
+        "total_tokens": prompt + completion,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+    }
 
 
 def response_object(request: Json, model: str, response_id: str, output: list[Json], status: str) -> Json:
     """The response object around ``output``, echoing the request's settings as vLLM's from_request does."""
     return {
-        "id": response_id, "object": "response", "created_at": int(time.time()), "model": model,
-        "status": status, "output": output, "error": None,
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": status,
+        "output": output,
+        "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "instructions": request.get("instructions"), "metadata": request.get("metadata"),
+        "instructions": request.get("instructions"),
+        "metadata": request.get("metadata"),
         "parallel_tool_calls": request.get("parallel_tool_calls", True),
-        "temperature": request.get("temperature"), "top_p": request.get("top_p"),
-        "tool_choice": request.get("tool_choice", "auto"), "tools": request.get("tools") or [],
-        "max_output_tokens": request.get("max_output_tokens"), "previous_response_id": None,
-        "reasoning": request.get("reasoning"), "text": request.get("text"), "truncation": "disabled",
-        "background": False, "service_tier": "auto", "user": request.get("user"), "usage": None,
-    }  # fmt: skip
+        "temperature": request.get("temperature"),
+        "top_p": request.get("top_p"),
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools") or [],
+        "max_output_tokens": request.get("max_output_tokens"),
+        "previous_response_id": None,
+        "reasoning": request.get("reasoning"),
+        "text": request.get("text"),
+        "truncation": "disabled",
+        "background": False,
+        "service_tier": "auto",
+        "user": request.get("user"),
+        "usage": None,
+    }
 
 
 def response_id(chat_id: Any) -> str:
@@ -249,12 +296,26 @@ def chat_to_response(answer: Json, request: Json, model: str) -> Json:
     message = choice.get("message") or {}
     output: list[Json] = []
     if thinking := reasoning_text(message):
-        output.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}", "summary": [], "status": None,
-                       "content": [{"type": "reasoning_text", "text": thinking}]})  # fmt: skip
+        output.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{uuid.uuid4().hex}",
+                "summary": [],
+                "status": None,
+                "content": [{"type": "reasoning_text", "text": thinking}],
+            }
+        )
     if isinstance(message.get("content"), str) and message["content"]:
         part = {"type": "output_text", "text": message["content"], "annotations": [], "logprobs": None}
-        output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant",
-                       "status": "completed", "content": [part]})  # fmt: skip
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [part],
+            }
+        )
     for index, call in enumerate(c for c in message.get("tool_calls") or [] if isinstance(c, dict)):
         function = call.get("function") or {}
         call_id = str(call.get("id") or f"call_{uuid.uuid4().hex[:24]}_{index}")

@@ -19,7 +19,8 @@ the delta's kind changes (reasoning, text, tool call) or another tool call begin
 - a tool call: ``output_item.added`` (a ``function_call`` with its ``call_id``, name and empty arguments),
   ``response.function_call_arguments.delta``…, then ``response.function_call_arguments.done`` and
   ``output_item.done``; a custom tool's call becomes a ``custom_tool_call`` whose ``input`` is sent whole
-  at its end (``response.custom_tool_call_input.delta`` and ``.done``);
+  at its end (``response.custom_tool_call_input.delta`` and ``.done``); parallel calls whose pieces the engine
+  interleaves still go out one item at a time, each with all its arguments (gateway.chat_stream);
 
 and last ``response.completed`` with the whole response (status ``incomplete`` when the answer hit
 max_output_tokens, as vLLM reports it, with the usage). A stream cut before its end gets no
@@ -30,7 +31,7 @@ import json
 import uuid
 from typing import Any
 
-from gateway.chat_stream import ChatStreamReader
+from gateway.chat_stream import ChatStreamReader, ToolCall
 from gateway.responses_chat import call_item, response_id, response_object, response_usage, tool_names
 from gateway.translate import Json
 
@@ -50,7 +51,6 @@ class ChatStreamToResponses(ChatStreamReader):
         self._output: list[Json] = []  # finished items
         self._open: str | None = None  # "reasoning", "message" or "call"
         self._item_id, self._text = "", ""
-        self._call: tuple[Any, str, str] = (None, "", "")  # (chat index, call_id, name) of the open call
 
     def _emit(self, out: bytearray, kind: str, **fields: Any) -> None:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -81,8 +81,13 @@ class ChatStreamToResponses(ChatStreamReader):
                 item: Json = {"type": "reasoning", "id": self._item_id, "summary": [], "status": "in_progress"}
                 part: Json = {"type": "reasoning_text", "text": ""}
             else:
-                item = {"type": "message", "id": self._item_id, "role": "assistant", "content": [],
-                        "status": "in_progress"}  # fmt: skip
+                item = {
+                    "type": "message",
+                    "id": self._item_id,
+                    "role": "assistant",
+                    "content": [],
+                    "status": "in_progress",
+                }
                 part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             self._emit(out, "response.output_item.added", output_index=len(self._output), item=item)
             self._emit(out, "response.content_part.added", **self._where(), content_index=0, part=part)
@@ -91,27 +96,25 @@ class ChatStreamToResponses(ChatStreamReader):
         extra: Json = {} if kind == "reasoning" else {"logprobs": []}
         self._emit(out, delta_kind, **self._where(), content_index=0, delta=text, **extra)
 
-    def _tool_piece(self, call: Json, out: bytearray) -> None:
-        function = call.get("function") or {}
-        key, call_id = call.get("index", 0), call.get("id")
-        if self._open != "call" or key != self._call[0] or (call_id and call_id != self._call[1]):
-            self._close(out)
-            name = str(function.get("name") or "")
-            self._open, self._item_id, self._text = "call", f"fc_{uuid.uuid4().hex}", ""
-            self._call = (key, str(call_id or f"call_{uuid.uuid4().hex[:24]}"), name)
-            if name in self._custom:
-                self._item_id = f"ctc_{uuid.uuid4().hex}"
-                item: Json = {"type": "custom_tool_call", "id": self._item_id, "call_id": self._call[1], "name": name,
-                              "input": ""}  # fmt: skip
-            else:
-                item = {"type": "function_call", "id": self._item_id, "call_id": self._call[1], "name": name,
-                        "arguments": "", "status": "in_progress"}  # fmt: skip
-            self._emit(out, "response.output_item.added", output_index=len(self._output), item=item)
-        arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            self._text += arguments
-            if self._call[2] not in self._custom:
-                self._emit(out, "response.function_call_arguments.delta", **self._where(), delta=arguments)
+    def _open_call(self, call: ToolCall, out: bytearray) -> None:
+        self._close(out)
+        call.id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+        self._open, self._live, self._text = "call", call, ""
+        if call.name in self._custom:
+            self._item_id = f"ctc_{uuid.uuid4().hex}"
+            item: Json = {"type": "custom_tool_call", "id": self._item_id, "call_id": call.id, "name": call.name}
+            item["input"] = ""
+        else:
+            self._item_id = f"fc_{uuid.uuid4().hex}"
+            item = {"type": "function_call", "id": self._item_id, "call_id": call.id, "name": call.name}
+            item |= {"arguments": "", "status": "in_progress"}
+        self._emit(out, "response.output_item.added", output_index=len(self._output), item=item)
+
+    def _call_arguments(self, call: ToolCall, out: bytearray) -> None:
+        piece, call.sent = call.arguments[call.sent :], len(call.arguments)
+        self._text += piece
+        if piece and call.name not in self._custom:
+            self._emit(out, "response.function_call_arguments.delta", **self._where(), delta=piece)
 
     def _close(self, out: bytearray) -> None:
         part: Json
@@ -119,30 +122,45 @@ class ChatStreamToResponses(ChatStreamReader):
             part = {"type": "reasoning_text", "text": self._text}
             self._emit(out, "response.reasoning_text.done", **self._where(), content_index=0, text=self._text)
             self._emit(out, "response.content_part.done", **self._where(), content_index=0, part=part)
-            item: Json = {"type": "reasoning", "id": self._item_id, "summary": [], "content": [part],
-                          "status": "completed"}  # fmt: skip
+            item: Json = {
+                "type": "reasoning",
+                "id": self._item_id,
+                "summary": [],
+                "content": [part],
+                "status": "completed",
+            }
         elif self._open == "message":
             part = {"type": "output_text", "text": self._text, "annotations": [], "logprobs": None}
-            self._emit(out, "response.output_text.done", **self._where(), content_index=0, text=self._text,
-                       logprobs=[])  # fmt: skip
+            self._emit(out, "response.output_text.done", **self._where(), content_index=0, text=self._text, logprobs=[])
             self._emit(out, "response.content_part.done", **self._where(), content_index=0, part=part)
-            item = {"type": "message", "id": self._item_id, "role": "assistant", "content": [part],
-                    "status": "completed"}  # fmt: skip
-        elif self._open == "call":
-            item = {**call_item(self.request, self._call[1], self._call[2], self._text), "id": self._item_id}
+            item = {
+                "type": "message",
+                "id": self._item_id,
+                "role": "assistant",
+                "content": [part],
+                "status": "completed",
+            }
+        elif self._open == "call" and self._live is not None:
+            item = {**call_item(self.request, self._live.id, self._live.name, self._text), "id": self._item_id}
             if item["type"] == "custom_tool_call":
                 self._emit(out, "response.custom_tool_call_input.delta", **self._where(), delta=item["input"])
                 self._emit(out, "response.custom_tool_call_input.done", **self._where(), input=item["input"])
             else:
-                self._emit(out, "response.function_call_arguments.done", **self._where(), arguments=self._text,
-                           name=item["name"])  # fmt: skip
+                self._emit(
+                    out,
+                    "response.function_call_arguments.done",
+                    **self._where(),
+                    arguments=self._text,
+                    name=item["name"],
+                )
         else:
             return
         self._emit(out, "response.output_item.done", output_index=len(self._output), item=item)
         self._output.append(item)
-        self._open = None
+        self._open, self._live = None, None
 
     def _end(self, out: bytearray) -> None:
+        self._waiting_calls(out)
         self._close(out)
         status = "incomplete" if self.finish_reason == "length" else "completed"
         response = response_object(self.request, self.model, self.response_id, self._output, status)

@@ -5,6 +5,11 @@ them. It tolerates events split across reads, ``data:`` with or without a space,
 the SSE spec allows, CRLF, LF and a bare CR, even when a CRLF is split across two reads
 (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation).
 
+``DataEvents`` passes an OpenAI chat stream on as the openai SDK can read it: one ``data:`` line per event, no
+other field (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation allows
+``id:``, ``retry:``, ``event:`` and comments, and several ``data:`` lines joined by newlines).
+``MessageStartUsage`` gives an engine's own Anthropic stream the two cache counts its ``message_start`` lacks.
+
 A stream is complete only when it ends as its API says it must:
 - OpenAI chat and completions: a ``finish_reason``, then ``data: [DONE]``;
 - OpenAI Responses: a ``response.completed``, ``response.incomplete`` or ``response.failed`` event;
@@ -97,8 +102,8 @@ class StreamWatcher:
 
     def _event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
-        if "error" in event:
-            self.error = str(event["error"])
+        if "error" in event or event.get("object") == "error":
+            self.error = error_text(event)
         if self.kind == StreamKind.CHAT:
             self._chat(event)
         elif self.kind == StreamKind.RESPONSES:
@@ -170,6 +175,116 @@ class StreamWatcher:
         if self.kind == StreamKind.CHAT:
             return self.done and self.finish_reason is not None
         return self.done
+
+
+class DataEvents:
+    """Passes an OpenAI chat or completions stream on with each event as one ``data:`` line and a blank line.
+
+    What the openai SDK cannot read is dropped: its decoder (openai/_streaming.py ``SSEDecoder``) makes an event of
+    every blank line after an ``id:``, ``retry:`` or ``event:`` field, whose empty data it then fails to parse as
+    JSON, and it keeps the last ``id:`` for every event after it, so one ``id:`` line broke the rest of the stream.
+    Events without data and comments go; an event's ``data:`` lines are joined with the newline the SSE spec joins
+    them with, which in the JSON these streams carry is whitespace, sent as a space so the event is one line.
+    Feed it bytes with LF line ends (``LineEnds``); most reads are whole events of one ``data:`` line each and are
+    passed on without a copy.
+    """
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The whole events in what has arrived so far, as the class says; b"" while none is complete."""
+        if not self._held and _data_lines_only(chunk):
+            return chunk
+        data = self._held + chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._held = data
+            return b""
+        self._held = data[end + 2 :]
+        return b"".join(_data_event(block) for block in data[:end].split(b"\n\n"))
+
+    def flush(self) -> bytes:
+        """At the end of the stream: an event its engine did not end with a blank line, ended."""
+        held, self._held = self._held, b""
+        return _data_event(held.rstrip(b"\n"))
+
+
+def _data_lines_only(chunk: bytes) -> bool:
+    """True when ``chunk`` is whole events of one ``data:`` line each: every newline is either the last two or one
+    of a ``\\n\\ndata:`` pair (the pattern cannot overlap itself), so no other line is there. Two scans."""
+    return (
+        chunk.startswith(b"data:")
+        and chunk.endswith(b"\n\n")
+        and chunk.count(b"\n") == 2 * chunk.count(b"\n\ndata:") + 2
+    )
+
+
+def _data_event(block: bytes) -> bytes:
+    """One event's lines (no blank line among them) as ``data: DATA\\n\\n``; b"" when it has no data."""
+    data = [line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")]
+    return b"data: " + b" ".join(data) + b"\n\n" if data else b""
+
+
+def error_text(event: dict[str, Any]) -> str:
+    """The message of an engine's error event: ``{"error": {"message": ...}}``, ``{"error": "..."}``, or vLLM's flat
+    ``{"object": "error", "message": ...}`` (its ``ErrorResponse`` before 0.10, sent whole mid-stream)."""
+    error = event.get("error")
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if error is None and event.get("object") == "error":
+        return str(event.get("message") or "The engine failed without a message.")
+    return str(error)
+
+
+CACHE_FIELDS = ("cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+class MessageStartUsage:
+    """Passes an Anthropic Messages stream on with both cache fields in ``message_start.message.usage`` (0 where the
+    engine left them out: vLLM 0.32's own /v1/messages omits them unless prompt-token details are on, its
+    vllm/entrypoints/anthropic/serving.py ``_build_anthropic_usage``), as Anthropic's API always sends them.
+    ``message_start`` is a Messages stream's first event: that event is held until whole, every read after it
+    passed on as it is. Feed it bytes with LF line ends (``LineEnds``)."""
+
+    def __init__(self) -> None:
+        self._held: bytes | None = b""  # None once the first event went by
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes to pass on for what has arrived so far; b"" while the first event is incomplete."""
+        if self._held is None:
+            return chunk
+        data = self._held + chunk
+        end = data.find(b"\n\n", len(data) - len(data.lstrip(b"\n")))
+        if end < 0:
+            self._held = data
+            return b""
+        self._held = None
+        return _with_cache_fields(data[:end]) + data[end:]
+
+    def flush(self) -> bytes:
+        """What is held when the stream ends (a first event its engine never finished)."""
+        held, self._held = self._held or b"", None
+        return held
+
+
+def _with_cache_fields(event: bytes) -> bytes:
+    """``event`` (its lines) with CACHE_FIELDS set to 0 where a ``message_start``'s usage lacks them."""
+    lines = event.split(b"\n")
+    for at, line in enumerate(lines):
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            data = json.loads(line[5:])
+            usage = data["message"]["usage"] if data["type"] == "message_start" else None
+        except (ValueError, KeyError, TypeError):
+            return event
+        if not isinstance(usage, dict) or all(name in usage for name in CACHE_FIELDS):
+            return event
+        for name in CACHE_FIELDS:
+            usage.setdefault(name, 0)
+        lines[at] = b"data: " + json.dumps(data, separators=(",", ":")).encode()
+    return b"\n".join(lines)
 
 
 class UsageStripper:

@@ -19,21 +19,54 @@ one open at a time with increasing ``index``, ``content_block_start`` (``thinkin
 (``thinking_delta`` then one ``signature_delta``, ``text_delta``, or ``input_json_delta`` whose
 ``partial_json`` pieces join to the tool's input JSON), ``content_block_stop``; then ``message_delta``
 (``stop_reason``, ``stop_sequence``, ``usage``) and ``message_stop`` (vLLM 0.32's
-vllm/entrypoints/anthropic/serving.py ``message_stream_converter`` sends the same). ``message_start``
-carries the prompt's size from the first chunk's usage; the cached part is known only from the engine's
-last usage chunk, so ``message_delta.usage`` carries ``input_tokens`` and ``cache_read_input_tokens`` as
-well as ``output_tokens``: Anthropic documents its counts as cumulative, and the SDK takes them from there.
+vllm/entrypoints/anthropic/serving.py ``message_stream_converter`` sends the same).
 
-Tool calls are assumed to stream one after another, as vLLM, SGLang and OpenAI send them; a piece for a
-call other than the open one starts a new block. Only choice 0 is read (Anthropic has no ``n``).
+Usage: ``message_start.usage`` carries ``input_tokens`` (the prompt less its cached part, as Anthropic counts it),
+``cache_creation_input_tokens`` (the engine's ``prompt_tokens_details.created_cache_tokens``, vLLM's name, else 0)
+and ``cache_read_input_tokens`` (``prompt_tokens_details.cached_tokens``, else 0). vLLM puts the usage on its
+first chunk, SGLang 0.5 only from the second on (python/sglang/srt/entrypoints/openai/serving_chat.py: its role
+chunk has none), so ``message_start`` waits for a chunk with usage or for the first content block, whichever
+comes first. An engine that gave no prompt count by then (one that ignores ``stream_options``) gets
+``prompt_estimate``: about 4 bytes of the chat request per token (OpenAI's rule of thumb for English text,
+https://help.openai.com/en/articles/4936856), an estimate the exact count in ``message_delta.usage`` replaces:
+Anthropic documents its counts there as cumulative, and the SDK takes them from there.
+
+Tool calls go out one block at a time, each with all its ``input_json_delta`` pieces, however the engine
+interleaves parallel calls (gateway.chat_stream). Only choice 0 is read (Anthropic has no ``n``).
 """
 
 import json
 import uuid
 from typing import Any
 
-from gateway.chat_stream import ChatStreamReader
+from gateway.chat_stream import ChatStreamReader, ToolCall
 from gateway.translate import Json, anthropic_usage, matched_stop, message_id, stop_reason
+
+BYTES_PER_TOKEN = 4  # of a prompt's text, roughly (module docstring)
+
+
+def prompt_estimate(chat_request: bytes) -> int:
+    """The tokens of a prompt whose chat request is ``chat_request`` (its JSON bytes), estimated (module docstring)."""
+    return max(1, len(chat_request) // BYTES_PER_TOKEN)
+
+
+def message_usage(usage: Any, prompt_estimate: int = 0) -> Json:
+    """Anthropic's usage with both cache fields from an OpenAI ``usage`` (None: not reported); ``input_tokens`` is
+    ``prompt_estimate`` when the engine gave no ``prompt_tokens``."""
+    usage = usage if isinstance(usage, dict) else {}
+    out = anthropic_usage(usage)
+    details = usage.get("prompt_tokens_details") or {}
+    created = details.get("created_cache_tokens") if isinstance(details, dict) else None
+    if isinstance(created, int):
+        out["input_tokens"] = max(0, out["input_tokens"] - created)
+    if usage.get("prompt_tokens") is None:
+        out["input_tokens"] = prompt_estimate
+    return {
+        "input_tokens": out["input_tokens"],
+        "cache_creation_input_tokens": created if isinstance(created, int) else 0,
+        "cache_read_input_tokens": out.get("cache_read_input_tokens", 0),
+        "output_tokens": out["output_tokens"],
+    }
 
 
 def sse_event(kind: str, **fields: Any) -> bytes:
@@ -44,24 +77,26 @@ def sse_event(kind: str, **fields: Any) -> bytes:
 class ChatStreamToMessages(ChatStreamReader):
     """Feed it an engine's OpenAI chat stream; it returns the Anthropic event stream to send, piece by piece.
 
-    ``model`` is the name the client asked for. ``usage`` and ``finish_reason`` hold the engine's own
-    values once seen (for accounting); ``error`` the message of an error the engine sent in its stream. When
-    ``complete`` is false at the end, no ``message_delta`` or ``message_stop`` has been or will be sent: the
-    caller ends the stream with an error event instead.
+    ``model`` is the name the client asked for; ``prompt_estimate`` the prompt's tokens to say in ``message_start``
+    if the engine has not counted them by then (module docstring). ``usage`` and ``finish_reason`` hold the
+    engine's own values once seen (for accounting); ``error`` the message of an error the engine sent in its
+    stream. When ``complete`` is false at the end, no ``message_delta`` or ``message_stop`` has been or will be
+    sent: the caller ends the stream with an error event instead.
     """
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, prompt_estimate: int = 0) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.prompt_estimate = model, prompt_estimate
         self._stop_string: str | None = None
         self._msg_id = ""
+        self._started = False  # message_start was sent
         self._index = -1  # index of the last block opened
         self._open: str | None = None  # "thinking", "text" or "tool_use" while a block is open
-        self._call: tuple[Any, str] = (None, "")  # (upstream index, id) of the open tool call
-        self._tool_calls = 0
 
     def _begin(self, event: Json, out: bytearray) -> None:
-        self._start(event, out)
+        self._msg_id = message_id(event.get("id"))
+        if isinstance(self.usage, dict) and self.usage.get("prompt_tokens") is not None:
+            self._start(out)
 
     def _reasoning(self, text: str, out: bytearray) -> None:
         self._thinking(text, out)
@@ -72,14 +107,18 @@ class ChatStreamToMessages(ChatStreamReader):
     def _finished(self, choice: Json) -> None:
         self._stop_string = matched_stop(choice)
 
-    def _start(self, event: Json, out: bytearray) -> None:
-        self._msg_id = message_id(event.get("id"))
-        usage = {"input_tokens": anthropic_usage(self.usage)["input_tokens"], "output_tokens": 0}
+    def _start(self, out: bytearray) -> None:
+        """``message_start``, once, with the usage seen so far (module docstring)."""
+        if self._started:
+            return
+        self._started = True
+        usage = message_usage(self.usage, self.prompt_estimate) | {"output_tokens": 0}
         message: Json = {"id": self._msg_id, "type": "message", "role": "assistant", "model": self.model}
         message |= {"content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
         out += sse_event("message_start", message=message)
 
     def _open_block(self, kind: str, block: Json, out: bytearray) -> None:
+        self._start(out)
         self._close(out)
         self._index += 1
         self._open = kind
@@ -90,7 +129,7 @@ class ChatStreamToMessages(ChatStreamReader):
             self._delta({"type": "signature_delta", "signature": uuid.uuid4().hex}, out)
         if self._open is not None:
             out += sse_event("content_block_stop", index=self._index)
-            self._open = None
+            self._open, self._live = None, None
 
     def _thinking(self, text: str, out: bytearray) -> None:
         if self._open != "thinking":
@@ -105,26 +144,23 @@ class ChatStreamToMessages(ChatStreamReader):
             self._open_block("text", {"type": "text", "text": ""}, out)
         self._delta({"type": "text_delta", "text": text}, out)
 
-    def _tool_piece(self, call: Json, out: bytearray) -> None:
-        """A piece of a tool call: a new block when it belongs to another call than the open one (another
-        ``index``, or another ``id`` for engines that repeat the id on every piece)."""
-        function = call.get("function") or {}
-        key, call_id = call.get("index", 0), call.get("id")
-        if self._open != "tool_use" or key != self._call[0] or (call_id and call_id != self._call[1]):
-            call_id = call_id or f"toolu_{self._msg_id.removeprefix('msg_')}_{self._tool_calls}"
-            self._call = (key, call_id)
-            self._tool_calls += 1
-            block: Json = {"type": "tool_use", "id": call_id, "name": str(function.get("name") or ""), "input": {}}
-            self._open_block("tool_use", block, out)
-        arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            self._delta({"type": "input_json_delta", "partial_json": arguments}, out)
+    def _open_call(self, call: ToolCall, out: bytearray) -> None:
+        call.id = call.id or f"toolu_{self._msg_id.removeprefix('msg_')}_{self._calls.calls.index(call)}"
+        self._open_block("tool_use", {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}, out)
+        self._live = call
+
+    def _call_arguments(self, call: ToolCall, out: bytearray) -> None:
+        piece, call.sent = call.arguments[call.sent :], len(call.arguments)
+        if piece:
+            self._delta({"type": "input_json_delta", "partial_json": piece}, out)
 
     def _end(self, out: bytearray) -> None:
+        self._start(out)
+        self._waiting_calls(out)
         self._close(out)
-        reason = stop_reason(self.finish_reason, self._stop_string, tool_use=self._tool_calls > 0)
+        reason = stop_reason(self.finish_reason, self._stop_string, tool_use=bool(self._calls.calls))
         delta = {"stop_reason": reason, "stop_sequence": self._stop_string if reason == "stop_sequence" else None}
-        usage = anthropic_usage(self.usage) if self.usage is not None else {"output_tokens": 0}
+        usage = message_usage(self.usage) if self.usage is not None else {"output_tokens": 0}
         out += sse_event("message_delta", delta=delta, usage=usage)
         out += sse_event("message_stop")
         self._ended = True

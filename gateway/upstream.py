@@ -6,13 +6,17 @@ with an asyncio protocol feeding httptools' parser (the one uvicorn reads the cl
 per streamed chunk ~25 against ~18 µs. Engines are HTTP servers on the appliance's own network (vLLM and
 SGLang run uvicorn, the simulator aiohttp), or endpoints Hearth did not launch (engines.external), so this
 client does only what they need: http, or https checked against the system's CAs, below a base URL's path;
-POST, no proxy, no redirect, no compression asked for (the bytes are relayed as they come).
+POST, no proxy, no redirect, no compression asked for (the bytes are relayed as they come). Every request
+carries the hop header (appliance.hop_marker) that lets a Hearth refuse a request that came back to it. Before
+a connection to an endpoint Hearth did not launch, an ``Admit`` (gateway.connect_policy) gives the addresses
+the address policy lets it connect to now; only those are tried.
 
 Errors: ``UpstreamUnreachable`` when no answer began (connection refused or failed, or closed before the
-status line); ``TimeoutError`` after ``read_timeout`` seconds without a byte, before the status line (the
-engine has the request and may be running it: a non-streamed answer's head comes only at its end, so the
-request must not be sent again elsewhere) or while the relay was reading; once an answer began,
-``UpstreamBroken`` when it is cut (closed early, or bytes that are not HTTP).
+status line; ``UpstreamRefused``, one of them, when the address policy refuses where the endpoint is now);
+``TimeoutError`` after ``read_timeout`` seconds without a byte, before the status line (the engine has the
+request and may be running it: a non-streamed answer's head comes only at its end, so the request must not be
+sent again elsewhere) or while the relay was reading; once an answer began, ``UpstreamBroken`` when it is cut
+(closed early, or bytes that are not HTTP).
 """
 
 import asyncio
@@ -21,12 +25,14 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 import httptools
+
+from appliance.hop_marker import HEADER as HOP_HEADER
 
 HIGH_WATER = 256 * 1024  # bytes of an answer buffered unread before its connection stops being read
 IDLE_KEEP = 4.0  # seconds an idle connection is kept: under the 5 s keep-alive of uvicorn (vLLM, SGLang)
@@ -53,8 +59,17 @@ class UpstreamUnreachable(Exception):
     """No answer began: see the module docstring."""
 
 
+class UpstreamRefused(UpstreamUnreachable):
+    """The address policy refuses where an external endpoint is now (its words): nothing was sent there."""
+
+
 class UpstreamBroken(Exception):
     """An answer was cut before its end."""
+
+
+# Where an external endpoint's host:port may be connected to now: its admitted addresses, in order. Raises
+# UpstreamRefused, or UpstreamUnreachable when the host does not resolve.
+Admit = Callable[[str, int], Awaitable[Sequence[str]]]
 
 
 class _Connection(asyncio.Protocol):
@@ -270,22 +285,37 @@ class Answer:
 class Engines:
     """Connections to the engines, kept alive between requests; no limit on how many are open at once."""
 
-    def __init__(self, connect_timeout: float, read_timeout: float, tls: ssl.SSLContext | None = None) -> None:
-        """``tls``: how https engines are checked (default: the system's CAs, hostnames checked)."""
+    def __init__(
+        self,
+        connect_timeout: float,
+        read_timeout: float,
+        tls: ssl.SSLContext | None = None,
+        hop: str = "",
+        admit: Admit | None = None,
+    ) -> None:
+        """``tls``: how https engines are checked (default: the system's CAs, hostnames checked); ``hop``: the
+        hop header of a request given none (this appliance's marker; "" sends none); ``admit``: asked before
+        connecting to an external endpoint (None: connect wherever its host resolves)."""
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout  # seconds
-        self.tls = tls
+        self.tls, self.hop, self.admit = tls, hop, admit
         self._idle: dict[Target, deque[_Connection]] = {}  # oldest first
 
-    async def post(self, base_url: str, path: str, api_key: str, body: bytes) -> Answer:
+    async def post(
+        self, base_url: str, path: str, api_key: str, body: bytes, hops: str = "", external: bool = False
+    ) -> Answer:
         """POST ``body`` (JSON) to ``base_url + path`` with ``Authorization: Bearer api_key`` (none when
-        ``api_key`` is ""); the answer once its headers are in. A kept-alive connection that turns out closed is
-        replaced by a new one once. Raises UpstreamUnreachable (a failed TLS handshake among the causes), or
-        TimeoutError when the engine took the request and stayed silent."""
+        ``api_key`` is "") and the hop header ``hops`` (default ``hop``); the answer once its headers are in.
+        A new connection to an ``external`` endpoint goes only where ``admit`` lets it. A kept-alive
+        connection that turns out closed is replaced by a new one once. Raises UpstreamUnreachable (a failed
+        TLS handshake among the causes; UpstreamRefused by the address policy), or TimeoutError when the
+        engine took the request and stayed silent."""
         key = target_of(base_url)
         host = f"[{key.host}]" if ":" in key.host else key.host  # an IPv6 address is bracketed in a URL and Host
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        hop = hops or self.hop
+        hop_line = f"{HOP_HEADER}: {hop}\r\n" if hop else ""
         head = (
-            f"POST {key.prefix}{path} HTTP/1.1\r\nHost: {host}:{key.port}\r\n{auth}"
+            f"POST {key.prefix}{path} HTTP/1.1\r\nHost: {host}:{key.port}\r\n{auth}{hop_line}"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         request = head.encode("latin-1") + body
@@ -296,7 +326,7 @@ class Engines:
             except UpstreamUnreachable:
                 if not connection.closed or connection.error is not None:
                     raise  # silent or garbled, not a connection the engine had closed while idle
-        return await self._exchange(key, await self._connect(key), request)
+        return await self._exchange(key, await self._connect(key, external), request)
 
     def release(self, key: Target, connection: _Connection) -> None:
         """Keep ``connection`` for the next request to its engine (and close those idle too long)."""
@@ -332,18 +362,31 @@ class Engines:
             connection.abort()
         return None
 
-    async def _connect(self, key: Target) -> _Connection:
+    async def _connect(self, key: Target, external: bool) -> _Connection:
+        """A new connection to ``key``: to its host as it resolves, or, for an ``external`` endpoint under an
+        ``admit``, to each address admitted in turn until one connects (TLS still checks the host's name)."""
         loop = asyncio.get_running_loop()
         tls = (self.tls or _system_tls()) if key.tls else None
+        error: BaseException | None = None
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(self.read_timeout), key.host, key.port, ssl=tls,
-                    server_hostname=key.host if tls else None,
-                )  # fmt: skip
-        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-            raise UpstreamUnreachable(f"cannot connect to {key.host}:{key.port}: {exc or type(exc).__name__}") from None
-        return connection
+                addresses = await self.admit(key.host, key.port) if external and self.admit else (key.host,)
+                for address in addresses:
+                    try:
+                        _, connection = await loop.create_connection(
+                            lambda: _Connection(self.read_timeout),
+                            address,
+                            key.port,
+                            ssl=tls,
+                            server_hostname=key.host if tls else None,
+                        )
+                        return connection
+                    except OSError as exc:  # ssl.SSLError is an OSError
+                        error = exc
+        except TimeoutError as exc:
+            error = exc
+        why = (str(error) or type(error).__name__) if error is not None else "no address"
+        raise UpstreamUnreachable(f"cannot connect to {key.host}:{key.port}: {why}")
 
 
 @functools.cache

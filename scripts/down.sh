@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops what scripts/up.sh started: the web server, Celery beat, the Celery worker, the engines the worker launched
-# (their deployments are marked stopped; KEEP_ENGINES=1 leaves them running and says which), and a
+# (their deployments are marked stopped and keep what is wanted of them: the next make up launches the ones that
+# were serving again, not the ones an admin stopped; KEEP_ENGINES=1 leaves them running and says which), and a
 # redis-server started by up.sh. Give it the HEARTH_DATA_DIR (and DATABASE_URL) that `make up` had.
 set -u
 cd "$(dirname "$0")/.."

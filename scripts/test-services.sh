@@ -9,6 +9,13 @@
 set -euo pipefail
 
 pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
+# The suite runs in parallel (make test): each pytest-xdist worker has its own web server, Celery worker and
+# engines, each with a few connections; PostgreSQL's default of 100 runs out ("too many clients already").
+if [ "$(psql -h 127.0.0.1 -U postgres -Atc 'show max_connections' 2>/dev/null || echo 300)" -lt 300 ]; then
+  echo "test-services: PostgreSQL's max_connections to 300 for the parallel suite (a restart)"
+  psql -h 127.0.0.1 -U postgres -qc "ALTER SYSTEM SET max_connections = 300"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main restart
+fi
 redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
   --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Brings Hearth up on this machine without Docker: the web server, a Celery worker and Celery beat (its
 # own process, so a killed worker never leaves a second scheduler behind) in the background, SQLite unless DATABASE_URL is set, Redis at REDIS_URL (started here if none answers).
-# Stop with scripts/down.sh. Logs and pids live in $HEARTH_DATA_DIR (default ./data).
+# Stop with scripts/down.sh. Logs and pids live in $HEARTH_DATA_DIR (default ./data). The worker, once started,
+# launches again the deployments that were serving when the appliance went down (console.deployments.restoring).
+# A bring-up that fails stops what it started (the engines kept running before it are left be).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -19,6 +21,17 @@ fi
 
 # A restart: stop the running web and worker first (and a redis-server up.sh started); serving engines stay.
 KEEP_ENGINES=1 bash scripts/down.sh >/dev/null 2>&1 || true  # a restart leaves serving engines be
+
+# From here every pid file in $DATA is this run's: should a step fail, they are stopped again (the web server, the
+# worker, beat, a redis-server started here), and the engines left be, as the restart above left them.
+undo() {
+  local code=$?
+  [ "$code" = 0 ] && return
+  echo "up: failed; stopping what this run started" >&2
+  KEEP_ENGINES=1 bash scripts/down.sh >&2 || true
+  exit "$code"
+}
+trap undo EXIT
 
 if ! "$PY" -c "import redis, os; redis.Redis.from_url(os.environ['REDIS_URL']).ping()" 2>/dev/null; then
   if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -46,25 +59,34 @@ start() {  # name, command...
   nohup "$@" >>"$DATA/logs/$name.log" 2>&1 &
   echo $! >"$DATA/$name.pid"
 }
+fail() {  # a message, then the last lines of a log
+  echo "up: $1; see $2" >&2
+  tail -20 "$2" >&2
+  exit 1
+}
+
 # HEARTH_WEB_WORKERS processes on one socket (default one per core, at most 8), metrics summed across them
 start web "$PY" -m appliance.web_server --host "${HEARTH_HOST:-127.0.0.1}" --port "$PORT"
-start worker "$PY" -m celery -A appliance worker -c 3 --loglevel INFO
-start beat "$PY" -m celery -A appliance beat --loglevel INFO -s "$DATA/celerybeat-schedule"
-
-for _ in $(seq 1 60); do
+for i in $(seq 1 61); do
+  [ "$i" = 61 ] && fail "the web server did not answer" "$DATA/logs/web.log"
   # the web server started here must be the one answering (not one a killed run left holding the port)
-  if ! kill -0 "$(cat "$DATA/web.pid")" 2>/dev/null; then
-    echo "up: the web server exited; see $DATA/logs/web.log" >&2
-    tail -20 "$DATA/logs/web.log" >&2
-    exit 1
-  fi
-  if "$PY" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/login/', timeout=1)" 2>/dev/null; then
-    echo "Hearth is up: open http://127.0.0.1:$PORT/ (while no admin exists, the first visit creates one)."
-    echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"
-    exit 0
-  fi
+  kill -0 "$(cat "$DATA/web.pid")" 2>/dev/null || fail "the web server exited" "$DATA/logs/web.log"
+  "$PY" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/login/', timeout=1)" 2>/dev/null && break
   sleep 0.5
 done
-echo "up: the web server did not answer; see $DATA/logs/web.log" >&2
-tail -20 "$DATA/logs/web.log" >&2
-exit 1
+
+# The worker and beat once the console answers: a bring-up that fails before leaves no worker launching engines.
+# The worker counts as up once it says it is ready (its log from this start on).
+worker_log_size=$(stat -c %s "$DATA/logs/worker.log" 2>/dev/null || echo 0)
+start worker "$PY" -m celery -A appliance worker -c 3 --loglevel INFO
+start beat "$PY" -m celery -A appliance beat --loglevel INFO -s "$DATA/celerybeat-schedule"
+for i in $(seq 1 121); do
+  [ "$i" = 121 ] && fail "the Celery worker did not say it was ready" "$DATA/logs/worker.log"
+  kill -0 "$(cat "$DATA/worker.pid")" 2>/dev/null || fail "the Celery worker exited" "$DATA/logs/worker.log"
+  kill -0 "$(cat "$DATA/beat.pid")" 2>/dev/null || fail "Celery beat exited" "$DATA/logs/beat.log"
+  # grep reads to the end (no -q): tail is never cut by a closed pipe, which pipefail would take for a failure
+  if tail -c +$((worker_log_size + 1)) "$DATA/logs/worker.log" | grep -E "celery@[^ ]+ ready\." >/dev/null; then break; fi
+  sleep 0.5
+done
+echo "Hearth is up: open http://127.0.0.1:$PORT/ (while no admin exists, the first visit creates one)."
+echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"

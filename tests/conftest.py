@@ -4,13 +4,14 @@ Tests that talk to the live processes use ``@pytest.mark.django_db(transaction=T
 are committed and visible to those processes.
 """
 
+import itertools
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,9 @@ import httpx
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.core.management.base import CommandError
+from django.db import OperationalError, connection
+from django.test import TransactionTestCase
 
 from console.observability import step_cache
 
@@ -36,14 +39,96 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``last`` run after all the others (tests/test_secrets_kept.py reads what they left)."""
-    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+# Fixtures that start processes (a web server, a Celery worker, simulators): a test using one is marked
+# ``process`` (pyproject.toml's markers), so `make check` can leave it out. Session- and module-scoped ones
+# start before processes_are_marked can see them, so they are named here.
+PROCESS_FIXTURES = frozenset({"live_env", "web", "worker", "served", "sim_factory", "sim"})
+# Markers of the tests that may start processes; `make check` runs the tests without any of them.
+SLOW_MARKERS = ("process", "engine", "docker", "browser")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    """Tests using PROCESS_FIXTURES are marked ``process`` and each test gets its pytest-xdist group (xdist_group),
+    before the other plugins' hooks (pytest-xdist's reads the groups into node ids). After them (pytest-django's puts
+    the tests using the database in its own order): the engines' queue comes first, so it starts at once (make test
+    keeps this order: --no-loadscope-reorder), its ``heavy`` tests first within it, and tests marked ``last`` after
+    all the others (tests/test_secrets_kept.py reads what they left).
+
+    The heavy tests' engine (tests/ledgerworld.py) is one Hearth did not launch, in their database: the session's
+    Celery worker, which engine tests start (the ``worker`` fixture) and which lives as long as its pytest-xdist
+    worker, would reconcile it as an engine that exited and take its route away (the gateway then answers 503). So
+    they run before any other test of the queue."""
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    yield
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("last") is not None,
+            xdist_group(item) != ENGINES_QUEUE,
+            item.get_closest_marker("heavy") is None,
+        )
+    )
+
+
+ENGINES_QUEUE = "engines"
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """Where `make test` (pytest-xdist's ``--dist loadgroup``) runs ``item``: a real CPU engine's test, or one marked
+    ``heavy``, in one queue, one after the other (two engines starting at once on 2 cores beside the other workers
+    missed their 180-300 s bounds in CI, and a heavy test's deadlines beside an engine's start); any other test with
+    its file, so a module's fixtures start once and its tests keep their order."""
+    if item.get_closest_marker("engine") or item.get_closest_marker("heavy"):
+        return ENGINES_QUEUE
+    return item.nodeid.split("::")[0]
+
+
+@pytest.fixture(autouse=True)
+def processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test without one of SLOW_MARKERS that starts a process fails, naming the marker it needs: so the
+    markers stay true, and `make check` stays fast."""
+    if any(request.node.get_closest_marker(name) for name in SLOW_MARKERS):
+        return
+
+    def refuse(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
+        raise AssertionError(f"this test starts a process ({str(args)[:100]}): mark it process (pyproject.toml)")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+
+
+def _flush_again_after_a_deadlock(teardown: Callable[[TransactionTestCase], None]) -> Callable[..., None]:
+    """TransactionTestCase's teardown empties every table with one TRUNCATE while the session's Celery worker (its
+    scrapes and reconciles every second or two) and a test's web server may be reading them: PostgreSQL can then
+    find a deadlock and end the TRUNCATE. It is tried again (three times in all); anything else is raised."""
+
+    def flush(case: TransactionTestCase) -> None:
+        for attempt in range(3):
+            try:
+                return teardown(case)
+            except (OperationalError, CommandError) as exc:
+                if "deadlock detected" not in str(exc.__cause__ or exc) or attempt == 2:
+                    raise
+        return None
+
+    return flush
+
+
+TransactionTestCase._fixture_teardown = _flush_again_after_a_deadlock(  # type: ignore[method-assign]
+    TransactionTestCase._fixture_teardown
+)
 
 
 @pytest.fixture(autouse=True, scope="session")
 def clean_redis() -> None:
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    """The session's Redis database emptied, key by key: a FLUSHDB is announced to every client tracking keys on
+    the server (RESP3 client-side caching), so the gateways of other sessions and xdist workers would all read
+    their keys and routes again."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for batch in itertools.batched(client.scan_iter(count=1000), 1000):
+        client.unlink(*batch)
 
 
 @pytest.fixture(autouse=True)
@@ -74,9 +159,13 @@ class Proc:
     def restart(self) -> None:
         """Start the same command again (after stop), its output appended to the same file."""
         self.proc = subprocess.Popen(
-            self.argv, cwd=ROOT, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+            self.argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
 
     def crash(self) -> None:
         """SIGKILL the process and its children (a Celery worker's pool and beat), as a host crash would."""
@@ -127,11 +216,24 @@ def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
 def start_worker(env: dict[str, str], folder: Path) -> Proc:
     """A Celery worker with embedded beat, as a real process, once it says it is ready."""
     proc = Proc(
-        [sys.executable, "-m", "celery", "-A", "appliance", "worker", "-B", "-c", "3", "--loglevel", "INFO",
-         "-s", str(folder / "schedule")],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "appliance",
+            "worker",
+            "-B",
+            "-c",
+            "3",
+            "--loglevel",
+            "INFO",
+            "-s",
+            str(folder / "schedule"),
+        ],
         env,
         folder / "worker.log",
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 60
     while "ready." not in proc.output():
         assert proc.proc.poll() is None and time.monotonic() < deadline, proc.output()
@@ -175,8 +277,15 @@ def serving(*names: str) -> None:
     from console.deployments.models import Deployment, DeploymentState
 
     for name in names:
-        Deployment.objects.create(name=name, engine="simulator", served_model_name=name, max_model_len=0,
-                                  kv_space_gib=0, plan={}, state=DeploymentState.STOPPED)  # fmt: skip
+        Deployment.objects.create(
+            name=name,
+            engine="simulator",
+            served_model_name=name,
+            max_model_len=0,
+            kv_space_gib=0,
+            plan={},
+            state=DeploymentState.STOPPED,
+        )
 
 
 MEMBER_PASSWORD = "a-long-password-1"

@@ -23,8 +23,19 @@ class RedisServer:
     def __init__(self, folder: Path, env: dict[str, str]) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", str(folder)]  # fmt: skip
+        argv = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ]
         self.proc = Proc(argv, env, folder / "redis.log")
         self._wait()
 

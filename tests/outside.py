@@ -32,8 +32,19 @@ class OutsideSim:
         self.port, self.log, self.served = free_port(), log, served
         self.base = f"http://127.0.0.1:{self.port}"
         key = ["--api-key", api_key] if api_key else []
-        self.argv = [sys.executable, "-m", "engines.simulator", "--port", str(self.port), "--served-model-name",
-                     served, "--max-model-len", "8192", *key, *flags]  # fmt: skip
+        self.argv = [
+            sys.executable,
+            "-m",
+            "engines.simulator",
+            "--port",
+            str(self.port),
+            "--served-model-name",
+            served,
+            "--max-model-len",
+            "8192",
+            *key,
+            *flags,
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
@@ -57,8 +68,11 @@ class OutsideSim:
     def served_requests(self) -> float:
         """vLLM's request_success_total on this engine: how many requests it answered."""
         text = httpx.get(self.base + "/metrics", timeout=10).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("vllm:request_success_total{"))  # fmt: skip
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("vllm:request_success_total{")
+        )
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:
@@ -66,15 +80,22 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
     cert_file, key_file = folder / "cert.pem", folder / "key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_file, key_file
 
 

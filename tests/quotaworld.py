@@ -43,9 +43,11 @@ def make_key(client: httpx.Client, bases: list[str], **limits: Any) -> tuple[int
 async def _ask(sdk: openai.AsyncOpenAI, content: str, max_tokens: int) -> Answer:
     try:
         raw = await sdk.chat.completions.with_raw_response.create(
-            model="llama", messages=[{"role": "user", "content": content}], max_tokens=max_tokens,
+            model="llama",
+            messages=[{"role": "user", "content": content}],
+            max_tokens=max_tokens,
             extra_body={"ignore_eos": True},
-        )  # fmt: skip
+        )
     except openai.APIStatusError as exc:
         body = exc.body if isinstance(exc.body, dict) else {}
         return Answer(exc.status_code, exc.response.headers.get("retry-after"), body, 0)
@@ -98,6 +100,13 @@ def counters(key_id: int, owner_id: int | None, served: Served, at: float) -> di
     r = redis.Redis.from_url(settings.REDIS_URL)
     names = counter_keys(key_id, owner_id, served.dep_id, at)
     rpm, tpm, tpd, running, usd_day, usd_month, owner_day, owner_month = names[:8]
-    count = {"rpm": rpm, "tpm": tpm, "tpd": tpd, "usd_day": usd_day, "usd_month": usd_month, "owner_day": owner_day,
-             "owner_month": owner_month}  # fmt: skip
+    count = {
+        "rpm": rpm,
+        "tpm": tpm,
+        "tpd": tpd,
+        "usd_day": usd_day,
+        "usd_month": usd_month,
+        "owner_day": owner_day,
+        "owner_month": owner_month,
+    }
     return {name: int(r.get(key) or 0) for name, key in count.items()} | {"running": int(r.zcard(running))}

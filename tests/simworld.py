@@ -8,6 +8,7 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.catalog.models import ModelSource
@@ -94,9 +95,16 @@ def wait_state(client: httpx.Client, dep_id: int, states: set[str], within: floa
     return dep  # type: ignore[no-any-return]
 
 
+def hearth_metrics(web: str) -> str:
+    """Hearth's own /metrics at ``web``, asked with the run's HEARTH_METRICS_TOKEN (it is closed without one)."""
+    resp = httpx.get(f"{web}/metrics", headers={"Authorization": f"Bearer {settings.HEARTH_METRICS_TOKEN}"}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.text
+
+
 def truncated_count(web: str) -> float:
     """The appliance's own counter of truncated streams for "llama" (the web process lives all session)."""
-    for family in text_string_to_metric_families(httpx.get(f"{web}/metrics").text):
+    for family in text_string_to_metric_families(hearth_metrics(web)):
         for sample in family.samples:
             if sample.name == "hearth_gateway_truncated_streams_total" and sample.labels["model"] == "llama":
                 return sample.value

@@ -25,8 +25,15 @@ LLAMA_TEMPLATE = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|
 
 def hf_model(name: str, fixture: str, template: str = "") -> ModelSource:
     config = json.loads((DATA / f"{fixture}.json").read_text())["config"]
-    return ModelSource.objects.create(name=name, kind="hf", repo_id=f"org/{name}", revision="a" * 40, config=config,
-                                      weights_bytes=16_000_000_000, chat_template=template)  # fmt: skip
+    return ModelSource.objects.create(
+        name=name,
+        kind="hf",
+        repo_id=f"org/{name}",
+        revision="a" * 40,
+        config=config,
+        weights_bytes=16_000_000_000,
+        chat_template=template,
+    )
 
 
 def simulated(model: ModelSource, **options: object) -> Deployment:
@@ -64,8 +71,9 @@ def test_a_model_without_a_known_parser_is_warned_about_and_an_override_is_used_
     assert bare.plan["parsers"]["tool_call_parser"] is None
     assert "vLLM would refuse every one of them" in bare.plan["parsers"]["warning"]  # the Simulator needs none
     assert "--tool-call-parser" not in command(bare)
-    chosen = simulated(hf_model("llama-set", "llama-3.1-8b-instruct"), max_model_len=8192,
-                       tool_call_parser="llama3_json")  # fmt: skip
+    chosen = simulated(
+        hf_model("llama-set", "llama-3.1-8b-instruct"), max_model_len=8192, tool_call_parser="llama3_json"
+    )
     assert chosen.plan["parsers"]["tool_call_parser"] == "llama3_json" and chosen.plan["parsers"]["warning"] is None
     assert "The admin set the tool-call parser to llama3_json" in chosen.plan["parsers"]["reasons"][-1]
     args = command(chosen)
@@ -93,23 +101,40 @@ def test_the_plan_says_which_agents_a_context_serves_and_what_fitting_max_tokens
 def test_fit_max_tokens_reaches_the_gateways_route_and_a_change_keeps_the_overrides() -> None:
     dep = simulated(hf_model("route", "qwen3-8b"), max_model_len=32768, fit_max_tokens=True, reasoning_parser="none")
     Deployment.objects.filter(pk=dep.pk).update(state="ready")
-    Replica.objects.create(deployment=dep, runtime="process", host="127.0.0.1", port=9, engine_api_key="k",
-                           running=True, ready_at=dep.created_at)  # fmt: skip
+    Replica.objects.create(
+        deployment=dep,
+        runtime="process",
+        host="127.0.0.1",
+        port=9,
+        engine_api_key="k",
+        running=True,
+        ready_at=dep.created_at,
+    )
     assert load_snapshot().routes["route"].fit_max_tokens
     dep.refresh_from_db()
     preview = changes.preview_change(dep, **changes.current_settings(dep) | {"max_num_seqs": 64})
-    assert preview.plan["parsers"]["reasoning_parser"] is None
-    assert all(a["serves"] for a in preview.plan["agents"])
+    assert preview.plan.parsers is not None and preview.plan.parsers.reasoning_parser is None
+    assert all(a.serves for a in preview.plan.agents) and len(preview.plan.agents) == 2
 
 
 def test_the_console_shows_the_parsers_the_warning_and_the_agents_before_anything_launches(admin: Client) -> None:
     model = hf_model("page", "llama-3.1-8b-instruct")
-    html = admin.post("/deployments/plan/", {"name": "page", "model": model.pk, "engine": "simulator",
-                                             "max_model_len": 8192}).content.decode()  # fmt: skip
+    html = admin.post(
+        "/deployments/plan/", {"name": "page", "model": model.pk, "engine": "simulator", "max_model_len": 8192}
+    ).content.decode()
     assert 'data-field="parser-warning"' in html and "Claude Code: not served." in html
-    resp = admin.post("/api/deployments", {"name": "page", "model": "page", "engine": "simulator",
-                                           "max_model_len": 65536, "tool_call_parser": "llama3_json",
-                                           "fit_max_tokens": True}, content_type="application/json")  # fmt: skip
+    resp = admin.post(
+        "/api/deployments",
+        {
+            "name": "page",
+            "model": "page",
+            "engine": "simulator",
+            "max_model_len": 65536,
+            "tool_call_parser": "llama3_json",
+            "fit_max_tokens": True,
+        },
+        content_type="application/json",
+    )
     assert resp.status_code == 201, resp.content
     body = resp.json()
     assert body["tool_call_parser"] == "llama3_json" and body["fit_max_tokens"] is True
@@ -121,11 +146,14 @@ def test_the_console_shows_the_parsers_the_warning_and_the_agents_before_anythin
 def test_without_a_tool_call_parser_a_real_engine_serves_no_agent_and_the_simulator_still_does() -> None:
     model = hf_model("no-parser", "llama-3.1-8b-instruct")
     on_vllm = plan_for(model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True)
-    assert "this engine refuses every request that carries tools" in on_vllm["parsers"]["warning"]
-    assert not any(a["serves"] for a in on_vllm["agents"])
-    assert all("refuses without a tool-call parser" in a["reason"] for a in on_vllm["agents"])
+    assert on_vllm.parsers is not None and on_vllm.parsers.warning is not None
+    assert "this engine refuses every request that carries tools" in on_vllm.parsers.warning
+    assert on_vllm.agents and not any(a.serves for a in on_vllm.agents)
+    assert all("refuses without a tool-call parser" in a.reason for a in on_vllm.agents)
     on_sim = plan_for(model, "simulator", max_model_len=65536, fit_max_tokens=True)
-    assert all(a["serves"] for a in on_sim["agents"])  # it answers tools with no parser (its agent mode)
-    with_parser = plan_for(model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True,
-                           tool_call_parser="llama3_json")
-    assert all(a["serves"] for a in with_parser["agents"]) and with_parser["parsers"]["warning"] is None
+    assert on_sim.agents and all(a.serves for a in on_sim.agents)  # it answers tools with no parser (its agent mode)
+    with_parser = plan_for(
+        model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True, tool_call_parser="llama3_json"
+    )
+    assert with_parser.parsers is not None and with_parser.parsers.warning is None
+    assert with_parser.agents and all(a.serves for a in with_parser.agents)

@@ -43,8 +43,13 @@ class Agents:
 
     def deploy(self, name: str, extra_args: list[str]) -> str:
         ensure_model()
-        body = {"name": name, "model": "llama-8b", "engine": "simulator", "max_model_len": CONTEXT,
-                "extra_args": extra_args}  # fmt: skip
+        body = {
+            "name": name,
+            "model": "llama-8b",
+            "engine": "simulator",
+            "max_model_len": CONTEXT,
+            "extra_args": extra_args,
+        }
         resp = self.client.post("/api/deployments", json=body)
         assert resp.status_code == 201, resp.text
         dep_id = resp.json()["id"]
@@ -82,11 +87,18 @@ def claude(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
     work, home = workdir(tmp_path), tmp_path / "home"
     home.mkdir()
     env = {
-        "PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": agents.web,
-        "ANTHROPIC_AUTH_TOKEN": agents.key, "ANTHROPIC_API_KEY": "sk-ant-api03-not-a-hearth-key",
-        "ANTHROPIC_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model, "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
-    }  # fmt: skip
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": agents.web,
+        "ANTHROPIC_AUTH_TOKEN": agents.key,
+        "ANTHROPIC_API_KEY": "sk-ant-api03-not-a-hearth-key",
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_SMALL_FAST_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
     argv = [cli("claude"), "-p", TASK, "--allowedTools", "Read,Write", "--output-format", "stream-json", "--verbose"]
     return work, run(argv, work, env)
 
@@ -121,9 +133,7 @@ def test_codex_over_the_responses_api_reads_and_writes_a_file_through_hearth(age
     assert_copied(work, output)
 
 
-def test_codex_works_through_the_translation_for_an_engine_without_responses(
-    agents: Agents, tmp_path: Path
-) -> None:
+def test_codex_works_through_the_translation_for_an_engine_without_responses(agents: Agents, tmp_path: Path) -> None:
     work, output = codex(agents, agents.deploy("agent-chat", ["--no-responses"]), tmp_path)
     assert_copied(work, output)
 

@@ -24,20 +24,30 @@ def call(arguments: str) -> dict[str, Any]:
 
 
 def responses_stream(kinds: list[tuple[str, dict[str, Any]]], status: str = "completed") -> bytes:
-    done = {"type": "response.completed", "response": {"status": status, "usage": {"input_tokens": 1},
-                                                       "incomplete_details": {"reason": "max_output_tokens"}
-                                                       if status == "incomplete" else None}}  # fmt: skip
+    done = {
+        "type": "response.completed",
+        "response": {
+            "status": status,
+            "usage": {"input_tokens": 1},
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        },
+    }
     events = [{"type": kind, **fields} for kind, fields in kinds] + [done]
     return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
 
 
 def messages_stream(deltas: list[dict[str, Any]], stop: str, tool: bool = False) -> bytes:
-    start = {"type": "content_block_start", "index": 0,
-             "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}} if tool else {"type": "text"}}
+    start = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}} if tool else {"type": "text"},
+    }
     events = [{"type": "message_start", "message": {"usage": {"input_tokens": 3}}}, start]
     events += [{"type": "content_block_delta", "index": 0, "delta": d} for d in deltas]
-    events += [{"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 2}},
-               {"type": "message_stop"}]  # fmt: skip
+    events += [
+        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
     return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
 
 
@@ -52,19 +62,43 @@ def counted(kind: StreamKind, stream: bytes, request: dict[str, Any]) -> AnswerC
 BAD_ARGS = '{"city": "Par'
 STREAMS = {
     "chat: arguments not JSON": (StreamKind.CHAT, chat_stream([call(BAD_ARGS)], "tool_calls"), TOOLS, 1),
-    "chat: a call written as text": (StreamKind.CHAT, chat_stream([{"content": '<tool_call>{"name": "f"}'}], "stop"),
-                                     TOOLS, 1),
-    "chat: required but none": (StreamKind.CHAT, chat_stream([{"content": "no"}], "stop"),
-                                {**TOOLS, "tool_choice": "required"}, 1),
+    "chat: a call written as text": (
+        StreamKind.CHAT,
+        chat_stream([{"content": '<tool_call>{"name": "f"}'}], "stop"),
+        TOOLS,
+        1,
+    ),
+    "chat: required but none": (
+        StreamKind.CHAT,
+        chat_stream([{"content": "no"}], "stop"),
+        {**TOOLS, "tool_choice": "required"},
+        1,
+    ),
     "chat: a good call": (StreamKind.CHAT, chat_stream([call('{"city": "Paris"}')], "tool_calls"), TOOLS, 0),
-    "responses: arguments not JSON": (StreamKind.RESPONSES, responses_stream([
-        ("response.output_item.added", {"output_index": 0, "item": {"type": "function_call"}}),
-        ("response.function_call_arguments.delta", {"output_index": 0, "delta": BAD_ARGS})]), TOOLS, 1),
-    "messages: a call written as text": (StreamKind.MESSAGES, messages_stream(
-        [{"type": "text_delta", "text": "[TOOL_CALLS] f"}], "end_turn"), TOOLS, 1),
-    "messages: arguments not JSON": (StreamKind.MESSAGES, messages_stream(
-        [{"type": "input_json_delta", "partial_json": BAD_ARGS}], "tool_use", tool=True), TOOLS, 1),
-}  # fmt: skip
+    "responses: arguments not JSON": (
+        StreamKind.RESPONSES,
+        responses_stream(
+            [
+                ("response.output_item.added", {"output_index": 0, "item": {"type": "function_call"}}),
+                ("response.function_call_arguments.delta", {"output_index": 0, "delta": BAD_ARGS}),
+            ]
+        ),
+        TOOLS,
+        1,
+    ),
+    "messages: a call written as text": (
+        StreamKind.MESSAGES,
+        messages_stream([{"type": "text_delta", "text": "[TOOL_CALLS] f"}], "end_turn"),
+        TOOLS,
+        1,
+    ),
+    "messages: arguments not JSON": (
+        StreamKind.MESSAGES,
+        messages_stream([{"type": "input_json_delta", "partial_json": BAD_ARGS}], "tool_use", tool=True),
+        TOOLS,
+        1,
+    ),
+}
 
 
 @pytest.mark.parametrize(("kind", "stream", "request_", "failures"), list(STREAMS.values()), ids=list(STREAMS))
@@ -78,8 +112,9 @@ def test_tool_call_parse_failures_are_counted_in_every_api(
 def test_a_length_cut_is_not_a_parse_failure_and_an_empty_answer_is_empty() -> None:
     cut = counted(StreamKind.CHAT, chat_stream([call(BAD_ARGS)], "length"), TOOLS)
     assert cut.length_cut and cut.tool_call_failures == 0 and not cut.empty
-    incomplete = counted(StreamKind.RESPONSES, responses_stream([("response.output_text.delta", {"delta": "x"})],
-                                                                "incomplete"), {})  # fmt: skip
+    incomplete = counted(
+        StreamKind.RESPONSES, responses_stream([("response.output_text.delta", {"delta": "x"})], "incomplete"), {}
+    )
     assert incomplete.length_cut
     assert counted(StreamKind.MESSAGES, messages_stream([], "max_tokens"), {}).length_cut
     empty = counted(StreamKind.CHAT, chat_stream([{"reasoning": "hm"}], "stop"), {})
@@ -88,21 +123,41 @@ def test_a_length_cut_is_not_a_parse_failure_and_an_empty_answer_is_empty() -> N
 
 def test_reasoning_tokens_come_from_the_engines_count_else_the_pieces_seen() -> None:
     reported = {"prompt_tokens": 1, "completion_tokens": 9, "completion_tokens_details": {"reasoning_tokens": 6}}
-    assert counted(StreamKind.CHAT, chat_stream([{"reasoning_content": "a"}, {"content": "b"}], "stop", reported),
-                   {}).reasoning_tokens == 6  # fmt: skip
+    assert (
+        counted(
+            StreamKind.CHAT, chat_stream([{"reasoning_content": "a"}, {"content": "b"}], "stop", reported), {}
+        ).reasoning_tokens
+        == 6
+    )
     thinking = [{"type": "thinking_delta", "thinking": "a"}] * 3 + [{"type": "text_delta", "text": "b"}]
     pieces = counted(StreamKind.MESSAGES, messages_stream(thinking, "end_turn"), {})
     assert pieces.reasoning_tokens == 3 and not pieces.empty
 
 
-@pytest.mark.parametrize(("answer", "failures", "empty"), [
-    ({"choices": [{"message": {"content": None, "tool_calls": [{"function": {"arguments": BAD_ARGS}}]},
-                   "finish_reason": "tool_calls"}]}, 1, False),
-    ({"object": "response", "status": "completed",
-      "output": [{"type": "function_call", "arguments": BAD_ARGS}]}, 1, False),
-    ({"content": [{"type": "text", "text": "<tool_call>"}], "stop_reason": "end_turn"}, 1, False),
-    ({"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}, 0, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("answer", "failures", "empty"),
+    [
+        (
+            {
+                "choices": [
+                    {
+                        "message": {"content": None, "tool_calls": [{"function": {"arguments": BAD_ARGS}}]},
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            },
+            1,
+            False,
+        ),
+        (
+            {"object": "response", "status": "completed", "output": [{"type": "function_call", "arguments": BAD_ARGS}]},
+            1,
+            False,
+        ),
+        ({"content": [{"type": "text", "text": "<tool_call>"}], "stop_reason": "end_turn"}, 1, False),
+        ({"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}, 0, True),
+    ],
+)
 def test_whole_answers_are_counted_as_streams_are(answer: dict[str, Any], failures: int, empty: bool) -> None:
     tally = for_request("/v1/chat/completions", TOOLS)
     counts = tally.result(tally_whole(tally, answer))

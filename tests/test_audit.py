@@ -36,15 +36,21 @@ def root(client: Client, django_user_model: Any) -> Client:
 
 
 def test_key_actions_are_recorded_with_who_where_and_what_but_never_the_secret(root: Client) -> None:
-    key = root.post("/api/keys", {"name": "ci", "tokens_per_day": 100}, content_type=JSON,
-                    HTTP_USER_AGENT="curl/8").json()  # fmt: skip
+    key = root.post(
+        "/api/keys", {"name": "ci", "tokens_per_day": 100}, content_type=JSON, HTTP_USER_AGENT="curl/8"
+    ).json()
     root.patch(f"/api/keys/{key['id']}", {"tokens_per_day": 50}, content_type=JSON)
     rotated = root.post(f"/api/keys/{key['id']}/rotate", {"grace_seconds": 0}, content_type=JSON).json()
     root.delete(f"/api/keys/{key['id']}")
-    [create], [limits], [rotate], [revoke] = (entries(a) for a in ("key.create", "key.limits", "key.rotate",
-                                                                   "key.revoke"))  # fmt: skip
+    [create], [limits], [rotate], [revoke] = (
+        entries(a) for a in ("key.create", "key.limits", "key.rotate", "key.revoke")
+    )
     assert (create.actor_name, create.target_type, create.target_id, create.user_agent) == (
-        "root", "access.apikey", str(key["id"]), "curl/8")
+        "root",
+        "access.apikey",
+        str(key["id"]),
+        "curl/8",
+    )
     assert create.changes["prefix"] == key["prefix"] and create.changes["tokens_per_day"] == 100
     assert create.ip == "127.0.0.1" and create.at > timezone.now() - timedelta(minutes=1)
     assert limits.changes == {"tokens_per_day": [100, 50]}
@@ -55,8 +61,9 @@ def test_key_actions_are_recorded_with_who_where_and_what_but_never_the_secret(r
 
 
 def test_member_actions_are_recorded(root: Client) -> None:
-    bob = root.post("/api/members", {"username": "bob", "password": PASSWORD, "role": "viewer"},
-                    content_type=JSON).json()  # fmt: skip
+    bob = root.post(
+        "/api/members", {"username": "bob", "password": PASSWORD, "role": "viewer"}, content_type=JSON
+    ).json()
     root.patch(f"/api/members/{bob['id']}", {"role": "member", "tokens_per_day": 500}, content_type=JSON)
     root.patch(f"/api/members/{bob['id']}", {"is_active": False}, content_type=JSON)
     assert entries("member.create")[-1].changes == {"role": "viewer"}
@@ -67,8 +74,10 @@ def test_member_actions_are_recorded(root: Client) -> None:
 
 
 def test_a_password_change_is_recorded_without_the_password(root: Client) -> None:
-    resp = root.post("/password/", {"old_password": PASSWORD, "new_password1": "another-long-pw-2",
-                                    "new_password2": "another-long-pw-2"})  # fmt: skip
+    resp = root.post(
+        "/password/",
+        {"old_password": PASSWORD, "new_password1": "another-long-pw-2", "new_password2": "another-long-pw-2"},
+    )
     assert resp.status_code == 302
     [entry] = entries("member.password")
     assert entry.changes == {} and "another-long-pw-2" not in json.dumps(list(AuditEntry.objects.values()), default=str)
@@ -76,15 +85,17 @@ def test_a_password_change_is_recorded_without_the_password(root: Client) -> Non
 
 def test_deployment_actions_are_recorded(root: Client) -> None:
     ModelSource.objects.create(name="smol", kind="local", path="/m", config=SMOLLM2_CONFIG, weights_bytes=269_030_016)
-    dep = root.post("/api/deployments", {"name": "smol", "model": "smol", "max_model_len": 2048},
-                    content_type=JSON).json()  # fmt: skip
+    dep = root.post(
+        "/api/deployments", {"name": "smol", "model": "smol", "max_model_len": 2048}, content_type=JSON
+    ).json()
     root.post(f"/api/deployments/{dep['id']}/launch")
     root.post(f"/api/deployments/{dep['id']}/stop")
     Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
     root.post(f"/api/deployments/{dep['id']}/change", {"max_model_len": 1024, "confirm": True}, content_type=JSON)
     Deployment.objects.filter(pk=dep["id"]).update(state="failed")
-    Replica.objects.create(deployment_id=dep["id"], runtime="process", host="h", port=1, engine_api_key="k",
-                           oom_killed=True)  # fmt: skip
+    Replica.objects.create(
+        deployment_id=dep["id"], runtime="process", host="h", port=1, engine_api_key="k", oom_killed=True
+    )
     assert root.post(f"/api/deployments/{dep['id']}/remedy").status_code == 202
     Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
     assert root.delete(f"/api/deployments/{dep['id']}").status_code == 204
@@ -92,7 +103,9 @@ def test_deployment_actions_are_recorded(root: Client) -> None:
     assert [e.changes["state"] for e in entries("deployment.launch")] == [["stopped", "pending"], ["failed", "pending"]]
     assert entries("deployment.stop")[0].changes == {"state": ["pending", "stopping"]}
     assert entries("deployment.change")[0].changes == {"max_model_len": [2048, 1024], "recreate": False}
-    assert entries("deployment.remedy")[0].changes == {"VLLM_CPU_KVCACHE_SPACE": ["1 GiB", "0.75 GiB"]}
+    assert entries("deployment.remedy")[0].changes == {
+        "KV cache space (--kv-cache-memory-bytes)": ["1 GiB", "0.75 GiB"]
+    }
     assert entries("deployment.delete")[0].target_name == "smol"
     assert {e.actor_name for e in AuditEntry.objects.filter(action__startswith="deployment.")} == {"root"}
 
@@ -108,20 +121,28 @@ def test_sign_ins_failures_lockouts_and_sign_outs_are_recorded(client: Client, d
     assert entries("signin")[0].changes == {"method": "password"}
     assert [e.actor_name for e in entries("signout")] == ["root"]
     failed = entries("signin.failed")
-    assert len(failed) == 3 and {(e.actor_name, e.target_name, e.ip) for e in failed} == {("anonymous", "root",
-                                                                                           "10.0.0.7")}  # fmt: skip
+    assert len(failed) == 3 and {(e.actor_name, e.target_name, e.ip) for e in failed} == {
+        ("anonymous", "root", "10.0.0.7")
+    }
     [lockout] = entries("signin.lockout")
     assert (lockout.target_name, lockout.changes) == ("root", {"ip_address": "10.0.0.7"})
     assert "wrong" not in json.dumps(list(AuditEntry.objects.values()), default=str)
 
 
+@pytest.mark.process
 def test_engines_hearth_did_not_launch_are_recorded_without_their_key(root: Client, tmp_path: Any) -> None:
     first, second = (OutsideSim(tmp_path / f"{n}.log", "outside") for n in ("first", "second"))
     try:
-        dep = root.post("/api/external-deployments", {"base_url": first.base, "engine_kind": "vllm",
-                        "api_key": ENGINE_KEY}, content_type=JSON).json()  # fmt: skip
-        added = root.post(f"/api/deployments/{dep['id']}/endpoints", {"base_url": second.base, "engine_kind": "vllm",
-                          "api_key": ENGINE_KEY}, content_type=JSON).json()  # fmt: skip
+        dep = root.post(
+            "/api/external-deployments",
+            {"base_url": first.base, "engine_kind": "vllm", "api_key": ENGINE_KEY},
+            content_type=JSON,
+        ).json()
+        added = root.post(
+            f"/api/deployments/{dep['id']}/endpoints",
+            {"base_url": second.base, "engine_kind": "vllm", "api_key": ENGINE_KEY},
+            content_type=JSON,
+        ).json()
         assert root.delete(f"/api/deployments/{dep['id']}/endpoints/{added['replicas'][1]['id']}").status_code == 204
     finally:
         first.stop()
@@ -143,17 +164,27 @@ def test_models_prices_slos_and_mappings_are_recorded_with_what_changed(root: Cl
     first, second = (e.changes for e in entries("price.set"))  # the first changes the seeded price
     assert first["usd_per_gpu_hour"][1] == "2.5" and first["source"][1] == "quote" and "gpu_model" not in first
     assert second == {"usd_per_gpu_hour": ["2.5000", "3"]}
-    dep = root.post("/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"},
-                    content_type=JSON).json()  # fmt: skip
+    dep = root.post(
+        "/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"}, content_type=JSON
+    ).json()
     root.post(f"/deployments/{dep['id']}/slo/", {"ttft_seconds": "1.5", "itl_seconds": ""})
     [slo] = entries("deployment.slo")
     assert (slo.target_name, slo.changes) == ("q", {"ttft_seconds": [None, 1.5]})
-    assert root.post(f"/api/deployments/{dep['id']}/slo", {"ttft_seconds": 4, "itl_seconds": 0.1},
-                     content_type=JSON).status_code == 200  # fmt: skip
+    assert (
+        root.post(
+            f"/api/deployments/{dep['id']}/slo", {"ttft_seconds": 4, "itl_seconds": 0.1}, content_type=JSON
+        ).status_code
+        == 200
+    )
     [again] = [e for e in entries("deployment.slo") if e.pk != slo.pk]  # the Capacity page's API: the same SLO
     assert again.changes == {"ttft_seconds": [1.5, 4], "itl_seconds": [None, 0.1]}
-    mapping = {"flavor": "tgi", "engine": "tgi", "canonical": "requests_running", "metric": "tgi_batch_current_size",
-               "source": "text-generation-inference docs, Metrics"}  # fmt: skip
+    mapping = {
+        "flavor": "tgi",
+        "engine": "tgi",
+        "canonical": "requests_running",
+        "metric": "tgi_batch_current_size",
+        "source": "text-generation-inference docs, Metrics",
+    }
     root.post("/metric-mappings/", mapping)
     assert entries("mapping.set")[0].changes["metric"] == [None, "tgi_batch_current_size"]
     Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
@@ -164,18 +195,51 @@ def test_models_prices_slos_and_mappings_are_recorded_with_what_changed(root: Cl
 
 
 def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
-    """slo.merged is recorded by a migration: tests/test_one_slo_migration.py."""
-    tested = {"key.create", "key.limits", "key.rotate", "key.revoke", "member.create", "member.role",
-              "member.limits", "member.active", "member.password", "deployment.create", "deployment.launch",
-              "deployment.stop", "deployment.change", "deployment.remedy", "deployment.delete", "signin",
-              "signin.failed", "signin.lockout", "signout", "deployment.register", "deployment.add_endpoint",
-              "deployment.remove_endpoint", "deployment.slo", "model.add", "model.delete", "price.set",
-              "mapping.set", "slo.merged"}  # fmt: skip
+    """slo.merged is recorded by a migration: tests/test_one_slo_migration.py; accounting.mended by beat's
+    accounting check: tests/test_charge_check.py; deployment.sleep, .idle_policy by tests/test_idle_settings.py,
+    deployment.wake and .stop_idle by the worker: tests/test_sleep_live.py; deployment.make_room by the worker:
+    tests/test_room_live.py."""
+    tested = {
+        "key.create",
+        "key.limits",
+        "key.rotate",
+        "key.revoke",
+        "member.create",
+        "member.role",
+        "member.limits",
+        "member.active",
+        "member.password",
+        "deployment.create",
+        "deployment.launch",
+        "deployment.stop",
+        "deployment.change",
+        "deployment.remedy",
+        "deployment.delete",
+        "signin",
+        "signin.failed",
+        "signin.lockout",
+        "signout",
+        "deployment.register",
+        "deployment.add_endpoint",
+        "deployment.remove_endpoint",
+        "deployment.slo",
+        "model.add",
+        "model.delete",
+        "price.set",
+        "mapping.set",
+        "slo.merged",
+        "accounting.mended",
+        "deployment.sleep",
+        "deployment.wake",
+        "deployment.stop_idle",
+        "deployment.idle_policy",
+        "deployment.make_room",
+    }
     assert set(ACTIONS) == tested
 
 
 def test_the_page_filters_and_the_exports_carry_the_same_entries(root: Client) -> None:
-    for name in ("alpha", "=HYPERLINK(\"http://x\")"):
+    for name in ("alpha", '=HYPERLINK("http://x")'):
         root.post("/api/keys", {"name": name}, content_type=JSON)
     page = root.get("/audit/?action=key.create&target=alpha").content.decode()
     assert "alpha" in page and "HYPERLINK" not in page

@@ -48,14 +48,23 @@ WHOLE = ["{not json", "[]", "null", "5", '"text"']
 
 @pytest.fixture
 def world(admin: Client) -> dict[str, int]:
-    model = ModelSource.objects.create(name="smol", kind="local", path="/m", config=SMOLLM2_CONFIG,
-                                       weights_bytes=269_030_016)  # fmt: skip
-    dep = Deployment.objects.create(name="smol", model=model, engine="vllm-cpu", served_model_name="smol",
-                                    max_model_len=2048, kv_space_gib=1.0, plan={"fits": True},
-                                    state="stopped")  # fmt: skip
+    model = ModelSource.objects.create(
+        name="smol", kind="local", path="/m", config=SMOLLM2_CONFIG, weights_bytes=269_030_016
+    )
+    dep = Deployment.objects.create(
+        name="smol",
+        model=model,
+        engine="vllm-cpu",
+        served_model_name="smol",
+        max_model_len=2048,
+        kv_space_gib=1.0,
+        plan={"fits": True},
+        state="stopped",
+    )
     key = admin.post("/api/keys", {"name": "k"}, content_type="application/json").json()
-    member = admin.post("/api/members", VALID["POST /api/members"] | {"username": "u1"},
-                        content_type="application/json").json()  # fmt: skip
+    member = admin.post(
+        "/api/members", VALID["POST /api/members"] | {"username": "u1"}, content_type="application/json"
+    ).json()
     return {"models": model.pk, "deployments": dep.pk, "keys": key["id"], "members": member["id"]}
 
 
@@ -97,8 +106,11 @@ def test_every_api_operation_answers_each_spoiled_field_with_a_4xx_in_its_shape(
     wrong = []
     bodies = [(body, body) for body in WHOLE]
     bodies.append(("an unknown field", VALID[operation] | {"max_token_cap": 10}))  # a typo is refused, not ignored
-    bodies += [(f"{name}={value!r:.40}", VALID[operation] | {name: value})
-               for name, kind in fields(operation).items() for value in SPOILED[kind]]
+    bodies += [
+        (f"{name}={value!r:.40}", VALID[operation] | {name: value})
+        for name, kind in fields(operation).items()
+        for value in SPOILED[kind]
+    ]
     for shown, body in bodies:
         with transaction.atomic():
             resp = send(url, body, content_type="application/json")
@@ -110,8 +122,17 @@ def test_every_api_operation_answers_each_spoiled_field_with_a_4xx_in_its_shape(
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/deployments/99999", "/api/keys/99999", "/api/models/abc", "/api/usage?since=junk",
-             "/api/audit?since=2026-13-40", "/api/usage?group=" + LONG, "/api/audit?actor=%00", "/api/nothing"]
+    "path",
+    [
+        "/api/deployments/99999",
+        "/api/keys/99999",
+        "/api/models/abc",
+        "/api/usage?since=junk",
+        "/api/audit?since=2026-13-40",
+        "/api/usage?group=" + LONG,
+        "/api/audit?actor=%00",
+        "/api/nothing",
+    ],
 )
 def test_unknown_ids_and_bad_queries_are_4xx_json(admin: Client, path: str) -> None:
     method = "delete" if path.startswith("/api/keys/") else "get"

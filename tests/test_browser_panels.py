@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from console.deployments.models import Replica
 from console.observability.models import PriceSetting
 from tests.conftest import Proc, login
+from tests.gatewayworld import within
 from tests.simworld import ensure_model, wait_state
 from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
 
@@ -53,9 +54,11 @@ class Load:
         while not self.stop.is_set():
             try:
                 for _ in self.client.chat.completions.create(
-                    model="busy", messages=[{"role": "user", "content": f"Story {n}: " + PROMPT}],
-                    max_tokens=160, stream=True,
-                ):  # fmt: skip
+                    model="busy",
+                    messages=[{"role": "user", "content": f"Story {n}: " + PROMPT}],
+                    max_tokens=160,
+                    stream=True,
+                ):
                     pass
             except openai.OpenAIError:
                 time.sleep(0.2)
@@ -80,9 +83,17 @@ def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_
     client = login(web)
     ensure_model()
     PriceSetting.objects.get_or_create(gpu_model="NVIDIA H100 80GB HBM3", defaults={"usd_per_gpu_hour": "3.00"})
-    resp = client.post("/api/deployments", json={"name": "busy", "model": "llama-8b", "engine": "simulator",
-                                                 "max_model_len": 8192, "max_num_seqs": 8,
-                                                 "extra_args": ["--kv-cache-tokens", "20000"]})  # fmt: skip
+    resp = client.post(
+        "/api/deployments",
+        json={
+            "name": "busy",
+            "model": "llama-8b",
+            "engine": "simulator",
+            "max_model_len": 8192,
+            "max_num_seqs": 8,
+            "extra_args": ["--kv-cache-tokens", "20000"],
+        },
+    )
     assert resp.status_code == 201, resp.text
     dep_id = resp.json()["id"]
     assert client.post(f"/api/deployments/{dep_id}/launch").status_code == 202
@@ -99,11 +110,10 @@ def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_
         row = page.locator("tr[data-deployment=busy]")
         expect(row.locator("[data-field=kv_cache_usage]")).not_to_have_text("no data", timeout=20_000)
         expect(row.locator("[data-field=queue]")).to_contain_text("/", timeout=10_000)
-        before = (row.locator("[data-field=kv_cache_usage]").inner_text(), row.locator("[data-field=queue]").inner_text())  # noqa: E501
+        kv, queue = row.locator("[data-field=kv_cache_usage]"), row.locator("[data-field=queue]")
+        before = (kv.inner_text(), queue.inner_text())
         load.add(12)  # the load grows: more running, some waiting, more of the KV cache held
-        time.sleep(4.5)  # two refreshes of the live part (every 2 s) and several scrapes (every 1 s in tests)
-        after = (row.locator("[data-field=kv_cache_usage]").inner_text(), row.locator("[data-field=queue]").inner_text())  # noqa: E501
-        assert before != after, (before, after)
+        within(20, lambda: (kv.inner_text(), queue.inner_text()) != before, every=0.5)  # refreshed every 2 s
         expect(page.locator("[data-field=gpu_simulated]")).to_be_visible()
         gpu0 = page.locator(".gpu[data-gpu='0']")
         expect(gpu0.locator("[data-field=gpu_util]")).not_to_have_text("0 %", timeout=10_000)
@@ -118,8 +128,9 @@ def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_
         expect(chart.locator("canvas")).to_be_visible(timeout=10_000)
         page.wait_for_function("Number(document.querySelector('[data-chart=kv]').dataset.points) > 3", timeout=20_000)
         first = int(chart.get_attribute("data-points") or 0)
-        page.wait_for_function(f"Number(document.querySelector('[data-chart=kv]').dataset.points) > {first}",
-                               timeout=15_000)  # fmt: skip  # new points arrive without a reload
+        page.wait_for_function(
+            f"Number(document.querySelector('[data-chart=kv]').dataset.points) > {first}", timeout=15_000
+        )  # new points arrive without a reload
         shot(page, tmp_path, "deployment-under-load")
 
         os.kill(int(replica.handle), signal.SIGSTOP)  # the engine stops answering, /metrics included

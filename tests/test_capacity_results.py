@@ -38,8 +38,9 @@ def test_prompts_share_their_prefix_only_when_it_is_on() -> None:
 
 
 def test_a_level_counts_failures_against_goodput_and_throughput_over_its_duration() -> None:
-    fast = Sample(started=0.0, e2e=2.0, ttft=0.5, output_tokens=31, prompt_tokens=100, cached_tokens=50,
-                  itls=(0.05,) * 30)  # fmt: skip
+    fast = Sample(
+        started=0.0, e2e=2.0, ttft=0.5, output_tokens=31, prompt_tokens=100, cached_tokens=50, itls=(0.05,) * 30
+    )
     slow = Sample(started=0.0, e2e=4.0, ttft=3.0, output_tokens=11, prompt_tokens=100, itls=(0.1,) * 10)
     refused = Sample(started=0.0, e2e=0.01, error="refused (HTTP 400)")
     level = summarize(4, [fast, slow, refused], duration_s=4.0, slo=SLO)
@@ -80,7 +81,8 @@ def test_the_run_is_held_against_the_plan_in_words() -> None:
     blocks = held_against_plan(46_592, 1997, [level(1, 0.2)], SLO, block_tokens=128)  # type: ignore[list-item]
     assert blocks.startswith("plan: 22.8 sessions of 1,997 tokens (16 blocks of 128); ")  # vLLM's 22.75x
     assert held_against_plan(46_592, 2048, [level(1, 0.2)], SLO, block_tokens=128).startswith(  # type: ignore[list-item]
-        "plan: 22.8 sessions of 2K; ")
+        "plan: 22.8 sessions of 2K; "
+    )
     held = held_against_plan(46_592, 2048, [level(1, 0.2), level(4, 0.3)], SLO)  # type: ignore[list-item]
     assert held == "plan: 22.8 sessions of 2K; measured: 4 sessions, the most run, held TTFT p90 within 2 s"
     failing = held_against_plan(46_592, 1000, [level(1, 0.2), level(8, 0.3, failed=2)], SLO)  # type: ignore[list-item]
@@ -90,7 +92,7 @@ def test_the_run_is_held_against_the_plan_in_words() -> None:
 
 def test_the_capacity_tasks_are_registered_under_the_names_they_are_sent_by() -> None:
     from appliance.celery import app
-    from console.capacity.checks import CHECK
+    from console.capacity.runs import CHECK
     from console.capacity.tuning import TUNE
 
     app.loader.import_default_modules()

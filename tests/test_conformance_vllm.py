@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from console.deployments.models import Replica
 from tests.conftest import Proc, login
+from tests.simworld import wait_for_logs
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
@@ -60,7 +61,6 @@ def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
 
 
 def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine: Engine) -> None:
-    from console.observability.models import RequestLog
 
     sdk = engine.openai()
     chunks = list(
@@ -102,8 +102,7 @@ def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine
         kinds = [event.type for event in stream]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     assert claude.messages.count_tokens(model="smol", messages=[{"role": "user", "content": "Hi"}]).input_tokens > 0
-    time.sleep(1)  # rows are written in batches
-    logs = list(RequestLog.objects.order_by("id"))
+    logs = wait_for_logs(6)  # rows are written in batches: the six answers above, the refusal among them
     assert logs[1].stream and logs[1].completion_tokens == 4  # ...yet its usage was recorded
     assert [log.status for log in logs if log.status != 200] == [400]  # the refusal counts as an error
 
@@ -124,8 +123,14 @@ def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine
         time.sleep(0.1)
 
 
-WEATHER: Any = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def test_vllm_with_the_chosen_parsers_takes_tool_requests_on_every_api(engine: Engine) -> None:
@@ -134,8 +139,11 @@ def test_vllm_with_the_chosen_parsers_takes_tool_requests_on_every_api(engine: E
     sdk, claude = engine.openai(), engine.anthropic()
     chunks = list(sdk.chat.completions.create(model="smol", messages=HI, tools=[WEATHER], max_tokens=24, stream=True))  # type: ignore[arg-type]
     assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
-    tool = {"name": "get_weather", "description": "Weather for a city",
-            "input_schema": WEATHER["function"]["parameters"]}  # fmt: skip
+    tool = {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "input_schema": WEATHER["function"]["parameters"],
+    }
     with claude.messages.stream(model="smol", max_tokens=24, tools=[tool], messages=HI) as stream:  # type: ignore[list-item]
         final = stream.get_final_message()
     assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")

@@ -262,23 +262,47 @@ def test_extra_engine_flags_from_the_console_form(admin: Client, smollm2: ModelS
     [
         ("/api/keys", {"name": "k", "max_tokens_cap": 10**20}, "max_tokens_cap must be from 1 to 2,147,483,647"),
         ("/api/keys", {"name": "k", "expires_in_days": 10**9}, "expires_in_days must be from 1 to 36,500"),
-        ("/api/keys", {"name": "k", "max_tokens_cap": "lots"},
-         "max_tokens_cap: Input should be a whole number, not a string"),
+        (
+            "/api/keys",
+            {"name": "k", "max_tokens_cap": "lots"},
+            "max_tokens_cap: Input should be a whole number, not a string",
+        ),
         ("/api/plan", {"model": "smollm2-135m", "kv_space_gib": 1e308}, "KV space must be above 0 and at most"),
-        ("/api/deployments", {"name": "d" * 101, "model": "smollm2-135m"},
-         "Deployment name is 101 characters long; at most 100 are allowed."),
-        ("/api/deployments", {"name": "d", "model": "smollm2-135m", "max_model_len": 1e12},
-         "max_model_len must be 0 (the model's own) to 2,147,483,647 tokens, not 1,000,000,000,000."),
-        ("/api/deployments", {"name": "d", "model": "smollm2-135m", "max_model_len": True},
-         "max_model_len: Input should be a whole number, not a boolean"),
-        ("/api/plan", {"model": "smollm2-135m", "fit_max_tokens": "yes"},
-         "fit_max_tokens: Input should be a valid boolean"),
-        ("/api/deployments", {"name": "d", "model": "smollm2-135m", "tensor_parallel_size": 4},
-         "vllm-cpu runs on the CPU, in one process: tensor parallel size and gpu_memory_utilization are for GPU"),
-        ("/api/plan", {"model": "smollm2-135m", "tensor_parallel_size": 65},
-         "Tensor parallel size must be 0 (auto) to 64 GPUs, not 65."),
-        ("/api/plan", {"model": "smollm2-135m", "gpu_memory_utilization": 1.5},
-         "gpu_memory_utilization must be 0 (auto) or a ratio below 1, not 1.5."),
+        (
+            "/api/deployments",
+            {"name": "d" * 101, "model": "smollm2-135m"},
+            "Deployment name is 101 characters long; at most 100 are allowed.",
+        ),
+        (
+            "/api/deployments",
+            {"name": "d", "model": "smollm2-135m", "max_model_len": 1e12},
+            "max_model_len must be 0 (the model's own) to 2,147,483,647 tokens, not 1,000,000,000,000.",
+        ),
+        (
+            "/api/deployments",
+            {"name": "d", "model": "smollm2-135m", "max_model_len": True},
+            "max_model_len: Input should be a whole number, not a boolean",
+        ),
+        (
+            "/api/plan",
+            {"model": "smollm2-135m", "fit_max_tokens": "yes"},
+            "fit_max_tokens: Input should be a valid boolean",
+        ),
+        (
+            "/api/deployments",
+            {"name": "d", "model": "smollm2-135m", "tensor_parallel_size": 4},
+            "vllm-cpu runs on the CPU, in one process: tensor parallel size and gpu_memory_utilization are for GPU",
+        ),
+        (
+            "/api/plan",
+            {"model": "smollm2-135m", "tensor_parallel_size": 65},
+            "Tensor parallel size must be 0 (auto) to 64 GPUs, not 65.",
+        ),
+        (
+            "/api/plan",
+            {"model": "smollm2-135m", "gpu_memory_utilization": 1.5},
+            "gpu_memory_utilization must be 0 (auto) or a ratio below 1, not 1.5.",
+        ),
     ],
 )
 def test_out_of_range_and_mistyped_input_is_a_400_not_a_500(

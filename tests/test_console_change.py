@@ -22,8 +22,14 @@ def dep() -> Deployment:
 
 
 def form(**changes: object) -> dict[str, object]:
-    return {"max_model_len": 8192, "kv_space_gib": 1, "kv_cache_dtype": "auto", "gpu_memory_utilization": 0,
-            "tensor_parallel_size": 0, "extra_args": ""} | changes  # fmt: skip
+    return {
+        "max_model_len": 8192,
+        "kv_space_gib": 1,
+        "kv_cache_dtype": "auto",
+        "gpu_memory_utilization": 0,
+        "tensor_parallel_size": 0,
+        "extra_args": "",
+    } | changes
 
 
 def test_a_running_deployment_previews_the_recreate_and_its_downtime_then_changes(
@@ -31,8 +37,16 @@ def test_a_running_deployment_previews_the_recreate_and_its_downtime_then_change
 ) -> None:
     Deployment.objects.filter(pk=dep.pk).update(state="ready")
     started = timezone.now() - timedelta(minutes=5)
-    Replica.objects.create(deployment=dep, runtime="process", host="h", port=1, engine_api_key="k", running=True,
-                           started_at=started, ready_at=started + timedelta(seconds=42))  # fmt: skip
+    Replica.objects.create(
+        deployment=dep,
+        runtime="process",
+        host="h",
+        port=1,
+        engine_api_key="k",
+        running=True,
+        started_at=started,
+        ready_at=started + timedelta(seconds=42),
+    )
     page = admin.get(f"/deployments/{dep.pk}/change/").content.decode()
     assert 'value="8192"' in page
 
@@ -63,10 +77,12 @@ def test_a_stopped_deployment_just_takes_the_new_settings(admin: Client, dep: De
 
 @pytest.mark.parametrize(
     ("changes", "error"),
-    [({"extra_args": "--port 9"}, "Hearth sets these itself"),
-     ({"extra_args": "--max-model-len 9"}, "set it in the deployment"),
-     ({"max_model_len": 10_000_000}, "")],
-)  # fmt: skip
+    [
+        ({"extra_args": "--port 9"}, "Hearth sets these itself"),
+        ({"extra_args": "--max-model-len 9"}, "set it in the deployment"),
+        ({"max_model_len": 10_000_000}, ""),
+    ],
+)
 def test_a_change_the_plan_refuses_is_explained_and_changes_nothing(
     admin: Client, dep: Deployment, changes: dict[str, object], error: str
 ) -> None:
@@ -98,10 +114,14 @@ def test_a_change_through_the_api_keeps_what_it_leaves_out(admin: Client, dep: D
 
 @pytest.mark.parametrize(
     ("body", "error"),
-    [({"kv_space_gib": float("nan")}, "KV space must be above 0"), ({"kv_space_gib": -100}, "KV space must be above 0"),
-     ({"extra_args": ["--enable-prefix-caching\u0000"]}, "printable"), ({"max_num_seqs": -1}, "max_num_seqs"),
-     ({"extra_args": ["--x"] * 101}, "At most 100 extra engine flags")],
-)  # fmt: skip
+    [
+        ({"kv_space_gib": float("nan")}, "KV space must be above 0"),
+        ({"kv_space_gib": -100}, "KV space must be above 0"),
+        ({"extra_args": ["--enable-prefix-caching\u0000"]}, "printable"),
+        ({"max_num_seqs": -1}, "max_num_seqs"),
+        ({"extra_args": ["--x"] * 101}, "At most 100 extra engine flags"),
+    ],
+)
 def test_bad_numbers_and_flags_are_refused_on_create_and_change(
     admin: Client, dep: Deployment, body: dict[str, object], error: str
 ) -> None:

@@ -38,9 +38,17 @@ def a_deployment(name: str, engine: str = "simulator", gpus: int = 1, **fields: 
     """A ready deployment on ``gpus`` simulated H100s (0: on CPU, as vllm-cpu plans it), no max_num_seqs."""
     ensure_model()
     plan = {"gpu_indices": list(range(gpus)), "inventory": H100_BOX if gpus else "CPU", "reasons": []}
-    return Deployment.objects.create(name=name, model=ModelSource.objects.get(name="llama-8b"), engine=engine,
-                                     served_model_name=name, max_model_len=8192, kv_space_gib=1, plan=plan,
-                                     state="ready", **fields)  # fmt: skip
+    return Deployment.objects.create(
+        name=name,
+        model=ModelSource.objects.get(name="llama-8b"),
+        engine=engine,
+        served_model_name=name,
+        max_model_len=8192,
+        kv_space_gib=1,
+        plan=plan,
+        state="ready",
+        **fields,
+    )
 
 
 # --- 1. chart tick labels -------------------------------------------------------------------------------------
@@ -68,22 +76,36 @@ def series(small: bool, now: float) -> dict[str, object]:
     t = [now - span + span / 60 * i for i in range(n)]
     wave = [(i % 7) / 6 for i in range(n)]  # 0 … 1
     if small:
-        values = {"requests_running": [i % 2 for i in range(n)], "requests_waiting": [0] * n,
-                  "generation_tps": [round(0.2 + 0.7 * w, 2) for w in wave], "prompt_tps": [0.1] * n,
-                  "kv_cache_usage": [round(0.5 + 2.5 * w, 2) for w in wave],
-                  "requests_per_s": [round(0.02 + 0.03 * w, 3) for w in wave]}  # fmt: skip
+        values = {
+            "requests_running": [i % 2 for i in range(n)],
+            "requests_waiting": [0] * n,
+            "generation_tps": [round(0.2 + 0.7 * w, 2) for w in wave],
+            "prompt_tps": [0.1] * n,
+            "kv_cache_usage": [round(0.5 + 2.5 * w, 2) for w in wave],
+            "requests_per_s": [round(0.02 + 0.03 * w, 3) for w in wave],
+        }
     else:
-        values = {"requests_running": [round(6 * w) for w in wave], "requests_waiting": [i % 3 for i in range(n)],
-                  "generation_tps": [round(400 + 1100 * w) for w in wave], "prompt_tps": [2500.0] * n,
-                  "kv_cache_usage": [round(20 + 60 * w, 2) for w in wave],
-                  "requests_per_s": [round(2 + 3 * w, 2) for w in wave]}  # fmt: skip
+        values = {
+            "requests_running": [round(6 * w) for w in wave],
+            "requests_waiting": [i % 3 for i in range(n)],
+            "generation_tps": [round(400 + 1100 * w) for w in wave],
+            "prompt_tps": [2500.0] * n,
+            "kv_cache_usage": [round(20 + 60 * w, 2) for w in wave],
+            "requests_per_s": [round(2 + 3 * w, 2) for w in wave],
+        }
     for name in ("ttft_p50", "user_ttft_p50", "itl_p50", "user_itl_p50"):
         values[name] = [round(0.012 + 0.018 * w, 4) for w in wave]
     for name in ("ttft_p99", "user_ttft_p99", "itl_p99", "user_itl_p99"):
         values[name] = [round(0.03 + 0.04 * w, 4) for w in wave]
     every = {name: values.get(name, [0.0] * n) for name in SERIES}
-    return {"t": t, "series": every, "step": span / 60, "since": None, "slo": {"ttft": None, "itl": None},
-            "max_num_seqs": None}  # fmt: skip
+    return {
+        "t": t,
+        "series": every,
+        "step": span / 60,
+        "since": None,
+        "slo": {"ttft": None, "itl": None},
+        "max_num_seqs": None,
+    }
 
 
 def serve_series(route: Route) -> None:
@@ -189,14 +211,17 @@ def test_chart_tick_labels_say_their_ticks_value_to_the_steps_precision_and_coun
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("path", "says", "back"), [
-    ("/deployments/9999/", "There is no deployment 9999", ('href="/deployments/"', "Back to Deployments")),
-    ("/deployments/9999/capacity/", "There is no deployment 9999", ('href="/deployments/"', "Back to Deployments")),
-    ("/keys/9999/", "There is no API key 9999", ('href="/keys/"', "Back to API keys")),
-    ("/capacity/runs/999/", "There is no capacity check 999", ('href="/deployments/"', "Back to Deployments")),
-    ("/members/9999/", "There is no member 9999", ('href="/members/"', "Back to Members")),
-    ("/no/such/page/", "There is no page at /no/such/page/.", ('href="/"', "Back to the dashboard")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "says", "back"),
+    [
+        ("/deployments/9999/", "There is no deployment 9999", ('href="/deployments/"', "Back to Deployments")),
+        ("/deployments/9999/capacity/", "There is no deployment 9999", ('href="/deployments/"', "Back to Deployments")),
+        ("/keys/9999/", "There is no API key 9999", ('href="/keys/"', "Back to API keys")),
+        ("/capacity/runs/999/", "There is no capacity check 999", ('href="/deployments/"', "Back to Deployments")),
+        ("/members/9999/", "There is no member 9999", ('href="/members/"', "Back to Members")),
+        ("/no/such/page/", "There is no page at /no/such/page/.", ('href="/"', "Back to the dashboard")),
+    ],
+)
 def test_a_console_404_is_a_page_in_the_layout_saying_what_is_missing_with_a_link_back(
     admin: Client, path: str, says: str, back: tuple[str, str]
 ) -> None:
@@ -265,8 +290,15 @@ def test_a_500_is_a_page_in_the_layout_and_a_plain_one_when_the_layout_fails(
 def test_the_costs_page_says_a_cpu_deployment_has_no_gpus_rather_than_0(admin: Client) -> None:
     a_deployment("llama")
     a_deployment("smol", engine="vllm-cpu", gpus=0)
-    Deployment.objects.create(name="outside", engine="external", served_model_name="outside", max_model_len=0,
-                              kv_space_gib=0, plan={}, state="ready")  # fmt: skip
+    Deployment.objects.create(
+        name="outside",
+        engine="external",
+        served_model_name="outside",
+        max_model_len=0,
+        kv_space_gib=0,
+        plan={},
+        state="ready",
+    )
     html = admin.get("/costs/").content.decode()
     row = r'<a href="/deployments/\d+/">(\w+)</a></td><td class="num" data-field="gpus">([^<]*)<'
     cells = dict(re.findall(row, html))

@@ -12,6 +12,7 @@ from django.test import Client
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions
 from console.deployments.models import Deployment
+from engines.supported import SUPPORTED_ENGINES
 from tests.simworld import ensure_model
 
 pytestmark = pytest.mark.django_db
@@ -24,17 +25,25 @@ def planned(engine: str = "simulator", **fields: Any) -> Deployment:
     """llama-8b planned on the simulated 8× H100 box at TP 2, then given ``engine`` and ``fields``."""
     ensure_model()
     dep = admin_actions.create_deployment(
-        name=f"llama-{engine}", model=ModelSource.objects.get(name="llama-8b"), engine="simulator",
-        max_model_len=8192, tensor_parallel_size=2, extra_args=["--enable-prefix-caching"],
-    )  # fmt: skip
+        name=f"llama-{engine}",
+        model=ModelSource.objects.get(name="llama-8b"),
+        engine="simulator",
+        max_model_len=8192,
+        tensor_parallel_size=2,
+        extra_args=["--enable-prefix-caching"],
+    )
     Deployment.objects.filter(pk=dep.pk).update(engine=engine, **fields)
     dep.refresh_from_db()
     return dep
 
 
 def test_a_vllm_deployment_exports_its_pinned_image_revision_plan_and_flags(admin: Client) -> None:
-    dep = planned("vllm", engine_image=f"vllm/vllm-openai@{DIGEST}", engine_image_ref="vllm/vllm-openai:v0.11.0",
-                  engine_version="0.11.0")  # fmt: skip
+    dep = planned(
+        "vllm",
+        engine_image=f"vllm/vllm-openai@{DIGEST}",
+        engine_image_ref="vllm/vllm-openai:v0.11.0",
+        engine_version="0.11.0",
+    )
     exports = {e["target"]: e for e in admin.get(f"/api/deployments/{dep.pk}/export").json()}
     assert set(exports) == {"production-stack", "kserve", "lws"}
     helm = exports["production-stack"]
@@ -75,13 +84,16 @@ def test_a_simulator_deployment_exports_what_vllm_would_run_and_says_so(admin: C
     helm = exports["production-stack"]
     assert helm["offered"] and "simulator" in helm["notes"][0]
     spec = yaml.safe_load(helm["text"])["servingEngineSpec"]["modelSpec"][0]
-    assert spec["repository"] == "vllm/vllm-openai" and spec["tag"] == "v0.11.0"  # the configured image, no digest
+    assert f"{spec['repository']}:{spec['tag']}" == SUPPORTED_ENGINES["vllm"].image  # the configured image, no digest
 
 
 def test_a_demo_catalog_model_is_not_offered_for_export_and_the_api_says_why(admin: Client) -> None:
     assert admin.post("/api/models", {"demo": "llama-3.1-70b"}, content_type="application/json").status_code == 201
-    dep = admin.post("/api/deployments", {"name": "demo70", "model": "llama-3.1-70b", "engine": "simulator"},
-                     content_type="application/json").json()  # fmt: skip
+    dep = admin.post(
+        "/api/deployments",
+        {"name": "demo70", "model": "llama-3.1-70b", "engine": "simulator"},
+        content_type="application/json",
+    ).json()
     resp = admin.get(f"/api/deployments/{dep['id']}/export")
     assert resp.status_code == 400 and "demo catalog entry, with no pinned revision" in resp.json()["detail"]
     assert "meta-llama/Meta-Llama-3.1-70B from Hugging Face" in resp.json()["detail"]
@@ -90,8 +102,9 @@ def test_a_demo_catalog_model_is_not_offered_for_export_and_the_api_says_why(adm
 
 
 def test_an_engine_no_cluster_target_runs_is_refused_with_the_reason(admin: Client) -> None:
-    model = ModelSource.objects.create(name="smol", kind="local", path="/models/smol", config=SMOLLM2_CONFIG,
-                                       weights_bytes=269_030_016)  # fmt: skip
+    model = ModelSource.objects.create(
+        name="smol", kind="local", path="/models/smol", config=SMOLLM2_CONFIG, weights_bytes=269_030_016
+    )
     dep = admin_actions.create_deployment(name="cpu", model=model, engine="vllm-cpu", max_model_len=2048)
     resp = admin.get(f"/api/deployments/{dep.pk}/export")
     assert resp.status_code == 400 and "cannot be exported" in resp.json()["detail"]

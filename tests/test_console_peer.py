@@ -4,13 +4,26 @@ from appliance.console_peer import PEER_HEADER, peer_header, restore
 
 
 def test_what_the_relay_saw_is_what_the_console_gets_back() -> None:
-    relay = {"type": "http", "scheme": "https", "client": ("2001:db8::7", 51234), "server": ("10.0.0.2", 8000),
-             "headers": [(b"host", b"hearth")]}  # fmt: skip
-    forwarded = {"type": "http", "scheme": "http", "client": None, "server": None,
-                 "headers": [(b"host", b"hearth"), peer_header(relay)]}  # fmt: skip
+    relay = {
+        "type": "http",
+        "scheme": "https",
+        "client": ("2001:db8::7", 51234),
+        "server": ("10.0.0.2", 8000),
+        "headers": [(b"host", b"hearth")],
+    }
+    forwarded = {
+        "type": "http",
+        "scheme": "http",
+        "client": None,
+        "server": None,
+        "headers": [(b"host", b"hearth"), peer_header(relay)],
+    }
     console = restore(forwarded)
-    assert (console["scheme"], console["client"], console["server"]) == ("https", ("2001:db8::7", 51234),
-                                                                         ("10.0.0.2", 8000))  # fmt: skip
+    assert (console["scheme"], console["client"], console["server"]) == (
+        "https",
+        ("2001:db8::7", 51234),
+        ("10.0.0.2", 8000),
+    )
     assert console["headers"] == [(b"host", b"hearth")]
 
 

@@ -20,6 +20,7 @@ import pytest
 from appliance.web_server import CONSOLE_START_SECONDS, remove_stale_console_folders
 from console.audit.models import AuditEntry
 from tests.conftest import Proc, login, start_web
+from tests.gatewayworld import within
 from tests.simworld import Served
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,9 +54,15 @@ class WebServer:
 def web_server(live_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[WebServer]:
     """`python -m appliance.web_server` with two relay processes (or the number a test's parameter gives),
     believing X-Forwarded-For from 127.0.0.1."""
-    env = {**live_env, "HEARTH_WEB_WORKERS": str(getattr(request, "param", 2)), "HEARTH_CONSOLE_WORKERS": "1",
-           "HEARTH_DRAIN_SECONDS": "2", "HEARTH_TRUSTED_PROXIES": "127.0.0.1", "HEARTH_MAX_BODY_BYTES": str(MAX_BODY),
-           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")}  # fmt: skip
+    env = {
+        **live_env,
+        "HEARTH_WEB_WORKERS": str(getattr(request, "param", 2)),
+        "HEARTH_CONSOLE_WORKERS": "1",
+        "HEARTH_DRAIN_SECONDS": "2",
+        "HEARTH_TRUSTED_PROXIES": "127.0.0.1",
+        "HEARTH_MAX_BODY_BYTES": str(MAX_BODY),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+    }
     proc, base = start_web(env, tmp_path / "web.log")
     yield WebServer(proc, base)
     proc.stop()
@@ -100,8 +107,10 @@ def test_what_the_relay_refuses_or_passes_on_as_it_came(web_server: WebServer, a
     agent = "café-agent"  # UTF-8 bytes reach Django as they came, as they would in one process
     client = httpx.Client(base_url=web_server.base, headers={b"User-Agent": agent.encode()})
     client.get("/login/")
-    client.post("/login/", data={"username": "admin", "password": "admin-password-1",
-                                 "csrfmiddlewaretoken": client.cookies["csrftoken"]})  # fmt: skip
+    client.post(
+        "/login/",
+        data={"username": "admin", "password": "admin-password-1", "csrfmiddlewaretoken": client.cookies["csrftoken"]},
+    )
     assert AuditEntry.objects.get(action="signin").user_agent == agent.encode().decode("latin-1")
 
 
@@ -125,8 +134,12 @@ def test_a_console_stopped_cold_does_not_stop_the_gateway(served: Served, web_se
         with pytest.raises(httpx.ReadTimeout):
             httpx.get(f"{web_server.base}/login/", timeout=2)
         for _ in range(4):  # each on a new connection, so both relay processes are asked
-            answer = httpx.post(f"{web_server.base}/v1/chat/completions", json=CHAT, timeout=30,
-                                headers={"Authorization": f"Bearer {served.key}"})  # fmt: skip
+            answer = httpx.post(
+                f"{web_server.base}/v1/chat/completions",
+                json=CHAT,
+                timeout=30,
+                headers={"Authorization": f"Bearer {served.key}"},
+            )
             assert answer.status_code == 200, answer.text
         assert httpx.get(f"{web_server.base}/ready", timeout=5).status_code == 200
     finally:
@@ -134,10 +147,17 @@ def test_a_console_stopped_cold_does_not_stop_the_gateway(served: Served, web_se
     assert httpx.get(f"{web_server.base}/login/", timeout=10).status_code < 500
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_a_console_that_dies_answers_503_until_it_is_started_again(web_server: WebServer) -> None:
     first = web_server.console_pid()
     os.kill(first, signal.SIGKILL)
-    time.sleep(0.3)
+    within(10, lambda: not _alive(first))
     page = httpx.get(f"{web_server.base}/login/", timeout=10)
     api = httpx.get(f"{web_server.base}/api/keys", timeout=10)
     assert (page.status_code, page.headers["retry-after"], api.status_code) == (503, "2", 503), page.text
@@ -176,8 +196,9 @@ def test_a_web_server_killed_outright_takes_its_relays_and_console_with_it(web_s
     assert len(left) >= 1, left  # the console; with two relays, them too (and multiprocessing's resource tracker)
     os.kill(web_server.proc.proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
-              for pid in left):  # fmt: skip
+    while any(
+        Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2] for pid in left
+    ):
         assert time.monotonic() < deadline, [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
         time.sleep(0.5)
     with pytest.raises(httpx.ConnectError):

@@ -56,8 +56,11 @@ def test_a_sample_stored_while_its_deployment_is_deleted_waits_and_the_delete_su
 ) -> None:
     if connection.vendor != "postgresql":
         pytest.fail("needs PostgreSQL (the suite's DATABASE_URL): SQLite runs one writer at a time")
-    dep = admin.post("/api/deployments", {"name": "smol", "model": smollm2.name, "max_model_len": 2048},
-                     content_type="application/json").json()  # fmt: skip
+    dep = admin.post(
+        "/api/deployments",
+        {"name": "smol", "model": smollm2.name, "max_model_len": 2048},
+        content_type="application/json",
+    ).json()
     Deployment.objects.filter(pk=dep["id"]).update(state="stopped")
     Replica.objects.create(deployment_id=dep["id"], runtime="process", host="127.0.0.1", port=18999)
     resp = admin.delete(f"/api/deployments/{dep['id']}")

@@ -61,8 +61,11 @@ def test_one_click_adds_the_model_once_and_opens_its_plan_on_the_simulator(admin
     target = urlsplit(resp["Location"])
     assert target.path == "/deployments/"
     assert parse_qs(target.query) == {
-        "model": [str(model.pk)], "engine": ["simulator"], "name": ["llama-3.1-70b"], "max_model_len": ["0"]
-    }  # fmt: skip
+        "model": [str(model.pk)],
+        "engine": ["simulator"],
+        "name": ["llama-3.1-70b"],
+        "max_model_len": ["0"],
+    }
     assert admin.post("/models/demo/llama-3.1-70b/")["Location"] == resp["Location"]  # the same model again
     assert ModelSource.objects.count() == 1
     form = admin.get(resp["Location"]).text

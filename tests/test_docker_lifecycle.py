@@ -119,9 +119,13 @@ def test_a_simulator_runs_as_a_container_on_an_internal_network(
 
 
 def test_a_worker_killed_mid_launch_ends_with_one_ready_container(
-    web: str, docker_worker: Proc, docker_env: dict[str, str], daemon: docker.DockerClient, admin_user: object,
+    web: str,
+    docker_worker: Proc,
+    docker_env: dict[str, str],
+    daemon: docker.DockerClient,
+    admin_user: object,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     client = login(web)
     dep_id = deploy(web, client, "phoenix", ["--load-seconds", "15"])
     wait_state(client, dep_id, {"loading"})
@@ -163,9 +167,15 @@ def test_an_oom_at_start_fails_with_the_remedy_and_applying_it_launches_again(
     ensure_model()
     resp = client.post(
         "/api/deployments",
-        json={"name": "tight", "model": "llama-8b", "engine": "simulator", "max_model_len": 8192,
-              "gpu_memory_utilization": 0.92, "extra_args": ["--fault-oom-above-utilization", "0.9"]},
-    )  # fmt: skip
+        json={
+            "name": "tight",
+            "model": "llama-8b",
+            "engine": "simulator",
+            "max_model_len": 8192,
+            "gpu_memory_utilization": 0.92,
+            "extra_args": ["--fault-oom-above-utilization", "0.9"],
+        },
+    )
     assert resp.status_code == 201, resp.text
     dep_id = resp.json()["id"]
     client.post(f"/api/deployments/{dep_id}/launch")
@@ -241,13 +251,21 @@ def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Proc, daem
     image = daemon.images.get(IMAGES["HEARTH_IMAGE_SIMULATOR"])
     binds = {p: {"bind": p, "mode": "ro"} for p in image.labels["hearth.host-binds"].split(",")}
     stray = daemon.containers.run(
-        image.id, ["--port", "8000"], name=f"hearth-{INSTANCE}-stray", detach=True, volumes=binds,
+        image.id,
+        ["--port", "8000"],
+        name=f"hearth-{INSTANCE}-stray",
+        detach=True,
+        volumes=binds,
         labels={"hearth.replica": f"hearth-{INSTANCE}-stray", "hearth.instance": INSTANCE},
-    )  # fmt: skip
+    )
     other = daemon.containers.run(
-        image.id, ["--port", "8000"], name=f"other-{INSTANCE}", detach=True, volumes=binds,
+        image.id,
+        ["--port", "8000"],
+        name=f"other-{INSTANCE}",
+        detach=True,
+        volumes=binds,
         labels={"hearth.replica": "hearth-xyz-replica-1", "hearth.instance": "another-appliance"},
-    )  # fmt: skip
+    )
     try:
         deadline = time.monotonic() + 30
         while stray.id in {c.id for c in daemon.containers.list(all=True, sparse=True)}:
@@ -268,9 +286,14 @@ def test_the_real_vllm_cpu_engine_in_a_container(
     assert resp.status_code == 201, resp.text
     resp = client.post(
         "/api/deployments",
-        json={"name": "smol-boxed", "model": "smol-boxed", "engine": "vllm-cpu", "max_model_len": 2048,
-              "kv_space_gib": 1},
-    )  # fmt: skip
+        json={
+            "name": "smol-boxed",
+            "model": "smol-boxed",
+            "engine": "vllm-cpu",
+            "max_model_len": 2048,
+            "kv_space_gib": 1,
+        },
+    )
     assert resp.status_code == 201, resp.text
     dep_id = resp.json()["id"]
     client.post(f"/api/deployments/{dep_id}/launch")
@@ -281,9 +304,12 @@ def test_the_real_vllm_cpu_engine_in_a_container(
     assert {m["Destination"]: m["RW"] for m in container.attrs["Mounts"]}["/models/smol-boxed"] is False
 
     stream = sdk(web, client).chat.completions.create(
-        model="smol-boxed", messages=[{"role": "user", "content": "Say hi"}], max_tokens=8, stream=True,
+        model="smol-boxed",
+        messages=[{"role": "user", "content": "Say hi"}],
+        max_tokens=8,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0

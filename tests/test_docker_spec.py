@@ -1,8 +1,8 @@
 """What the Docker runtime asks the daemon for, and what it tells the admin while pulling (no daemon needed).
 
 The vLLM and SGLang GPU deployments cannot run here (no GPU, no registry); their container specs are
-built and checked instead: flags from engines.adapters for the image's version, exactly the planned
-GPUs per replica, the model folder bound read-only, nothing published on the host.
+built and checked instead: flags from engines.vllm_flags and engines.sglang_flags for the image's version,
+exactly the planned GPUs per replica, the model folder bound read-only, nothing published on the host.
 """
 
 from pathlib import Path
@@ -18,6 +18,7 @@ from console.deployments.lifecycle import launch_spec
 from console.deployments.models import Deployment, Replica
 from console.errors import ConsoleError
 from engines.launch import EngineKind, LaunchSpec, image_version
+from engines.supported import SUPPORTED_ENGINES
 from tests.simworld import LLAMA_8B, ensure_model
 
 pytestmark = pytest.mark.django_db
@@ -27,9 +28,16 @@ GPU_BOX = {"HEARTH_RUNTIME": "docker", "HEARTH_GPU_INVENTORY": "sim:8xH100-80GB"
 
 def spec(**changes: object) -> LaunchSpec:
     fields: dict[str, object] = {
-        "engine": EngineKind.VLLM, "program": [], "args": ["--model", "/models/m"], "env": {"VLLM_API_KEY": "k"},
-        "host": "0.0.0.0", "port": 8000, "api_key": "k", "served_model_name": "m", "image": "vllm/vllm-openai:v0.11.0",
-    }  # fmt: skip
+        "engine": EngineKind.VLLM,
+        "program": [],
+        "args": ["--model", "/models/m"],
+        "env": {"VLLM_API_KEY": "k"},
+        "host": "0.0.0.0",
+        "port": 8000,
+        "api_key": "k",
+        "served_model_name": "m",
+        "image": "vllm/vllm-openai:v0.11.0",
+    }
     return LaunchSpec(**(fields | changes))  # type: ignore[arg-type]
 
 
@@ -85,9 +93,13 @@ def test_pull_progress_is_told_in_bytes_and_layers_and_a_refusal_is_an_error() -
 
 @pytest.mark.parametrize(
     ("image", "version"),
-    [("vllm/vllm-openai:v0.11.0", "v0.11.0"), ("lmsysorg/sglang:v0.5.19-cu129", "v0.5.19"),
-     ("registry:5000/vllm/vllm-openai:v0.10.2@sha256:ab12", "v0.10.2"), ("vllm/vllm-openai", "")],
-)  # fmt: skip
+    [
+        ("vllm/vllm-openai:v0.11.0", "v0.11.0"),
+        ("lmsysorg/sglang:v0.5.19-cu129", "v0.5.19"),
+        ("registry:5000/vllm/vllm-openai:v0.10.2@sha256:ab12", "v0.10.2"),
+        ("vllm/vllm-openai", ""),
+    ],
+)
 def test_the_engine_version_comes_from_the_image_tag(image: str, version: str) -> None:
     assert image_version(image) == version
 
@@ -98,9 +110,14 @@ def gpu_deployment(engine: str, replicas: int, tp: int) -> Deployment:
     ensure_model()
     model = ModelSource.objects.get(name="llama-8b")
     dep = admin_actions.create_deployment(
-        name=f"d-{engine}", model=model, engine="simulator", max_model_len=8192, replica_count=replicas,
-        tensor_parallel_size=tp, extra_args=["--enable-prefix-caching"],
-    )  # fmt: skip
+        name=f"d-{engine}",
+        model=model,
+        engine="simulator",
+        max_model_len=8192,
+        replica_count=replicas,
+        tensor_parallel_size=tp,
+        extra_args=["--enable-prefix-caching"],
+    )
     Deployment.objects.filter(pk=dep.pk).update(engine=engine)
     dep.refresh_from_db()
     return dep
@@ -114,7 +131,7 @@ def test_each_replica_of_a_gpu_engine_gets_its_own_share_of_the_planned_gpus(eng
     with override_settings(**GPU_BOX):
         first, second = launch_spec(dep, replica, 0), launch_spec(dep, replica, 1)
     assert (first.gpu_indices, second.gpu_indices) == ((0, 1), (2, 3))
-    assert first.image == ("vllm/vllm-openai:v0.11.0" if engine == EngineKind.VLLM else "lmsysorg/sglang:v0.5.19-cu129")
+    assert first.image == SUPPORTED_ENGINES[engine].image  # the supported release's, by default
     assert first.labels == {"hearth.deployment": str(dep.pk)}
     assert first.args[-1] == "--enable-prefix-caching"  # the admin's flag, after Hearth's
     tp_flag = "--tensor-parallel-size" if engine == EngineKind.VLLM else "--tp-size"

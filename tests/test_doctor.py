@@ -236,9 +236,10 @@ def test_the_disk_check_is_sized_by_the_weights_to_download_plus_the_margin() ->
 def test_a_box_with_nothing_to_download_wants_only_the_margin() -> None:
     check = disk_check(Path("/c"), Path("/c"), 12 * GIB, 50 * GIB, DiskNeed(margin_gib=10))
     assert check == Check(
-        "Weights cache disk", PASS,
+        "Weights cache disk",
+        PASS,
         "12.0 GiB free of 50.0 GiB at /c; no weights to download, 10 GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB) wanted",
-    )  # fmt: skip
+    )
     assert disk_check(Path("/c"), Path("/c"), 9 * GIB, 50 * GIB, DiskNeed(margin_gib=10)).status == FAIL
 
 
@@ -268,6 +269,7 @@ def test_the_process_check_is_not_used_when_simulated_or_unreadable() -> None:
     assert check.detail == "no GPU processes to read: NVML is not available: NVML Shared Library Not Found"
 
 
+@pytest.mark.process
 def test_processes_in_a_process_runtime_engine_s_session_are_hearth_s(tmp_path: Path) -> None:
     engine = subprocess.Popen(
         ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True, text=True
@@ -296,9 +298,13 @@ def hearth_container() -> Iterator[int]:
     image = f"hearth-test/doctor-{uuid.uuid4().hex[:8]}"
     client.api.import_image_from_data(skeleton.getvalue(), repository=image, tag="local")
     container = client.containers.run(
-        f"{image}:local", ["/usr/bin/sleep", "60"], detach=True, labels={"hearth.replica": "doctor-test"},
-        volumes={"/usr": {"bind": "/usr", "mode": "ro"}}, network_mode="none",
-    )  # fmt: skip
+        f"{image}:local",
+        ["/usr/bin/sleep", "60"],
+        detach=True,
+        labels={"hearth.replica": "doctor-test"},
+        volumes={"/usr": {"bind": "/usr", "mode": "ro"}},
+        network_mode="none",
+    )
     try:
         container.reload()
         yield int(container.attrs["State"]["Pid"])
@@ -326,9 +332,15 @@ def test_no_container_pids_without_docker(no_docker: str) -> None:
 
 def _deployment(name: str, model: ModelSource, engine: str, ready: bool = False) -> Deployment:
     dep = Deployment.objects.create(
-        name=name, model=model, engine=engine, served_model_name=name, max_model_len=4096, kv_space_gib=1,
-        plan={}, state="stopped",
-    )  # fmt: skip
+        name=name,
+        model=model,
+        engine=engine,
+        served_model_name=name,
+        max_model_len=4096,
+        kv_space_gib=1,
+        plan={},
+        state="stopped",
+    )
     if ready:
         Replica.objects.create(deployment=dep, runtime="docker", host="h", port=8000, ready_at=timezone.now())
     return dep

@@ -1,5 +1,6 @@
 """``make down`` (scripts/down.sh): it stops the engines the appliance started and marks their deployments
-stopped, or keeps them with KEEP_ENGINES=1 and says which; without a database it goes by the pid files.
+stopped, keeping what is wanted of them (a serving one comes back with make up: tests/test_make_up_comes_back.py),
+or keeps them with KEEP_ENGINES=1 and says which; without a database it goes by the pid files.
 
 Real processes throughout: the engines are ``sleep`` programs started by the process runtime into a data folder
 of the test's own, with a deployment and replica row in the test database that down.sh's manage.py reads.
@@ -7,7 +8,6 @@ of the test's own, with a deployment and replica row in the test database that d
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,9 @@ from console.catalog.models import ModelSource
 from console.deployments.models import Deployment, Replica
 from engines.launch import EngineKind, LaunchSpec
 from tests.conftest import ROOT
+from tests.gatewayworld import within
+
+pytestmark = pytest.mark.process
 
 
 def _start(runtime: ProcessRuntime, name: str) -> int:
@@ -34,15 +37,27 @@ def _alive(pid: int) -> bool:
 def _deployment_with_engine(runtime: ProcessRuntime, name: str) -> tuple[Deployment, int]:
     model = ModelSource.objects.get_or_create(name="m", kind="local", config={}, weights_bytes=1, path="/m")[0]
     dep = Deployment.objects.create(
-        name=name, model=model, engine="simulator", served_model_name=name, max_model_len=1, kv_space_gib=1,
-        plan={}, state="ready",
-    )  # fmt: skip
+        name=name,
+        model=model,
+        engine="simulator",
+        served_model_name=name,
+        max_model_len=1,
+        kv_space_gib=1,
+        plan={},
+        state="ready",
+        desired="serving",
+    )
     engine = f"hearth-test-replica-{dep.pk}"
     pid = _start(runtime, engine)
     Replica.objects.create(
-        deployment=dep, runtime="process", runtime_name=engine, handle=str(pid), host="127.0.0.1", port=1,
+        deployment=dep,
+        runtime="process",
+        runtime_name=engine,
+        handle=str(pid),
+        host="127.0.0.1",
+        port=1,
         running=True,
-    )  # fmt: skip
+    )
     return dep, pid
 
 
@@ -57,19 +72,24 @@ def _down(data: Path, env: dict[str, str], keep: bool = False) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_make_down_stops_the_engines_and_marks_their_deployments_stopped(
+def test_make_down_stops_the_engines_and_marks_their_deployments_stopped_still_wanted_serving(
     live_env: dict[str, str], tmp_path: Path
 ) -> None:
     runtime = ProcessRuntime(tmp_path / "engines")
     dep, pid = _deployment_with_engine(runtime, "smol")
+    # without a model source, so that a session's worker reconciling this database does not launch it again
+    # (console.deployments.restoring launches only what has a model) before its state is read here
+    Deployment.objects.filter(pk=dep.pk).update(model=None)
     orphan = _start(runtime, "hearth-test-replica-999")  # no replica owns it
     out = _down(tmp_path, live_env)
     assert f"down: stopped engine smol: hearth-test-replica-{dep.pk} ({pid})" in out
     assert f"down: stopped engine no deployment (an orphan): hearth-test-replica-999 ({orphan})" in out
-    time.sleep(0.2)
-    assert not _alive(pid) and not _alive(orphan)
+    within(10, lambda: not _alive(pid) and not _alive(orphan))
     dep.refresh_from_db()
-    assert dep.state == "stopped" and dep.state_reason.startswith("Stopped by make down")
+    assert (dep.state, dep.desired) == ("stopped", "serving")
+    assert (
+        dep.state_reason == "Stopped with the appliance (make down); the worker launches it again when it is back up."
+    )
     assert Replica.objects.get(deployment=dep).stopped_at is not None
 
 
@@ -94,8 +114,8 @@ def test_without_a_database_down_goes_by_the_pid_files(tmp_path: Path) -> None:
     assert _down(tmp_path, env, keep=True).strip() == f"down: kept running (KEEP_ENGINES=1) hearth-x-replica-1 ({pid})"
     assert _alive(pid)
     assert _down(tmp_path, env).strip() == f"down: stopped engine hearth-x-replica-1 ({pid})"
-    time.sleep(0.2)
-    assert not _alive(pid) and not (tmp_path / "engines" / "hearth-x-replica-1.pid").exists()
+    within(10, lambda: not _alive(pid))
+    assert not (tmp_path / "engines" / "hearth-x-replica-1.pid").exists()
 
 
 def test_a_pid_file_whose_process_ended_is_named_and_removed(tmp_path: Path) -> None:

@@ -30,8 +30,12 @@ def engine_built() -> None:
 
 def stream_text(sdk: openai.OpenAI, **request: object) -> tuple[str, str | None, int]:
     text, finish, completion = "", None, 0
-    for chunk in sdk.chat.completions.create(model="smol-sglang", stream=True,  # type: ignore[call-overload]
-                                             stream_options={"include_usage": True}, **request):  # fmt: skip
+    for chunk in sdk.chat.completions.create(
+        model="smol-sglang",
+        stream=True,  # type: ignore[call-overload]
+        stream_options={"include_usage": True},
+        **request,
+    ):
         for choice in chunk.choices:
             text += choice.delta.content or ""
             text += "".join(c.function.arguments or "" for c in choice.delta.tool_calls or [] if c.function)
@@ -44,8 +48,16 @@ def stream_text(sdk: openai.OpenAI, **request: object) -> tuple[str, str | None,
 def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Proc, admin_user: object) -> None:
     client = login(web)
     assert client.post("/api/models", json={"name": "smollm2-sg", "path": str(MODEL_DIR)}).status_code == 201
-    resp = client.post("/api/deployments", json={"name": "smol-sglang", "model": "smollm2-sg", "engine": "sglang-cpu",
-                                                 "max_model_len": 2048, "kv_space_gib": 1})  # fmt: skip
+    resp = client.post(
+        "/api/deployments",
+        json={
+            "name": "smol-sglang",
+            "model": "smollm2-sg",
+            "engine": "sglang-cpu",
+            "max_model_len": 2048,
+            "kv_space_gib": 1,
+        },
+    )
     assert resp.status_code == 201, resp.text
     dep_id, plan = resp.json()["id"], resp.json()["plan"]
     assert plan["kv_capacity_tokens"] == 46_603  # 1 GiB / 23,040 bytes per token, SGLang's pages of 1 token
@@ -57,8 +69,9 @@ def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Proc, admin_user: 
 
     key = client.post("/api/keys", json={"name": "e2e-sglang"}).json()["key"]
     sdk = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0)
-    text, finish, completion = stream_text(sdk, messages=[{"role": "user", "content": "Name three colours."}],
-                                           max_tokens=24)  # fmt: skip
+    text, finish, completion = stream_text(
+        sdk, messages=[{"role": "user", "content": "Name three colours."}], max_tokens=24
+    )
     assert text.strip() and finish in {"stop", "length"} and completion > 0
 
     claude = anthropic.Anthropic(base_url=web, api_key=key, max_retries=0)
@@ -69,11 +82,16 @@ def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Proc, admin_user: 
     assert final.stop_reason in {"end_turn", "max_tokens"} and final.usage.output_tokens > 0
 
     # Requests that carry tools are accepted and end cleanly on both APIs (a 135M model may not call the tool).
-    _, finish, _ = stream_text(sdk, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=TOOLS,
-                               max_tokens=32)  # fmt: skip
+    _, finish, _ = stream_text(
+        sdk, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=TOOLS, max_tokens=32
+    )
     assert finish in {"stop", "length", "tool_calls"}
-    with claude.messages.stream(model="smol-sglang", max_tokens=32, tools=CLAUDE_TOOLS,  # type: ignore[arg-type]
-                                messages=[{"role": "user", "content": "Weather in Paris?"}]) as s:  # fmt: skip
+    with claude.messages.stream(
+        model="smol-sglang",
+        max_tokens=32,
+        tools=CLAUDE_TOOLS,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+    ) as s:
         events = [event.type for event in s]
     assert events[-1] == "message_stop" and s.get_final_message().stop_reason in {"end_turn", "max_tokens", "tool_use"}
 
@@ -98,7 +116,9 @@ def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Proc, admin_user: 
     # hand it the second (gateway.rewrite.cap_max_tokens caps both)
     capped = client.post("/api/keys", json={"name": "capped", "max_tokens_cap": 3}).json()["key"]
     reply = openai.OpenAI(base_url=f"{web}/v1", api_key=capped, max_retries=0).chat.completions.create(
-        model="smol-sglang", messages=[{"role": "user", "content": "Count from 1 to 50."}], max_completion_tokens=0,
+        model="smol-sglang",
+        messages=[{"role": "user", "content": "Count from 1 to 50."}],
+        max_completion_tokens=0,
         max_tokens=200,
     )
     assert reply.usage and 0 < reply.usage.completion_tokens <= 3, reply

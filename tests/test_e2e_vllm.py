@@ -158,10 +158,18 @@ def test_the_plan_s_kv_capacity_is_what_vllm_reports_at_another_budget(
     client.post("/api/models", json={"name": "smollm2-2g", "path": str(MODEL_DIR)})
     resp = client.post(
         "/api/deployments",
-        json={"name": "smol-2g", "model": "smollm2-2g", "engine": "vllm-cpu", "max_model_len": 4096, "kv_space_gib": 2},
+        json={
+            "name": "smol-2g",
+            "model": "smollm2-2g",
+            "engine": "vllm-cpu",
+            "max_model_len": 4096,
+            "kv_space_gib": 1.5,
+        },
     )
     dep_id, plan = resp.json()["id"], resp.json()["plan"]
-    assert plan["kv_capacity_tokens"] == 93_184
+    assert (
+        plan["kv_capacity_tokens"] == 69_888
+    )  # 1.5 GiB / 23,040 B = 546 blocks of 128 (VLLM_CPU_KVCACHE_SPACE: whole GiB)
     client.post(f"/api/deployments/{dep_id}/launch")
     dep = wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)
     assert dep["state"] == "ready", dep

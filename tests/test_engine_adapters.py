@@ -3,7 +3,8 @@ the user's.
 
 Expected flags are the engines' own documented names: "vLLM 0.11 serve --help / docs.vllm.ai engine
 args" (vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py) and "SGLang 0.5 server
-arguments docs" (python/sglang/srt/server_args.py); the gates' versions are cited in engines/adapters.py.
+arguments docs" (python/sglang/srt/server_args.py); the gates' versions are cited in engines/vllm_flags.py and
+engines/sglang_flags.py.
 """
 
 import re
@@ -13,20 +14,13 @@ from typing import Any
 
 import pytest
 
-from engines.adapters import (
-    SGLANG_FLAGS,
-    SGLANG_GATES,
-    SGLANG_PROGRAM,
-    VLLM_FLAGS,
-    EngineArgs,
-    _gated,
-    sglang_args,
-    vllm_args,
-    vllm_planned_flags,
-)
+from engines.adapters import SGLANG_PROGRAM, EngineArgs, sglang_args, vllm_args
 from engines.engine_version import parse_version, version_from_engine
+from engines.flag_gates import gated
 from engines.planner import GpuPlan
+from engines.sglang_flags import SGLANG_FLAGS, SGLANG_GATES, user_flags
 from engines.sglang_launcher import API_KEY_ENV
+from engines.vllm_flags import VLLM_FLAGS, gpu_flags
 
 KEY = "hk-engine-7f3a9c2e41"  # a per-launch engine key
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -47,26 +41,67 @@ PLAN = GpuPlan(
     split=None,
 )
 VLLM_OWN = ["--model", MODEL, "--served-model-name", "llama", "--host", "0.0.0.0", "--port", "8001"]
-SGLANG_OWN = [*SGLANG_PROGRAM, "--model-path", MODEL, "--served-model-name", "llama", "--host", "0.0.0.0",
-              "--port", "8001"]  # fmt: skip
-PLAN_VLLM = ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.90", "--max-model-len", "32768",
-             "--max-num-seqs", "256"]  # fmt: skip
-PLAN_SGLANG = ["--tp-size", "2", "--mem-fraction-static", "0.90", "--context-length", "32768",
-               "--max-running-requests", "256"]  # fmt: skip
+SGLANG_OWN = [
+    *SGLANG_PROGRAM,
+    "--model-path",
+    MODEL,
+    "--served-model-name",
+    "llama",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8001",
+]
+PLAN_VLLM = [
+    "--tensor-parallel-size",
+    "2",
+    "--gpu-memory-utilization",
+    "0.90",
+    "--max-model-len",
+    "32768",
+    "--max-num-seqs",
+    "256",
+]
+PLAN_SGLANG = [
+    "--tp-size",
+    "2",
+    "--mem-fraction-static",
+    "0.90",
+    "--context-length",
+    "32768",
+    "--max-running-requests",
+    "256",
+]
 
 
 def vllm(
     version: str = "0.11.2", user: list[str] | None = None, revision: str | None = None, **plan: Any
 ) -> EngineArgs:
-    return vllm_args(version=version, model=MODEL, revision=revision, served_model_name="llama", port=8001,
-                     api_key=KEY, plan=replace(PLAN, **plan), user_args=user or [])  # fmt: skip
+    return vllm_args(
+        version=version,
+        model=MODEL,
+        revision=revision,
+        served_model_name="llama",
+        port=8001,
+        api_key=KEY,
+        plan=replace(PLAN, **plan),
+        user_args=user or [],
+    )
 
 
 def sglang(
     version: str = "0.5.3", user: list[str] | None = None, revision: str | None = None, **plan: Any
 ) -> EngineArgs:
-    return sglang_args(version=version, model=MODEL, revision=revision, served_model_name="llama", port=8001,
-                       api_key=KEY, plan=replace(PLAN, **plan), user_args=user or [])  # fmt: skip
+    return sglang_args(
+        version=version,
+        model=MODEL,
+        revision=revision,
+        served_model_name="llama",
+        port=8001,
+        api_key=KEY,
+        plan=replace(PLAN, **plan),
+        user_args=user or [],
+    )
 
 
 Build = Callable[..., EngineArgs]
@@ -94,15 +129,20 @@ SGLANG_TABLE = [
     ("0.4.0", "auto", None, [*PLAN_SGLANG, "--enable-metrics"]),  # server_args.py, 0.4.0 wheel
     ("0.4.0", "fp8_e5m2", None, [*PLAN_SGLANG, "--kv-cache-dtype", "fp8_e5m2", "--enable-metrics"]),
     ("0.4.1.post6", "fp8", None, [*PLAN_SGLANG, "--kv-cache-dtype", "fp8_e4m3", "--enable-metrics"]),
-    ("0.4.10.post2", "fp8_e4m3", "main", ["--revision", "main", *PLAN_SGLANG, "--kv-cache-dtype", "fp8_e4m3",
-                                          "--enable-metrics"]),
+    (
+        "0.4.10.post2",
+        "fp8_e4m3",
+        "main",
+        ["--revision", "main", *PLAN_SGLANG, "--kv-cache-dtype", "fp8_e4m3", "--enable-metrics"],
+    ),
     ("v0.5.3rc0", "auto", None, [*PLAN_SGLANG, "--enable-metrics"]),  # SGLang 0.5 server arguments docs
 ]
 
 
 @pytest.mark.parametrize(("version", "kv", "revision", "expected"), VLLM_TABLE)
-def test_vllm_adds_the_plans_flags_its_version_takes(version: str, kv: str, revision: str | None,
-                                                     expected: list[str]) -> None:  # fmt: skip
+def test_vllm_adds_the_plans_flags_its_version_takes(
+    version: str, kv: str, revision: str | None, expected: list[str]
+) -> None:
     args = vllm(version, revision=revision, kv_cache_dtype=kv)
     assert args.added == expected
     assert args.command == [*VLLM_OWN, *expected]
@@ -110,8 +150,9 @@ def test_vllm_adds_the_plans_flags_its_version_takes(version: str, kv: str, revi
 
 
 @pytest.mark.parametrize(("version", "kv", "revision", "expected"), SGLANG_TABLE)
-def test_sglang_adds_the_plans_flags_its_version_takes(version: str, kv: str, revision: str | None,
-                                                       expected: list[str]) -> None:  # fmt: skip
+def test_sglang_adds_the_plans_flags_its_version_takes(
+    version: str, kv: str, revision: str | None, expected: list[str]
+) -> None:
     args = sglang(version, revision=revision, kv_cache_dtype=kv)
     assert args.added == expected
     assert args.command == [*SGLANG_OWN, *expected]
@@ -208,11 +249,11 @@ def test_added_is_exactly_what_hearth_put_between_its_own_flags_and_the_users() 
 
 def test_the_planned_flags_alone_are_what_vllm_args_adds_and_need_no_key() -> None:
     user = ["-tp", "4", "--trust-remote-code"]
-    planned = vllm_planned_flags(version="0.11.2", revision="abc123", plan=PLAN, user_args=user)
+    planned = gpu_flags(version="0.11.2", revision="abc123", plan=PLAN, user_args=user)
     assert planned == ["--revision", "abc123", *PLAN_VLLM[2:], DETAILS]
     assert vllm(user=user, revision="abc123").added == [*planned, *LOGS_NEW]  # and the log flags after them
     with pytest.raises(ValueError, match="Hearth sets these itself"):
-        vllm_planned_flags(version="0.11.2", revision=None, plan=PLAN, user_args=["--port", "9000"])
+        gpu_flags(version="0.11.2", revision=None, plan=PLAN, user_args=["--port", "9000"])
 
 
 def test_a_users_value_is_not_read_as_a_flag() -> None:
@@ -261,10 +302,11 @@ def test_sglang_turns_on_its_metrics_and_vllm_needs_no_flag_for_them() -> None:
 def test_below_a_gate_an_optional_flag_is_left_out_and_a_required_one_refused() -> None:
     # Every supported SGLang (0.4.0+) has --enable-metrics (0.3.5.post1+): the gate itself, on 0.3.5.
     wanted = [("--enable-metrics", None, False)]
-    assert _gated("SGLang", "0.3.5", wanted, SGLANG_GATES, set()) == []
-    assert _gated("SGLang", "0.3.5.post1", wanted, SGLANG_GATES, set()) == ["--enable-metrics"]
+    nothing = user_flags([])
+    assert gated("SGLang", "0.3.5", wanted, SGLANG_GATES, nothing) == []
+    assert gated("SGLang", "0.3.5.post1", wanted, SGLANG_GATES, nothing) == ["--enable-metrics"]
     with pytest.raises(ValueError, match=r"takes it in 0\.4\.0 or newer"):
-        _gated("SGLang", "0.3.6", [("--revision", "v1", True)], SGLANG_GATES, set())
+        gated("SGLang", "0.3.6", [("--revision", "v1", True)], SGLANG_GATES, nothing)
 
 
 def test_a_user_who_wants_the_access_log_keeps_it() -> None:
@@ -281,8 +323,10 @@ def test_trust_remote_code_is_never_added_only_passed_through() -> None:
 
 
 def test_every_emitted_flag_is_one_checked_in_the_engines_parser() -> None:
-    for args, known in ((vllm("0.11.2", revision="v1", kv_cache_dtype="fp8"), VLLM_FLAGS),
-                        (sglang("0.5.3", revision="v1", kv_cache_dtype="fp8"), SGLANG_FLAGS)):  # fmt: skip
+    for args, known in (
+        (vllm("0.11.2", revision="v1", kv_cache_dtype="fp8"), VLLM_FLAGS),
+        (sglang("0.5.3", revision="v1", kv_cache_dtype="fp8"), SGLANG_FLAGS),
+    ):
         flags = {arg for arg in args.command if arg.startswith("--")}
         assert flags <= known, flags - known
     assert len({arg for arg in vllm(revision="v1", kv_cache_dtype="fp8").command if arg.startswith("--")}) == 12
@@ -306,17 +350,21 @@ def test_a_plan_that_does_not_fit_is_not_launched(change: dict[str, Any], messag
 
 def test_an_empty_key_bad_port_or_missing_name_is_refused() -> None:
     with pytest.raises(ValueError, match="API key"):
-        vllm_args(version="0.11.2", model=MODEL, revision=None, served_model_name="llama", port=8001, api_key="",
-                  plan=PLAN)  # fmt: skip
+        vllm_args(
+            version="0.11.2", model=MODEL, revision=None, served_model_name="llama", port=8001, api_key="", plan=PLAN
+        )
     with pytest.raises(ValueError, match="API key"):
-        sglang_args(version="0.5.3", model=MODEL, revision=None, served_model_name="llama", port=8001, api_key="",
-                    plan=PLAN)  # fmt: skip
+        sglang_args(
+            version="0.5.3", model=MODEL, revision=None, served_model_name="llama", port=8001, api_key="", plan=PLAN
+        )
     with pytest.raises(ValueError, match="TCP port"):
-        vllm_args(version="0.11.2", model=MODEL, revision=None, served_model_name="llama", port=0, api_key=KEY,
-                  plan=PLAN)  # fmt: skip
+        vllm_args(
+            version="0.11.2", model=MODEL, revision=None, served_model_name="llama", port=0, api_key=KEY, plan=PLAN
+        )
     with pytest.raises(ValueError, match="served model name"):
-        sglang_args(version="0.5.3", model=MODEL, revision=None, served_model_name="", port=8001, api_key=KEY,
-                    plan=PLAN)  # fmt: skip
+        sglang_args(
+            version="0.5.3", model=MODEL, revision=None, served_model_name="", port=8001, api_key=KEY, plan=PLAN
+        )
 
 
 @pytest.mark.parametrize(
@@ -337,8 +385,20 @@ def test_versions_parse_to_sort_keys(text: str, key: tuple[int, ...]) -> None:
 
 
 def test_version_keys_sort_as_releases_do() -> None:
-    order = ["0.4.1.post5", "0.4.1.post6", "0.4.2", "0.5.3rc0", "0.5.3", "0.5.3.post1", "0.5.4", "0.11.1.dev5",
-             "0.11.1rc1", "0.11.1", "0.11.2", "0.33.0"]  # fmt: skip
+    order = [
+        "0.4.1.post5",
+        "0.4.1.post6",
+        "0.4.2",
+        "0.5.3rc0",
+        "0.5.3",
+        "0.5.3.post1",
+        "0.5.4",
+        "0.11.1.dev5",
+        "0.11.1rc1",
+        "0.11.1",
+        "0.11.2",
+        "0.33.0",
+    ]
     assert sorted(order, key=parse_version) == order
     assert parse_version("0.4") == parse_version("0.4.0") == parse_version("v0.4.0")
 
@@ -351,8 +411,14 @@ def test_unparseable_versions_raise(text: str) -> None:
 
 # Bodies as the engines answer: vLLM GET /version; SGLang GET /get_server_info (0.4.0+) and
 # /server_info (0.5.6+), the server arguments with a top-level "version" (entrypoints/http_server.py).
-SGLANG_SERVER_INFO = {"model_path": MODEL, "tp_size": 2, "api_key": KEY, "max_total_num_tokens": 500_000,
-                      "internal_states": [{"avg_spec_accept_length": None}], "version": "0.4.10.post2"}  # fmt: skip
+SGLANG_SERVER_INFO = {
+    "model_path": MODEL,
+    "tp_size": 2,
+    "api_key": KEY,
+    "max_total_num_tokens": 500_000,
+    "internal_states": [{"avg_spec_accept_length": None}],
+    "version": "0.4.10.post2",
+}
 
 
 @pytest.mark.parametrize(
@@ -385,7 +451,7 @@ def test_version_from_engine_refuses_what_it_cannot_read(engine: str, body: dict
 
 
 TOOLS, THINK = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"], ["--reasoning-parser", "qwen3"]
-# version → the parser flags a Qwen3 model gets (hermes, qwen3), as the wheels named in engines.adapters show.
+# version → the parser flags a Qwen3 model gets (hermes, qwen3), as the wheels named in engines.vllm_flags show.
 VLLM_PARSER_TABLE = [
     ("0.5.5", []),  # no tool calling in the parser yet
     ("0.6.0", TOOLS),
@@ -399,23 +465,53 @@ VLLM_PARSER_TABLE = [
 
 @pytest.mark.parametrize(("version", "expected"), VLLM_PARSER_TABLE)
 def test_vllm_gets_the_parser_flags_its_version_takes(version: str, expected: list[str]) -> None:
-    args = vllm_args(version=version, model=MODEL, revision=None, served_model_name="llama", port=8001, api_key=KEY,
-                     plan=PLAN, tool_call_parser="hermes", reasoning_parser="qwen3")  # fmt: skip
+    args = vllm_args(
+        version=version,
+        model=MODEL,
+        revision=None,
+        served_model_name="llama",
+        port=8001,
+        api_key=KEY,
+        plan=PLAN,
+        tool_call_parser="hermes",
+        reasoning_parser="qwen3",
+    )
     assert args.added[: len(PLAN_VLLM)] == PLAN_VLLM
     assert [a for a in args.added[len(PLAN_VLLM) :] if a not in (DETAILS, *LOGS_OLD, *LOGS_NEW)] == expected
 
 
-@pytest.mark.parametrize(("version", "expected"), [("0.4.1", []), ("0.4.2", ["--tool-call-parser", "qwen25"]),
-                                                   ("0.4.4", ["--tool-call-parser", "qwen25", *THINK])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("0.4.1", []), ("0.4.2", ["--tool-call-parser", "qwen25"]), ("0.4.4", ["--tool-call-parser", "qwen25", *THINK])],
+)
 def test_sglang_gets_the_parser_flags_its_version_takes(version: str, expected: list[str]) -> None:
-    args = sglang_args(version=version, model=MODEL, revision=None, served_model_name="llama", port=8001, api_key=KEY,
-                       plan=PLAN, tool_call_parser="qwen25", reasoning_parser="qwen3")  # fmt: skip
+    args = sglang_args(
+        version=version,
+        model=MODEL,
+        revision=None,
+        served_model_name="llama",
+        port=8001,
+        api_key=KEY,
+        plan=PLAN,
+        tool_call_parser="qwen25",
+        reasoning_parser="qwen3",
+    )
     assert args.added[args.added.index("--enable-metrics") + 1 :] == expected
 
 
 def test_a_users_parser_flags_are_never_overridden() -> None:
     user = ["--tool-call-parser=mistral", "--enable-reasoning"]
-    args = vllm_args(version="0.8.5", model=MODEL, revision=None, served_model_name="llama", port=8001, api_key=KEY,
-                     plan=PLAN, user_args=user, tool_call_parser="hermes", reasoning_parser="qwen3")  # fmt: skip
+    args = vllm_args(
+        version="0.8.5",
+        model=MODEL,
+        revision=None,
+        served_model_name="llama",
+        port=8001,
+        api_key=KEY,
+        plan=PLAN,
+        user_args=user,
+        tool_call_parser="hermes",
+        reasoning_parser="qwen3",
+    )
     assert "hermes" not in args.command and args.command.count("--enable-reasoning") == 1
     assert args.command[-2:] == user and "--enable-auto-tool-choice" in args.added

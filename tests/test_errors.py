@@ -54,9 +54,10 @@ def test_every_context_length_refusal_gets_context_length_exceeded(message: str,
 def test_other_refusals_carry_no_context_length_code(message: str) -> None:
     raw = json.dumps({"error": {"message": message}}).encode()
     assert json.loads(reshape(400, raw, Surface.OPENAI))["error"]["code"] is None
-    assert json.loads(reshape(500, json.dumps({"detail": CONTEXT_REFUSALS[0]}).encode(), Surface.OPENAI))["error"][
-        "code"
-    ] is None  # a server error is not the client's context
+    assert (
+        json.loads(reshape(500, json.dumps({"detail": CONTEXT_REFUSALS[0]}).encode(), Surface.OPENAI))["error"]["code"]
+        is None
+    )  # a server error is not the client's context
 
 
 def test_a_body_that_is_not_json_is_quoted_and_an_empty_one_explained() -> None:

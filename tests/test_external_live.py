@@ -21,6 +21,7 @@ from console.fanout import bump_routing_version
 from console.observability.models import RequestLog
 from tests.conftest import Proc, login, serving
 from tests.outside import ENGINE_KEY, OutsideSim
+from tests.quotaworld import room_in_minute
 from tests.simworld import deploy, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,8 +45,11 @@ def endpoint(client: httpx.Client, dep_id: int) -> dict[str, Any]:
 def stream_both(web: str, key: str, model: str) -> tuple[str, str]:
     """The text of an openai chat stream and an anthropic messages stream through the gateway."""
     sdk = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0, timeout=60)
-    chat = "".join(c.choices[0].delta.content or "" for c in sdk.chat.completions.create(
-        model=model, messages=CHAT, max_tokens=12, stream=True) if c.choices)  # type: ignore[arg-type]  # fmt: skip
+    chat = "".join(
+        c.choices[0].delta.content or ""
+        for c in sdk.chat.completions.create(model=model, messages=CHAT, max_tokens=12, stream=True)
+        if c.choices
+    )  # type: ignore[arg-type]
     claude = anthropic.Anthropic(base_url=web, api_key=key, max_retries=0, timeout=60)
     with claude.messages.stream(model=model, max_tokens=12, messages=CHAT) as stream:  # type: ignore[arg-type]
         message = "".join(stream.text_stream)
@@ -58,8 +62,9 @@ def test_an_outside_simulator_serves_both_sdks_with_keys_and_quotas_shows_metric
     sim = OutsideSim(tmp_path / "sim.log", "outside-sim")
     client = login(web)
     try:
-        resp = client.post("/api/external-deployments",
-                           json={"base_url": sim.base, "engine_kind": "vllm", "api_key": ENGINE_KEY})  # fmt: skip
+        resp = client.post(
+            "/api/external-deployments", json={"base_url": sim.base, "engine_kind": "vllm", "api_key": ENGINE_KEY}
+        )
         assert resp.status_code == 201, resp.text
         dep_id = resp.json()["id"]
         key = client.post("/api/keys", json={"name": "outside", "requests_per_minute": 3}).json()["key"]
@@ -68,6 +73,7 @@ def test_an_outside_simulator_serves_both_sdks_with_keys_and_quotas_shows_metric
         Deployment.objects.filter(served_model_name="nothing-here").delete()
         bump_routing_version()
 
+        room_in_minute(20)  # the four requests below fall in one minute's window
         chat, message = stream_both(web, key, "outside-sim")
         assert chat and message
         sdk = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0)
@@ -77,31 +83,50 @@ def test_an_outside_simulator_serves_both_sdks_with_keys_and_quotas_shows_metric
             sdk.chat.completions.create(model="outside-sim", messages=CHAT, max_tokens=4)  # type: ignore[arg-type]
         with pytest.raises(openai.PermissionDeniedError):
             openai.OpenAI(base_url=f"{web}/v1", api_key=other, max_retries=0).chat.completions.create(
-                model="outside-sim", messages=CHAT, max_tokens=4)  # type: ignore[arg-type]  # fmt: skip
-        logged = until(lambda: list(RequestLog.objects.filter(model="outside-sim", status=200)) if
-                       RequestLog.objects.filter(model="outside-sim", status=200).count() == 3 else None,
-                       10, "three request log rows")  # fmt: skip
+                model="outside-sim", messages=CHAT, max_tokens=4
+            )  # type: ignore[arg-type]
+        logged = until(
+            lambda: (
+                list(RequestLog.objects.filter(model="outside-sim", status=200))
+                if RequestLog.objects.filter(model="outside-sim", status=200).count() == 3
+                else None
+            ),
+            10,
+            "three request log rows",
+        )
         assert {r.endpoint for r in logged} == {"/v1/chat/completions", "/v1/messages"}
         assert all(r.completion_tokens and r.prompt_tokens for r in logged)
         assert sim.served_requests() == 3  # the gateway sent the engine's key: the simulator demands it
 
-        numbers = until(lambda: (m := client.get(f"/api/deployments/{dep_id}/metrics").json())["values"].get(
-            "generation_tokens_total") and m, 20, "scraped metrics")  # fmt: skip
+        numbers = until(
+            lambda: (
+                (m := client.get(f"/api/deployments/{dep_id}/metrics").json())["values"].get("generation_tokens_total")
+                and m
+            ),
+            20,
+            "scraped metrics",
+        )
         assert numbers["replicas"][0]["flavor"] == "vllm" and numbers["values"]["generation_tokens_total"] > 0
         panel = client.get(f"/deployments/{dep_id}/panel/").text
         assert 'data-field="generation_tokens_total">no data' not in panel and "kv_cache_usage" in panel
 
         sim.stop()
         down = until(lambda: (e := endpoint(client, dep_id))["down_reason"] and e, 20, "the endpoint seen down")
-        assert not down["ready"] and "connection was refused" in down["down_reason"]
+        assert not down["ready"] and "is not reachable" in down["down_reason"]
         page = client.get(f"/deployments/{dep_id}/").text
-        assert 'data-field="endpoint-state">down' in page and "connection was refused" in page
-        answer = httpx.post(f"{web}/v1/chat/completions", headers={"Authorization": f"Bearer {other}"},
-                            json={"model": "nothing-here", "messages": CHAT})  # fmt: skip
+        assert 'data-field="endpoint-state">down' in page and "is not reachable" in page
+        answer = httpx.post(
+            f"{web}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {other}"},
+            json={"model": "nothing-here", "messages": CHAT},
+        )
         assert answer.status_code == 404  # a model nobody deployed is still unknown, not 503
         fresh = client.post("/api/keys", json={"name": "after"}).json()["key"]
-        answer = httpx.post(f"{web}/v1/chat/completions", headers={"Authorization": f"Bearer {fresh}"},
-                            json={"model": "outside-sim", "messages": CHAT, "max_tokens": 4})  # fmt: skip
+        answer = httpx.post(
+            f"{web}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {fresh}"},
+            json={"model": "outside-sim", "messages": CHAT, "max_tokens": 4},
+        )
         assert answer.status_code == 503 and int(answer.headers["retry-after"]) >= 1, answer.text
         assert answer.json()["error"]["code"] == "no_ready_replica"
 
@@ -127,8 +152,11 @@ def test_an_outside_engine_without_anthropics_api_gets_the_translation(
         chat, message = stream_both(web, key, "plain-sim")
         assert chat and message  # /v1/messages would be a 404 at this engine: the gateway translated to chat
         assert client.delete(f"/api/deployments/{resp.json()['id']}").status_code == 204
-        gone = httpx.post(f"{web}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                          json={"model": "plain-sim", "messages": CHAT})  # fmt: skip
+        gone = httpx.post(
+            f"{web}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "plain-sim", "messages": CHAT},
+        )
         assert gone.status_code == 404  # unregistered: Hearth no longer routes to it, the engine runs on
         assert httpx.get(sim.base + "/health").status_code == 200
     finally:
@@ -144,8 +172,10 @@ def test_a_mixed_deployment_keeps_conversations_on_one_replica_and_survives_eith
     launched = Replica.objects.get(deployment_id=dep_id, running=True)
     sim = OutsideSim(tmp_path / "second-box.log", "mixed")
     try:
-        resp = client.post(f"/api/deployments/{dep_id}/endpoints",
-                           json={"base_url": sim.base, "engine_kind": "vllm", "api_key": ENGINE_KEY})  # fmt: skip
+        resp = client.post(
+            f"/api/deployments/{dep_id}/endpoints",
+            json={"base_url": sim.base, "engine_kind": "vllm", "api_key": ENGINE_KEY},
+        )
         assert resp.status_code == 201, resp.text
         assert [r["external"] for r in resp.json()["replicas"]] == [False, True]
         assert "Add an engine Hearth did not launch" in client.get(f"/deployments/{dep_id}/").text
@@ -183,5 +213,6 @@ def test_a_mixed_deployment_keeps_conversations_on_one_replica_and_survives_eith
 
 def launched_requests(replica: Replica) -> float:
     text = httpx.get(f"{replica.base_url}/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:request_success_total{"))  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total{")
+    )

@@ -1,7 +1,8 @@
 """Registering engines Hearth did not launch: what a good endpoint gives (its model, its version, a ready
-deployment, its key sealed), each way a registration fails with its message and nothing saved (a bad URL, a
-refused connection, a TLS failure, a server that is not OpenAI-compatible, a refused key, a served model name
-already taken), and what Hearth will not do to them (launch, stop, change, export)."""
+deployment, its key sealed), each way a registration fails with its message and nothing saved (a bad URL, an
+endpoint not reachable, a certificate that does not verify, a server that is not OpenAI-compatible, a refused key,
+a served model name already taken), and what Hearth will not do to them (launch, stop, change, export). The
+address policy: tests/test_external_refused.py."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,27 +58,36 @@ def test_a_good_endpoint_becomes_a_ready_deployment_with_its_version_and_its_key
     page = admin.get(f"/deployments/{dep['id']}/").content.decode()
     assert sim.base in page and "up" in page and ENGINE_KEY not in page and "Launch" not in page
     pages = ["status/", "logs/", "panel/", "series/", "export/", "change/", "endpoints/add/", "capacity/"]
-    for path in ["/", "/deployments/", "/usage/", f"/api/deployments/{dep['id']}/metrics",
-                 *(f"/deployments/{dep['id']}/{page}" for page in pages)]:  # fmt: skip
+    for path in [
+        "/",
+        "/deployments/",
+        "/usage/",
+        f"/api/deployments/{dep['id']}/metrics",
+        *(f"/deployments/{dep['id']}/{page}" for page in pages),
+    ]:
         shown = admin.get(path)
         assert shown.status_code == 200 and ENGINE_KEY not in shown.content.decode(), path
 
 
 @pytest.mark.parametrize(
     ("url", "words"),
-    [("ftp://127.0.0.1/x", "not an http:// or https:// URL"), ("127.0.0.1:8000", "not an http:// or https:// URL"),
-     ("http://user:secret@127.0.0.1:8000", "not in the URL"), ("http://127.0.0.1:99999", "not a URL"),
-     ("http://127.0.0.1:8000/?x=1", "query")],
-)  # fmt: skip
+    [
+        ("ftp://127.0.0.1/x", "not an http:// or https:// URL"),
+        ("127.0.0.1:8000", "not an http:// or https:// URL"),
+        ("http://user:secret@127.0.0.1:8000", "not in the URL"),
+        ("http://127.0.0.1:99999", "not a URL"),
+        ("http://127.0.0.1:8000/?x=1", "query"),
+    ],
+)
 def test_a_bad_url_is_refused_with_what_is_wrong(admin: Client, url: str, words: str) -> None:
     status, body = register(admin, base_url=url, engine_kind="vllm")
     assert status == 400 and words in str(body["detail"]), body
     nothing_saved()
 
 
-def test_a_refused_connection_says_nothing_listens(admin: Client) -> None:
+def test_a_refused_connection_says_not_reachable(admin: Client) -> None:
     status, body = register(admin, base_url=f"http://127.0.0.1:{free_port()}", engine_kind="sglang")
-    assert status == 400 and "connection was refused" in str(body["detail"]), body
+    assert status == 400 and "is not reachable" in str(body["detail"]), body
     nothing_saved()
 
 
@@ -89,9 +99,9 @@ def test_a_tls_failure_says_the_certificate_did_not_verify(admin: Client, tmp_pa
     nothing_saved()
 
 
-def test_an_https_url_to_an_http_server_is_a_tls_failure(admin: Client, sim: OutsideSim) -> None:
+def test_an_https_url_to_an_http_server_is_not_reachable(admin: Client, sim: OutsideSim) -> None:
     status, body = register(admin, base_url=sim.base.replace("http://", "https://"), engine_kind="vllm")
-    assert status == 400 and "TLS handshake" in str(body["detail"]), body
+    assert status == 400 and "is not reachable" in str(body["detail"]) and "https://" in str(body["detail"]), body
     nothing_saved()
 
 
@@ -121,10 +131,12 @@ def test_a_served_model_name_already_taken_is_refused(admin: Client, sim: Outsid
 
 def test_the_form_shows_the_reason_and_saves_nothing(admin: Client) -> None:
     assert 'href="/deployments/external/"' in admin.get("/deployments/").content.decode()
-    page = admin.post("/deployments/external/", {"base_url": f"http://127.0.0.1:{free_port()}", "engine_kind": "vllm",
-                                                 "api_key": "typed-key-9"})  # fmt: skip
+    page = admin.post(
+        "/deployments/external/",
+        {"base_url": f"http://127.0.0.1:{free_port()}", "engine_kind": "vllm", "api_key": "typed-key-9"},
+    )
     html = page.content.decode()
-    assert page.status_code == 200 and "connection was refused" in html and "typed-key-9" not in html
+    assert page.status_code == 200 and "is not reachable" in html and "typed-key-9" not in html
     nothing_saved()
 
 
@@ -150,11 +162,17 @@ def test_an_endpoint_added_to_a_deployment_must_serve_its_name(admin: Client, si
     assert status == 201, dep
     other = OutsideSim(sim.log.with_name("other.log"), "someone-else")
     try:
-        resp = admin.post(f"/api/deployments/{dep['id']}/endpoints", {"base_url": other.base, "engine_kind": "vllm",
-                          "api_key": ENGINE_KEY}, content_type="application/json")  # fmt: skip
+        resp = admin.post(
+            f"/api/deployments/{dep['id']}/endpoints",
+            {"base_url": other.base, "engine_kind": "vllm", "api_key": ENGINE_KEY},
+            content_type="application/json",
+        )
         assert resp.status_code == 400 and "does not serve 'outside-model'" in resp.json()["detail"]
-        same = admin.post(f"/api/deployments/{dep['id']}/endpoints", {"base_url": sim.base, "engine_kind": "vllm"},
-                          content_type="application/json")  # fmt: skip
+        same = admin.post(
+            f"/api/deployments/{dep['id']}/endpoints",
+            {"base_url": sim.base, "engine_kind": "vllm"},
+            content_type="application/json",
+        )
         assert same.status_code == 400 and "already has the endpoint" in same.json()["detail"]
     finally:
         other.stop()
@@ -165,9 +183,12 @@ def test_an_endpoint_added_to_a_deployment_must_serve_its_name(admin: Client, si
 
 @pytest.mark.parametrize(
     ("given", "kept"),
-    [("http://10.0.0.5:8000/v1", "http://10.0.0.5:8000"), ("https://box/llm/v1/", "https://box/llm"),
-     ("HTTP://[::1]:11434", "http://[::1]:11434")],
-)  # fmt: skip
+    [
+        ("http://10.0.0.5:8000/v1", "http://10.0.0.5:8000"),
+        ("https://box/llm/v1/", "https://box/llm"),
+        ("HTTP://[::1]:11434", "http://[::1]:11434"),
+    ],
+)
 def test_base_urls_are_kept_without_v1(given: str, kept: str) -> None:
     assert base_url_of(given) == kept
 

@@ -16,19 +16,59 @@ def test_the_batch_writer_fills_every_column() -> None:
 @pytest.mark.django_db
 def test_a_batch_becomes_rows_with_the_outcomes_values() -> None:
     usage = {"prompt_tokens": 3, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 2}}
-    done = Outcome(None, "hk-abcdefgh", "m", "openai", "/v1/chat/completions", True, 200, "length", usage, 0.05, 1.5,
-                   ended_at=1_700_000_000.25, cost_usd=Decimal("0.000005810"))  # fmt: skip
-    cut = Outcome(None, "hk-abcdefgh", "m", "anthropic", "/v1/messages", True, 200, None, {"input_tokens": 7},
-                  None, 0.5, truncated=True, client_cancelled=True, ended_at=1_700_000_001.0)  # fmt: skip
+    done = Outcome(
+        None,
+        "hk-abcdefgh",
+        "m",
+        "openai",
+        "/v1/chat/completions",
+        True,
+        200,
+        "length",
+        usage,
+        0.05,
+        1.5,
+        ended_at=1_700_000_000.25,
+        cost_usd=Decimal("0.000005810"),
+    )
+    cut = Outcome(
+        None,
+        "hk-abcdefgh",
+        "m",
+        "anthropic",
+        "/v1/messages",
+        True,
+        200,
+        None,
+        {"input_tokens": 7},
+        None,
+        0.5,
+        truncated=True,
+        client_cancelled=True,
+        ended_at=1_700_000_001.0,
+    )
     write([done, cut])
     first, second = RequestLog.objects.order_by("created_at")
     assert first.created_at == datetime.fromtimestamp(1_700_000_000.25, UTC)
     assert (first.surface, first.endpoint, first.stream, first.status, first.finish_reason) == (
-        "openai", "/v1/chat/completions", True, 200, "length")  # fmt: skip
+        "openai",
+        "/v1/chat/completions",
+        True,
+        200,
+        "length",
+    )
     assert (first.prompt_tokens, first.completion_tokens, first.cached_tokens) == (3, 4, 2)
     assert (first.ttft_seconds, first.duration_seconds, first.truncated, first.client_cancelled) == (
-        0.05, 1.5, False, False)  # fmt: skip
+        0.05,
+        1.5,
+        False,
+        False,
+    )
     assert (second.finish_reason, second.prompt_tokens, second.completion_tokens, second.ttft_seconds) == (
-        "", 7, None, None)  # fmt: skip
+        "",
+        7,
+        None,
+        None,
+    )
     assert second.truncated and second.client_cancelled and second.api_key_id is None
     assert (first.cost_usd, second.cost_usd) == (Decimal("0.000005810"), None)

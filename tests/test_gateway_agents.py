@@ -14,41 +14,55 @@ import pytest
 
 from console.observability.models import RequestLog
 from tests.conftest import Proc, login
-from tests.simworld import Served, deploy, wait_for_logs, wait_state
+from tests.simworld import Served, deploy, hearth_metrics, wait_for_logs, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HI = [{"role": "user", "content": "Say something."}]
-WEATHER: Any = {"type": "function", "name": "get_weather",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+WEATHER: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 
 
 @pytest.fixture
 def translated(served: Served) -> Iterator[Served]:
     """Beside ``served``: "thinker", an engine with only the chat API whose answers start with reasoning."""
-    dep_id = deploy(served.web, served.client, "thinker", ["--no-anthropic", "--no-responses",
-                                                            "--reasoning-parser", "qwen3"])  # fmt: skip
+    dep_id = deploy(
+        served.web, served.client, "thinker", ["--no-anthropic", "--no-responses", "--reasoning-parser", "qwen3"]
+    )
     assert wait_state(served.client, dep_id, {"ready", "failed"})["state"] == "ready"
     yield served
     served.client.post(f"/api/deployments/{dep_id}/stop")
     wait_state(served.client, dep_id, {"stopped", "failed"})
 
 
-CALLS = [("GET", "/v1/models", None), ("POST", "/v1/chat/completions", {"model": "llama", "max_tokens": 2,
-                                                                         "messages": HI}),
-         ("POST", "/v1/messages", {"model": "llama", "max_tokens": 2, "messages": HI}),
-         ("POST", "/v1/responses", {"model": "llama", "max_output_tokens": 2, "input": "Hi"})]  # fmt: skip
+CALLS = [
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/chat/completions", {"model": "llama", "max_tokens": 2, "messages": HI}),
+    ("POST", "/v1/messages", {"model": "llama", "max_tokens": 2, "messages": HI}),
+    ("POST", "/v1/responses", {"model": "llama", "max_output_tokens": 2, "input": "Hi"}),
+]
 
 
 def test_a_hearth_key_in_either_header_authenticates_and_the_other_header_is_ignored(served: Served) -> None:
     other = "sk-ant-api03-some-other-providers-key"
     for method, path, body in CALLS:
-        for headers in ({"x-api-key": served.key, "Authorization": f"Bearer {other}"},
-                        {"x-api-key": other, "Authorization": f"Bearer {served.key}"},
-                        {"x-api-key": served.key}, {"Authorization": f"Bearer {served.key}"}):  # fmt: skip
+        for headers in (
+            {"x-api-key": served.key, "Authorization": f"Bearer {other}"},
+            {"x-api-key": other, "Authorization": f"Bearer {served.key}"},
+            {"x-api-key": served.key},
+            {"Authorization": f"Bearer {served.key}"},
+        ):
             resp = httpx.request(method, served.web + path, json=body, headers=headers, timeout=30)
             assert resp.status_code == 200, (path, list(headers), resp.text)
-        refused = httpx.request(method, served.web + path, json=body, timeout=30,
-                                headers={"x-api-key": other, "Authorization": f"Bearer {other}"})  # fmt: skip
+        refused = httpx.request(
+            method,
+            served.web + path,
+            json=body,
+            timeout=30,
+            headers={"x-api-key": other, "Authorization": f"Bearer {other}"},
+        )
         assert refused.status_code == 401 and refused.headers["content-type"] == "application/json"
 
 
@@ -90,13 +104,19 @@ def test_translated_messages_carry_thinking_real_input_tokens_and_cache_reads(tr
         assert stream.get_final_message().content[0].type == "thinking"
 
 
-def test_a_system_message_inside_messages_is_accepted_on_every_route(translated: Served) -> None:
+def test_a_system_message_inside_messages_is_anthropics_400_on_every_route(translated: Served) -> None:
     claude = anthropic.Anthropic(base_url=translated.web, api_key=translated.key, max_retries=0, timeout=60)
-    messages: Any = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Answer in English."},
-                     {"role": "user", "content": "Say something."}]  # fmt: skip
-    for model in ("llama", "thinker"):  # natively, and translated (merged into the one system message)
-        assert claude.messages.create(model=model, max_tokens=20, system="Be brief.", messages=messages).content
-        assert claude.messages.count_tokens(model=model, messages=messages).input_tokens > 0
+    messages: Any = [
+        {"role": "user", "content": "Hi"},
+        {"role": "system", "content": "Answer in English."},
+        {"role": "user", "content": "Say something."},
+    ]
+    for model in ("llama", "thinker"):  # natively (vLLM's own /v1/messages would take it), and translated
+        with pytest.raises(anthropic.BadRequestError, match="top-level `system`"):
+            claude.messages.create(model=model, max_tokens=20, system="Be brief.", messages=messages)
+        with pytest.raises(anthropic.BadRequestError, match="top-level `system`"):
+            claude.messages.count_tokens(model=model, messages=messages)
+        assert claude.messages.create(model=model, max_tokens=20, system="Be brief.", messages=messages[2:]).content
 
 
 def cancel(served: Served, path: str, body: dict[str, Any], lines: int) -> None:
@@ -136,9 +156,12 @@ def test_engine_refusals_keep_their_code_and_the_body_is_checked_in_each_apis_sh
 
 
 def test_max_completion_tokens_limits_a_completion_as_max_tokens_does(served: Served) -> None:
-    resp = httpx.post(f"{served.web}/v1/completions", headers={"x-api-key": served.key}, timeout=30,
-                      json={"model": "llama", "prompt": "Once upon a time", "max_completion_tokens": 40,
-                            "ignore_eos": True})  # fmt: skip
+    resp = httpx.post(
+        f"{served.web}/v1/completions",
+        headers={"x-api-key": served.key},
+        timeout=30,
+        json={"model": "llama", "prompt": "Once upon a time", "max_completion_tokens": 40, "ignore_eos": True},
+    )
     assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 40  # not OpenAI's default 16
 
 
@@ -153,12 +176,23 @@ def test_right_after_an_engine_dies_requests_get_503_with_retry_after(
     with pytest.raises(openai.APIError):
         die = [{"role": "user", "content": "[[sim:die-mid-stream=2]]"}]
         list(sdk.chat.completions.create(model="mortal", stream=True, messages=die))  # type: ignore[arg-type]
-    resp = httpx.post(f"{web}/v1/chat/completions", headers={"x-api-key": key}, timeout=30,
-                      json={"model": "mortal", "max_tokens": 2, "messages": HI})  # fmt: skip
+    resp = httpx.post(
+        f"{web}/v1/chat/completions",
+        headers={"x-api-key": key},
+        timeout=30,
+        json={"model": "mortal", "max_tokens": 2, "messages": HI},
+    )
     assert resp.status_code == 503 and int(resp.headers["retry-after"]) >= 1, resp.text
     deadline = time.monotonic() + 30
-    while httpx.post(f"{web}/v1/chat/completions", headers={"x-api-key": key}, timeout=30,
-                     json={"model": "mortal", "max_tokens": 2, "messages": HI}).status_code != 200:  # fmt: skip
+    while (
+        httpx.post(
+            f"{web}/v1/chat/completions",
+            headers={"x-api-key": key},
+            timeout=30,
+            json={"model": "mortal", "max_tokens": 2, "messages": HI},
+        ).status_code
+        != 200
+    ):
         assert time.monotonic() < deadline, "the engine was never restarted"
         time.sleep(0.5)
     client.post(f"/api/deployments/{dep_id}/stop")
@@ -173,7 +207,7 @@ def test_reasoning_and_length_cuts_are_counted_per_request_and_in_prometheus(tra
     cut, streamed = rows
     assert cut.length_cut and cut.reasoning_tokens == 4 and not cut.empty_answer  # all 4 went to thinking
     assert streamed.reasoning_tokens == 8 and not streamed.tool_call_failures
-    scrape = httpx.get(f"{translated.web}/metrics").text
+    scrape = hearth_metrics(translated.web)
     assert 'hearth_gateway_reasoning_tokens_total{key_prefix="' + translated.key[:11] in scrape
     assert "hearth_gateway_length_cut_answers_total" in scrape
     assert RequestLog.objects.filter(reasoning_tokens__gt=0).count() == 2

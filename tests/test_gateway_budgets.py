@@ -90,8 +90,10 @@ def test_a_members_monthly_budget_holds_over_all_their_keys(served: Served, gate
     assert {r.api_key_id for r in rows if r.status == 200} == {first, second}
     spent = sum(r.cost_usd for r in rows if r.cost_usd is not None)
     assert spent == len(ok) * cost and spent <= Decimal("0.03") < spent + cost
-    assert all("monthly budget of this key's owner (over all their keys) of $0.03 is spent" in a.error["message"]
-               for a in refused), refused[0]  # fmt: skip
+    assert all(
+        "monthly budget of this key's owner (over all their keys) of $0.03 is spent" in a.error["message"]
+        for a in refused
+    ), refused[0]
     held = counters(first, mia["id"], served, started)
     assert held["owner_month"] == held["owner_day"] == spent * NANO
 
@@ -132,8 +134,13 @@ def test_a_spent_budget_is_refused_on_every_post_route_in_its_apis_shape(
     key_id, key = make_key(served.client, gateways, daily_budget_usd="0.01")
     day = counter_keys(key_id, admin_user.pk, served.dep_id, time.time())[4]
     redis.Redis.from_url(settings.REDIS_URL).set(day, 10_000_000, ex=3600)  # $0.01 spent (nano-USD)
-    body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi", "input": "hi",
-            "max_tokens": 5}  # fmt: skip
+    body = {
+        "model": "llama",
+        "messages": [{"role": "user", "content": "hi"}],
+        "prompt": "hi",
+        "input": "hi",
+        "max_tokens": 5,
+    }
     for path, (_, surface) in POST_ROUTES.items():
         answer = httpx.post(gateways[0] + path, headers={"Authorization": f"Bearer {key}"}, json=body)
         error = answer.json()["error"]

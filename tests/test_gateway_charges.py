@@ -191,8 +191,7 @@ def test_a_flush_redis_does_not_take_is_logged_and_lost_from_the_counters_only(
 
 def test_the_charge_is_rounded_as_the_settlement_script_rounds_it() -> None:
     """The same tokens at the same price cost the same nano-USD whether charged here or settled in Lua."""
-    cases = [(3, "0.00000083"), (1, "0.0000000005"), (7, "0.000000000049"), (123_457, "0.000000271828"),
-             (10, "0.0001")]  # fmt: skip
+    cases = [(3, "0.00000083"), (1, "0.0000000005"), (7, "0.000000000049"), (123_457, "0.000000271828"), (10, "0.0001")]
 
     async def settled(used: int, price: str) -> int:
         reservations = Reservations(Prices())

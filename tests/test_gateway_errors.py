@@ -90,9 +90,15 @@ def test_an_unknown_endpoint_is_404_in_openai_shape(web: str, key: str) -> None:
     assert_openai_error(resp, 404, "unknown_url")
 
 
-@pytest.mark.parametrize(("method", "path", "allow"), [("PUT", "/v1/chat/completions", "POST"),
-                                                     ("GET", "/v1/messages", "POST"), ("POST", "/v1/models", "GET"),
-                                                     ("DELETE", "/v1/models/d", "GET")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/v1/chat/completions", "POST"),
+        ("GET", "/v1/messages", "POST"),
+        ("POST", "/v1/models", "GET"),
+        ("DELETE", "/v1/models/d", "GET"),
+    ],
+)
 def test_a_known_endpoint_asked_with_another_method_is_405_saying_which(
     web: str, key: str, method: str, path: str, allow: str
 ) -> None:
@@ -130,9 +136,13 @@ def test_the_anthropic_sdk_sees_typed_errors(web: str, key: str) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value", "words"),
-    [("stream_options", "x", "an object"), ("stream", "yes", "true or false"), ("max_tokens", "x", "an integer"),
-     ("max_completion_tokens", True, "an integer")],
-)  # fmt: skip
+    [
+        ("stream_options", "x", "an object"),
+        ("stream", "yes", "true or false"),
+        ("max_tokens", "x", "an integer"),
+        ("max_completion_tokens", True, "an integer"),
+    ],
+)
 def test_a_field_the_gateway_reads_with_the_wrong_type_is_400(
     web: str, key: str, field: str, value: object, words: str
 ) -> None:

@@ -1,18 +1,19 @@
-"""One exchange of the relay (gateway.relay.Exchange) against scripted engines on loopback: how each way an engine
+"""One exchange of the relay (gateway.relay.Relay) against scripted engines on loopback: how each way an engine
 can fail reaches the client, and the gateway's half of fitting max_tokens to the context left."""
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
 
-from gateway.accounting import Outcome
 from gateway.app import Gateway
 from gateway.errors import GatewayError, Surface
-from gateway.registry import Route, Upstream
-from gateway.relay import Exchange
+from gateway.registry import KeyEntry, Route, Upstream
+from gateway.relay import Relay
+from gateway.relay_plan import RelayPlan
 from gateway.rewrite import Translation
 from gateway.routing import Router
 from gateway.sse import StreamKind
@@ -41,10 +42,34 @@ def route(*urls: str, **fields: Any) -> Route:
     return Route("m", upstreams, fields.pop("max_model_len", 8192), 0, **fields)
 
 
-def exchange(engines: Engines, target: Route, surface: Surface = Surface.OPENAI, kind: StreamKind = StreamKind.CHAT,
-             endpoint: str = CHAT) -> Exchange:  # fmt: skip
-    outcome = Outcome(1, "hk-x", "m", surface, endpoint, True)
-    return Exchange(engines, target, outcome, kind, Router())
+def exchange(
+    engines: Engines,
+    target: Route,
+    surface: Surface = Surface.OPENAI,
+    kind: StreamKind = StreamKind.CHAT,
+    translation: Translation = Translation.NONE,
+    engine_path: str = CHAT,
+) -> Relay:
+    """A relay of an empty request to ``engine_path`` on ``target``'s replicas, answered to a client of
+    ``surface`` (translated as ``translation`` says)."""
+    plan = RelayPlan(
+        key=KeyEntry(1, "hk-x", "", frozenset(), None, None),
+        route=target,
+        endpoint=CHAT,
+        surface=surface,
+        stream=True,
+        arrived=time.monotonic(),
+        engine_path=engine_path,
+        body=b"{}",
+        prefix=b"",
+        kind=kind,
+        request={"model": "m", "input": "hi"},
+        keepalive_every=15.0,
+        idle_timeout=engines.read_timeout,
+        retry_after=1,
+        translation=translation,
+    )
+    return Relay(plan, engines, Router())
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
@@ -71,7 +96,7 @@ def test_an_engine_silent_on_a_whole_answer_is_a_504_and_never_sent_to_another_r
             engines = Engines(connect_timeout=1, read_timeout=0.3)
             relay = exchange(engines, route(one.url, two.url))
             with pytest.raises(GatewayError) as caught:
-                await relay.run(CHAT, b"{}", b"", Client())
+                await relay.run(Client())
             assert caught.value.status == 504 and caught.value.code == "upstream_timeout"
             assert len(first) + len(second) == 1  # sent once, to one replica
 
@@ -88,7 +113,7 @@ def test_replicas_that_cannot_be_reached_are_a_503_with_retry_after() -> None:
                 url = gone.url
             relay = exchange(Engines(1, 5), route(dying.url, url))
             with pytest.raises(GatewayError) as caught:
-                await relay.run(CHAT, b"{}", b"", Client())
+                await relay.run(Client())
         error = caught.value
         assert (error.status, error.code) == (503, "upstream_unreachable")
         assert error.retry_after and error.retry_after >= 1
@@ -100,8 +125,10 @@ def test_replicas_that_cannot_be_reached_are_a_503_with_retry_after() -> None:
 def answer(status: int, content_type: bytes, body: bytes) -> Script:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await request(reader)
-        writer.write(b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
-            status, content_type, len(body), body))  # fmt: skip
+        writer.write(
+            b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, content_type, len(body), body)
+        )
         await reader.read()
 
     return script
@@ -113,7 +140,7 @@ def test_a_rewritten_error_is_json_whatever_the_engine_called_it(content_type: b
     async def test() -> None:
         async with Server(answer(500, content_type, b"Internal Server Error")) as engine:
             client = Client()
-            await exchange(Engines(1, 5), route(engine.url), surface).run(CHAT, b"{}", b"", client)
+            await exchange(Engines(1, 5), route(engine.url), surface).run(client)
         assert client.status == 500 and client.headers[b"content-type"] == b"application/json"
         assert json.loads(client.body)  # in the API's own shape
 
@@ -124,10 +151,12 @@ def test_a_rewritten_error_is_json_whatever_the_engine_called_it(content_type: b
 def test_a_translated_count_tokens_is_never_a_silent_zero(body: bytes) -> None:
     async def test() -> None:
         async with Server(answer(200, b"application/json", body)) as engine:
-            relay = exchange(Engines(1, 5), route(engine.url), Surface.ANTHROPIC, StreamKind.MESSAGES)
-            relay.translation = Translation.COUNT_TOKENS
+            target = route(engine.url)
+            relay = exchange(
+                Engines(1, 5), target, Surface.ANTHROPIC, StreamKind.MESSAGES, Translation.COUNT_TOKENS, "/tokenize"
+            )
             with pytest.raises(GatewayError) as caught:
-                await relay.run("/tokenize", b"{}", b"", Client())
+                await relay.run(Client())
         assert caught.value.status == 502
 
     run(test)
@@ -156,24 +185,24 @@ def stream(*events: bytes, end: str = "close", gap: float = 0.0) -> Script:
 
 TEXT = b'data: {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": null}]}\n\n'
 ENGINE_ERROR = b'data: {"error": {"message": "CUDA error: an illegal memory access", "code": 500}}\n\n'
-TRANSLATIONS = [(Surface.OPENAI, Translation.NONE), (Surface.ANTHROPIC, Translation.MESSAGES),
-                (Surface.OPENAI, Translation.RESPONSES)]  # fmt: skip
+TRANSLATIONS = [
+    (Surface.OPENAI, Translation.NONE),
+    (Surface.ANTHROPIC, Translation.MESSAGES),
+    (Surface.OPENAI, Translation.RESPONSES),
+]
 
 
-def relayed(
-    script: Script, surface: Surface, translation: Translation, read_timeout: float = 5
-) -> tuple[Exchange, str]:
+def relayed(script: Script, surface: Surface, translation: Translation, read_timeout: float = 5) -> tuple[Relay, str]:
     client = Client()
 
     async def test() -> None:
         async with Server(script) as engine:
-            relay = exchange(Engines(1, read_timeout), route(engine.url), surface)
-            relay.translation, relay.request = translation, {"model": "m", "input": "hi"}
-            await relay.run(CHAT, b"{}", b"", client)
+            relay = exchange(Engines(1, read_timeout), route(engine.url), surface, translation=translation)
+            await relay.run(client)
             nonlocal done
             done = relay
 
-    done: Exchange | None = None
+    done: Relay | None = None
     run(test)
     assert done is not None
     return done, client.body.decode()
@@ -182,7 +211,7 @@ def relayed(
 @pytest.mark.parametrize(("surface", "translation"), TRANSLATIONS, ids=["chat", "messages", "responses"])
 def test_an_idle_stall_is_labelled_a_timeout_not_a_truncation(surface: Surface, translation: Translation) -> None:
     relay, body = relayed(stream(TEXT, end="silent"), surface, translation, read_timeout=0.3)
-    assert relay.outcome.truncated
+    assert relay.state.truncated
     assert "HEARTH_STREAM_IDLE_TIMEOUT" in body and "upstream_truncated" not in body
     assert "upstream_timeout" in body or "timeout_error" in body
 
@@ -190,31 +219,35 @@ def test_an_idle_stall_is_labelled_a_timeout_not_a_truncation(surface: Surface, 
 @pytest.mark.parametrize(("surface", "translation"), TRANSLATIONS[1:], ids=["messages", "responses"])
 def test_a_translated_stream_passes_on_the_engines_own_error_text(surface: Surface, translation: Translation) -> None:
     relay, body = relayed(stream(TEXT, ENGINE_ERROR), surface, translation)
-    assert relay.outcome.truncated and "CUDA error: an illegal memory access" in body
+    assert relay.state.truncated and "CUDA error: an illegal memory access" in body
     assert "ended the stream before it finished" not in body
 
 
 @pytest.mark.parametrize(("surface", "translation"), TRANSLATIONS, ids=["chat", "messages", "responses"])
 def test_a_stream_the_engine_closed_says_so(surface: Surface, translation: Translation) -> None:
     relay, body = relayed(stream(TEXT), surface, translation)
-    assert relay.outcome.truncated and "ended the stream before it finished" in body
-    assert relay.token_chunks == 1  # what went out is counted, for a stream without the engine's usage
+    assert relay.state.truncated and "ended the stream before it finished" in body
+    assert relay.state.token_chunks == 1  # what went out is counted, for a stream without the engine's usage
 
 
 def tokenizer(count: int, seen: list[bytes]) -> Script:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         seen.append(await request(reader))
         body = json.dumps({"count": count, "max_model_len": 32768, "tokens": []}).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
-            len(body), body))  # fmt: skip
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         await reader.read()
 
     return script
 
 
 PROMPT = {"messages": [{"role": "user", "content": "x " * 1000}]}
-ASKED = [("/v1/messages", "max_tokens", PROMPT), (CHAT, "max_completion_tokens", PROMPT),
-         ("/v1/responses", "max_output_tokens", {"input": "x " * 1000})]  # fmt: skip
+ASKED = [
+    ("/v1/messages", "max_tokens", PROMPT),
+    (CHAT, "max_completion_tokens", PROMPT),
+    ("/v1/responses", "max_output_tokens", {"input": "x " * 1000}),
+]
 
 
 @pytest.mark.parametrize(("path", "field", "prompt"), ASKED, ids=["messages", "chat", "responses"])
@@ -229,13 +262,12 @@ def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine
         async with Server(tokenizer(12308, seen)) as engine:
             gateway = Gateway()
             target = route(engine.url, max_model_len=32768, fit_max_tokens=True)
-            relay = exchange(gateway.engines, target)
-            fields = await gateway._fit(path, request_, {}, len(json.dumps(request_)), target, b"", relay)
+            fields, headers = await gateway.planner.fit(path, request_, {}, len(json.dumps(request_)), target, b"")
             assert fields == {field: 32768 - 12308}
-            (name, value), = relay.headers
+            ((name, value),) = headers
             assert name == b"x-hearth-max-tokens-fitted" and value.startswith(b"20460; requested=32000; prompt=12308")
             small = {**request_, field: 100}
-            assert await gateway._fit(path, small, {}, len(json.dumps(small)), target, b"", relay) == {}
+            assert await gateway.planner.fit(path, small, {}, len(json.dumps(small)), target, b"") == ({}, [])
             gateway.engines.close()
 
     run(test)
@@ -243,8 +275,10 @@ def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine
 
 
 def numbered(count: int) -> list[bytes]:
-    text = [b'data: {"choices": [{"index": 0, "delta": {"content": "%d "}, "finish_reason": null}]}\n\n' % i
-            for i in range(count)]  # fmt: skip
+    text = [
+        b'data: {"choices": [{"index": 0, "delta": {"content": "%d "}, "finish_reason": null}]}\n\n' % i
+        for i in range(count)
+    ]
     return [*text, b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n']
 
 
@@ -268,11 +302,11 @@ class Watching(Client):
         await super().__call__(message)
 
 
-def relayed_to(client: Client, script: Script) -> Exchange:
-    async def test() -> Exchange:
+def relayed_to(client: Client, script: Script) -> Relay:
+    async def test() -> Relay:
         async with Server(script) as engine:
             relay = exchange(Engines(1, 5), route(engine.url))
-            await relay.run(CHAT, b"{}", b"", client)
+            await relay.run(client)
             return relay
 
     return asyncio.run(asyncio.wait_for(test(), 15))
@@ -281,15 +315,15 @@ def relayed_to(client: Client, script: Script) -> Exchange:
 def test_pieces_that_arrive_while_the_relay_waits_are_sent_from_the_engines_read_without_a_task_switch() -> None:
     client = Watching()
     relay = relayed_to(client, stream(*numbered(20), end="whole", gap=0.005))
-    assert client.body == b"".join(numbered(20)) and not relay.outcome.truncated
+    assert client.body == b"".join(numbered(20)) and not relay.state.truncated
     assert client.bodies >= 20 and client.from_task <= 2  # the first piece may come with the head
 
 
 def test_a_client_slower_than_the_engine_gets_the_whole_stream_in_order() -> None:
     client = Watching(every=3, wait=0.03)  # waits 30 ms on every third piece while the engine sends every 2 ms
     relay = relayed_to(client, stream(*numbered(60), end="whole", gap=0.002))
-    assert client.body == b"".join(numbered(60)) and not relay.outcome.truncated
-    assert relay.outcome.finish_reason == "stop" and client.from_task > 0  # what push left, sent by the task
+    assert client.body == b"".join(numbered(60)) and not relay.state.truncated
+    assert relay.state.finish_reason == "stop" and client.from_task > 0  # what push left, sent by the task
 
 
 def test_a_send_that_fails_in_the_engines_read_is_raised_in_the_relays_task() -> None:
@@ -314,9 +348,9 @@ def test_a_client_leaving_while_a_pushed_send_waits_cancels_the_stream() -> None
     async def test() -> None:
         async with Server(stream(*numbered(50), end="whole", gap=0.005)) as engine:
             relay = exchange(Engines(1, 5), route(engine.url))
-            running = asyncio.ensure_future(relay.run(CHAT, b"{}", b"", Stuck()))
+            running = asyncio.ensure_future(relay.run(Stuck()))
             await asyncio.sleep(0.1)
-            relay.outcome.client_cancelled = True
+            relay.state.client_gone = True
             running.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await running

@@ -5,6 +5,7 @@ import openai
 import pytest
 
 from tests.conftest import Proc, login, serving
+from tests.quotaworld import room_in_minute
 from tests.simworld import (
     Served,
     ensure_model,
@@ -38,8 +39,11 @@ def test_a_keys_max_tokens_cap_lowers_what_a_request_asks_for(served: Served) ->
     message = claude.messages.create(model="llama", max_tokens=50, messages=[{"role": "user", "content": "Talk"}])
     assert message.usage.output_tokens <= 3 and message.stop_reason == "max_tokens"
     # the answer says the cap lowered its limit, or set one; none within the cap
-    for asked, header in (({"max_tokens": 50}, "3; requested=50; cap=key"), ({}, "3; requested=none; cap=key"),
-                          ({"max_tokens": 2}, None)):  # fmt: skip
+    for asked, header in (
+        ({"max_tokens": 50}, "3; requested=50; cap=key"),
+        ({}, "3; requested=none; cap=key"),
+        ({"max_tokens": 2}, None),
+    ):
         raw = sdk.chat.completions.with_raw_response.create(
             model="llama", messages=[{"role": "user", "content": "Talk"}], **asked
         )
@@ -66,6 +70,7 @@ def test_an_expired_key_is_refused(served: Served) -> None:
 def test_quotas_answer_429_with_retry_after_and_are_logged_as_errors(served: Served) -> None:
     rpm = served.client.post("/api/keys", json={"name": "rpm", "requests_per_minute": 2}).json()
     sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=rpm["key"], max_retries=0)
+    room_in_minute(15)  # the three requests fall in one minute's window
     for _ in range(2):
         sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
     with pytest.raises(openai.RateLimitError) as limited:
@@ -80,6 +85,7 @@ def test_quotas_answer_429_with_retry_after_and_are_logged_as_errors(served: Ser
 
     tokens = served.client.post("/api/keys", json={"name": "tpm", "tokens_per_minute": 60}).json()["key"]
     sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=tokens, max_retries=0)
+    room_in_minute(15)
     sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hello there"}], max_tokens=8)
     with pytest.raises(openai.RateLimitError, match=r"60 tokens per minute has 44 left, fewer than .* \(57:"):
         sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=50)

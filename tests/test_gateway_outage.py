@@ -33,8 +33,10 @@ def test_a_limited_key_gets_503_while_redis_is_down_and_an_unlimited_one_is_serv
     free = served.client.post("/api/keys", json={"name": "free"}).json()
     proc, base = start_web({**live_env, "REDIS_URL": own_redis.url}, tmp_path / "gateway.log")
     try:
-        sdk = {name: openai.OpenAI(base_url=f"{base}/v1", api_key=key["key"], max_retries=0)
-               for name, key in (("limited", limited), ("free", free))}  # fmt: skip
+        sdk = {
+            name: openai.OpenAI(base_url=f"{base}/v1", api_key=key["key"], max_retries=0)
+            for name, key in (("limited", limited), ("free", free))
+        }
         for one in sdk.values():
             assert one.chat.completions.create(model="llama", messages=HI, max_tokens=2).choices  # type: ignore[arg-type]
 

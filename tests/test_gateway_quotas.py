@@ -118,9 +118,12 @@ def test_a_cancelled_stream_is_settled_with_what_was_counted(served: Served, gat
     started = time.time()
     sdk = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=key, max_retries=0)
     stream = sdk.chat.completions.create(
-        model="llama", messages=[{"role": "user", "content": "Go [[sim:stall-between=0.3]]"}], max_tokens=1000,
-        stream=True, extra_body={"ignore_eos": True},
-    )  # fmt: skip
+        model="llama",
+        messages=[{"role": "user", "content": "Go [[sim:stall-between=0.3]]"}],
+        max_tokens=1000,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
     for i, _ in enumerate(stream):
         if i == 4:
             break

@@ -19,14 +19,17 @@ def test_new_fields_are_appended_to_the_clients_own_text() -> None:
     body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"h\\u00e9"}]}\n'
     out, request = adjusted(body, cap=16)
     assert out.startswith(body.rstrip()[:-1])  # not encoded again (json.dumps would space it)
-    assert json.loads(out) == request == {
-        **json.loads(body), "max_completion_tokens": 16, "stream_options": {"include_usage": True}
-    }
+    assert (
+        json.loads(out)
+        == request
+        == {**json.loads(body), "max_completion_tokens": 16, "stream_options": {"include_usage": True}}
+    )
 
 
 def test_fields_the_client_set_are_changed_in_a_fresh_encoding() -> None:
-    body = json.dumps({"model": "m", "stream": True, "max_tokens": 99, "stream_options": {"continuous": True},
-                       "messages": []}).encode()  # fmt: skip
+    body = json.dumps(
+        {"model": "m", "stream": True, "max_tokens": 99, "stream_options": {"continuous": True}, "messages": []}
+    ).encode()
     out, request = adjusted(body, cap=8)
     assert json.loads(out) == request
     assert request["max_tokens"] == 8 and "max_completion_tokens" not in request

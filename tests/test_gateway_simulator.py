@@ -12,7 +12,9 @@ import openai
 import pytest
 
 from console.deployments.models import Replica
+from console.observability.models import ScrapeHealth
 from tests.conftest import Proc, login
+from tests.gatewayworld import within
 from tests.simworld import (
     CLAUDE_TOOLS,
     TOOLS,
@@ -206,7 +208,8 @@ def test_slow_engine_metrics_show_no_numbers_rather_than_old_or_zero_ones(
     client = login(web)
     dep_id = deploy(web, client, "slow-metrics", ["--fault-metrics-delay", "10"])
     assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
-    time.sleep(4)  # several scrape intervals (1 s in tests), each timing out
+    failing = ScrapeHealth.objects.filter(replica__deployment_id=dep_id, failures_in_row__gte=2)
+    within(30, failing.exists, every=0.2)  # two scrapes (every 1 s in tests) have timed out
     metrics = client.get(f"/api/deployments/{dep_id}/metrics").json()
     assert metrics["age_seconds"] is None and metrics["values"] == {}
     assert 'data-field="requests_running">no data<' in client.get(f"/deployments/{dep_id}/panel/").text
@@ -376,9 +379,12 @@ def test_a_request_made_with_a_rotated_keys_old_secret_is_logged_under_that_secr
     old = served.client.post("/api/keys", json={"name": "rotating"}).json()
     new = served.client.post(f"/api/keys/{old['id']}/rotate", json={"grace_seconds": 60}).json()
     for secret in (old["key"], new["key"]):
-        answer = httpx.post(f"{served.web}/v1/chat/completions", headers={"Authorization": f"Bearer {secret}"},
-                            json={"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
-                            timeout=60)  # fmt: skip
+        answer = httpx.post(
+            f"{served.web}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {secret}"},
+            json={"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
         assert answer.status_code == 200, answer.text
     deadline = time.monotonic() + 10
     while len(rows := list(RequestLog.objects.filter(api_key_id=old["id"]).order_by("id"))) < 2:

@@ -92,7 +92,10 @@ def test_a_whole_answer_with_a_length_is_read() -> None:
         async with Server(script) as server:
             async with await Engines(1, 5).post(server.url, "/v1/completions", "k", b"{}") as answer:
                 assert (answer.status, answer.content_type, await answer.read()) == (
-                    400, "application/json", b'{"e": 42}')  # fmt: skip
+                    400,
+                    "application/json",
+                    b'{"e": 42}',
+                )
 
     run(test)
 

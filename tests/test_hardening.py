@@ -20,23 +20,36 @@ from appliance.runtimes.process import ProcessRuntime
 from engines.launch import EngineKind, LaunchSpec
 from tests.conftest import ROOT
 
-WORKER_SECRETS = {"SECRET_KEY_FILE": "/data/secret_key", "REDIS_URL": "redis://h/0", "DATABASE_URL": "postgres://x",
-                  "SECRET_KEY": "s" * 50, "HEARTH_OIDC_CLIENT_SECRET": "c"}  # fmt: skip
+WORKER_SECRETS = {
+    "SECRET_KEY_FILE": "/data/secret_key",
+    "REDIS_URL": "redis://h/0",
+    "DATABASE_URL": "postgres://x",
+    "SECRET_KEY": "s" * 50,
+    "HEARTH_OIDC_CLIENT_SECRET": "c",
+}
 
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.process
 def test_a_fresh_data_folder_and_its_sqlite_database_are_private(tmp_path: Path) -> None:
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {"HEARTH_DATA_DIR": str(data), "DEBUG": "1"}
-    done = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, umask=0o022)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        umask=0o022,
+    )
     assert done.returncode == 0, done.stderr
     assert mode(data) == 0o700 and mode(data / "hearth.sqlite3") == 0o600
 
 
+@pytest.mark.process
 def test_an_existing_world_readable_data_folder_is_tightened_at_start(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "engines").mkdir(parents=True)
@@ -47,18 +60,31 @@ def test_an_existing_world_readable_data_folder_is_tightened_at_start(tmp_path: 
     for f in (data / "hearth.sqlite3", data / "engines" / "r.log"):
         f.chmod(0o644)
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"} | {"HEARTH_DATA_DIR": str(data), "DEBUG": "1"}
-    done = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    imported = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert mode(data) == 0o755, "importing the settings changed the data folder"
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (mode(data), mode(data / "engines")) == (0o700, 0o700)
     assert (mode(data / "hearth.sqlite3"), mode(data / "engines" / "r.log")) == (0o600, 0o600)
 
 
 def spec(code: str, env: dict[str, str]) -> LaunchSpec:
-    return LaunchSpec(engine=EngineKind.SIMULATOR, program=[sys.executable, "-c", code], args=[], env=env,
-                      host="127.0.0.1", port=1, api_key="hek-k", served_model_name="m")  # fmt: skip
+    return LaunchSpec(
+        engine=EngineKind.SIMULATOR,
+        program=[sys.executable, "-c", code],
+        args=[],
+        env=env,
+        host="127.0.0.1",
+        port=1,
+        api_key="hek-k",
+        served_model_name="m",
+    )
 
 
+@pytest.mark.process
 def test_a_local_engine_gets_an_allow_listed_environment_and_private_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -86,9 +112,13 @@ def test_an_engine_container_gets_its_spec_environment_only(monkeypatch: pytest.
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("trusted", "peer", "secure"),
-    [([], "10.9.8.7", False), (["10.9.0.0/16"], "10.8.0.1", False), (["10.9.8.7"], "10.9.8.7", True),
-     (["10.9.0.0/16", "fd00::/8"], "10.9.8.7", True)],
-)  # fmt: skip
+    [
+        ([], "10.9.8.7", False),
+        (["10.9.0.0/16"], "10.8.0.1", False),
+        (["10.9.8.7"], "10.9.8.7", True),
+        (["10.9.0.0/16", "fd00::/8"], "10.9.8.7", True),
+    ],
+)
 def test_tls_behind_a_proxy_counts_only_when_the_proxy_is_trusted(
     client: Client, admin_user: object, trusted: list[str], peer: str, secure: bool
 ) -> None:
@@ -134,11 +164,13 @@ def test_a_trusted_proxy_gives_the_clients_address_and_nobody_else_can(client: C
     from console.audit.models import AuditEntry
 
     with override_settings(HEARTH_TRUSTED_PROXIES=["127.0.0.1"]):
-        client.post("/login/", {"username": "admin", "password": "admin-password-1"},
-                    HTTP_X_FORWARDED_FOR="198.51.100.1, 203.0.113.9")  # fmt: skip
+        client.post(
+            "/login/",
+            {"username": "admin", "password": "admin-password-1"},
+            HTTP_X_FORWARDED_FOR="198.51.100.1, 203.0.113.9",
+        )
     client.post("/login/", {"username": "admin", "password": "admin-password-1"}, HTTP_X_FORWARDED_FOR="203.0.113.7")
-    assert list(AuditEntry.objects.filter(action="signin").values_list("ip", flat=True)) == ["203.0.113.9",
-                                                                                              "127.0.0.1"]  # fmt: skip
+    assert list(AuditEntry.objects.filter(action="signin").values_list("ip", flat=True)) == ["203.0.113.9", "127.0.0.1"]
 
 
 @pytest.mark.django_db

@@ -7,13 +7,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 from django.conf import settings
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, login
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 LLAMA = ROOT / "console" / "catalog" / "demo" / "llama-3.1-8b-instruct.json"
 SETUP = f"""
 import json
@@ -27,34 +26,33 @@ ModelSource.objects.create(name="llama-8b", kind="hf", repo_id="meta-llama/Llama
 
 
 def run(script: str, env: dict[str, str]) -> str:
-    done = subprocess.run(["bash", f"scripts/{script}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    # 240 s, as tests/test_make_up_comes_back.py allows: a second up.sh on a 2-core box at load 12 took over 120
+    done = subprocess.run(["bash", f"scripts/{script}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
-
-
-def signed_in(base: str) -> httpx.Client:
-    client = httpx.Client(base_url=base, timeout=30)
-    client.get("/login/")
-    resp = client.post("/login/", data={"username": "admin", "password": "admin-password-1",
-                                        "csrfmiddlewaretoken": client.cookies["csrftoken"]})  # fmt: skip
-    assert resp.status_code == 302, resp.text
-    client.headers.update({"X-CSRFToken": client.cookies["csrftoken"], "Referer": base + "/"})
-    return client
 
 
 def test_history_survives_make_down_and_make_up(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "SECRET_KEY", "HEARTH_INSTANCE"}}
-    env.update({"HEARTH_DATA_DIR": str(tmp_path), "HEARTH_PORT": str(port), "REDIS_URL": settings.REDIS_URL,
-                "HEARTH_GPU_INVENTORY": "sim:8xH100-80GB", "PY": str(ROOT / ".venv" / "bin" / "python")})  # fmt: skip
+    env.update(
+        {
+            "HEARTH_DATA_DIR": str(tmp_path),
+            "HEARTH_PORT": str(port),
+            "REDIS_URL": settings.REDIS_URL,
+            "HEARTH_GPU_INVENTORY": "sim:8xH100-80GB",
+            "PY": str(ROOT / ".venv" / "bin" / "python"),
+        }
+    )
     base = f"http://127.0.0.1:{port}"
     run("up.sh", env)
     try:
         shell = {**env, "SECRET_KEY_FILE": str(tmp_path / "secret_key")}
         subprocess.run([env["PY"], "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=shell, check=True)
-        client = signed_in(base)
-        dep = client.post("/api/deployments", json={"name": "kept", "model": "llama-8b", "engine": "simulator",
-                                                    "max_model_len": 8192}).json()  # fmt: skip
+        client = login(base)
+        dep = client.post(
+            "/api/deployments", json={"name": "kept", "model": "llama-8b", "engine": "simulator", "max_model_len": 8192}
+        ).json()
         assert client.post(f"/api/deployments/{dep['id']}/launch").status_code == 202
         deadline = time.monotonic() + 60
         while len((before := client.get(f"/deployments/{dep['id']}/series/?range=1h").json())["t"]) < 4:
@@ -62,13 +60,18 @@ def test_history_survives_make_down_and_make_up(tmp_path: Path) -> None:
             time.sleep(0.5)
         run("down.sh", env)
         run("up.sh", env)
-        client = signed_in(base)
+        client = login(base)
         after = client.get(f"/deployments/{dep['id']}/series/?range=1h").json()
         assert set(before["t"]) <= set(after["t"])  # every point from before the restart is still there
         kv = dict(zip(after["t"], after["series"]["kv_cache_usage"], strict=True))
         pairs = list(zip(before["t"], before["series"]["kv_cache_usage"], strict=True))[:-1]  # the last slot may grow
         assert all(kv[t] == v for t, v in pairs)
-        # make down stopped the engine it had started (KEEP_ENGINES unset), so nothing is left running
-        assert client.get(f"/api/deployments/{dep['id']}").json()["state"] == "stopped"
+        # make down stopped the engine it had started (KEEP_ENGINES unset) and kept the deployment wanted serving:
+        # make up launches it again (tests/test_make_up_comes_back.py)
+        deadline = time.monotonic() + 60
+        while (again := client.get(f"/api/deployments/{dep['id']}").json())["state"] == "stopped":
+            assert time.monotonic() < deadline, again
+            time.sleep(0.3)
+        assert again["desired"] == "serving", again
     finally:
         run("down.sh", env)

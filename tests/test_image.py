@@ -27,6 +27,7 @@ from tests.conftest import ROOT
 PLANTED = {
     ".env": "SECRET_KEY=planted-secret\n",
     ".env.production": "SECRET_KEY=planted-secret\n",
+    "hf_token": "planted-secret\n",
     "data/secret_key": "planted-secret\n",
     "data/hearth.sqlite3": "SQLite format 3\0",
     "data/logs/web.log": "log\n",
@@ -55,7 +56,7 @@ NEEDED = [
     "gateway/app.py",
     "templates/base.html",
 ]
-FORBIDDEN = re.compile(r"(^|/)(\.env(\..*)?|secret_key|.*\.sqlite3|\.venv|\.git|__pycache__|data)(/|$)")
+FORBIDDEN = re.compile(r"(^|/)(\.env(\..*)?|secret_key|hf_token|.*\.sqlite3|\.venv|\.git|__pycache__|data)(/|$)")
 
 
 def dockerignore_patterns(root: Path) -> list[str]:
@@ -68,8 +69,11 @@ def tracked_files() -> list[str]:
     """The checkout's files git keeps (committed or not yet), as a fresh clone would have them."""
     out = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return [name for name in out.split("\0") if name and (ROOT / name).is_file()]
 
 
@@ -86,6 +90,7 @@ def lived_in_checkout(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.process
 def test_the_build_context_holds_no_secret_database_venv_or_cache(lived_in_checkout: Path) -> None:
     context = exclude_paths(str(lived_in_checkout), dockerignore_patterns(lived_in_checkout))
     assert not [path for path in context if FORBIDDEN.search(path)]
@@ -94,6 +99,7 @@ def test_the_build_context_holds_no_secret_database_venv_or_cache(lived_in_check
     assert not [path for path in context if path.startswith(("tests/", "bench/"))]  # not part of the product
 
 
+@pytest.mark.process
 def test_the_context_tar_the_sdk_sends_has_no_planted_secret_in_any_file(lived_in_checkout: Path) -> None:
     archive = build_tar(str(lived_in_checkout), exclude=dockerignore_patterns(lived_in_checkout))
     with tarfile.open(fileobj=archive) as tar:
@@ -109,8 +115,9 @@ def test_the_checkout_itself_sends_no_venv_data_or_secret() -> None:
     assert {"manage.py", "console/catalog/demo/llama-3.1-70b.json"} <= context
 
 
+@pytest.mark.process
 def test_dotenv_is_ignored_by_git() -> None:
-    names = [".env", "data/secret_key", "data/hearth.sqlite3"]
+    names = [".env", "hf_token", "data/secret_key", "data/hearth.sqlite3"]
     check = subprocess.run(["git", "check-ignore", *names], cwd=ROOT, capture_output=True, text=True)
     assert check.stdout.split() == names
 
@@ -155,13 +162,15 @@ def test_the_docker_cli_sends_the_same_context(lived_in_checkout: Path) -> None:
 
 
 def readme_dotenv(folder: Path) -> Path:
-    """Run the README's .env lines (the block under "On a GPU server") in ``folder``; returns the .env made."""
+    """Run the README's setup lines (the block under "On a GPU server", all but ``docker compose``) in ``folder``,
+    beside a copy of the checkout's .env.example; returns the .env made."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## On a GPU server", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block, "the README's GPU-server section has no shell block"
-    lines = [line for line in block[1].splitlines() if "> .env" in line or ">> .env" in line]
-    assert lines, "the README's shell block writes no .env"
+    lines = [line for line in block[1].splitlines() if not line.startswith("docker ")]
+    assert any(".env" in line for line in lines), "the README's shell block writes no .env"
+    shutil.copy(ROOT / ".env.example", folder / ".env.example")
     subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], cwd=folder, check=True)
     return folder / ".env"
 
@@ -176,6 +185,7 @@ def compose_config(env_file: Path | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*argv, "config"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.process
 def test_compose_config_passes_with_the_readme_s_env(tmp_path: Path) -> None:
     result = compose_config(readme_dotenv(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -187,6 +197,7 @@ def test_compose_config_passes_with_the_readme_s_env(tmp_path: Path) -> None:
     assert re.fullmatch(r"\d+", str(config["services"]["worker"]["group_add"][0]))
 
 
+@pytest.mark.process
 def test_compose_config_without_an_env_names_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "empty.env").write_text("")
     result = compose_config(tmp_path / "empty.env")

@@ -63,8 +63,9 @@ def test_an_expiry_without_a_zone_past_the_members_ceiling_is_a_400_and_changes_
     before = keys.limits_of(row)
     resp = _patch(mia, row.pk, {"expires_at": "2030-01-01T00:00:00", "max_tokens_cap": 99})
     assert (resp.status_code, resp.json()) == (
-        400, {"detail": "expires_at must be at most 30 days away (the limit set for you)."}
-    )  # fmt: skip
+        400,
+        {"detail": "expires_at must be at most 30 days away (the limit set for you)."},
+    )
     assert keys.limits_of(ApiKey.objects.get(pk=row.pk)) == before
 
 

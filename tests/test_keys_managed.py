@@ -38,8 +38,10 @@ def test_a_rotated_keys_old_secret_works_for_the_grace_then_is_refused(member: A
     row.refresh_from_db()
     now = timezone.now()
     secrets_now = {prefix: digest for prefix, digest, _ in row.secrets_at(now)}
-    assert secrets_now == {key_format.key_prefix(new): key_format.hash_key(new),
-                           key_format.key_prefix(old): key_format.hash_key(old)}  # fmt: skip
+    assert secrets_now == {
+        key_format.key_prefix(new): key_format.hash_key(new),
+        key_format.key_prefix(old): key_format.hash_key(old),
+    }
     assert row.previous_valid_until is not None and abs((row.previous_valid_until - now).total_seconds() - 600) < 5
     later = {prefix for prefix, _, _ in row.secrets_at(now + timedelta(seconds=601))}
     assert later == {key_format.key_prefix(new)}
@@ -66,15 +68,23 @@ def test_a_rotation_through_the_api_shows_the_new_secret_once(mia: Client) -> No
     rotated = mia.post(f"/api/keys/{created['id']}/rotate", {"grace_seconds": 60}, content_type="application/json")
     body = rotated.json()
     assert rotated.status_code == 200 and body["key"].startswith(body["prefix"]) and body["key"] != created["key"]
-    assert mia.post(f"/api/keys/{created['id']}/rotate", {"grace_seconds": -1},
-                    content_type="application/json").json() == {"detail": "The grace period must be from 0 to 30 days."}
+    assert mia.post(
+        f"/api/keys/{created['id']}/rotate", {"grace_seconds": -1}, content_type="application/json"
+    ).json() == {"detail": "The grace period must be from 0 to 30 days."}
     assert body["key"] not in json.dumps(mia.get("/api/keys").json())
 
 
 def test_a_members_keys_get_their_ceilings_and_cannot_exceed_them(member: Any, admin_user: Any) -> None:
     serving("smol", "big", "other")
-    members.set_member_limits(admin_user, member, allowed_models=["smol", "big"], tokens_per_day=1000,
-                              max_key_days=30, monthly_budget_usd=Decimal("20"), max_keys=2)  # fmt: skip
+    members.set_member_limits(
+        admin_user,
+        member,
+        allowed_models=["smol", "big"],
+        tokens_per_day=1000,
+        max_key_days=30,
+        monthly_budget_usd=Decimal("20"),
+        max_keys=2,
+    )
     row, _ = keys.create_key("plain", member)
     assert (row.allowed_models, row.tokens_per_day, row.monthly_budget_usd) == (["big", "smol"], 1000, None)
     assert row.expires_at is not None and row.expires_at <= timezone.now() + timedelta(days=30)
@@ -109,8 +119,11 @@ def test_an_admins_keys_have_no_ceilings(admin_user: Any) -> None:
 def test_a_key_limit_change_keeps_within_the_ceiling_and_a_budget_is_in_cents(mia: Client, member: Any) -> None:
     Member.objects.filter(user=member).update(daily_budget_usd=Decimal("3"))
     created = mia.post("/api/keys", {"name": "k", "daily_budget_usd": "1.5"}, content_type="application/json").json()
-    patched = mia.patch(f"/api/keys/{created['id']}", {"daily_budget_usd": "2.999", "max_tokens_cap": 64},
-                        content_type="application/json")  # fmt: skip
+    patched = mia.patch(
+        f"/api/keys/{created['id']}",
+        {"daily_budget_usd": "2.999", "max_tokens_cap": 64},
+        content_type="application/json",
+    )
     assert patched.status_code == 200, patched.content
     assert (patched.json()["daily_budget_usd"], patched.json()["max_tokens_cap"]) == ("3.00", 64)
     over = mia.patch(f"/api/keys/{created['id']}", {"daily_budget_usd": 4}, content_type="application/json")
@@ -146,11 +159,23 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     now = timezone.now()
     page = mia.get("/keys/").content.decode()
     assert "no price" in page and 'data-field="cost"' not in page
-    for when, prompt, completion, cost in [(now, 10, 5, "0.0015"), (now, 3, None, None),
-                                           (now - timedelta(days=40), 100, 100, "0.02")]:  # fmt: skip
-        RequestLog.objects.create(created_at=when, api_key=row, model="smol", surface="openai",
-                                  endpoint="chat", status=200, prompt_tokens=prompt, completion_tokens=completion,
-                                  duration_seconds=0.1, cost_usd=cost)  # fmt: skip
+    for when, prompt, completion, cost in [
+        (now, 10, 5, "0.0015"),
+        (now, 3, None, None),
+        (now - timedelta(days=40), 100, 100, "0.02"),
+    ]:
+        RequestLog.objects.create(
+            created_at=when,
+            api_key=row,
+            model="smol",
+            surface="openai",
+            endpoint="chat",
+            status=200,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            duration_seconds=0.1,
+            cost_usd=cost,
+        )
     [listed] = mia.get("/api/keys").json()
     assert (listed["owner"], listed["requests_today"], listed["tokens_today"]) == ("mia", 2, 18)
     assert (listed["requests_month"], listed["tokens_month"]) == (2, 18)
@@ -162,22 +187,25 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
 
 
 def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:
-    none_yet = ("No deployment serves 'smol'. Allowed models are served model names: none yet (leave it empty for "
-                "every model).")
+    none_yet = (
+        "No deployment serves 'smol'. Allowed models are served model names: none yet (leave it empty for every model)."
+    )
     refused = admin.post("/api/keys", {"name": "k", "allowed_models": ["smol"]}, content_type="application/json")
     assert (refused.status_code, refused.json()) == (400, {"detail": none_yet})
     serving("smol", "big")
     said = "No deployment serves 'Smol', 'nope'. Allowed models are served model names: big, smol."
-    refused = admin.post("/api/keys", {"name": "k", "allowed_models": ["smol", "nope", "Smol"]},
-                         content_type="application/json")  # fmt: skip
+    refused = admin.post(
+        "/api/keys", {"name": "k", "allowed_models": ["smol", "nope", "Smol"]}, content_type="application/json"
+    )
     assert (refused.status_code, refused.json()) == (400, {"detail": said})  # as the gateway matches: exactly
     page = admin.post("/keys/", {"name": "k", "allowed_models": "smol, nope, Smol"})
     assert page.status_code == 200 and said.replace("'", "&#x27;") in page.content.decode()  # a form error
     assert not ApiKey.objects.exists()
     made = admin.post("/api/keys", {"name": "k", "allowed_models": ["smol"]}, content_type="application/json")
     assert made.status_code == 201
-    patched = admin.patch(f"/api/keys/{made.json()['id']}", {"allowed_models": ["smol", "gone"]},
-                          content_type="application/json")  # fmt: skip
+    patched = admin.patch(
+        f"/api/keys/{made.json()['id']}", {"allowed_models": ["smol", "gone"]}, content_type="application/json"
+    )
     assert patched.status_code == 400 and "No deployment serves 'gone'." in patched.json()["detail"]
     assert ApiKey.objects.get().allowed_models == ["smol"]
 
@@ -200,6 +228,10 @@ def test_a_members_allowed_models_must_be_served_in_the_api_and_on_their_page(ad
     refused = admin.patch(f"/api/members/{member.pk}", {"allowed_models": ["nope"]}, content_type="application/json")
     assert (refused.status_code, refused.json()) == (400, {"detail": said})
     assert Member.objects.get(user=member).allowed_models == []
-    assert admin.patch(f"/api/members/{member.pk}", {"allowed_models": ["smol"]},
-                       content_type="application/json").status_code == 200  # fmt: skip
+    assert (
+        admin.patch(
+            f"/api/members/{member.pk}", {"allowed_models": ["smol"]}, content_type="application/json"
+        ).status_code
+        == 200
+    )
     assert Member.objects.get(user=member).allowed_models == ["smol"]

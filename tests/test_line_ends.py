@@ -31,12 +31,18 @@ def chat_stream() -> bytes:
 
 
 def messages_stream() -> bytes:
-    events = [("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 5}}}),
-              ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta",
-                                                                                           "text": "x"}}),
-              ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                 "usage": {"output_tokens": 1}}),
-              ("message_stop", {"type": "message_stop"})]  # fmt: skip
+    events = [
+        ("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 5}}}),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}},
+        ),
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
     return b"".join(f"event: {n}\ndata: {json.dumps(e)}\n\n".encode() for n, e in events)
 
 
@@ -65,10 +71,13 @@ def test_line_ends_become_lf_even_when_a_crlf_is_split_across_reads() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "stream"),
-    [(StreamKind.CHAT, chat_stream()), (StreamKind.MESSAGES, messages_stream()),
-     (StreamKind.RESPONSES, responses_stream())],
+    [
+        (StreamKind.CHAT, chat_stream()),
+        (StreamKind.MESSAGES, messages_stream()),
+        (StreamKind.RESPONSES, responses_stream()),
+    ],
     ids=["chat", "messages", "responses"],
-)  # fmt: skip
+)
 def test_the_watcher_reads_every_ending_as_lf(kind: StreamKind, stream: bytes) -> None:
     expected = StreamWatcher(kind)
     expected.feed(stream)

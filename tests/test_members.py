@@ -37,12 +37,19 @@ def test_role_and_limits_are_set_on_the_member_page(root: Client, django_user_mo
     mia = django_user_model.objects.create_user("mia", "", PASSWORD)
     Member.objects.create(user=mia, role="viewer")
     serving("smol", "big")
-    resp = root.post(f"/members/{mia.pk}/", form("member", tokens_per_day="5000", allowed_models="smol, big",
-                                                 monthly_budget_usd="25.5", max_key_days="30"))  # fmt: skip
+    resp = root.post(
+        f"/members/{mia.pk}/",
+        form("member", tokens_per_day="5000", allowed_models="smol, big", monthly_budget_usd="25.5", max_key_days="30"),
+    )
     assert resp.status_code == 302
     member = Member.objects.get(user=mia)
-    assert (member.role, member.tokens_per_day, member.allowed_models, str(member.monthly_budget_usd),
-            member.max_key_days) == ("member", 5000, ["big", "smol"], "25.50", 30)  # fmt: skip
+    assert (
+        member.role,
+        member.tokens_per_day,
+        member.allowed_models,
+        str(member.monthly_budget_usd),
+        member.max_key_days,
+    ) == ("member", 5000, ["big", "smol"], "25.50", 30)
     root.post(f"/members/{mia.pk}/", form("admin"))
     mia.refresh_from_db()
     assert mia.is_superuser

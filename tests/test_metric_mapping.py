@@ -86,8 +86,12 @@ def test_llama_cpp_names_are_mapped() -> None:
     )  # names from llama.cpp's tools/server/README.md ("GET /metrics")
     chosen, values, _ = mapped(text, "llamacpp", "")
     assert chosen == "llamacpp"
-    assert values == {"prompt_tokens_total": 120, "generation_tokens_total": 64, "kv_cache_usage": 0.4,
-                      "requests_running": 1}  # fmt: skip
+    assert values == {
+        "prompt_tokens_total": 120,
+        "generation_tokens_total": 64,
+        "kv_cache_usage": 0.4,
+        "requests_running": 1,
+    }
 
 
 def test_a_scrape_of_unknown_names_maps_nothing_rather_than_zeros() -> None:

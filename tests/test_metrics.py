@@ -81,9 +81,12 @@ def test_sglang_tokens_per_second_moves_while_streams_run() -> None:
 
 @pytest.mark.parametrize(
     ("metric", "parsed"),
-    [("a_total", ("a_total", ())), ('a{mode="decode"}', ("a", (("mode", "decode"),))),
-     ('a{x="1", y=""}', ("a", (("x", "1"), ("y", ""))))],
-)  # fmt: skip
+    [
+        ("a_total", ("a_total", ())),
+        ('a{mode="decode"}', ("a", (("mode", "decode"),))),
+        ('a{x="1", y=""}', ("a", (("x", "1"), ("y", "")))),
+    ],
+)
 def test_a_mapping_row_may_select_samples_by_label(metric: str, parsed: tuple[str, object]) -> None:
     assert split_selector(metric) == parsed
 

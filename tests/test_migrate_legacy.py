@@ -20,11 +20,19 @@ import pytest
 
 from tests.conftest import ROOT, Proc, free_port, login
 
+pytestmark = pytest.mark.process
+
 LEGACY = ROOT / "tests" / "data" / "legacy"
 DB_FILE = LEGACY / "main-4849165.sqlite3"
 KEYS = json.loads((LEGACY / "main-4849165.keys.json").read_text())
-OLD_TABLES = ["auth_user", "console_modelsource", "console_deployment", "console_replica", "console_apikey",
-              "gateway_requestlog"]  # fmt: skip
+OLD_TABLES = [
+    "auth_user",
+    "console_modelsource",
+    "console_deployment",
+    "console_replica",
+    "console_apikey",
+    "gateway_requestlog",
+]
 PG = "postgres://postgres@127.0.0.1:5432"
 
 
@@ -68,9 +76,11 @@ def copy_rows(url: str) -> None:
         for table in OLD_TABLES:
             cursor = source.execute(f"SELECT * FROM {table}")
             columns = [c[0] for c in cursor.description]
-            kinds = dict(target.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s", (table,)
-            ).fetchall())  # fmt: skip
+            kinds = dict(
+                target.execute(
+                    "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s", (table,)
+                ).fetchall()
+            )
             rows = [
                 [bool(v) if kinds[c] == "boolean" and v is not None else v for c, v in zip(columns, row, strict=True)]
                 for row in cursor
@@ -112,10 +122,22 @@ def serve(url: str, tmp_path: Path) -> Iterator[str]:
 def engine(tmp_path: Path) -> Iterator[None]:
     """The simulator where the legacy "smol" deployment's first replica row says its engine listens."""
     sim = Proc(
-        [sys.executable, "-m", "engines.simulator", "--port", "18001", "--api-key", "engine-key-18001",
-         "--served-model-name", "smol", "--max-model-len", "2048"],
-        os.environ.copy(), tmp_path / "sim.log",
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "engines.simulator",
+            "--port",
+            "18001",
+            "--api-key",
+            "engine-key-18001",
+            "--served-model-name",
+            "smol",
+            "--max-model-len",
+            "2048",
+        ],
+        os.environ.copy(),
+        tmp_path / "sim.log",
+    )
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -135,9 +157,11 @@ def assert_serves_the_legacy_data(base: str) -> None:
     assert [m["id"] for m in models.json()["data"]] == ["smol"]
     assert httpx.get(f"{base}/v1/models", headers={"x-api-key": KEYS["revoked"]}).status_code == 401
     chat = httpx.post(
-        f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['limited']}"}, timeout=30,
+        f"{base}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEYS['limited']}"},
+        timeout=30,
         json={"model": "smol", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
-    )  # fmt: skip
+    )
     assert chat.status_code == 200, chat.text
     assert chat.json()["usage"]["completion_tokens"] >= 1
     client = login(base)
@@ -152,8 +176,10 @@ def assert_serves_the_legacy_data(base: str) -> None:
 
 
 def request_logs(url: str) -> list[tuple[str, int]]:
-    query = ("SELECT k.name, count(*) FROM observability_requestlog r JOIN access_apikey k ON k.id = r.api_key_id "
-             "GROUP BY k.name ORDER BY k.name")  # fmt: skip
+    query = (
+        "SELECT k.name, count(*) FROM observability_requestlog r JOIN access_apikey k ON k.id = r.api_key_id "
+        "GROUP BY k.name ORDER BY k.name"
+    )
     if url.startswith("sqlite:///"):
         return sqlite3.connect(url.removeprefix("sqlite:///")).execute(query).fetchall()
     with psycopg.connect(url) as conn:

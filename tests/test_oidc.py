@@ -49,13 +49,25 @@ def sso(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
     op_port, web_port = free_port(), free_port()
     web = f"http://127.0.0.1:{web_port}"
     secret = secrets.token_urlsafe(24)
-    op_env = {**os.environ, "OIDC_PROVIDER_MODULE": str(PROVIDER), "PORT": str(op_port), "CLIENT_ID": "hearth",
-              "CLIENT_SECRET": secret, "REDIRECT_URI": f"{web}/oidc/callback/"}  # fmt: skip
+    op_env = {
+        **os.environ,
+        "OIDC_PROVIDER_MODULE": str(PROVIDER),
+        "PORT": str(op_port),
+        "CLIENT_ID": "hearth",
+        "CLIENT_SECRET": secret,
+        "REDIRECT_URI": f"{web}/oidc/callback/",
+    }
     provider = Proc(["node", str(SCRIPT)], op_env, folder / "provider.log")
     wait_for(f"http://127.0.0.1:{op_port}/.well-known/openid-configuration", provider)
-    web_env = {**live_env, "HEARTH_OIDC_ISSUER": f"http://127.0.0.1:{op_port}", "HEARTH_OIDC_CLIENT_ID": "hearth",
-               "HEARTH_OIDC_CLIENT_SECRET": secret, "HEARTH_OIDC_SCOPES": "openid email profile groups",
-               "HEARTH_OIDC_ROLES": "hearth-admins=admin,hearth-devs=member", "HEARTH_OIDC_LABEL": "Sign in with Acme"}
+    web_env = {
+        **live_env,
+        "HEARTH_OIDC_ISSUER": f"http://127.0.0.1:{op_port}",
+        "HEARTH_OIDC_CLIENT_ID": "hearth",
+        "HEARTH_OIDC_CLIENT_SECRET": secret,
+        "HEARTH_OIDC_SCOPES": "openid email profile groups",
+        "HEARTH_OIDC_ROLES": "hearth-admins=admin,hearth-devs=member",
+        "HEARTH_OIDC_LABEL": "Sign in with Acme",
+    }
     argv = [sys.executable, "-m", "uvicorn", "appliance.asgi:application", "--port", str(web_port), "--no-access-log"]
     server = Proc(argv, web_env, folder / "web.log")
     wait_for(web + "/login/", server)
@@ -91,7 +103,11 @@ def test_a_mapped_group_signs_in_with_its_role_matched_by_subject(sso: str, djan
     assert str(page.url) == sso + "/" and "alice (admin)" in page.text, page.text[-2000:]
     alice = django_user_model.objects.get(member__oidc_subject="alice")
     assert (alice.username, alice.email, alice.is_superuser, alice.has_usable_password()) == (
-        "alice", "alice@example.test", True, False)
+        "alice",
+        "alice@example.test",
+        True,
+        False,
+    )
     _, page = sign_in(sso, "bob")
     assert "bob-2 (member)" in page.text
     assert Member.objects.get(oidc_subject="bob").role == "member"
@@ -113,8 +129,11 @@ def test_an_unmapped_account_is_refused_and_told_why(sso: str, django_user_model
 def test_a_single_sign_on_session_issues_long_lived_api_keys(sso: str, django_user_model: Any) -> None:
     django_user_model.objects.create_superuser("root", "", "a-long-password-1")
     client, _ = sign_in(sso, "bob")
-    created = client.post(sso + "/api/keys", json={"name": "bob's laptop"},
-                          headers={"X-CSRFToken": client.cookies["csrftoken"], "Referer": sso + "/"})  # fmt: skip
+    created = client.post(
+        sso + "/api/keys",
+        json={"name": "bob's laptop"},
+        headers={"X-CSRFToken": client.cookies["csrftoken"], "Referer": sso + "/"},
+    )
     assert created.status_code == 201, created.text
     key = ApiKey.objects.get(pk=created.json()["id"])
     assert key.owner.username == "bob" and key.expires_at is None  # no token lifetime on the data path

@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import ROOT, free_port
 
+pytestmark = pytest.mark.process
+
 
 def beats(data: Path) -> list[int]:
     """Pids of live Celery beat processes of the appliance in ``data`` (its schedule file names them)."""
@@ -40,8 +42,12 @@ def mode(path: Path) -> int:
 def appliance(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY", "SECRET_KEY_FILE")}
-    env |= {"HEARTH_DATA_DIR": str(data), "HEARTH_PORT": str(free_port()), "PY": sys.executable,
-            "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}  # fmt: skip
+    env |= {
+        "HEARTH_DATA_DIR": str(data),
+        "HEARTH_PORT": str(free_port()),
+        "PY": sys.executable,
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+    }
     yield data, env
     subprocess.run(["bash", "scripts/down.sh"], cwd=ROOT, env=env, capture_output=True, check=False)
 

@@ -18,8 +18,9 @@ JSON = "application/json"
 
 def test_one_slo_is_shown_and_set_on_both_pages(admin: Client) -> None:
     assert admin.post("/api/models", {"demo": "qwen3-8b"}, content_type=JSON).status_code == 201
-    dep = admin.post("/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"},
-                     content_type=JSON).json()  # fmt: skip
+    dep = admin.post(
+        "/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"}, content_type=JSON
+    ).json()
     row = Deployment.objects.get(pk=dep["id"])
     capacity = f"/deployments/{dep['id']}/capacity/"
     assert slo_of(row) is None and check_slo(row) == (CHECK_DEFAULT, False)
@@ -41,8 +42,9 @@ def test_one_slo_is_shown_and_set_on_both_pages(admin: Client) -> None:
 
 def test_the_slo_api_takes_numbers_in_range_and_refuses_booleans_and_strings(admin: Client) -> None:
     assert admin.post("/api/models", {"demo": "qwen3-8b"}, content_type=JSON).status_code == 201
-    dep = admin.post("/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"},
-                     content_type=JSON).json()  # fmt: skip
+    dep = admin.post(
+        "/api/deployments", {"name": "q", "model": "qwen3-8b", "engine": "simulator"}, content_type=JSON
+    ).json()
     row, url = Deployment.objects.get(pk=dep["id"]), f"/api/deployments/{dep['id']}/slo"
     for ttft, itl in ((3, 1), (3600, 60.0), (0.25, 0.05)):  # ints and floats, up to the range's ends
         answer = admin.post(url, {"ttft_seconds": ttft, "itl_seconds": itl}, content_type=JSON)
@@ -67,16 +69,26 @@ def test_the_slo_api_takes_numbers_in_range_and_refuses_booleans_and_strings(adm
 
 def test_the_deployment_api_shows_its_slo_and_the_list_reads_them_in_its_one_query(admin: Client) -> None:
     assert admin.post("/api/models", {"demo": "qwen3-8b"}, content_type=JSON).status_code == 201
-    ids = [admin.post("/api/deployments", {"name": name, "model": "qwen3-8b", "engine": "simulator"},
-                      content_type=JSON).json()["id"] for name in ("a", "b", "c")]  # fmt: skip
+    ids = [
+        admin.post(
+            "/api/deployments", {"name": name, "model": "qwen3-8b", "engine": "simulator"}, content_type=JSON
+        ).json()["id"]
+        for name in ("a", "b", "c")
+    ]
     none_set = {"ttft_seconds": None, "itl_seconds": None, "default": True}
     assert admin.get(f"/api/deployments/{ids[0]}").json()["slo"] == none_set
     admin.post(f"/api/deployments/{ids[0]}/slo", {"ttft_seconds": 3, "itl_seconds": 0.2}, content_type=JSON)
     admin.post(f"/deployments/{ids[1]}/slo/", {"ttft_seconds": "1.5", "itl_seconds": ""})  # the page: ITL not checked
-    assert admin.get(f"/api/deployments/{ids[0]}").json()["slo"] == {"ttft_seconds": 3.0, "itl_seconds": 0.2,
-                                                                      "default": False}  # fmt: skip
+    assert admin.get(f"/api/deployments/{ids[0]}").json()["slo"] == {
+        "ttft_seconds": 3.0,
+        "itl_seconds": 0.2,
+        "default": False,
+    }
     with CaptureQueriesContext(connection) as queries:
         listed = admin.get("/api/deployments").json()
-    assert [d["slo"] for d in listed] == [{"ttft_seconds": 3.0, "itl_seconds": 0.2, "default": False},
-                                          {"ttft_seconds": 1.5, "itl_seconds": None, "default": False}, none_set]
+    assert [d["slo"] for d in listed] == [
+        {"ttft_seconds": 3.0, "itl_seconds": 0.2, "default": False},
+        {"ttft_seconds": 1.5, "itl_seconds": None, "default": False},
+        none_set,
+    ]
     assert len([q for q in queries.captured_queries if "servicelevel" in q["sql"]]) == 1  # not one per deployment

@@ -41,15 +41,35 @@ def fresh_caches() -> Iterator[None]:
 
 def deployment(name: str = "llama", replicas: int = 1, gpus: int = 1) -> Deployment:
     ensure_model()
-    plan = {"gpu_indices": list(range(gpus * replicas)), "inventory": H100_BOX, "max_num_seqs": 64,
-            "kv_capacity_tokens": 65_536, "reasons": []}  # fmt: skip
+    plan = {
+        "gpu_indices": list(range(gpus * replicas)),
+        "inventory": H100_BOX,
+        "max_num_seqs": 64,
+        "kv_capacity_tokens": 65_536,
+        "reasons": [],
+    }
     model = ModelSource.objects.get(name="llama-8b")
-    dep = Deployment.objects.create(name=name, model=model, engine="simulator", served_model_name=name,
-                                    max_model_len=8192, kv_space_gib=1, plan=plan, state="ready",
-                                    replica_count=replicas)  # fmt: skip
+    dep = Deployment.objects.create(
+        name=name,
+        model=model,
+        engine="simulator",
+        served_model_name=name,
+        max_model_len=8192,
+        kv_space_gib=1,
+        plan=plan,
+        state="ready",
+        replica_count=replicas,
+    )
     for n in range(replicas):
-        Replica.objects.create(deployment=dep, runtime="process", runtime_name=f"{name}-{n}", host="127.0.0.1",
-                               port=1 + n, engine_api_key="k", running=True)  # fmt: skip
+        Replica.objects.create(
+            deployment=dep,
+            runtime="process",
+            runtime_name=f"{name}-{n}",
+            host="127.0.0.1",
+            port=1 + n,
+            engine_api_key="k",
+            running=True,
+        )
     return dep
 
 
@@ -57,8 +77,10 @@ class Engine:
     """A simulator's metrics registry for one replica, advanced by hand and scraped through scraping's path."""
 
     def __init__(self, replica: Replica, flavor: str = "vllm") -> None:
-        self.replica, self.sim = replica, SimMetrics(flavor, replica.deployment.served_model_name,
-                                                     {"kv_cache_size_tokens": "65536"})  # fmt: skip
+        self.replica, self.sim = (
+            replica,
+            SimMetrics(flavor, replica.deployment.served_model_name, {"kv_cache_size_tokens": "65536"}),
+        )
 
     def step(self, at: float, prompt: int, generated: int, running: int, kv: float) -> None:
         self.sim.count("prompt_tokens", prompt)
@@ -155,20 +177,22 @@ def test_a_deployment_on_a_gpu_without_a_price_has_no_cost_not_zero() -> None:
     assert hourly.usd_per_hour is None and "no price" in hourly.reason
 
 
+@override_settings(HEARTH_SCRAPE_INTERVAL=10)  # 60 scrapes make the two periods (600 at the tests' 1 s took a minute)
 def test_history_rolls_up_into_five_minute_periods_and_prunes_past_retention() -> None:
+    every = settings.HEARTH_SCRAPE_INTERVAL
     dep = deployment()
     engine = Engine(dep.replicas.get())
     start = (time.time() // ROLLUP - 3) * ROLLUP
-    for k in range(int(2 * ROLLUP / INTERVAL)):  # two whole periods
-        engine.step(start + k * INTERVAL, 10, 20, running=2, kv=0.25)
-    assert history.roll_up(start + 3 * ROLLUP, INTERVAL) == 2
+    for k in range(int(2 * ROLLUP / every)):  # two whole periods
+        engine.step(start + k * every, 10, 20, running=2, kv=0.25)
+    assert history.roll_up(start + 3 * ROLLUP, every) == 2
     rollups = list(MetricSample.objects.filter(resolution=Resolution.FIVE_MINUTES).order_by("at"))
     assert [r.at.timestamp() for r in rollups] == [start, start + ROLLUP]
-    assert rollups[1].values["d"]["generation_tokens_total"] == pytest.approx(20 * ROLLUP / INTERVAL)
+    assert rollups[1].values["d"]["generation_tokens_total"] == pytest.approx(20 * ROLLUP / every)
     assert rollups[0].values["v"]["kv_cache_usage"] == 0.25
-    assert history.roll_up(start + 3 * ROLLUP, INTERVAL) == 0  # nothing rolled up twice
+    assert history.roll_up(start + 3 * ROLLUP, every) == 0  # nothing rolled up twice
     removed = history.prune(start + history.RAW_KEEP.total_seconds() + 3 * ROLLUP)
-    assert removed == 2 * ROLLUP / INTERVAL and MetricSample.objects.filter(resolution=Resolution.SCRAPE).count() == 0
+    assert removed == 2 * ROLLUP / every and MetricSample.objects.filter(resolution=Resolution.SCRAPE).count() == 0
     assert MetricSample.objects.filter(resolution=Resolution.FIVE_MINUTES).count() == 2
 
 
@@ -190,8 +214,16 @@ def test_an_old_published_inventory_is_still_shown_with_its_age_when_nothing_els
 
 
 def log_row(model: str, status: int = 200, ttft: float | None = 0.05, **fields: object) -> RequestLog:
-    values = {"surface": "openai", "endpoint": "/v1/chat/completions", "stream": True, "finish_reason": "stop",
-              "prompt_tokens": 10, "completion_tokens": 11, "duration_seconds": 0.55, **fields}  # fmt: skip
+    values = {
+        "surface": "openai",
+        "endpoint": "/v1/chat/completions",
+        "stream": True,
+        "finish_reason": "stop",
+        "prompt_tokens": 10,
+        "completion_tokens": 11,
+        "duration_seconds": 0.55,
+        **fields,
+    }
     return RequestLog.objects.create(model=model, status=status, ttft_seconds=ttft, **values)
 
 
@@ -222,16 +254,24 @@ def test_the_request_log_page_filters_by_outcome(admin: Client) -> None:
 
 
 def test_an_admin_adds_a_metric_mapping_in_the_console_and_scrapes_use_it(admin: Client) -> None:
-    resp = admin.post("/metric-mappings/", {
-        "flavor": "myengine", "engine": "myengine", "canonical": "requests_running", "metric": "my_busy",
-        "source": "its docs"})  # fmt: skip
+    resp = admin.post(
+        "/metric-mappings/",
+        {
+            "flavor": "myengine",
+            "engine": "myengine",
+            "canonical": "requests_running",
+            "metric": "my_busy",
+            "source": "its docs",
+        },
+    )
     assert resp.status_code == 302
     rows = mapping_rows()
     assert any(r.flavor == "myengine" and r.metric == "my_busy" for r in rows)
     text = "# TYPE my_busy gauge\nmy_busy 3\n"
     assert scraping.choose_flavor("myengine", "", {"my_busy"}, rows) == "myengine"
     assert scraping.parse_metrics(text, [r for r in rows if r.flavor == "myengine"], 1.0).values == {
-        "requests_running": 3}
+        "requests_running": 3
+    }
 
 
 def test_the_costs_page_says_when_no_key_was_charged_rather_than_showing_an_empty_table(admin: Client) -> None:
@@ -262,8 +302,16 @@ def test_a_member_sees_their_own_keys_usage_by_name_and_everyone_elses_only_as_a
 
 
 def test_a_panel_says_a_new_deployment_has_not_been_launched_and_a_stopped_one_is_stopped() -> None:
-    new = Deployment.objects.create(name="new", model=deployment().model, engine="simulator", served_model_name="new",
-                                    max_model_len=8192, kv_space_gib=1, plan={}, state="stopped")  # fmt: skip
+    new = Deployment.objects.create(
+        name="new",
+        model=deployment().model,
+        engine="simulator",
+        served_model_name="new",
+        max_model_len=8192,
+        kv_space_gib=1,
+        plan={},
+        state="stopped",
+    )
     assert set(live_panel(new).reasons.values()) == {"the deployment has not been launched yet"}
     Deployment.objects.filter(pk=new.pk).update(state_reason="Stopped by admin.")
     new.refresh_from_db()

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from console.observability.models import PriceSetting
 from gateway.metrics_endpoint import metrics_app
 from tests.conftest import ROOT, Proc, free_port, login
-from tests.simworld import Served, ensure_model
+from tests.simworld import Served, ensure_model, hearth_metrics
 
 pytestmark = pytest.mark.django_db(transaction=True)
 DASHBOARD = ROOT / "scripts" / "monitoring" / "grafana" / "dashboards" / "hearth.json"
@@ -84,10 +84,10 @@ def test_every_series_the_grafana_dashboard_queries_is_in_a_real_scrape_of_heart
     wanted = dashboard_names()
     assert len(wanted) >= 10
     deadline = time.monotonic() + 20
-    while not wanted <= (names := scrape_names(httpx.get(f"{served.web}/metrics").text)):
+    while not wanted <= (names := scrape_names(hearth_metrics(served.web))):
         assert time.monotonic() < deadline, f"queried but not exported: {sorted(wanted - names)}"
         time.sleep(0.5)
-    text = httpx.get(f"{served.web}/metrics").text
+    text = hearth_metrics(served.web)
     assert re.search(r'hearth_engine_requests_running\{deployment="llama",replica="[^"]+"\}', text)
     assert 'hearth_gateway_time_to_first_token_seconds_bucket{le="1800.0",model="llama"}' in text
 

@@ -10,7 +10,7 @@ from engines.agent_clients import AGENT_CLIENTS, agent_fits
 from engines.parsers import FAMILIES, choose_parsers, template_text
 
 LLAMA31 = "{{- '<|start_header_id|>' + message['role'] }} Environment: ipython <|python_tag|>"
-QWEN25 = "<|im_start|>system ... <tools></tools> <tool_call>\n{\"name\": ...}</tool_call>"
+QWEN25 = '<|im_start|>system ... <tools></tools> <tool_call>\n{"name": ...}</tool_call>'
 QWEN3 = QWEN25 + " <think>\n\n</think>"
 CHATML = "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'}}"
 
@@ -40,8 +40,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("config", "template", "engine", "expected"), CASES)
-def test_each_family_gets_its_engines_parsers(config: dict[str, object], template: str, engine: str,
-                                              expected: tuple[str | None, str | None]) -> None:  # fmt: skip
+def test_each_family_gets_its_engines_parsers(
+    config: dict[str, object], template: str, engine: str, expected: tuple[str | None, str | None]
+) -> None:
     choice = choose_parsers(engine, config, template)
     assert (choice.tool_call_parser, choice.reasoning_parser) == expected
     assert choice.family and choice.source and choice.reasons
@@ -56,8 +57,20 @@ def test_an_unknown_model_gets_no_parsers_and_a_warning_that_says_why() -> None:
 
 
 def test_every_family_cites_its_source_and_names_only_known_parsers() -> None:
-    vllm_tools = {"openai", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "hermes",
-                  "llama4_pythonic", "llama3_json", "mistral", "granite", "minimax_m2"}  # vLLM 0.32.0's registry
+    vllm_tools = {
+        "openai",
+        "kimi_k2",
+        "deepseek_v31",
+        "deepseek_v3",
+        "glm45",
+        "qwen3_coder",
+        "hermes",
+        "llama4_pythonic",
+        "llama3_json",
+        "mistral",
+        "granite",
+        "minimax_m2",
+    }  # vLLM 0.32.0's registry
     for family in FAMILIES:
         assert family.source and (family.model_types or family.architectures)
         assert family.vllm_tool is None or family.vllm_tool in vllm_tools, family.name
@@ -77,9 +90,15 @@ def test_smollm2s_own_files_choose_hermes_for_vllm_cpu() -> None:
 
 @pytest.mark.parametrize(
     ("max_model_len", "fit", "claude_code", "codex"),
-    [(8192, False, False, False), (8192, True, False, False), (32768, False, False, True),
-     (32768, True, True, True), (65536, False, True, True), (131072, False, True, True)],
-)  # fmt: skip
+    [
+        (8192, False, False, False),
+        (8192, True, False, False),
+        (32768, False, False, True),
+        (32768, True, True, True),
+        (65536, False, True, True),
+        (131072, False, True, True),
+    ],
+)
 def test_which_agents_a_context_serves(max_model_len: int, fit: bool, claude_code: bool, codex: bool) -> None:
     fits = {f.client.name: f for f in agent_fits(max_model_len, fit)}
     assert (fits["Claude Code"].serves, fits["Codex"].serves) == (claude_code, codex)

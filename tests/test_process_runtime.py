@@ -10,6 +10,9 @@ import pytest
 from appliance.runtimes import RuntimeError_
 from appliance.runtimes.process import ProcessRuntime
 from engines.launch import EngineKind, LaunchSpec
+from tests.gatewayworld import within
+
+pytestmark = pytest.mark.process
 
 
 def spec(code: str) -> LaunchSpec:
@@ -38,9 +41,8 @@ def test_it_runs_logs_and_stops_an_engine_and_its_children(tmp_path: Path) -> No
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
     )
     pid = int(runtime.start("r1", spec(code)).handle)
-    time.sleep(0.5)
+    within(10, lambda: "hello" in runtime.logs("r1"))
     assert runtime.status("r1").running
-    assert "hello" in runtime.logs("r1")
     status = runtime.stop("r1", grace_seconds=2)
     assert not status.running and not runtime.status("r1").running
     assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
@@ -50,7 +52,6 @@ def test_it_reports_the_exit_code_of_an_engine_that_died(tmp_path: Path) -> None
     runtime = ProcessRuntime(tmp_path)
     runtime.start("r2", spec("import sys; print('boom', file=sys.stderr); sys.exit(3)"))
     wait_until_stopped(runtime, "r2")
-    time.sleep(0.1)
     status = runtime.status("r2")
     assert (status.running, status.exit_code, status.oom_killed) == (False, 3, False)
     assert "boom" in runtime.logs("r2")
@@ -86,7 +87,7 @@ def test_stop_ends_children_the_engine_left_behind_when_it_died(tmp_path: Path) 
     )  # the leader exits at once; its child ignores SIGTERM, like vLLM's EngineCore
     runtime.start("r4", spec(code))
     wait_until_stopped(runtime, "r4")
-    time.sleep(0.3)
+    within(10, lambda: runtime.logs("r4").strip() != "")
     child = int(runtime.logs("r4").split()[0])
     assert Path(f"/proc/{child}").exists()
     runtime.stop("r4", grace_seconds=0.5)

@@ -17,9 +17,15 @@ PYTHON_READS = re.compile(
 )
 SHELL_READS = re.compile(r"\$\{([A-Z][A-Z0-9_]*)(?::?[-?])")  # ${NAME:-...}, ${NAME-...}, ${NAME:?...}
 # Read, but not settings of Hearth's: what the engine simulator reads as vLLM does (Hearth sets it per launch),
-# the interpreter the Makefile hands the scripts, and what appliance.web_server tells its own processes.
-NOT_SETTINGS = {"VLLM_API_KEY": "engines/simulator/config.py", "PY": "Makefile → scripts",
-                "HEARTH_CONSOLE_SOCKET": "appliance/web_server.py"}  # fmt: skip
+# the interpreter the Makefile hands the scripts, what appliance.web_server tells its own processes, make test's
+# own bookkeeping, and the system's temporary folder.
+NOT_SETTINGS = {
+    "VLLM_API_KEY": "engines/simulator/config.py",
+    "PY": "Makefile → scripts",
+    "HEARTH_CONSOLE_SOCKET": "appliance/web_server.py",
+    "HEARTH_STAGES": "Makefile → scripts/timed.sh (the file make test lists its stages' times in)",
+    "TMPDIR": "Makefile (the system's temporary folder, where make soak leaves its tests' files)",
+}
 
 
 def read_in_python() -> dict[str, str]:

@@ -4,7 +4,6 @@ cache, Celery's queues and bindings), and one appliance's worker never takes the
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,8 +34,13 @@ def keys_of(redis: RedisServer) -> list[str]:
 def send_task_as(env: dict[str, str], task: str) -> None:
     """Enqueue ``task`` as that appliance's console would: its own settings, in a process of its own."""
     code = f"import django; django.setup(); from appliance.celery import app; app.send_task({task!r})"
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "appliance.settings"},
-                   check=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "appliance.settings"},
+        check=True,
+        timeout=60,
+    )
 
 
 def test_two_instances_on_one_redis_keep_their_keys_and_tasks_apart(
@@ -56,7 +60,9 @@ def test_two_instances_on_one_redis_keep_their_keys_and_tasks_apart(
         assert [k for k in alpha_keys if not k.startswith("hearth:alpha:")] == []
 
         send_task_as(beta, "console.observability.tasks.publish_gpus")
-        time.sleep(3)  # alpha's worker, running all along, would have taken it by now
+        own_redis.client().delete("hearth:alpha:gpu-inventory")
+        send_task_as(alpha, "console.observability.tasks.publish_gpus")  # sent after beta's, taken by alpha's worker
+        within(15, lambda: own_redis.client().exists("hearth:alpha:gpu-inventory") == 1)
         assert own_redis.client().llen("hearth:beta:celery") == 1
         assert own_redis.client().exists("hearth:beta:gpu-inventory") == 0
     finally:

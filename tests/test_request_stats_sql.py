@@ -22,12 +22,23 @@ def rows(model: str, n: int, rng: random.Random, keys: list[ApiKey | None]) -> N
         status = rng.choice([200] * 12 + [0, 400, 404, 413, 429, 500, 502])
         completion = None if status != 200 else rng.choice([0, 1, 2, 5, 40, 200])
         ttft = None if status != 200 or rng.random() < 0.05 else rng.uniform(0.01, 3.0)
-        made.append(RequestLog(
-            model=model, surface="openai", endpoint="/v1/chat/completions", stream=True, status=status,
-            finish_reason=rng.choice(finishes) if status == 200 else "",
-            truncated=rng.random() < 0.05, client_cancelled=rng.random() < 0.05, api_key=rng.choice(keys),
-            prompt_tokens=None if rng.random() < 0.1 else rng.randint(1, 4000), completion_tokens=completion,
-            ttft_seconds=ttft, duration_seconds=(ttft or 0.0) + rng.uniform(0.0, 20.0)))  # fmt: skip
+        made.append(
+            RequestLog(
+                model=model,
+                surface="openai",
+                endpoint="/v1/chat/completions",
+                stream=True,
+                status=status,
+                finish_reason=rng.choice(finishes) if status == 200 else "",
+                truncated=rng.random() < 0.05,
+                client_cancelled=rng.random() < 0.05,
+                api_key=rng.choice(keys),
+                prompt_tokens=None if rng.random() < 0.1 else rng.randint(1, 4000),
+                completion_tokens=completion,
+                ttft_seconds=ttft,
+                duration_seconds=(ttft or 0.0) + rng.uniform(0.0, 20.0),
+            )
+        )
     RequestLog.objects.bulk_create(made)
 
 
@@ -45,8 +56,11 @@ def test_postgresql_aggregates_equal_the_rows_counted_in_python() -> None:
     for dep in (a, b, idle):
         sql, py = in_db[dep.pk], in_python[dep.pk]
         assert sql.outcomes == py.outcomes and sql.errors_by_status == py.errors_by_status
-        assert (sql.prompt_tokens, sql.completion_tokens, sql.met_slo) == (py.prompt_tokens, py.completion_tokens,
-                                                                            py.met_slo)  # fmt: skip
+        assert (sql.prompt_tokens, sql.completion_tokens, sql.met_slo) == (
+            py.prompt_tokens,
+            py.completion_tokens,
+            py.met_slo,
+        )
         assert sql.tokens_by_key == py.tokens_by_key
         assert (sql.ttft_count, sql.itl_count) == (py.ttft_count, py.itl_count)
         for which in ("ttft", "itl"):

@@ -54,6 +54,8 @@ PAGES = {
     "deployments:logs": ("AMV", ""),
     "deployments:launch": ("", "A"),
     "deployments:stop": ("", "A"),
+    "deployments:sleep": ("", "A"),
+    "deployments:wake": ("", "A"),
     "deployments:change": ("A", "A"),
     "deployments:remedy": ("", "A"),
     "deployments:delete": ("", "A"),
@@ -106,6 +108,8 @@ API = {
     "DELETE /api/deployments/{pk}/endpoints/{replica_id}": "A",
     "POST /api/deployments/{pk}/launch": "A",
     "POST /api/deployments/{pk}/stop": "A",
+    "POST /api/deployments/{pk}/sleep": "A",
+    "POST /api/deployments/{pk}/wake": "A",
     "POST /api/deployments/{pk}/change": "A",
     "POST /api/deployments/{pk}/remedy": "A",
     "GET /api/deployments/{pk}/metrics": "AMV",
@@ -149,8 +153,9 @@ def walk(patterns: list[Any], namespace: str = "", route: str = "") -> Iterator[
 def pages() -> dict[str, str]:
     """Every page's URL name → route (the /api operations aside)."""
     docs = {"api:api-root", "api:openapi-json", "api:openapi-view"}
-    return {name: route for name, route in walk(get_resolver().url_patterns)
-            if not name.startswith("api:") or name in docs}  # fmt: skip
+    return {
+        name: route for name, route in walk(get_resolver().url_patterns) if not name.startswith("api:") or name in docs
+    }
 
 
 def api_operations() -> set[str]:
@@ -171,11 +176,19 @@ def world(django_user_model: Any) -> dict[str, Any]:
     for role in ("member", "viewer"):
         people[role] = django_user_model.objects.create_user(role, "", PASSWORD)
         Member.objects.create(user=people[role], role=role)
-    model = ModelSource.objects.create(name="smol", kind="local", path="/m", config=SMOLLM2_CONFIG,
-                                       weights_bytes=269_030_016)  # fmt: skip
-    dep = Deployment.objects.create(name="smol", model=model, engine="vllm-cpu", served_model_name="smol",
-                                    max_model_len=2048, kv_space_gib=1.0, plan={"fits": True},
-                                    state="stopped")  # fmt: skip
+    model = ModelSource.objects.create(
+        name="smol", kind="local", path="/m", config=SMOLLM2_CONFIG, weights_bytes=269_030_016
+    )
+    dep = Deployment.objects.create(
+        name="smol",
+        model=model,
+        engine="vllm-cpu",
+        served_model_name="smol",
+        max_model_len=2048,
+        kv_space_gib=1.0,
+        plan={"fits": True},
+        state="stopped",
+    )
     key, _ = create_key("member laptop", people["member"])
     return {"people": people, "model": model, "deployment": dep, "key": key}
 
@@ -189,8 +202,15 @@ def url_for(route: str, world: dict[str, Any]) -> str:
     """A concrete path for a route, its <pk> or {pk} filled with the object that URL is about."""
     if "pk" not in route:
         return "/" + route.lstrip("/")
-    pk = (world["key"].pk if "keys" in route else world["people"]["member"].pk if "members" in route
-          else world["model"].pk if "models" in route else world["deployment"].pk)  # fmt: skip
+    pk = (
+        world["key"].pk
+        if "keys" in route
+        else world["people"]["member"].pk
+        if "members" in route
+        else world["model"].pk
+        if "models" in route
+        else world["deployment"].pk
+    )
     path = route.replace("<int:pk>", str(pk)).replace("{pk}", str(pk))
     path = path.replace("<int:replica_id>", "1").replace("{replica_id}", "1")
     return "/" + path.replace("<str:target>", "helm").replace("{target}", "helm").lstrip("/")
@@ -214,8 +234,11 @@ def outcome(client: Client, method: str, path: str, api_call: bool) -> str:
 def test_each_role_against_every_page_and_api_operation(client: Client, world: dict[str, Any], role: str) -> None:
     wrong = []
     routes = pages()
-    cases = [(name, method, url_for(routes[name], world), False, who)
-             for name, (get, post) in PAGES.items() for method, who in (("GET", get), ("POST", post))]
+    cases = [
+        (name, method, url_for(routes[name], world), False, who)
+        for name, (get, post) in PAGES.items()
+        for method, who in (("GET", get), ("POST", post))
+    ]
     cases += [(op, op.split()[0], url_for(op.split()[1], world), True, who) for op, who in API.items()]
     for name, method, path, api_call, who in cases:
         if role != "anonymous" and "_auth_user_id" not in client.session:

@@ -8,6 +8,7 @@ should not be there, whoever made it; the values known here (this test's keys, t
 keys, SECRET_KEY) are searched for as they are.
 """
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -22,7 +23,7 @@ from django.db import connection
 from console.access.models import ApiKey
 from console.deployments.models import Deployment, Replica
 from tests.outside import ENGINE_KEY, OutsideSim
-from tests.simworld import Served
+from tests.simworld import Served, hearth_metrics
 from tests.test_roles import pages, url_for
 
 pytestmark = [pytest.mark.last, pytest.mark.django_db(transaction=True)]
@@ -44,9 +45,12 @@ def traffic(served: Served) -> list[str]:
     shown.append(rotate["key"])
     shown.append(client.post(f"/api/keys/{rotate['id']}/rotate", json={"grace_seconds": 60}).json()["key"])
     for key in shown[-1:] + shown[:1]:
-        answer = httpx.post(f"{served.web}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                            json={"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
-                            timeout=60)  # fmt: skip
+        answer = httpx.post(
+            f"{served.web}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
         assert answer.status_code == 200, answer.text
     assert client.delete(f"/api/keys/{rotate['id']}").status_code == 204
     return shown
@@ -62,18 +66,29 @@ def crawl(served: Served) -> dict[str, bytes]:
         if name not in ("access:logout", "access:oidc_callback", "access:oidc_start"):
             path = url_for(route, world)
             seen[path] = served.client.get(path).content
-    for path in ("/api/keys", "/api/deployments", f"/api/deployments/{dep.pk}", "/api/members", "/api/usage",
-                 "/api/audit", "/api/models", f"/api/deployments/{dep.pk}/metrics"):  # fmt: skip
+    for path in (
+        "/api/keys",
+        "/api/deployments",
+        f"/api/deployments/{dep.pk}",
+        "/api/members",
+        "/api/usage",
+        "/api/audit",
+        "/api/models",
+        f"/api/deployments/{dep.pk}/metrics",
+    ):
         seen[path] = served.client.get(path).content
-    seen["/metrics"] = httpx.get(f"{served.web}/metrics", timeout=30).content
+    seen["/metrics"] = hearth_metrics(served.web).encode()
     return seen
 
 
 def dumps() -> dict[str, bytes]:
     """The test database as pg_dump writes it, the sessions decoded, and every Redis key and value."""
     db = connection.settings_dict
-    dump = subprocess.run(["pg_dump", "--data-only", "-h", db["HOST"] or "127.0.0.1", "-U", db["USER"] or "postgres",
-                           db["NAME"]], capture_output=True, check=True).stdout  # fmt: skip
+    dump = subprocess.run(
+        ["pg_dump", "--data-only", "-h", db["HOST"] or "127.0.0.1", "-U", db["USER"] or "postgres", db["NAME"]],
+        capture_output=True,
+        check=True,
+    ).stdout
     sessions = repr([s.get_decoded() for s in Session.objects.all()]).encode()
     r = redis.Redis.from_url(settings.REDIS_URL)
     values = b"\n".join(k + b"=" + (r.dump(k) or b"") for k in r.scan_iter(count=1000))
@@ -81,12 +96,16 @@ def dumps() -> dict[str, bytes]:
 
 
 def logs(base: Path) -> dict[str, bytes]:
-    """Every file this test run wrote under its temporary folders, and the engines' logs. Left out: the
-    folders of tests that copy the checkout (tests/test_image.py's build contexts and what Docker sent), whose
-    files are the repository's own, test settings and fixtures included, not anything Hearth wrote."""
+    """Every file this test run wrote under its temporary folders (``base``; `make test` runs the suite in
+    stages and names the folder that holds them all in HEARTH_TEST_RUN_DIR), and the engines' logs, pytest-xdist
+    workers' included. Left out: the folders of tests that copy the checkout (tests/test_image.py's build
+    contexts and what Docker sent), whose files are the repository's own, test settings and fixtures included,
+    not anything Hearth wrote."""
+    base = Path(os.environ.get("HEARTH_TEST_RUN_DIR") or base)
     copies = {found.parent.parent for found in base.rglob("manage.py")}
     written = [f for f in base.rglob("*") if copies.isdisjoint(f.parents)]
-    files = [*written, *(settings.DATA_DIR / "engines").glob("*.log")]
+    engines = [*(settings.DATA_DIR / "engines").glob("*.log"), *settings.DATA_DIR.glob("xdist-*/engines/*.log")]
+    files = [*written, *engines]
     return {str(f): f.read_bytes() for f in files if f.is_file() and f.stat().st_size <= MAX_FILE}
 
 
@@ -111,16 +130,21 @@ def test_no_key_secret_engine_key_or_secret_key_is_in_any_log_page_metric_or_dum
     secrets["an outside engine's key"] = ENGINE_KEY
     outside = OutsideSim(tmp_path_factory.mktemp("outside") / "sim.log", "outside-secret")
     try:
-        registered = served.client.post("/api/external-deployments", json={"base_url": outside.base,
-                                        "engine_kind": "vllm", "api_key": ENGINE_KEY})  # fmt: skip
+        registered = served.client.post(
+            "/api/external-deployments", json={"base_url": outside.base, "engine_kind": "vllm", "api_key": ENGINE_KEY}
+        )
         assert registered.status_code == 201, registered.text
-        answer = httpx.post(f"{served.web}/v1/chat/completions", headers={"Authorization": f"Bearer {shown[0]}"},
-                            json={"model": "outside-secret", "messages": [{"role": "user", "content": "hi"}],
-                                  "max_tokens": 4}, timeout=60)  # fmt: skip
+        answer = httpx.post(
+            f"{served.web}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {shown[0]}"},
+            json={"model": "outside-secret", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
         assert answer.status_code == 200, answer.text
         corpus = {**crawl(served), **dumps(), **logs(tmp_path_factory.getbasetemp())}
         corpus[f"/deployments/{registered.json()['id']}/"] = served.client.get(
-            f"/deployments/{registered.json()['id']}/").content  # fmt: skip
+            f"/deployments/{registered.json()['id']}/"
+        ).content
     finally:
         outside.stop()
     assert any(b"console key" in text for text in corpus.values()), "the crawl saw no key page"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -47,3 +49,12 @@ def test_debug_mode_runs_without_a_secret() -> None:
 def test_a_malformed_boolean_names_the_variable() -> None:
     result = start_django(DEBUG="maybe")
     assert "DEBUG='maybe' is not a boolean" in result.stderr
+
+
+def test_an_empty_database_url_means_the_embedded_sqlite_default(tmp_path: Path) -> None:
+    script = "import django; django.setup(); from django.db import connection; print(connection.vendor)"
+    base = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env = {**base, "DJANGO_SETTINGS_MODULE": "appliance.settings", "DEBUG": "true", "DATABASE_URL": ""}
+    env["HEARTH_DATA_DIR"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "sqlite", result.stderr

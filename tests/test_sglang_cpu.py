@@ -54,9 +54,12 @@ def engine_built() -> None:
 
 def sglang_parse(argv: list[str]) -> dict[str, object]:
     done = subprocess.run(
-        [str(PYTHON), "-c", PARSE, *argv], capture_output=True, text=True, timeout=120,
+        [str(PYTHON), "-c", PARSE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     parsed: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return parsed
@@ -79,10 +82,16 @@ def high_free_port() -> int:
 
 def cpu_spec(tmp_path: Path, user_args: tuple[str, ...] = (), port: int = 0):  # type: ignore[no-untyped-def]
     return build_sglang_cpu_spec(
-        program=launcher_program(str(PYTHON)), model=str(MODEL_DIR), served_model_name="smol", plan=PLAN,
-        host="127.0.0.1", port=port or free_port(), cache_dir=tmp_path / "cache", user_args=user_args,
+        program=launcher_program(str(PYTHON)),
+        model=str(MODEL_DIR),
+        served_model_name="smol",
+        plan=PLAN,
+        host="127.0.0.1",
+        port=port or free_port(),
+        cache_dir=tmp_path / "cache",
+        user_args=user_args,
         api_key="hek-" + secrets.token_urlsafe(16),  # as the console makes them: never read as a flag
-    )  # fmt: skip
+    )
 
 
 def test_sglangs_own_parser_takes_the_cpu_spec(tmp_path: Path) -> None:
@@ -95,11 +104,31 @@ def test_sglangs_own_parser_takes_the_cpu_spec(tmp_path: Path) -> None:
 
 
 def test_sglangs_own_parser_takes_the_container_command_hearth_builds() -> None:
-    plan = GpuPlan(fits=True, tensor_parallel_size=2, gpu_indices=[0, 1], gpu_memory_utilization=0.88,
-                   max_model_len=32_768, max_num_seqs=64, kv_cache_dtype="fp8", weights_bytes=1, kv_bytes_per_token=1,
-                   kv_capacity_tokens=1, typical_context=1, concurrency_at_typical_context=1, split=None)  # fmt: skip
-    built = sglang_args(version="0.5.15.post1", model="/models/m", revision="abc", served_model_name="m",
-                        port=8000, api_key="k", plan=plan, user_args=["--tp", "2"])  # fmt: skip
+    plan = GpuPlan(
+        fits=True,
+        tensor_parallel_size=2,
+        gpu_indices=[0, 1],
+        gpu_memory_utilization=0.88,
+        max_model_len=32_768,
+        max_num_seqs=64,
+        kv_cache_dtype="fp8",
+        weights_bytes=1,
+        kv_bytes_per_token=1,
+        kv_capacity_tokens=1,
+        typical_context=1,
+        concurrency_at_typical_context=1,
+        split=None,
+    )
+    built = sglang_args(
+        version="0.5.15.post1",
+        model="/models/m",
+        revision="abc",
+        served_model_name="m",
+        port=8000,
+        api_key="k",
+        plan=plan,
+        user_args=["--tp", "2"],
+    )
     assert built.command[:3] == launcher_program("python3") and built.env[API_KEY_ENV] == "k"
     parsed = sglang_parse(built.command[3:])
     assert (parsed["tp_size"], parsed["mem_fraction_static"], parsed["context_length"]) == (2, 0.88, 32_768)
@@ -150,25 +179,37 @@ def test_it_serves_streams_reports_its_kv_pool_and_stops_leaving_no_process(tmp_
         assert "api_key='<hidden>'" in log and spec.api_key not in log
         client = openai.OpenAI(base_url=f"{base}/v1", api_key=spec.api_key, max_retries=0, timeout=300)
         stream = client.chat.completions.create(
-            model="smol", messages=[{"role": "user", "content": "Tell me about lighthouses."}], max_tokens=12,
-            stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
-        )  # fmt: skip
+            model="smol",
+            messages=[{"role": "user", "content": "Tell me about lighthouses."}],
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
         chunks = list(stream)
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
         usage = chunks[-1].usage
         assert usage is not None and usage.completion_tokens == 12 and usage.prompt_tokens > 0
 
-        city: dict[str, object] = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
-                                   "required": ["city"], "additionalProperties": False}  # fmt: skip
+        city: dict[str, object] = {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 12}},
+            "required": ["city"],
+            "additionalProperties": False,
+        }
         weather: ChatCompletionFunctionToolParam = {
             "type": "function",
             "function": {"name": "get_weather", "parameters": city},
         }
         answer = client.chat.completions.create(
-            model="smol", messages=[{"role": "user", "content": "Weather in Paris?"}], max_tokens=40, temperature=0,
-            tools=[weather], tool_choice="required",  # sampled, the model once added a "description" and ran out
-        )  # fmt: skip
+            model="smol",
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            max_tokens=40,
+            temperature=0,
+            tools=[weather],
+            tool_choice="required",  # sampled, the model once added a "description" and ran out
+        )
         assert runtime.status("sgl").running  # a constrained request once killed SGLang on CPU (xgrammar)
         calls = answer.choices[0].message.tool_calls or []
         assert [c.function.name for c in calls if c.type == "function"] == ["get_weather"]

@@ -13,8 +13,9 @@ from console.deployments import admin_actions, planning
 from console.deployments.lifecycle import launch_spec
 from console.deployments.models import Replica
 from engines.launch import EngineKind
-from engines.remedy import oom_remedy
+from engines.oom_remedy import oom_remedy
 from engines.sglang_launcher import API_KEY_ENV, launcher_program
+from engines.stored_plan import StoredPlan
 
 pytestmark = pytest.mark.django_db
 CONFIG = json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text())
@@ -30,8 +31,9 @@ def python(tmp_path: Path) -> str:
 
 
 def smol() -> ModelSource:
-    return ModelSource.objects.create(name="smol", kind="local", path="/models/smol", config=CONFIG,
-                                      weights_bytes=269_030_016, chat_template=CHATML)  # fmt: skip
+    return ModelSource.objects.create(
+        name="smol", kind="local", path="/models/smol", config=CONFIG, weights_bytes=269_030_016, chat_template=CHATML
+    )
 
 
 def test_sglang_cpu_is_offered_only_where_its_venv_is_built(python: str) -> None:
@@ -45,12 +47,14 @@ def test_sglang_cpu_is_offered_only_where_its_venv_is_built(python: str) -> None
 
 def test_it_is_planned_in_one_token_pages_and_launched_with_that_pool_and_sglangs_parser(python: str) -> None:
     with override_settings(HEARTH_SGLANG_CPU_PYTHON=python, HEARTH_RUNTIME="process"):
-        dep = admin_actions.create_deployment(name="sg", model=smol(), engine="sglang-cpu", max_model_len=2048,
-                                              kv_space_gib=1.0)  # fmt: skip
+        dep = admin_actions.create_deployment(
+            name="sg", model=smol(), engine="sglang-cpu", max_model_len=2048, kv_space_gib=1.0
+        )
         assert dep.plan["kv_capacity_tokens"] == 46_603  # 2^30 / 23,040, no 128-token blocks as vLLM's
         assert dep.plan["inventory"] == "CPU (SGLang's --max-total-tokens)"
-        replica = Replica(deployment=dep, runtime="process", host="127.0.0.1", port=60123, engine_api_key="k",
-                          runtime_name="r")  # fmt: skip
+        replica = Replica(
+            deployment=dep, runtime="process", host="127.0.0.1", port=60123, engine_api_key="k", runtime_name="r"
+        )
         spec = launch_spec(dep, replica)
     assert spec.program == launcher_program(python) and spec.env[API_KEY_ENV] == "k"  # never in argv
     assert spec.args[spec.args.index("--max-total-tokens") + 1] == "46603"
@@ -61,7 +65,7 @@ def test_it_is_planned_in_one_token_pages_and_launched_with_that_pool_and_sglang
 
 def test_its_out_of_memory_remedy_shrinks_the_pool_it_is_given() -> None:
     plan = {"kv_capacity_tokens": 46_603, "max_model_len": 2048, "max_concurrency": 22.76}
-    remedy = oom_remedy(EngineKind.SGLANG_CPU, plan, {}, 1.0)
-    assert remedy is not None and remedy.kv_space_gib == 0.75
-    assert remedy.plan["kv_capacity_tokens"] == 34_952 and remedy.plan["max_concurrency"] == 17.07
+    remedy = oom_remedy(EngineKind.SGLANG_CPU, StoredPlan.from_json(plan, EngineKind.SGLANG_CPU), {}, 1.0)
+    assert remedy is not None and remedy.kv_space_gib == 0.75 and remedy.plan.cpu is not None
+    assert remedy.plan.kv_capacity_tokens == 34_952 and remedy.plan.cpu.max_concurrency == 17.07
     assert remedy.changes[0].name == "KV cache space (--max-total-tokens)"

@@ -33,14 +33,32 @@ def test_it_builds_the_flags_that_worked_on_sglang_cpu() -> None:
     s = spec([])
     assert s.engine == EngineKind.SGLANG_CPU
     assert s.argv[:2] == ["/venv/bin/python", "-c"] and "sglang.launch_server" in s.argv[2]
-    assert s.args[:8] == ["--model-path", "/models/smol", "--served-model-name", "smol", "--host", "127.0.0.1",
-                          "--port", "8001"]  # fmt: skip
+    assert s.args[:8] == [
+        "--model-path",
+        "/models/smol",
+        "--served-model-name",
+        "smol",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8001",
+    ]
     assert s.env[API_KEY_ENV] == "k" and "k" not in s.args  # the launcher passes it (engines.sglang_launcher)
     assert s.added_flags == [
-        "--device", "cpu", "--context-length", "2048", "--max-total-tokens", "46603",
-        "--mem-fraction-static", "0.9", "--enable-metrics", "--sleep-on-idle", "--disable-overlap-schedule",
-        "--grammar-backend", "llguidance",
-    ]  # fmt: skip
+        "--device",
+        "cpu",
+        "--context-length",
+        "2048",
+        "--max-total-tokens",
+        "46603",
+        "--mem-fraction-static",
+        "0.9",
+        "--enable-metrics",
+        "--sleep-on-idle",
+        "--disable-overlap-schedule",
+        "--grammar-backend",
+        "llguidance",
+    ]
     assert s.env["SGLANG_USE_CPU_ENGINE"] == "1" and s.env["HF_HUB_OFFLINE"] == "1"
     assert all(v.startswith("/cache/sglang/") for k, v in s.env.items() if k.endswith("_DIR"))
 

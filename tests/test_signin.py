@@ -27,8 +27,10 @@ def test_twenty_wrong_passwords_are_throttled_with_a_plain_message(web: str, dja
     assert answers == [200] * (limit - 1) + [429] * (20 - limit + 1)
     locked = attempt(web, "root", PASSWORD)
     assert locked.status_code == 429
-    assert (f"Too many failed sign-ins for “root” from your address ({limit} in a row). Try again in "
-            f"{settings.AXES_COOLOFF_TIME.total_seconds() / 60:.0f} minutes") in locked.text  # fmt: skip
+    assert (
+        f"Too many failed sign-ins for “root” from your address ({limit} in a row). Try again in "
+        f"{settings.AXES_COOLOFF_TIME.total_seconds() / 60:.0f} minutes"
+    ) in locked.text
     assert attempt(web, "other", PASSWORD).status_code == 302  # another username is not locked out
 
 

@@ -1,8 +1,10 @@
-"""The gateway's side-copy stream watcher: split reads, CRLF, no space after data:, each API's terminal event."""
+"""The gateway's side-copy stream watcher: split reads, CRLF, no space after data:, each API's terminal event; and
+DataEvents, which leaves a chat stream one data: line per event; MessageStartUsage's cache fields."""
 
 import json
 
-from gateway.sse import StreamKind, StreamWatcher, UsageStripper
+from gateway.sse import CACHE_FIELDS, DataEvents, LineEnds, MessageStartUsage, StreamKind, StreamWatcher, UsageStripper
+from tests.conftest import ROOT
 
 
 def chunk(delta: str, finish: str | None = None) -> bytes:
@@ -71,8 +73,12 @@ def test_a_responses_stream_is_complete_with_response_completed() -> None:
 
 
 def test_the_usage_chunk_the_gateway_asked_for_is_stripped_wherever_reads_split() -> None:
-    stream = (chunk("Hel") + chunk("lo", "stop") + b'data: {"choices": [], "usage": {"prompt_tokens": 1}}\n\n'
-              + b"data: [DONE]\n\n")  # fmt: skip
+    stream = (
+        chunk("Hel")
+        + chunk("lo", "stop")
+        + b'data: {"choices": [], "usage": {"prompt_tokens": 1}}\n\n'
+        + b"data: [DONE]\n\n"
+    )
     for size in (1, 7, len(stream)):
         stripper = UsageStripper()
         out = b"".join(stripper.feed(stream[i : i + size]) for i in range(0, len(stream), size)) + stripper.flush()
@@ -129,3 +135,37 @@ def test_the_usage_chunk_is_stripped_when_each_read_is_one_whole_event() -> None
     stripper = UsageStripper()
     out = b"".join(stripper.feed(read) for read in reads) + stripper.flush()
     assert out == chunk("Hel") + chunk("lo", "stop") + b"data: [DONE]\n\n"
+
+
+def test_data_events_keep_only_data_one_line_per_event_however_the_stream_is_split() -> None:
+    raw = (ROOT / "tests/data/streams/lines-without-data.sse").read_bytes()
+    raw += b'data: {"a":\r\ndata: 1}\r\n\r\n: a comment\n\ndata: [DONE]'  # CRLF, two data: lines, no last blank line
+
+    def through(size: int) -> bytes:
+        ends, events, out = LineEnds(), DataEvents(), b""
+        for at in range(0, len(raw), size):
+            out += events.feed(ends.feed(raw[at : at + size]))
+        return out + events.flush()
+
+    whole = through(len(raw))
+    assert all(through(size) == whole for size in (1, 2, 7, 64))
+    blocks = whole.split(b"\n\n")
+    assert blocks[-1] == b"" and all(b.startswith(b"data: ") and b"\n" not in b for b in blocks[:-1])
+    data = [b[6:] for b in blocks[:-1]]
+    assert len(data) == 7 and data[-2:] == [b'{"a": 1}', b"[DONE]"]  # the two lines joined by JSON whitespace
+
+
+def test_data_events_pass_plain_data_events_on_as_they_are() -> None:
+    plain = chunk("Hel") + chunk("lo, data: \\n\\ndata:")
+    assert DataEvents().feed(plain) is plain
+
+
+def test_message_start_gets_both_cache_fields_however_the_stream_is_split() -> None:
+    raw = (ROOT / "tests/data/streams/vllm-native-messages.sse").read_bytes()
+    for size in (1, 5, len(raw)):
+        start = MessageStartUsage()
+        out = b"".join(start.feed(raw[at : at + size]) for at in range(0, len(raw), size)) + start.flush()
+        first, rest = out.split(b"\n\n", 1)
+        usage = json.loads(first.split(b"data: ", 1)[1])["message"]["usage"]
+        assert usage == {"input_tokens": 23, "output_tokens": 0, **dict.fromkeys(CACHE_FIELDS, 0)}
+        assert rest == raw.split(b"\n\n", 1)[1]  # the events after it as they came

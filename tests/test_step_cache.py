@@ -16,17 +16,27 @@ BOUNDS = (0.01, 0.1, 1.0)
 
 
 def sample(replica: object, at: float, tokens: float, ttft: tuple[float, ...]) -> None:
-    values = {"v": {"generation_tokens_total": tokens, "requests_running": tokens % 7},
-              "h": {"ttft_seconds": history._encode_hist(Histogram(BOUNDS, ttft, sum(ttft) / 10))}}  # fmt: skip
-    MetricSample.objects.create(deployment_id=replica.deployment_id, replica=replica,  # type: ignore[attr-defined]
-                                at=history.to_datetime(at), values=values)  # fmt: skip
+    values = {
+        "v": {"generation_tokens_total": tokens, "requests_running": tokens % 7},
+        "h": {"ttft_seconds": history._encode_hist(Histogram(BOUNDS, ttft, sum(ttft) / 10))},
+    }
+    MetricSample.objects.create(
+        deployment_id=replica.deployment_id,
+        replica=replica,  # type: ignore[attr-defined]
+        at=history.to_datetime(at),
+        values=values,
+    )
 
 
 def afresh(dep_id: int, start: float, end: float) -> dict[int, list[history.Point]]:
     """The points without the cache: every sample of the window read and differenced."""
-    rows = MetricSample.objects.filter(deployment_id=dep_id, replica__isnull=False, resolution=Resolution.SCRAPE,
-                                       at__gte=history.to_datetime(start - history.GAP_STEPS * INTERVAL - 1),
-                                       at__lte=history.to_datetime(end)).order_by("replica_id", "at")  # fmt: skip
+    rows = MetricSample.objects.filter(
+        deployment_id=dep_id,
+        replica__isnull=False,
+        resolution=Resolution.SCRAPE,
+        at__gte=history.to_datetime(start - history.GAP_STEPS * INTERVAL - 1),
+        at__lte=history.to_datetime(end),
+    ).order_by("replica_id", "at")
     out: dict[int, list[MetricSample]] = {}
     for row in rows:
         out.setdefault(row.replica_id or 0, []).append(row)

@@ -34,10 +34,20 @@ def logs(django_user_model: Any) -> dict[str, Any]:
         (laptop, DAY + timedelta(hours=12), "smol", 200, 1000, 0, 1000, False, None),  # the next UTC day
     ]
     for key, when, model, status, prompt, cached, completion, truncated, cost in rows:
-        RequestLog.objects.create(created_at=when, api_key=key, model=model, surface="openai", endpoint="chat",
-                                  status=status, prompt_tokens=prompt, cached_tokens=cached,
-                                  completion_tokens=completion, truncated=truncated, duration_seconds=0.1,
-                                  cost_usd=cost)  # fmt: skip
+        RequestLog.objects.create(
+            created_at=when,
+            api_key=key,
+            model=model,
+            surface="openai",
+            endpoint="chat",
+            status=status,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            completion_tokens=completion,
+            truncated=truncated,
+            duration_seconds=0.1,
+            cost_usd=cost,
+        )
     return {"ops": ops, "laptop": laptop}
 
 
@@ -49,8 +59,19 @@ def signed_in(client: Client, username: str) -> Client:
 def test_usage_by_key_by_utc_day_counts_tokens_and_errors(client: Client, logs: dict[str, Any]) -> None:
     rows = signed_in(client, "root").get("/api/usage?group=key&since=2026-11-29&until=2026-11-30").json()
     ops, laptop = (f"{k.name} ({k.prefix}…)" for k in (logs["ops"], logs["laptop"]))
-    got = [(r["day"], r["group"], r["requests"], r["prompt_tokens"], r["cached_tokens"], r["completion_tokens"],
-            r["errors"], r["cost_usd"]) for r in rows]  # fmt: skip
+    got = [
+        (
+            r["day"],
+            r["group"],
+            r["requests"],
+            r["prompt_tokens"],
+            r["cached_tokens"],
+            r["completion_tokens"],
+            r["errors"],
+            r["cost_usd"],
+        )
+        for r in rows
+    ]
     assert got == [
         ("2026-11-30", laptop, 1, 1, 0, 2, 1, None),  # a stream the engine cut short is an error
         ("2026-11-30", ops, 3, 30, 4, 12, 1, 0.0042),  # the 429 is an error with no tokens and no cost
@@ -66,7 +87,10 @@ def test_usage_by_member_and_by_model(client: Client, logs: dict[str, Any]) -> N
     assert [(r["group"], r["requests"]) for r in by_member] == [("mia", 1), ("root", 3)]
     by_model = client.get("/api/usage?group=model&since=2026-11-30&until=2026-12-01").json()
     assert [(r["day"], r["group"], r["requests"]) for r in by_model] == [
-        ("2026-12-01", "smol", 1), ("2026-11-30", "big", 1), ("2026-11-30", "smol", 3)]
+        ("2026-12-01", "smol", 1),
+        ("2026-11-30", "big", 1),
+        ("2026-11-30", "smol", 3),
+    ]
 
 
 def test_a_member_sees_only_their_own_keys_usage(client: Client, logs: dict[str, Any]) -> None:
@@ -87,9 +111,14 @@ def test_the_csv_export_holds_the_pages_rows(client: Client, logs: dict[str, Any
     ]
 
 
-@pytest.mark.parametrize(("query", "error"), [("since=2026-12-01&until=2026-11-01", "start is after its end"),
-                                              ("since=2024-01-01&until=2026-01-01", "at most 366 days"),
-                                              ("group=team", "Group by one of: key, member, model")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ("since=2026-12-01&until=2026-11-01", "start is after its end"),
+        ("since=2024-01-01&until=2026-01-01", "at most 366 days"),
+        ("group=team", "Group by one of: key, member, model"),
+    ],
+)
 def test_a_bad_window_or_grouping_is_explained(client: Client, logs: dict[str, Any], query: str, error: str) -> None:
     signed_in(client, "root")
     assert error in client.get(f"/api/usage?{query}").json()["detail"]

@@ -33,13 +33,19 @@ def start(env: dict[str, str], port: int, log: Path) -> Proc:
 
 async def one_stream(base: str, key: str, opened: asyncio.Queue[None]) -> str:
     """How the stream ended: "done" ([DONE] after the answer), "error: <code>" (an error event), or "cut"."""
-    body = {"model": "llama", "messages": [{"role": "user", "content": "Tell me a long story."}], "stream": True,
-            "max_tokens": 600, "ignore_eos": True}  # fmt: skip
+    body = {
+        "model": "llama",
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "stream": True,
+        "max_tokens": 600,
+        "ignore_eos": True,
+    }
     last = ""
     try:
         async with httpx.AsyncClient(timeout=120) as client:
-            async with client.stream("POST", f"{base}/v1/chat/completions", json=body,
-                                     headers={"Authorization": f"Bearer {key}"}) as resp:  # fmt: skip
+            async with client.stream(
+                "POST", f"{base}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+            ) as resp:
                 assert resp.status_code == 200, await resp.aread()
                 opened.put_nowait(None)
                 async for line in resp.aiter_lines():
@@ -57,8 +63,12 @@ def test_a_restart_during_64_open_streams_ends_each_completed_or_with_an_error_e
     served: Served, live_env: dict[str, str], tmp_path: Path
 ) -> None:
     port = free_port()
-    env = {**live_env, "HEARTH_WEB_WORKERS": "2", "HEARTH_DRAIN_SECONDS": "2",
-           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus")}  # fmt: skip
+    env = {
+        **live_env,
+        "HEARTH_WEB_WORKERS": "2",
+        "HEARTH_DRAIN_SECONDS": "2",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+    }
     base = f"http://127.0.0.1:{port}"
     web = start(env, port, tmp_path / "web.log")
 
@@ -79,9 +89,12 @@ def test_a_restart_during_64_open_streams_ends_each_completed_or_with_an_error_e
     assert set(endings) <= {"done", "error: gateway_restarting"} and "error: gateway_restarting" in endings, endings
     web = start(env, port, tmp_path / "web.log")  # the next process serves at once
     try:
-        answer = httpx.post(f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {served.key}"},
-                            json={"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
-                            timeout=60)  # fmt: skip
+        answer = httpx.post(
+            f"{base}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {served.key}"},
+            json={"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
         assert answer.status_code == 200, answer.text
     finally:
         web.stop()

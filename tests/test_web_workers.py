@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance import web_server
 from tests.conftest import start_web
-from tests.simworld import Served
+from tests.simworld import Served, hearth_metrics
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 SENT = 48
 
 
@@ -30,8 +30,13 @@ def two_processes(live_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[st
 
 
 def served_by_model(text: str, model: str) -> float:
-    return sum(s.value for family in text_string_to_metric_families(text) if family.name == "hearth_gateway_requests"
-               for s in family.samples if s.name.endswith("_total") and s.labels.get("model") == model)  # fmt: skip
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "hearth_gateway_requests"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels.get("model") == model
+    )
 
 
 def test_two_web_processes_serve_and_metrics_sum_what_both_served(
@@ -42,8 +47,9 @@ def test_two_web_processes_serve_and_metrics_sum_what_both_served(
 
     def one(_: int) -> str:  # a connection of its own each, so either process may take it
         with httpx.Client(timeout=60) as client:
-            resp = client.post(f"{base}/v1/chat/completions", json=body,
-                               headers={"Authorization": f"Bearer {served.key}"})  # fmt: skip
+            resp = client.post(
+                f"{base}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {served.key}"}
+            )
             return "ok" if resp.status_code == 200 else f"{resp.status_code} {resp.text[:200]}"
 
     with ThreadPoolExecutor(12) as pool:
@@ -52,7 +58,7 @@ def test_two_web_processes_serve_and_metrics_sum_what_both_served(
     writers = {p.stem.rsplit("_", 1)[1] for p in folder.glob("counter_*.db")}
     assert len(writers) == 2, f"one process served all {SENT}: {sorted(folder.iterdir())}"
     for _ in range(3):  # whichever process answers, the sum is the same
-        assert served_by_model(httpx.get(f"{base}/metrics", timeout=30).text, "llama") == SENT
+        assert served_by_model(hearth_metrics(base), "llama") == SENT
 
 
 def test_the_web_server_runs_uvicorn_with_the_workers_and_without_proxy_headers(
@@ -71,10 +77,15 @@ def test_the_web_server_runs_uvicorn_with_the_workers_and_without_proxy_headers(
         socket = os.environ["HEARTH_CONSOLE_SOCKET"]
         with httpx.Client(transport=httpx.HTTPTransport(uds=socket), timeout=10) as console:
             ran.update(kwargs, app=app, socket=socket, console=console.get("http://localhost/static/hearth.css"))
+
     monkeypatch.setattr("uvicorn.run", run)
     web_server.main(["--port", "8123"])
-    assert (ran["app"], ran["workers"], ran["port"], ran["proxy_headers"]) == ("appliance.asgi:application", 3,
-                                                                             8123, False)  # fmt: skip
+    assert (ran["app"], ran["workers"], ran["port"], ran["proxy_headers"]) == (
+        "appliance.asgi:application",
+        3,
+        8123,
+        False,
+    )
     assert ran["console"].status_code == 200 and not Path(ran["socket"]).exists()  # served, then removed
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path / "run" / "prometheus")
     assert list((tmp_path / "run" / "prometheus").iterdir()) == []  # a new run counts from 0

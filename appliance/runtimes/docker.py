@@ -82,8 +82,9 @@ def container_config(name: str, spec: LaunchSpec, image_labels: Mapping[str, str
     volumes[settings.HEARTH_WEIGHTS_VOLUME] = {"bind": WEIGHTS_CACHE, "mode": "rw"}
     env = dict(spec.env)
     token_file = settings.HEARTH_HF_TOKEN_FILE
-    if token_file and Path(token_file).is_file():
-        env["HF_TOKEN"] = Path(token_file).read_text().strip()
+    token = Path(token_file).read_text().strip() if token_file and Path(token_file).is_file() else ""
+    if token:  # compose's secret file is empty while there is no token: then none is given
+        env["HF_TOKEN"] = token
     config: dict[str, Any] = {
         "image": spec.image,
         "command": spec.args,

@@ -30,13 +30,36 @@ from engines.launch import LaunchSpec
 # What a local engine may take from the worker's environment: the basics of a process (where programs
 # and home are, language, time zone, temp folder), libraries and GPUs, network proxies and certificates,
 # and the Hugging Face cache and mode. Everything else a launch needs is in its spec.
-ENGINE_ENV = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "LD_LIBRARY_PATH",
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-    "HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-})  # fmt: skip
+ENGINE_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TERM",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_ENDPOINT",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    }
+)
 ENGINE_ENV_PREFIXES = ("LC_",)  # locale categories
 
 

@@ -4,8 +4,9 @@ sign-in (a password throttled by django-axes, or the company's OpenID provider: 
 change, and the API keys tools hold: their format and hash (key_format), their limits (key_limits), issue,
 rotation and revoke (keys), with their pages and API router.
 
-May import: console.audit and console's shared modules. Nothing of the other console domains, nor
-engines or appliance. The keys pages count each key's requests through ApiKey's ``requests`` relation
-(the request log's foreign key), without importing console.observability; allowed models are checked
-against the deployments' served model names, which the console's shell hands over (served_models).
+May import: console.audit, appliance (appliance.redis_keys, for the one-time secrets' Redis keys) and
+console's shared modules. Nothing of the other console domains, nor engines. The keys pages count each
+key's requests through ApiKey's ``requests`` relation (the request log's foreign key), without importing
+console.observability; allowed models are checked against the deployments' served model names, which the
+console's shell hands over (served_models).
 """

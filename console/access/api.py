@@ -127,8 +127,13 @@ def rotate_key(request: HttpRequest, pk: int, data: RotateIn) -> dict[str, objec
     """A new secret for the key (shown once); the old one is accepted for ``grace_seconds`` more."""
     key = keys.manageable_key(request.user, pk)
     secret = keys.rotate_key(key, request.user, data.grace_seconds)
-    return {"id": key.pk, "name": key.name, "prefix": key.prefix, "key": secret,
-            "previous_valid_until": key.previous_valid_until}  # fmt: skip
+    return {
+        "id": key.pk,
+        "name": key.name,
+        "prefix": key.prefix,
+        "key": secret,
+        "previous_valid_until": key.previous_valid_until,
+    }
 
 
 @router.delete("/keys/{pk}", response={204: None})

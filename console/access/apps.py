@@ -6,4 +6,4 @@ class AccessConfig(AppConfig):
     label = "access"
 
     def ready(self) -> None:
-        from console.access import checks  # noqa: F401 - registers the sign-in settings' system checks
+        from console.access import system_checks  # noqa: F401 - registers the sign-in settings' system checks

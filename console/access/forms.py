@@ -1,18 +1,23 @@
-"""Forms of the access pages: the first admin, a new API key with its limits, a change of a key's limits,
-and a rotation's grace period."""
+"""Forms of the access pages: sign-in, the first admin, a new API key with its limits, a change of a key's
+limits, and a rotation's grace period."""
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
+from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.password_validation import validate_password
+from django.core.validators import MaxLengthValidator
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
 
 
 def usd_field(label: str, help_text: str) -> forms.DecimalField:
     """An optional USD amount, as budgets take it (to the cent, from BUDGET_MIN to BUDGET_MAX)."""
-    return forms.DecimalField(required=False, min_value=BUDGET_MIN, max_value=BUDGET_MAX, decimal_places=2,
-                              label=label, help_text=help_text)  # fmt: skip
+    return forms.DecimalField(
+        required=False, min_value=BUDGET_MIN, max_value=BUDGET_MAX, decimal_places=2, label=label, help_text=help_text
+    )
+
+
 INT_NAMES = ("max_tokens_cap", "requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
 
 
@@ -34,9 +39,11 @@ class KeyLimitsFields(forms.Form):
     tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion.")
     tokens_per_day = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion, per UTC day.")
     max_concurrent = forms.IntegerField(
-        required=False, min_value=1, label="Requests at once",
+        required=False,
+        min_value=1,
+        label="Requests at once",
         help_text="Requests (streams included) open at the same time; the next is refused (429). Empty: unlimited.",
-    )  # fmt: skip
+    )
     daily_budget_usd = usd_field("Daily budget (USD)", "Per UTC day; empty: none.")
     monthly_budget_usd = usd_field("Monthly budget (USD)", "Per UTC calendar month; empty: none.")
 
@@ -63,15 +70,39 @@ class KeyChangeForm(KeyLimitsFields):
         return {**super().limits(), "expires_at": self.cleaned_data["expires_at"]}
 
 
-GRACE_CHOICES = [(0, "none: the old secret stops now"), (600, "10 minutes"), (3600, "1 hour"), (86_400, "1 day"),
-                 (7 * 86_400, "7 days"), (30 * 86_400, "30 days")]  # fmt: skip
+GRACE_CHOICES = [
+    (0, "none: the old secret stops now"),
+    (600, "10 minutes"),
+    (3600, "1 hour"),
+    (86_400, "1 day"),
+    (7 * 86_400, "7 days"),
+    (30 * 86_400, "30 days"),
+]
 
 
 class RotateForm(forms.Form):
     grace_seconds = forms.TypedChoiceField(
-        choices=GRACE_CHOICES, coerce=int, initial=3600, label="Old secret keeps working for",
+        choices=GRACE_CHOICES,
+        coerce=int,
+        initial=3600,
+        label="Old secret keeps working for",
         help_text="Time to move your tools to the new secret.",
-    )  # fmt: skip
+    )
+
+
+MAX_PASSWORD = 4096  # characters a password may have at sign-in (no account's is longer: SetupForm's 128)
+
+
+class LoginForm(AuthenticationForm):
+    """Django's sign-in form with its lengths enforced before anyone is asked: a username longer than any
+    account's (auth.User's 150) or a password over MAX_PASSWORD characters is the form's error, not a sign-in
+    attempt (django-axes would store the username tried in its 255-character column: a 500)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        username = cast(forms.CharField, self.fields["username"])
+        username.validators.append(MaxLengthValidator(username.max_length or 150))
+        self.fields["password"].validators.append(MaxLengthValidator(MAX_PASSWORD))
 
 
 class SetupForm(forms.Form):

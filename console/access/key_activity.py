@@ -24,9 +24,11 @@ def with_activity(keys: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
     today, month = Q(requests__created_at__gte=day), Q(requests__created_at__gte=day.replace(day=1))
     tokens = Coalesce(F("requests__prompt_tokens"), Value(0)) + Coalesce(F("requests__completion_tokens"), Value(0))
     return keys.annotate(
-        requests_today=Count("requests", filter=today), tokens_today=Coalesce(Sum(tokens, filter=today), Value(0)),
+        requests_today=Count("requests", filter=today),
+        tokens_today=Coalesce(Sum(tokens, filter=today), Value(0)),
         cost_today=Sum("requests__cost_usd", filter=today),
-        requests_month=Count("requests", filter=month), tokens_month=Coalesce(Sum(tokens, filter=month), Value(0)),
+        requests_month=Count("requests", filter=month),
+        tokens_month=Coalesce(Sum(tokens, filter=month), Value(0)),
         cost_month=Sum("requests__cost_usd", filter=month),
         last_request_at=Max("requests__created_at"),
-    )  # fmt: skip
+    )

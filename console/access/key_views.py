@@ -31,8 +31,12 @@ def _shown(request: HttpRequest) -> str:
 
 
 def _page(request: HttpRequest, template: str, context: Mapping[str, object]) -> HttpResponse:
-    shown = {"new_key": _shown(request), "no_price": NO_PRICE, "now": timezone.now(),
-             "ceilings": keys.ceilings_for(request.user)}  # fmt: skip
+    shown = {
+        "new_key": _shown(request),
+        "no_price": NO_PRICE,
+        "now": timezone.now(),
+        "ceilings": keys.ceilings_for(request.user),
+    }
     resp = render(request, template, {**context, **shown})
     add_never_cache_headers(resp)  # the new key must not stay in any cache
     return resp

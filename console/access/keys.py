@@ -39,9 +39,13 @@ def limits_of(key: ApiKey) -> dict[str, Any]:
 
 
 def create_key(
-    name: str, user: Any, *, allowed_models: list[str] | None = None, expires_in_days: int | None = None,
+    name: str,
+    user: Any,
+    *,
+    allowed_models: list[str] | None = None,
+    expires_in_days: int | None = None,
     **limits: Any,
-) -> tuple[ApiKey, str]:  # fmt: skip
+) -> tuple[ApiKey, str]:
     """A new API key owned by ``user``; returns (row, key). The key is in no row and no log: show it once.
 
     ``allowed_models`` (served model names; empty: all), ``expires_in_days``, and the limits of
@@ -89,12 +93,20 @@ def rotate_key(key: ApiKey, actor: Any, grace_seconds: int) -> str:
         until = now + timedelta(seconds=grace_seconds)
         old = row.prefix
         ApiKey.objects.filter(pk=row.pk).update(
-            prefix=prefix, key_hash=digest, rotated_at=now, previous_prefix=old, previous_key_hash=row.key_hash,
+            prefix=prefix,
+            key_hash=digest,
+            rotated_at=now,
+            previous_prefix=old,
+            previous_key_hash=row.key_hash,
             previous_valid_until=until,
-        )  # fmt: skip
+        )
         key.refresh_from_db()
-        record(actor, "key.rotate", key, {"prefix": [old, prefix], "old_secret_valid_until": until,
-                                          "grace_seconds": grace_seconds})  # fmt: skip
+        record(
+            actor,
+            "key.rotate",
+            key,
+            {"prefix": [old, prefix], "old_secret_valid_until": until, "grace_seconds": grace_seconds},
+        )
         transaction.on_commit(bump_routing_version)
     return secret
 

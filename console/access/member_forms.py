@@ -30,9 +30,11 @@ class MemberForm(forms.Form):
     tokens_per_minute = forms.IntegerField(required=False, min_value=1, label="Tokens per minute per key")
     tokens_per_day = forms.IntegerField(required=False, min_value=1, label="Tokens per day per key")
     max_concurrent = forms.IntegerField(
-        required=False, min_value=1, label="Requests at once per key",
+        required=False,
+        min_value=1,
+        label="Requests at once per key",
         help_text="Requests (streams included) each key may have open at the same time; the next is refused (429).",
-    )  # fmt: skip
+    )
     max_key_days = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_DAYS, label="Keys expire within (days)", help_text="Empty: never."
     )

@@ -52,6 +52,11 @@ def member_page(request: HttpRequest, pk: int) -> HttpResponse:
             messages.success(request, f"Saved {user.get_username()}.")
             return redirect("access:member", user.pk)
     keys = ApiKey.objects.filter(owner=user).order_by(F("revoked_at").desc(nulls_first=True), "-created_at")
-    context = {"person": user, "person_role": role_of(user), "form": form, "keys": keys,
-               "sso": member and member.oidc_subject}  # fmt: skip
+    context = {
+        "person": user,
+        "person_role": role_of(user),
+        "form": form,
+        "keys": keys,
+        "sso": member and member.oidc_subject,
+    }
     return render(request, "access/member.html", context)

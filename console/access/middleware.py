@@ -35,8 +35,9 @@ class RoleMiddleware:
         if operation is not None:
             served = policy.api_methods(operation.split(" ", 1)[1])
             if method not in served:  # HEAD too: django-ninja routes no HEAD, so it would get a bare 405 page
-                resp = JsonResponse({"detail": f"{method} is not served here; use {', '.join(sorted(served))}."},
-                                    status=405)  # fmt: skip
+                resp = JsonResponse(
+                    {"detail": f"{method} is not served here; use {', '.join(sorted(served))}."}, status=405
+                )
                 resp["Allow"] = ", ".join(sorted(served))
                 return resp
         access = policy.allowed(match, method)
@@ -44,8 +45,9 @@ class RoleMiddleware:
             return None
         if not request.user.is_authenticated:
             if operation is not None:
-                return JsonResponse({"detail": "Sign in first (log in at /login/; the API uses that session)."},
-                                    status=401)  # fmt: skip
+                return JsonResponse(
+                    {"detail": "Sign in first (log in at /login/; the API uses that session)."}, status=401
+                )
             return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
         role = role_of(request.user)
         if access is None:
@@ -57,8 +59,11 @@ class RoleMiddleware:
 
 def _why(access: policy.Access | None, method: str, role: object) -> str:
     if not access:  # not listed, or NOBODY
-        return "This address only takes a form sent from its page." if method in policy.SAFE_METHODS else (
-            "This page takes no form.")
+        return (
+            "This address only takes a form sent from its page."
+            if method in policy.SAFE_METHODS
+            else ("This page takes no form.")
+        )
     allowed = " and ".join(sorted(f"{r}s" for r in access))
     return f"This is for {allowed}; you are a {role}."
 

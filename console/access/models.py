@@ -36,9 +36,12 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=20, unique=True, help_text="Public part, shown in lists and logs.")
     key_hash = models.CharField(max_length=64)
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="api_keys",
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="api_keys",
         help_text="Whose key it is: their member limits and budgets apply to it.",
-    )  # fmt: skip
+    )
     created_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)

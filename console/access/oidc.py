@@ -95,8 +95,11 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         if not claims.get("sub"):
             return False
         if role_for(claims) is None:
-            messages.error(self.request, f"Your account has no {settings.HEARTH_OIDC_ROLE_CLAIM} that Hearth maps "
-                                         "to a role; ask an admin to give you access.")  # fmt: skip
+            messages.error(
+                self.request,
+                f"Your account has no {settings.HEARTH_OIDC_ROLE_CLAIM} that Hearth maps "
+                "to a role; ask an admin to give you access.",
+            )
             return False
         return True
 

@@ -51,6 +51,8 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "deployments:logs": (ALL, NOBODY),
     "deployments:launch": (NOBODY, ADMINS),
     "deployments:stop": (NOBODY, ADMINS),
+    "deployments:sleep": (NOBODY, ADMINS),  # sharing the GPUs over time (console.deployments.idle_actions)
+    "deployments:wake": (NOBODY, ADMINS),
     "deployments:change": (ADMINS, ADMINS),
     "deployments:remedy": (NOBODY, ADMINS),
     "deployments:delete": (NOBODY, ADMINS),
@@ -105,6 +107,8 @@ API: dict[str, Access] = {
     "DELETE /api/deployments/{pk}/endpoints/{replica_id}": ADMINS,
     "POST /api/deployments/{pk}/launch": ADMINS,
     "POST /api/deployments/{pk}/stop": ADMINS,
+    "POST /api/deployments/{pk}/sleep": ADMINS,
+    "POST /api/deployments/{pk}/wake": ADMINS,
     "POST /api/deployments/{pk}/change": ADMINS,
     "POST /api/deployments/{pk}/capacity-checks": ADMINS,
     "GET /api/deployments/{pk}/capacity-checks": ALL,

@@ -18,6 +18,9 @@ def locked_out(request: HttpRequest, response: HttpResponse | None = None, crede
     """The sign-in page's answer while a username is locked out from this address (HTTP 429)."""
     username = (credentials or {}).get("username") or request.POST.get("username", "")
     minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
-    context = {"username": str(username)[:150], "failure_limit": settings.AXES_FAILURE_LIMIT,
-               "cooloff_minutes": minutes}  # fmt: skip
+    context = {
+        "username": str(username)[:150],
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+        "cooloff_minutes": minutes,
+    }
     return render(request, "access/locked_out.html", context, status=429)

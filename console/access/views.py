@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 
 from console.access import oidc
-from console.access.forms import SetupForm
+from console.access.forms import LoginForm, SetupForm
 from console.access.models import Member, Role
 from console.audit.recording import record
 
@@ -40,9 +40,12 @@ def login_page(request: HttpRequest) -> HttpResponseBase:
     failures), with the single sign-on button when OIDC is set up; the first-run setup while no user exists."""
     if not get_user_model().objects.exists():
         return redirect("access:setup")
-    context = {"oidc_label": settings.HEARTH_OIDC_LABEL if oidc.enabled() else "",
-               "failure_limit": settings.AXES_FAILURE_LIMIT}  # fmt: skip
-    return LoginView.as_view(template_name="access/login.html", extra_context=context)(request)
+    context = {
+        "oidc_label": settings.HEARTH_OIDC_LABEL if oidc.enabled() else "",
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+    }
+    view = LoginView.as_view(template_name="access/login.html", authentication_form=LoginForm, extra_context=context)
+    return view(request)
 
 
 def password_page(request: HttpRequest) -> HttpResponse:

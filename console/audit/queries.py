@@ -33,9 +33,13 @@ class Filters:
         """
         if any("\x00" in v for v in query.values()):
             raise ConsoleError("Filters may not contain NUL characters.")
-        return cls(query.get("actor", "").strip()[:150], query.get("action", "").strip()[:40],
-                   query.get("target", "").strip()[:200], _day(query.get("since", "")),
-                   _day(query.get("until", "")))  # fmt: skip
+        return cls(
+            query.get("actor", "").strip()[:150],
+            query.get("action", "").strip()[:40],
+            query.get("target", "").strip()[:200],
+            _day(query.get("since", "")),
+            _day(query.get("until", "")),
+        )
 
     def apply(self, entries: QuerySet[AuditEntry]) -> QuerySet[AuditEntry]:
         """``entries`` narrowed to these filters, newest first. An action ending in "." matches every
@@ -43,16 +47,17 @@ class Filters:
         if self.actor:
             entries = entries.filter(actor_name__iexact=self.actor)
         if self.action:
-            entries = entries.filter(action__startswith=self.action) if self.action.endswith(".") else entries.filter(
-                action=self.action
+            entries = (
+                entries.filter(action__startswith=self.action)
+                if self.action.endswith(".")
+                else entries.filter(action=self.action)
             )
         if self.target:
             entries = entries.filter(Q(target_name__icontains=self.target) | Q(target_id=self.target))
         if self.since:
             entries = entries.filter(at__gte=datetime.combine(self.since, time.min, tzinfo=UTC))
         if self.until:
-            entries = entries.filter(at__lt=datetime.combine(self.until + timedelta(days=1), time.min,
-                                                             tzinfo=UTC))  # fmt: skip
+            entries = entries.filter(at__lt=datetime.combine(self.until + timedelta(days=1), time.min, tzinfo=UTC))
         return entries.order_by("-at", "-id")
 
 
@@ -67,9 +72,17 @@ def _day(text: str) -> date | None:
 
 def as_row(entry: AuditEntry) -> dict[str, Any]:
     """One entry as the exports write it (COLUMNS; ``at`` in ISO 8601 UTC)."""
-    return {"at": entry.at.isoformat(), "actor": entry.actor_name, "action": entry.action,
-            "target_type": entry.target_type, "target_id": entry.target_id, "target": entry.target_name,
-            "changes": entry.changes, "ip": entry.ip or "", "user_agent": entry.user_agent}  # fmt: skip
+    return {
+        "at": entry.at.isoformat(),
+        "actor": entry.actor_name,
+        "action": entry.action,
+        "target_type": entry.target_type,
+        "target_id": entry.target_id,
+        "target": entry.target_name,
+        "changes": entry.changes,
+        "ip": entry.ip or "",
+        "user_agent": entry.user_agent,
+    }
 
 
 def prune(retention_days: int) -> int:

@@ -35,6 +35,11 @@ ACTIONS = {
     "deployment.change": "deployment settings changed",
     "deployment.remedy": "out-of-memory remedy applied",
     "deployment.delete": "deployment deleted",
+    "deployment.sleep": "deployment put to sleep (by an admin or its idle policy)",
+    "deployment.wake": "deployment woken (by a request or an admin)",
+    "deployment.stop_idle": "deployment stopped to save (its idle policy)",
+    "deployment.make_room": "room made for a deployment: others put to sleep or stopped to save, with the numbers",
+    "deployment.idle_policy": "deployment idle policy changed",
     "deployment.register": "engine Hearth did not launch registered",
     "deployment.add_endpoint": "endpoint Hearth did not launch added as a replica",
     "deployment.remove_endpoint": "endpoint Hearth did not launch removed",
@@ -44,6 +49,7 @@ ACTIONS = {
     "model.delete": "model deleted",
     "price.set": "GPU price set",
     "mapping.set": "metric mapping saved",
+    "accounting.mended": "spending counter mended to the request log",
     "signin": "signed in",
     "signin.failed": "sign-in failed",
     "signin.lockout": "locked out after failed sign-ins",
@@ -59,9 +65,12 @@ _request: ContextVar[HttpRequest | None] = ContextVar("audit_request", default=N
 
 
 def record(
-    actor: Any, action: str, target: models.Model | str | None, changes: dict[str, Any] | None = None,
+    actor: Any,
+    action: str,
+    target: models.Model | str | None,
+    changes: dict[str, Any] | None = None,
     request: HttpRequest | None = None,
-) -> AuditEntry:  # fmt: skip
+) -> AuditEntry:
     """Write one audit entry and return it.
 
     ``actor``: the user who acted, or None for the signed-in user of the request in progress (else
@@ -80,10 +89,14 @@ def record(
     return AuditEntry.objects.create(
         actor=actor if actor is not None and actor.pk else None,
         actor_name=actor.get_username() if actor is not None else ANONYMOUS if request is not None else SYSTEM,
-        action=action, target_type=kind, target_id=pk, target_name=name[:200],
+        action=action,
+        target_type=kind,
+        target_id=pk,
+        target_name=name[:200],
         changes=json.loads(json.dumps(changes or {}, cls=DjangoJSONEncoder)),
-        ip=meta.get("REMOTE_ADDR") or None, user_agent=str(meta.get("HTTP_USER_AGENT", ""))[:300],
-    )  # fmt: skip
+        ip=meta.get("REMOTE_ADDR") or None,
+        user_agent=str(meta.get("HTTP_USER_AGENT", ""))[:300],
+    )
 
 
 def _target(target: models.Model | str | None) -> tuple[str, str, str]:

@@ -29,6 +29,7 @@ def sign_in_failed(sender: Any, credentials: dict[str, Any], request: HttpReques
 
 
 @receiver(user_locked_out)
-def locked_out(sender: Any, request: HttpRequest | None, username: str | None, ip_address: str | None,
-               **kwargs: Any) -> None:  # fmt: skip
+def locked_out(
+    sender: Any, request: HttpRequest | None, username: str | None, ip_address: str | None, **kwargs: Any
+) -> None:
     record(None, "signin.lockout", (username or "")[:150], {"ip_address": ip_address}, request)

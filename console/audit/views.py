@@ -27,8 +27,13 @@ def audit_page(request: HttpRequest) -> HttpResponse:
     page = Paginator(filters.apply(AuditEntry.objects.all()), PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"page": page, "filters": filters, "actions": FILTERED_ACTIONS, "query": query.urlencode(),
-               "retention_days": settings.HEARTH_AUDIT_RETENTION_DAYS}  # fmt: skip
+    context = {
+        "page": page,
+        "filters": filters,
+        "actions": FILTERED_ACTIONS,
+        "query": query.urlencode(),
+        "retention_days": settings.HEARTH_AUDIT_RETENTION_DAYS,
+    }
     return render(request, "audit/audit.html", context)
 
 

@@ -10,7 +10,7 @@ from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool, StrictFloat
 
 from console.api_bodies import Body, Integer
-from console.capacity import checks, exports, tuning
+from console.capacity import exports, runs, tuning
 from console.capacity.models import CapacityRun, Tuning
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
@@ -95,8 +95,9 @@ def _run(pk: int) -> CapacityRun:
 def start_check(request: HttpRequest, pk: int, data: CheckIn) -> Status[CapacityRun]:
     """Queue a check (400 with the reason when refused, e.g. live traffic without ``confirm_live_traffic``)."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    run = checks.start_check(dep, request.user, label=data.label, confirm_live_traffic=data.confirm_live_traffic,
-                             **data.check())  # fmt: skip
+    run = runs.start_check(
+        dep, request.user, label=data.label, confirm_live_traffic=data.confirm_live_traffic, **data.check()
+    )
     return Status(202, run)
 
 
@@ -109,8 +110,10 @@ def list_checks(request: HttpRequest, pk: int) -> list[CapacityRun]:
 def compare(request: HttpRequest, a: int, b: int) -> dict[str, Any]:
     """Two runs side by side: what differed between them, and each level's numbers with b / a − 1."""
     first, second = _run(a), _run(b)
-    rows = [{"level": r.level, "name": r.name, "a": r.a, "b": r.b, "change": r.change}
-            for r in exports.compare(first, second)]  # fmt: skip
+    rows = [
+        {"level": r.level, "name": r.name, "a": r.a, "b": r.b, "change": r.change}
+        for r in exports.compare(first, second)
+    ]
     differences = [{"name": n, "a": x, "b": y} for n, x, y in exports.setting_differences(first, second)]
     return {"a": a, "b": b, "differences": differences, "rows": rows}
 
@@ -129,7 +132,7 @@ def export_check(request: HttpRequest, pk: int) -> dict[str, Any]:
 @router.post("/capacity-checks/{pk}/cancel", response={202: RunOut})
 def cancel_check(request: HttpRequest, pk: int) -> Status[CapacityRun]:
     run = _run(pk)
-    checks.cancel_check(run)
+    runs.cancel_check(run)
     return Status(202, run)
 
 
@@ -147,7 +150,7 @@ def set_slo(request: HttpRequest, pk: int, data: SloIn) -> dict[str, float | Non
     """The deployment's SLO, which goodput is measured at on its panels and in its capacity checks: TTFT and
     ITL targets, seconds (console.observability.service_level)."""
     dep = get_object_or_404(Deployment, pk=pk)
-    checks.set_slo(dep, data.ttft_seconds, data.itl_seconds)
+    runs.set_slo(dep, data.ttft_seconds, data.itl_seconds)
     return {"ttft_seconds": data.ttft_seconds, "itl_seconds": data.itl_seconds}
 
 

@@ -13,12 +13,34 @@ from typing import Any
 from console.capacity.models import CapacityResult, CapacityRun
 
 RESULT_FIELDS = (
-    "level", "requests", "succeeded", "duration_s", "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90",
-    "itl_p99", "tpot_p50", "per_user_tokens_per_s", "output_tokens_per_s", "prompt_tokens_per_s", "goodput_rps",
-    "goodput_ratio", "cache_hit_ratio", "mean_prompt_tokens", "mean_output_tokens",
-)  # fmt: skip
-ENGINE_FIELDS = ("kv_cache_peak", "preemptions", "running_peak", "waiting_peak", "waiting_mean",
-                 "running_while_waiting")  # fmt: skip
+    "level",
+    "requests",
+    "succeeded",
+    "duration_s",
+    "ttft_p50",
+    "ttft_p90",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p90",
+    "itl_p99",
+    "tpot_p50",
+    "per_user_tokens_per_s",
+    "output_tokens_per_s",
+    "prompt_tokens_per_s",
+    "goodput_rps",
+    "goodput_ratio",
+    "cache_hit_ratio",
+    "mean_prompt_tokens",
+    "mean_output_tokens",
+)
+ENGINE_FIELDS = (
+    "kv_cache_peak",
+    "preemptions",
+    "running_peak",
+    "waiting_peak",
+    "waiting_mean",
+    "running_while_waiting",
+)
 CSV_UNITS = {k: f"{k}_s" for k in RESULT_FIELDS if k.startswith(("ttft", "itl_", "tpot"))}  # seconds
 
 
@@ -59,11 +81,18 @@ def run_csv(run: CapacityRun) -> str:
     model revision and GPUs on each."""
     prov = run.provenance
     facts = {
-        "run": run.pk, "label": run.label, "deployment": run.deployment_name, "profile": run.profile,
-        "mode": run.mode, "shared_prefix": run.shared_prefix, "engine": prov.get("engine", ""),
-        "engine_version": prov.get("engine_version", ""), "engine_image": prov.get("engine_image", ""),
-        "model_revision": prov.get("model_revision", ""), "gpus": prov.get("gpus", ""),
-    }  # fmt: skip
+        "run": run.pk,
+        "label": run.label,
+        "deployment": run.deployment_name,
+        "profile": run.profile,
+        "mode": run.mode,
+        "shared_prefix": run.shared_prefix,
+        "engine": prov.get("engine", ""),
+        "engine_version": prov.get("engine_version", ""),
+        "engine_image": prov.get("engine_image", ""),
+        "model_revision": prov.get("model_revision", ""),
+        "gpus": prov.get("gpus", ""),
+    }
     columns = [*facts, *(CSV_UNITS.get(k, k) for k in RESULT_FIELDS), "failed", *ENGINE_FIELDS]
     out = io.StringIO()
     writer = csv.writer(out)
@@ -76,11 +105,16 @@ def run_csv(run: CapacityRun) -> str:
 
 
 COMPARED = (
-    ("TTFT p50", "ttft_p50", "s"), ("TTFT p90", "ttft_p90", "s"), ("ITL p50", "itl_p50", "s"),
-    ("ITL p90", "itl_p90", "s"), ("per-user tokens/s", "per_user_tokens_per_s", ""),
-    ("output tokens/s", "output_tokens_per_s", ""), ("goodput, requests/s", "goodput_rps", ""),
-    ("failed", "failed", ""), ("prefix-cache hits", "cache_hit_ratio", "%"),
-)  # fmt: skip
+    ("TTFT p50", "ttft_p50", "s"),
+    ("TTFT p90", "ttft_p90", "s"),
+    ("ITL p50", "itl_p50", "s"),
+    ("ITL p90", "itl_p90", "s"),
+    ("per-user tokens/s", "per_user_tokens_per_s", ""),
+    ("output tokens/s", "output_tokens_per_s", ""),
+    ("goodput, requests/s", "goodput_rps", ""),
+    ("failed", "failed", ""),
+    ("prefix-cache hits", "cache_hit_ratio", "%"),
+)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ class CheckFields(forms.Form):
     requests_per_level = forms.IntegerField(min_value=1, required=False, help_text="Empty: twice the top level.")
     max_seconds = forms.IntegerField(min_value=10, initial=300, label="At most (seconds)")
     prompt_tokens = forms.IntegerField(min_value=16, required=False, help_text="Tokens; empty: the profile's.")
-    output_tokens = forms.IntegerField(min_value=1, required=False, label="Answer tokens",
-                                       help_text="Empty: the profile's.")  # fmt: skip
+    output_tokens = forms.IntegerField(
+        min_value=1, required=False, label="Answer tokens", help_text="Empty: the profile's."
+    )
 
     def clean_levels(self) -> list[float]:
         return parse_levels(self.cleaned_data.get("levels") or "")
@@ -38,11 +39,15 @@ class CheckFields(forms.Form):
         """start_check's keywords for the check itself."""
         data = self.cleaned_data
         return {
-            "profile": data["profile"], "mode": data["mode"], "levels": data["levels"],
-            "shared_prefix": data["shared_prefix"], "requests_per_level": data["requests_per_level"] or 0,
-            "max_seconds": data["max_seconds"], "prompt_tokens": data["prompt_tokens"] or 0,
+            "profile": data["profile"],
+            "mode": data["mode"],
+            "levels": data["levels"],
+            "shared_prefix": data["shared_prefix"],
+            "requests_per_level": data["requests_per_level"] or 0,
+            "max_seconds": data["max_seconds"],
+            "prompt_tokens": data["prompt_tokens"] or 0,
             "output_tokens": data["output_tokens"] or 0,
-        }  # fmt: skip
+        }
 
 
 class CheckForm(CheckFields):

@@ -154,9 +154,13 @@ class Load:
         return prompt_text(self.shape, index, self.seed, self.per_word, self.overhead)
 
     async def run(
-        self, session: aiohttp.ClientSession, level: Level, mode: str, stop: asyncio.Event,
+        self,
+        session: aiohttp.ClientSession,
+        level: Level,
+        mode: str,
+        stop: asyncio.Event,
         progress: Callable[[int], None],
-    ) -> tuple[list[Sample], float]:  # fmt: skip
+    ) -> tuple[list[Sample], float]:
         """The level's samples and its duration (first request sent → last answer ended), seconds."""
         t0 = time.perf_counter()
         samples: list[Sample] = []

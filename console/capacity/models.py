@@ -76,10 +76,11 @@ class CapacityRun(models.Model):
     class Meta:
         constraints = (
             models.UniqueConstraint(
-                fields=["deployment"], condition=Q(state__in=["queued", "running", "cancelling"]),
+                fields=["deployment"],
+                condition=Q(state__in=["queued", "running", "cancelling"]),
                 name="one_active_capacity_run_per_deployment",
             ),
-        )  # fmt: skip
+        )
 
     def __str__(self) -> str:
         return f"capacity run {self.pk} of {self.deployment_name}"
@@ -148,8 +149,14 @@ class Tuning(models.Model):
     """One knob tried at several values: each value applied through the change flow (a Recreate when the
     deployment runs), then the same check run again; ``best`` is the value with the most goodput."""
 
-    KNOBS = ("max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "enable_prefix_caching",
-             "gpu_memory_utilization", "kv_space_gib")  # fmt: skip
+    KNOBS = (
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "kv_cache_dtype",
+        "enable_prefix_caching",
+        "gpu_memory_utilization",
+        "kv_space_gib",
+    )
     deployment = models.ForeignKey(Deployment, null=True, on_delete=models.SET_NULL, related_name="tunings")
     deployment_name = models.CharField(max_length=100)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)

@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from console.capacity import checks
+from console.capacity import runs
 from console.capacity.models import ACTIVE_RUN_STATES, CapacityRun, RunState, Tuning
 from console.deployments import dispatch
 from console.deployments.changes import apply_change, current_settings, preview_change
@@ -107,13 +107,20 @@ def start_tuning(dep: Deployment, user: Any, knob: str, values: list[Any], check
     downtime = None
     for value in tried[1:]:
         preview = preview_change(dep, **settings_with(dep, knob, value))
-        if not preview.plan["fits"]:
-            raise ConsoleError(f"{knob} = {value} does not fit: {preview.plan['reasons'][-1]}")
+        if not preview.plan.fits:
+            raise ConsoleError(f"{knob} = {value} does not fit: {preview.plan.reasons[-1]}")
         downtime = preview.downtime_seconds
-    checks.validate_check(dep, **check)
+    runs.validate_check(dep, **check)
     with transaction.atomic():
-        row = Tuning.objects.create(deployment=dep, deployment_name=dep.name, created_by=user, knob=knob,
-                                    values=tried, check_settings=check, downtime_seconds=downtime)  # fmt: skip
+        row = Tuning.objects.create(
+            deployment=dep,
+            deployment_name=dep.name,
+            created_by=user,
+            knob=knob,
+            values=tried,
+            check_settings=check,
+            downtime_seconds=downtime,
+        )
         transaction.on_commit(lambda: dispatch.send(TUNE, row.pk))
     return row
 
@@ -146,11 +153,17 @@ def run_tuning(tuning_id: int) -> None:
                 apply_change(dep, **settings_with(dep, tuning.knob, value))
             if why := _wait_ready(dep):
                 raise ConsoleError(why)
-            run = checks.start_check(
-                dep, tuning.created_by, **tuning.check_settings, label=f"{tuning.knob} = {value}",
-                confirm_live_traffic=True, tuning=tuning, tuning_value=value, enqueue=False,
-            )  # fmt: skip
-            checks.run_check(run.pk)
+            run = runs.start_check(
+                dep,
+                tuning.created_by,
+                **tuning.check_settings,
+                label=f"{tuning.knob} = {value}",
+                confirm_live_traffic=True,
+                tuning=tuning,
+                tuning_value=value,
+                enqueue=False,
+            )
+            runs.run_check(run.pk)
         except ConsoleError as exc:
             Tuning.objects.filter(pk=tuning.pk).update(state=RunState.FAILED, state_reason=f"At {value}: {exc}")
             return

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from console.capacity import checks, exports, tuning
+from console.capacity import exports, runs, tuning
 from console.capacity.forms import CheckForm, SloForm, TuningForm
 from console.capacity.models import CapacityRun, Tuning
 from console.deployments.changes import current_settings, preview_change
@@ -30,13 +30,18 @@ def _downtime(dep: Deployment) -> float | None:
 def capacity_page(request: HttpRequest, pk: int) -> HttpResponse:
     """Start a check (POST), and the deployment's runs, SLO and tunings."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    checks.fail_stale_runs(dep)
+    runs.fail_stale_runs(dep)
     form = CheckForm(request.POST or None, prefix="check")
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            run = checks.start_check(dep, request.user, label=data["label"],
-                                     confirm_live_traffic=data["confirm_live_traffic"], **form.check())  # fmt: skip
+            run = runs.start_check(
+                dep,
+                request.user,
+                label=data["label"],
+                confirm_live_traffic=data["confirm_live_traffic"],
+                **form.check(),
+            )
         except ConsoleError as exc:
             form.add_error(None, str(exc))
         else:
@@ -45,13 +50,13 @@ def capacity_page(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _context(dep: Deployment, **forms: object) -> dict[str, object]:
-    runs = CapacityRun.objects.filter(deployment=dep).order_by("-pk")
+    past = CapacityRun.objects.filter(deployment=dep).order_by("-pk")
     slo, own = check_slo(dep)
     return {
         "dep": dep,
-        "runs": runs,
+        "runs": past,
         "tunings": Tuning.objects.filter(deployment=dep).order_by("-pk"),
-        "live": checks.live_traffic(dep),
+        "live": runs.live_traffic(dep),
         "downtime": _downtime(dep),
         "form": forms.get("form") or CheckForm(prefix="check"),
         "tuning_form": forms.get("tuning_form") or TuningForm(prefix="tune"),
@@ -79,7 +84,7 @@ def slo(request: HttpRequest, pk: int) -> HttpResponse:
     form = SloForm(request.POST)
     if form.is_valid():
         try:
-            checks.set_slo(dep, form.cleaned_data["ttft_seconds"], form.cleaned_data["itl_seconds"])
+            runs.set_slo(dep, form.cleaned_data["ttft_seconds"], form.cleaned_data["itl_seconds"])
             messages.success(request, "SLO saved; goodput is measured at it from the next check on.")
         except ConsoleError as exc:
             messages.error(request, str(exc))
@@ -126,7 +131,7 @@ def _run_context(run: CapacityRun) -> dict[str, object]:
 def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(CapacityRun, pk=pk)
     try:
-        checks.cancel_check(run)
+        runs.cancel_check(run)
     except ConsoleError as exc:
         messages.error(request, str(exc))
     return redirect("capacity:run", run.pk)
@@ -153,10 +158,13 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Pick two runs to compare.")
         return redirect("deployments:list")
     context = {
-        "a": a, "b": b, "numbers": exports.by_number(rows := exports.compare(a, b)),
-        "levels": sorted({r.level for r in rows}), "differences": exports.setting_differences(a, b),
+        "a": a,
+        "b": b,
+        "numbers": exports.by_number(rows := exports.compare(a, b)),
+        "levels": sorted({r.level for r in rows}),
+        "differences": exports.setting_differences(a, b),
         "chart": [exports.run_dict(a), exports.run_dict(b)],
-    }  # fmt: skip
+    }
     return render(request, "capacity/compare.html", context)
 
 

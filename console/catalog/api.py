@@ -47,10 +47,16 @@ class DemoOut(Schema):
 def list_demo_models(request: HttpRequest) -> list[dict[str, object]]:
     """The demo catalog: published configurations with their checkpoint bytes, to plan and simulate."""
     return [
-        {"name": d.name, "repo_id": d.repo_id, "architecture": d.shape, "weights_bytes": d.weights_bytes,
-         "size_how": d.size_how, "size_source": d.size_source}
+        {
+            "name": d.name,
+            "repo_id": d.repo_id,
+            "architecture": d.shape,
+            "weights_bytes": d.weights_bytes,
+            "size_how": d.size_how,
+            "size_source": d.size_source,
+        }
         for d in demo_models()
-    ]  # fmt: skip
+    ]
 
 
 @router.post("/models", response={201: ModelOut})

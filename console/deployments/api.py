@@ -1,11 +1,9 @@
-"""The deployments' part of the JSON API: plan, create, launch, stop, change, apply the remedy, delete; register an
-engine Hearth did not launch, add one to a deployment as a replica, remove it."""
+"""The deployments' part of the JSON API: plan, create, launch, stop, sleep, wake, change, apply the remedy, delete;
+register an engine Hearth did not launch, add one to a deployment as a replica, remove it."""
 
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ObjectDoesNotExist
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
@@ -13,11 +11,13 @@ from pydantic import StrictBool, StrictFloat
 
 from console.api_bodies import Body, Integer
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions, changes, cluster_export, external, remedy
-from console.deployments.models import Deployment, Replica
+from console.deployments import admin_actions, changes, cluster_export, external, idle_actions, remedy_actions
+from console.deployments.api_schemas import DeploymentOut, IdleChange, IdleCreate
+from console.deployments.idle_settings import FIELDS as IDLE_FIELDS
+from console.deployments.idle_settings import merged, set_idle_settings
+from console.deployments.models import Deployment
 from console.deployments.planning import plan_for
 from console.errors import ConsoleError
-from engines.remedy import Change
 
 router = Router(tags=["deployments"])
 
@@ -37,102 +37,30 @@ class PlanIn(Body):
     fit_max_tokens: StrictBool = False
 
     def options(self) -> dict[str, Any]:
-        return self.dict(exclude={"model", "engine", "name", "served_model_name", "extra_args", "max_tokens_cap"})
+        fixed = {
+            "model",
+            "engine",
+            "name",
+            "served_model_name",
+            "extra_args",
+            "max_tokens_cap",
+            "make_room",
+            *IDLE_FIELDS,
+        }
+        return self.dict(exclude=fixed)
 
 
-class DeploymentIn(PlanIn):
+class DeploymentIn(PlanIn, IdleCreate):
     name: str
     served_model_name: str = ""
     extra_args: list[str] = Field(default_factory=list)
     replica_count: Integer = 1
     max_tokens_cap: Integer | None = None
-
-
-class ReplicaOut(Schema):
-    id: int
-    runtime_name: str
-    running: bool
-    ready: bool
-    external: bool = Field(description="An endpoint Hearth did not launch (never started or stopped by it).")
-    base_url: str = Field(description="An external endpoint's base URL; '' for a replica Hearth launched.")
-    engine_kind: str
-    engine_version: str
-    down_reason: str = Field(description="Why an external endpoint's last health check failed; '' while it is up.")
-    checked_at: datetime | None
-    exit_code: int | None
-    oom_killed: bool
-    restarts: int
-    restart_at: datetime | None
-    log_tail: str
-    previous_log_tail: str
-    previous_exit_code: int | None
-    previous_oom_killed: bool
-
-    @staticmethod
-    def resolve_ready(obj: Replica) -> bool:
-        return obj.up
-
-    @staticmethod
-    def resolve_base_url(obj: Replica) -> str:
-        return obj.url
-
-
-class ChangeOut(Schema):
-    name: str
-    before: str
-    after: str
-    why: str
-
-
-class SloOut(Schema):
-    """The deployment's SLO, as ``POST /api/deployments/{id}/slo`` sets it (console.observability.service_level)."""
-
-    ttft_seconds: float | None = Field(description="The TTFT target, seconds; null: not checked or none set.")
-    itl_seconds: float | None = Field(description="The ITL target, seconds; null: not checked or none set.")
-    default: bool = Field(description="None is set: the panels show no goodput and a capacity check measures at "
-                                      "the default, console.observability.service_level.CHECK_DEFAULT.")  # fmt: skip
-
-
-class DeploymentOut(Schema):
-    id: int
-    name: str
-    external: bool = Field(description="Made only of engines Hearth did not launch.")
-    replica_count: int
-    engine: str
-    served_model_name: str
-    state: str
-    state_reason: str
-    plan: dict[str, object]
-    extra_args: list[str]
-    engine_env: dict[str, str]
-    fit_max_tokens: bool
-    tool_call_parser: str
-    reasoning_parser: str
-    engine_version: str
-    engine_image: str
-    gpu_model: str
-    replicas: list[ReplicaOut]
-    remedy: list[ChangeOut] | None
-    slo: SloOut
-
-    @staticmethod
-    def resolve_replicas(obj: Deployment) -> list[Replica]:
-        return list(obj.replicas.order_by("pk"))
-
-    @staticmethod
-    def resolve_remedy(obj: Deployment) -> list[Change] | None:
-        known = remedy.remedy_for(obj)
-        return known.changes if known else None
-
-    @staticmethod
-    def resolve_slo(obj: Deployment) -> SloOut:
-        """Read through the reverse one-to-one (this layer may not import console.observability): no query when
-        the caller selected it (``select_related("slo")``), one otherwise."""
-        try:
-            row = obj.slo
-        except ObjectDoesNotExist:
-            return SloOut(ttft_seconds=None, itl_seconds=None, default=True)
-        return SloOut(ttft_seconds=row.ttft_seconds, itl_seconds=row.itl_seconds, default=False)
+    make_room: StrictBool = Field(
+        False,
+        description="When it fits only if idle deployments are put aside: put them aside (the 400 without it names "
+        "them, with the numbers) and launch it now.",
+    )
 
 
 def _model(name: str) -> ModelSource:
@@ -144,7 +72,7 @@ def _model(name: str) -> ModelSource:
 
 @router.post("/plan")
 def plan(request: HttpRequest, data: PlanIn) -> dict[str, object]:
-    return plan_for(_model(data.model), data.engine, **data.options())
+    return plan_for(_model(data.model), data.engine, **data.options()).to_json()
 
 
 @router.post("/deployments", response={201: DeploymentOut})
@@ -158,7 +86,9 @@ def create_deployment(request: HttpRequest, data: DeploymentIn) -> Status[Deploy
             served_model_name=data.served_model_name,
             extra_args=data.extra_args,
             max_tokens_cap=data.max_tokens_cap,
+            make_room=data.make_room,
             **data.options(),
+            **data.dict(include=set(IDLE_FIELDS)),
         ),
     )
 
@@ -180,9 +110,12 @@ def get_deployment(request: HttpRequest, pk: int) -> Deployment:
 
 
 @router.post("/deployments/{pk}/launch", response={202: DeploymentOut})
-def launch_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
+def launch_deployment(request: HttpRequest, pk: int, make_room: bool = False) -> Status[Deployment]:
+    """Launch a stopped or failed deployment. One that does not fit the free GPUs waits in pending ("Waiting for
+    room: ...") while idle deployments are put aside (by their idle policy, or with ``?make_room=true``, the
+    admin's consent), or is a 400 saying what would make room."""
     dep = get_object_or_404(Deployment, pk=pk)
-    admin_actions.launch(dep)
+    admin_actions.launch(dep, make_room=make_room)
     return Status(202, dep)
 
 
@@ -190,6 +123,23 @@ def launch_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
 def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     admin_actions.stop(dep)
+    return Status(202, dep)
+
+
+@router.post("/deployments/{pk}/sleep", response={202: DeploymentOut})
+def sleep_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
+    """Put a ready deployment to sleep at its sleep level (400: not ready, requests in flight, or its engine was
+    started without sleep mode); it shows sleeping, then asleep."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    idle_actions.sleep_by_hand(dep)
+    return Status(202, dep)
+
+
+@router.post("/deployments/{pk}/wake", response={202: DeploymentOut})
+def wake_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
+    """Wake a deployment asleep or stopped to save (400 for one in another state)."""
+    dep = get_object_or_404(Deployment, pk=pk)
+    idle_actions.wake_by_hand(dep)
     return Status(202, dep)
 
 
@@ -231,8 +181,9 @@ def remove_endpoint(request: HttpRequest, pk: int, replica_id: int) -> Status[No
     return Status(204, None)
 
 
-class ChangeIn(Body):
-    """The settings to change; one left out keeps its current value."""
+class ChangeIn(Body, IdleChange):
+    """The settings to change; one left out keeps its current value. The idle settings act at once (a change of
+    them alone recreates nothing); the rest as console.deployments.changes says."""
 
     max_model_len: Integer | None = None
     kv_space_gib: StrictFloat | None = None
@@ -252,17 +203,29 @@ class ChangePreviewOut(Schema):
     recreate: bool
     downtime_seconds: float | None
 
+    @staticmethod
+    def resolve_plan(preview: changes.ChangePreview) -> dict[str, object]:
+        return preview.plan.to_json()
+
 
 @router.post("/deployments/{pk}/change", response={200: ChangePreviewOut, 202: DeploymentOut})
 def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[Any]:
     """Preview new settings (200: the plan, whether the running engine is recreated, the expected
     downtime in seconds); with ``confirm`` apply them (202; a running deployment stops, then relaunches)."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    given = data.dict(exclude={"confirm"}, exclude_none=True)
+    given = data.dict(exclude={"confirm", *IDLE_FIELDS}, exclude_none=True)
+    idle = data.dict(include=set(IDLE_FIELDS), exclude_none=True)
     settings = changes.current_settings(dep) | given
+    if idle:
+        idle = merged(dep, idle)
     if not data.confirm:
+        if idle and not given:
+            return Status(200, changes.ChangePreview(dep.stored_plan, recreate=False, downtime_seconds=None))
         return Status(200, changes.preview_change(dep, **settings))
-    changes.apply_change(dep, **settings)
+    if idle:
+        set_idle_settings(dep, **idle)
+    if given or not idle:
+        changes.apply_change(dep, **settings)
     return Status(202, dep)
 
 
@@ -270,7 +233,7 @@ def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[A
 def apply_remedy(request: HttpRequest, pk: int) -> Status[Deployment]:
     """Apply the out-of-memory remedy the deployment shows and launch it again (400 when none applies)."""
     dep = get_object_or_404(Deployment, pk=pk)
-    remedy.apply_remedy(dep)
+    remedy_actions.apply_remedy(dep)
     return Status(202, dep)
 
 

@@ -1,6 +1,6 @@
 """Changing a deployment's settings: a new plan first, then a Recreate when it runs; and the plan made
 again at launch when its GPUs were taken (the out-of-memory remedy, a change applied as a new launch,
-is console.deployments.remedy).
+is console.deployments.remedy_actions).
 
 A deployment holds its GPUs exclusively, so the new engine cannot start beside the old one: the old
 replicas stop first, then the deployment launches with the new settings (the Recreate strategy of
@@ -16,9 +16,11 @@ from django.db import transaction
 from console.audit.recording import changed, record
 from console.deployments import dispatch, external
 from console.deployments.engine_flags import check_extra_args
+from console.deployments.gpu_holds import held_gpus
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState
-from console.deployments.planning import held_gpus, plan_for
+from console.deployments.planning import plan_for
 from console.errors import ConsoleError
+from engines.stored_plan import StoredPlan
 
 STOP_GRACE_SECONDS = 10.0  # runtimes' SIGTERM-to-SIGKILL grace (Runtime.stop)
 
@@ -28,21 +30,21 @@ class ChangePreview:
     """The plan the new settings give; whether the running engine must stop first (``recreate``);
     the expected downtime in seconds then (None when it never became ready, so no load time is known)."""
 
-    plan: dict[str, Any]
+    plan: StoredPlan
     recreate: bool
     downtime_seconds: float | None
 
 
 def current_settings(deployment: Deployment) -> dict[str, Any]:
     """The deployment's settings now, in preview_change's keywords (a change starts from these)."""
-    plan = deployment.plan
+    plan = deployment.stored_plan
     return {
         "max_model_len": deployment.max_model_len,
         "kv_space_gib": deployment.kv_space_gib,
-        "kv_cache_dtype": plan.get("kv_cache_dtype", "auto"),
-        "gpu_memory_utilization": plan.get("gpu_memory_utilization", 0.0),
-        "tensor_parallel_size": plan.get("tensor_parallel_size", 0),
-        "max_num_seqs": plan.get("max_num_seqs", 0),
+        "kv_cache_dtype": plan.kv_cache_dtype,
+        "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "tensor_parallel_size": plan.tensor_parallel_size,
+        "max_num_seqs": plan.max_num_seqs,
         "extra_args": list(deployment.extra_args),
         "tool_call_parser": deployment.tool_call_parser,
         "reasoning_parser": deployment.reasoning_parser,
@@ -70,14 +72,22 @@ def preview_change(
     (no plan: Hearth does not run its engines).
     """
     external.refused(deployment, "change the settings of")
-    check_extra_args(extra_args)
+    check_extra_args(extra_args, deployment.engine)
     plan = plan_for(
-        deployment.source, deployment.engine, max_model_len=max_model_len, kv_space_gib=kv_space_gib,
-        kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-        tensor_parallel_size=tensor_parallel_size, max_num_seqs=max_num_seqs, replica_count=deployment.replica_count,
-        exclude=deployment.pk, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+        deployment.source,
+        deployment.engine,
+        max_model_len=max_model_len,
+        kv_space_gib=kv_space_gib,
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size,
+        max_num_seqs=max_num_seqs,
+        replica_count=deployment.replica_count,
+        exclude=deployment.pk,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
         fit_max_tokens=fit_max_tokens,
-    )  # fmt: skip
+    )
     recreate = deployment.state in ACTIVE_STATES
     return ChangePreview(plan, recreate, _downtime(deployment) if recreate else None)
 
@@ -99,11 +109,11 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
     stopping.
     """
     preview = preview_change(deployment, **settings)
-    if not preview.plan["fits"]:
-        raise ConsoleError(" ".join([preview.plan["reasons"][-1], *preview.plan["remedies"]]))
+    if not preview.plan.fits:
+        raise ConsoleError(" ".join([preview.plan.reasons[-1], *preview.plan.remedies]))
     fields = {
-        "plan": preview.plan,
-        "max_model_len": preview.plan["max_model_len"],
+        "plan": preview.plan.to_json(),
+        "max_model_len": preview.plan.max_model_len,
         "kv_space_gib": settings["kv_space_gib"],
         "extra_args": settings["extra_args"],
         "tool_call_parser": settings["tool_call_parser"].strip(),
@@ -117,7 +127,7 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         if row.state == DeploymentState.STOPPING:
             raise ConsoleError(f"{row.name} is stopping; change it once it has stopped.")
         Deployment.objects.filter(pk=row.pk).update(**fields)
-        diff = changed(current_settings(row), {**settings, "max_model_len": preview.plan["max_model_len"]})
+        diff = changed(current_settings(row), {**settings, "max_model_len": preview.plan.max_model_len})
         record(None, "deployment.change", row, {**diff, "recreate": preview.recreate})
         if preview.recreate:
             if not row.move(DeploymentState.STOPPING, "Recreating with the new settings: the old engine stops first."):
@@ -132,18 +142,20 @@ def replan_on_free_gpus(deployment: Deployment) -> str:
     again, same settings, on the free ones and store that plan. Returns "" when it may launch, else why
     not (no free GPUs fit it; the words say which are held)."""
     held = held_gpus(exclude=deployment.pk)
-    taken = [f"GPU {i} ({held[i]})" for i in deployment.plan.get("gpu_indices") or [] if i in held]
+    taken = [f"GPU {i} ({held[i]})" for i in deployment.stored_plan.gpu_indices if i in held]
     if not taken:
         return ""
     try:
         plan = preview_change(deployment, **current_settings(deployment)).plan
+        if not plan.fits:
+            raise ConsoleError(plan.reasons[-1])
     except ConsoleError as exc:
-        plan = {"fits": False, "reasons": [str(exc)], "remedies": []}
-    if not plan["fits"]:
-        return (f"Its GPUs are held by other deployments: {', '.join(taken)}, and it does not fit on the free "
-                f"ones: {plan['reasons'][-1]} Stop one of those first.")  # fmt: skip
-    moved = ", ".join(str(i) for i in plan["gpu_indices"])
-    plan["reasons"] = [f"Planned again at launch on GPU {moved}: {', '.join(taken)} held.", *plan["reasons"]]
-    Deployment.objects.filter(pk=deployment.pk).update(plan=plan, max_model_len=plan["max_model_len"])
+        return (
+            f"Its GPUs are held by other deployments: {', '.join(taken)}, and it does not fit on the free "
+            f"ones: {exc} Stop one of those first."
+        )
+    moved = ", ".join(str(i) for i in plan.gpu_indices)
+    plan = plan.noted(f"Planned again at launch on GPU {moved}: {', '.join(taken)} held.", first=True)
+    Deployment.objects.filter(pk=deployment.pk).update(plan=plan.to_json(), max_model_len=plan.max_model_len)
     deployment.refresh_from_db()
     return ""

@@ -45,7 +45,7 @@ def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
     tool_call_parser, reasoning_parser = launch_parsers(dep)
     try:
         return ClusterFacts.from_plan(
-            dep.plan,
+            dep.stored_plan,
             served_model_name=dep.served_model_name,
             engine=EngineKind.VLLM if dep.engine == EngineKind.SIMULATOR else dep.engine,
             engine_version=(version.split("+", 1)[0] or image_ver),
@@ -57,7 +57,7 @@ def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
             model_path=dep.source.path if dep.source.kind == dep.source.Kind.LOCAL else "",
             extra_args=dep.extra_args,
             replica_count=dep.replica_count,
-            gpu_model=dep.gpu_model or str(dep.plan.get("inventory", "")),
+            gpu_model=dep.gpu_model or dep.stored_plan.inventory,
             weights_bytes=dep.source.weights_bytes,
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
@@ -71,7 +71,7 @@ def _box_gpus(dep: Deployment) -> int:
     try:
         return len(current_inventory().devices) or 1
     except InventoryError:
-        return int(dep.plan.get("gpu_count") or 1)
+        return dep.stored_plan.gpu_count or 1
 
 
 def exports_of(dep: Deployment, gpus_per_node: int | None = None) -> list[ClusterExport]:
@@ -98,5 +98,6 @@ def export_of(dep: Deployment, target: str, gpus_per_node: int | None = None) ->
 
 
 def _with_note(export: ClusterExport, note: str) -> ClusterExport:
-    return ClusterExport(export.target, export.title, export.follows, export.filename, export.documents,
-                         [note, *export.notes])  # fmt: skip
+    return ClusterExport(
+        export.target, export.title, export.follows, export.filename, export.documents, [note, *export.notes]
+    )

@@ -14,12 +14,29 @@ RESTART_REPLICA = "console.deployments.tasks.restart_replica"
 STOP = "console.deployments.tasks.stop_deployment"
 RECREATE = "console.deployments.tasks.recreate_deployment"
 RECONCILE = "console.deployments.tasks.reconcile"
-NAMES = (LAUNCH, RESUME_LAUNCH, WATCH_REPLICA, RESTART_REPLICA, STOP, RECREATE, RECONCILE)
+SLEEP = "console.deployments.tasks.sleep_deployment"  # (deployment id, reason)
+WAKE = "console.deployments.tasks.wake_deployment"  # (deployment id, reason); console.deployments.wakeups sends it
+STOP_IDLE = "console.deployments.tasks.stop_idle_deployment"  # (deployment id, reason)
+LAUNCH_WHEN_ROOM = "console.deployments.tasks.launch_when_room"  # (deployment id, the admin's consent)
+NAMES = (
+    LAUNCH,
+    RESUME_LAUNCH,
+    WATCH_REPLICA,
+    RESTART_REPLICA,
+    STOP,
+    RECREATE,
+    RECONCILE,
+    SLEEP,
+    WAKE,
+    STOP_IDLE,
+    LAUNCH_WHEN_ROOM,
+)
 
 
-def send(name: str, object_id: int, countdown: float = 0.0) -> None:
-    """Enqueue task ``name`` for a deployment or replica id, ``countdown`` seconds from now.
+def send(name: str, object_id: int, *args: str | bool, countdown: float = 0.0) -> None:
+    """Enqueue task ``name`` for a deployment or replica id (and the task's further ``args``, JSON values),
+    ``countdown`` seconds from now.
 
     Raises kombu's OperationalError when the broker cannot be reached.
     """
-    current_app.send_task(name, (object_id,), countdown=countdown or None)
+    current_app.send_task(name, (object_id, *args), countdown=countdown or None)

@@ -59,7 +59,7 @@ def pull(dep: Deployment) -> None:
     except RuntimeError_ as exc:
         dep.move(S.FAILED, str(exc))
         return
-    gpus = gpus_in_words(dep.plan) if dep.engine in GPU_ENGINES else "CPU"
+    gpus = gpus_in_words(dep.stored_plan) if dep.engine in GPU_ENGINES else "CPU"
     pin = {"engine_image": pinned, "engine_image_ref": image_ref(dep) if pinned else ""}
     if dep.move(S.STARTING, "Starting the engine.", gpu_model=gpus[:100], **pin):
         start(dep)

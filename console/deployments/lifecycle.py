@@ -5,6 +5,7 @@ Side effects (runtimes, the database) live in the console and the gateway, never
 """
 
 import dataclasses
+import functools
 import secrets
 import socket
 import sys
@@ -24,11 +25,10 @@ from engines.logscan import scan
 from engines.planner import GpuPlan
 from engines.sglang import build_sglang_cpu_spec
 from engines.sglang_launcher import launcher_program
-from engines.sizing import SizingPlan
+from engines.sleep_support import IdlePolicy, supports_sleep
 from engines.vllm import API_SERVER_MODULE, build_simulator_spec, build_vllm_cpu_spec
+from engines.vllm_flags import SLEEP_MODE_ENV
 
-SIZING_FIELDS = {f.name for f in dataclasses.fields(SizingPlan)}
-GPU_PLAN_FIELDS = {f.name for f in dataclasses.fields(GpuPlan)}
 LOG_LINES = 60  # kept on the replica and shown in the console
 SCAN_LINES = 2000  # read for the root cause of a failure
 CONTAINER_PORT = 8000  # where engines listen inside their container (vLLM's and SGLang's default)
@@ -47,6 +47,25 @@ def _free_port(host: str) -> int:
 def image_ref(dep: Deployment) -> str:
     """The image a deployment runs as configured: the one its pin came from, else HEARTH_ENGINE_IMAGES'."""
     return dep.engine_image_ref or settings.HEARTH_ENGINE_IMAGES[dep.engine]
+
+
+def configured_version(engine: str, pinned_ref: str = "") -> str:
+    """The engine version a deployment of ``engine`` launches (the tag of its image, ``pinned_ref`` or the configured
+    one: "v0.11.0"); "" where no image names one (the local engines, an external deployment)."""
+    return image_version(pinned_ref or settings.HEARTH_ENGINE_IMAGES.get(engine, ""))
+
+
+def sleep_mode(dep: Deployment) -> bool:
+    """Whether ``dep`` launches with sleep mode: its idle policy is sleep and its engine's version can
+    (engines.sleep_support)."""
+    version = configured_version(dep.engine, dep.engine_image_ref)
+    return dep.idle_policy == IdlePolicy.SLEEP and supports_sleep(dep.engine, version)
+
+
+def sleep_mode_on(spec: LaunchSpec) -> bool:
+    """Whether an engine started from ``spec`` can sleep: ``--enable-sleep-mode`` among its flags and its routes on."""
+    dev = all(spec.env.get(name) == value for name, value in SLEEP_MODE_ENV.items())
+    return "--enable-sleep-mode" in spec.args and dev
 
 
 def prepare(dep: Deployment, progress: Callable[[str], None]) -> str:
@@ -97,20 +116,31 @@ def _new_replica(dep: Deployment, runtime: Runtime) -> Replica:
 def start_replica(replica: Replica, slot: int, runtime: Runtime | None = None) -> None:
     """Start (or adopt) the engine of ``replica``, the ``slot``-th of its deployment. Raises RuntimeError_."""
     runtime = runtime or get_runtime(replica.runtime)
-    started = runtime.start(replica.runtime_name, launch_spec(replica.deployment, replica, slot))
+    spec = launch_spec(replica.deployment, replica, slot)
+    started = runtime.start(replica.runtime_name, spec)
     replica.handle, replica.host, replica.port = started.handle, started.host, started.port
     replica.running, replica.ready_at, replica.restart_at = True, None, None
-    replica.started_at = timezone.now()
-    replica.save(update_fields=["handle", "host", "port", "running", "ready_at", "restart_at", "started_at"])
+    replica.started_at, replica.sleep_mode = timezone.now(), sleep_mode_on(spec)
+    fields = ["handle", "host", "port", "running", "ready_at", "restart_at", "started_at", "sleep_mode"]
+    replica.save(update_fields=fields)
 
 
 def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
     """The engine's launch spec from the deployment's stored plan, for the replica's runtime.
 
     A local process listens on the replica's port on HEARTH_ENGINE_HOST; a container on
-    CONTAINER_PORT on all of its own interfaces, with the model folder bound below /models.
-    Raises RuntimeError_ for an engine the runtime cannot run.
+    CONTAINER_PORT on all of its own interfaces, with the model folder bound below /models. Every
+    runtime's flags come from the engine's one builder (engines.vllm_flags, engines.sglang_flags).
+    Raises RuntimeError_ for an engine the runtime cannot run, or what the builder refuses (a user
+    flag Hearth owns or the engine's parser would refuse, an image too old, a plan that does not fit).
     """
+    try:
+        return _launch_spec(dep, replica, slot)
+    except ValueError as exc:
+        raise RuntimeError_(str(exc)) from None
+
+
+def _launch_spec(dep: Deployment, replica: Replica, slot: int) -> LaunchSpec:
     in_container = replica.runtime == "docker"
     model = dep.source.path or dep.source.repo_id
     mounts: dict[str, str] = {}
@@ -127,12 +157,12 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
         "api_key": replica.engine_api_key,
         "user_args": dep.extra_args,
     }
+    sleeps = sleep_mode(dep)
     if dep.engine == EngineKind.VLLM_CPU:
         spec = build_vllm_cpu_spec(
             program=[] if in_container else [settings.HEARTH_VLLM_CPU_PYTHON, "-m", API_SERVER_MODULE],
             model=model,
-            plan=SizingPlan(**{k: v for k, v in dep.plan.items() if k in SIZING_FIELDS}),
-            kv_space_gib=dep.kv_space_gib,
+            plan=dep.stored_plan.as_cpu(),
             cache_dir=Path("/root/.cache") if in_container else settings.HEARTH_CACHE_DIR,
             **common,
         )
@@ -142,18 +172,18 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
         spec = build_sglang_cpu_spec(
             program=launcher_program(settings.HEARTH_SGLANG_CPU_PYTHON),
             model=model,
-            plan=SizingPlan(**{k: v for k, v in dep.plan.items() if k in SIZING_FIELDS}),
+            plan=dep.stored_plan.as_cpu(),
             cache_dir=settings.HEARTH_CACHE_DIR,
             **common,
         )
     else:
-        plan = GpuPlan(**{k: v for k, v in dep.plan.items() if k in GPU_PLAN_FIELDS} | {"split": None})
+        plan = dep.stored_plan.as_gpu()
         if dep.engine == EngineKind.SIMULATOR:
             program = [] if in_container else [sys.executable, "-m", "engines.simulator"]
             env = {} if in_container else {"PYTHONPATH": str(settings.BASE_DIR)}
-            spec = build_simulator_spec(program=program, model=model, plan=plan, env=env, **common)
+            spec = build_simulator_spec(program=program, model=model, plan=plan, env=env, sleep_mode=sleeps, **common)
         elif in_container:
-            spec = _gpu_engine_spec(dep, replica, model, plan)
+            spec = _gpu_engine_spec(dep, replica, model, plan, sleeps)
         else:
             raise RuntimeError_(f"{EngineKind(dep.engine).label} runs only as a container: set HEARTH_RUNTIME=docker.")
     env = {**spec.env, **dep.engine_env}
@@ -165,37 +195,41 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
     return dataclasses.replace(spec, env=env, image=image, mounts=mounts, gpu_indices=gpus, labels=labels)
 
 
-def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPlan) -> LaunchSpec:
-    """vLLM's or SGLang's container spec, its flags from engines.adapters for the image's version."""
-    build = adapters.vllm_args if dep.engine == EngineKind.VLLM else adapters.sglang_args
+def _gpu_engine_spec(dep: Deployment, replica: Replica, model: str, plan: GpuPlan, sleeps: bool) -> LaunchSpec:
+    """vLLM's or SGLang's container spec, its command from engines.adapters for the image's version (vLLM's with
+    sleep mode when ``sleeps``). Raises ValueError as adapters.vllm_args and adapters.sglang_args do (launch_spec
+    makes it a RuntimeError_)."""
     tool_call_parser, reasoning_parser = launch_parsers(dep)
-    try:
-        built = build(
-            version=image_version(image_ref(dep)),
-            model=model,
-            revision=dep.source.revision or None,
-            served_model_name=dep.served_model_name,
-            port=replica.port,
-            api_key=replica.engine_api_key,
-            plan=plan,
-            user_args=dep.extra_args,
-            tool_call_parser=tool_call_parser,
-            reasoning_parser=reasoning_parser,
-        )
-    except ValueError as exc:
-        raise RuntimeError_(str(exc)) from None
+    vllm = functools.partial(adapters.vllm_args, sleep_mode=sleeps)
+    build = vllm if dep.engine == EngineKind.VLLM else adapters.sglang_args
+    built = build(
+        version=image_version(image_ref(dep)),
+        model=model,
+        revision=dep.source.revision or None,
+        served_model_name=dep.served_model_name,
+        port=replica.port,
+        api_key=replica.engine_api_key,
+        plan=plan,
+        user_args=dep.extra_args,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+    )
     return LaunchSpec(
-        engine=EngineKind(dep.engine), program=[], args=built.command, env=built.env, host="0.0.0.0",  # noqa: S104
-        port=replica.port, api_key=replica.engine_api_key, served_model_name=dep.served_model_name,
+        engine=EngineKind(dep.engine),
+        program=[],
+        args=built.command,
+        env=built.env,
+        host="0.0.0.0",  # noqa: S104
+        port=replica.port,
+        api_key=replica.engine_api_key,
+        served_model_name=dep.served_model_name,
         added_flags=built.added,
-    )  # fmt: skip
+    )
 
 
 def _slot_gpus(dep: Deployment, slot: int) -> tuple[int, ...]:
     """The GPU indices of a deployment's ``slot``-th replica: its share of the plan's GPUs, TP each."""
-    tp = int(dep.plan.get("tensor_parallel_size") or 1)
-    indices = [int(i) for i in dep.plan.get("gpu_indices") or []]
-    return tuple(indices[slot * tp : (slot + 1) * tp])
+    return dep.stored_plan.replica_gpus(slot)
 
 
 def _read_end(replica: Replica, status: RuntimeStatus) -> tuple[str, RuntimeStatus]:

@@ -11,6 +11,25 @@ Deployment states (transitions written once, in TRANSITIONS)::
 
 ready → loading when its only serving replica crashed and is restarting.
 
+Sharing the GPUs over time (issue 29; console.deployments.sleeping)::
+
+    ready ──► sleeping ──► asleep ──► waking ──► ready
+      ▲          │  │         │  │        │ │
+      └──────────┘  │         │  │        │ │     sleeping → ready: the sleep called off (a request came in)
+                    ▼         ▼  │        ▼ │
+                  failed ◄────┴──┼──── failed
+                                 ▼          ▼
+                             stopping ◄─────┘   (an admin's stop, or make down; sleeping too)
+
+A stop to save (idle policy "stop") is the plain ready → stopping → stopped with ``desired`` "stopped_idle"; its
+wake is the plain launch, stopped → pending → … → ready. ``make down`` ends every engine and keeps what was wanted
+(an asleep one becomes stopped to save): one stopped while ``desired`` is still "serving" is launched again by the
+worker at its start and at each reconcile, or by the first request for it (``relaunch_due``,
+console.deployments.restoring); an admin's stop sets ``desired`` "stopped", so it stays down. ``desired`` is what
+the admin or the idle policy wants (DesiredState); ``state`` is what runs, ``state_since`` since when. A wake under
+way (either kind) has ``wake_started_at``; the move to ready or failed that ends it clears it and records its
+DeploymentEvent.
+
 A deployment may also hold engines Hearth did not launch (engines.external): an external deployment (engine
 "external") is only those, registered ready and removed by deleting it, never launched or stopped; a launched
 deployment may add some beside its own replicas (a mixed deployment). Their replicas (runtime "external") are
@@ -27,6 +46,8 @@ from console.catalog.models import ModelSource
 from console.errors import ConsoleError
 from console.sealed import SealedCharField
 from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME, ExternalKind
+from engines.sleep_support import IdlePolicy
+from engines.stored_plan import StoredPlan
 
 
 class DeploymentState(models.TextChoices):
@@ -38,16 +59,32 @@ class DeploymentState(models.TextChoices):
     FAILED = "failed"
     STOPPING = "stopping"
     STOPPED = "stopped"
+    SLEEPING = "sleeping"  # going to sleep: unrouted, its engine's /sleep under way
+    ASLEEP = "asleep"  # its engine sleeps (holding little GPU memory); a request wakes it
+    WAKING = "waking"  # its engine's /wake_up under way
+
+
+class DesiredState(models.TextChoices):
+    """What the admin or the idle policy wants of a deployment (``Deployment.desired``)."""
+
+    SERVING = "serving"
+    ASLEEP = "asleep"
+    STOPPED_IDLE = "stopped_idle", "stopped to save"  # by its idle policy: a request launches it again
+    STOPPED = "stopped"  # by an admin (or never launched)
 
 
 S = DeploymentState
-ACTIVE_STATES = (S.PENDING, S.PULLING, S.STARTING, S.LOADING, S.READY)
+ASLEEP_STATES = (S.SLEEPING, S.ASLEEP, S.WAKING)  # an engine runs, and holds its GPUs, but serves nothing
+ACTIVE_STATES = (S.PENDING, S.PULLING, S.STARTING, S.LOADING, S.READY, *ASLEEP_STATES)
 TRANSITIONS: dict[str, tuple[str, ...]] = {
     S.PENDING: (S.PULLING, S.FAILED, S.STOPPING),
     S.PULLING: (S.STARTING, S.FAILED, S.STOPPING),
     S.STARTING: (S.LOADING, S.FAILED, S.STOPPING),
     S.LOADING: (S.READY, S.FAILED, S.STOPPING),
-    S.READY: (S.LOADING, S.FAILED, S.STOPPING),
+    S.READY: (S.LOADING, S.FAILED, S.STOPPING, S.SLEEPING),
+    S.SLEEPING: (S.ASLEEP, S.READY, S.FAILED, S.STOPPING),
+    S.ASLEEP: (S.WAKING, S.FAILED, S.STOPPING),
+    S.WAKING: (S.READY, S.FAILED, S.STOPPING),
     S.FAILED: (S.PENDING,),
     S.STOPPING: (S.STOPPED,),
     S.STOPPED: (S.PENDING,),
@@ -64,9 +101,13 @@ class Deployment(models.Model):
 
     name = models.CharField(max_length=100, unique=True, help_text="Default served model name.")
     model = models.ForeignKey(
-        ModelSource, on_delete=models.PROTECT, related_name="deployments", null=True, blank=True,
+        ModelSource,
+        on_delete=models.PROTECT,
+        related_name="deployments",
+        null=True,
+        blank=True,
         help_text="None for an external deployment (engines Hearth did not launch).",
-    )  # fmt: skip
+    )
     engine = models.CharField(max_length=20)
     served_model_name = models.CharField(max_length=200, unique=True)
     max_model_len = models.PositiveIntegerField(help_text="Tokens; 0 = the model's own maximum.")
@@ -86,7 +127,9 @@ class Deployment(models.Model):
     reasoning_parser = models.CharField(
         max_length=50, blank=True, help_text="Override of the plan's reasoning parser; 'none' turns it off."
     )
-    plan = models.JSONField(help_text="The SizingPlan this deployment was launched with.")
+    plan = models.JSONField(
+        help_text="The plan it was created or last changed with, as engines.stored_plan's JSON; read it as stored_plan."
+    )
     state = models.CharField(max_length=10, choices=DeploymentState.choices, default=S.PENDING)
     state_reason = models.TextField(blank=True)
     engine_version = models.CharField(max_length=50, blank=True, help_text="As the running engine reports it.")
@@ -95,11 +138,29 @@ class Deployment(models.Model):
         max_length=300, blank=True, help_text="The configured image the pin came from; its tag names the version."
     )
     gpu_model = models.CharField(max_length=100, blank=True, help_text="The GPUs it was launched on.")
+    idle_policy = models.CharField(
+        max_length=5,
+        choices=[(p.value, p.value) for p in IdlePolicy],
+        default=IdlePolicy.STAY.value,
+        help_text="What idle_minutes without a request bring (engines.sleep_support).",
+    )
+    idle_minutes = models.PositiveIntegerField(default=30, help_text="Minutes without a request before the policy.")
+    sleep_level = models.PositiveSmallIntegerField(default=1, help_text="1: weights kept in host RAM; 2: dropped.")
+    always_on = models.BooleanField(default=False, help_text="Never put to sleep or stopped to make room.")
+    desired = models.CharField(max_length=12, choices=DesiredState.choices, default=DesiredState.STOPPED)
+    state_since = models.DateTimeField(default=timezone.now, help_text="When it entered its state.")
+    wake_started_at = models.DateTimeField(null=True, blank=True, help_text="When the wake under way began.")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def stored_plan(self) -> StoredPlan:
+        """The plan, typed: the one way to read ``plan`` (write StoredPlan.to_json() to it). Raises
+        PlanVersionError for a plan stored by a newer Hearth."""
+        return StoredPlan.from_json(self.plan, self.engine)
 
     @property
     def never_launched(self) -> bool:
@@ -137,21 +198,52 @@ class Deployment(models.Model):
 
     @property
     def state_words(self) -> str:
-        """The state as the console shows it: "not launched yet" rather than "stopped" for a new deployment."""
+        """The state as the console shows it: "not launched yet" rather than "stopped" for a new deployment,
+        "stopped to save" for one its idle policy stopped."""
+        if self.state == S.STOPPED and self.desired == DesiredState.STOPPED_IDLE:
+            return "stopped to save"
         return "not launched yet" if self.never_launched else str(self.state)
+
+    def recent_events(self, count: int) -> list["DeploymentEvent"]:
+        """Its ``count`` newest sleeps, wakes, stops to save and failed wakes, the newest first."""
+        return list(self.events.order_by("-at", "-pk")[:count])
+
+    @property
+    def asleep_or_saving(self) -> bool:
+        """Put aside to share the GPUs: sleeping, asleep or waking, or stopped (stopping) to save; a request for it
+        waits for a wake (console.deployments.wakeups) instead of being refused."""
+        stopped_to_save = self.desired == DesiredState.STOPPED_IDLE and self.state in (S.STOPPING, S.STOPPED)
+        return self.state in ASLEEP_STATES or stopped_to_save or self.wake_started_at is not None
+
+    @property
+    def relaunch_due(self) -> bool:
+        """Stopped while the admin wants it serving (its engines ended with the appliance, ``make down``, or by a
+        stop to recreate it): the worker launches it again (console.deployments.restoring), and a request for it
+        meanwhile waits for that launch as for a wake (gateway.holding)."""
+        launched = self.model_id is not None and not self.external  # one Hearth launches (it has a model)
+        return launched and self.state == S.STOPPED and self.desired == DesiredState.SERVING
 
     def move(self, target: str, reason: str = "", **fields: Any) -> bool:
         """Claim the transition to ``target`` with a conditional UPDATE; False if another got there first.
 
-        Only states that TRANSITIONS allows into ``target`` are matched, so two workers never both win.
+        Only states that TRANSITIONS allows into ``target`` are matched, so two workers never both win. The move to
+        ready or failed ends a wake under way (as this object read ``wake_started_at``): its DeploymentEvent, a wake
+        with its seconds or a failed wake with ``reason``, is recorded; a move to stopping ends it without one.
         """
+        now = timezone.now()
+        woke_from = self.wake_started_at
+        if target in (S.READY, S.FAILED, S.STOPPING):
+            fields.setdefault("wake_started_at", None)
         updated = Deployment.objects.filter(pk=self.pk, state__in=sources_of(target)).update(
-            state=target, state_reason=reason, updated_at=timezone.now(), **fields
+            state=target, state_reason=reason, updated_at=now, state_since=now, **fields
         )
         if updated:
-            self.state, self.state_reason = target, reason
+            self.state, self.state_reason, self.state_since = target, reason, now
             for key, value in fields.items():
                 setattr(self, key, value)
+            if woke_from is not None and target in (S.READY, S.FAILED):
+                kind = DeploymentEvent.Kind.WAKE if target == S.READY else DeploymentEvent.Kind.WAKE_FAILED
+                DeploymentEvent.note(self, kind, (now - woke_from).total_seconds(), reason=reason)
         return bool(updated)
 
     def progress(self, reason: str) -> bool:
@@ -163,6 +255,42 @@ class Deployment(models.Model):
         if updated:
             self.state_reason = reason
         return bool(updated)
+
+
+class DeploymentEvent(models.Model):
+    """One sleep, wake, stop to save or failed wake of a deployment (console.deployments.sleeping): when it ended
+    (``at``), how long it took (``seconds``), at which sleep level, and why, in words."""
+
+    class Kind(models.TextChoices):
+        SLEEP = "sleep"
+        WAKE = "wake"
+        STOP_IDLE = "stop_idle", "stopped to save"
+        WAKE_FAILED = "wake_failed", "wake failed"
+
+    KEPT = 500  # events kept per deployment, the newest
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    at = models.DateTimeField(default=timezone.now)
+    seconds = models.FloatField(null=True, blank=True, help_text="How long it took.")
+    level = models.PositiveSmallIntegerField(null=True, blank=True, help_text="The sleep level, for a sleep.")
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        indexes = (models.Index(fields=["deployment", "-at"]),)
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def note(
+        cls, dep: Deployment, kind: str, seconds: float | None, level: int | None = None, reason: str = ""
+    ) -> "DeploymentEvent":
+        """Record one event of ``dep`` now, keeping its KEPT newest."""
+        event = cls.objects.create(deployment=dep, kind=kind, seconds=seconds, level=level, reason=reason)
+        old = cls.objects.filter(deployment=dep).order_by("-at", "-pk").values_list("pk", flat=True)[cls.KEPT :]
+        cls.objects.filter(pk__in=list(old)).delete()
+        return event
 
 
 class ReplicaQuerySet(models.QuerySet["Replica"]):
@@ -187,15 +315,18 @@ class Replica(models.Model):
     host = models.CharField(max_length=100)
     port = models.PositiveIntegerField()
     engine_api_key = SealedCharField(
-        max_length=600, blank=True, help_text="Per-launch secret, or an external endpoint's key; only the gateway "
+        max_length=600,
+        blank=True,
+        help_text="Per-launch secret, or an external endpoint's key; only the gateway "
         "uses it. Sealed (600 holds a key of up to 300 characters).",
-    )  # fmt: skip
+    )
     url = models.CharField(max_length=500, blank=True, help_text="An external endpoint's base URL.")
     engine_kind = models.CharField(max_length=20, blank=True, help_text="An external endpoint's engine.")
     engine_version = models.CharField(max_length=50, blank=True, help_text="As an external endpoint reports it.")
     down_reason = models.TextField(blank=True, help_text="Why an external endpoint's last health check failed.")
     checked_at = models.DateTimeField(null=True, blank=True, help_text="An external endpoint's last health check.")
     running = models.BooleanField(default=False)
+    sleep_mode = models.BooleanField(default=False, help_text="Its engine was started able to sleep (its routes on).")
     exit_code = models.IntegerField(null=True, blank=True)
     oom_killed = models.BooleanField(default=False)
     log_tail = models.TextField(blank=True)

@@ -1,12 +1,14 @@
 """The sizing plan for a model on an engine here: which engines this appliance can launch, the GPU
-inventory less what running deployments hold, and the plan stored on a deployment (a JSON-able dict).
+inventory less what running deployments hold (console.deployments.gpu_holds), and the plan stored on a deployment
+(engines.stored_plan).
 
 Errors a user can fix raise ConsoleError with a message fit to show as it is.
 """
 
-import dataclasses
 import os
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,8 @@ from django.conf import settings
 
 from appliance.hardware import InventoryError, current_inventory
 from console.catalog.models import ModelSource
+from console.deployments import gpu_holds
 from console.deployments.agent_support import agent_facts, parser_facts, takes_tools
-from console.deployments.models import ACTIVE_STATES, Deployment
 from console.errors import ConsoleError
 from console.names import INT_MAX
 from engines.engine_version import parse_version
@@ -23,7 +25,9 @@ from engines.gpus import Inventory
 from engines.launch import CPU_ENGINES, EngineKind, image_version
 from engines.modelconfig import parse_config
 from engines.planner import DEFAULT_MAX_NUM_SEQS, PlanRequest, plan_gpu
+from engines.room import gib, gpus_words
 from engines.sizing import plan_cpu
+from engines.stored_plan import StoredPlan
 
 MAX_KV_SPACE_GIB = 65_536
 MAX_NUM_SEQS = 65_536
@@ -68,20 +72,19 @@ def plan_for(
     reasoning_parser: str = "",
     fit_max_tokens: bool = False,
     **sizing: Any,
-) -> dict[str, Any]:
-    """The plan for ``model`` on ``engine``, as stored on a deployment (a JSON-able dict): the sizing
-    (``sizing``: sizing_plan's keywords) and what coding agents need of it, ``plan["parsers"]`` (the engine's
-    tool-call and reasoning parsers, ``tool_call_parser``/``reasoning_parser`` overriding the choice: "" keeps
-    it, "none" turns it off) and ``plan["agents"]`` (whether its context serves each agent's first request,
-    with ``fit_max_tokens`` on or off; console.deployments.agent_support).
+) -> StoredPlan:
+    """The plan for ``model`` on ``engine``, as stored on a deployment: the sizing (``sizing``: sizing_plan's
+    keywords) and what coding agents need of it, its ``parsers`` (the engine's tool-call and reasoning parsers,
+    ``tool_call_parser``/``reasoning_parser`` overriding the choice: "" keeps it, "none" turns it off) and its
+    ``agents`` (whether its context serves each agent's first request, with ``fit_max_tokens`` on or off;
+    console.deployments.agent_support).
 
     Raises ConsoleError as sizing_plan does, and for a parser name that is not one.
     """
     plan = sizing_plan(model, engine, **sizing)
-    plan["parsers"] = parser_facts(model, engine, tool_call_parser, reasoning_parser)
-    tools = takes_tools(engine, plan["parsers"])
-    plan["agents"] = agent_facts(int(plan.get("max_model_len") or 0), fit_max_tokens, tools)
-    return plan
+    parsers = parser_facts(model, engine, tool_call_parser, reasoning_parser)
+    agents = agent_facts(plan.max_model_len, fit_max_tokens, takes_tools(engine, parsers))
+    return replace(plan, parsers=parsers, agents=agents)
 
 
 def sizing_plan(
@@ -96,11 +99,13 @@ def sizing_plan(
     replica_count: int = 1,
     max_num_seqs: int = 0,
     exclude: int | None = None,
-) -> dict[str, Any]:
-    """The sizing plan for ``model`` on ``engine`` (a JSON-able dict).
+    aside: Mapping[int, str] | None = None,
+) -> StoredPlan:
+    """The sizing plan for ``model`` on ``engine``, without parsers and agents (plan_for adds them).
 
     vLLM (CPU) is planned from its KV space (GiB); GPU engines from the GPU inventory in force, less the
-    GPUs other active deployments hold (``exclude``: a deployment whose own GPUs count as free).
+    GPUs other awake deployments hold (``exclude``: a deployment whose own GPUs count as free; ``aside``: plan as
+    if these deployments were put aside, id → "sleep" or "stop"), what asleep ones still hold counted as used.
     Raises ConsoleError for an unknown engine, bad numbers (a CPU engine given a tensor parallel size over 1
     or a gpu_memory_utilization among them), or an inventory that cannot be read.
     """
@@ -131,10 +136,10 @@ def sizing_plan(
     if engine in CPU_ENGINES:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // max(replica_count, 1)
         cpu_plan = plan_cpu(config, model.weights_bytes, kv_space_gib, max_model_len, memory, engine=engine)
-        budget = "VLLM_CPU_KVCACHE_SPACE" if engine == EngineKind.VLLM_CPU else "SGLang's --max-total-tokens"
-        return {**dataclasses.asdict(cpu_plan), "remedies": [], "inventory": f"CPU ({budget})"}
+        budget = "vLLM's --kv-cache-memory-bytes" if engine == EngineKind.VLLM_CPU else "SGLang's --max-total-tokens"
+        return StoredPlan(cpu_plan, inventory=f"CPU ({budget})")
     try:
-        inventory, held = free_gpus(current_inventory(), exclude)
+        inventory, held, asleep = free_gpus(current_inventory(), exclude, aside)
         if held and not inventory.devices:
             raise ConsoleError(f"Every GPU is held by a running deployment: {held}. Stop one first.")
         request = PlanRequest(
@@ -148,48 +153,57 @@ def sizing_plan(
         gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
     except (InventoryError, ValueError) as exc:
         raise ConsoleError(str(exc)) from None
-    plan = {**dataclasses.asdict(gpu_plan), "inventory": inventory.describe(), "gpu_count": len(inventory.devices),
-            "inventory_origin": inventory.provenance(time.time())}  # fmt: skip
-    if held:  # first, so that a refusal's own reason stays the last one
-        plan["reasons"].insert(0, f"GPUs held by running deployments are left out: {held}.")
-    if gpu_plan.tensor_parallel_size:
-        free = [d.index for d in inventory.devices]
-        plan["gpu_indices"] = free[: gpu_plan.tensor_parallel_size * replica_count]
-        names = {d.name for d in inventory.devices if d.index in plan["gpu_indices"]}
-        plan["gpu_name"] = " / ".join(sorted(names)) + (" (simulated)" if inventory.simulated else "")
-        needed = gpu_plan.tensor_parallel_size * replica_count
-        if gpu_plan.fits and needed > len(free):
-            plan["fits"] = False
-            plan["reasons"].append(
-                f"{replica_count} replicas at tensor parallel {gpu_plan.tensor_parallel_size} need {needed} GPUs; "
-                f"{len(free)} are free on this box."
-            )
-    return plan
+    if asleep:  # first, so that a refusal's own reason stays the last one
+        note = f"Asleep deployments still hold memory a GPU, counted as used (engines.room): {asleep}."
+        gpu_plan = replace(gpu_plan, reasons=[note, *gpu_plan.reasons])
+    if held:
+        gpu_plan = replace(
+            gpu_plan, reasons=[f"GPUs held by running deployments are left out: {held}.", *gpu_plan.reasons]
+        )
+    free = [d.index for d in inventory.devices]
+    needed = gpu_plan.tensor_parallel_size * replica_count
+    if gpu_plan.fits and needed > len(free):
+        too_few = (
+            f"{replica_count} replicas at tensor parallel {gpu_plan.tensor_parallel_size} need {needed} GPUs; "
+            f"{len(free)} are free on this box."
+        )
+        gpu_plan = replace(gpu_plan, fits=False, reasons=[*gpu_plan.reasons, too_few])
+    indices = free[:needed]
+    names = {d.name for d in inventory.devices if d.index in indices}
+    return StoredPlan(
+        gpu_plan,
+        inventory=inventory.describe(),
+        gpu_indices=tuple(indices),
+        gpu_count=len(inventory.devices),
+        inventory_origin=inventory.provenance(time.time()),
+        gpu_name=" / ".join(sorted(names)) + (" (simulated)" if inventory.simulated and names else ""),
+    )
 
 
-def held_gpus(exclude: int | None = None) -> dict[int, str]:
-    """GPU index → the active deployment holding it (each deployment holds its plan's GPUs exclusively)."""
-    held: dict[int, str] = {}
-    for dep in Deployment.objects.filter(state__in=ACTIVE_STATES).exclude(pk=exclude or 0):
-        for index in dep.plan.get("gpu_indices") or []:
-            held[int(index)] = dep.name
-    return held
-
-
-def free_gpus(inventory: Inventory, exclude: int | None = None) -> tuple[Inventory, str]:
-    """The inventory less the GPUs active deployments (but ``exclude``) hold, and which those are, in words."""
-    held = held_gpus(exclude)
-    free = dataclasses.replace(inventory, devices=[d for d in inventory.devices if d.index not in held])
+def free_gpus(
+    inventory: Inventory, exclude: int | None = None, aside: Mapping[int, str] | None = None
+) -> tuple[Inventory, str, str]:
+    """The inventory less the GPUs awake deployments (but ``exclude``) hold, as if ``aside`` were put aside
+    (console.deployments.gpu_holds); on the rest, what asleep deployments still hold and what other processes use
+    counts as used. Also which GPUs are held and what the asleep ones hold, in words ("" when none)."""
+    now, then = gpu_holds.holds(exclude), gpu_holds.holds(exclude, aside)
+    held = {i: h.dep.name for h in then if not h.asleep for i in h.gpus}
+    others, residue = gpu_holds.others_use(inventory, now), gpu_holds.residues(then)
+    devices = [
+        replace(d, memory_used_bytes=others[d.index] + residue.get(d.index, 0))
+        for d in inventory.devices
+        if d.index not in held
+    ]
     words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
-    return free, words
+    asleep = [f"{h.dep.name} {gib(h.bytes_per_gpu)} on {gpus_words(h.gpus)}" for h in then if h.asleep and h.gpus]
+    return replace(inventory, devices=devices), words, ", ".join(asleep)
 
 
-def gpus_in_words(plan: dict[str, Any]) -> str:
+def gpus_in_words(plan: StoredPlan) -> str:
     """The GPUs a plan holds, e.g. "GPU 1, an NVIDIA H100 80GB HBM3 (simulated)" or "GPUs 0, 1, 2, 3:
     4× NVIDIA H100 80GB HBM3"; a plan stored before ``gpu_name`` names the box it was planned on instead."""
-    indices = [str(i) for i in plan.get("gpu_indices") or []]
+    indices = [str(i) for i in plan.gpu_indices]
     which = f"GPU {indices[0]}" if len(indices) == 1 else f"GPUs {', '.join(indices)}"
-    name = plan.get("gpu_name")
-    if not name:
-        return f"{which} of {plan.get('inventory', 'this box')}"
-    return f"{which}, an {name}" if len(indices) == 1 else f"{which}: {len(indices)}× {name}"
+    if not plan.gpu_name:
+        return f"{which} of {plan.inventory or 'this box'}"
+    return f"{which}, an {plan.gpu_name}" if len(indices) == 1 else f"{which}: {len(indices)}× {plan.gpu_name}"

@@ -1,5 +1,6 @@
-"""Reconcile: compare what should run with what runs, every HEARTH_RECONCILE_INTERVAL seconds, so a worker
-crash or a reboot loses nothing."""
+"""Reconcile: compare what should run with what runs, every HEARTH_RECONCILE_INTERVAL seconds and once when the worker
+starts, so a worker crash, ``make down`` or a reboot loses nothing (console.deployments.restoring); and apply the
+deployments' idle policies (console.deployments.idling)."""
 
 import logging
 from datetime import timedelta
@@ -10,7 +11,9 @@ from django.utils import timezone
 from appliance.runtimes import get_runtime
 from console.deployments import dispatch
 from console.deployments.external import check_endpoints
+from console.deployments.idling import apply_idle_policies, resume_stale_swaps
 from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.restoring import asleep_engines_gone, relaunch_wanted
 from console.deployments.watching import engine_ended, restart
 
 log = logging.getLogger(__name__)
@@ -18,10 +21,16 @@ S = DeploymentState
 
 
 def reconcile() -> None:
-    """Resume launches whose worker died, notice serving engines that exited, restart crashed replicas
-    whose backoff is over, and remove engines no replica owns (a database restored from backup, a
-    container left by hand); check the endpoints Hearth did not launch (console.deployments.external)."""
+    """Resume launches whose worker died, launch again the deployments wanted serving that the appliance's stop
+    ended, stop to save the asleep ones whose engines are gone (console.deployments.restoring), notice serving
+    engines that exited, restart crashed replicas whose backoff is over, and remove engines no replica owns (a
+    database restored from backup, a container left by hand); check the endpoints Hearth did not launch
+    (console.deployments.external); put idle deployments to sleep or stop them to save, as their policy says, and
+    carry on a sleep or wake whose worker died (console.deployments.idling)."""
     _resume_stale_launches()
+    resume_stale_swaps()
+    relaunch_wanted()
+    asleep_engines_gone()
     serving = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
     for replica in serving:
         status = get_runtime(replica.runtime).status(replica.runtime_name)
@@ -32,6 +41,7 @@ def reconcile() -> None:
         restart(replica_id)
     _remove_orphans()
     check_endpoints()
+    apply_idle_policies()
 
 
 def _resume_stale_launches() -> None:

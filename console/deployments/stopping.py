@@ -9,7 +9,7 @@ from django.conf import settings
 from appliance.runtimes.process import ProcessRuntime
 from console.deployments.admin_actions import launch
 from console.deployments.lifecycle import end_all
-from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, Replica
+from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, DesiredState, Replica
 from console.fanout import bump_routing_version
 from engines.external import EXTERNAL_ENGINE
 
@@ -62,15 +62,28 @@ def live_engines() -> list[Engine]:
     return engines
 
 
-def stop_everything(reason: str) -> list[Engine]:
+SHUTDOWN_WORDS = {  # why a deployment is stopped after the appliance went down, by what is wanted of it
+    DesiredState.SERVING: "Stopped with the appliance ({by}); the worker launches it again when it is back up.",
+    DesiredState.STOPPED_IDLE: "Stopped with the appliance ({by}), as it was put aside; the next request launches "
+    "it again.",
+    DesiredState.STOPPED: "Stopped by the admin.",
+}
+
+
+def stop_everything(by: str) -> list[Engine]:
     """End every engine live_engines finds, here and now (not through Celery), and move their deployments to
-    stopped with ``reason``; returns the engines ended. A deployment caught mid-launch stops too; external
-    deployments are not Hearth's to stop (their engines run elsewhere)."""
+    stopped saying so (``by``: what took the appliance down, "make down"); returns the engines ended. What the
+    admin or the idle policy wants is kept: one wanted serving is launched again when the worker is back
+    (console.deployments.restoring), one asleep becomes stopped to save (a request launches it), one an admin
+    stopped stays stopped. A deployment caught mid-launch stops too; external deployments are not Hearth's to stop
+    (their engines run elsewhere)."""
     engines = live_engines()
     for dep in Deployment.objects.filter(state__in=[*ACTIVE_STATES, S.STOPPING]).exclude(engine=EXTERNAL_ENGINE):
+        desired = DesiredState.STOPPED_IDLE if dep.desired == DesiredState.ASLEEP else DesiredState(dep.desired)
+        reason = SHUTDOWN_WORDS[desired].format(by=by)
         if dep.state == S.STOPPING or dep.move(S.STOPPING, reason):
             end_all(dep)
-            dep.move(S.STOPPED, reason)
+            dep.move(S.STOPPED, reason, desired=desired)
     runtime = ProcessRuntime(settings.DATA_DIR / "engines")
     for engine in engines:
         if not engine.deployment:

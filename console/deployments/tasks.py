@@ -1,11 +1,16 @@
 """Celery entry points of the deployments domain: each takes an id and calls the domain function that
 re-reads the row and does nothing when it is gone or already moved on (console.deployments.launching,
-watching, stopping, reconciling). Domain code enqueues these by name through console.deployments.dispatch.
+watching, stopping, reconciling, sleeping, room_actions). Domain code enqueues these by name through
+console.deployments.dispatch.
 """
 
-from celery import shared_task
+from typing import Any
 
-from console.deployments import dispatch, launching, reconciling, stopping, watching
+from celery import shared_task
+from celery.signals import worker_ready
+from django.conf import settings
+
+from console.deployments import dispatch, launching, reconciling, room_actions, sleeping, stopping, watching
 
 
 @shared_task(name=dispatch.LAUNCH)
@@ -44,7 +49,39 @@ def recreate_deployment(deployment_id: int) -> None:
     stopping.recreate(deployment_id)
 
 
+@shared_task(name=dispatch.SLEEP)
+def sleep_deployment(deployment_id: int, reason: str) -> None:
+    """sleeping → asleep (console.deployments.idle_actions claimed it)."""
+    sleeping.sleep(deployment_id, reason)
+
+
+@shared_task(name=dispatch.WAKE)
+def wake_deployment(deployment_id: int, reason: str, audited: bool = False) -> None:
+    """asleep → waking → ready, or the launch of one stopped to save (console.deployments.wakeups asked for it),
+    once room is made for it (console.deployments.room_actions)."""
+    room_actions.wake(deployment_id, reason, audited)
+
+
+@shared_task(name=dispatch.STOP_IDLE)
+def stop_idle_deployment(deployment_id: int, reason: str) -> None:
+    """stopping → stopped, to save (console.deployments.idle_actions claimed it)."""
+    sleeping.stop_to_save(deployment_id, reason)
+
+
+@shared_task(name=dispatch.LAUNCH_WHEN_ROOM)
+def launch_when_room(deployment_id: int, consent: bool) -> None:
+    """pending → the launch, once idle deployments are put aside to make room for it."""
+    room_actions.launch_when_room(deployment_id, consent)
+
+
 @shared_task(name=dispatch.RECONCILE)
 def reconcile() -> None:
     """What should run against what runs (beat, every HEARTH_RECONCILE_INTERVAL seconds)."""
     reconciling.reconcile()
+
+
+@worker_ready.connect
+def reconcile_at_start(**kwargs: Any) -> None:
+    """A worker that starts reconciles at once, not at beat's next tick: the deployments wanted serving when the
+    appliance went down launch again (console.deployments.restoring)."""
+    reconcile.apply_async(expires=settings.HEARTH_RECONCILE_INTERVAL)

@@ -10,11 +10,23 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from appliance import celery_heartbeats
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions, changes, cluster_export, external, remedy
+from console.deployments import (
+    admin_actions,
+    changes,
+    cluster_export,
+    external,
+    idle_actions,
+    page_parts,
+    remedy_actions,
+    state_caveats,
+)
 from console.deployments.forms import ChangeForm, DeploymentForm, EndpointForm, ExternalForm
-from console.deployments.models import Deployment
-from console.deployments.planning import demo_refusal, plan_for
+from console.deployments.idle_settings import idle_settings, merged, policy_words, set_idle_settings
+from console.deployments.models import Deployment, DeploymentState
+from console.deployments.planning import demo_refusal
+from console.deployments.room_making import new_plan
 from console.errors import ConsoleError
 from engines.launch import EngineKind
 
@@ -41,13 +53,15 @@ def deployments_page(request: HttpRequest) -> HttpResponse:
 def plan_preview(request: HttpRequest) -> HttpResponse:
     """The plan for the deployment form's current values, before anything is created (htmx)."""
     form = DeploymentForm(request.POST)
-    plan, error, note = None, "", ""
+    plan, error, note, room = None, "", "", ""
     if form.is_valid():
         data = form.cleaned_data
         try:
-            plan = plan_for(data["model"], data["engine"], **form.plan_options())
+            planned = new_plan(data["name"], data["model"], data["engine"], form.plan_options(), data["make_room"])
         except ConsoleError as exc:
             error = str(exc)
+        else:
+            plan, room = planned.plan, planned.refusal or (planned.room.words() if planned.room else "")
         if data["model"].kind == ModelSource.Kind.DEMO and data["engine"] != EngineKind.SIMULATOR:
             note = demo_refusal(data["model"])
     elif "model" in form.errors or "engine" in form.errors:
@@ -55,7 +69,7 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     else:
         problems = [(form.fields[f].label or f, " ".join(str(m) for m in e)) for f, e in form.errors.items()]
         error = " ".join(f"{label}: {text}" for label, text in problems if label != "name")
-    context = {"plan": plan, "error": error, "note": note}
+    context = {"plan": plan, "error": error, "note": note, "room": room}
     return render(request, "deployments/deployments.html#plan", context)
 
 
@@ -82,14 +96,31 @@ def deployment_logs(request: HttpRequest, pk: int) -> HttpResponse:
 def _deployment_context(dep: Deployment) -> dict[str, object]:
     latest = list(dep.replicas.launched().order_by("-id")[: dep.replica_count])  # the latest launch's replicas
     endpoints = list(dep.replicas.external().order_by("id"))
-    return {"dep": dep, "replicas": latest[::-1], "endpoints": endpoints, "remedy": remedy.remedy_for(dep)}
+    return {
+        "dep": dep,
+        "replicas": latest[::-1],
+        "endpoints": endpoints,
+        "remedy": remedy_actions.remedy_for(dep),
+        "parts": page_parts.templates(),
+        "policy": policy_words(dep),
+        "can_sleep": dep.state == DeploymentState.READY and idle_actions.can_sleep_now(dep),
+        "events": dep.recent_events(20),
+        "caveats": state_caveats.caveats(dep, celery_heartbeats.read()),
+    }
 
 
 @login_required
 @require_POST
 def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     dep = get_object_or_404(Deployment, pk=pk)
-    actions = {"launch": admin_actions.launch, "stop": admin_actions.stop, "remedy": remedy.apply_remedy}
+    make_room = request.POST.get("make_room") == "on"
+    actions = {
+        "launch": lambda d: admin_actions.launch(d, make_room=make_room),
+        "stop": admin_actions.stop,
+        "remedy": remedy_actions.apply_remedy,
+        "sleep": idle_actions.sleep_by_hand,
+        "wake": idle_actions.wake_by_hand,
+    }
     try:
         actions[action](dep)
     except ConsoleError as exc:
@@ -100,18 +131,24 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
 @login_required
 def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     """Change a deployment's settings: preview the new plan (and, while it runs, the Recreate and its
-    expected downtime), then confirm."""
+    expected downtime), then confirm. Idle settings alone act at once, without a Recreate."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
     current = changes.current_settings(dep)
-    initial = current | {"extra_args": shlex.join(current["extra_args"])}
+    initial = current | idle_settings(dep) | {"extra_args": shlex.join(current["extra_args"])}
     form = ChangeForm(request.POST or None, initial=initial, engine=dep.engine)
     preview = None
     if request.method == "POST" and form.is_valid():
         try:
+            idle, same = merged(dep, form.idle()), form.settings() == current
+            if same:  # the idle settings alone: no new plan, nothing recreated
+                preview = changes.ChangePreview(dep.stored_plan, recreate=False, downtime_seconds=None)
+            else:
+                preview = changes.preview_change(dep, **form.settings())
             if "confirm" in request.POST:
-                changes.apply_change(dep, **form.settings())
+                set_idle_settings(dep, **idle)
+                if not same:
+                    changes.apply_change(dep, **form.settings())
                 return redirect("deployments:detail", dep.pk)
-            preview = changes.preview_change(dep, **form.settings())
         except ConsoleError as exc:
             form.add_error(None, str(exc))
     return render(request, "deployments/change.html", {"dep": dep, "form": form, "preview": preview})

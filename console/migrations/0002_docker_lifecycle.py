@@ -4,65 +4,81 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0001_initial'),
+        ("console", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='deployment',
-            name='engine_env',
+            model_name="deployment",
+            name="engine_env",
             field=models.JSONField(blank=True, default=dict, help_text="Environment added to the engine's."),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='engine_image',
-            field=models.CharField(blank=True, help_text='The image pinned by digest at launch.', max_length=300),
+            model_name="deployment",
+            name="engine_image",
+            field=models.CharField(blank=True, help_text="The image pinned by digest at launch.", max_length=300),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='engine_image_ref',
-            field=models.CharField(blank=True, help_text='The configured image the pin came from; its tag names the version.', max_length=300),
+            model_name="deployment",
+            name="engine_image_ref",
+            field=models.CharField(
+                blank=True,
+                help_text="The configured image the pin came from; its tag names the version.",
+                max_length=300,
+            ),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='gpu_model',
-            field=models.CharField(blank=True, help_text='The GPUs it was launched on.', max_length=100),
+            model_name="deployment",
+            name="gpu_model",
+            field=models.CharField(blank=True, help_text="The GPUs it was launched on.", max_length=100),
         ),
         migrations.AddField(
-            model_name='replica',
-            name='previous_exit_code',
+            model_name="replica",
+            name="previous_exit_code",
             field=models.IntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='replica',
-            name='previous_log_tail',
-            field=models.TextField(blank=True, help_text='The last lines of the run before a restart.'),
+            model_name="replica",
+            name="previous_log_tail",
+            field=models.TextField(blank=True, help_text="The last lines of the run before a restart."),
         ),
         migrations.AddField(
-            model_name='replica',
-            name='previous_oom_killed',
+            model_name="replica",
+            name="previous_oom_killed",
             field=models.BooleanField(default=False),
         ),
         migrations.AddField(
-            model_name='replica',
-            name='restart_at',
-            field=models.DateTimeField(blank=True, help_text='When a crashed replica starts again.', null=True),
+            model_name="replica",
+            name="restart_at",
+            field=models.DateTimeField(blank=True, help_text="When a crashed replica starts again.", null=True),
         ),
         migrations.AddField(
-            model_name='replica',
-            name='restarts',
-            field=models.PositiveIntegerField(default=0, help_text='Crashes in a row it was restarted after.'),
+            model_name="replica",
+            name="restarts",
+            field=models.PositiveIntegerField(default=0, help_text="Crashes in a row it was restarted after."),
         ),
         migrations.AlterField(
-            model_name='deployment',
-            name='engine_version',
-            field=models.CharField(blank=True, help_text='As the running engine reports it.', max_length=50),
+            model_name="deployment",
+            name="engine_version",
+            field=models.CharField(blank=True, help_text="As the running engine reports it.", max_length=50),
         ),
         migrations.AlterField(
-            model_name='deployment',
-            name='state',
-            field=models.CharField(choices=[('pending', 'Pending'), ('pulling', 'Pulling'), ('starting', 'Starting'), ('loading', 'Loading'), ('ready', 'Ready'), ('failed', 'Failed'), ('stopping', 'Stopping'), ('stopped', 'Stopped')], default='pending', max_length=10),
+            model_name="deployment",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("pulling", "Pulling"),
+                    ("starting", "Starting"),
+                    ("loading", "Loading"),
+                    ("ready", "Ready"),
+                    ("failed", "Failed"),
+                    ("stopping", "Stopping"),
+                    ("stopped", "Stopped"),
+                ],
+                default="pending",
+                max_length=10,
+            ),
         ),
     ]

@@ -22,25 +22,24 @@ def restore_content_types(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0002_docker_lifecycle'),
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('catalog', '0001_initial'),
-        ('access', '0001_initial'),
-        ('deployments', '0001_initial'),
-        ('gateway', '0002_requestlog_key_in_access'),
+        ("console", "0002_docker_lifecycle"),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("catalog", "0001_initial"),
+        ("access", "0001_initial"),
+        ("deployments", "0001_initial"),
+        ("gateway", "0002_requestlog_key_in_access"),
     ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
             state_operations=[
-                migrations.RemoveField(model_name='deployment', name='model'),
-                migrations.RemoveField(model_name='replica', name='deployment'),
-                migrations.DeleteModel(name='ApiKey'),
-                migrations.DeleteModel(name='ModelSource'),
-                migrations.DeleteModel(name='Deployment'),
-                migrations.DeleteModel(name='Replica'),
+                migrations.RemoveField(model_name="deployment", name="model"),
+                migrations.RemoveField(model_name="replica", name="deployment"),
+                migrations.DeleteModel(name="ApiKey"),
+                migrations.DeleteModel(name="ModelSource"),
+                migrations.DeleteModel(name="Deployment"),
+                migrations.DeleteModel(name="Replica"),
             ],
             database_operations=[],
         ),

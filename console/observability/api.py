@@ -19,13 +19,28 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
     p = live_panel(get_object_or_404(Deployment, pk=pk))
     per_million = p.usd_per_million
     return {
-        "values": p.values, "reasons": p.reasons, "age_seconds": p.age_seconds, "stale": p.stale,
+        "values": p.values,
+        "reasons": p.reasons,
+        "age_seconds": p.age_seconds,
+        "stale": p.stale,
         "generation_tokens_per_second": p.values.get("generation_tokens_per_second"),
         "tokens_per_second": p.tokens_per_second,
-        "replicas": [{"id": r.replica_id, "age_seconds": r.age_seconds, "failures": r.failures, "error": r.error,
-                      "series": r.series, "flavor": r.flavor, "fresh": r.fresh} for r in p.replicas],
-        "user_ttft": p.requests.ttft_q, "user_itl": p.requests.itl_q,
-        "requests": p.requests.outcomes, "error_rate": p.requests.error_rate,
+        "replicas": [
+            {
+                "id": r.replica_id,
+                "age_seconds": r.age_seconds,
+                "failures": r.failures,
+                "error": r.error,
+                "series": r.series,
+                "flavor": r.flavor,
+                "fresh": r.fresh,
+            }
+            for r in p.replicas
+        ],
+        "user_ttft": p.requests.ttft_q,
+        "user_itl": p.requests.itl_q,
+        "requests": p.requests.outcomes,
+        "error_rate": p.requests.error_rate,
         "usd_per_hour": None if p.cost is None or p.cost.usd_per_hour is None else str(p.cost.usd_per_hour),
         "usd_per_million_tokens": None if per_million is None else str(per_million),
-    }  # fmt: skip
+    }

@@ -32,9 +32,23 @@ RANGES = {
     "24h": Range(86400, Resolution.FIVE_MINUTES, ROLLUP),
     "30d": Range(30 * 86400, Resolution.FIVE_MINUTES, 3600),
 }
-SERIES = ("kv_cache_usage", "requests_running", "requests_waiting", "prompt_tps", "generation_tps",
-          "ttft_p50", "ttft_p99", "user_ttft_p50", "user_ttft_p99", "itl_p50", "itl_p99", "user_itl_p50",
-          "user_itl_p99", "requests_per_s", "errors_per_s")  # fmt: skip
+SERIES = (
+    "kv_cache_usage",
+    "requests_running",
+    "requests_waiting",
+    "prompt_tps",
+    "generation_tps",
+    "ttft_p50",
+    "ttft_p99",
+    "user_ttft_p50",
+    "user_ttft_p99",
+    "itl_p50",
+    "itl_p99",
+    "user_itl_p50",
+    "user_itl_p99",
+    "requests_per_s",
+    "errors_per_s",
+)
 
 
 def _q(q: float, h: Histogram | None) -> float | None:
@@ -66,9 +80,11 @@ def _engine_slot(points_by_replica: list[list[Point]]) -> dict[str, float | None
         "requests_waiting": sum(waiting) if waiting else None,
         "prompt_tps": round(sum(prompt), 2) if prompt else None,
         "generation_tps": round(sum(gen), 2) if gen else None,
-        "ttft_p50": _q(0.5, merged_ttft), "ttft_p99": _q(0.99, merged_ttft),
-        "itl_p50": _q(0.5, merged_itl), "itl_p99": _q(0.99, merged_itl),
-    }  # fmt: skip
+        "ttft_p50": _q(0.5, merged_ttft),
+        "ttft_p99": _q(0.99, merged_ttft),
+        "itl_p50": _q(0.5, merged_itl),
+        "itl_p99": _q(0.99, merged_itl),
+    }
 
 
 def _gateway_slot(values: list[dict], seconds: float) -> dict[str, float | None]:  # type: ignore[type-arg]
@@ -76,11 +92,13 @@ def _gateway_slot(values: list[dict], seconds: float) -> dict[str, float | None]
     ttft, itl = sparse_histogram(merged["uh"].get("ttft", {})), sparse_histogram(merged["uh"].get("itl", {}))
     d = merged["d"]
     return {
-        "user_ttft_p50": _q(0.5, ttft), "user_ttft_p99": _q(0.99, ttft),
-        "user_itl_p50": _q(0.5, itl), "user_itl_p99": _q(0.99, itl),
+        "user_ttft_p50": _q(0.5, ttft),
+        "user_ttft_p99": _q(0.99, ttft),
+        "user_itl_p50": _q(0.5, itl),
+        "user_itl_p99": _q(0.99, itl),
         "requests_per_s": round(d.get("requests", 0) / seconds, 3),
         "errors_per_s": round(d.get("errors", 0) / seconds, 3),
-    }  # fmt: skip
+    }
 
 
 def series(dep: Deployment, name: str, now: float, since: float | None = None) -> dict[str, object]:
@@ -106,9 +124,12 @@ def series(dep: Deployment, name: str, now: float, since: float | None = None) -
 
 
 def _assemble(
-    dep: Deployment, engine: dict[int, dict[int, list[Point]]], gateway: dict[int, list[dict]],  # type: ignore[type-arg]
-    step: float, since: float | None,
-) -> dict[str, object]:  # fmt: skip
+    dep: Deployment,
+    engine: dict[int, dict[int, list[Point]]],
+    gateway: dict[int, list[dict]],  # type: ignore[type-arg]
+    step: float,
+    since: float | None,
+) -> dict[str, object]:
     t: list[float] = []
     out: dict[str, list[float | None]] = {k: [] for k in SERIES}
     previous = None
@@ -129,9 +150,12 @@ def _assemble(
             out[k].append(row[k])
         previous = s
     slo = ServiceLevel.objects.filter(deployment=dep).first()
-    per = dep.plan.get("max_num_seqs")
+    per = dep.stored_plan.max_num_seqs
     return {
-        "t": t, "series": out, "step": step, "since": since,
+        "t": t,
+        "series": out,
+        "step": step,
+        "since": since,
         "slo": {"ttft": slo.ttft_seconds if slo else None, "itl": slo.itl_seconds if slo else None},
-        "max_num_seqs": int(per) * max(dep.replica_count, 1) if per else None,
-    }  # fmt: skip
+        "max_num_seqs": per * max(dep.replica_count, 1) if per else None,
+    }

@@ -7,6 +7,10 @@ cost of hours nobody used it, each API key's share, and the price per token the 
 - $ per million tokens = $/h ÷ (tokens/s × 3600) × 10⁶ (DESIGN.md "Observe"), tokens/s = prompt + generation
   tokens/s over the last ``THROUGHPUT_WINDOW`` seconds, the same number the throughput panel shows.
 - Idle cost: $/h × the 5-minute periods of the last 24 h in which the deployment was up but generated nothing.
+- GPU time by state over the last 24 h (``gpu_time``): serving (up, with tokens), idle awake (up, none) and asleep
+  (console.observability.swaps, from its sleeps and wakes). Up means ready and scraped; an engine asleep is not
+  scraped, so its sleeping time is never counted as serving or idle time, and is not charged (its GPUs are free
+  for others but the 1.4 GiB it keeps a GPU).
 - A key's cost on a day = the deployment's cost that day ($/h × hours it was up, from the history) × the key's
   share of that deployment's tokens that day (prompt + completion, from the request log).
 
@@ -31,6 +35,7 @@ from django.db.models.functions import Coalesce
 from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment
 from console.observability.models import MetricSample, PriceSetting, RequestLog, Resolution
+from console.observability.swaps import swaps
 
 THROUGHPUT_WINDOW = 60  # seconds of counter deltas behind tokens/s and $ per million tokens
 PRICE_TTL_SCRAPES = 4
@@ -50,7 +55,7 @@ class HourlyCost:
 
 def gpu_model_of(dep: Deployment, prices: list[PriceSetting]) -> PriceSetting | None:
     """The price row whose GPU name appears in the inventory the deployment was planned on (longest first)."""
-    text = str(dep.plan.get("inventory", ""))
+    text = dep.stored_plan.inventory
     for row in sorted(prices, key=lambda p: -len(p.gpu_model)):
         if row.gpu_model and row.gpu_model in text:
             return row
@@ -59,7 +64,7 @@ def gpu_model_of(dep: Deployment, prices: list[PriceSetting]) -> PriceSetting | 
 
 def hourly_cost(dep: Deployment, prices: list[PriceSetting] | None = None) -> HourlyCost:
     """$/hour of a deployment's GPUs (see the module docstring)."""
-    gpus = len(dep.plan.get("gpu_indices") or [])
+    gpus = len(dep.stored_plan.gpu_indices)
     if dep.external:
         return HourlyCost(None, 0, "", None, "Hearth did not launch it, so it knows no GPUs to price")
     if not gpus:
@@ -123,7 +128,8 @@ def _periods(dep: Deployment, start: datetime, end: datetime) -> dict[float, flo
     periods: dict[float, float] = {}
     last = None
     rollups = engines.filter(resolution=Resolution.FIVE_MINUTES).values_list(  # only the two numbers, not the rows
-        "at", KT("values__d__generation_tokens_total"), KT("values__d__prompt_tokens_total"))  # fmt: skip
+        "at", KT("values__d__generation_tokens_total"), KT("values__d__prompt_tokens_total")
+    )
     for at, generated, prompt in rollups:
         key = at.timestamp()
         periods[key] = periods.get(key, 0.0) + float(generated or 0) + float(prompt or 0)
@@ -144,6 +150,24 @@ def idle_hours(dep: Deployment, now: datetime) -> tuple[float, float]:
     periods = _periods(dep, now - timedelta(hours=24), now + timedelta(seconds=1))
     period_hours = 300 / 3600
     return len(periods) * period_hours, sum(1 for t in periods.values() if not t) * period_hours
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """Hours of the last 24 h a deployment spent serving, idle awake and asleep, and the GPUs it holds awake
+    (GPU-hours = hours × gpus)."""
+
+    serving: float
+    idle: float
+    asleep: float
+    gpus: int
+
+
+def gpu_time(dep: Deployment, now: datetime) -> GpuTime:
+    """``dep``'s GPU time by state over the 24 h before ``now`` (module docstring)."""
+    up, idle = idle_hours(dep, now)
+    asleep = swaps(dep, now, window=24 * 3600).asleep_seconds / 3600
+    return GpuTime(max(up - idle, 0.0), idle, asleep, len(dep.stored_plan.gpu_indices))
 
 
 def hours_up(dep: Deployment, day: date) -> float:
@@ -178,8 +202,9 @@ def visible_to(costs: list[KeyCost], own: set[int] | None) -> list[KeyCost]:
     for (day, deployment), rows in others.items():
         priced = [k.usd for k in rows if k.usd is not None]
         usd = sum(priced, Decimal(0)) if len(priced) == len(rows) else None
-        mine.append(KeyCost(day, deployment, None, "other keys", sum(k.tokens for k in rows),
-                            sum(k.share for k in rows), usd))  # fmt: skip
+        mine.append(
+            KeyCost(day, deployment, None, "other keys", sum(k.tokens for k in rows), sum(k.share for k in rows), usd)
+        )
     return sorted(mine, key=lambda k: -k.tokens)
 
 
@@ -210,6 +235,9 @@ def key_costs(day: date, only: Deployment | None = None) -> list[KeyCost]:
         share = row["tokens"] / total if total else 0.0
         cost = day_cost.get(row["model"])
         usd = None if cost is None else cost * Decimal(repr(share))
-        out.append(KeyCost(day, row["model"], row["api_key_id"], row["api_key__name"] or "(deleted key)",
-                           row["tokens"], share, usd))  # fmt: skip
+        out.append(
+            KeyCost(
+                day, row["model"], row["api_key_id"], row["api_key__name"] or "(deleted key)", row["tokens"], share, usd
+            )
+        )
     return sorted(out, key=lambda k: -k.tokens)

@@ -5,10 +5,19 @@ gateway.metrics_endpoint's ``metrics_app``; names are ``hearth_engine_<canonical
 engine's own buckets, plus
 ``hearth_engine_scrape_age_seconds`` (how old each replica's numbers are) and each deployment's
 ``hearth_deployment_usd_per_hour`` and ``hearth_deployment_tokens_per_second``.
+
+Sharing the GPUs over time (issue 29), for every deployment Hearth launched, from its state and its history of
+sleeps and wakes (console.observability.swaps): ``hearth_deployment_state`` (1 for the state it is in, 0 for the
+others: STATES), ``hearth_deployment_state_seconds`` (since it entered it), and over the last 24 h
+``hearth_deployment_sleeps_last_24h`` (by level), ``..._wakes_last_24h``, ``..._wake_failures_last_24h``,
+``..._stops_to_save_last_24h``, ``..._asleep_seconds_last_24h`` and ``hearth_deployment_wake_seconds_last_24h``
+(quantile 0.5 and 0.99). Gauges over a window, not counters: the history keeps a deployment's newest
+DeploymentEvent.KEPT events, so a count of all of them would stop growing and then fall, which a counter may not.
 """
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -18,6 +27,8 @@ from console.deployments.models import Deployment, DeploymentState
 from console.observability.history import _decode_hists
 from console.observability.models import MetricSample, Resolution
 from console.observability.panel import panels
+from console.observability.swaps import state_class, swaps
+from engines.external import EXTERNAL_ENGINE
 from engines.metrics import CANONICAL, COUNTER, HISTOGRAM
 
 LABELS = ["deployment", "replica"]
@@ -41,8 +52,9 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families = _families()
-        age = GaugeMetricFamily("hearth_engine_scrape_age_seconds", "Seconds since the replica's last good scrape",
-                                labels=LABELS)  # fmt: skip
+        age = GaugeMetricFamily(
+            "hearth_engine_scrape_age_seconds", "Seconds since the replica's last good scrape", labels=LABELS
+        )
         deps = list(Deployment.objects.filter(state=DeploymentState.READY).order_by("name"))
         now = time.time()
         for dep in deps:
@@ -56,6 +68,7 @@ class EngineCollector(Collector):
         yield age
         yield from families.values()
         yield from _deployment_families(deps)
+        yield from _swap_families(list(Deployment.objects.exclude(engine=EXTERNAL_ENGINE).order_by("name")))
 
 
 def _add(families: dict[str, Any], labels: list[str], values: dict) -> None:  # type: ignore[type-arg]
@@ -69,10 +82,14 @@ def _add(families: dict[str, Any], labels: list[str], values: dict) -> None:  # 
 
 
 def _deployment_families(deps: list[Deployment]) -> Iterator[Metric]:
-    hourly = GaugeMetricFamily("hearth_deployment_usd_per_hour", "A deployment's GPUs' price, USD/hour",
-                               labels=["deployment"])  # fmt: skip
-    tps = GaugeMetricFamily("hearth_deployment_tokens_per_second", "Prompt + generation tokens/s over the last minute",
-                            labels=["deployment"])  # fmt: skip
+    hourly = GaugeMetricFamily(
+        "hearth_deployment_usd_per_hour", "A deployment's GPUs' price, USD/hour", labels=["deployment"]
+    )
+    tps = GaugeMetricFamily(
+        "hearth_deployment_tokens_per_second",
+        "Prompt + generation tokens/s over the last minute",
+        labels=["deployment"],
+    )
     for panel in panels(deps):
         if panel.cost is not None and panel.cost.usd_per_hour is not None:
             hourly.add_metric([panel.dep.name], float(panel.cost.usd_per_hour))
@@ -80,6 +97,53 @@ def _deployment_families(deps: list[Deployment]) -> Iterator[Metric]:
             tps.add_metric([panel.dep.name], panel.tokens_per_second)
     yield hourly
     yield tps
+
+
+STATES = (*DeploymentState.values, "stopped_to_save")  # a stop to save is "stopped" with desired "stopped_idle"
+
+
+def _swap_families(deps: list[Deployment]) -> Iterator[Metric]:
+    now = datetime.now(UTC)
+    one = ["deployment"]
+    state = GaugeMetricFamily("hearth_deployment_state", "1 for the state a deployment is in", labels=[*one, "state"])
+    since = GaugeMetricFamily(
+        "hearth_deployment_state_seconds", "Seconds a deployment has been in its state", labels=one
+    )
+    sleeps = GaugeMetricFamily(
+        "hearth_deployment_sleeps_last_24h", "Sleeps in the last 24 h, by level", labels=[*one, "level"]
+    )
+    counts = {
+        "wakes": GaugeMetricFamily("hearth_deployment_wakes_last_24h", "Wakes in the last 24 h", labels=one),
+        "failed": GaugeMetricFamily(
+            "hearth_deployment_wake_failures_last_24h", "Failed wakes in the last 24 h", labels=one
+        ),
+        "stops": GaugeMetricFamily(
+            "hearth_deployment_stops_to_save_last_24h", "Stops to save in the last 24 h", labels=one
+        ),
+        "asleep_seconds": GaugeMetricFamily(
+            "hearth_deployment_asleep_seconds_last_24h", "Seconds asleep in the last 24 h", labels=one
+        ),
+    }
+    wake = GaugeMetricFamily(
+        "hearth_deployment_wake_seconds_last_24h",
+        "Wake time (its start to ready), seconds, over the last 24 h's wakes",
+        labels=[*one, "quantile"],
+    )
+    for dep in deps:
+        name = dep.name
+        now_in = "stopped_to_save" if state_class(dep) == "saving" else dep.state
+        for each in STATES:
+            state.add_metric([name, each], 1.0 if each == now_in else 0.0)
+        since.add_metric([name], max((now - dep.state_since).total_seconds(), 0.0))
+        found = swaps(dep, now)
+        for level, n in found.by_level:
+            sleeps.add_metric([name, str(level)], n)
+        for key, family in counts.items():
+            family.add_metric([name], float(getattr(found, key)))
+        for q, seconds in (("0.5", found.wake_p50), ("0.99", found.wake_p99)):
+            if seconds is not None:
+                wake.add_metric([name, q], seconds)
+    yield from (state, since, sleeps, *counts.values(), wake)
 
 
 def engine_registry() -> CollectorRegistry:

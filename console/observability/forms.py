@@ -31,8 +31,10 @@ class PriceForm(forms.ModelForm):  # type: ignore[type-arg]
         model = PriceSetting
         fields = ("gpu_model", "usd_per_gpu_hour", "source")
         labels: ClassVar[dict[str, str]] = {
-            "gpu_model": "GPU model", "usd_per_gpu_hour": "USD per GPU-hour", "source": "Source of the price",
-        }  # fmt: skip
+            "gpu_model": "GPU model",
+            "usd_per_gpu_hour": "USD per GPU-hour",
+            "source": "Source of the price",
+        }
 
     def clean_usd_per_gpu_hour(self) -> object:
         value = self.cleaned_data["usd_per_gpu_hour"]

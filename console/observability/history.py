@@ -66,7 +66,7 @@ def check_bounds_cache() -> None:
 
 
 def _cached_bounds() -> list[tuple[float, ...]]:
-    return [b for b, in _seen_bounds]
+    return [b for (b,) in _seen_bounds]
 
 
 _seen_bounds: set[tuple[tuple[float, ...]]] = set()
@@ -148,9 +148,12 @@ def engine_points(
     if resolution == Resolution.SCRAPE:
         return _scrape_points(deployment_id, start, end, interval)
     rows = MetricSample.objects.filter(
-        deployment_id=deployment_id, replica__isnull=False, resolution=resolution,
-        at__gte=to_datetime(start - ROLLUP), at__lte=to_datetime(end),
-    ).order_by("replica_id", "at")  # fmt: skip
+        deployment_id=deployment_id,
+        replica__isnull=False,
+        resolution=resolution,
+        at__gte=to_datetime(start - ROLLUP),
+        at__lte=to_datetime(end),
+    ).order_by("replica_id", "at")
     by_replica: dict[int, list[MetricSample]] = {}
     for row in rows:
         by_replica.setdefault(row.replica_id or 0, []).append(row)
@@ -161,9 +164,12 @@ def _scrape_points(deployment_id: int, start: float, end: float, interval: float
     """Scrape-resolution points, reading the window's ids and times and the values of only the samples this
     process has no step for (step_cache says why)."""
     rows = MetricSample.objects.filter(
-        deployment_id=deployment_id, replica__isnull=False, resolution=Resolution.SCRAPE,
-        at__gte=to_datetime(start - GAP_STEPS * interval - 1), at__lte=to_datetime(end),
-    ).order_by("replica_id", "at")  # fmt: skip
+        deployment_id=deployment_id,
+        replica__isnull=False,
+        resolution=Resolution.SCRAPE,
+        at__gte=to_datetime(start - GAP_STEPS * interval - 1),
+        at__lte=to_datetime(end),
+    ).order_by("replica_id", "at")
     times: dict[int, float] = {}
     by_replica: dict[int, list[int]] = {}
     for replica_id, sample_id, at in rows.values_list("replica_id", "id", "at"):
@@ -194,9 +200,12 @@ def gateway_rows(deployment_id: int, start: float, end: float, resolution: int) 
     """The gateway's per-period request counts of a deployment: (period end, values), oldest first."""
     shift = ROLLUP if resolution == Resolution.FIVE_MINUTES else 0
     rows = MetricSample.objects.filter(
-        deployment_id=deployment_id, replica__isnull=True, resolution=resolution,
-        at__gte=to_datetime(start - shift), at__lte=to_datetime(end),
-    ).order_by("at")  # fmt: skip
+        deployment_id=deployment_id,
+        replica__isnull=True,
+        resolution=resolution,
+        at__gte=to_datetime(start - shift),
+        at__lte=to_datetime(end),
+    ).order_by("at")
     return [(r.at.timestamp() + shift, r.values) for r in rows]
 
 
@@ -265,11 +274,14 @@ def _roll_up_one(deployment_id: int, replica_id: int | None, start: float, close
             periods.setdefault(int(row.at.timestamp() // ROLLUP) * ROLLUP, []).append(row.values)
     made = [
         MetricSample(
-            deployment_id=deployment_id, replica_id=replica_id, at=to_datetime(at), resolution=Resolution.FIVE_MINUTES,
+            deployment_id=deployment_id,
+            replica_id=replica_id,
+            at=to_datetime(at),
+            resolution=Resolution.FIVE_MINUTES,
             values=_engine_rollup(items) if replica_id is not None else merge_gateway(items),  # type: ignore[arg-type]
         )
         for at, items in sorted(periods.items())
-    ]  # fmt: skip
+    ]
     with transaction.atomic():
         MetricSample.objects.bulk_create(made)
     return len(made)

@@ -1,4 +1,4 @@
-"""Observability's tables: the request log the gateway writes (in batches, gateway.accounting), the metric
+"""Observability's tables: the request log the gateway writes (spooled through Redis, request_spool), the metric
 history the scraper keeps, each replica's scrape health, the editable metric mappings, GPU prices and the
 service levels goodput is measured against."""
 
@@ -34,13 +34,29 @@ class RequestLog(models.Model):
     length_cut = models.BooleanField(default=False, help_text="The answer hit its output-token limit.")
     empty_answer = models.BooleanField(default=False, help_text="A finished answer with no text and no tool call.")
     cost_usd = models.DecimalField(
-        max_digits=18, decimal_places=9, null=True,
+        max_digits=18,
+        decimal_places=9,
+        null=True,
         help_text="USD charged to the key's budgets: tokens × the deployment's price per token; None: no price.",
-    )  # fmt: skip
+    )
     key_prefix = models.CharField(
-        max_length=20, blank=True,
+        max_length=20,
+        blank=True,
         help_text="The public prefix of the secret the request used: during a rotation's grace, the old one's.",
-    )  # fmt: skip
+    )
+    request_id = models.CharField(  # noqa: DJ001 - NULL for rows written before requests had an id (NULLs never clash)
+        max_length=32,
+        null=True,
+        unique=True,
+        help_text="The gateway's id of the request: whoever writes its row, and however often, it is written once.",
+    )
+    woke_engine = models.BooleanField(
+        default=False,
+        help_text="Held for its deployment's wake first: the model was asleep or stopped to save (gateway.holding).",
+    )
+    wake_seconds = models.FloatField(
+        null=True, help_text="How long it was held for the wake (in its TTFT and duration too); None: not held."
+    )
 
     class Meta:
         indexes = (models.Index(fields=["api_key", "created_at"]),)

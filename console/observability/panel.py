@@ -14,18 +14,33 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
-from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.models import (
+    ACTIVE_STATES,
+    ASLEEP_STATES,
+    Deployment,
+    DeploymentEvent,
+    DeploymentState,
+    Replica,
+)
 from console.observability.cost import THROUGHPUT_WINDOW, HourlyCost, hourly_cost, usd_per_million
 from console.observability.history import Point, engine_points
 from console.observability.mappings import mapping_rows, no_data_reason
 from console.observability.models import PriceSetting, Resolution, ScrapeHealth
 from console.observability.request_stats import RequestStats, window_stats
+from console.observability.swaps import Swaps, since_words, state_class, state_label, swaps
 from engines.metrics import RATIO_METRICS, MappingRow, Quantile, add_histograms, quantile
+from engines.room import asleep_bytes_per_gpu, awake_bytes_per_gpu, gib, gpus_words
 
 STALE_AFTER_SCRAPES = 3
 LATENCY_WINDOW = 300  # seconds behind percentiles, outcomes, error rate and goodput
-GAUGES = ("kv_cache_usage", "requests_running", "requests_waiting", "kv_cache_size_tokens", "prefix_cache_hit_rate",
-          "spec_accept_length")  # fmt: skip
+GAUGES = (
+    "kv_cache_usage",
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_size_tokens",
+    "prefix_cache_hit_rate",
+    "spec_accept_length",
+)
 COUNTERS_SHOWN = ("generation_tokens_total", "prompt_tokens_total")
 
 
@@ -59,6 +74,38 @@ class Panel:
     requests: RequestStats = field(default_factory=RequestStats)
     cost: HourlyCost | None = None
     age_seconds: float | None = None
+    swaps: Swaps = field(default_factory=Swaps)
+    woke_seconds: float | None = None  # since it became ready after a wake, while it is ready; else None
+
+    @property
+    def state(self) -> str:
+        """Its state in words: "ready", "asleep (level 2)", "stopped to save"... (console.observability.swaps)."""
+        return state_label(self.dep)
+
+    @property
+    def state_class(self) -> str:
+        return state_class(self.dep)
+
+    @property
+    def since(self) -> str:
+        return since_words(self.dep)
+
+    @property
+    def put_aside(self) -> bool:
+        """Asleep, going to sleep or waking: its engine runs, serving nothing."""
+        return self.dep.state in ASLEEP_STATES
+
+    @property
+    def held(self) -> str:
+        """What its engines hold of the GPUs now, in words ("1.4 GiB on each of GPUs 0–3", "73.2 GiB on GPU 0"); ""
+        on the CPU."""
+        plan = self.dep.stored_plan
+        if plan.gpu is None or not plan.gpu_indices or self.dep.state not in ACTIVE_STATES:
+            return ""
+        awake = awake_bytes_per_gpu(plan.as_gpu())
+        held = asleep_bytes_per_gpu(awake) if self.dep.state == DeploymentState.ASLEEP else awake
+        where = gpus_words(plan.gpu_indices)
+        return f"{gib(held)} on {where}" if len(plan.gpu_indices) == 1 else f"{gib(held)} on each of {where}"
 
     @property
     def ready(self) -> bool:
@@ -66,16 +113,23 @@ class Panel:
 
     @property
     def stale(self) -> bool:
-        return self.ready and (self.age_seconds is None or self.age_seconds > STALE_AFTER_SCRAPES * _interval())
+        late = self.age_seconds is None or self.age_seconds > STALE_AFTER_SCRAPES * _interval()
+        return self.ready and late and not self.just_woke
 
     @property
     def failing(self) -> list[ReplicaHealth]:
-        return [r for r in self.replicas if not r.fresh]
+        return [] if self.just_woke else [r for r in self.replicas if not r.fresh]
+
+    @property
+    def just_woke(self) -> bool:
+        """Ready again after a wake less than STALE_AFTER_SCRAPES scrape intervals ago: its last scrape is from before
+        its sleep (an asleep engine is not scraped), and the next one has not come yet; neither stale nor failing."""
+        return self.woke_seconds is not None and self.woke_seconds <= STALE_AFTER_SCRAPES * _interval()
 
     @property
     def max_num_seqs(self) -> int | None:
-        per = self.dep.plan.get("max_num_seqs")
-        return int(per) * max(self.dep.replica_count, 1) if per else None
+        per = self.dep.stored_plan.max_num_seqs
+        return per * max(self.dep.replica_count, 1) if per else None
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -103,9 +157,17 @@ def replica_health(deps: list[Deployment], now: float) -> dict[int, list[Replica
     for replica in running:
         h = health.get(replica.pk)
         age = now - h.last_success_at.timestamp() if h and h.last_success_at else None
-        out[replica.deployment_id].append(ReplicaHealth(
-            replica.pk, replica.runtime_name, age, h.failures_in_row if h else 0, h.last_error if h else "",
-            h.series if h else 0, h.flavor if h else ""))  # fmt: skip
+        out[replica.deployment_id].append(
+            ReplicaHealth(
+                replica.pk,
+                replica.runtime_name,
+                age,
+                h.failures_in_row if h else 0,
+                h.last_error if h else "",
+                h.series if h else 0,
+                h.flavor if h else "",
+            )
+        )
     return out
 
 
@@ -119,14 +181,21 @@ def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
     stats = window_stats(ready, datetime.fromtimestamp(now - LATENCY_WINDOW, UTC)) if ready else {}
     health = replica_health(ready, now) if ready else {}
     out = []
+    moment = datetime.fromtimestamp(now, UTC)
     for dep in deps:
-        panel = Panel(dep, cost=hourly_cost(dep, prices))
+        panel = Panel(dep, cost=hourly_cost(dep, prices), swaps=swaps(dep, moment))
         if dep.state == DeploymentState.READY:
+            woke = dep.events.filter(kind=DeploymentEvent.Kind.WAKE, at__gte=dep.state_since).exists()
+            panel.woke_seconds = now - dep.state_since.timestamp() if woke else None
             panel.requests = stats.get(dep.pk, RequestStats())
             panel.replicas = health[dep.pk]
             _fill(panel, now, rows)
         else:
-            why = "the deployment has not been launched yet" if dep.never_launched else f"the deployment is {dep.state}"
+            why = (
+                "the deployment has not been launched yet"
+                if dep.never_launched
+                else f"the deployment is {dep.state_words}"
+            )
             panel.reasons = dict.fromkeys((*GAUGES, *COUNTERS_SHOWN), why)
         out.append(panel)
     return out
@@ -180,16 +249,23 @@ def _window_sum(points: list[Point], name: str, since: float) -> tuple[float, fl
 
 
 def _rates(panel: Panel, mine: dict[int, list[Point]], now: float) -> None:
-    for counter, rate in (("prompt_tokens_total", "prompt_tokens_per_second"),
-                          ("generation_tokens_total", "generation_tokens_per_second")):  # fmt: skip
+    for counter, rate in (
+        ("prompt_tokens_total", "prompt_tokens_per_second"),
+        ("generation_tokens_total", "generation_tokens_per_second"),
+    ):
         parts = [_window_sum(pts, counter, now - THROUGHPUT_WINDOW) for pts in mine.values()]
         if parts and all(p is not None and p[1] > 0 for p in parts):
             panel.values[rate] = sum(p[0] / p[1] for p in parts if p is not None)
         else:
             panel.reasons[rate] = "needs two scrapes of a token counter"
     sums: dict[str, float] = {}
-    for name in ("prefix_cache_hits_total", "prefix_cache_queries_total", "preemptions_total",
-                 "spec_accepted_tokens_total", "spec_draft_tokens_total"):  # fmt: skip
+    for name in (
+        "prefix_cache_hits_total",
+        "prefix_cache_queries_total",
+        "preemptions_total",
+        "spec_accepted_tokens_total",
+        "spec_draft_tokens_total",
+    ):
         found = [s for pts in mine.values() if (s := _window_sum(pts, name, now - LATENCY_WINDOW)) is not None]
         if found:
             sums[name] = sum(s[0] for s in found)

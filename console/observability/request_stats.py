@@ -33,8 +33,19 @@ USER_BOUNDS: tuple[float, ...] = tuple(round(0.001 * 1.2**k, 6) for k in range(8
 # relay's GIL) crosses over sooner, at ~2,000 rows (17 ms of Django building the 5 queries against ~8 µs a row
 # here), but on a box of 2 cores PostgreSQL's own CPU competes with the relay just the same: the total decides.
 SQL_FROM_ROWS = 4000
-FIELDS = ("id", "model", "api_key_id", "status", "finish_reason", "truncated", "client_cancelled",
-          "completion_tokens", "prompt_tokens", "ttft_seconds", "duration_seconds")  # fmt: skip
+FIELDS = (
+    "id",
+    "model",
+    "api_key_id",
+    "status",
+    "finish_reason",
+    "truncated",
+    "client_cancelled",
+    "completion_tokens",
+    "prompt_tokens",
+    "ttft_seconds",
+    "duration_seconds",
+)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -159,9 +170,12 @@ def window_stats(
 
 def _from_aggregates(a: request_stats_sql.Aggregates) -> RequestStats:
     stats = RequestStats(
-        errors_by_status=a.errors_by_status, prompt_tokens=a.prompt_tokens, completion_tokens=a.completion_tokens,
-        tokens_by_key=a.tokens_by_key, met_slo=a.met_slo,
-    )  # fmt: skip
+        errors_by_status=a.errors_by_status,
+        prompt_tokens=a.prompt_tokens,
+        completion_tokens=a.completion_tokens,
+        tokens_by_key=a.tokens_by_key,
+        met_slo=a.met_slo,
+    )
     stats.outcomes.update(a.outcomes)
     for which, (n, values) in (("ttft", a.ttft), ("itl", a.itl)):
         qs = request_stats_sql.QUANTILES
@@ -195,13 +209,18 @@ def sparse_histogram(sparse: dict[str, int]) -> Histogram | None:
 def stored_counts(stats: RequestStats, last_id: int) -> dict[str, object]:
     """What the history keeps of a period's requests (MetricSample without a replica)."""
     return {
-        "d": {**{o: n for o, n in stats.outcomes.items() if n}, "requests": stats.total, "errors": stats.errors,
-              "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.completion_tokens,
-              "met_slo": stats.met_slo},
+        "d": {
+            **{o: n for o, n in stats.outcomes.items() if n},
+            "requests": stats.total,
+            "errors": stats.errors,
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.completion_tokens,
+            "met_slo": stats.met_slo,
+        },
         "e": {str(s): n for s, n in stats.errors_by_status.items()},
         "uh": {"ttft": _sparse(stats.ttft), "itl": _sparse(stats.itl)},
         "last_id": last_id,
-    }  # fmt: skip
+    }
 
 
 def cursor_key() -> str:

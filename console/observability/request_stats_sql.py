@@ -35,11 +35,14 @@ OUTCOME = Case(
     output_field=CharField(),
 )
 ITL = Case(
-    When(ttft_seconds__isnull=False, completion_tokens__gte=2,
-         then=Greatest(F("duration_seconds") - F("ttft_seconds"), Value(0.0)) / (F("completion_tokens") - 1)),
+    When(
+        ttft_seconds__isnull=False,
+        completion_tokens__gte=2,
+        then=Greatest(F("duration_seconds") - F("ttft_seconds"), Value(0.0)) / (F("completion_tokens") - 1),
+    ),
     default=None,
     output_field=FloatField(),
-)  # fmt: skip
+)
 
 
 class Percentiles(Aggregate):
@@ -73,8 +76,9 @@ def window(models: Sequence[str], since: datetime, slos: dict[str, Slo]) -> dict
     rows: QuerySet[RequestLog] = RequestLog.objects.filter(created_at__gte=since, model__in=list(models))
     rows = rows.annotate(outcome=OUTCOME, itl=ITL)
     out = {m: Aggregates() for m in models}
-    by_outcome = rows.values("model", "outcome").annotate(n=Count("id"), p=Sum("prompt_tokens"),
-                                                          c=Sum("completion_tokens"))  # fmt: skip
+    by_outcome = rows.values("model", "outcome").annotate(
+        n=Count("id"), p=Sum("prompt_tokens"), c=Sum("completion_tokens")
+    )
     for r in by_outcome:
         agg = out[r["model"]]
         agg.outcomes[r["outcome"]] = r["n"]
@@ -86,8 +90,9 @@ def window(models: Sequence[str], since: datetime, slos: dict[str, Slo]) -> dict
     for k in rows.values("model", "api_key_id").annotate(t=tokens):
         out[k["model"]].tokens_by_key[k["api_key_id"]] = k["t"]
     served = rows.filter(outcome__in=SERVED).values("model")
-    latency = served.annotate(tn=Count("ttft_seconds"), tq=Percentiles("ttft_seconds"), inn=Count("itl"),
-                              iq=Percentiles("itl"))  # fmt: skip
+    latency = served.annotate(
+        tn=Count("ttft_seconds"), tq=Percentiles("ttft_seconds"), inn=Count("itl"), iq=Percentiles("itl")
+    )
     for lat in latency:
         out[lat["model"]].ttft = (lat["tn"], lat["tq"] if lat["tn"] else None)
         out[lat["model"]].itl = (lat["inn"], lat["iq"] if lat["inn"] else None)

@@ -17,9 +17,9 @@ from django.db import IntegrityError
 from django.db.models import F
 
 from appliance.runtimes import get_runtime
+from console.deployments import probing
 from console.deployments.lifecycle import LOG_LINES
 from console.deployments.models import Deployment, DeploymentState, Replica
-from console.deployments.probing import tls_context
 from console.observability import cost, history, request_stats
 from console.observability.mappings import mapping_rows
 from console.observability.models import ScrapeHealth
@@ -40,13 +40,15 @@ def fetch(replica: Replica) -> tuple[float, str] | Exception:
     """(time, text) of one /metrics, or the error (ValueError for a kind that serves none)."""
     if replica.external and replica.engine_kind in NO_METRICS:
         return ValueError(NO_METRICS[ExternalKind(replica.engine_kind)])
-    key = replica.engine_api_key if replica.external else ""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    url = f"{replica.base_url}/metrics"
     try:
-        resp = httpx.get(f"{replica.base_url}/metrics", headers=headers, timeout=scrape_timeout(), verify=tls_context())
+        if replica.external:  # with its key, through the address policy (its host resolved and judged now)
+            resp = probing.get(url, replica.engine_api_key, scrape_timeout())
+        else:
+            resp = httpx.get(url, timeout=scrape_timeout())
         resp.raise_for_status()
         return time.time(), resp.text
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, probing.EndpointError) as exc:
         return exc
 
 
@@ -106,9 +108,13 @@ def _record(replica: Replica, result: tuple[float, str] | Exception, rows: list[
         return 0
     history.record_scrape(replica, scrape)
     ScrapeHealth.objects.filter(pk=health.pk).update(
-        last_attempt_at=now, last_success_at=now, failures_in_row=0, last_error="", series=scrape.series,
+        last_attempt_at=now,
+        last_success_at=now,
+        failures_in_row=0,
+        last_error="",
+        series=scrape.series,
         flavor=scrape.flavor,
-    )  # fmt: skip
+    )
     return 1
 
 

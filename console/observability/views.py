@@ -17,9 +17,10 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from appliance import celery_heartbeats
 from console.access.roles import may_see_all
 from console.audit.recording import form_changes, record
-from console.deployments.models import ACTIVE_STATES, Deployment
+from console.deployments.models import Deployment, DeploymentState
 from console.observability import charts, cost, gpu_strip
 from console.observability.forms import MappingForm, PriceForm, RequestFilter, SloForm
 from console.observability.models import MetricMapping, PriceSetting, RequestLog, ScrapeHealth, ServiceLevel
@@ -27,6 +28,7 @@ from console.observability.outcomes import LENGTH_CUTS, outcome_of
 from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
 
 COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
+SCRAPED = (DeploymentState.LOADING, DeploymentState.READY)  # the states whose engines the scraper reads
 
 
 def _dashboard_context() -> dict[str, object]:
@@ -34,13 +36,33 @@ def _dashboard_context() -> dict[str, object]:
     shared, gpu_age, gpu_warning = gpu_strip.strip()
     last = ScrapeHealth.objects.filter(replica__running=True).order_by("-last_attempt_at").first()
     scraper_age = time.time() - last.last_attempt_at.timestamp() if last and last.last_attempt_at else None
-    running = any(d.state in ACTIVE_STATES for d in deps)
+    running = any(d.state in SCRAPED for d in deps)  # an asleep engine is not scraped: its silence is no alarm
     silent = running and (scraper_age is None or scraper_age > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL)
+    held = gpu_strip.holders()
+    telemetry = shared.telemetry if shared else []
     return {
-        "panels": panels(deps), "gpus": shared, "gpu_age": gpu_age, "gpu_warning": gpu_warning,
-        "scraper_age": scraper_age, "scraper_silent": silent, "latency_window": LATENCY_WINDOW // 60,
+        "panels": panels(deps),
+        "gpus": shared,
+        "gpu_rows": [(g, held.get(g.index, [])) for g in telemetry],
+        "gpu_age": gpu_age,
+        "gpu_warning": gpu_warning,
+        "scraper_age": scraper_age,
+        "scraper_silent": silent,
+        "scraper_silence_cause": silence_cause(celery_heartbeats.read()) if silent else "",
+        "latency_window": LATENCY_WINDOW // 60,
         "throughput_window": cost.THROUGHPUT_WINDOW,
-    }  # fmt: skip
+    }
+
+
+def silence_cause(found: celery_heartbeats.Liveness) -> str:
+    """Why the scraper records nothing, as far as beat's and the workers' heartbeats tell, in one sentence."""
+    if why := found.worker_stopped():
+        return f"No worker is running ({why})."
+    if why := found.beat_stopped():
+        return f"{why}."
+    if found.unreadable:
+        return f"Whether the worker and beat run cannot be told: {found.unreadable}."
+    return "The worker and beat both run: its scrapes fail or wait behind other tasks (the worker's log says which)."
 
 
 @login_required
@@ -62,17 +84,25 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
     panel = live_panel(dep)
     now = datetime.now(UTC)
     # in whole 5-minute periods and per day: they change slowly, so they are computed once a minute
-    idle_key = f"observability:idle:{dep.pk}"
-    up, idle = cache.get_or_set(idle_key, lambda: cost.idle_hours(dep, now), COSTS_EVERY) or (0, 0)
-    keys = cache.get_or_set(f"observability:keys:{dep.pk}:{now.date()}", lambda: cost.key_costs(now.date(), only=dep),
-                            COSTS_EVERY)  # fmt: skip
+    idle_key = f"observability:gpu-time:{dep.pk}"
+    time_by_state = cache.get_or_set(idle_key, lambda: cost.gpu_time(dep, now), COSTS_EVERY)
+    keys = cache.get_or_set(
+        f"observability:keys:{dep.pk}:{now.date()}", lambda: cost.key_costs(now.date(), only=dep), COSTS_EVERY
+    )
     slo = ServiceLevel.objects.filter(deployment=dep).first()
     keys = cost.visible_to(keys or [], _own_keys(request))
-    context = {"dep": dep, "panel": panel, "hours_up": up, "hours_idle": idle, "keys": keys, "slo": slo,
-               "slo_form": SloForm(instance=slo), "latency_window": LATENCY_WINDOW // 60,
-               "throughput_window": cost.THROUGHPUT_WINDOW}  # fmt: skip
-    if panel.cost and panel.cost.usd_per_hour is not None:
-        context["idle_usd"] = panel.cost.usd_per_hour * type(panel.cost.usd_per_hour)(repr(idle))
+    context = {
+        "dep": dep,
+        "panel": panel,
+        "gpu_time": time_by_state,
+        "keys": keys,
+        "slo": slo,
+        "slo_form": SloForm(instance=slo),
+        "latency_window": LATENCY_WINDOW // 60,
+        "throughput_window": cost.THROUGHPUT_WINDOW,
+    }
+    if panel.cost and panel.cost.usd_per_hour is not None and time_by_state is not None:
+        context["idle_usd"] = panel.cost.usd_per_hour * type(panel.cost.usd_per_hour)(repr(time_by_state.idle))
     return render(request, "observability/panel.html", context)
 
 
@@ -146,8 +176,9 @@ def request_log(request: HttpRequest) -> HttpResponse:
     form = RequestFilter(request.GET or None)
     page = Paginator(_filtered(form, request.user), 50).get_page(request.GET.get("page"))
     for row in page:
-        row.outcome = outcome_of(row.status, row.finish_reason, row.truncated, row.client_cancelled,  # type: ignore[attr-defined]
-                                 row.completion_tokens)  # fmt: skip
+        row.outcome = outcome_of(  # type: ignore[attr-defined]
+            row.status, row.finish_reason, row.truncated, row.client_cancelled, row.completion_tokens
+        )
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "observability/requests.html", {"form": form, "page": page, "query": query.urlencode()})
@@ -167,12 +198,18 @@ def costs(request: HttpRequest) -> HttpResponse:
             return redirect("observability:costs")
     today = datetime.now(UTC).date()
     own = _own_keys(request)
-    days = [(today - timedelta(days=n), cost.visible_to(cost.key_costs(today - timedelta(days=n)), own))
-            for n in range(7)]  # fmt: skip
+    days = [
+        (today - timedelta(days=n), cost.visible_to(cost.key_costs(today - timedelta(days=n)), own)) for n in range(7)
+    ]
     hourly = [(d, cost.hourly_cost(d)) for d in Deployment.objects.order_by("name")]
     prices = PriceSetting.objects.order_by("gpu_model")
-    context = {"prices": prices, "form": form, "days": days, "hourly": hourly,
-               "any_key_costs": any(rows for _, rows in days)}  # fmt: skip
+    context = {
+        "prices": prices,
+        "form": form,
+        "days": days,
+        "hourly": hourly,
+        "any_key_costs": any(rows for _, rows in days),
+    }
     return render(request, "observability/costs.html", context)
 
 

@@ -3,7 +3,7 @@
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
-from console.preflight.checks import NoAnswer, worker_report
+from console.preflight.worker_report import NoAnswer, worker_report
 
 router = Router(tags=["pre-flight"])
 

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from console.preflight.checks import RUN_PREFLIGHT, keep, report_here
+from console.preflight.worker_report import RUN_PREFLIGHT, keep, report_here
 
 
 @shared_task(name=RUN_PREFLIGHT, ignore_result=True)

@@ -4,7 +4,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.preflight.checks import NoAnswer, worker_report
+from console.preflight.worker_report import NoAnswer, worker_report
 
 
 @login_required
@@ -21,4 +21,3 @@ def doctor_checks(request: HttpRequest) -> HttpResponse:
     except NoAnswer as exc:
         context = {"error": str(exc)}
     return render(request, "preflight/doctor.html#checks", context)
-

@@ -59,8 +59,10 @@ class Window:
         return cls(start, end)
 
     def bounds(self) -> tuple[datetime, datetime]:
-        return (datetime.combine(self.since, time.min, tzinfo=UTC),
-                datetime.combine(self.until + timedelta(days=1), time.min, tzinfo=UTC))  # fmt: skip
+        return (
+            datetime.combine(self.since, time.min, tzinfo=UTC),
+            datetime.combine(self.until + timedelta(days=1), time.min, tzinfo=UTC),
+        )
 
 
 def visible_requests(user: Any) -> QuerySet[RequestLog]:
@@ -77,14 +79,24 @@ def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
     field = GROUPS[group]
     names = [field, "api_key__prefix"] if group == "key" else [field]
     rows = (
-        logs.annotate(day=TruncDate("created_at", tzinfo=UTC)).values("day", *names)
-        .annotate(requests=Count("id"), prompt=Coalesce(Sum("prompt_tokens"), 0),
-                  cached=Coalesce(Sum("cached_tokens"), 0), completion=Coalesce(Sum("completion_tokens"), 0),
-                  errors=Count("id", filter=Q(status__gte=400) | Q(truncated=True)), cost=Sum("cost_usd"))
+        logs.annotate(day=TruncDate("created_at", tzinfo=UTC))
+        .values("day", *names)
+        .annotate(
+            requests=Count("id"),
+            prompt=Coalesce(Sum("prompt_tokens"), 0),
+            cached=Coalesce(Sum("cached_tokens"), 0),
+            completion=Coalesce(Sum("completion_tokens"), 0),
+            errors=Count("id", filter=Q(status__gte=400) | Q(truncated=True)),
+            cost=Sum("cost_usd"),
+        )
         .order_by("-day", *names)
-    )  # fmt: skip
-    return [UsageRow(r["day"], _label(group, r), r["requests"], r["prompt"], r["cached"], r["completion"], r["errors"],
-                     r["cost"]) for r in rows]  # fmt: skip
+    )
+    return [
+        UsageRow(
+            r["day"], _label(group, r), r["requests"], r["prompt"], r["cached"], r["completion"], r["errors"], r["cost"]
+        )
+        for r in rows
+    ]
 
 
 def _label(group: str, row: dict[str, Any]) -> str:

@@ -26,8 +26,15 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     costs = [r.cost_usd for r in rows if r.cost_usd is not None]
     sums = {f: sum(getattr(r, f) for r in rows) for f in COLUMNS[2:7]}
     totals = UsageRow(window.until, "total", **sums, cost_usd=sum(costs, Decimal(0)) if costs else None)
-    context = {"rows": rows, "totals": totals, "group": group, "window": window, "groups": GROUPS,
-               "no_price": NO_PRICE, "query": request.GET.urlencode()}  # fmt: skip
+    context = {
+        "rows": rows,
+        "totals": totals,
+        "group": group,
+        "window": window,
+        "groups": GROUPS,
+        "no_price": NO_PRICE,
+        "query": request.GET.urlencode(),
+    }
     return render(request, "usage/usage.html", context)
 
 
@@ -39,8 +46,19 @@ def usage_export(request: HttpRequest) -> HttpResponse:
     except ConsoleError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
     header = (*COLUMNS[:1], group, *COLUMNS[2:])
-    cells = ([r.day.isoformat(), r.group, r.requests, r.prompt_tokens, r.cached_tokens, r.completion_tokens,
-              r.errors, "" if r.cost_usd is None else format(r.cost_usd.normalize(), "f")] for r in rows)  # fmt: skip
+    cells = (
+        [
+            r.day.isoformat(),
+            r.group,
+            r.requests,
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.completion_tokens,
+            r.errors,
+            "" if r.cost_usd is None else format(r.cost_usd.normalize(), "f"),
+        ]
+        for r in rows
+    )
     resp = HttpResponse(csv_text(header, cells), content_type="text/csv; charset=utf-8")
     resp["Content-Disposition"] = f'attachment; filename="usage-by-{group}-{window.since}-{window.until}.csv"'
     return resp

@@ -40,14 +40,35 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile("chat", "Chat", 256, 128, 0.5, {CONCURRENCY: (1, 10, 50), RATE: (0.5, 1, 2)},
-                "short prompts and answers, latency first"),
-        Profile("coding-agent", "Coding agent", 59_000, 256, 2 / 3, {CONCURRENCY: (1, 4, 10), RATE: (0.1, 0.2, 0.5)},
-                "long prompts, a long shared prefix (median 59K tokens, two thirds cached), scaled to max_model_len"),
-        Profile("batch", "Batch", 512, 512, 0.25, {CONCURRENCY: (8, 32, 64), RATE: (1, 2, 4)},
-                "medium prompts, long answers, throughput first"),
+        Profile(
+            "chat",
+            "Chat",
+            256,
+            128,
+            0.5,
+            {CONCURRENCY: (1, 10, 50), RATE: (0.5, 1, 2)},
+            "short prompts and answers, latency first",
+        ),
+        Profile(
+            "coding-agent",
+            "Coding agent",
+            59_000,
+            256,
+            2 / 3,
+            {CONCURRENCY: (1, 4, 10), RATE: (0.1, 0.2, 0.5)},
+            "long prompts, a long shared prefix (median 59K tokens, two thirds cached), scaled to max_model_len",
+        ),
+        Profile(
+            "batch",
+            "Batch",
+            512,
+            512,
+            0.25,
+            {CONCURRENCY: (8, 32, 64), RATE: (1, 2, 4)},
+            "medium prompts, long answers, throughput first",
+        ),
     )
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)

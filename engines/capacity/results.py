@@ -168,7 +168,11 @@ def tokens_label(tokens: float) -> str:
 
 
 def held_against_plan(
-    kv_capacity_tokens: int, session_tokens: float, levels: list[LevelResult], slo: Slo, unit: str = "sessions",
+    kv_capacity_tokens: int,
+    session_tokens: float,
+    levels: list[LevelResult],
+    slo: Slo,
+    unit: str = "sessions",
     block_tokens: int = 1,
 ) -> str:
     """The run against the plan in one sentence, e.g. "plan: 13.9 sessions of 32K; measured: 12 before
@@ -193,8 +197,11 @@ def held_against_plan(
         measured = f"{why} already at {_count(broke.level, unit)}"
     else:
         best = max(lv.level for lv in held if lv.level < broke.level) if held else 0
-        reason = f"{broke.failed} of {broke.requests} requests failed at {_level(broke.level)}" if broke.failed else (
-            f"{target} at {_level(broke.level)}")  # fmt: skip
+        reason = (
+            f"{broke.failed} of {broke.requests} requests failed at {_level(broke.level)}"
+            if broke.failed
+            else (f"{target} at {_level(broke.level)}")
+        )
         measured = f"{_level(best)} before {reason}"
     engine = [lv.engine.get("running_while_waiting") for lv in levels]
     held_at_once = max((n for n in engine if n is not None), default=None)

@@ -3,11 +3,11 @@
 Targets, each following the version its module names: vLLM production-stack Helm values (helm), a KServe
 InferenceService on KServe's vLLM runtime (kserve), and a LeaderWorkerSet when one replica needs more GPUs
 than a node has (lws). Every document carries the pinned image, the pinned model revision, the flags Hearth
-launches with (built by engines.adapters, not here) and the admin's; never the engine's key, nor the host
+launches with (built by engines.vllm_flags, not here) and the admin's; never the engine's key, nor the host
 and port Hearth picks.
 
-May import: engines.adapters, engines.launch, engines.planner, the standard library and PyYAML. Pure: no
-Django, no Docker, no database, no network.
+May import: engines.vllm_flags, engines.engine_version, engines.launch, engines.planner, the standard library
+and PyYAML. Pure: no Django, no Docker, no database, no network.
 """
 
 from engines.export.document import ClusterExport

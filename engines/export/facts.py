@@ -2,26 +2,32 @@
 
 ``ClusterFacts`` holds them as plain values (the console fills it from the deployment, its model and its
 stored plan); its methods derive what every target needs: a Kubernetes name, the image pinned by digest,
-the flags Hearth passes (from engines.adapters, never rebuilt here), and how many nodes one replica spans.
+the flags Hearth passes (from engines.vllm_flags, never rebuilt here), and how many nodes one replica spans.
 """
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from engines.adapters import VLLM_ALIASES, user_flag_names, vllm_planned_flags
+from engines import vllm_flags
 from engines.launch import EngineKind
 from engines.planner import GpuPlan
+from engines.stored_plan import StoredPlan
 
 GIB = 1024**3
 NAME_LIMIT = 40  # characters: a DNS-1035 label (63 at most) with room for the suffixes controllers add
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _NOT_NAME = re.compile(r"[^a-z0-9-]+")
-PLAN_FIELDS = ("tensor_parallel_size", "gpu_indices", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-               "kv_cache_dtype")  # fmt: skip
+PLAN_FIELDS = (
+    "tensor_parallel_size",
+    "gpu_indices",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "kv_cache_dtype",
+)
 
 
 def registry_digest(pinned: str) -> str:
@@ -103,14 +109,12 @@ class ClusterFacts:
             raise ValueError(" ".join(problems))
 
     @classmethod
-    def from_plan(cls, plan: Mapping[str, Any], **facts: Any) -> "ClusterFacts":
-        """Facts from a deployment's stored plan (``Deployment.plan``, a GpuPlan as JSON) and the rest
-        by keyword (``extra_args`` may be the stored list). Raises ValueError as the constructor does, and
-        for a plan missing a field."""
-        if missing := [name for name in PLAN_FIELDS if name not in plan]:
-            raise ValueError(f"The deployment's plan has no {', '.join(missing)}: it was not planned for GPUs.")
-        values = {name: plan[name] for name in PLAN_FIELDS}
-        values["gpu_indices"] = tuple(int(i) for i in values["gpu_indices"])
+    def from_plan(cls, plan: StoredPlan, **facts: Any) -> "ClusterFacts":
+        """Facts from a deployment's stored plan (its PLAN_FIELDS) and the rest by keyword (``extra_args``
+        may be the stored list). Raises ValueError as the constructor does, and for a plan not made for GPUs."""
+        if plan.gpu is None:
+            raise ValueError(f"The deployment's plan has no {', '.join(PLAN_FIELDS)}: it was not planned for GPUs.")
+        values = {name: getattr(plan, name) for name in PLAN_FIELDS}
         facts["extra_args"] = tuple(facts.get("extra_args", ()))
         return cls(**values, **facts)
 
@@ -155,11 +159,11 @@ class ClusterFacts:
         return PurePosixPath(self.model_path).name if self.model_path else ""
 
     def planned_flags(self, revision: bool = True) -> list[str]:
-        """The flags Hearth adds to vLLM's command for this plan, as engines.adapters builds them for
+        """The flags Hearth adds to vLLM's command for this plan, as engines.vllm_flags builds them for
         ``engine_version`` (``--revision`` first when ``revision`` and the model is a repo). Raises
-        ValueError as adapters.vllm_planned_flags does (an engine too old, a flag Hearth owns in
+        ValueError as vllm_flags.gpu_flags does (an engine too old, a flag Hearth owns in
         ``extra_args``, a KV cache dtype the version does not take)."""
-        return vllm_planned_flags(
+        return vllm_flags.gpu_flags(
             version=self.engine_version,
             revision=self.model_revision if revision and self.model_repo_id else None,
             plan=self.gpu_plan(),
@@ -169,8 +173,10 @@ class ClusterFacts:
         )
 
     def user_sets(self, flag: str) -> bool:
-        """Whether the admin's ``extra_args`` set ``flag`` (aliases and ``_`` spellings included)."""
-        return flag in user_flag_names(self.extra_args, VLLM_ALIASES)
+        """Whether the admin's ``extra_args`` set ``flag`` (one of vLLM's option strings), as vLLM
+        ``engine_version``'s parser reads them: aliases, prefixes and ``_`` spellings included. Raises
+        ValueError as vllm_flags.user_flags does."""
+        return vllm_flags.user_flags(self.extra_args, self.engine_version).sets(flag)
 
     def dtype_flags(self) -> list[str]:
         """``--dtype`` with the deployment's dtype, unless it is vLLM's default "auto" (what Hearth launches
@@ -195,12 +201,20 @@ class ClusterFacts:
         return f"{math.ceil(self.weights_bytes * 1.1 / GIB)}Gi" if self.weights_bytes else ""
 
     def gpu_plan(self) -> GpuPlan:
-        """The plan as engines.adapters reads it. Only the fields it reads carry facts; the sizing outputs
+        """The plan as engines.vllm_flags reads it. Only the fields it reads carry facts; the sizing outputs
         (capacity, split, reasons) are not part of the export, so they are zero here."""
         return GpuPlan(
-            fits=True, tensor_parallel_size=self.tensor_parallel_size, gpu_indices=list(self.gpu_indices),
-            gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs, kv_cache_dtype=self.kv_cache_dtype, weights_bytes=self.weights_bytes,
-            kv_bytes_per_token=0, kv_capacity_tokens=0, typical_context=0, concurrency_at_typical_context=0.0,
+            fits=True,
+            tensor_parallel_size=self.tensor_parallel_size,
+            gpu_indices=list(self.gpu_indices),
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            kv_cache_dtype=self.kv_cache_dtype,
+            weights_bytes=self.weights_bytes,
+            kv_bytes_per_token=0,
+            kv_capacity_tokens=0,
+            typical_context=0,
+            concurrency_at_typical_context=0.0,
             split=None,
-        )  # fmt: skip
+        )

@@ -35,8 +35,10 @@ from engines.export.facts import ClusterFacts, split_image
 TARGET = "production-stack"
 TITLE = "vLLM production-stack Helm values"
 CHART_VERSION = "0.1.12"
-FOLLOWS = (f"the vllm-stack chart {CHART_VERSION} (vllm-project/production-stack @ 66b60661, "
-           "helm/values.schema.json and helm/templates/deployment-vllm-multi.yaml)")  # fmt: skip
+FOLLOWS = (
+    f"the vllm-stack chart {CHART_VERSION} (vllm-project/production-stack @ 66b60661, "
+    "helm/values.schema.json and helm/templates/deployment-vllm-multi.yaml)"
+)
 CHART_REPO = "https://vllm-project.github.io/production-stack"  # production-stack's README
 VOLUME = "/data"  # where the chart mounts pvcStorage
 # vLLM's V1 engine, the default from 0.8, caches prefixes unless told not to; the chart's template speaks
@@ -58,15 +60,22 @@ def helm_values(facts: ClusterFacts) -> ClusterExport:
     Not offered when one replica needs more GPUs than a node has. Raises ValueError as
     ClusterFacts.planned_flags does."""
     if facts.nodes_per_replica > 1:
-        return refused(TARGET, TITLE, FOLLOWS, (
-            f"One replica needs {facts.tensor_parallel_size} GPUs (tensor parallel {facts.tensor_parallel_size}) "
-            f"and a node has {facts.gpus_per_node}: the chart runs each replica as one pod, which no node can "
-            f"hold. Use the LeaderWorkerSet export, or the chart's raySpec (vLLM on a KubeRay cluster)."
-        ))  # fmt: skip
-    values = {"servingEngineSpec": {
-        "vllmApiKey": {"secretName": secret_name(facts), "secretKey": ENGINE_KEY},
-        "modelSpec": [_model_spec(facts)],
-    }}  # fmt: skip
+        return refused(
+            TARGET,
+            TITLE,
+            FOLLOWS,
+            (
+                f"One replica needs {facts.tensor_parallel_size} GPUs (tensor parallel {facts.tensor_parallel_size}) "
+                f"and a node has {facts.gpus_per_node}: the chart runs each replica as one pod, which no node can "
+                f"hold. Use the LeaderWorkerSet export, or the chart's raySpec (vLLM on a KubeRay cluster)."
+            ),
+        )
+    values = {
+        "servingEngineSpec": {
+            "vllmApiKey": {"secretName": secret_name(facts), "secretKey": ENGINE_KEY},
+            "modelSpec": [_model_spec(facts)],
+        }
+    }
     return ClusterExport(TARGET, TITLE, FOLLOWS, f"{facts.name}-values.yaml", [values], _notes(facts))
 
 
@@ -81,8 +90,12 @@ def _model_spec(facts: ClusterFacts) -> dict[str, Any]:
     }
     if facts.model_repo_id:
         spec["modelRevision"] = facts.model_revision
-    spec |= {"replicaCount": facts.replica_count, "requestCPU": REQUEST_CPU, "requestMemory": REQUEST_MEMORY,
-             "requestGPU": facts.tensor_parallel_size}  # fmt: skip
+    spec |= {
+        "replicaCount": facts.replica_count,
+        "requestCPU": REQUEST_CPU,
+        "requestMemory": REQUEST_MEMORY,
+        "requestGPU": facts.tensor_parallel_size,
+    }
     if size := facts.volume_size():
         spec["pvcStorage"] = size
     if facts.model_repo_id:
@@ -122,8 +135,10 @@ def _vllm_config(facts: ClusterFacts) -> dict[str, Any]:
 
 
 def _notes(facts: ClusterFacts) -> list[str]:
-    notes = [f"Install: helm repo add vllm {CHART_REPO}; helm install {facts.name} vllm/vllm-stack --version "
-             f"{CHART_VERSION} -f {facts.name}-values.yaml"]  # fmt: skip
+    notes = [
+        f"Install: helm repo add vllm {CHART_REPO}; helm install {facts.name} vllm/vllm-stack --version "
+        f"{CHART_VERSION} -f {facts.name}-values.yaml"
+    ]
     notes += common_notes(facts)
     if facts.model_path:
         notes.append(

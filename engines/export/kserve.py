@@ -31,18 +31,29 @@ from engines.export.facts import ClusterFacts
 TARGET = "kserve"
 TITLE = "KServe InferenceService (vLLM runtime)"
 KSERVE_VERSION = "0.20.0"
-FOLLOWS = (f"KServe {KSERVE_VERSION} (kserve/kserve @ 1fb78105: the v1beta1 InferenceService CRD and the "
-           "kserve-vllmserver runtime, config/runtimes/kserve-vllmserver.yaml)")  # fmt: skip
+FOLLOWS = (
+    f"KServe {KSERVE_VERSION} (kserve/kserve @ 1fb78105: the v1beta1 InferenceService CRD and the "
+    "kserve-vllmserver runtime, config/runtimes/kserve-vllmserver.yaml)"
+)
 API_VERSION = "serving.kserve.io/v1beta1"
 RUNTIME = "kserve-vllmserver"
 MODEL_FORMAT = "vLLM"
 RUNTIME_PORT = 8080  # the runtime's --port
 # The runtime probes /v1/models, which vLLM answers 401 without the key once VLLM_API_KEY is set (its key
 # check covers /v1, see engines.adapters); /health is outside it. Timings as the runtime's own probes.
-READINESS = {"httpGet": {"path": "/health", "port": RUNTIME_PORT}, "periodSeconds": 10, "timeoutSeconds": 5,
-             "failureThreshold": 3}  # fmt: skip
-STARTUP = {"httpGet": {"path": "/health", "port": RUNTIME_PORT}, "initialDelaySeconds": 30, "periodSeconds": 30,
-           "timeoutSeconds": 10, "failureThreshold": 60}  # fmt: skip
+READINESS = {
+    "httpGet": {"path": "/health", "port": RUNTIME_PORT},
+    "periodSeconds": 10,
+    "timeoutSeconds": 5,
+    "failureThreshold": 3,
+}
+STARTUP = {
+    "httpGet": {"path": "/health", "port": RUNTIME_PORT},
+    "initialDelaySeconds": 30,
+    "periodSeconds": 30,
+    "timeoutSeconds": 10,
+    "failureThreshold": 60,
+}
 
 
 def inference_service(facts: ClusterFacts) -> ClusterExport:
@@ -51,11 +62,16 @@ def inference_service(facts: ClusterFacts) -> ClusterExport:
     the replica count fixed (min = max), one GPU per tensor-parallel rank. Not offered when one replica
     needs more GPUs than a node has. Raises ValueError as ClusterFacts.planned_flags does."""
     if facts.nodes_per_replica > 1:
-        return refused(TARGET, TITLE, FOLLOWS, (
-            f"One replica needs {facts.tensor_parallel_size} GPUs and a node has {facts.gpus_per_node}: the "
-            f"vLLM runtime runs each replica as one pod, which no node can hold. Use the LeaderWorkerSet "
-            f"export, or KServe's kserve-huggingfaceserver-multinode runtime with a workerSpec."
-        ))  # fmt: skip
+        return refused(
+            TARGET,
+            TITLE,
+            FOLLOWS,
+            (
+                f"One replica needs {facts.tensor_parallel_size} GPUs and a node has {facts.gpus_per_node}: the "
+                f"vLLM runtime runs each replica as one pod, which no node can hold. Use the LeaderWorkerSet "
+                f"export, or KServe's kserve-huggingfaceserver-multinode runtime with a workerSpec."
+            ),
+        )
     gpus = {"nvidia.com/gpu": str(facts.tensor_parallel_size)}
     model = {
         "modelFormat": {"name": MODEL_FORMAT},
@@ -72,9 +88,8 @@ def inference_service(facts: ClusterFacts) -> ClusterExport:
         "apiVersion": API_VERSION,
         "kind": "InferenceService",
         "metadata": {"name": facts.name, "annotations": annotations(facts)},
-        "spec": {"predictor": {"minReplicas": facts.replica_count, "maxReplicas": facts.replica_count,
-                               "model": model}},
-    }  # fmt: skip
+        "spec": {"predictor": {"minReplicas": facts.replica_count, "maxReplicas": facts.replica_count, "model": model}},
+    }
     return ClusterExport(TARGET, TITLE, FOLLOWS, f"{facts.name}-inferenceservice.yaml", [document], _notes(facts))
 
 
@@ -87,13 +102,19 @@ def _storage_uri(facts: ClusterFacts) -> str:
 def _args(facts: ClusterFacts) -> list[str]:
     """After the runtime's own: the served model name clients know, the plan's flags (the revision is in
     storageUri, so the engine loads a folder), the dtype when set, then the admin's flags."""
-    return [f"--served-model-name={facts.served_model_name}", *facts.planned_flags(revision=False),
-            *facts.dtype_flags(), *facts.extra_args]  # fmt: skip
+    return [
+        f"--served-model-name={facts.served_model_name}",
+        *facts.planned_flags(revision=False),
+        *facts.dtype_flags(),
+        *facts.extra_args,
+    ]
 
 
 def _notes(facts: ClusterFacts) -> list[str]:
-    notes = [f"Apply with kubectl apply -f {facts.name}-inferenceservice.yaml on KServe {KSERVE_VERSION} or newer, "
-             f"whose {RUNTIME} runtime serves the {MODEL_FORMAT} model format."]  # fmt: skip
+    notes = [
+        f"Apply with kubectl apply -f {facts.name}-inferenceservice.yaml on KServe {KSERVE_VERSION} or newer, "
+        f"whose {RUNTIME} runtime serves the {MODEL_FORMAT} model format."
+    ]
     notes += common_notes(facts)
     if facts.model_repo_id:
         notes.append(

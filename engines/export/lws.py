@@ -29,8 +29,10 @@ from engines.export.facts import ClusterFacts
 TARGET = "lws"
 TITLE = "LeaderWorkerSet (vLLM over Ray, one group per replica)"
 LWS_VERSION = "0.10.0"
-FOLLOWS = (f"LeaderWorkerSet {LWS_VERSION} (kubernetes-sigs/lws @ 2161f38f, the leaderworkerset.x-k8s.io/v1 CRD) "
-           "and vLLM's LWS recipe (vllm-project/vllm @ 051f9b87, docs/deployment/frameworks/lws.md)")  # fmt: skip
+FOLLOWS = (
+    f"LeaderWorkerSet {LWS_VERSION} (kubernetes-sigs/lws @ 2161f38f, the leaderworkerset.x-k8s.io/v1 CRD) "
+    "and vLLM's LWS recipe (vllm-project/vllm @ 051f9b87, docs/deployment/frameworks/lws.md)"
+)
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
 PORT = 8080
@@ -47,12 +49,17 @@ def leader_worker_set(facts: ClusterFacts) -> ClusterExport:
     make. Raises ValueError as ClusterFacts.planned_flags does."""
     tp, per_node = facts.tensor_parallel_size, facts.gpus_per_node
     if facts.nodes_per_replica == 1:
-        return refused(TARGET, TITLE, FOLLOWS, (
-            f"Not needed: each replica needs {tp} GPU{'s' if tp > 1 else ''} and a node has {per_node}, so "
-            f"every replica fits one node. The Helm values and the InferenceService run its "
-            f"{facts.replica_count} replica{'s' if facts.replica_count > 1 else ''} as pods that Kubernetes "
-            f"spreads over the nodes."
-        ))  # fmt: skip
+        return refused(
+            TARGET,
+            TITLE,
+            FOLLOWS,
+            (
+                f"Not needed: each replica needs {tp} GPU{'s' if tp > 1 else ''} and a node has {per_node}, so "
+                f"every replica fits one node. The Helm values and the InferenceService run its "
+                f"{facts.replica_count} replica{'s' if facts.replica_count > 1 else ''} as pods that Kubernetes "
+                f"spreads over the nodes."
+            ),
+        )
     template = {
         "size": facts.nodes_per_replica,
         "restartPolicy": "RecreateGroupOnPodRestart",
@@ -65,17 +72,29 @@ def leader_worker_set(facts: ClusterFacts) -> ClusterExport:
         "metadata": {"name": facts.name, "annotations": annotations(facts)},
         "spec": {"replicas": facts.replica_count, "leaderWorkerTemplate": template},
     }
-    return ClusterExport(TARGET, TITLE, FOLLOWS, f"{facts.name}-leaderworkerset.yaml", [lws, _service(facts)],
-                         _notes(facts))  # fmt: skip
+    return ClusterExport(
+        TARGET, TITLE, FOLLOWS, f"{facts.name}-leaderworkerset.yaml", [lws, _service(facts)], _notes(facts)
+    )
 
 
 def server_command(facts: ClusterFacts) -> list[str]:
     """The leader's vLLM server: the recipe's program and port, the model and served name, then the same
-    flags Hearth launches with (engines.adapters) and the admin's."""
+    flags Hearth launches with (engines.vllm_flags) and the admin's."""
     model = facts.model_repo_id or f"{MODELS}/{facts.model_folder}"
-    return ["python3", "-m", "vllm.entrypoints.openai.api_server", "--port", str(PORT), "--model", model,
-            "--served-model-name", facts.served_model_name, *facts.planned_flags(), *facts.dtype_flags(),
-            *facts.extra_args]  # fmt: skip
+    return [
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--port",
+        str(PORT),
+        "--model",
+        model,
+        "--served-model-name",
+        facts.served_model_name,
+        *facts.planned_flags(),
+        *facts.dtype_flags(),
+        *facts.extra_args,
+    ]
 
 
 def _pod(facts: ClusterFacts, leader: bool) -> dict[str, Any]:
@@ -97,10 +116,12 @@ def _pod(facts: ClusterFacts, leader: bool) -> dict[str, Any]:
         "image": facts.pinned_image,
         "command": ["sh", "-c", script],
         **({"env": env} if env else {}),
-        "resources": {"limits": {"nvidia.com/gpu": str(facts.gpus_per_pod)},
-                      "requests": {"cpu": str(REQUEST_CPU), "memory": REQUEST_MEMORY}},
+        "resources": {
+            "limits": {"nvidia.com/gpu": str(facts.gpus_per_pod)},
+            "requests": {"cpu": str(REQUEST_CPU), "memory": REQUEST_MEMORY},
+        },
         "volumeMounts": mounts,
-    }  # fmt: skip
+    }
     if leader:
         container["ports"] = [{"containerPort": PORT}]
         container["readinessProbe"] = {"tcpSocket": {"port": PORT}, "initialDelaySeconds": 15, "periodSeconds": 10}

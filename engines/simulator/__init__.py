@@ -24,8 +24,16 @@ last user message (the prompt for /v1/completions). An unknown name is a 400 tha
 Instance faults (flags): ``--fault-oom-at-start`` (a CUDA OOM traceback on stderr, exit 1, after
 ``--load-seconds``), ``--fault-oom-above-utilization RATIO`` (that OOM only when
 ``--gpu-memory-utilization`` is above RATIO, as when other processes hold part of the GPU),
-``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), and ``--load-seconds
-SECONDS`` (everything, /health included, answers 503 until loaded).
+``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), ``--fault-wake-fails [COUNT]``
+(the first COUNT wakes, or every one, fail with a CUDA OOM: a 500, the engine stays asleep), and
+``--load-seconds SECONDS`` (everything, /health included, answers 503 until loaded).
+
+Sleep mode, as vLLM 0.32.0 has it (engines/simulator/SLEEP.md): with ``VLLM_SERVER_DEV_MODE=1`` in the
+environment, ``POST /sleep?level=0|1|2&mode=abort|wait|keep``, ``POST /wake_up[?tags=...]``, ``GET /is_sleeping``,
+``POST /collective_rpc`` (``reload_weights``) and ``POST /reset_prefix_cache`` (``sleep_api.py``); requests for
+the model wait while it sleeps; ``--enable-sleep-mode`` makes a sleep free GPU memory, and ``--weights-bytes``,
+``--gpu-memory-bytes``, ``--sleep-host-gb-per-s`` and ``--sleep-disk-gb-per-s`` size the memory and the copies a
+wake waits for (``sleep.py``); ``hearth_sim_*`` gauges on /metrics report the memory held, for Hearth only.
 
 ``--no-anthropic`` drops ``/v1/messages`` and ``/v1/messages/count_tokens`` (404), like an engine that
 serves only the OpenAI API (SGLang, older vLLM releases); ``--no-responses`` drops ``/v1/responses`` (404),

@@ -1,7 +1,8 @@
 """``python -m engines.simulator [vLLM-style flags]``: serve until SIGINT/SIGTERM.
 
-Exit status: 0 after a signal, 1 for the simulated OOM or a KV budget too small for one request of
-``--max-model-len`` tokens (vLLM refuses to start then too), 2 for a malformed flag.
+Exit status: 0 after a signal, 1 for the simulated OOM, a KV budget too small for one request of
+``--max-model-len`` tokens (vLLM refuses to start then too) or a ``VLLM_SERVER_DEV_MODE`` that is not an
+integer, 2 for a malformed flag.
 """
 
 import logging
@@ -52,7 +53,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(asctime)s [%(name)s] %(message)s", stream=sys.stderr
     )
-    cfg = parse_config(argv)
+    try:
+        cfg = parse_config(argv)
+    except ValueError as exc:  # VLLM_SERVER_DEV_MODE not an integer: vLLM fails to build its routes then
+        sys.stderr.write(f"ValueError: {exc}\n")
+        return 1
     log = logging.getLogger("engines.simulator")
     log.info("vLLM API server version %s (Hearth simulator), model %s, pid %d", VERSION, cfg.model, os.getpid())
     if cfg.fault_oom_at_start:

@@ -177,8 +177,13 @@ def from_anthropic(body: dict[str, Any]) -> Conversation:
     """The conversation of an Anthropic Messages request."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     task_at = _task_index(messages)
-    results = [text_of(b.get("content")) for m in messages[task_at + 1 :] if m.get("role") == "user"
-               for b in m.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_result"]  # fmt: skip
+    results = [
+        text_of(b.get("content"))
+        for m in messages[task_at + 1 :]
+        if m.get("role") == "user"
+        for b in m.get("content") or []
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
     context = [text_of(body.get("system"))] + [text_of(m.get("content")) for m in messages]
     tools = [str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict)]
     return Conversation(_task(messages, task_at), "\n".join(context), results, tools)
@@ -190,8 +195,11 @@ def from_chat(body: dict[str, Any]) -> Conversation:
     task_at = _task_index(messages)
     results = [text_of(m.get("content")) for m in messages[task_at + 1 :] if m.get("role") == "tool"]
     context = [text_of(m.get("content")) for m in messages]
-    tools = [str(t["function"].get("name")) for t in body.get("tools") or []
-             if isinstance(t, dict) and isinstance(t.get("function"), dict)]  # fmt: skip
+    tools = [
+        str(t["function"].get("name"))
+        for t in body.get("tools") or []
+        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    ]
     return Conversation(_task(messages, task_at), "\n".join(context), results, tools)
 
 

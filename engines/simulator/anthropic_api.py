@@ -31,12 +31,13 @@ from engines.simulator.common import (
     reply,
     request_faults,
     send,
+    settled,
     start_sse,
     strike,
     thought,
 )
 from engines.simulator.faults import Faults
-from engines.simulator.scheduler import Job
+from engines.simulator.jobs import Job
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -73,8 +74,9 @@ def _tool_plan(body: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[st
     return None if index is None else tools[index]
 
 
-def _stop_reason(out: textgen.Output) -> str:
-    return "stop_sequence" if out.stop_sequence else STOP_REASONS[out.finish]
+def _stop_reason(out: textgen.Output) -> str | None:
+    """Anthropic's stop_reason; None for an answer the engine aborted, as vLLM maps finish_reason "abort"."""
+    return "stop_sequence" if out.stop_sequence else STOP_REASONS.get(out.finish)
 
 
 def _block(out: textgen.Output, complete: bool) -> dict[str, Any]:
@@ -106,8 +108,11 @@ def _answer(
 
 def final_usage(prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, int]:
     """vLLM 0.32's ``_build_anthropic_usage``: input_tokens is the prompt less its cached part."""
-    return {"input_tokens": prompt_tokens - cached_tokens, "cache_read_input_tokens": cached_tokens,
-            "output_tokens": output_tokens}  # fmt: skip
+    return {
+        "input_tokens": prompt_tokens - cached_tokens,
+        "cache_read_input_tokens": cached_tokens,
+        "output_tokens": output_tokens,
+    }
 
 
 def _thinking(out: textgen.Output, complete: bool) -> dict[str, Any]:
@@ -136,6 +141,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         async for _ in paced(job, faults):
             sent += 1
             strike(sent, faults, request, job)
+        out = settled(job, [out])[0]
         thinking = [_thinking(out, True)] if out.reasoning else []
         done: dict[str, Any] = {
             "content": [*thinking, _block(out, True)],
@@ -163,14 +169,23 @@ async def _stream(
                 await send(resp, {"type": "message_start", "message": start}, "message_start")
                 if out.reasoning:
                     await _event(resp, "content_block_start", index=0, content_block=_thinking(out, False))
+            if em.aborted:
+                await _aborted(
+                    resp, out, em.position, answer_at, final_usage(prompt_tokens, job.cached_tokens, em.position)
+                )
+                continue
             kind, piece = out.piece(em.position)
             if kind == "answer" and em.position == len(out.reasoning):
                 if out.reasoning:
                     await _close_thinking(resp)
                 await _event(resp, "content_block_start", index=answer_at, content_block=_block(out, False))
             if piece:
-                await _event(resp, "content_block_delta", index=answer_at if kind == "answer" else 0,
-                             delta=_delta(out, kind, piece))  # fmt: skip
+                await _event(
+                    resp,
+                    "content_block_delta",
+                    index=answer_at if kind == "answer" else 0,
+                    delta=_delta(out, kind, piece),
+                )
             if em.last:
                 if kind == "reasoning":  # cut before its answer began
                     await _close_thinking(resp)
@@ -185,6 +200,19 @@ async def _stream(
     except (Dropped, ConnectionError):
         pass
     return resp
+
+
+async def _aborted(
+    resp: web.StreamResponse, out: textgen.Output, tokens: int, answer_at: int, usage: dict[str, Any]
+) -> None:
+    """The engine aborted the answer after ``tokens`` tokens (a sleep with mode=abort): close the open block, then
+    message_delta with stop_reason null (vLLM's mapping of finish_reason "abort") and message_stop."""
+    if tokens > len(out.reasoning):
+        await _event(resp, "content_block_stop", index=answer_at)
+    elif out.reasoning:
+        await _close_thinking(resp)
+    await _event(resp, "message_delta", delta={"stop_reason": None, "stop_sequence": None}, usage=usage)
+    await _event(resp, "message_stop")
 
 
 async def _event(resp: web.StreamResponse, kind: str, **fields: Any) -> None:

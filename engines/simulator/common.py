@@ -15,8 +15,10 @@ from aiohttp import web
 from engines.simulator import agent, textgen
 from engines.simulator.config import SimConfig
 from engines.simulator.faults import FaultError, Faults, parse_faults
+from engines.simulator.jobs import Emission, Job
 from engines.simulator.metrics import SimMetrics
-from engines.simulator.scheduler import Emission, Engine, Job
+from engines.simulator.scheduler import Engine
+from engines.simulator.sleep import Sleeper
 from engines.simulator.tokenizer import content_text
 
 log = logging.getLogger("engines.simulator")
@@ -29,6 +31,7 @@ class SimState:
     cfg: SimConfig
     engine: Engine
     metrics: SimMetrics
+    sleep: Sleeper
     created: int = field(default_factory=lambda: int(time.time()))
     loaded: bool = False
 
@@ -177,6 +180,12 @@ async def paced(job: Job, faults: Faults) -> AsyncIterator[Emission]:
         yield emission
 
 
+def settled(job: Job, outputs: list[textgen.Output]) -> list[textgen.Output]:
+    """The answers as the engine finished them: a choice it aborted (a sleep with mode=abort) keeps the tokens it
+    had then and finishes "abort", as vLLM reports it."""
+    return [out.cut(job.cut[index]) if index in job.cut else out for index, out in enumerate(outputs)]
+
+
 def strike(sent: int, faults: Faults, request: web.Request, job: Job) -> None:
     """After ``sent`` tokens, apply die-mid-stream (exit the process) or drop-mid-stream (raise Dropped)."""
     if faults.die_after is not None and sent >= faults.die_after:
@@ -188,8 +197,6 @@ def strike(sent: int, faults: Faults, request: web.Request, job: Job) -> None:
         if request.transport is not None:
             request.transport.close()
         raise Dropped
-
-
 
 
 def agent_output(

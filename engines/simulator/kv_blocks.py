@@ -84,6 +84,15 @@ class BlockPool:
             oldest, _ = self.evictable.popitem(last=False)
             del self.refs[oldest]
 
+    def forget_cached(self) -> bool:
+        """Empty the cache of free blocks (a reset of vLLM's prefix cache); False, and nothing done, while any
+        block is held, as vLLM's ``reset_prefix_cache`` refuses then."""
+        if self.used:
+            return False
+        self.refs.clear()
+        self.evictable.clear()
+        return True
+
     def release(self, blocks: list[int | None]) -> None:
         """Let go of ``blocks`` (a sequence's, in order); the last ones are freed first, so a prompt's
         tail is evicted before its shared head, as vLLM frees them."""

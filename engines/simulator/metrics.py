@@ -3,14 +3,20 @@
 Names are data (``NAMES``), per flavor:
 - ``vllm``: vLLM ≥ 0.11 (V1 engine), vllm/v1/metrics/loggers.py; names, types, labels, help texts and
   histogram buckets checked against a real vLLM 0.32.0 scrape (shared/fixtures/vllm-0.32.0-cpu-metrics.txt).
+  With it, sleep mode's ``vllm:engine_sleep_state`` (in that scrape) and, from the first /sleep or /wake_up,
+  ``vllm:sleep_mode_operation_duration_seconds`` and ``vllm:sleep_mode_operations_in_flight`` (SLEEP.md).
 - ``vllm-v0``: the same with the older names ``vllm:gpu_cache_usage_perc``,
-  ``vllm:time_per_output_token_seconds`` and ``vllm:gpu_prefix_cache_{queries,hits}``.
+  ``vllm:time_per_output_token_seconds`` and ``vllm:gpu_prefix_cache_{queries,hits}``, and no sleep metrics.
 - ``sglang``: python/sglang/srt/metrics/collector.py (labels ``model_name`` only).
+Every flavor adds the simulator's own ``hearth_sim_*`` gauges (GPU and host memory held, engines/simulator/sleep.py),
+which no engine exports.
 Counters are declared without ``_total``: prometheus_client adds it and the ``_created`` series, as in
 the fixture. A canonical metric a flavor does not name is simply not exported.
 """
 
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.gc_collector import GCCollector
@@ -33,11 +39,12 @@ _VLLM = {
     "e2e": "vllm:e2e_request_latency_seconds",
     "queue": "vllm:request_queue_time_seconds",
     "cache_config": "vllm:cache_config_info",
+    "sleep_state": "vllm:engine_sleep_state",
 }
 NAMES: dict[str, dict[str, str]] = {
     "vllm": _VLLM,
     "vllm-v0": {
-        **_VLLM,
+        **{k: v for k, v in _VLLM.items() if k != "sleep_state"},
         "kv_usage": "vllm:gpu_cache_usage_perc",
         "itl": "vllm:time_per_output_token_seconds",
         "prefix_queries": "vllm:gpu_prefix_cache_queries",
@@ -85,6 +92,20 @@ HELP = {
     "e2e": "Histogram of e2e request latency in seconds.",
     "queue": "Histogram of time spent in WAITING phase for request.",
     "cache_config": "Information of the LLMEngine CacheConfig",
+    "sleep_state": "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+    "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+}
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")  # vllm/v1/metrics/loggers.py, 0.32.0
+# vLLM's sleep-mode operation metrics (vllm/entrypoints/serve/dev/sleep/metrics.py, 0.32.0): registered at the first
+# /sleep or /wake_up, labelled by operation only; seconds.
+OPERATION_BUCKETS = (0.01, 0.1, 1, 10, 30, 60, 120, 300, 600)
+# The simulator's own gauges, for Hearth's simulated GPU inventory; no vLLM has them. Bytes over all the engine's GPUs.
+HEARTH_GAUGES = {
+    "gpu_memory_bytes": "GPU memory this engine holds now, bytes, all its GPUs (Hearth simulator only).",
+    "gpu_memory_awake_bytes": "GPU memory this engine holds awake, bytes, all its GPUs (Hearth simulator only).",
+    "host_memory_bytes": "Host RAM held for the weights of a level-1 sleep, bytes (Hearth simulator only).",
+    "weights_loaded": "1 while the GPUs hold the checkpoint's weights, 0 after a level-2 sleep until reload_weights "
+    "(Hearth simulator only).",
 }
 # Buckets as vLLM 0.32.0 exports them (the fixture), seconds.
 _LONG = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0]
@@ -132,6 +153,17 @@ class SimMetrics:
             info = {**BASE_LABELS[flavor], **cache_config}  # no model_name, as in vLLM
             config = Gauge(names["cache_config"], HELP["cache_config"], sorted(info), registry=self.registry)
             config.labels(**info).set(1)
+        self._sleep: dict[str, Gauge] = {}
+        if "sleep_state" in names:
+            sleep = Gauge(names["sleep_state"], HELP["sleep_state"], [*keys, "sleep_state"], registry=self.registry)
+            self._sleep = {state: sleep.labels(**labels, sleep_state=state) for state in SLEEP_STATES}
+            self.set_sleep_state(False, 0)
+        self._operations: tuple[Histogram, Gauge] | None = None
+        self._vllm = flavor == "vllm"
+        self._hearth = {
+            key: Gauge(f"hearth_sim_{key}", text, ["model_name"], registry=self.registry).labels(model_name=model_name)
+            for key, text in HEARTH_GAUGES.items()
+        }
         self._generated = 0.0
         self._last_rate = (time.monotonic(), 0.0)
 
@@ -169,6 +201,50 @@ class SimMetrics:
         for key, value in values.items():
             if key in self._gauges:
                 self._gauges[key].set(value)
+
+    def set_sleep_state(self, sleeping: bool, level: int) -> None:
+        """``vllm:engine_sleep_state`` as vLLM's ``record_sleep_state`` sets it: awake 1, or 0 with level 1
+        (``weights_offloaded``) or 2 (``discard_all``) marked; a level-0 sleep marks neither."""
+        values = {"awake": not sleeping, "weights_offloaded": sleeping and level == 1}
+        values["discard_all"] = sleeping and level == 2
+        for state, gauge in self._sleep.items():
+            gauge.set(float(values[state]))
+
+    @contextmanager
+    def operation(self, name: str) -> Iterator[None]:
+        """Time one sleep-mode call ("sleep" or "wake"), failed ones too, into vLLM's operation metrics (the vllm
+        flavor; they appear with the first call, as in vLLM)."""
+        if not self._vllm:
+            yield
+            return
+        if self._operations is None:
+            duration = Histogram(
+                "vllm:sleep_mode_operation_duration_seconds",
+                "Duration of one sleep-mode operation.",
+                ["operation"],
+                buckets=OPERATION_BUCKETS,
+                registry=self.registry,
+            )
+            in_flight = Gauge(
+                "vllm:sleep_mode_operations_in_flight",
+                "Sleep-mode operations currently awaited.",
+                ["operation"],
+                registry=self.registry,
+            )
+            self._operations = (duration, in_flight)
+        duration, in_flight = self._operations
+        started = time.perf_counter()
+        in_flight.labels(name).inc()
+        try:
+            yield
+        finally:
+            in_flight.labels(name).dec()
+            duration.labels(name).observe(time.perf_counter() - started)
+
+    def set_memory(self, values: Iterable[tuple[str, float]]) -> None:
+        """Set the Hearth-only gauges (``hearth_sim_<key>``) from (key, value) pairs; sizes in bytes."""
+        for key, value in values:
+            self._hearth[key].set(value)
 
     def render(self) -> bytes:
         """The exposition text (Prometheus text format 0.0.4)."""

@@ -1,10 +1,13 @@
-"""/v1/chat/completions and /v1/completions in vLLM's OpenAI-compatible shapes, streaming and not.
+"""/v1/chat/completions in vLLM's OpenAI-compatible shapes, streaming and not, and what /v1/completions shares with
+it (completions_api.py).
 
 Stream shape (vLLM 0.32.0, vllm/entrypoints/openai/chat_completion/serving.py): per choice a first chunk
 whose delta is ``{"role": "assistant", "content": ""}``, then ``reasoning`` deltas (with
 ``--reasoning-parser``), content (or tool-call) deltas, then a chunk with an empty delta and
 ``finish_reason``; with ``stream_options.include_usage`` a last chunk with ``choices: []`` and ``usage``
-(with ``continuous_usage_stats`` every chunk carries the usage so far); then ``data: [DONE]``.
+(with ``continuous_usage_stats`` every chunk carries the usage so far); then ``data: [DONE]``. A choice the engine
+aborts (a sleep with mode=abort) ends there with ``finish_reason`` "abort" and the stream still ends with ``[DONE]``,
+as vLLM 0.32.0's does (engines/simulator/SLEEP.md).
 """
 
 import time
@@ -28,16 +31,17 @@ from engines.simulator.common import (
     reply,
     request_faults,
     send,
+    settled,
     start_sse,
     strike,
     thought,
     usage,
 )
 from engines.simulator.faults import Faults
-from engines.simulator.scheduler import Job
+from engines.simulator.jobs import Job
 
 
-def _choice_count(body: dict[str, Any]) -> int:
+def choice_count(body: dict[str, Any]) -> int:
     n = body.get("n") or 1
     if not isinstance(n, int) or not 1 <= n <= 128:
         raise APIError(400, f"n must be between 1 and 128, got {n}.", param="n")
@@ -48,7 +52,7 @@ def _stops(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else [s for s in value or [] if isinstance(s, str)]
 
 
-def _plan_text(state: SimState, body: dict[str, Any], prompt: str, index: int, max_tokens: int) -> textgen.Output:
+def plan_text(state: SimState, body: dict[str, Any], prompt: str, index: int, max_tokens: int) -> textgen.Output:
     """A text answer; the request's ``seed`` shifts the server's, ``stop`` and vLLM's ``ignore_eos`` apply."""
     seed = body.get("seed")
     return textgen.plan_text(
@@ -80,7 +84,7 @@ def _tool_plan(body: dict[str, Any], messages: list[Any]) -> tuple[str, Any] | N
     return None if index is None else tools[index]
 
 
-def _submit(state: SimState, prompts: list[list[int]], outputs: list[textgen.Output]) -> Job:
+def submit(state: SimState, prompts: list[list[int]], outputs: list[textgen.Output]) -> Job:
     reasons = [(o.tokens, "length" if o.finish == "length" else "stop") for o in outputs]
     return state.engine.submit(prompts, reasons)
 
@@ -93,12 +97,12 @@ def _chat_output(state: SimState, body: dict[str, Any], prompt: str, index: int,
         out = (
             textgen.plan_tool_call(tool[0], tool[1], max_tokens=max_tokens, id_prefix="chatcmpl-tool-")
             if tool
-            else _plan_text(state, body, prompt, index, max_tokens)
+            else plan_text(state, body, prompt, index, max_tokens)
         )
     return thought(state, out, prompt, max_tokens)
 
 
-async def _consume(request: web.Request, job: Job, faults: Faults) -> None:
+async def consume(request: web.Request, job: Job, faults: Faults) -> None:
     """Wait for a non-streamed answer, applying the same faults a stream would see."""
     sent = 0
     async for _ in paced(job, faults):
@@ -120,13 +124,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     requested = body.get("max_completion_tokens")
     requested = body.get("max_tokens") if requested is None else requested  # max_completion_tokens wins
     max_tokens = budget(state.cfg, len(ids), requested, faults.context_length)
-    n = _choice_count(body)
+    n = choice_count(body)
     outputs = [_chat_output(state, body, prompt, i, max_tokens) for i in range(n)]
-    job = _submit(state, [ids] * n, outputs)
+    job = submit(state, [ids] * n, outputs)
     try:
         if body.get("stream"):
             return await _stream_chat(request, job, faults, outputs, model, len(ids), _stream_usage(body))
-        await _consume(request, job, faults)
+        await consume(request, job, faults)
+        outputs = settled(job, outputs)
         choices = [_chat_choice(i, o) for i, o in enumerate(outputs)]
         totals = usage(len(ids), _total(outputs), job.cached_tokens, _reasoning(outputs))
         return reply(_chat_response(model, choices, totals))
@@ -207,6 +212,9 @@ async def _stream_chat(
             out = outputs[em.choice]
             if em.position == 0:
                 await send(resp, chunk(em.choice, {"role": "assistant", "content": ""}))
+            if em.aborted:
+                await send(resp, chunk(em.choice, {}, "abort", stop_reason=None))
+                continue
             generated[em.choice] = em.position + 1
             for delta in _deltas(out, em.position):
                 await send(resp, chunk(em.choice, delta))
@@ -214,7 +222,7 @@ async def _stream_chat(
                 await send(resp, chunk(em.choice, {}, out.finish, stop_reason=out.stop_sequence))
             sent += 1
             strike(sent, faults, request, job)
-        await _end_stream(resp, head, outputs, prompt_tokens, job, usage_options[0])
+        await end_stream(resp, head, settled(job, outputs), prompt_tokens, job, usage_options[0])
     except (Dropped, ConnectionError):
         pass
     return resp
@@ -236,7 +244,7 @@ def _deltas(out: textgen.Output, position: int) -> list[dict[str, Any]]:
     return deltas
 
 
-async def _end_stream(
+async def end_stream(
     resp: web.StreamResponse,
     head: dict[str, Any],
     outputs: list[textgen.Output],
@@ -249,83 +257,3 @@ async def _end_stream(
         totals = usage(prompt_tokens, _total(outputs), job.cached_tokens, _reasoning(outputs))
         await send(resp, {**head, "choices": [], "usage": totals})
     await send(resp, "[DONE]")
-
-
-def _prompts(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
-    """(text, ids) per prompt: a string, a list of strings, a list of ids or a list of id lists."""
-    raw = body.get("prompt")
-    if isinstance(raw, str):
-        raw = [raw]
-    if isinstance(raw, list) and raw and all(isinstance(t, int) for t in raw):
-        raw = [raw]
-    if not isinstance(raw, list) or not raw:
-        raise APIError(400, "prompt must be a string, a list of strings or a list of token ids.", param="prompt")
-    out: list[tuple[str, list[int]]] = []
-    for item in raw:
-        if isinstance(item, str):
-            out.append((item, tokenizer.encode(item)))
-        elif isinstance(item, list) and all(isinstance(t, int) for t in item):
-            out.append((str(item), list(item)))
-        else:
-            raise APIError(400, "prompt must be a string, a list of strings or a list of token ids.", param="prompt")
-    return out
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    """POST /v1/completions: choice index = prompt number × n + sample number."""
-    state = request.app[STATE]
-    body = await read_json(request)
-    model = check_model(state, body.get("model"))
-    prompts = _prompts(body)
-    faults = request_faults(request, prompts[-1][0])
-    n = _choice_count(body)
-    longest = max(len(ids) for _, ids in prompts)
-    max_tokens = budget(state.cfg, longest, body.get("max_tokens", 16), faults.context_length)  # OpenAI's default 16
-    plans = [(text, ids, i) for text, ids in prompts for i in range(n)]
-    outputs = [_plan_text(state, body, text, i, max_tokens) for text, _, i in plans]
-    job = _submit(state, [ids for _, ids, _ in plans], outputs)
-    prompt_tokens = sum(len(ids) for _, ids in prompts)
-    head = {"id": new_id("cmpl-"), "object": "text_completion", "created": int(time.time()), "model": model}
-    try:
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return await _stream_completions(request, job, faults, outputs, head, prompt_tokens, include_usage)
-        await _consume(request, job, faults)
-        choices = [
-            {"index": i, "text": o.text, "logprobs": None, "finish_reason": o.finish}
-            | {"stop_reason": o.stop_sequence, "prompt_logprobs": None}
-            for i, o in enumerate(outputs)
-        ]
-        total = sum(len(o.pieces) for o in outputs)
-        return reply({**head, "choices": choices, "usage": usage(prompt_tokens, total, job.cached_tokens)})
-    finally:
-        if not job.done:
-            job.abort()
-
-
-async def _stream_completions(
-    request: web.Request,
-    job: Job,
-    faults: Faults,
-    outputs: list[textgen.Output],
-    head: dict[str, Any],
-    prompt_tokens: int,
-    include_usage: bool,
-) -> web.StreamResponse:
-    """One chunk per token; the last of each choice carries its finish_reason, as vLLM's completions do."""
-    resp = await start_sse(request)
-    sent = 0
-    try:
-        async for em in paced(job, faults):
-            out = outputs[em.choice]
-            piece = out.pieces[em.position] if em.position < len(out.pieces) else ""
-            choice = {"index": em.choice, "text": piece, "logprobs": None, "finish_reason": None}
-            if em.last:
-                choice.update(finish_reason=out.finish, stop_reason=out.stop_sequence)
-            await send(resp, {**head, "choices": [choice]})
-            sent += 1
-            strike(sent, faults, request, job)
-        await _end_stream(resp, head, outputs, prompt_tokens, job, include_usage)
-    except (Dropped, ConnectionError):
-        pass
-    return resp

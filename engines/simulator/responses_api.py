@@ -12,9 +12,10 @@ one when reasoning, text or a tool call begins: ``response.output_item.added`` (
 (``response.reasoning_text.delta``, ``response.output_text.delta``,
 ``response.function_call_arguments.delta``), their ``.done`` events, ``response.content_part.done`` and
 ``response.output_item.done``; last ``response.completed`` with the whole response, whose status is
-``incomplete`` (``incomplete_details.reason: max_output_tokens``) when the limit cut it, as vLLM reports
-it. Every event has a ``sequence_number`` from 0 and goes as ``event: TYPE`` / ``data: {json}``. Item ids:
-``rs_``, ``msg_``, ``fc_`` (``ctc_`` for a custom tool's call) + hex; call ids ``chatcmpl-tool-`` + hex.
+``incomplete`` (``incomplete_details.reason: max_output_tokens``) when the limit cut it, ``cancelled`` when the
+engine aborted it (a sleep with mode=abort), as vLLM reports them. Every event has a ``sequence_number`` from 0
+and goes as ``event: TYPE`` / ``data: {json}`` (responses_events.py). Item ids: ``rs_``, ``msg_``, ``fc_``
+(``ctc_`` for a custom tool's call) + hex; call ids ``chatcmpl-tool-`` + hex.
 """
 
 import json
@@ -37,13 +38,14 @@ from engines.simulator.common import (
     read_json,
     reply,
     request_faults,
-    send,
+    settled,
     start_sse,
     strike,
     thought,
 )
 from engines.simulator.faults import Faults
-from engines.simulator.scheduler import Job
+from engines.simulator.jobs import Job
+from engines.simulator.responses_events import Events, close_item, delta, open_item
 
 NAMESPACE_SEPARATOR = "__"
 type Tools = list[tuple[str, Any, str | None, bool]]  # (flat name, parameters, namespace, custom?)
@@ -68,8 +70,11 @@ def _messages(instructions: Any, items: list[dict[str, Any]]) -> list[dict[str, 
             out.append({"role": item.get("role", "user"), "content": item.get("content")})
         elif kind in ("function_call", "custom_tool_call"):
             arguments = item.get("arguments") if kind == "function_call" else json.dumps({"input": item.get("input")})
-            call = {"id": item.get("call_id"), "type": "function", "function": {"name": item.get("name"),
-                                                                                "arguments": arguments}}  # fmt: skip
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": arguments},
+            }
             out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind in ("function_call_output", "custom_tool_call_output"):
             out.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": item.get("output")})
@@ -98,8 +103,9 @@ def _tools(body: dict[str, Any]) -> Tools:
     return tools
 
 
-def _plan(state: SimState, body: dict[str, Any], items: list[dict[str, Any]], prompt: str, max_tokens: int,
-          tools: Tools) -> textgen.Output:  # fmt: skip
+def _plan(
+    state: SimState, body: dict[str, Any], items: list[dict[str, Any]], prompt: str, max_tokens: int, tools: Tools
+) -> textgen.Output:
     """Agent mode's move, else a tool call when one is due (a tool named in the last user message, or one
     demanded by tool_choice), else text; reasoning first with a reasoning parser."""
     conversation = agent.from_responses(items, str(body.get("instructions") or ""), [t[0] for t in tools])
@@ -109,8 +115,9 @@ def _plan(state: SimState, body: dict[str, Any], items: list[dict[str, Any]], pr
     return thought(state, out, prompt, max_tokens)
 
 
-def _tool_or_text(state: SimState, body: dict[str, Any], items: list[dict[str, Any]], prompt: str,
-                  max_tokens: int, tools: Tools) -> textgen.Output:  # fmt: skip
+def _tool_or_text(
+    state: SimState, body: dict[str, Any], items: list[dict[str, Any]], prompt: str, max_tokens: int, tools: Tools
+) -> textgen.Output:
     choice = body.get("tool_choice", "auto")
     last = items[-1]
     named = choice.get("name") if isinstance(choice, dict) else None
@@ -135,8 +142,9 @@ async def responses(request: web.Request) -> web.StreamResponse:
     items = _items(body)
     tools = _tools(body)
     messages = _messages(body.get("instructions"), items)
-    faults = request_faults(request, agent.text_of(next((i.get("content") for i in reversed(items)
-                                                         if i.get("role") == "user"), "")))  # fmt: skip
+    faults = request_faults(
+        request, agent.text_of(next((i.get("content") for i in reversed(items) if i.get("role") == "user"), ""))
+    )
     shown = [{"type": "function", "function": {"name": t[0], "parameters": t[1]}} for t in tools]
     prompt = tokenizer.render_chat(messages, tools=shown or None)
     ids = tokenizer.encode(prompt)
@@ -149,6 +157,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
             return await _stream(request, job, faults, out, base, len(ids), tools)
         async for em in paced(job, faults):
             strike(em.position + 1, faults, request, job)
+        out = settled(job, [out])[0]
         final = _final(base, out, _output(out, tools), len(ids), job.cached_tokens)
         return reply(final)
     finally:
@@ -159,16 +168,33 @@ async def responses(request: web.Request) -> web.StreamResponse:
 def _response(body: dict[str, Any], model: str, max_tokens: int) -> dict[str, Any]:
     """The response object's fields that echo the request (vLLM's ResponsesResponse.from_request)."""
     return {
-        "id": new_id("resp_"), "created_at": int(time.time()), "incomplete_details": None,
-        "instructions": body.get("instructions"), "metadata": body.get("metadata"), "model": model,
-        "object": "response", "output": [], "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "temperature": body.get("temperature", 1.0), "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools") or [], "top_p": body.get("top_p", 1.0), "background": False,
-        "max_output_tokens": max_tokens, "max_tool_calls": body.get("max_tool_calls"),
-        "previous_response_id": None, "prompt": None, "reasoning": body.get("reasoning"),
-        "service_tier": "auto", "status": "in_progress", "text": body.get("text"), "top_logprobs": None,
-        "truncation": body.get("truncation", "disabled"), "usage": None, "user": body.get("user"),
-    }  # fmt: skip
+        "id": new_id("resp_"),
+        "created_at": int(time.time()),
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "metadata": body.get("metadata"),
+        "model": model,
+        "object": "response",
+        "output": [],
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "temperature": body.get("temperature", 1.0),
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "background": False,
+        "max_output_tokens": max_tokens,
+        "max_tool_calls": body.get("max_tool_calls"),
+        "previous_response_id": None,
+        "prompt": None,
+        "reasoning": body.get("reasoning"),
+        "service_tier": "auto",
+        "status": "in_progress",
+        "text": body.get("text"),
+        "top_logprobs": None,
+        "truncation": body.get("truncation", "disabled"),
+        "usage": None,
+        "user": body.get("user"),
+    }
 
 
 def _call_item(out: textgen.Output, tools: Tools, item_id: str) -> dict[str, Any]:
@@ -179,71 +205,102 @@ def _call_item(out: textgen.Output, tools: Tools, item_id: str) -> dict[str, Any
             payload = json.loads(out.text).get("input", out.text)
         except (ValueError, AttributeError):
             payload = out.text  # cut by max_output_tokens
-        return {"type": "custom_tool_call", "id": "ctc" + item_id[2:], "call_id": out.tool.id, "name": out.tool.name,
-                "input": payload}  # fmt: skip
+        return {
+            "type": "custom_tool_call",
+            "id": "ctc" + item_id[2:],
+            "call_id": out.tool.id,
+            "name": out.tool.name,
+            "input": payload,
+        }
     name = out.tool.name.split(NAMESPACE_SEPARATOR, 1)[1] if spec[2] else out.tool.name
-    return {"type": "function_call", "id": item_id, "call_id": out.tool.id, "name": name, "namespace": spec[2],
-            "arguments": out.text, "status": "completed"}  # fmt: skip
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": out.tool.id,
+        "name": name,
+        "namespace": spec[2],
+        "arguments": out.text,
+        "status": "completed",
+    }
 
 
 def _output(out: textgen.Output, tools: Tools) -> list[dict[str, Any]]:
     """The whole answer's output items: reasoning, then the message or the tool call."""
     items: list[dict[str, Any]] = []
     if out.reasoning:
-        items.append({"id": new_id("rs_"), "summary": [], "type": "reasoning", "status": None,
-                      "content": [{"text": out.reasoning_text, "type": "reasoning_text"}], "encrypted_content": None})
+        items.append(
+            {
+                "id": new_id("rs_"),
+                "summary": [],
+                "type": "reasoning",
+                "status": None,
+                "content": [{"text": out.reasoning_text, "type": "reasoning_text"}],
+                "encrypted_content": None,
+            }
+        )
     if out.tool:
         items.append(_call_item(out, tools, new_id("fc_")))
     elif out.pieces:
         part: dict[str, Any] = {"type": "output_text", "text": out.text, "annotations": [], "logprobs": None}
-        items.append({"id": new_id("msg_"), "type": "message", "role": "assistant", "status": "completed",
-                      "content": [part]})  # fmt: skip
+        items.append(
+            {"id": new_id("msg_"), "type": "message", "role": "assistant", "status": "completed", "content": [part]}
+        )
     return items
 
 
-def _final(base: dict[str, Any], out: textgen.Output, items: list[dict[str, Any]], prompt_tokens: int,
-           cached: int) -> dict[str, Any]:  # fmt: skip
+def _final(
+    base: dict[str, Any], out: textgen.Output, items: list[dict[str, Any]], prompt_tokens: int, cached: int
+) -> dict[str, Any]:
     incomplete = out.finish == "length"
-    usage = {"input_tokens": prompt_tokens, "output_tokens": out.tokens, "total_tokens": prompt_tokens + out.tokens,
-             "input_tokens_details": {"cached_tokens": cached},
-             "output_tokens_details": {"reasoning_tokens": len(out.reasoning), "tool_output_tokens": 0}}  # fmt: skip
-    return {**base, "output": items, "status": "incomplete" if incomplete else "completed", "usage": usage,
-            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None}  # fmt: skip
+    status = "incomplete" if incomplete else "cancelled" if out.finish == "abort" else "completed"
+    usage = {
+        "input_tokens": prompt_tokens,
+        "output_tokens": out.tokens,
+        "total_tokens": prompt_tokens + out.tokens,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens_details": {"reasoning_tokens": len(out.reasoning), "tool_output_tokens": 0},
+    }
+    return {
+        **base,
+        "output": items,
+        "status": status,
+        "usage": usage,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+    }
 
 
-class _Events:
-    """Writes the stream's events with their sequence numbers."""
-
-    def __init__(self, resp: web.StreamResponse) -> None:
-        self.resp, self.sequence = resp, 0
-
-    async def __call__(self, kind: str, **fields: Any) -> None:
-        await send(self.resp, {"type": kind, "sequence_number": self.sequence, **fields}, kind)
-        self.sequence += 1
-
-
-async def _stream(request: web.Request, job: Job, faults: Faults, out: textgen.Output, base: dict[str, Any],
-                  prompt_tokens: int, tools: Tools) -> web.StreamResponse:  # fmt: skip
+async def _stream(
+    request: web.Request,
+    job: Job,
+    faults: Faults,
+    out: textgen.Output,
+    base: dict[str, Any],
+    prompt_tokens: int,
+    tools: Tools,
+) -> web.StreamResponse:
     resp = await start_sse(request)
-    emit = _Events(resp)
+    emit = Events(resp)
     await emit("response.created", response=base)
     await emit("response.in_progress", response=base)
     items = _output(out, tools)
     answer_index = 1 if out.reasoning else 0
     try:
         async for em in paced(job, faults):
+            if em.aborted:
+                await _cancel(emit, out, em.position, items, (base, prompt_tokens, job.cached_tokens, tools))
+                continue
             kind, piece = out.piece(em.position)
             at = 0 if kind == "reasoning" else answer_index
             if em.position == 0 or (kind == "answer" and em.position == len(out.reasoning)):
                 if kind == "answer" and out.reasoning:
-                    await _close(emit, items[0], 0)
+                    await close_item(emit, items[0], 0)
                 if at < len(items):
-                    await _open(emit, items[at], at)
+                    await open_item(emit, items[at], at)
             if piece:
-                await _delta(emit, items[at], at, piece)
+                await delta(emit, items[at], at, piece)
             if em.last:
                 if at < len(items):
-                    await _close(emit, items[at], at)
+                    await close_item(emit, items[at], at)
                 final = _final(base, out, items, prompt_tokens, job.cached_tokens)
                 await emit("response.completed", response=final)
             strike(em.position + 1, faults, request, job)
@@ -252,49 +309,19 @@ async def _stream(request: web.Request, job: Job, faults: Faults, out: textgen.O
     return resp
 
 
-def _pending(item: dict[str, Any]) -> dict[str, Any]:
-    """An item as output_item.added shows it: in progress, nothing in it yet."""
-    if item["type"] == "reasoning":
-        return {"type": "reasoning", "id": item["id"], "summary": [], "status": "in_progress"}
-    if item["type"] == "message":
-        return {**item, "content": [], "status": "in_progress"}
-    if item["type"] == "custom_tool_call":
-        return {**item, "input": ""}
-    return {**item, "arguments": "", "status": "in_progress"}
-
-
-async def _open(emit: _Events, item: dict[str, Any], index: int) -> None:
-    await emit("response.output_item.added", output_index=index, item=_pending(item))
-    where = {"output_index": index, "item_id": item["id"], "content_index": 0}
-    if item["type"] == "reasoning":
-        await emit("response.content_part.added", **where, part={"text": "", "type": "reasoning_text"})
-    elif item["type"] == "message":
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        await emit("response.content_part.added", **where, part=part)
-
-
-async def _delta(emit: _Events, item: dict[str, Any], index: int, piece: str) -> None:
-    where = {"output_index": index, "item_id": item["id"]}
-    if item["type"] == "reasoning":
-        await emit("response.reasoning_text.delta", **where, content_index=0, delta=piece)
-    elif item["type"] == "message":
-        await emit("response.output_text.delta", **where, content_index=0, delta=piece, logprobs=[])
-    elif item["type"] == "function_call":
-        await emit("response.function_call_arguments.delta", **where, delta=piece)
-
-
-async def _close(emit: _Events, item: dict[str, Any], index: int) -> None:
-    where = {"output_index": index, "item_id": item["id"]}
-    if item["type"] in ("reasoning", "message"):
-        part = item["content"][0]
-        done = "response.reasoning_text.done" if item["type"] == "reasoning" else "response.output_text.done"
-        extra: dict[str, Any] = {} if item["type"] == "reasoning" else {"logprobs": []}
-        await emit(done, **where, content_index=0, text=part["text"], **extra)
-        await emit("response.content_part.done", **where, content_index=0, part=part)
-    elif item["type"] == "function_call":
-        await emit("response.function_call_arguments.done", **where, arguments=item["arguments"], name=item["name"])
-    else:
-        await emit("response.custom_tool_call_input.delta", **where, delta=item["input"])
-        await emit("response.custom_tool_call_input.done", **where, input=item["input"])
-    done_item = {**item, "status": "completed"} if item["type"] == "reasoning" else item
-    await emit("response.output_item.done", output_index=index, item=done_item)
+async def _cancel(
+    emit: Events,
+    out: textgen.Output,
+    tokens: int,
+    items: list[dict[str, Any]],
+    context: tuple[dict[str, Any], int, int, Tools],
+) -> None:
+    """The engine aborted the answer after ``tokens`` tokens (a sleep with mode=abort): close the item being
+    written, then ``response.completed`` with status "cancelled", as vLLM reports finish_reason "abort"."""
+    base, prompt_tokens, cached, tools = context
+    cut = out.cut(tokens)
+    done = [{**new, "id": old["id"]} for new, old in zip(_output(cut, tools), items, strict=False)]
+    if tokens:
+        index = 0 if out.piece(tokens - 1)[0] == "reasoning" else len(done) - 1
+        await close_item(emit, done[index], index)
+    await emit("response.completed", response=_final(base, cut, done, prompt_tokens, cached))

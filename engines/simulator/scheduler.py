@@ -25,6 +25,9 @@ named, sizes in tokens):
   after they are freed until evicted; an admitted sequence skips the prefill of its longest cached
   block-aligned prefix, never the whole prompt (at least one token is computed). Queries and hits
   count tokens, at a sequence's first admission, as vLLM's counters do.
+- **Pause** (vLLM's ``PauseState``, which sleep uses: engine.sleep). ``"new"``: waiting sequences are not
+  admitted, running ones go on; ``"all"``: no step at all. ``abort_all`` ends every unfinished sequence with
+  finished_reason "abort", as ``pause_scheduler(mode="abort")`` does.
 """
 
 import asyncio
@@ -32,83 +35,14 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from engines.simulator.config import SimConfig
+from engines.simulator.jobs import Emission, Job, Sequence
 from engines.simulator.kv_blocks import BlockPool, block_hashes
 from engines.simulator.metrics import SimMetrics
 
 log = logging.getLogger("engines.simulator")
 STATS_LOG_INTERVAL_S = 10.0  # vLLM's default --log-stats interval
-
-
-class Emission(NamedTuple):
-    """Token number ``position`` (from 0) of sequence ``choice`` is ready; ``last``: it was the final one."""
-
-    choice: int
-    position: int
-    last: bool
-
-
-@dataclass(eq=False)
-class Sequence:
-    """One sequence (one choice of a request); token counts in tokens, times ``time.monotonic()``.
-
-    ``computed`` tokens have their KV in ``blocks`` (one prompt-block hash, or None for an unshared
-    block, per block held); ``hashes`` are the prompt's whole blocks.
-    """
-
-    index: int
-    prompt_ids: list[int]
-    output_len: int
-    finish_reason: str
-    job: "Job"
-    hashes: list[int]
-    state: str = "waiting"  # waiting → running → done; running → waiting when preempted
-    generated: int = 0
-    computed: int = 0
-    cached_tokens: int = 0
-    admitted: bool = False
-    blocks: list[int | None] = field(default_factory=list)
-    last_token_at: float = 0.0
-
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus generated tokens: what the KV must hold once this sequence is computed."""
-        return len(self.prompt_ids) + self.generated
-
-
-@dataclass(eq=False)
-class Job:
-    """One request's sequences and the queue their tokens arrive on."""
-
-    engine: "Engine"
-    arrival: float
-    sequences: list[Sequence] = field(default_factory=list)
-    queue: asyncio.Queue[Emission] = field(default_factory=asyncio.Queue)
-
-    @property
-    def cached_tokens(self) -> int:
-        """Prompt tokens the first sequence took from the prefix cache (0 until admitted)."""
-        return self.sequences[0].cached_tokens if self.sequences else 0
-
-    @property
-    def done(self) -> bool:
-        return all(s.state == "done" for s in self.sequences)
-
-    async def emissions(self) -> AsyncIterator[Emission]:
-        """Emissions in order until every sequence has sent its last token."""
-        remaining = sum(1 for s in self.sequences if s.state != "done")
-        while remaining:
-            emission = await self.queue.get()
-            remaining -= emission.last
-            yield emission
-
-    def abort(self) -> None:
-        """Stop every unfinished sequence and free its KV (a client went away or a fault cut it)."""
-        self.engine.abort(self)
 
 
 class Engine:
@@ -120,7 +54,9 @@ class Engine:
         self.pool = BlockPool(cfg.num_blocks, cfg.enable_prefix_caching)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.paused: str | None = None  # None, "new" or "all"
         self._wake = asyncio.Event()
+        self._stepped = asyncio.Condition()
         self._queries = 0
         self._hits = 0
         self._window = {"prompt": 0, "generated": 0, "since": time.monotonic()}
@@ -151,6 +87,33 @@ class Engine:
             seq.state = "done"
             self.metrics.finished("abort")
         self._wake.set()
+
+    def abort_all(self) -> None:
+        """Abort every unfinished sequence, running or waiting: each gets a last emission marked ``aborted``
+        (its tokens so far count), its job records the cut, and finished_reason "abort" is counted."""
+        for seq in [*self.running, *self.waiting]:
+            if seq.state == "running":
+                self._free(seq)
+            seq.state = "done"
+            seq.job.cut[seq.index] = seq.generated
+            seq.job.queue.put_nowait(Emission(seq.index, seq.generated, True, aborted=True))
+            self.metrics.finished("abort")
+        self.waiting.clear()
+        self._wake.set()
+
+    def pause(self, what: str | None) -> None:
+        """Pause admission (``"new"``), every step (``"all"``), or nothing (None: resume)."""
+        self.paused = what
+        self._wake.set()
+
+    async def drained(self) -> None:
+        """Return once no sequence is running (what vLLM's pause with mode="wait" waits for)."""
+        async with self._stepped:
+            await self._stepped.wait_for(lambda: not self.running)
+
+    def forget_prefixes(self) -> bool:
+        """Drop the prefix cache (vLLM resets it on every sleep of level 1 or 2); False while blocks are held."""
+        return self.pool.forget_cached()
 
     def state(self) -> tuple[int, int, float, int, float]:
         """(running, waiting, KV usage 0–1, KV tokens held, prefix-cache hit rate 0–1) for the gauges."""
@@ -275,10 +238,15 @@ class Engine:
         """Step forever: schedule, sleep for the step's duration, then hand out the tokens it made."""
         while True:
             budget = self.cfg.max_num_batched_tokens
-            scheduled, preempted = self._schedule_running(budget)
-            if not preempted:
+            scheduled: dict[Sequence, int] = {}
+            preempted = False
+            if self.paused != "all":
+                scheduled, preempted = self._schedule_running(budget)
+            if not preempted and self.paused is None:
                 self._admit(time.monotonic(), budget - sum(scheduled.values()), scheduled)
             if not scheduled:
+                async with self._stepped:
+                    self._stepped.notify_all()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -290,6 +258,8 @@ class Engine:
                 seq.computed += n
                 if seq.computed == seq.num_tokens:
                     self._emit(seq, now)
+            async with self._stepped:
+                self._stepped.notify_all()
             self._log_stats(now)
 
     def _log_stats(self, now: float) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import anthropic_api, openai_api, responses_api, tokenizer
+from engines.simulator import anthropic_api, completions_api, openai_api, responses_api, sleep_api, tokenizer
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -31,6 +31,7 @@ from engines.simulator.common import (
 from engines.simulator.config import SimConfig
 from engines.simulator.metrics import SimMetrics
 from engines.simulator.scheduler import Engine
+from engines.simulator.sleep import Sleeper
 
 log = logging.getLogger("engines.simulator")
 VERSION = "0.32.0+sim"
@@ -155,6 +156,7 @@ async def metrics(request: web.Request) -> web.Response:
     if state.cfg.fault_metrics_delay:
         await asyncio.sleep(state.cfg.fault_metrics_delay)
     state.metrics.set_state(*state.engine.state())
+    state.metrics.set_memory(state.sleep.memory())
     return web.Response(body=state.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -168,9 +170,12 @@ def embedding(text: str, dim: int) -> list[float]:
 
 
 async def embeddings(request: web.Request) -> web.Response:
-    """POST /v1/embeddings: ``input`` a string, strings or token ids; ``encoding_format`` float or base64."""
+    """POST /v1/embeddings: ``input`` a string, strings or token ids; ``encoding_format`` float or base64.
+
+    Like every request for the model, it waits while the engine sleeps (vLLM queues it until the wake)."""
     state = request.app[STATE]
     body = await read_json(request)
+    await state.sleep.resumed.wait()
     model = check_model(state, body.get("model"))
     raw = body.get("input")
     single = isinstance(raw, str) or (isinstance(raw, list) and raw and all(isinstance(t, int) for t in raw))
@@ -221,7 +226,8 @@ async def _lifetime(app: web.Application) -> AsyncIterator[None]:
 
 
 def create_app(cfg: SimConfig) -> web.Application:
-    """The application for ``cfg``; the engine starts with the app and /health turns 200 after loading."""
+    """The application for ``cfg``; the engine starts with the app and /health turns 200 after loading (and stays
+    200 while the engine sleeps, as vLLM's does)."""
     cache_info = {
         "block_size": str(cfg.block_size),
         "num_gpu_blocks": str(cfg.num_blocks),
@@ -233,7 +239,8 @@ def create_app(cfg: SimConfig) -> web.Application:
     }
     sim_metrics = SimMetrics(cfg.metrics_flavor, cfg.served_model_name, cache_info)
     app = web.Application(middlewares=[errors, loading, auth], client_max_size=64 * 1024 * 1024)
-    app[STATE] = SimState(cfg=cfg, engine=Engine(cfg, sim_metrics), metrics=sim_metrics)
+    engine = Engine(cfg, sim_metrics)
+    app[STATE] = SimState(cfg=cfg, engine=engine, metrics=sim_metrics, sleep=Sleeper(cfg, engine))
     app.cleanup_ctx.append(_lifetime)
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
@@ -241,11 +248,13 @@ def create_app(cfg: SimConfig) -> web.Application:
     app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", openai_api.chat_completions)
-    app.router.add_post("/v1/completions", openai_api.completions)
+    app.router.add_post("/v1/completions", completions_api.completions)
     app.router.add_post("/v1/embeddings", embeddings)
     if not cfg.no_responses:  # an engine without the Responses API answers it 404 (SGLang, older vLLM)
         app.router.add_post("/v1/responses", responses_api.responses)
     if not cfg.no_anthropic:  # an engine with only the OpenAI API answers these 404 (SGLang, older vLLM)
         app.router.add_post("/v1/messages", anthropic_api.messages)
         app.router.add_post("/v1/messages/count_tokens", anthropic_api.count_tokens)
+    if cfg.dev_mode:  # vLLM adds its development routes only under VLLM_SERVER_DEV_MODE
+        sleep_api.add_routes(app)
     return app

@@ -37,7 +37,7 @@ class Output:
     """One planned answer.
 
     ``pieces`` are the token strings in order (their concatenation is the text, or the tool call's
-    arguments); ``finish`` is "stop", "length" or "tool_calls"; ``stop_sequence`` the stop string
+    arguments); ``finish`` is "stop", "length" or "tool_calls" ("abort" once ``cut``); ``stop_sequence`` the stop string
     that ended it, if any; ``reasoning`` the reasoning tokens generated before them (with a reasoning
     parser on), which count in the output tokens as vLLM counts them.
     """
@@ -60,6 +60,12 @@ class Output:
     def tokens(self) -> int:
         """Output tokens: reasoning, then the text or arguments."""
         return len(self.reasoning) + len(self.pieces)
+
+    def cut(self, tokens: int) -> "Output":
+        """This answer as an abort left it after ``tokens`` output tokens: finish "abort", vLLM's finish reason
+        for a request its engine aborted (a sleep with mode=abort)."""
+        pieces = self.pieces[: max(0, tokens - len(self.reasoning))]
+        return Output(pieces, "abort", None, self.tool, self.reasoning[:tokens])
 
     def piece(self, position: int) -> tuple[str, str]:
         """("reasoning" or "answer", the token string) of output token ``position`` ("" past the end)."""

@@ -17,16 +17,15 @@ def restore_content_type(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) ->
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('gateway', '0002_requestlog_key_in_access'),
-        ('contenttypes', '0002_remove_content_type_name'),
-        ('observability', '0001_initial'),
+        ("gateway", "0002_requestlog_key_in_access"),
+        ("contenttypes", "0002_remove_content_type_name"),
+        ("observability", "0001_initial"),
     ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.DeleteModel(name='RequestLog')],
+            state_operations=[migrations.DeleteModel(name="RequestLog")],
             database_operations=[],
         ),
         migrations.RunPython(move_content_type, restore_content_type),

@@ -9,11 +9,12 @@ from tests.simulator.simproc import API_KEY, MODEL, VLLM_FLAGS, Sim, SimFactory
 
 @pytest.fixture(scope="session")
 def sim_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFactory]:
-    """Start simulators with the given flags (healthy ones unless ``wait=False``); all stopped at the end."""
+    """Start simulators with the given flags and environment added (healthy ones unless ``wait=False``); all
+    stopped at the end."""
     started: list[Sim] = []
 
-    def start(*args: str, wait: bool = True) -> Sim:
-        sim = Sim(list(args), tmp_path_factory.mktemp("sim") / "sim.log")
+    def start(*args: str, wait: bool = True, env: dict[str, str] | None = None) -> Sim:
+        sim = Sim(list(args), tmp_path_factory.mktemp("sim") / "sim.log", env)
         started.append(sim)
         if wait:
             sim.wait_healthy()

@@ -1,6 +1,7 @@
 """The simulator as a real subprocess, and helpers to read raw server-sent events."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -33,12 +34,14 @@ class Sim:
 
     key = API_KEY  # the key the shared simulator demands (tests/simulator/conftest.py)
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        """Start ``python -m engines.simulator --port FREE *args``; ``env`` adds to this process's environment."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         argv = [sys.executable, "-m", "engines.simulator", "--port", str(self.port), *args]
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        environ = {**os.environ, **(env or {})}
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=environ)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -108,8 +111,9 @@ def sse(resp: httpx.Response) -> list[tuple[str | None, str]]:
 def stream_events(sim: Sim, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> list[Any]:
     """POST a streaming request; the raw events as (name, parsed data or the literal "[DONE]"). ``sim`` is a
     simulator or anything with its ``base`` and ``headers()`` (the gateway in front of one)."""
-    with httpx.stream("POST", sim.base + path, json=body, headers={**sim.headers(), **(headers or {})},
-                      timeout=30) as resp:  # fmt: skip
+    with httpx.stream(
+        "POST", sim.base + path, json=body, headers={**sim.headers(), **(headers or {})}, timeout=30
+    ) as resp:
         assert resp.status_code == 200, resp.read()
         events = sse(resp)
     return [(name, data if data == "[DONE]" else json.loads(data)) for name, data in events]

@@ -10,9 +10,11 @@ from engines.simulator.agent import Action, Conversation, Step, from_anthropic, 
 def test_steps_are_read_in_order_and_a_copy_is_a_read_then_a_write() -> None:
     task = 'Please read notes.md, then write "two words" to out/a.txt and copy /src/x.txt to y.txt.'
     assert steps(task) == [
-        Step("read", "notes.md"), Step("write", "out/a.txt", "two words"),
-        Step("read", "/src/x.txt"), Step("write", "y.txt"),
-    ]  # fmt: skip
+        Step("read", "notes.md"),
+        Step("write", "out/a.txt", "two words"),
+        Step("read", "/src/x.txt"),
+        Step("write", "y.txt"),
+    ]
     assert steps("Read the docs and write tests") == []  # no path, no step
     assert steps("WRITE 'x' INTO z.txt") == [Step("write", "z.txt", "x")]
 
@@ -37,11 +39,13 @@ def test_each_agents_tool_gets_arguments_in_its_own_schema(tool: str) -> None:
 
 def test_claude_codes_write_gets_an_absolute_path_and_the_copied_text() -> None:
     context = "<cwd>/repo</cwd>"
-    action = next_action(Conversation("copy in.txt to out.txt", context, ["     1\tlead <<the payload>> tail"],
-                                      ["Read", "Write"]))  # fmt: skip
+    action = next_action(
+        Conversation("copy in.txt to out.txt", context, ["     1\tlead <<the payload>> tail"], ["Read", "Write"])
+    )
     assert action == Action("Write", {"file_path": "/repo/out.txt", "content": "the payload"})
-    unmarked = next_action(Conversation("copy in.txt to out.txt", context, ["     1\tline one\n     2\tline two"],
-                                        ["Write"]))  # fmt: skip
+    unmarked = next_action(
+        Conversation("copy in.txt to out.txt", context, ["     1\tline one\n     2\tline two"], ["Write"])
+    )
     assert unmarked and unmarked.arguments == {"file_path": "/repo/out.txt", "content": "line one\nline two"}
 
 
@@ -58,14 +62,24 @@ def test_conversations_are_read_from_each_dialect_with_reminders_beside_the_task
         "system": [{"type": "text", "text": "x"}],
         "tools": [{"name": "Read"}, {"name": "Write"}],
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "<system-reminder>read me.txt</system-reminder>"},
-                                         {"type": "text", "text": "copy a.txt to b.txt"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>read me.txt</system-reminder>"},
+                    {"type": "text", "text": "copy a.txt to b.txt"},
+                ],
+            },
             {"role": "system", "content": "Primary working directory: /w"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "<<v>>"},
-                                         {"type": "text", "text": "<system-reminder>note</system-reminder>"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "<<v>>"},
+                    {"type": "text", "text": "<system-reminder>note</system-reminder>"},
+                ],
+            },
         ],
-    }  # fmt: skip
+    }
     conversation = from_anthropic(claude)
     assert conversation.task == "copy a.txt to b.txt" and conversation.results == ["<<v>>"]
     assert next_action(conversation) == Action("Write", {"file_path": "/w/b.txt", "content": "v"})

@@ -94,6 +94,7 @@ def test_an_unknown_fault_is_a_400_naming_the_known_ones(sim: Sim) -> None:
     assert "die-mid-stream" in str(caught.value)
 
 
+@pytest.mark.process
 def test_oom_at_start_exits_1_with_the_cuda_oom_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "engines.simulator", "--fault-oom-at-start"],
@@ -106,6 +107,7 @@ def test_oom_at_start_exits_1_with_the_cuda_oom_line() -> None:
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB." in done.stderr
 
 
+@pytest.mark.process
 def test_a_kv_budget_below_one_request_refuses_to_start() -> None:
     args = ["--max-model-len", "4096", "--kv-cache-tokens", "1024"]
     done = subprocess.run([sys.executable, "-m", "engines.simulator", *args], cwd=ROOT, capture_output=True, timeout=30)

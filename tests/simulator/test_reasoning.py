@@ -19,8 +19,13 @@ def test_chat_answers_carry_reasoning_before_content_and_count_it(thinker: Sim) 
     assert message.content and getattr(message, "reasoning", None)
     assert reply.usage and reply.usage.completion_tokens_details
     assert reply.usage.completion_tokens_details.reasoning_tokens == 8 and reply.usage.completion_tokens > 8
-    body = {"model": MODEL, "messages": PROMPT, "max_tokens": 20, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": PROMPT,
+        "max_tokens": 20,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     chunks = [data for _, data in stream_events(thinker, "/v1/chat/completions", body)[:-1]]
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     assert [list(d) for d in deltas[1:9]] == [["reasoning"]] * 8 and "content" in deltas[9]

@@ -47,8 +47,9 @@ def test_a_response_has_text_status_and_usage(sim: Sim) -> None:
 
 
 def test_the_stream_follows_vllms_event_order_with_sequence_numbers(sim: Sim) -> None:
-    events = stream_events(sim, "/v1/responses", {"model": MODEL, "input": "Stream please", "max_output_tokens": 6,
-                                                  "stream": True})  # fmt: skip
+    events = stream_events(
+        sim, "/v1/responses", {"model": MODEL, "input": "Stream please", "max_output_tokens": 6, "stream": True}
+    )
     names = [name for name, _ in events]
     assert collapse(names) == [*TEXT_EVENTS, "response.output_text.delta", *TEXT_DONE, "response.completed"]
     assert names.count("response.output_text.delta") == 6
@@ -77,10 +78,14 @@ def test_a_mentioned_tool_is_called_streamed_and_not(sim: Sim) -> None:
     body = {"model": MODEL, "input": "Use get_weather for Oslo", "tools": [WEATHER], "stream": True}
     events = stream_events(sim, "/v1/responses", body)
     assert collapse([n for n, _ in events]) == [
-        "response.created", "response.in_progress", "response.output_item.added",
-        "response.function_call_arguments.delta", "response.function_call_arguments.done",
-        "response.output_item.done", "response.completed",
-    ]  # fmt: skip
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     added = events[2][1]["item"]
     assert added["type"] == "function_call" and added["arguments"] == "" and added["status"] == "in_progress"
     arguments = "".join(d["delta"] for n, d in events if n == "response.function_call_arguments.delta")
@@ -92,11 +97,16 @@ def test_reasoning_comes_first_as_a_reasoning_item_and_is_counted(thinker: Sim) 
     assert [o.type for o in whole.output] == ["reasoning", "message"]
     assert whole.output[0].content and whole.output[0].content[0].text  # type: ignore[union-attr]
     assert whole.usage and whole.usage.output_tokens_details.reasoning_tokens == 8
-    events = stream_events(thinker, "/v1/responses", {"model": MODEL, "input": "Think, then say.", "stream": True,
-                                                      "max_output_tokens": 20})  # fmt: skip
+    events = stream_events(
+        thinker, "/v1/responses", {"model": MODEL, "input": "Think, then say.", "stream": True, "max_output_tokens": 20}
+    )
     names = collapse([n for n, _ in events])
-    assert names[2:6] == ["response.output_item.added", "response.content_part.added",
-                          "response.reasoning_text.delta", "response.reasoning_text.done"]  # fmt: skip
+    assert names[2:6] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+    ]
     assert events[3][1]["part"] == {"text": "", "type": "reasoning_text"}
     assert [n for n, _ in events].count("response.reasoning_text.delta") == 8
     assert names[-2:] == ["response.output_item.done", "response.completed"]
@@ -113,25 +123,34 @@ def test_without_the_responses_api_the_route_answers_404(sim_factory: SimFactory
     plain = sim_factory("--served-model-name", MODEL, "--no-responses")
     resp = httpx.post(plain.base + "/v1/responses", json={"model": MODEL, "input": "Hi"}, timeout=10)
     assert (resp.status_code, resp.json()) == (404, {"detail": "Not Found"})
-    assert plain.openai().chat.completions.create(model=MODEL, max_tokens=2, messages=[{"role": "user",
-                                                                                         "content": "Hi"}]).choices
+    assert (
+        plain.openai()
+        .chat.completions.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": "Hi"}])
+        .choices
+    )
 
 
 def test_agent_mode_runs_a_copy_task_with_codexs_shell_tool(sim: Sim) -> None:
     """The whole loop Codex runs: a read call, its output, a write call with the read's marked text, an answer."""
     client = sim.openai()
-    task: Any = [{"role": "user", "content": [{"type": "input_text", "text": "<cwd>/w</cwd>"}]},
-                 {"role": "user", "content": [{"type": "input_text", "text": "copy a.txt to b.txt"}]}]  # fmt: skip
+    task: Any = [
+        {"role": "user", "content": [{"type": "input_text", "text": "<cwd>/w</cwd>"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "copy a.txt to b.txt"}]},
+    ]
     first = client.responses.create(model=MODEL, input=task, tools=[EXEC])
     read = first.output[0]
     assert read.type == "function_call" and json.loads(read.arguments) == {"cmd": "cat a.txt"}
-    task += [{"type": "function_call", "call_id": read.call_id, "name": read.name, "arguments": read.arguments},
-             {"type": "function_call_output", "call_id": read.call_id, "output": "Output:\nsay <<it's 7>> now"}]
+    task += [
+        {"type": "function_call", "call_id": read.call_id, "name": read.name, "arguments": read.arguments},
+        {"type": "function_call_output", "call_id": read.call_id, "output": "Output:\nsay <<it's 7>> now"},
+    ]
     second = client.responses.create(model=MODEL, input=task, tools=[EXEC])
     write = second.output[0]
     assert write.type == "function_call"
     assert json.loads(write.arguments) == {"cmd": "printf '%s' 'it'\"'\"'s 7' > b.txt"}
-    task += [{"type": "function_call", "call_id": write.call_id, "name": write.name, "arguments": write.arguments},
-             {"type": "function_call_output", "call_id": write.call_id, "output": ""}]
+    task += [
+        {"type": "function_call", "call_id": write.call_id, "name": write.name, "arguments": write.arguments},
+        {"type": "function_call_output", "call_id": write.call_id, "output": ""},
+    ]
     last = client.responses.create(model=MODEL, input=task, tools=[EXEC])
     assert last.output_text == "Done: read a.txt; wrote b.txt." and last.status == "completed"

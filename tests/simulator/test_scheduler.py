@@ -69,10 +69,22 @@ def test_a_kv_budget_for_16_requests_queues_the_rest_first_in_first_out(sim_fact
     per_request = math.ceil((prompt + MAX_TOKENS) / BLOCK) * BLOCK
     assert per_request == math.ceil(prompt / BLOCK) * BLOCK  # the answers take no block more: no preemption
     sim = sim_factory(
-        "--served-model-name", MODEL, "--max-model-len", "256", "--block-size", str(BLOCK),
-        "--kv-cache-tokens", str(FITTING * per_request), "--max-num-seqs", "1024",
-        "--natural-output-tokens", "200", "--no-enable-prefix-caching", "--decode-ms-per-token", "30",
-    )  # fmt: skip
+        "--served-model-name",
+        MODEL,
+        "--max-model-len",
+        "256",
+        "--block-size",
+        str(BLOCK),
+        "--kv-cache-tokens",
+        str(FITTING * per_request),
+        "--max-num-seqs",
+        "1024",
+        "--natural-output-tokens",
+        "200",
+        "--no-enable-prefix-caching",
+        "--decode-ms-per-token",
+        "300",  # each request holds its blocks ~1.8 s: the 64 arrive within that even on a busy machine
+    )
     results, scrapes = asyncio.run(load(sim))
     assert [finish for _, finish in results] == ["length"] * STREAMS
     running = [s["vllm:num_requests_running"] for s in scrapes]

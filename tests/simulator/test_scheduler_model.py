@@ -9,9 +9,10 @@ from collections.abc import Awaitable, Callable
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.simulator.config import parse_config
+from engines.simulator.jobs import Emission, Job
 from engines.simulator.kv_blocks import BlockPool, block_hashes
 from engines.simulator.metrics import SimMetrics
-from engines.simulator.scheduler import Emission, Engine, Job
+from engines.simulator.scheduler import Engine
 
 BLOCK = 16
 FAST = ["--decode-ms-per-token", "1", "--decode-ms-per-seq", "0", "--decode-ms-per-1k-kv-tokens", "0"]

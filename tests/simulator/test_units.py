@@ -61,3 +61,8 @@ def test_text_is_deterministic_per_seed_and_index() -> None:
     assert plan(1, 0) == plan(1, 0)
     assert plan(1, 0) != plan(2, 0) and plan(1, 0) != plan(1, 1)
     assert textgen.plan_text("p", seed=1, index=0, max_tokens=5, natural=20, ignore_eos=True).finish == "length"
+
+
+def test_flags_are_read_as_vllm_reads_them() -> None:
+    config = parse_config(["--max_model_len", "2048", "-tp", "2", "--max-num-seqs=8"])
+    assert (config.max_model_len, config.max_num_seqs) == (2048, 8)

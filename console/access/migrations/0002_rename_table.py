@@ -5,15 +5,14 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0003_hand_over_to_domain_apps'),
-        ('access', '0001_initial'),
+        ("console", "0003_hand_over_to_domain_apps"),
+        ("access", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterModelTable(
-            name='apikey',
+            name="apikey",
             table=None,
         ),
     ]

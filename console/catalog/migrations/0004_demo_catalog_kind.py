@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('catalog', '0003_chat_template'),
+        ("catalog", "0003_chat_template"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='modelsource',
-            name='kind',
-            field=models.CharField(choices=[('local', 'Local folder'), ('hf', 'Hugging Face'), ('demo', 'Demo catalog')], max_length=10),
+            model_name="modelsource",
+            name="kind",
+            field=models.CharField(
+                choices=[("local", "Local folder"), ("hf", "Hugging Face"), ("demo", "Demo catalog")], max_length=10
+            ),
         ),
     ]

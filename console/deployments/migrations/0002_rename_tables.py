@@ -5,19 +5,18 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0003_hand_over_to_domain_apps'),
-        ('deployments', '0001_initial'),
+        ("console", "0003_hand_over_to_domain_apps"),
+        ("deployments", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterModelTable(
-            name='deployment',
+            name="deployment",
             table=None,
         ),
         migrations.AlterModelTable(
-            name='replica',
+            name="replica",
             table=None,
         ),
     ]

@@ -25,16 +25,17 @@ def unseal_keys(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0003_agent_support'),
+        ("deployments", "0003_agent_support"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='replica',
-            name='engine_api_key',
-            field=console.sealed.SealedCharField(help_text='Per-launch secret; only the gateway uses it. Sealed.', max_length=255),
+            model_name="replica",
+            name="engine_api_key",
+            field=console.sealed.SealedCharField(
+                help_text="Per-launch secret; only the gateway uses it. Sealed.", max_length=255
+            ),
         ),
         migrations.RunPython(seal_keys, unseal_keys),
     ]

@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0004_seal_engine_keys'),
+        ("deployments", "0004_seal_engine_keys"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='deployment',
-            name='slo_itl_seconds',
-            field=models.FloatField(default=0.1, help_text='SLO: inter-token latency, seconds (goodput).'),
+            model_name="deployment",
+            name="slo_itl_seconds",
+            field=models.FloatField(default=0.1, help_text="SLO: inter-token latency, seconds (goodput)."),
         ),
         migrations.AddField(
-            model_name='deployment',
-            name='slo_ttft_seconds',
-            field=models.FloatField(default=2.0, help_text='SLO: time to first token, seconds (goodput).'),
+            model_name="deployment",
+            name="slo_ttft_seconds",
+            field=models.FloatField(default=2.0, help_text="SLO: time to first token, seconds (goodput)."),
         ),
     ]

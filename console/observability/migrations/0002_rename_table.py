@@ -5,20 +5,19 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('gateway', '0003_requestlog_to_observability'),
-        ('observability', '0001_initial'),
+        ("gateway", "0003_requestlog_to_observability"),
+        ("observability", "0001_initial"),
     ]
 
     operations = [
         migrations.RenameIndex(
-            model_name='requestlog',
-            new_name='observabili_api_key_7d6e1c_idx',
-            old_name='gateway_req_api_key_327713_idx',
+            model_name="requestlog",
+            new_name="observabili_api_key_7d6e1c_idx",
+            old_name="gateway_req_api_key_327713_idx",
         ),
         migrations.AlterModelTable(
-            name='requestlog',
+            name="requestlog",
             table=None,
         ),
     ]

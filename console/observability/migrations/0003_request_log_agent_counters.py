@@ -4,35 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('observability', '0002_rename_table'),
+        ("observability", "0002_rename_table"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='requestlog',
-            name='empty_answer',
-            field=models.BooleanField(default=False, help_text='A finished answer with no text and no tool call.'),
+            model_name="requestlog",
+            name="empty_answer",
+            field=models.BooleanField(default=False, help_text="A finished answer with no text and no tool call."),
         ),
         migrations.AddField(
-            model_name='requestlog',
-            name='length_cut',
-            field=models.BooleanField(default=False, help_text='The answer hit its output-token limit.'),
+            model_name="requestlog",
+            name="length_cut",
+            field=models.BooleanField(default=False, help_text="The answer hit its output-token limit."),
         ),
         migrations.AddField(
-            model_name='requestlog',
-            name='reasoning_tokens',
-            field=models.IntegerField(help_text='Hidden reasoning tokens; None: no reasoning seen.', null=True),
+            model_name="requestlog",
+            name="reasoning_tokens",
+            field=models.IntegerField(help_text="Hidden reasoning tokens; None: no reasoning seen.", null=True),
         ),
         migrations.AddField(
-            model_name='requestlog',
-            name='tool_call_failures',
-            field=models.PositiveSmallIntegerField(default=0, help_text='Tool calls whose arguments were not a JSON object, or a call written as text.'),
+            model_name="requestlog",
+            name="tool_call_failures",
+            field=models.PositiveSmallIntegerField(
+                default=0, help_text="Tool calls whose arguments were not a JSON object, or a call written as text."
+            ),
         ),
         migrations.AddField(
-            model_name='requestlog',
-            name='usage_estimated',
-            field=models.BooleanField(default=False, help_text='The engine gave no usage (a stream cut or left): the gateway counted the tokens.'),
+            model_name="requestlog",
+            name="usage_estimated",
+            field=models.BooleanField(
+                default=False,
+                help_text="The engine gave no usage (a stream cut or left): the gateway counted the tokens.",
+            ),
         ),
     ]

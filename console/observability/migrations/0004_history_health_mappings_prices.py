@@ -5,82 +5,131 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0002_rename_tables'),
-        ('observability', '0003_request_log_agent_counters'),
+        ("deployments", "0002_rename_tables"),
+        ("observability", "0003_request_log_agent_counters"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='HistogramBounds',
+            name="HistogramBounds",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('bounds', models.JSONField(unique=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("bounds", models.JSONField(unique=True)),
             ],
         ),
         migrations.CreateModel(
-            name='PriceSetting',
+            name="PriceSetting",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('gpu_model', models.CharField(help_text='As NVML names it, e.g. NVIDIA H100 80GB HBM3.', max_length=100, unique=True)),
-                ('usd_per_gpu_hour', models.DecimalField(decimal_places=4, max_digits=10)),
-                ('source', models.CharField(blank=True, help_text='Where the price comes from.', max_length=300)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "gpu_model",
+                    models.CharField(
+                        help_text="As NVML names it, e.g. NVIDIA H100 80GB HBM3.", max_length=100, unique=True
+                    ),
+                ),
+                ("usd_per_gpu_hour", models.DecimalField(decimal_places=4, max_digits=10)),
+                ("source", models.CharField(blank=True, help_text="Where the price comes from.", max_length=300)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name='MetricMapping',
+            name="MetricMapping",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('flavor', models.CharField(help_text='e.g. vllm, vllm-v0, sglang, llamacpp', max_length=30)),
-                ('engine', models.CharField(help_text='Engine family: vllm, sglang, llamacpp.', max_length=30)),
-                ('canonical', models.CharField(max_length=60)),
-                ('metric', models.CharField(help_text="Sample name as exposed; a histogram's base name.", max_length=200)),
-                ('label', models.CharField(blank=True, help_text='For an info gauge: the label holding the number.', max_length=100)),
-                ('min_version', models.CharField(blank=True, help_text='Inclusive; blank: any.', max_length=20)),
-                ('max_version', models.CharField(blank=True, help_text='Exclusive; blank: any.', max_length=20)),
-                ('source', models.CharField(help_text='Where the name comes from (a source file, a doc).', max_length=300)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("flavor", models.CharField(help_text="e.g. vllm, vllm-v0, sglang, llamacpp", max_length=30)),
+                ("engine", models.CharField(help_text="Engine family: vllm, sglang, llamacpp.", max_length=30)),
+                ("canonical", models.CharField(max_length=60)),
+                (
+                    "metric",
+                    models.CharField(help_text="Sample name as exposed; a histogram's base name.", max_length=200),
+                ),
+                (
+                    "label",
+                    models.CharField(
+                        blank=True, help_text="For an info gauge: the label holding the number.", max_length=100
+                    ),
+                ),
+                ("min_version", models.CharField(blank=True, help_text="Inclusive; blank: any.", max_length=20)),
+                ("max_version", models.CharField(blank=True, help_text="Exclusive; blank: any.", max_length=20)),
+                (
+                    "source",
+                    models.CharField(help_text="Where the name comes from (a source file, a doc).", max_length=300),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('flavor', 'canonical'), name='one_series_per_canonical')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("flavor", "canonical"), name="one_series_per_canonical")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ScrapeHealth',
+            name="ScrapeHealth",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('last_attempt_at', models.DateTimeField(null=True)),
-                ('last_success_at', models.DateTimeField(null=True)),
-                ('failures_in_row', models.PositiveIntegerField(default=0)),
-                ('last_error', models.TextField(blank=True)),
-                ('series', models.PositiveIntegerField(default=0, help_text='Samples in the last good scrape.')),
-                ('flavor', models.CharField(blank=True, help_text='The metric mapping chosen.', max_length=30)),
-                ('replica', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='scrape_health', to='deployments.replica')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("last_attempt_at", models.DateTimeField(null=True)),
+                ("last_success_at", models.DateTimeField(null=True)),
+                ("failures_in_row", models.PositiveIntegerField(default=0)),
+                ("last_error", models.TextField(blank=True)),
+                ("series", models.PositiveIntegerField(default=0, help_text="Samples in the last good scrape.")),
+                ("flavor", models.CharField(blank=True, help_text="The metric mapping chosen.", max_length=30)),
+                (
+                    "replica",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="scrape_health",
+                        to="deployments.replica",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ServiceLevel',
+            name="ServiceLevel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('ttft_seconds', models.FloatField(blank=True, null=True)),
-                ('itl_seconds', models.FloatField(blank=True, null=True)),
-                ('deployment', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='slo', to='deployments.deployment')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("ttft_seconds", models.FloatField(blank=True, null=True)),
+                ("itl_seconds", models.FloatField(blank=True, null=True)),
+                (
+                    "deployment",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="slo", to="deployments.deployment"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='MetricSample',
+            name="MetricSample",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField()),
-                ('resolution', models.PositiveSmallIntegerField(choices=[(0, 'Scrape'), (300, 'Five Minutes')], default=0)),
-                ('values', models.JSONField()),
-                ('deployment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='samples', to='deployments.deployment')),
-                ('replica', models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, related_name='samples', to='deployments.replica')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("at", models.DateTimeField()),
+                (
+                    "resolution",
+                    models.PositiveSmallIntegerField(choices=[(0, "Scrape"), (300, "Five Minutes")], default=0),
+                ),
+                ("values", models.JSONField()),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="samples", to="deployments.deployment"
+                    ),
+                ),
+                (
+                    "replica",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="samples",
+                        to="deployments.replica",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['deployment', 'resolution', 'at'], name='observabili_deploym_5474c9_idx'), models.Index(fields=['replica', 'resolution', 'at'], name='observabili_replica_240dac_idx'), models.Index(fields=['resolution', 'at'], name='observabili_resolut_93fbe2_idx')],
+                "indexes": [
+                    models.Index(fields=["deployment", "resolution", "at"], name="observabili_deploym_5474c9_idx"),
+                    models.Index(fields=["replica", "resolution", "at"], name="observabili_replica_240dac_idx"),
+                    models.Index(fields=["resolution", "at"], name="observabili_resolut_93fbe2_idx"),
+                ],
             },
         ),
     ]

@@ -25,9 +25,16 @@ def seed(apps: Any, schema_editor: Any) -> None:
     PriceSetting = apps.get_model("observability", "PriceSetting")
     for row in DEFAULT_MAPPINGS:
         MetricMapping.objects.get_or_create(
-            flavor=row.flavor, canonical=row.canonical,
-            defaults={"engine": row.engine, "metric": row.metric, "label": row.label, "min_version": row.min_version,
-                      "max_version": row.max_version, "source": row.source},
+            flavor=row.flavor,
+            canonical=row.canonical,
+            defaults={
+                "engine": row.engine,
+                "metric": row.metric,
+                "label": row.label,
+                "min_version": row.min_version,
+                "max_version": row.max_version,
+                "source": row.source,
+            },
         )
     for gpu, price, source in DEFAULT_PRICES:
         PriceSetting.objects.get_or_create(gpu_model=gpu, defaults={"usd_per_gpu_hour": price, "source": source})
@@ -45,9 +52,8 @@ def unseed(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('observability', '0004_history_health_mappings_prices'),
+        ("observability", "0004_history_health_mappings_prices"),
     ]
 
     operations = [

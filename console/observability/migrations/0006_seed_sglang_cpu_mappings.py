@@ -14,16 +14,22 @@ def seed_missing(apps: Any, schema_editor: Any) -> None:
     MetricMapping = apps.get_model("observability", "MetricMapping")
     for row in DEFAULT_MAPPINGS:
         MetricMapping.objects.get_or_create(
-            flavor=row.flavor, canonical=row.canonical,
-            defaults={"engine": row.engine, "metric": row.metric, "label": row.label, "min_version": row.min_version,
-                      "max_version": row.max_version, "source": row.source},
+            flavor=row.flavor,
+            canonical=row.canonical,
+            defaults={
+                "engine": row.engine,
+                "metric": row.metric,
+                "label": row.label,
+                "min_version": row.min_version,
+                "max_version": row.max_version,
+                "source": row.source,
+            },
         )
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('observability', '0005_seed_mappings_and_prices'),
+        ("observability", "0005_seed_mappings_and_prices"),
     ]
 
     operations = [

@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('observability', '0006_seed_sglang_cpu_mappings'),
+        ("observability", "0006_seed_sglang_cpu_mappings"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='requestlog',
-            name='cost_usd',
-            field=models.DecimalField(decimal_places=9, help_text="USD charged to the key's budgets: tokens × the deployment's price per token; None: no price.", max_digits=18, null=True),
+            model_name="requestlog",
+            name="cost_usd",
+            field=models.DecimalField(
+                decimal_places=9,
+                help_text="USD charged to the key's budgets: tokens × the deployment's price per token; None: no price.",
+                max_digits=18,
+                null=True,
+            ),
         ),
     ]

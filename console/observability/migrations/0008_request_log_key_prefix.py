@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('observability', '0007_request_log_cost'),
+        ("observability", "0007_request_log_cost"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='requestlog',
-            name='key_prefix',
-            field=models.CharField(blank=True, help_text="The public prefix of the secret the request used: during a rotation's grace, the old one's.", max_length=20),
+            model_name="requestlog",
+            name="key_prefix",
+            field=models.CharField(
+                blank=True,
+                help_text="The public prefix of the secret the request used: during a rotation's grace, the old one's.",
+                max_length=20,
+            ),
         ),
     ]

@@ -24,11 +24,16 @@ def merge(apps: Any, schema_editor: Any) -> None:
             ServiceLevel.objects.create(deployment=dep, ttft_seconds=capacity[0], itl_seconds=capacity[1])
         elif (panels.ttft_seconds, panels.itl_seconds) != capacity:
             AuditEntry.objects.create(
-                actor_name="system", action="slo.merged", target_type="deployments.deployment",
-                target_id=str(dep.pk), target_name=dep.name,
-                changes={"kept": {"ttft_seconds": panels.ttft_seconds, "itl_seconds": panels.itl_seconds},
-                         "capacity_check_had": {"ttft_seconds": capacity[0], "itl_seconds": capacity[1]}},
-            )  # fmt: skip
+                actor_name="system",
+                action="slo.merged",
+                target_type="deployments.deployment",
+                target_id=str(dep.pk),
+                target_name=dep.name,
+                changes={
+                    "kept": {"ttft_seconds": panels.ttft_seconds, "itl_seconds": panels.itl_seconds},
+                    "capacity_check_had": {"ttft_seconds": capacity[0], "itl_seconds": capacity[1]},
+                },
+            )
 
 
 def split(apps: Any, schema_editor: Any) -> None:

@@ -48,8 +48,16 @@ Deployment.objects.filter(pk=dep.pk).update(state="ready", state_reason="Serving
 now = timezone.now()
 for port in (18001, 18002):
     Replica.objects.create(
-        deployment=dep, runtime="process", runtime_name=f"replica-{port}", handle="1", host="127.0.0.1",
-        port=port, engine_api_key=f"engine-key-{port}", running=True, started_at=now, ready_at=now,
+        deployment=dep,
+        runtime="process",
+        runtime_name=f"replica-{port}",
+        handle="1",
+        host="127.0.0.1",
+        port=port,
+        engine_api_key=f"engine-key-{port}",
+        running=True,
+        started_at=now,
+        ready_at=now,
     )
 stopped = services.create_deployment(name="smol-old", model=model, engine="vllm-cpu", max_model_len=1024)
 limited, limited_key = apikeys.create_key(
@@ -60,8 +68,17 @@ revoked, revoked_key = apikeys.create_key("old-laptop", admin)
 apikeys.revoke_key(revoked)
 for i in range(3):
     RequestLog.objects.create(
-        api_key=limited, model="smol", surface="openai", endpoint="/v1/chat/completions", stream=True, status=200,
-        finish_reason="stop", prompt_tokens=40 + i, completion_tokens=20, cached_tokens=0, ttft_seconds=0.1,
+        api_key=limited,
+        model="smol",
+        surface="openai",
+        endpoint="/v1/chat/completions",
+        stream=True,
+        status=200,
+        finish_reason="stop",
+        prompt_tokens=40 + i,
+        completion_tokens=20,
+        cached_tokens=0,
+        ttft_seconds=0.1,
         duration_seconds=0.5,
     )
 print(json.dumps({"limited": limited_key, "open": open_key, "revoked": revoked_key}))

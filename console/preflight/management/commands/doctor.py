@@ -1,4 +1,5 @@
 """``manage.py doctor``: the pre-flight checks, run in this process, one line each; exit status 1 on a failure.
+A database that is not ready (not migrated yet, unreachable) is one more failed line, first.
 
 Run it where engines are launched from (under compose: ``docker compose exec worker python manage.py doctor``).
 """
@@ -10,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from appliance.doctor import FAIL, run_checks
+from console.preflight.database import database_check
 from console.preflight.disk import disk_need
 
 
@@ -22,12 +24,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--json", action="store_true",
+            "--json",
+            action="store_true",
             help='print [{"name", "status", "ok", "detail", "fix"}, ...] instead of lines',
-        )  # fmt: skip
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        checks = run_checks(disk_need())
+        database = database_check()
+        # the weights still to download are read from the database: without it, the margin alone
+        checks = run_checks(disk_need()) if database is None else [database, *run_checks()]
         if opts["json"]:
             self.stdout.write(json.dumps([c.as_dict() for c in checks], indent=2))
         else:

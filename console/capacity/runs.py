@@ -85,19 +85,24 @@ def _bounds(levels: list[float], requests_per_level: int, max_seconds: int) -> N
 def provenance(dep: Deployment) -> dict[str, Any]:
     """What runs, as the run keeps it: model and revision, engine, image digest and version, GPUs, the
     settings, the SLO and the plan's capacity figures."""
-    plan = dep.plan
+    plan = dep.stored_plan
     return {
         "model": dep.model.name if dep.model else dep.served_model_name,  # an external deployment has no source
         "model_revision": (dep.model.revision or dep.model.path) if dep.model else "",
         "engine": dep.engine,
         "engine_version": dep.engine_version,
         "engine_image": dep.engine_image,
-        "gpus": dep.gpu_model or plan.get("inventory", ""),
-        "gpu_indices": plan.get("gpu_indices") or [],
+        "gpus": dep.gpu_model or plan.inventory,
+        "gpu_indices": list(plan.gpu_indices),
         "replicas": dep.replica_count,
         "settings": current_settings(dep),
         "slo": _slo_facts(dep),
-        "plan": {k: plan.get(k) for k in ("kv_capacity_tokens", "kv_bytes_per_token", "max_model_len", "max_num_seqs")},
+        "plan": {  # None where the plan has none: a CPU engine's max_num_seqs, all of an external deployment's
+            "kv_capacity_tokens": plan.kv_capacity_tokens or None,
+            "kv_bytes_per_token": plan.kv_bytes_per_token or None,
+            "max_model_len": plan.max_model_len or None,
+            "max_num_seqs": plan.max_num_seqs or None,
+        },
     }
 
 
@@ -111,15 +116,24 @@ def _targets(dep: Deployment) -> Slo:
     """The check's targets in seconds, a target the SLO leaves out never missed (infinite)."""
     slo, _ = check_slo(dep)
     unchecked = math.inf
-    return Slo(unchecked if slo.ttft_seconds is None else slo.ttft_seconds,
-               unchecked if slo.itl_seconds is None else slo.itl_seconds)  # fmt: skip
+    return Slo(
+        unchecked if slo.ttft_seconds is None else slo.ttft_seconds,
+        unchecked if slo.itl_seconds is None else slo.itl_seconds,
+    )
 
 
 def validate_check(
-    dep: Deployment, *, profile: str, mode: str = CONCURRENCY, levels: list[float] | None = None,
-    shared_prefix: bool = False, requests_per_level: int = 0, max_seconds: int = 300, prompt_tokens: int = 0,
+    dep: Deployment,
+    *,
+    profile: str,
+    mode: str = CONCURRENCY,
+    levels: list[float] | None = None,
+    shared_prefix: bool = False,
+    requests_per_level: int = 0,
+    max_seconds: int = 300,
+    prompt_tokens: int = 0,
     output_tokens: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """A check's settings, filled in and checked: ``levels`` default to the profile's, ``requests_per_level``
     to twice the highest level (at least 10); the shape of its requests within the deployment's
     max_model_len (``prompt_tokens``, ``output_tokens``: fixed lengths instead of the profile's, 0: the
@@ -130,23 +144,37 @@ def validate_check(
     requests_per_level = requests_per_level or max(10, 2 * math.ceil(max(chosen)))
     _bounds(chosen, requests_per_level, max_seconds)
     try:
-        most = dep.plan.get("max_model_len") or dep.max_model_len
+        most = dep.stored_plan.max_model_len or dep.max_model_len
         if not (0 <= prompt_tokens <= most and 0 <= output_tokens <= most):
             raise ValueError(f"Prompt and answer lengths are 0 (the profile's) to max_model_len, {most:,} tokens.")
         shape = shape_for(PROFILES[profile], most, shared_prefix, prompt_tokens, output_tokens)
     except ValueError as exc:
         raise ConsoleError(str(exc)) from None
-    return {"profile": profile, "mode": mode, "levels": chosen, "shared_prefix": shared_prefix,
-            "requests_per_level": requests_per_level, "max_seconds": max_seconds, "shape": asdict(shape)}  # fmt: skip
+    return {
+        "profile": profile,
+        "mode": mode,
+        "levels": chosen,
+        "shared_prefix": shared_prefix,
+        "requests_per_level": requests_per_level,
+        "max_seconds": max_seconds,
+        "shape": asdict(shape),
+    }
 
 
 LABEL_MAX = 200  # CapacityRun.label's max_length
 
 
 def start_check(
-    dep: Deployment, user: Any, *, label: str = "", confirm_live_traffic: bool = False, tuning: Any = None,
-    tuning_value: Any = None, enqueue: bool = True, **check: Any,
-) -> CapacityRun:  # fmt: skip
+    dep: Deployment,
+    user: Any,
+    *,
+    label: str = "",
+    confirm_live_traffic: bool = False,
+    tuning: Any = None,
+    tuning_value: Any = None,
+    enqueue: bool = True,
+    **check: Any,
+) -> CapacityRun:
     """Queue a check of a ready deployment (``check``: validate_check's keywords); the worker runs it
     (``enqueue`` False: the caller runs it, as a tuning does in its own task).
 
@@ -164,8 +192,15 @@ def start_check(
         raise LiveTraffic(
             f"{dep.name} is serving live traffic ({live}); a check will slow it down. Confirm to go ahead."
         )
-    fields |= {"deployment": dep, "deployment_name": dep.name, "created_by": user, "label": label,
-               "provenance": provenance(dep), "tuning": tuning, "tuning_value": tuning_value}  # fmt: skip
+    fields |= {
+        "deployment": dep,
+        "deployment_name": dep.name,
+        "created_by": user,
+        "label": label,
+        "provenance": provenance(dep),
+        "tuning": tuning,
+        "tuning_value": tuning_value,
+    }
     try:
         with transaction.atomic():
             run = CapacityRun.objects.create(**fields)
@@ -173,18 +208,23 @@ def start_check(
                 transaction.on_commit(lambda: dispatch.send(CHECK, run.pk))
     except IntegrityError:
         active = CapacityRun.objects.filter(deployment=dep, state__in=["queued", "running", "cancelling"]).first()
-        raise ConsoleError(f"A capacity check is already running on {dep.name} (run {active.pk if active else '?'}); "
-                           "one at a time.") from None  # fmt: skip
+        raise ConsoleError(
+            f"A capacity check is already running on {dep.name} (run {active.pk if active else '?'}); one at a time."
+        ) from None
     return run
 
 
 def fail_stale_runs(dep: Deployment) -> None:
     """Runs of ``dep`` whose worker stopped answering (no heartbeat for STALE_AFTER) end as failed, so
     they no longer hold the deployment's one check."""
-    stale = CapacityRun.objects.filter(deployment=dep, state__in=[RunState.RUNNING, RunState.CANCELLING],
-                                       heartbeat_at__lt=timezone.now() - STALE_AFTER)  # fmt: skip
-    stale.update(state=RunState.FAILED, state_reason="Its worker stopped answering (restarted or crashed).",
-                 finished_at=timezone.now())  # fmt: skip
+    stale = CapacityRun.objects.filter(
+        deployment=dep, state__in=[RunState.RUNNING, RunState.CANCELLING], heartbeat_at__lt=timezone.now() - STALE_AFTER
+    )
+    stale.update(
+        state=RunState.FAILED,
+        state_reason="Its worker stopped answering (restarted or crashed).",
+        finished_at=timezone.now(),
+    )
 
 
 def cancel_check(run: CapacityRun) -> None:
@@ -231,18 +271,26 @@ def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult], slo: S
     shape = Shape(**run.shape)
     measured = [lv for lv in levels if lv.mean_prompt_tokens is not None]
     session = (measured[0].mean_prompt_tokens or 0) + (measured[0].mean_output_tokens or 0) if measured else 0
-    capacity = int(dep.plan.get("kv_capacity_tokens") or 0) * dep.replica_count
+    capacity = dep.stored_plan.kv_capacity_tokens * dep.replica_count
     unit = "requests/s" if run.mode == RATE else "sessions"
     held = capacity and levels
     block = kv_block_tokens(dep.engine)
     summary = held_against_plan(capacity, session or shape.session_tokens, levels, slo, unit, block) if held else ""
     done = len(levels)
     now = timezone.now()
-    if run.move(RunState.DONE, progress=1.0, progress_text=f"{done} of {len(run.levels)} levels", summary=summary,
-                finished_at=now):  # fmt: skip
+    if run.move(
+        RunState.DONE,
+        progress=1.0,
+        progress_text=f"{done} of {len(run.levels)} levels",
+        summary=summary,
+        finished_at=now,
+    ):
         return
-    why = (f"Cancelled after {done} of {len(run.levels)} levels; those are kept, the one under way is not."
-           if done else "Cancelled during the first level, before any level was done: nothing is kept.")  # fmt: skip
+    why = (
+        f"Cancelled after {done} of {len(run.levels)} levels; those are kept, the one under way is not."
+        if done
+        else "Cancelled during the first level, before any level was done: nothing is kept."
+    )
     run.move(RunState.CANCELLED, why, summary=summary, finished_at=now)
 
 

@@ -1,0 +1,50 @@
+"""What a deployment's page adds to its state when nothing moves it on or checks it: no worker running to take the
+stop, launch, sleep or wake it waits for, or to check its engine; Celery beat stopped, so the state has not been
+checked since (appliance.celery_heartbeats). The state is what was last seen; these say how far to trust it."""
+
+from dataclasses import dataclass
+
+from appliance.celery_heartbeats import Liveness
+from console.deployments.models import Deployment, DeploymentState
+from engines.room import duration_words
+
+S = DeploymentState
+WAITING_ON_A_WORKER = {  # states a worker's task moves on, and what waits for it
+    S.PENDING: "this launch",
+    S.PULLING: "this launch",
+    S.STARTING: "this launch",
+    S.LOADING: "this launch",
+    S.STOPPING: "this stop",
+    S.SLEEPING: "this sleep",
+    S.WAKING: "this wake",
+}
+CHECKED = (S.READY, S.ASLEEP, *WAITING_ON_A_WORKER)  # states reconcile and the scraper check every few seconds
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """One sentence for the page and the API; ``kind`` names it ("no-worker", "monitoring-stopped",
+    "liveness-unknown")."""
+
+    kind: str
+    words: str
+
+
+def caveats(dep: Deployment, found: Liveness) -> list[Caveat]:
+    """What ``dep``'s page should add to its state, given the heartbeats ``found``; none for a stopped or failed
+    deployment (nothing is under way, and nothing needs checking)."""
+    if dep.state not in CHECKED:
+        return []
+    if found.unreadable:
+        return [Caveat("liveness-unknown", f"Cannot tell whether a worker and beat run: {found.unreadable}.")]
+    out = []
+    if no_worker := found.worker_stopped():
+        if what := WAITING_ON_A_WORKER.get(S(dep.state)):
+            asked = duration_words(max(0.0, found.now - dep.state_since.timestamp()))
+            words = f"No worker is taking {what} (asked {asked} ago): {no_worker}. It goes on once a worker runs."
+        else:
+            words = f"No worker is running, so nothing checks this engine: {no_worker}."
+        out.append(Caveat("no-worker", words))
+    if no_beat := found.beat_stopped():
+        out.append(Caveat("monitoring-stopped", f"Monitoring stopped: {no_beat}; this state is not checked meanwhile."))
+    return out

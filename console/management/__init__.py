@@ -1,0 +1,6 @@
+"""The appliance's own management commands, beside the domains' (``manage.py backup`` and ``restore``: one archive
+of the whole appliance, console.backup and console.restore).
+
+May import: console.backup and console.restore (the archive, over every domain's tables), console's shared modules.
+Nothing of the console domains.
+"""

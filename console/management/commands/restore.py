@@ -1,0 +1,46 @@
+"""``manage.py restore FILE [--force]``: an archive of ``manage.py backup`` into this appliance's database (how,
+and what it refuses, in console.backup); FILE ``-`` reads it from stdin."""
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+from console.restore import restore
+
+
+class Command(BaseCommand):
+    help = (
+        "Restore an archive written by manage.py backup ('-' for stdin): refuses an archive from a newer Hearth and a "
+        "database holding data (unless --force); migrates first, then loads everything in one transaction."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="the archive to read; '-': stdin")
+        parser.add_argument("--force", action="store_true", help="replace whatever the database holds")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["file"] != "-":
+            self._restore(Path(opts["file"]), opts["force"])
+            return
+        with tempfile.TemporaryDirectory(prefix="hearth-restore-") as tmp:  # 0700: the archive holds secrets
+            spooled = Path(tmp) / "archive"
+            with spooled.open("wb") as out:
+                shutil.copyfileobj(sys.stdin.buffer, out)
+            self._restore(spooled, opts["force"])
+
+    def _restore(self, archive: Path, force: bool) -> None:
+        manifest = restore(archive, force=force)
+        self.stdout.write(
+            f"restore: {manifest.objects} rows of a {manifest.database} backup made {manifest.created_at}; "
+            "engine keys sealed under this appliance's SECRET_KEY"
+        )
+        if manifest.secret_key != settings.SECRET_KEY:
+            self.stdout.write(
+                "restore: this appliance's SECRET_KEY is not the archive's: API keys work as before, but everyone "
+                "signed in to the console signs in again"
+            )

@@ -1,0 +1,115 @@
+"""A deployment's swaps, read from its history of sleeps, wakes, stops to save and failed wakes (DeploymentEvent,
+kept by console.deployments.sleeping): its state in words and since when, how often it slept and its wake times
+over a window, and how long it was asleep (the GPU time the cost panels count apart from serving).
+
+The state in words: "ready", "going to sleep", "asleep (level 2)", "waking", "stopped to save", else the state as
+the console says it. Times: Unix seconds or datetimes; durations in seconds. Wake times are the worker's, from the
+wake's start to ready (a wake in place, or the launch of one stopped to save); percentiles by nearest rank.
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState
+from console.deployments.room_actions import NOT_WOKEN
+from engines.room import duration_words
+
+S = DeploymentState
+K = DeploymentEvent.Kind
+WINDOW = 24 * 3600  # seconds the panels and /metrics count sleeps and wakes over
+ASLEEP = (S.SLEEPING, S.ASLEEP, S.WAKING)
+
+
+def last_level(dep: Deployment) -> int | None:
+    """The level of its newest sleep; None when it never slept."""
+    event = dep.events.filter(kind=K.SLEEP).order_by("-at", "-pk").first()
+    return event.level if event is not None else None
+
+
+def state_label(dep: Deployment) -> str:
+    """Its state in words (module docstring)."""
+    if dep.state == S.ASLEEP:
+        level = last_level(dep)
+        return f"asleep (level {level})" if level else "asleep"
+    if dep.state == S.SLEEPING:
+        return "going to sleep"
+    return dep.state_words
+
+
+def state_class(dep: Deployment) -> str:
+    """The CSS class its state word is coloured by (static/hearth.css): the state, or "saving" for one stopped to
+    save."""
+    if dep.state == S.STOPPED and dep.desired == DesiredState.STOPPED_IDLE:
+        return "saving"
+    return str(dep.state)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` (0–1) percentile of ``values``; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True)
+class Swaps:
+    """Over the window: sleeps (by level), stops to save, wakes and failed wakes, the wakes' p50 and p99 seconds;
+    and ``asleep_seconds``, how long it was asleep (or going to sleep, or waking) in it."""
+
+    sleeps: int = 0
+    by_level: tuple[tuple[int, int], ...] = ()
+    stops: int = 0
+    wakes: int = 0
+    failed: int = 0
+    wake_p50: float | None = None
+    wake_p99: float | None = None
+    asleep_seconds: float = 0.0
+
+
+def swaps(dep: Deployment, now: datetime, window: float = WINDOW) -> Swaps:
+    """``dep``'s swaps over the ``window`` seconds before ``now``."""
+    start = now - timedelta(seconds=window)
+    events = list(dep.events.filter(at__gte=start).order_by("at", "pk"))
+    sleeps = [e for e in events if e.kind == K.SLEEP]
+    levels: dict[int, int] = {}
+    for e in sleeps:
+        levels[e.level or 1] = levels.get(e.level or 1, 0) + 1
+    woke = [e.seconds for e in events if e.kind == K.WAKE and e.seconds is not None]
+    return Swaps(
+        sleeps=len(sleeps),
+        by_level=tuple(sorted(levels.items())),
+        stops=sum(1 for e in events if e.kind == K.STOP_IDLE),
+        wakes=len(woke),
+        failed=sum(1 for e in events if e.kind == K.WAKE_FAILED),
+        wake_p50=percentile(woke, 0.5),
+        wake_p99=percentile(woke, 0.99),
+        asleep_seconds=asleep_seconds(dep, start, now, events),
+    )
+
+
+def asleep_seconds(dep: Deployment, start: datetime, end: datetime, events: list[DeploymentEvent]) -> float:
+    """Seconds of [start, end] it spent asleep: from each sleep (its event's time) to the next wake or failed wake
+    (not one that found no room: it stayed asleep), or to its last change of state when it was stopped meanwhile;
+    asleep since before ``start`` when its last event before it was a sleep. ``events``: its events in the window,
+    oldest first."""
+    before = dep.events.filter(at__lt=start).order_by("-at", "-pk").first()
+    since = start if before is not None and before.kind == K.SLEEP else None
+    total = 0.0
+    for e in events:
+        if e.kind == K.SLEEP and since is None:
+            since = e.at
+        elif e.kind in (K.WAKE, K.WAKE_FAILED) and since is not None and not e.reason.startswith(NOT_WOKEN):
+            total += (e.at - since).total_seconds()
+            since = None
+    if since is not None:
+        until = end if dep.state in ASLEEP else max(since, min(end, dep.state_since))
+        total += (until - since).total_seconds()
+    return max(total, 0.0)
+
+
+def since_words(dep: Deployment, now: datetime | None = None) -> str:
+    """How long it has been in its state: "12 min", "3 h 5 min" (engines.room's words)."""
+    moment = now or datetime.now(UTC)
+    return duration_words(max((moment - dep.state_since).total_seconds(), 0.0))

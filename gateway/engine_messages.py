@@ -1,0 +1,140 @@
+"""What of an engine's error text reaches a client: its message, at most MAX_CHARS characters, with whatever looks
+like a secret or a traceback replaced by a reference the admin finds in the web log, where the whole text is
+logged with it (``clean``). An engine's error body (gateway.errors.reshape), its in-stream error event
+(``StreamScrubber``) and a translated stream's engine error (gateway.errors.stream_cut_message) all go through
+it: an endpoint Hearth did not launch may answer with a traceback holding its own configuration.
+
+Looks like a secret: a ``Bearer`` token; an ``Authorization`` header's value; Hearth's keys (``hk-…``, engine
+keys ``hek-…``) and ``sk-…`` keys; a URL's ``user:password@``; a value after a name ending in key, token,
+secret, password, passwd, pwd, credential(s) or auth (``api_key=…``, ``"password": "…"``); a run of 32 or more
+base64, base64url or hex characters with a digit and a letter in it (a token, a hash, a key in hex). A
+traceback: from Python's ``Traceback (most recent call last):`` or its first ``File "…", line N`` to the end of
+the text. A long path or a long model id may look like a secret too: hidden the same way, it is one look-up
+away in the log.
+"""
+
+import json
+import logging
+import re
+import secrets
+
+log = logging.getLogger(__name__)
+MAX_CHARS = 500  # characters of an engine's message a client is given
+LOGGED_CHARS = 20_000  # characters of it read and logged at most (a 10 MB error page is not copied to the log)
+
+SECRETS = re.compile(
+    r"\bbearer\s+[A-Za-z0-9._~+/-]+=*"
+    r"|\bauthorization[\"']?\s*[=:]\s*[\"']?(?:[A-Za-z]+\s+)?[^\s,;&\"'}\])]+"
+    r"|\b(?:hk|hek|sk)-[A-Za-z0-9][A-Za-z0-9._-]{5,}"
+    r"|[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]+:[^\s/@]+@"
+    r"|\b(?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|key|token|secret|password|passwd|pwd|credentials?|auth)\b"
+    r"[\"']?\s*[=:]\s*[\"']?[^\s,;&\"'}\])]+"
+    r"|(?P<run>[A-Za-z0-9+/_-]{32,}=*)",
+    re.IGNORECASE,
+)
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)|\bFile \"[^\"\n]*\", line \d+")
+DIGIT, LETTER = re.compile(r"\d"), re.compile(r"[A-Za-z]")
+
+
+def clean(text: str, what: str) -> str:
+    """``text`` (an engine's error message, ``what`` names it for the log) as a client may see it: secrets and a
+    traceback replaced by ``[removed: ref R in the web log]``, then cut to MAX_CHARS characters (``… [cut: ref
+    R in the web log]``). When anything was removed or cut the text is logged with R (its first LOGGED_CHARS
+    characters); else ``text`` is returned as it is, and nothing logged."""
+    text = text[:LOGGED_CHARS]
+    ref = ""
+
+    def removed() -> str:
+        nonlocal ref
+        ref = ref or secrets.token_hex(4)
+        return f"[removed: ref {ref} in the web log]"
+
+    def secret(match: re.Match[str]) -> str:
+        run = match.group("run")
+        if run and not (DIGIT.search(run) and LETTER.search(run)):
+            return run  # letters only, or digits only: a word or a number, not a token
+        return removed()
+
+    shown = SECRETS.sub(secret, text)
+    if traceback := TRACEBACK.search(shown):
+        shown = shown[: traceback.start()] + removed()
+    if len(shown) > MAX_CHARS:
+        end = removed().replace("[removed:", "[cut:")
+        shown = shown[: MAX_CHARS - len(end) - 2].rstrip() + " …" + end
+    if ref:
+        log.warning("%s (ref %s), as the engine sent it: %r", what, ref, text)
+    return shown
+
+
+class StreamScrubber:
+    """Passes an event stream on in whole events, each error event an engine sent (``{"error": …}``, Anthropic's
+    and Responses' ``error`` event, a Responses ``response.failed``) with its text ``clean``; an event that is
+    not complete yet is held until it is. Feed it bytes with LF line ends (gateway.sse.LineEnds).
+
+    With ``nest_flat`` (an OpenAI chat or completions stream), vLLM's flat error object (``{"object": "error",
+    "message", "type", "param", "code"}``, its ``ErrorResponse`` before 0.10, sent whole mid-stream) is said again
+    as the chat route's in-stream error, ``{"error": {"message", "type", "param", "code"}}`` with the engine's
+    values, which the openai SDK raises as an APIError: passed on flat, it was a chunk without ``choices``."""
+
+    def __init__(self, what: str, nest_flat: bool = False) -> None:
+        self.what = what  # the engine, for the log
+        self.nest_flat = nest_flat
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The whole events in what has arrived so far; b"" when none is complete yet."""
+        if not self._held and chunk.endswith(b"\n\n") and chunk.find(b'"error"') < 0:
+            return chunk  # whole events without an error: most reads, passed on without a copy
+        data = self._held + chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._held = data
+            return b""
+        events, self._held = data[: end + 2], data[end + 2 :]
+        return events if events.find(b'"error"') < 0 else b"\n".join(self._line(x) for x in events.split(b"\n"))
+
+    def flush(self) -> bytes:
+        """What is held when the stream ends: an event its engine never finished."""
+        held, self._held = self._held, b""
+        return b"\n".join(self._line(x) for x in held.split(b"\n")) if held.find(b'"error"') >= 0 else held
+
+    def _line(self, line: bytes) -> bytes:
+        if not line.startswith(b"data:") or line.find(b'"error"') < 0:
+            return line
+        try:
+            event = json.loads(line[5:])
+        except (ValueError, RecursionError):
+            return line
+        if not isinstance(event, dict):
+            return line
+        if self.nest_flat and event.get("object") == "error" and "error" not in event:
+            event = {"error": {name: event.get(name) for name in ("message", "type", "param", "code")}}
+            _cleaned(event, self.what)
+        elif not _cleaned(event, self.what):
+            return line
+        return b"data: " + json.dumps(event).encode()
+
+
+def _cleaned(event: dict[str, object], what: str) -> bool:
+    """Clean the error texts of ``event`` in place: its ``error`` (a string, or every string in the object), its
+    ``response``'s (``response.failed``), and the ``message`` of an event of type ``error``. Whether any
+    changed."""
+    response = event.get("response")
+    changed = False
+    for holder in (event, response if isinstance(response, dict) else {}):
+        error = holder.get("error")
+        changed |= (
+            _clean_in(error, list(error), what) if isinstance(error, dict) else _clean_in(holder, ["error"], what)
+        )
+    if event.get("type") == "error":
+        changed |= _clean_in(event, ["message"], what)
+    return changed
+
+
+def _clean_in(holder: dict[str, object], names: list[str], what: str) -> bool:
+    changed = False
+    for name in names:
+        value = holder.get(name)
+        if isinstance(value, str) and (shown := clean(value, f"{what}'s error event")) != value:
+            holder[name], changed = shown, True
+    return changed

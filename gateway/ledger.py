@@ -1,0 +1,329 @@
+"""One gateway process's accounting of its requests, from their start to their RequestLog row, kept through the
+death of the process and through outages of Redis and the database.
+
+Per request, one Redis round trip at its start and one at its end. At its start the request is noted in the
+process's notes hash (console.observability.request_spool): by admission itself for a key with limits
+(gateway.reservations.ADMIT, with what it reserved), otherwise by one script call (``NOTE``) for all the requests
+started in the same turn of the event loop, which the request does not wait for (it cost 2.5 ms of TTFT at 64
+streams when each request waited for its own). Either also notes the request in its deployment's activity
+(console.deployments.activity: the idle policy never puts aside a deployment with a request in flight), as
+FINISH ends it there. At its end one FINISH call
+(gateway.reservations) removes the note, settles the reservation and adds the row to the spool, which
+gateway.spool_writer and beat write to the database; a key without limits is charged in batches
+(gateway.charges) and its row carries that cost.
+
+A loop, every TICK seconds: renews the process's alive key and writes the notes of the requests whose progress
+changed (output tokens sent, the engine's status, TTFT), only where the note is still there (``PROGRESS``), so a
+request whose process dies is recorded with what it was sent (gateway.reaper, which the loop runs every
+REAP_EVERY seconds for the other processes); and tries again, with a growing delay, the ends Redis did not
+take (kept in this process's memory, ``unsent``), their rows written to the database directly meanwhile:
+their FINISH, when Redis takes it, settles them and spools rows already written, which the request log skips
+(one row per request id). A request that started while Redis was down is not noted; its end is recorded all
+the same. What Redis has not taken by the process's stop is left to beat's accounting check.
+
+A Redis server that restarts without persistence (compose's) loses what its spool held. So the process keeps
+the rows it spooled in the last RECENT_SECONDS, and when Redis stops answering it writes them to the database
+directly too (``unwritten``): those a spool writer had written already are skipped.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from console.deployments import activity
+from console.observability.request_rows import Row, encode
+from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_key, processes_key
+from gateway.accounting import Outcome, count, new_request_id, row_of
+from gateway.reaper import process_identity, reap
+from gateway.relay import RelayState
+from gateway.relay_plan import RelayPlan
+from gateway.reservations import Reservation, Reservations, finish_call, settlement
+from gateway.spool_writer import SpoolWriter
+
+log = logging.getLogger(__name__)
+TICK = 2.0  # seconds between the loop's rounds: notes renewed, ends Redis did not take tried again
+REAP_EVERY = 5.0  # seconds between looks for gone processes
+RETRY_MAX = 10.0  # seconds at most between tries of what Redis did not take
+COMPLAIN_EVERY = 10.0  # seconds between two log lines about Redis not taking notes or ends
+RECENT_SECONDS = 10.0  # seconds a spooled row is kept here, to be written directly should Redis go away
+
+# KEYS: 1 the process's notes, 2 its alive key. ARGV: 1 the alive key's TTL (s), then request id, note pairs.
+PROGRESS = """
+redis.call('SET', KEYS[2], '1', 'EX', ARGV[1])
+for i = 2, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+"""
+
+# The notes of the requests started in one turn of the event loop, with their deployments' activity.
+# KEYS: 1 the process's notes, then each deployment's last-request key and in-flight set (console.deployments.
+#       activity), a pair per deployment. ARGV: 1 now (Unix s), 2 activity.KEPT, 3 activity.LAPSE, 4 the notes'
+#       count N, then N triples: request id, its note (JSON), its deployment's pair (1: KEYS 2-3, 2: KEYS 4-5, ...).
+# One script, not a pipeline of HSET, SET, ZADD and EXPIRE: a pipeline cost twice the client CPU of the HSET alone.
+NOTE = """
+local now, kept, lapse, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local till = tonumber(now) + lapse
+for i = 0, n - 1 do
+  local rid, pair = ARGV[5 + 3 * i], 2 * tonumber(ARGV[7 + 3 * i])
+  redis.call('HSET', KEYS[1], rid, ARGV[6 + 3 * i])
+  redis.call('SET', KEYS[pair], now, 'EX', kept)
+  redis.call('ZADD', KEYS[pair + 1], till, rid)
+  redis.call('EXPIRE', KEYS[pair + 1], lapse)
+end
+"""
+
+
+@dataclass(slots=True)
+class Unsent:
+    """An end Redis did not take: its FINISH call, and its row (with its cost), written to the database directly
+    while Redis stays away."""
+
+    keys: list[str]
+    args: list[str | int]
+    row: Row
+    written: bool = False
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One request of this process from its note to its row: its id, its note's fixed fields, what changes
+    while it is relayed, whether its note was written, and its reservation."""
+
+    request_id: str
+    fields: dict[str, Any]
+    state: RelayState
+    limited: bool  # its key has limits or budgets: admitted through Redis
+    noted: bool = False
+    noting: "asyncio.Task[None] | None" = None  # its note on its way (a key without limits)
+    held: Reservation | None = None
+    said: tuple[int, int] = (0, 0)  # (output token events, status) its note says
+
+
+class Ledger:
+    """The accounting of this process's requests (module docstring), on ``reservations``' Redis client."""
+
+    def __init__(self, reservations: Reservations) -> None:
+        self.reservations, self.redis = reservations, reservations.redis
+        self.process = process_identity()
+        self.notes = notes_key(self.process)
+        self.open: dict[str, Ticket] = {}
+        self.unsent: list[Unsent] = []  # ends Redis did not take, in order
+        self.recent: deque[tuple[float, Row]] = deque()  # (monotonic s, row with its cost) spooled lately
+        self.unwritten: list[Row] = []  # rows spooled before Redis went away, owed a direct write
+        self.writer = SpoolWriter(self.process)
+        self._noting: dict[str, Ticket] = {}  # the requests the next HSET notes
+        self._notes: asyncio.Task[None] | None = None  # that HSET, sent at the event loop's next turn
+        self._progress = self.redis.register_script(PROGRESS)
+        self._note = self.redis.register_script(NOTE)
+        self._loop: asyncio.Task[None] | None = None
+        self._retry_at, self._retry_delay, self._complained = 0.0, 0.0, 0.0
+
+    def start(self) -> None:
+        """Start the loop and the spool's writer (at the process's start)."""
+        self._loop = asyncio.ensure_future(self._keep())
+        self.writer.start()
+
+    def ticket(self, plan: RelayPlan, state: RelayState) -> Ticket:
+        """A new request's ticket (not noted yet)."""
+        key = plan.key
+        fields = {
+            "key_id": key.id,
+            "prefix": key.prefix,
+            "owner_id": key.quota.owner_id,
+            "deployment_id": plan.route.deployment_id,
+            "model": plan.model,
+            "surface": plan.surface,
+            "endpoint": plan.endpoint,
+            "stream": plan.stream,
+            "started": time.time() - (time.monotonic() - plan.arrived),
+        }
+        ticket = Ticket(new_request_id(), fields, state, key.quota.any)
+        self.open[ticket.request_id] = ticket
+        return ticket
+
+    async def admit(self, ticket: Ticket, plan: RelayPlan) -> Reservation:
+        """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals."""
+        key = plan.key
+        held = await self.reservations.admit(
+            key.id, key.quota, plan.route.deployment_id, plan.reserve, ticket.request_id, (self.notes, ticket.fields)
+        )
+        ticket.noted, ticket.held = True, held
+        ticket.fields["held"] = [str(held.cost), held.price]
+        return held
+
+    def note(self, ticket: Ticket) -> None:
+        """Note a request of a key without limits, with the others of this turn of the event loop (module
+        docstring); while Redis does not answer they go unnoted (logged)."""
+        self._noting[ticket.request_id] = ticket
+        if self._notes is None:
+            self._notes = asyncio.ensure_future(self._send_notes())
+        ticket.noting = self._notes
+
+    async def _send_notes(self) -> None:
+        """The notes of the requests started in this turn, and their deployments' activity: one NOTE call."""
+        noting, self._noting, self._notes = self._noting, {}, None  # later requests go with the next call
+        keys, pairs = [self.notes], dict[int, int]()
+        args: list[str | int] = [repr(time.time()), activity.KEPT, activity.LAPSE, len(noting)]
+        for rid, ticket in noting.items():
+            deployment_id = ticket.fields["deployment_id"]
+            if deployment_id not in pairs:
+                pairs[deployment_id] = len(pairs) + 1
+                keys += [activity.last_request_key(deployment_id), activity.in_flight_key(deployment_id)]
+            args += [rid, json.dumps(ticket.fields), pairs[deployment_id]]
+        try:
+            await self._note(keys=keys, args=args)
+        except (RedisError, OSError) as exc:
+            self._complain("requests are not noted", exc)
+            return
+        for ticket in noting.values():
+            ticket.noted = True
+
+    async def close(self, ticket: Ticket, outcome: Outcome) -> None:
+        """Count the request in the metrics and end it: settled or charged, its row spooled (module docstring).
+        Never raises: what Redis does not take now is tried again later."""
+        self.open.pop(ticket.request_id, None)
+        if ticket.noting is not None:
+            await ticket.noting  # whether it was noted decides how FINISH ends it
+        outcome.request_id = ticket.request_id
+        count(outcome)
+        prompt, completion, _ = outcome.tokens()
+        used = (prompt or 0) + (completion or 0)
+        if not ticket.limited:
+            f = ticket.fields
+            charge = self.reservations.charge
+            outcome.cost_usd = await charge(f["key_id"], f["owner_id"], f["deployment_id"], used, f["started"])
+        row = row_of(outcome)
+        cost = row.pop("cost_usd")
+        settle: tuple[list[str], list[str | int]] = ([], [])
+        if ticket.held is not None:
+            held = ticket.held
+            settle = settlement(held.keys, held.rid, held.tokens, used, held.cost, held.price, held.owned)
+        keys, args = finish_call(
+            self.notes,
+            ticket.request_id,
+            ticket.noted,
+            encode(row),
+            "" if cost is None else str(cost),
+            settle,
+            ticket.fields["deployment_id"],
+            time.time(),
+        )
+        try:
+            done = await self.reservations.finish(keys=keys, args=args)
+        except (RedisError, OSError) as exc:
+            self._complain("request ends are kept in memory until it does", exc)
+            self.unsent.append(Unsent(keys, args, {**row, "cost_usd": cost}))
+            self._redis_away()
+            return
+        if done:
+            self._keep_recent({**row, "cost_usd": int(done[1]) if done[1] else None})
+
+    async def stop(self) -> None:
+        """At the process's stop: the loop stopped, the ends Redis did not take tried once more (their rows written
+        to the database directly when it still does not: their settlements are left to beat's accounting check),
+        the writer stopped, the process forgotten in Redis when no note of it is left."""
+        if self._loop is not None:
+            self._loop.cancel()
+        await self._retry()
+        if lost := len([end for end in self.unsent if not end.written]) + len(self.unwritten):
+            log.error("%d request log rows neither Redis nor the database took before the stop; lost", lost)
+        await self.writer.stop()
+        try:
+            if not await self.redis.hlen(self.notes):
+                await self.redis.srem(processes_key(), self.process)
+                await self.redis.delete(alive_key(self.process), self.notes)
+        except (RedisError, OSError):
+            pass  # its alive key expires by itself
+
+    async def _keep(self) -> None:
+        reaped_at = 0.0
+        await self._register()
+        while True:
+            try:
+                await self._renew()
+                if time.monotonic() - reaped_at >= REAP_EVERY:
+                    reaped_at = time.monotonic()
+                    await reap(self.redis, self.reservations.finish, self.process)
+            except (RedisError, OSError) as exc:
+                self._complain("notes are not renewed", exc)
+                self._redis_away()
+            if (self.unsent or self.unwritten) and time.monotonic() >= self._retry_at:
+                await self._retry()
+            await asyncio.sleep(TICK)
+
+    async def _register(self) -> None:
+        """This process in the set of noting processes, alive (tried until Redis answers)."""
+        while True:
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.sadd(processes_key(), self.process)
+                    pipe.set(alive_key(self.process), "1", ex=ALIVE_SECONDS)
+                    await pipe.execute()
+                return
+            except (RedisError, OSError) as exc:
+                self._complain("this process is not registered", exc)
+                await asyncio.sleep(TICK)
+
+    async def _renew(self) -> None:
+        """The alive key renewed and the notes of requests whose progress changed rewritten."""
+        now, changed = time.time(), []
+        for ticket in self.open.values():
+            state = ticket.state
+            said = (state.token_chunks, state.status)
+            if ticket.noted and said != ticket.said:
+                ticket.said = said
+                progress = {"chunks": said[0], "status": said[1], "ttft": state.ttft_seconds, "updated": now}
+                changed += [ticket.request_id, json.dumps({**ticket.fields, **progress})]
+        await self._progress(keys=[self.notes, alive_key(self.process)], args=[ALIVE_SECONDS, *changed])
+
+    async def _retry(self) -> None:
+        """Try again the ends Redis did not take, in order (while Redis still does not answer, wait longer before
+        the next try, up to RETRY_MAX); write the rows owed a direct write."""
+        while self.unsent:
+            end = self.unsent[0]
+            try:
+                await self.reservations.finish(keys=end.keys, args=end.args)
+            except (RedisError, OSError):
+                self._retry_delay = min(max(self._retry_delay * 2, TICK), RETRY_MAX)
+                self._retry_at = time.monotonic() + self._retry_delay
+                break
+            self.unsent.pop(0)
+        else:
+            self._retry_delay = 0.0
+        await self._write_directly()
+
+    async def _write_directly(self) -> None:
+        waiting = [end for end in self.unsent if not end.written]
+        rows = [end.row for end in waiting] + self.unwritten
+        if not rows:
+            return
+        try:
+            await self.writer.write_directly(rows)
+        except Exception as exc:  # the database's errors, whichever driver: kept, tried again
+            log.warning("neither Redis nor the database takes request log rows; %d kept (%s)", len(rows), exc)
+            return
+        for end in waiting:
+            end.written = True
+        del self.unwritten[: len(rows) - len(waiting)]
+
+    def _keep_recent(self, row: Row) -> None:
+        now = time.monotonic()
+        self.recent.append((now, row))
+        while self.recent[0][0] < now - RECENT_SECONDS:
+            self.recent.popleft()
+
+    def _redis_away(self) -> None:
+        """Redis did not answer: the rows spooled lately may be lost with it, so they are owed a direct write."""
+        self.unwritten += [row for _, row in self.recent]
+        self.recent.clear()
+
+    def _complain(self, what: str, exc: BaseException) -> None:
+        if time.monotonic() - self._complained >= COMPLAIN_EVERY:
+            self._complained = time.monotonic()
+            log.warning("Redis does not answer: %s (%s)", what, exc)

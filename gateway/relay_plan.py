@@ -1,0 +1,188 @@
+"""What one request's relay is fixed to before its first byte goes out (``RelayPlan``), and how it is made.
+
+``Planner.plan`` adjusts the client's request on its way to the engine: the output limit in the engine's
+spelling, lowered to the key's or the deployment's cap (gateway.rewrite), fitted to the context left when the
+deployment says so (gateway.context_fit), usage asked for on the client's behalf, or a translation to the
+chat API for an engine that does not speak the client's API; it counts what the request reserves against the
+key's limits and budgets (gateway.quotas), and reads the settings the relay needs. The plan is frozen: what
+changes while the answer is relayed is gateway.relay.RelayState.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from gateway import context_fit, quotas
+from gateway.errors import GatewayError, Surface
+from gateway.registry import KeyEntry, Route
+from gateway.rewrite import (
+    Translation,
+    ask_for_usage,
+    cap_max_tokens,
+    capped_header,
+    engine_spelling,
+    output_limit,
+    tokenize_request,
+    translate_for_chat_engine,
+    with_fields,
+)
+from gateway.routing import Router, prefix_key
+from gateway.sse import StreamKind
+from gateway.translate import TranslationError
+from gateway.upstream import Engines
+
+Header = tuple[bytes, bytes]
+# What a keep-alive is on each surface (gateway.relay's docstring says why a blank line for OpenAI clients).
+KEEPALIVE = {Surface.OPENAI: b"\n", Surface.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n'}
+
+
+@dataclass(frozen=True, slots=True)
+class RelayPlan:
+    """One request's relay as fixed before its first byte: who asks, where it goes, what the engine is sent,
+    how its answer reaches the client, and the settings that apply. Made by ``Planner.plan``; never changed.
+
+    ``request`` is the client's parsed request with the adjusted fields set (a Responses translation echoes
+    it; a stream cut short has its prompt counted from it): nothing writes to it once the plan is made."""
+
+    key: KeyEntry  # the API key's secret that authenticated the request (its id, prefix and quota)
+    route: Route  # the model's ready replicas
+    endpoint: str  # the client's path, e.g. /v1/messages
+    surface: Surface  # the client's API: its errors' shape and its keep-alive
+    stream: bool  # the client asked for a stream
+    arrived: float  # monotonic seconds the request arrived: TTFT and duration count from here
+    engine_path: str  # where the engine is sent it: the client's path, or the chat API's or /tokenize
+    body: bytes  # the engine's request body (JSON)
+    prefix: bytes  # the prompt prefix's digest the router places it by; b"" with a single replica
+    kind: StreamKind  # the event stream the engine answers with (CHAT when translated)
+    request: dict[str, Any]
+    keepalive_every: float  # seconds of engine silence before a keep-alive: HEARTH_SSE_KEEPALIVE
+    idle_timeout: float  # seconds: HEARTH_STREAM_IDLE_TIMEOUT, as the error of a stream cut for it says
+    retry_after: int  # seconds a client is told to wait when no replica can be reached
+    translation: Translation = Translation.NONE  # how the engine's answer becomes the client's
+    strip_usage: bool = False  # usage was asked for on the client's behalf: its chunk is not relayed
+    headers: tuple[Header, ...] = ()  # added to the response head: the caps and fits applied
+    reserve: int = 0  # tokens held against the key's limits and budgets from admission to settlement
+    hops: str = ""  # the hop header it is sent on with (gateway.loops); "" for the engines' default
+
+    @property
+    def model(self) -> str:
+        return self.route.served_model_name
+
+    @property
+    def keepalive(self) -> bytes:
+        """What a keep-alive is on the client's surface."""
+        return KEEPALIVE[self.surface]
+
+
+class Planner:
+    """Makes plans; asks a replica's engine to count a prompt when a fit or a reservation needs it."""
+
+    def __init__(self, engines: Engines, router: Router) -> None:
+        self.engines, self.router = engines, router
+
+    async def plan(
+        self,
+        path: str,
+        body: bytes,
+        request: dict[str, Any],
+        key: KeyEntry,
+        route: Route,
+        surface: Surface,
+        kind: StreamKind,
+        arrived: float,
+        hops: str = "",
+    ) -> RelayPlan:
+        """The plan of a POST of ``body`` (``request`` parsed; the adjusted fields are set in it) to ``path``,
+        sent on with the hop header ``hops``. Raises GatewayError 400 for a request that cannot be translated to
+        the chat API."""
+        fields = engine_spelling(path, request)
+        request.update(fields)
+        capped, headers = _cap(path, request, key, route)
+        fields |= capped
+        # the prompt-prefix digest only matters where there is a replica to choose
+        prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
+        if route.fit_max_tokens:
+            fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix)
+            fields, headers = fields | fitted, headers + fit_headers
+        reserve = await self._to_reserve(path, {**request, **fields}, len(body), route, prefix, key)
+        engine_path, translation, strip_usage = path, Translation.NONE, False
+        if (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
+            path == "/v1/responses" and not route.speaks_responses
+        ):
+            request.update(fields)
+            try:
+                engine_path, chat, translation = translate_for_chat_engine(path, request)
+            except TranslationError as exc:
+                raise GatewayError(400, str(exc)) from None
+            kind, body = StreamKind.CHAT, json.dumps(chat).encode()
+        else:
+            usage = ask_for_usage(path, request)
+            strip_usage = bool(usage)
+            if fields or usage:
+                body = with_fields(body, request, {**fields, **usage})
+        return RelayPlan(
+            key=key,
+            route=route,
+            endpoint=path,
+            surface=surface,
+            stream=bool(request.get("stream")),
+            arrived=arrived,
+            engine_path=engine_path,
+            body=body,
+            prefix=prefix,
+            kind=kind,
+            request=request,
+            keepalive_every=settings.HEARTH_SSE_KEEPALIVE,
+            idle_timeout=settings.HEARTH_STREAM_IDLE_TIMEOUT,
+            retry_after=max(1, int(settings.HEARTH_RECONCILE_INTERVAL)),
+            translation=translation,
+            strip_usage=strip_usage,
+            headers=tuple(headers),
+            reserve=reserve,
+            hops=hops,
+        )
+
+    async def fit(
+        self, path: str, request: dict[str, Any], fields: dict[str, Any], body_bytes: int, route: Route, prefix: bytes
+    ) -> tuple[dict[str, int], list[Header]]:
+        """The output limit lowered to what the context leaves (gateway.context_fit), with the response header
+        saying so; ({}, []) when the request fits or its prompt could not be counted."""
+        name, asked = output_limit(path, {**request, **fields}) or ("", None)
+        if asked is None or not route.upstreams:
+            return {}, []
+        if not context_fit.may_overflow(asked, body_bytes, route.max_model_len):
+            return {}, []
+        tokenize = tokenize_request(path, request)
+        upstream = self.router.order(route, prefix)[0]
+        prompt = await context_fit.count_prompt(self.engines, upstream, tokenize) if tokenize else None
+        fitted = context_fit.fitted_limit(asked, prompt, route.max_model_len) if prompt is not None else None
+        if fitted is None or prompt is None:
+            return {}, []
+        return {name: fitted}, [context_fit.fitted_header(asked, fitted, prompt, route.max_model_len)]
+
+    async def _to_reserve(
+        self, path: str, request: dict[str, Any], body_bytes: int, route: Route, prefix: bytes, key: KeyEntry
+    ) -> int:
+        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring):
+        its prompt as the engine counts it, else bounded by its size; 0 for any other key."""
+        if not key.quota.counts_tokens:
+            return 0
+        upstream = self.router.order(route, prefix)[0] if route.upstreams else None
+        prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
+        return quotas.tokens_to_reserve(path, request, prompt, route.max_model_len)
+
+
+def _cap(path: str, request: dict[str, Any], key: KeyEntry, route: Route) -> tuple[dict[str, int], list[Header]]:
+    """The output limit lowered to the key's or the deployment's cap, the lower of the two, with the response
+    header saying so (gateway.rewrite.capped_header); ({}, []) when the request is within it."""
+    caps = [c for c in (key.max_tokens_cap, route.max_tokens_cap) if c is not None]
+    if not caps:
+        return {}, []
+    cap = min(caps)
+    capped = cap_max_tokens(path, request, cap)
+    if not capped:
+        return {}, []
+    asked = (output_limit(path, request) or ("", None))[1]
+    return capped, [capped_header(asked, cap, "key" if key.max_tokens_cap == cap else "deployment")]
