@@ -12,6 +12,7 @@ from django.test import Client
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions
 from console.deployments.models import Deployment
+from engines.export.node_labels import valid_label_value
 from engines.supported import SUPPORTED_ENGINES
 from tests.simworld import ensure_model
 
@@ -115,3 +116,28 @@ def test_an_unknown_target_is_a_400_in_the_apis_shape(admin: Client) -> None:
     dep = planned("vllm", engine_version="0.11.0")
     resp = admin.get(f"/api/deployments/{dep.pk}/export/helmfile")
     assert resp.status_code == 400 and "Unknown export target" in resp.json()["detail"]
+
+
+def test_the_node_selector_is_the_nvml_product_name_and_memory_not_the_consoles_sentence(admin: Client) -> None:
+    """On the simulated 8× H100 box the plan's words say "(simulated)"; the labels are NVML's, as GFD writes them."""
+    dep = planned("vllm", engine_image=f"vllm/vllm-openai@{DIGEST}", engine_version="0.11.0", gpu_model="")
+    launched_words = "GPUs 0, 1: 2× NVIDIA H100 80GB HBM3 (simulated)"  # what launching stores (gpus_in_words)
+    Deployment.objects.filter(pk=dep.pk).update(gpu_model=launched_words)
+    assert "(simulated)" in dep.stored_plan.gpu_name
+    exports = {e["target"]: e for e in admin.get(f"/api/deployments/{dep.pk}/export").json()}
+    isvc = yaml.safe_load(exports["kserve"]["text"])
+    selector = isvc["spec"]["predictor"]["nodeSelector"]
+    assert selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
+    assert all(valid_label_value(value) for value in selector.values())
+    terms = yaml.safe_load(exports["production-stack"]["text"])["servingEngineSpec"]["modelSpec"][0][
+        "nodeSelectorTerms"
+    ]
+    assert {e["key"]: e["values"] for e in terms[0]["matchExpressions"]} == {k: [v] for k, v in selector.items()}
+    assert "simulated" not in exports["kserve"]["text"].split("apiVersion:", 1)[1]
+
+
+def test_without_the_planned_gpus_in_the_inventory_no_node_is_selected(admin: Client, settings: Any) -> None:
+    dep = planned("vllm", engine_image=f"vllm/vllm-openai@{DIGEST}", engine_version="0.11.0")
+    settings.HEARTH_GPU_INVENTORY = "sim:1xH100-80GB"  # the plan holds GPUs 0 and 1; this box has one
+    exports = {e["target"]: e for e in admin.get(f"/api/deployments/{dep.pk}/export?gpus_per_node=8").json()}
+    assert exports["kserve"]["offered"] and "nodeSelector" not in exports["kserve"]["text"]

@@ -43,6 +43,7 @@ def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
         image, digest, version = image_ref(dep), registry_digest(dep.engine_image), dep.engine_version
     image_ver = image_version(image).lstrip("v")
     tool_call_parser, reasoning_parser = launch_parsers(dep)
+    gpu_name, gpu_memory = planned_gpus(dep)
     try:
         return ClusterFacts.from_plan(
             dep.stored_plan,
@@ -57,13 +58,31 @@ def facts_of(dep: Deployment, gpus_per_node: int | None = None) -> ClusterFacts:
             model_path=dep.source.path if dep.source.kind == dep.source.Kind.LOCAL else "",
             extra_args=dep.extra_args,
             replica_count=dep.replica_count,
-            gpu_model=dep.gpu_model or dep.stored_plan.inventory,
+            gpu_model=gpu_name,
+            gpu_memory_bytes=gpu_memory,
             weights_bytes=dep.source.weights_bytes,
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
         )
     except ValueError as exc:
         raise ConsoleError(f"{dep.name} cannot be exported for a cluster: {exc}") from None
+
+
+def planned_gpus(dep: Deployment) -> tuple[str, int]:
+    """(NVML name, total memory in bytes) of the GPUs ``dep``'s plan holds, read from this box's inventory (real
+    or simulated: a simulated box carries real GPUs' NVML names and memory), never from the console's sentence
+    about them (``Deployment.gpu_model``, the plan's ``gpu_name``, which may say "(simulated)"). ("", 0) when
+    the inventory cannot be read, lacks those GPUs, or they are not all alike (the export then selects no node);
+    the smallest memory when they differ only in it."""
+    try:
+        devices = current_inventory().devices
+    except InventoryError:
+        return "", 0
+    held = [d for d in devices if d.index in set(dep.stored_plan.gpu_indices)]
+    names = {d.name for d in held}
+    if not held or len(held) != len(dep.stored_plan.gpu_indices) or len(names) != 1:
+        return "", 0
+    return names.pop(), min(d.memory_total_bytes for d in held)
 
 
 def _box_gpus(dep: Deployment) -> int:

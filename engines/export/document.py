@@ -1,6 +1,7 @@
 """A cluster export's result, and what every target shares: the Secret the engine's key comes from, the
 annotations that carry Hearth's facts, the notes that go with the file, and YAML written by PyYAML."""
 
+import math
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,7 @@ import yaml
 
 from engines.engine_version import parse_version
 from engines.export.facts import GIB, ClusterFacts
+from engines.export.node_labels import gpu_node_labels
 
 ENGINE_KEY = "VLLM_API_KEY"  # vLLM reads its API key from this variable (vllm/envs.py); also the Secret's key
 HF_TOKEN = "HF_TOKEN"  # noqa: S105 - the name of huggingface_hub's token variable (and the Secret's key), no token
@@ -18,6 +20,11 @@ ANNOTATION = "hearth/"  # prefix of the annotations that carry Hearth's facts
 REQUEST_CPU = 6
 REQUEST_MEMORY = "24Gi"
 NOTE_WIDTH = 100
+# A pod's start, sized from the checkpoint's bytes (startup_seconds): each rate a stated assumption, not a measurement.
+DOWNLOAD_BYTES_PER_SECOND = 50 * 10**6  # from the Hugging Face hub: 400 Mbit/s, a modest cloud link
+LOAD_BYTES_PER_SECOND = 125 * 10**6  # read from the volume: the baseline of AWS EBS gp3, a common default class
+ENGINE_START_SECONDS = 900  # beyond the bytes: imports, KV-cache profiling, CUDA graphs, torch.compile on a cold cache
+UNKNOWN_WEIGHTS_SECONDS = 3600  # the whole start when the checkpoint's size is unknown
 
 
 @dataclass(frozen=True)
@@ -102,9 +109,50 @@ def annotations(facts: ClusterFacts) -> dict[str, str]:
     return notes
 
 
+def startup_seconds(facts: ClusterFacts, downloads: bool) -> int:
+    """Seconds an engine pod may take to answer /health: ENGINE_START_SECONDS, plus the checkpoint's bytes read at
+    LOAD_BYTES_PER_SECOND, plus (when the engine itself ``downloads`` them) the same bytes at
+    DOWNLOAD_BYTES_PER_SECOND; UNKNOWN_WEIGHTS_SECONDS when ``weights_bytes`` is 0."""
+    if not facts.weights_bytes:
+        return UNKNOWN_WEIGHTS_SECONDS
+    seconds = ENGINE_START_SECONDS + facts.weights_bytes / LOAD_BYTES_PER_SECOND
+    if downloads:
+        seconds += facts.weights_bytes / DOWNLOAD_BYTES_PER_SECOND
+    return math.ceil(seconds)
+
+
+def startup_probe(facts: ClusterFacts, downloads: bool, delay: int, period: int) -> dict[str, int]:
+    """A startup probe's timing (core/v1 Probe fields, seconds) that allows startup_seconds: first check after
+    ``delay``, then every ``period``, as many failures as the rest of the budget holds."""
+    threshold = max(1, math.ceil((startup_seconds(facts, downloads) - delay) / period))
+    return {"initialDelaySeconds": delay, "periodSeconds": period, "failureThreshold": threshold}
+
+
+def startup_note(facts: ClusterFacts, downloads: bool) -> str:
+    """How the startup probe was sized, in words."""
+    seconds = startup_seconds(facts, downloads)
+    if not facts.weights_bytes:
+        return (
+            f"The startup probe allows {seconds / 60:.0f} minutes: the checkpoint's size is unknown here; raise its "
+            f"failureThreshold for a large model on a slow link."
+        )
+    fetched = f"downloaded at {DOWNLOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s, " if downloads else ""
+    return (
+        f"The startup probe allows {seconds / 60:.0f} minutes: {facts.weights_bytes / GIB:.1f} GiB of weights "
+        f"{fetched}read at {LOAD_BYTES_PER_SECOND / 1e6:.0f} MB/s, and {ENGINE_START_SECONDS / 60:.0f} minutes of "
+        f"engine start; raise its failureThreshold on a slower link or volume."
+    )
+
+
+def node_selector(facts: ClusterFacts) -> dict[str, str]:
+    """The GPU feature discovery labels (engines.export.node_labels) of a node with the GPUs the plan was made
+    for, from their NVML name and memory; empty when those are unknown."""
+    return gpu_node_labels(facts.gpu_model, facts.gpu_memory_bytes)[0]
+
+
 def common_notes(facts: ClusterFacts) -> list[str]:
     """What every offered file needs said: the Secret to create (the key itself is never exported), an
-    image not pinned, and the GPUs the plan was made for."""
+    image not pinned, and the GPUs the plan was made for (the node selector that keeps the pods on such)."""
     token = f' --from-literal={HF_TOKEN}="<token; empty for a public model>"' if facts.model_repo_id else ""
     notes = [
         f"The engine API key is not exported: Hearth's is made per launch and stays on its box. Create the "
@@ -117,14 +165,19 @@ def common_notes(facts: ClusterFacts) -> list[str]:
             f"The image is not pinned: Hearth has no registry digest for {facts.image} (a local build, or "
             f"a deployment not launched yet). Replace the tag with the digest before relying on it."
         )
+    labels, left_out = gpu_node_labels(facts.gpu_model, facts.gpu_memory_bytes)
     if facts.gpu_model:
-        product = facts.gpu_model.replace(" ", "-")
         notes.append(
             f"gpu_memory_utilization {facts.gpu_memory_utilization:.2f} and max_model_len {facts.max_model_len:,} "
-            f"were planned on {facts.gpu_model}; GPUs with less memory may not hold them. NVIDIA's GPU feature "
-            f"discovery labels such nodes nvidia.com/gpu.product={product}, a nodeSelector that keeps the "
-            f"pods there."
+            f"were planned on {facts.gpu_model}; GPUs with less memory may not hold them."
         )
+    if labels:
+        pairs = ", ".join(f"{key}={value}" for key, value in labels.items())
+        notes.append(
+            f"The pods go only to nodes labelled {pairs} (labels NVIDIA's GPU feature discovery sets, from NVML, "
+            f"as on this box); without GPU feature discovery, or for other GPUs, edit or remove that selector."
+        )
+    notes += [f"Node selector left out: {why}" for why in left_out]
     return notes
 
 

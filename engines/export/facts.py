@@ -71,8 +71,9 @@ class ClusterFacts:
     ``kv_cache_dtype`` ("auto", "fp8", …) and ``dtype`` ("auto": the checkpoint's own); ``gpu_indices`` the
     GPUs of this box the deployment holds. ``extra_args`` the engine flags the admin added;
     ``replica_count`` engines at once; ``ttft_slo_seconds`` / ``itl_slo_seconds`` the targets where set
-    (seconds); ``gpu_model`` and ``gpu_memory_bytes`` the GPUs it was planned on; ``weights_bytes`` the
-    checkpoint's tensor bytes (0: unknown). ``gpus_per_node``: the GPUs one cluster node has.
+    (seconds); ``gpu_model`` the NVML name of the GPUs it was planned on ("NVIDIA H100 80GB HBM3", never the
+    console's sentence about them) and ``gpu_memory_bytes`` the total memory NVML reports for each;
+    ``weights_bytes`` the checkpoint's tensor bytes (0: unknown). ``gpus_per_node``: the GPUs one cluster node has.
     ``tool_call_parser`` / ``reasoning_parser``: the parsers it runs with (None: none).
 
     Raises ValueError, with the reason, for facts no cluster document can be made from.

@@ -13,7 +13,16 @@ helm/templates/_helpers.tpl for what each value becomes:
 - ``requestCPU`` and ``requestMemory`` are required; ``requestGPU`` becomes ``nvidia.com/gpu``;
 - ``servingEngineSpec.vllmApiKey`` as {secretName, secretKey} becomes env VLLM_API_KEY of the engines
   and the router; ``hf_token`` as {secretName, secretKey} becomes env HF_TOKEN;
-- ``pvcStorage`` makes a PVC mounted at /data, which is then HF_HOME.
+- ``pvcStorage`` makes a PVC mounted at /data, which is then HF_HOME;
+- ``servingEngineSpec.startupProbe`` becomes every engine's startup probe (helpers ``chart.probes``): the
+  chart's default allows 15 + 60 × 10 s, about ten minutes, for the engine's own download and load; the export
+  sizes it from the checkpoint's bytes (engines.export.document.startup_seconds);
+- ``modelSpec.nodeSelectorTerms`` become the pods' required node affinity (engines.export.node_labels);
+- ``routerSpec`` (helm/templates/deployment-router.yaml): the router runs ``repository:tag`` (the chart's
+  default tag is ``latest``) with ``--routing-logic routingLogic`` (default ``roundrobin``; ``prefixaware``
+  sends requests that share a prefix to the same engine, as Hearth's gateway does). Each chart release's
+  workflow (.github/workflows/scheduled-release.yml, job release-docker) pushes the router image as
+  ``lmcache/lmstack-router:v<chart version>``, so the export pins ``v0.1.12``.
 """
 
 from typing import Any
@@ -27,8 +36,11 @@ from engines.export.document import (
     annotations,
     below,
     common_notes,
+    node_selector,
     refused,
     secret_name,
+    startup_note,
+    startup_probe,
 )
 from engines.export.facts import ClusterFacts, split_image
 
@@ -41,6 +53,10 @@ FOLLOWS = (
 )
 CHART_REPO = "https://vllm-project.github.io/production-stack"  # production-stack's README
 VOLUME = "/data"  # where the chart mounts pvcStorage
+ROUTER_IMAGE = "lmcache/lmstack-router"  # values.yaml's routerSpec.repository
+ROUTER_TAG = f"v{CHART_VERSION}"  # pushed by the chart's release workflow (module docstring)
+ROUTING = "prefixaware"
+ENGINE_PORT = 8000  # the chart's containerPort for the engines
 # vLLM's V1 engine, the default from 0.8, caches prefixes unless told not to; the chart's template speaks
 # current vLLM (``vllm serve``, ``--no-enable-prefix-caching``, ``--gpu_memory_utilization``).
 CURRENT_VLLM = "0.8.0"
@@ -70,11 +86,19 @@ def helm_values(facts: ClusterFacts) -> ClusterExport:
                 f"hold. Use the LeaderWorkerSet export, or the chart's raySpec (vLLM on a KubeRay cluster)."
             ),
         )
+    probe = startup_probe(facts, bool(facts.model_repo_id), 15, 10)
     values = {
         "servingEngineSpec": {
             "vllmApiKey": {"secretName": secret_name(facts), "secretKey": ENGINE_KEY},
             "modelSpec": [_model_spec(facts)],
-        }
+            "startupProbe": probe | {"httpGet": {"path": "/health", "port": ENGINE_PORT}},
+        },
+        "routerSpec": {
+            "repository": ROUTER_IMAGE,
+            "tag": ROUTER_TAG,
+            "imagePullPolicy": "IfNotPresent",
+            "routingLogic": ROUTING,
+        },
     }
     return ClusterExport(TARGET, TITLE, FOLLOWS, f"{facts.name}-values.yaml", [values], _notes(facts))
 
@@ -101,6 +125,9 @@ def _model_spec(facts: ClusterFacts) -> dict[str, Any]:
     if facts.model_repo_id:
         spec["hf_token"] = {"secretName": secret_name(facts), "secretKey": HF_TOKEN}
     spec["vllmConfig"] = _vllm_config(facts)
+    if selector := node_selector(facts):
+        terms = [{"key": key, "operator": "In", "values": [value]} for key, value in selector.items()]
+        spec["nodeSelectorTerms"] = [{"matchExpressions": terms}]
     return spec
 
 
@@ -145,6 +172,12 @@ def _notes(facts: ClusterFacts) -> list[str]:
             f"The model is a local folder ({facts.model_path}): copy it into the chart's volume "
             f"(PVC <release>-{facts.name}-storage-claim, mounted at {VOLUME}) as {facts.model_folder}/."
         )
+    notes.append(startup_note(facts, bool(facts.model_repo_id)))
+    notes.append(
+        f"The router runs {ROUTER_IMAGE}:{ROUTER_TAG}, the image released with chart {CHART_VERSION} (replace the "
+        f"tag with its digest to pin it for good), with routingLogic {ROUTING}: requests that share a prefix go to "
+        f"the engine that has it cached, as Hearth routes them."
+    )
     if not facts.volume_size():
         notes.append("The checkpoint's size is unknown here, so no pvcStorage is set; set one to keep the model.")
     notes.append(

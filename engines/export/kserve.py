@@ -9,10 +9,14 @@ Follows KServe 0.20.0, read at kserve/kserve @ 1fb78105 (tag v0.20.0):
   on 8080 and mounts /dev/shm;
 - pkg/controller/v1beta1/inferenceservice/utils/utils.go: ``MergeRuntimeContainers`` appends the
   InferenceService's args to the runtime's (argparse keeps the last ``--served-model-name``) and patches
-  the rest of the container over the runtime's (image, env, resources, probes); ``UpdateImageTag`` leaves
-  an image with a digest as it is;
+  the rest of the container over the runtime's with a strategic merge (pkg/utils/container_merge.go,
+  ``MergeContainerWithPatch``): maps such as ``resources.limits`` merge key by key, so the runtime's
+  ``limits: {cpu: 1, memory: 2Gi}`` stay unless the export sets both; requests above them are refused. So the
+  export sets limits equal to its requests for CPU, memory and GPUs (a Guaranteed pod). ``UpdateImageTag``
+  leaves an image with a digest as it is;
 - python/storage/kserve_storage/kserve_storage.py: ``storageUri: hf://owner/model:revision`` downloads that
-  commit to /mnt/models before the engine starts.
+  commit to /mnt/models before the engine starts (an init container: the startup probe covers the load only);
+- the predictor takes a pod's ``nodeSelector`` (the GPU feature discovery labels of engines.export.node_labels).
 """
 
 from engines.export.document import (
@@ -23,8 +27,11 @@ from engines.export.document import (
     ClusterExport,
     annotations,
     common_notes,
+    node_selector,
     refused,
     secret_env,
+    startup_note,
+    startup_probe,
 )
 from engines.export.facts import ClusterFacts
 
@@ -47,13 +54,8 @@ READINESS = {
     "timeoutSeconds": 5,
     "failureThreshold": 3,
 }
-STARTUP = {
-    "httpGet": {"path": "/health", "port": RUNTIME_PORT},
-    "initialDelaySeconds": 30,
-    "periodSeconds": 30,
-    "timeoutSeconds": 10,
-    "failureThreshold": 60,
-}
+STARTUP_DELAY = 30  # seconds, as the runtime's own startup probe
+STARTUP_PERIOD = 30
 
 
 def inference_service(facts: ClusterFacts) -> ClusterExport:
@@ -72,7 +74,8 @@ def inference_service(facts: ClusterFacts) -> ClusterExport:
                 f"export, or KServe's kserve-huggingfaceserver-multinode runtime with a workerSpec."
             ),
         )
-    gpus = {"nvidia.com/gpu": str(facts.tensor_parallel_size)}
+    resources = {"cpu": str(REQUEST_CPU), "memory": REQUEST_MEMORY, "nvidia.com/gpu": str(facts.tensor_parallel_size)}
+    startup = {"httpGet": {"path": "/health", "port": RUNTIME_PORT}, "timeoutSeconds": 10}
     model = {
         "modelFormat": {"name": MODEL_FORMAT},
         "runtime": RUNTIME,
@@ -80,15 +83,18 @@ def inference_service(facts: ClusterFacts) -> ClusterExport:
         "image": facts.pinned_image,
         "args": _args(facts),
         "env": [secret_env(facts, ENGINE_KEY)],
-        "resources": {"requests": {"cpu": str(REQUEST_CPU), "memory": REQUEST_MEMORY, **gpus}, "limits": gpus},
+        "resources": {"requests": resources, "limits": dict(resources)},
         "readinessProbe": READINESS,
-        "startupProbe": STARTUP,
+        "startupProbe": startup | startup_probe(facts, False, STARTUP_DELAY, STARTUP_PERIOD),
     }
+    predictor = {"minReplicas": facts.replica_count, "maxReplicas": facts.replica_count, "model": model}
+    if selector := node_selector(facts):
+        predictor["nodeSelector"] = selector
     document = {
         "apiVersion": API_VERSION,
         "kind": "InferenceService",
         "metadata": {"name": facts.name, "annotations": annotations(facts)},
-        "spec": {"predictor": {"minReplicas": facts.replica_count, "maxReplicas": facts.replica_count, "model": model}},
+        "spec": {"predictor": predictor},
     }
     return ClusterExport(TARGET, TITLE, FOLLOWS, f"{facts.name}-inferenceservice.yaml", [document], _notes(facts))
 
@@ -128,4 +134,10 @@ def _notes(facts: ClusterFacts) -> list[str]:
             f"{facts.model_folder}/, which storageUri names."
         )
     notes.append("The probes use /health: the runtime's /v1/models answers 401 once the engine has a key.")
+    notes.append(
+        f"Limits equal the requests ({REQUEST_CPU} CPUs, {REQUEST_MEMORY}, {facts.tensor_parallel_size} GPUs): KServe "
+        f"merges the {RUNTIME} runtime's container into this one key by key, and the runtime's limits (1 CPU, 2Gi) "
+        f"would otherwise stay under these requests, which Kubernetes refuses."
+    )
+    notes.append(startup_note(facts, False))
     return notes

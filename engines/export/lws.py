@@ -8,6 +8,11 @@ head (``multi-node-serving.sh leader --ray_cluster_size=$(LWS_GROUP_SIZE)``, a s
 image) and then vLLM's OpenAI server on 8080; each worker pod joins it (``… worker
 --ray_address=$(LWS_LEADER_ADDRESS)``); LWS sets both variables, and Kubernetes expands ``$(VAR)`` in a
 command. A ClusterIP Service selects the leaders.
+
+Every pod of a group loads the weights itself (each Ray worker reads its shard from the model path on its own
+node), so every pod mounts one weights volume the user provides, the PersistentVolumeClaim ``<name>-model``
+(or a hostPath in its place), at /models: a local model's folder lies there, and a Hugging Face model is
+downloaded there once (HF_HOME) rather than into each pod's ephemeral storage.
 """
 
 import shlex
@@ -21,6 +26,7 @@ from engines.export.document import (
     annotations,
     common_notes,
     engine_env,
+    node_selector,
     refused,
     secret_env,
 )
@@ -37,7 +43,8 @@ API_VERSION = "leaderworkerset.x-k8s.io/v1"
 SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
 PORT = 8080
 SHM = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "15Gi"}}  # as vLLM's recipe
-MODELS = "/models"  # where a local model's PVC is mounted
+MODELS = "/models"  # where the weights volume is mounted in every pod
+HF_HOME = f"{MODELS}/huggingface"  # a Hugging Face model's download, shared by the group's pods
 SHM_PATH = "/dev/shm"  # noqa: S108 - the pod's shared memory (NCCL), an emptyDir of its own
 
 
@@ -104,13 +111,12 @@ def _pod(facts: ClusterFacts, leader: bool) -> dict[str, Any]:
     else:
         script = f"bash {SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"
         env = [secret_env(facts, HF_TOKEN, optional=True)] if facts.model_repo_id else []
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_PATH}]
-    volumes: list[dict[str, Any]] = [SHM]
-    if facts.model_path:
-        mounts.append({"name": "model", "mountPath": MODELS, "readOnly": True})
-        volumes.append(
-            {"name": "model", "persistentVolumeClaim": {"claimName": f"{facts.name}-model", "readOnly": True}}
-        )
+    if facts.model_repo_id:
+        env = [*env, {"name": "HF_HOME", "value": HF_HOME}]
+    read_only = bool(facts.model_path)  # a Hugging Face model is written there by its first download
+    mounts = [{"name": "dshm", "mountPath": SHM_PATH}, {"name": "model", "mountPath": MODELS, "readOnly": read_only}]
+    claim = {"claimName": f"{facts.name}-model", "readOnly": read_only}
+    volumes: list[dict[str, Any]] = [SHM, {"name": "model", "persistentVolumeClaim": claim}]
     container: dict[str, Any] = {
         "name": "vllm-leader" if leader else "vllm-worker",
         "image": facts.pinned_image,
@@ -125,7 +131,10 @@ def _pod(facts: ClusterFacts, leader: bool) -> dict[str, Any]:
     if leader:
         container["ports"] = [{"containerPort": PORT}]
         container["readinessProbe"] = {"tcpSocket": {"port": PORT}, "initialDelaySeconds": 15, "periodSeconds": 10}
-    return {"containers": [container], "volumes": volumes}
+    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if selector := node_selector(facts):
+        pod["nodeSelector"] = selector
+    return pod
 
 
 def _service(facts: ClusterFacts) -> dict[str, Any]:
@@ -155,9 +164,24 @@ def _notes(facts: ClusterFacts) -> list[str]:
         f"--tensor-parallel-size {facts.gpus_per_pod} --pipeline-parallel-size {facts.nodes_per_replica} "
         f"is the usual alternative, on fast interconnects either way."
     )
-    if facts.model_path:
-        notes.append(
-            f"The model is a local folder ({facts.model_path}): put it on a ReadOnlyMany PVC named "
-            f"{facts.name}-model as {facts.model_folder}/; every pod of a group mounts it at {MODELS}."
-        )
+    notes.append(_weights_note(facts))
     return notes
+
+
+def _weights_note(facts: ClusterFacts) -> str:
+    """Where the weights live: the volume every pod mounts, which the user provides."""
+    size = f" of at least {facts.volume_size()}" if facts.volume_size() else ""
+    where = (
+        f"Weights: every pod of a group loads the model, from one volume you provide before applying: the "
+        f"PersistentVolumeClaim {facts.name}-model{size}, mounted at {MODELS} in every pod"
+    )
+    if facts.model_path:
+        return (
+            f"{where} (ReadOnlyMany). The model is a local folder ({facts.model_path}): put it there as "
+            f"{facts.model_folder}/. Nodes that each hold a copy can use a hostPath volume named model instead."
+        )
+    return (
+        f"{where} (ReadWriteMany: NFS, CephFS or a cloud file store). The first pod downloads "
+        f"{facts.model_repo_id} at {facts.model_revision[:12]} into it (HF_HOME={HF_HOME}) and the others find "
+        f"it there. Nodes that each hold a copy in that layout can use a hostPath volume named model instead."
+    )
