@@ -8,6 +8,10 @@ Where each kind tells its version:
   (engines.engine_version.VERSION_PATHS; the body echoes the server's arguments, its API key among them: never log it);
 - llama.cpp: ``GET /props`` → ``build_info`` ("b6123-1a2b3c4", tools/server/README.md, "GET /props");
 - Ollama: ``GET /api/version`` → ``{"version": "0.5.7"}`` (docs/api.md, "Version");
+- a vLLM production-stack router: ``GET /version`` → ``{"version": vllm_router.__version__}``, the router's own
+  version, not its engines' (vllm-project/production-stack @ 66b60661, src/vllm_router/routers/main_router.py,
+  ``show_version``); so nothing that depends on a vLLM version (its own /v1/messages, /v1/responses, a metric
+  mapping) is read from it;
 - other OpenAI-compatible servers: nowhere known.
 """
 
@@ -31,6 +35,7 @@ class ExternalKind(StrEnum):
     LLAMA_CPP = "llama.cpp"
     OLLAMA = "ollama"
     OPENAI = "openai"
+    PRODUCTION_STACK = "production-stack"  # its router; Replica.engine_kind holds up to 20 characters
 
     @property
     def label(self) -> str:
@@ -43,6 +48,7 @@ KIND_LABELS = {
     ExternalKind.LLAMA_CPP: "llama.cpp (llama-server)",
     ExternalKind.OLLAMA: "Ollama",
     ExternalKind.OPENAI: "Other OpenAI-compatible server",
+    ExternalKind.PRODUCTION_STACK: "vLLM production-stack router",
 }
 
 VERSION_PATHS: dict[ExternalKind, tuple[str, ...]] = {
@@ -51,6 +57,7 @@ VERSION_PATHS: dict[ExternalKind, tuple[str, ...]] = {
     ExternalKind.LLAMA_CPP: ("/props",),
     ExternalKind.OLLAMA: ("/api/version",),
     ExternalKind.OPENAI: (),
+    ExternalKind.PRODUCTION_STACK: ("/version",),
 }
 VERSION_FIELDS = {ExternalKind.LLAMA_CPP: "build_info"}  # the rest answer {"version": ...}
 
@@ -62,7 +69,21 @@ METRIC_ENGINES = {
     ExternalKind.LLAMA_CPP: "llamacpp",
     ExternalKind.OPENAI: "",
 }
-NO_METRICS = {ExternalKind.OLLAMA: "Ollama serves no Prometheus /metrics"}
+# A production-stack router's /metrics (src/vllm_router/routers/metrics_router.py and services/metrics_service at
+# 66b60661) is the router's own view: QPS, requests in prefill and decode per engine pod, average latencies, input
+# and output token counts per pod, its CPU and memory. Under vllm: names, but none of the engines' KV-cache gauge,
+# token counters or latency histograms (vllm:kv_cache_usage_perc, vllm:generation_tokens_total,
+# vllm:time_to_first_token_seconds, ...): read as an engine's, it would mislead, so it is not scraped.
+ROUTER_PANELS = (
+    "A production-stack router feeds only the gateway's panels (requests, errors, latency as clients see it, "
+    "tokens and cost per key): its /metrics carries none of the engines' KV-cache, throughput or engine-latency "
+    "series. For those, register the engine pods (their addresses, or the chart's engine Service) as vLLM endpoints."
+)
+NO_METRICS = {
+    ExternalKind.OLLAMA: "Ollama serves no Prometheus /metrics",
+    ExternalKind.PRODUCTION_STACK: ROUTER_PANELS,
+}
+PANELS = {ExternalKind.PRODUCTION_STACK: ROUTER_PANELS}  # what a kind's panels can show, where it is not all of them
 
 # vLLM serves Anthropic's /v1/messages from 0.11 (engines.launch.ANTHROPIC_ENGINES) and OpenAI's /v1/responses
 # from 0.10.0 (vllm-project/vllm#20504, closing #14721). The other kinds get the gateway's translation to chat
@@ -89,6 +110,11 @@ def speaks_anthropic(kind: str, version: str) -> bool:
 def speaks_responses(kind: str, version: str) -> bool:
     """Whether the endpoint serves /v1/responses itself (else the gateway translates to chat completions)."""
     return _at_least(version, RESPONSES_FROM.get(ExternalKind(kind)))
+
+
+def panels_fed(kind: str) -> str:
+    """Which panels an endpoint of ``kind`` can feed, in words, where it is not all of them ("" otherwise)."""
+    return PANELS.get(ExternalKind(kind), "")
 
 
 def version_in(kind: str, body: object) -> str:

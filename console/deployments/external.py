@@ -12,6 +12,7 @@ engine_api_key) and appears in no message, log line, page, export or audit entry
 
 import logging
 import re
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from urllib.parse import urlsplit
@@ -26,7 +27,7 @@ from console.deployments.probing import CHECK_TIMEOUT, EndpointError, admitted, 
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
 from console.names import NAME, SERVED_NAME, check_name
-from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME, ExternalKind, Listed, base_url_of
+from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME, ExternalKind, Listed, base_url_of, panels_fed
 from engines.stored_plan import StoredPlan
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,12 @@ def _allowance(verdict: Verdict) -> dict[str, object]:
     return {"allowed_by_HEARTH_EXTERNAL_ALLOW": list(verdict.allowed_by)} if verdict.allowed_by else {}
 
 
+def serving_words(kinds: Iterable[str]) -> str:
+    """An external deployment's state reason while every endpoint answers: "Serving.", then which panels its
+    endpoints' kinds cannot feed and what to do about it (engines.external.panels_fed), once per kind."""
+    return " ".join(["Serving.", *sorted({note for kind in kinds if (note := panels_fed(kind))})])
+
+
 def _new_replica(dep: Deployment, url: str, kind: ExternalKind, key: str, version: str) -> Replica:
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -134,7 +141,7 @@ def register(*, base_url: str, engine_kind: str, api_key: str = "", model: str =
                 plan=StoredPlan(None).to_json(),
                 replica_count=0,
                 state=DeploymentState.READY,
-                state_reason="Serving.",
+                state_reason=serving_words([kind]),
                 desired=DesiredState.SERVING,
                 engine_version=version,
             )
@@ -271,7 +278,7 @@ def _say_how_many_answer(dep: Deployment) -> None:
     endpoints = list(dep.replicas.external().order_by("pk"))
     down = [r for r in endpoints if r.ready_at is None]
     if not down:
-        reason = "Serving."
+        reason = serving_words(r.engine_kind for r in endpoints)
     elif len(down) == len(endpoints):
         reason = f"0 of {len(endpoints)} endpoints answering: {down[0].down_reason}"
     else:
