@@ -32,6 +32,7 @@ from gateway.connect_policy import AddressGate
 from gateway.errors import GatewayError, Surface
 from gateway.holding import Holding
 from gateway.ledger import Ledger
+from gateway.model_list import model_objects
 from gateway.prices import Prices
 from gateway.registry import Registry
 from gateway.relay import Relay
@@ -157,7 +158,7 @@ class Gateway:
                 scope["path"], intended, wrong_urls.base_url(scope["scheme"], scope["headers"])
             )
         if method == "GET" and path == MODELS_PATH:
-            await send_json(send, 200, json.dumps({"object": "list", "data": _models(snapshot, entry)}).encode())
+            await send_json(send, 200, json.dumps({"object": "list", "data": model_objects(snapshot, entry)}).encode())
         elif method == "GET" and path.startswith(MODELS_PATH + "/"):
             name = path.removeprefix(MODELS_PATH + "/")
             found = await self.registry.resolve(arrived, lambda s: _model(s, authenticate(s, offered), name))
@@ -341,7 +342,7 @@ def _key_and_route(snapshot: Snapshot, offered: list[str], request: dict[str, An
 
 def _model(snapshot: Snapshot, entry: KeyEntry, name: str) -> dict[str, object]:
     """The model object of ``name`` when this key may see it ready. Raises GatewayError 404 otherwise."""
-    for model in _models(snapshot, entry):
+    for model in model_objects(snapshot, entry):
         if model["id"] == name:
             return model
     raise errors.unknown_model(name)
@@ -362,19 +363,3 @@ def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Rout
     if model in snapshot.states:
         raise errors.not_ready(model, snapshot.states[model], max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
     raise errors.unknown_model(model)
-
-
-def _models(snapshot: Snapshot, entry: KeyEntry) -> list[dict[str, object]]:
-    """The models this key may use that are ready or put aside to share the GPUs (a request wakes them), as
-    OpenAI's model objects (plus vLLM's max_model_len)."""
-    return [
-        {
-            "id": r.served_model_name,
-            "object": "model",
-            "created": r.created,
-            "owned_by": "hearth",
-            "max_model_len": r.max_model_len,
-        }
-        for r in (*snapshot.routes.values(), *snapshot.asleep.values())
-        if entry.allows(r.served_model_name)
-    ]

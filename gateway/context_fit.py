@@ -1,6 +1,7 @@
 """Counting a request's prompt with the engine's own tokenizer, and fitting ``max_tokens`` to the context left.
 
-A deployment with "fit max_tokens to the context left" on (``Route.fit_max_tokens``) answers a request whose
+A deployment with "fit max_tokens to the context left" on (``Route.fit_max_tokens``; on for a deployment made
+since deployments migration 0011, one made before keeps its setting) answers a request whose
 prompt plus output limit is over its max_model_len by lowering the limit to what the context leaves,
 instead of the engine's refusal (Claude Code asks for 32,000 output tokens whatever the context,
 ../shared/FACTS.md). The prompt is counted by the engine's ``POST /tokenize`` (vLLM, the simulator), which

@@ -91,10 +91,10 @@ def test_none_turns_a_chosen_parser_off_and_a_bad_name_is_refused_before_anythin
 def test_the_plan_says_which_agents_a_context_serves_and_what_fitting_max_tokens_changes() -> None:
     short = simulated(hf_model("short", "qwen3-8b"), max_model_len=8192)
     assert {a["name"]: a["serves"] for a in short.plan["agents"]} == {"Claude Code": False, "Codex": False}
-    mid = simulated(hf_model("mid", "qwen3-8b"), max_model_len=32768)
+    mid = simulated(hf_model("mid", "qwen3-8b"), max_model_len=32768, fit_max_tokens=False)
     claude = next(a for a in mid.plan["agents"] if a["name"] == "Claude Code")
     assert not claude["serves"] and "fit max_tokens to the context left" in claude["reason"]
-    fitted = simulated(hf_model("fitted", "qwen3-8b"), max_model_len=32768, fit_max_tokens=True)
+    fitted = simulated(hf_model("fitted", "qwen3-8b"), max_model_len=32768)  # fitting is on by default
     assert all(a["serves"] for a in fitted.plan["agents"])
 
 

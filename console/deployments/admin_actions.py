@@ -39,7 +39,7 @@ def create_deployment(
     max_num_seqs: int = 0,
     tool_call_parser: str = "",
     reasoning_parser: str = "",
-    fit_max_tokens: bool = False,
+    fit_max_tokens: bool = True,
     idle_policy: str = IdlePolicy.STAY,
     idle_minutes: int = 30,
     sleep_level: int = 1,
@@ -47,8 +47,8 @@ def create_deployment(
     make_room: bool = False,
 ) -> Deployment:
     """Create a stopped deployment with its plan; launch it with ``launch``. ``tool_call_parser`` and
-    ``reasoning_parser`` override the plan's choice ("none": off); ``fit_max_tokens`` lowers an output limit
-    over the context left instead of refusing the request; the idle settings are console.deployments.
+    ``reasoning_parser`` override the plan's choice ("none": off); ``fit_max_tokens`` (on unless turned off) lowers
+    an output limit over the context left instead of refusing the request; the idle settings are console.deployments.
     idle_settings'.
 
     One that fits only if idle deployments are put aside (console.deployments.room_making) is planned on the GPUs

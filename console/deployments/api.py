@@ -34,7 +34,7 @@ class PlanIn(Body):
     max_num_seqs: Integer = 0
     tool_call_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
     reasoning_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
-    fit_max_tokens: StrictBool = False
+    fit_max_tokens: StrictBool = True
 
     def options(self) -> dict[str, Any]:
         fixed = {

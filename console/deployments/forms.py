@@ -81,6 +81,7 @@ class DeploymentForm(forms.Form):
 
     fit_max_tokens = forms.BooleanField(
         required=False,
+        initial=True,
         label="Fit max_tokens to the context left",
         help_text="A request asking for more output than its context leaves gets what it leaves (a response "
         "header says so) instead of a refusal: coding agents ask for 32,000 tokens whatever the model.",

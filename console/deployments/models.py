@@ -119,7 +119,9 @@ class Deployment(models.Model):
         null=True, blank=True, help_text="Tokens a request may generate here, whatever it asks; None: no cap."
     )
     fit_max_tokens = models.BooleanField(
-        default=False, help_text="Lower an output limit over the context left to what it leaves, instead of a 400."
+        default=True,
+        help_text="Lower an output limit over the context left to what it leaves, instead of a 400 "
+        "(on for a deployment made since migration 0011; one made before keeps its setting).",
     )
     tool_call_parser = models.CharField(
         max_length=50, blank=True, help_text="Override of the plan's tool-call parser; 'none' turns it off."

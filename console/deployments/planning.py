@@ -70,7 +70,7 @@ def plan_for(
     *,
     tool_call_parser: str = "",
     reasoning_parser: str = "",
-    fit_max_tokens: bool = False,
+    fit_max_tokens: bool = True,
     **sizing: Any,
 ) -> StoredPlan:
     """The plan for ``model`` on ``engine``, as stored on a deployment: the sizing (``sizing``: sizing_plan's
