@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "ninja",  # /api/docs serves its own Swagger UI, not a CDN's (no internet on many appliance boxes)
     "console",
     "console.catalog",
+    "console.weights",
     "console.deployments",
     "console.access",
     "console.observability",
@@ -245,6 +246,9 @@ HEARTH_CONSOLE_WORKERS = envint("HEARTH_CONSOLE_WORKERS", max(1, min((os.cpu_cou
 HEARTH_MAX_BODY_BYTES = envint("HEARTH_MAX_BODY_BYTES", 16 * 1024 * 1024)
 HEARTH_DOCKER_NETWORK = envstr("HEARTH_DOCKER_NETWORK", "hearth-engines")  # engines' bridge; no host ports
 HEARTH_WEIGHTS_VOLUME = envstr("HEARTH_WEIGHTS_VOLUME", "hearth-weights")  # shared HF cache of every engine
+# Where the worker downloads Hugging Face weights before an engine starts (console.weights): huggingface_hub's cache
+# is its hub/ folder. Under compose the worker mounts HEARTH_WEIGHTS_VOLUME here; local engines read it as HF_HUB_CACHE.
+HEARTH_WEIGHTS_DIR = Path(envstr("HEARTH_WEIGHTS_DIR", str(HEARTH_CACHE_DIR / "huggingface")))
 HEARTH_HF_TOKEN_FILE = envstr("HEARTH_HF_TOKEN_FILE", "")  # a file holding the HF token (a compose secret)
 HEARTH_ENGINE_SHM_SIZE = envstr("HEARTH_ENGINE_SHM_SIZE", "16g")  # /dev/shm for NCCL and workers (vLLM docs)
 # Engine images for the Docker runtime, by versioned tag: the flags are built for the version the tag names; the

@@ -15,6 +15,7 @@ urlpatterns = [
     path("", views.dashboard, name="home"),  # the dashboard is the console's home
     path("", include("console.access.urls")),
     path("", include("console.catalog.urls")),
+    path("", include("console.weights.urls")),
     path("", include("console.deployments.urls")),
     path("", include("console.observability.urls")),
     path("", include("console.preflight.urls")),

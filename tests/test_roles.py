@@ -47,6 +47,8 @@ PAGES = {
     "catalog:models": ("AMV", "A"),
     "catalog:delete": ("", "A"),
     "catalog:demo-plan": ("", "A"),
+    "weights:cache": ("A", ""),
+    "weights:free": ("", "A"),
     "deployments:list": ("AMV", "A"),
     "deployments:plan": ("", "A"),
     "deployments:detail": ("AMV", ""),

@@ -44,6 +44,8 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "catalog:models": (ALL, ADMINS),
     "catalog:delete": (NOBODY, ADMINS),
     "catalog:demo-plan": (NOBODY, ADMINS),  # adds the demo model, then opens the deployment form
+    "weights:cache": (ADMINS, NOBODY),  # the weights cache (console.weights): what is on disk, who uses it
+    "weights:free": (NOBODY, ADMINS),
     "deployments:list": (ALL, ADMINS),
     "deployments:plan": (NOBODY, ADMINS),
     "deployments:detail": (ALL, NOBODY),

@@ -47,6 +47,7 @@ ACTIONS = {
     "slo.merged": "capacity check SLO kept aside when the two SLOs became one",
     "model.add": "model added",
     "model.delete": "model deleted",
+    "weights.free": "weights freed from the weights cache",
     "price.set": "GPU price set",
     "mapping.set": "metric mapping saved",
     "accounting.mended": "spending counter mended to the request log",

@@ -11,8 +11,9 @@ from pydantic import StrictBool
 from appliance import celery_heartbeats
 from console.api_bodies import Integer
 from console.deployments import remedy_actions
-from console.deployments.models import Deployment, DeploymentEvent, Replica
+from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, Replica
 from console.deployments.state_caveats import Caveat, caveats
+from console.weights import progress as weights_progress
 from engines.oom_remedy import Change
 
 HISTORY = 50  # events a deployment's answer carries, the newest first
@@ -102,6 +103,17 @@ class CaveatOut(Schema):
     words: str
 
 
+class WeightsDownloadOut(Schema):
+    repo: str
+    file: str = Field(description="The file under way.")
+    done_bytes: int
+    total_bytes: int
+    fraction: float = Field(description="0–1.")
+    rate_bytes_per_s: int = Field(description="Bytes per second received by this try (0 before the first byte).")
+    eta_seconds: int | None = Field(description="Seconds left at that rate; null while unknown.")
+    words: str
+
+
 class DeploymentOut(Schema):
     id: int
     name: str
@@ -131,6 +143,10 @@ class DeploymentOut(Schema):
     replicas: list[ReplicaOut]
     remedy: list[ChangeOut] | None
     slo: SloOut
+    weights_download: WeightsDownloadOut | None = Field(
+        description="The download of its weights under way before its engine starts (console.weights); null when "
+        "none is."
+    )
     caveats: list[CaveatOut] = Field(
         description="What its state does not show: no worker taking its stop, launch, sleep or wake, or Celery "
         "beat stopped so it is not checked (console.deployments.state_caveats); empty while both run."
@@ -139,6 +155,10 @@ class DeploymentOut(Schema):
     @staticmethod
     def resolve_caveats(obj: Deployment) -> list[Caveat]:
         return caveats(obj, celery_heartbeats.read())
+
+    @staticmethod
+    def resolve_weights_download(obj: Deployment) -> dict[str, object] | None:
+        return weights_progress.read(obj.pk) if obj.state == DeploymentState.PULLING else None
 
     @staticmethod
     def resolve_plan(obj: Deployment) -> dict[str, object]:

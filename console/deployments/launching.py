@@ -14,6 +14,8 @@ from console.deployments.changes import replan_on_free_gpus
 from console.deployments.lifecycle import converge, end_all, image_ref, prepare
 from console.deployments.models import Deployment, DeploymentState
 from console.deployments.planning import gpus_in_words
+from console.weights.fetching import WeightsError
+from console.weights.for_launch import LaunchMovedOn, download, needs_download
 from engines.launch import GPU_ENGINES
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,9 @@ def resume(deployment_id: int) -> None:
 
 
 def pull(dep: Deployment) -> None:
-    """pulling → starting, the pull's progress written every second (it is also the launch's heartbeat)."""
+    """pulling → starting, the pull's progress written every second (it is also the launch's heartbeat); then a
+    Hugging Face model's weights downloaded into the weights cache (console.weights), resuming what an earlier try
+    left, its progress written the same way."""
     last = [0.0]
 
     def progress(words: str) -> None:
@@ -59,6 +63,14 @@ def pull(dep: Deployment) -> None:
     except RuntimeError_ as exc:
         dep.move(S.FAILED, str(exc))
         return
+    if needs_download(dep.source, dep.engine):
+        try:
+            download(dep.pk, dep.source, dep.progress)
+        except LaunchMovedOn:
+            return
+        except WeightsError as exc:
+            dep.move(S.FAILED, str(exc))
+            return
     gpus = gpus_in_words(dep.stored_plan) if dep.engine in GPU_ENGINES else "CPU"
     pin = {"engine_image": pinned, "engine_image_ref": image_ref(dep) if pinned else ""}
     if dep.move(S.STARTING, "Starting the engine.", gpu_model=gpus[:100], **pin):

@@ -19,6 +19,7 @@ from django.utils import timezone
 from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, engine_name_prefix, get_runtime
 from console.deployments.agent_support import launch_parsers
 from console.deployments.models import Deployment, Replica
+from console.weights.for_launch import local_model
 from engines import adapters
 from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec, image_version
 from engines.logscan import scan
@@ -143,6 +144,8 @@ def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
 def _launch_spec(dep: Deployment, replica: Replica, slot: int) -> LaunchSpec:
     in_container = replica.runtime == "docker"
     model = dep.source.path or dep.source.repo_id
+    if not in_container:  # a Hugging Face model's weights were downloaded before (console.weights.for_launch)
+        model = local_model(dep.source, dep.engine) or model
     mounts: dict[str, str] = {}
     if in_container and dep.source.path:
         model = f"{CONTAINER_MODELS}/{dep.source.name}"

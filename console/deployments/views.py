@@ -28,6 +28,7 @@ from console.deployments.models import Deployment, DeploymentState
 from console.deployments.planning import demo_refusal
 from console.deployments.room_making import new_plan
 from console.errors import ConsoleError
+from console.weights import progress as weights_progress
 from engines.launch import EngineKind
 
 
@@ -106,6 +107,7 @@ def _deployment_context(dep: Deployment) -> dict[str, object]:
         "can_sleep": dep.state == DeploymentState.READY and idle_actions.can_sleep_now(dep),
         "events": dep.recent_events(20),
         "caveats": state_caveats.caveats(dep, celery_heartbeats.read()),
+        "download": weights_progress.read(dep.pk) if dep.state == DeploymentState.PULLING else None,
     }
 
 

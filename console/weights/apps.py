@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WeightsConfig(AppConfig):
+    name = "console.weights"
+    label = "weights"
