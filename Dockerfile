@@ -1,9 +1,10 @@
 # One image for web, worker, beat and migrate (different commands in compose.yaml).
 FROM python:3.12-slim
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HEARTH_DATA_DIR=/data
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HEARTH_DATA_DIR=/data \
+    HEARTH_WEIGHTS_DIR=/weights
 WORKDIR /app
 COPY pyproject.toml README.md ./
-RUN pip install --no-compile . && useradd --system --create-home --uid 1000 hearth && mkdir /data && chown hearth /data
+RUN pip install --no-compile . && useradd --system --create-home --uid 1000 hearth && mkdir /data /weights && chown hearth /data /weights
 # The code belongs to root and is read-only to the app; only /data is the app's. .dockerignore keeps .env,
 # data/, .venv, .git, caches, tests and benchmarks out (tests/test_image.py checks the build context).
 COPY . .
