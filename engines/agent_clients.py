@@ -1,4 +1,5 @@
-"""Which coding agents a deployment's context can serve, from the size of each agent's first request.
+"""Which coding agents a deployment's context can serve, from the size of each agent's first request, and the
+plan's verdict on them in one sentence (agents_verdict).
 
 A coding agent's first request carries its whole system prompt and tool schemas before the user has said
 anything, and asks for a fixed output limit whatever the model: a deployment whose max_model_len is under
@@ -17,7 +18,9 @@ a margin of CONTEXT_MARGIN):
   runs the same CLIs).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 CONTEXT_MARGIN = 1.25  # a real tokenizer's count against the simulator's word count, either way
 MIN_ANSWER_TOKENS = 4096  # room for an answer worth having when the output limit is fitted or unset
@@ -81,3 +84,57 @@ def _reason(client: AgentClient, max_model_len: int, fit_max_tokens: bool, neede
         if max_model_len >= prompt + MIN_ANSWER_TOKENS:
             reason += ' Turning on "fit max_tokens to the context left" would let it through.'
     return reason
+
+
+class Served(Protocol):
+    """One agent's verdict as a plan keeps it (engines.stored_plan.AgentFact)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def serves(self) -> bool: ...
+
+    @property
+    def needed(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One sentence on which coding agents a plan serves, and whether it serves them all (``ok``)."""
+
+    sentence: str
+    ok: bool
+
+
+def agents_verdict(agents: Sequence[Served], max_model_len: int, refuses_tools: bool) -> Verdict | None:
+    """The plan's verdict on ``agents`` in one sentence: which are served, and, for those that are not, the one
+    reason: an engine that ``refuses_tools`` (no tool-call parser: every agent sends tools), else the context
+    each needs against ``max_model_len`` tokens. None without agents (a plan that did not judge them)."""
+    if not agents:
+        return None
+    served = [a.name for a in agents if a.serves]
+    missed = [a for a in agents if not a.serves]
+    if not missed:
+        return Verdict(f"{_names(served)} {_is(served)} served.", True)
+    if refuses_tools:
+        why = "without a tool-call parser this engine refuses every request that carries tools, which agents send"
+    else:
+        first, *rest = missed
+        needs = " and ".join(
+            [f"{first.name}'s first request needs about {first.needed:,} tokens of context"]
+            + [f"{a.name}'s about {a.needed:,}" for a in rest]
+        )
+        why = f"{needs}, more than the {max_model_len:,} this plan has"
+    if served:
+        missing = [a.name for a in missed]
+        return Verdict(f"{_names(served)} {_is(served)} served; {_names(missing)} {_is(missing)} not: {why}.", False)
+    return Verdict(f"No coding agent is served: {why}.", False)
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _is(names: list[str]) -> str:
+    return "is" if len(names) == 1 else "are"

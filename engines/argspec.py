@@ -3,7 +3,8 @@ engine's parser reads it (an unambiguous prefix, ``--flag=value``, aliases such 
 
 The engines are not importable from Hearth's venv, so scripts/dump_engine_parser.py, run with an engine's own
 Python, dumps its real parser to ``engines/argspecs/<engine>-<version>.json``: every option's strings (its
-aliases), dest and nargs, and the parser's allow_abbrev. ``ArgSpec.read`` rebuilds a standard-library
+aliases), dest and nargs, the values it accepts where the engine names a fixed set (``ArgSpec.choices``), and the
+parser's allow_abbrev. ``ArgSpec.read`` rebuilds a standard-library
 ``argparse`` parser from that data, one recording action per option with the engine's nargs, and replays the
 flags through it: argparse itself decides what is a prefix, what is a value and what is ambiguous, as it does in
 the engine. vLLM's parser (``FlexibleArgumentParser``, vllm/utils/argparse_utils.py in 0.32.0) first rewrites its
@@ -44,11 +45,13 @@ class FlagError(ValueError):
 @dataclass(frozen=True)
 class Option:
     """One option of an engine's parser: ``strings`` its option strings (aliases and ``--no-`` forms
-    included), ``dest`` what it sets, ``nargs`` how many values it takes (argparse's)."""
+    included), ``dest`` what it sets, ``nargs`` how many values it takes (argparse's), ``choices`` the values the
+    engine accepts (None: any)."""
 
     strings: tuple[str, ...]
     dest: str
     nargs: Nargs = None
+    choices: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,12 @@ class ArgSpec:
         """The dest of the option with option string ``flag`` exactly. Raises KeyError if there is none."""
         return _dests(self)[flag]
 
+    def choices(self, flag: str) -> tuple[Any, ...] | None:
+        """The values the engine accepts for ``flag`` (one of its option strings exactly), in the engine's order;
+        None where it takes any. Raises KeyError for a flag the spec does not have."""
+        dest = self.dest_of(flag)
+        return next(o.choices for o in self.options if o.dest == dest and flag in o.strings)
+
     def canonical(self, dest: str) -> str:
         """The name a person knows ``dest``'s option by: its first ``--`` string (``--tensor-parallel-size``,
         not ``-tp``). Raises KeyError for a dest the spec does not have."""
@@ -139,7 +148,10 @@ def _dumps(engine: str) -> tuple[ArgSpec, ...]:
 
 
 def _from_json(data: dict[str, Any]) -> ArgSpec:
-    options = tuple(Option(tuple(o["strings"]), o["dest"], o["nargs"]) for o in data["options"])
+    options = tuple(
+        Option(tuple(o["strings"]), o["dest"], o["nargs"], tuple(o["choices"]) if "choices" in o else None)
+        for o in data["options"]
+    )
     return ArgSpec(data["engine"], data["version"], bool(data["flexible"]), bool(data["allow_abbrev"]), options)
 
 

@@ -5,20 +5,25 @@ Without a tool-call parser vLLM refuses every request that carries tools (400 "a
 reasoning parser a thinking model's reasoning arrives mixed into its answer. A family is recognised by its
 config.json (``model_type``, ``architectures``) and, where one architecture serves several families, by its
 chat template's own tool-call or thinking markup (``tokenizer_config.json``'s ``chat_template`` or
-``chat_template.jinja``).
+``chat_template.jinja``), or, for Llama 3.1 and later whose template is not at hand (a demo catalog entry), by
+its config's ``rope_scaling.rope_type`` "llama3".
 
-Parser names are each engine's own: vLLM 0.32.0's registries (vllm/tool_parsers/__init__.py and
-vllm/reasoning/__init__.py, read in the PyPI wheel) and SGLang's (``FunctionCallParser.ToolCallParserEnum``
-in python/sglang/srt/function_call/function_call_parser.py and ``ReasoningParser.DetectorMap`` in
-python/sglang/srt/parser/reasoning_parser.py, main in 2026). Which family takes which parser: vLLM's docs
-(docs/features/tool_calling.md, docs/features/reasoning_outputs.md), SGLang's (docs/advanced_features/
-tool_parser.md, separate_reasoning.md), and the models' own cards, named per entry. An older engine may
-lack a newer parser's name: the admin can override the choice, and the console warns when there is none.
+Parser names are each engine's own, read from the engines' argument parsers as dumped in engines/argspecs
+(engines.argspec): SGLang 0.5.15.post1's ``--tool-call-parser`` and ``--reasoning-parser`` choices, and the
+registries vLLM 0.32.0 checks its two flags against right after parsing (scripts/dump_engine_parser.py says
+how). shipped_parsers gives every name an engine ships; tests/test_parsers.py checks each family's names are
+among them. Which family takes which parser: vLLM's docs (docs/features/tool_calling.md,
+docs/features/reasoning_outputs.md), SGLang's (docs/advanced_features/tool_parser.md, separate_reasoning.md),
+and the models' own cards, named per entry. The admin can override the choice with any name the engine ships,
+and the console warns when there is none.
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from engines import argspec
+from engines.engine_version import parse_version
 
 
 @dataclass(frozen=True)
@@ -36,10 +41,11 @@ class Family:
     model_types: frozenset[str] = frozenset()
     architectures: frozenset[str] = frozenset()
     template_has: tuple[str, ...] = ()
+    rope_types: frozenset[str] = frozenset()  # or, without the template's markers, a config's rope_scaling type
 
-    def matches(self, model_type: str, architectures: set[str], template: str) -> bool:
+    def matches(self, model_type: str, architectures: set[str], template: str, rope_type: str = "") -> bool:
         kind = model_type in self.model_types or bool(architectures & self.architectures)
-        return kind and all(marker in template for marker in self.template_has)
+        return kind and (all(marker in template for marker in self.template_has) or rope_type in self.rope_types)
 
 
 def _f(
@@ -50,9 +56,19 @@ def _f(
     types: tuple[str, ...] = (),
     archs: tuple[str, ...] = (),
     template: tuple[str, ...] = (),
+    rope: tuple[str, ...] = (),
 ) -> Family:
     return Family(
-        name, tools[0], reasoning[0], tools[1], reasoning[1], source, frozenset(types), frozenset(archs), template
+        name,
+        tools[0],
+        reasoning[0],
+        tools[1],
+        reasoning[1],
+        source,
+        frozenset(types),
+        frozenset(archs),
+        template,
+        frozenset(rope),
     )
 
 
@@ -73,6 +89,13 @@ FAMILIES: tuple[Family, ...] = (
         ("kimi_k2", "kimi_k2"),
         f"{VLLM_DOCS} (Kimi-K2 section); {SGLANG_DOCS}; moonshotai/Kimi-K2-Instruct model card",
         types=("kimi_k2",),
+    ),
+    _f(
+        "DeepSeek-V3.2",
+        ("deepseek_v32", "deepseekv32"),
+        ("deepseek_v3", "deepseek-v3"),
+        f"{VLLM_DOCS} and vLLM's DeepSeek-V3.2 recipe (deepseek_v32, reasoning deepseek_v3); {SGLANG_DOCS}",
+        types=("deepseek_v32",),
     ),
     _f(
         "DeepSeek-V3.1",
@@ -165,6 +188,7 @@ FAMILIES: tuple[Family, ...] = (
         f"{VLLM_DOCS} (Llama 3.1 section: llama3_json); {SGLANG_DOCS} (llama3)",
         types=("llama",),
         template=("<|start_header_id|>",),
+        rope=("llama3",),  # Llama 3.1, 3.2 and 3.3's config.json; Llama 3.0 has no rope_scaling
     ),
     _f(
         "Magistral",
@@ -246,12 +270,53 @@ def choose_parsers(engine: str, config: Mapping[str, Any], template: str = "") -
     matches gets no parsers, and says so."""
     model_type = str(config.get("model_type") or "")
     architectures = {str(a) for a in config.get("architectures") or []}
+    rope = config.get("rope_scaling")
+    rope_type = str(rope.get("rope_type") or rope.get("type") or "") if isinstance(rope, Mapping) else ""
     sglang = engine in ("sglang", "sglang-cpu")
     for family in FAMILIES:
-        if family.matches(model_type, architectures, template):
+        if family.matches(model_type, architectures, template, rope_type):
             tool = family.sglang_tool if sglang else family.vllm_tool
             reasoning = family.sglang_reasoning if sglang else family.vllm_reasoning
             said = f"{family.name}: tool-call parser {tool or 'none'}, reasoning parser {reasoning or 'none'}"
             return ParserChoice(tool, reasoning, family.name, family.source, [f"{said} ({family.source})."])
     shown = model_type or ", ".join(sorted(architectures)) or "unknown"
     return ParserChoice(None, None, None, None, [f"No known parsers for model type {shown}."])
+
+
+PARSER_DUMPS = {"vllm": "vllm", "vllm-cpu": "vllm", "simulator": "vllm", "sglang": "sglang", "sglang-cpu": "sglang"}
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+@dataclass(frozen=True)
+class ShippedParsers:
+    """The parser names one engine release accepts (``engine`` "vLLM" or "SGLang", its ``version``), in its own
+    order; ``exact``: the release asked for is the one read (else the nearest read, engines.argspec.load)."""
+
+    engine: str
+    version: str
+    tool_call_parsers: tuple[str, ...]
+    reasoning_parsers: tuple[str, ...]
+    exact: bool
+
+    def lacks(self, name: str, kind: str) -> bool:
+        """Whether ``name`` is not a ``kind`` ("tool-call" or "reasoning") parser of this release."""
+        names = self.tool_call_parsers if kind == "tool-call" else self.reasoning_parsers
+        return name not in names
+
+
+def shipped_parsers(engine: str, version: str = "") -> ShippedParsers | None:
+    """The tool-call and reasoning parsers ``engine`` (an EngineKind value; the simulator takes vLLM's names) ships
+    at ``version`` ("" or "v0.11.0": its release; "" is the pinned CPU build's), as its argument parser's dump
+    lists them: the nearest release dumped, ``exact`` False when that is not ``version`` (or ``version`` is no
+    release number, an image tagged "latest"); None for an engine without parsers (an external one)."""
+    kind = PARSER_DUMPS.get(engine)
+    if kind is None:
+        return None
+    wanted = version.lstrip("v")
+    try:
+        spec = argspec.load(kind, wanted or None)
+        exact = not wanted or parse_version(wanted) == parse_version(spec.version)
+    except ValueError:
+        spec, exact = argspec.load(kind), False
+    tools, reasoning = spec.choices("--tool-call-parser") or (), spec.choices("--reasoning-parser") or ()
+    return ShippedParsers(ENGINE_NAMES[kind], spec.version, tuple(map(str, tools)), tuple(map(str, reasoning)), exact)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
+from engines.agent_clients import Verdict, agents_verdict
 from engines.external import EXTERNAL_ENGINE
 from engines.launch import CPU_ENGINES
 from engines.planner import GpuPlan, MemorySplit
@@ -221,6 +222,15 @@ class StoredPlan:
         """The GPU indices of the ``slot``-th replica (0-based): its TP-sized share of ``gpu_indices``."""
         tp = self.tensor_parallel_size or 1
         return self.gpu_indices[slot * tp : (slot + 1) * tp]
+
+    @property
+    def agents_verdict(self) -> Verdict | None:
+        """Which coding agents this plan serves, in one sentence (engines.agent_clients.agents_verdict); None for a
+        plan that did not judge them. An agent whose context fits but is not served was refused for its tools: the
+        engine has no tool-call parser."""
+        refused = self.parsers is not None and self.parsers.tool_call_parser is None
+        refused = refused and any(not a.serves and a.needed <= self.max_model_len for a in self.agents)
+        return agents_verdict(self.agents, self.max_model_len, refused)
 
     def noted(self, reason: str, *, first: bool = False) -> "StoredPlan":
         """This plan with one more reason, last (or ``first``). Raises ValueError for a plan of none."""

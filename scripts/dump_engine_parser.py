@@ -11,7 +11,10 @@ It builds the parser exactly as the engine's server entry point does (vLLM: ``ma
 ``ServerArgs.add_cli_args`` on a plain ``argparse.ArgumentParser``, sglang/srt/server_args.py
 ``prepare_server_args``) and writes ``<folder>/<engine>-<version>.json`` (or prints it with no folder):
 every option as its option strings (aliases included), its dest and its nargs (null: one value, 0: a
-switch, or argparse's "?", "*", "+"), the positionals, and the parser's allow_abbrev. Standard library only
+switch, or argparse's "?", "*", "+"), the values it accepts where the engine names a fixed set (``choices``:
+argparse's own, or, for vLLM's ``--tool-call-parser`` and ``--reasoning-parser``, whose parser takes any name so
+that plugins can add theirs, the registries ``validate_api_server_args`` checks the name against right after
+parsing, vllm/entrypoints/launchers/launcher.py), the positionals, and the parser's allow_abbrev. Standard library only
 besides the engine, so it runs in either venv. With ``--parse CASES RESULTS`` it also parses each argv of the
 JSON list in CASES with that parser and writes what it read (or why it refused) to RESULTS:
 tests/test_engine_parsers.py uses both, to check the committed dumps equal what the installed engines give now
@@ -37,6 +40,18 @@ def vllm_parser() -> tuple[argparse.ArgumentParser, str, str, bool]:
     return make_arg_parser(FlexibleArgumentParser()), __version__, source, True
 
 
+def vllm_checked_after() -> dict[str, list[str]]:
+    """The names vLLM's ``validate_api_server_args`` accepts for the options its parser leaves open (the built-in
+    tool-call parsers are the ones ``--tool-call-parser``'s help lists)."""
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+
+    return {
+        "tool_call_parser": list(ToolParserManager.list_registered()),
+        "reasoning_parser": list(ReasoningParserManager.list_registered()),
+    }
+
+
 def sglang_parser() -> tuple[argparse.ArgumentParser, str, str, bool]:
     from sglang.srt.server_args import ServerArgs
     from sglang.version import __version__
@@ -49,11 +64,8 @@ def sglang_parser() -> tuple[argparse.ArgumentParser, str, str, bool]:
 def dump(engine: str) -> tuple[str, str]:
     """(version, the dump's JSON text) for ``engine`` ("vllm" or "sglang") as installed."""
     parser, version, source, flexible = {"vllm": vllm_parser, "sglang": sglang_parser}[engine]()
-    options = [
-        {"strings": list(action.option_strings), "dest": action.dest, "nargs": action.nargs}
-        for action in parser._actions
-        if action.option_strings
-    ]
+    checked = vllm_checked_after() if engine == "vllm" else {}
+    options = [option(action, checked.get(action.dest)) for action in parser._actions if action.option_strings]
     positionals = [{"dest": a.dest, "nargs": a.nargs} for a in parser._actions if not a.option_strings]
     head: dict[str, Any] = {
         "about": f"{engine} {version}'s argument parser, dumped by " + HOW.format(engine=engine),
@@ -63,11 +75,26 @@ def dump(engine: str) -> tuple[str, str]:
         "parser": source,
         "flexible": flexible,  # vLLM's FlexibleArgumentParser: "_" for "-", -O<n>, --json-arg.key value
         "allow_abbrev": parser.allow_abbrev,
+        "checked_after_parsing": sorted(checked),  # options whose choices are checked after parsing, not by argparse
         "positionals": positionals,
     }
     lines = [f"  {json.dumps(key)}: {json.dumps(value)}," for key, value in head.items()]
-    rows = ",\n".join(f"    {json.dumps(option)}" for option in options)  # one option a line: diffs stay readable
+    rows = ",\n".join(f"    {json.dumps(row)}" for row in options)  # one option a line: diffs stay readable
     return version, "{\n" + "\n".join(lines) + '\n  "options": [\n' + rows + "\n  ]\n}\n"
+
+
+def option(action: argparse.Action, checked: list[str] | None) -> dict[str, Any]:
+    """One option of the dump; ``choices`` only where there is a fixed set: argparse's (sorted when it is a set),
+    else ``checked``."""
+    row: dict[str, Any] = {"strings": list(action.option_strings), "dest": action.dest, "nargs": action.nargs}
+    choices = action.choices if action.choices is not None else checked
+    if isinstance(choices, (set, frozenset)):  # no order of its own (SGLang's --sampling-backend): one made here
+        choices = sorted(choices, key=str)
+    elif choices is not None:
+        choices = list(choices)
+    if choices is not None:
+        row["choices"] = json.loads(json.dumps(choices, default=str))
+    return row
 
 
 def parse(engine: str, cases: list[list[str]]) -> list[dict[str, Any]]:

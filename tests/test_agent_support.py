@@ -66,18 +66,47 @@ def test_a_chat_template_tells_llama_3_apart_and_is_read_from_a_local_folder(tmp
     assert dep.plan["parsers"]["tool_call_parser"] == "llama3_json"
 
 
-def test_a_model_without_a_known_parser_is_warned_about_and_an_override_is_used_and_said() -> None:
-    bare = simulated(hf_model("llama", "llama-3.1-8b-instruct"), max_model_len=8192)
-    assert bare.plan["parsers"]["tool_call_parser"] is None
-    assert "vLLM would refuse every one of them" in bare.plan["parsers"]["warning"]  # the Simulator needs none
+def test_llama_3_without_its_template_is_told_by_its_config() -> None:
+    dep = simulated(hf_model("llama", "llama-3.1-8b-instruct"), max_model_len=8192)  # the demo entry: no template
+    assert dep.plan["parsers"]["tool_call_parser"] == "llama3_json" and dep.plan["parsers"]["family"].startswith(
+        "Llama 3"
+    )
+    args = command(dep)
+    assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
+
+
+def test_a_model_without_a_known_parser_on_the_simulator_is_a_note_and_an_override_is_used_and_said() -> None:
+    bare = simulated(hf_model("phi", "phi-4-mini-instruct"), max_model_len=65536)
+    assert bare.plan["parsers"]["tool_call_parser"] is None and bare.plan["parsers"]["warning"] is None
+    assert "set one before exporting this deployment to vLLM" in bare.plan["parsers"]["reasons"][-1]
+    assert all(a["serves"] for a in bare.plan["agents"])  # the Simulator takes tools without a parser
     assert "--tool-call-parser" not in command(bare)
     chosen = simulated(
-        hf_model("llama-set", "llama-3.1-8b-instruct"), max_model_len=8192, tool_call_parser="llama3_json"
+        hf_model("phi-set", "phi-4-mini-instruct"), max_model_len=8192, tool_call_parser="phi4_mini_json"
     )
-    assert chosen.plan["parsers"]["tool_call_parser"] == "llama3_json" and chosen.plan["parsers"]["warning"] is None
-    assert "The admin set the tool-call parser to llama3_json" in chosen.plan["parsers"]["reasons"][-1]
+    assert chosen.plan["parsers"]["tool_call_parser"] == "phi4_mini_json" and chosen.plan["parsers"]["warning"] is None
+    assert "The admin set the tool-call parser to phi4_mini_json" in chosen.plan["parsers"]["reasons"][-1]
     args = command(chosen)
-    assert args[args.index("--tool-call-parser") + 1] == "llama3_json"
+    assert args[args.index("--tool-call-parser") + 1] == "phi4_mini_json"
+
+
+@pytest.mark.parametrize(
+    ("engine", "field", "name", "ships"),
+    [  # an other engine's spelling of a parser each ships (its own spelling in the list)
+        ("simulator", "tool_call_parser", "llama3", ("vLLM 0.32.0 has no tool-call parser 'llama3'", "llama3_json")),
+        ("vllm-cpu", "reasoning_parser", "deepseek-r1", ("vLLM 0.32.0 has no reasoning parser", "deepseek_r1")),
+        ("sglang-cpu", "tool_call_parser", "llama3_json", ("SGLang 0.5.15.post1 has no tool-call parser", "llama3")),
+    ],
+)
+def test_an_override_the_engine_does_not_ship_is_refused_naming_those_it_does(
+    engine: str, field: str, name: str, ships: tuple[str, str]
+) -> None:
+    model, override = hf_model("llama-x", "llama-3.1-8b-instruct"), {field: name}
+    with pytest.raises(ConsoleError) as refused:
+        admin_actions.create_deployment(name="x", model=model, engine=engine, max_model_len=2048, **override)
+    said, listed = str(refused.value).split("; it ships ")
+    assert said.startswith(ships[0]) and ships[1] in listed.split(", ")
+    assert not Deployment.objects.filter(name="x").exists()
 
 
 def test_none_turns_a_chosen_parser_off_and_a_bad_name_is_refused_before_anything_is_saved() -> None:
@@ -122,7 +151,9 @@ def test_the_console_shows_the_parsers_the_warning_and_the_agents_before_anythin
     html = admin.post(
         "/deployments/plan/", {"name": "page", "model": model.pk, "engine": "simulator", "max_model_len": 8192}
     ).content.decode()
-    assert 'data-field="parser-warning"' in html and "Claude Code: not served." in html
+    assert 'data-field="parser-warning"' not in html and "Claude Code: not served." in html  # llama3_json chosen
+    verdict = 'data-field="agent-verdict">No coding agent is served: Claude Code&#x27;s first request needs about'
+    assert verdict in html and "more than the 8,192 this plan has." in html
     resp = admin.post(
         "/api/deployments",
         {
@@ -141,19 +172,24 @@ def test_the_console_shows_the_parsers_the_warning_and_the_agents_before_anythin
     assert body["plan"]["parsers"]["tool_call_parser"] == "llama3_json"
     page = admin.get(f"/deployments/{body['id']}/").content.decode()
     assert 'data-field="tool_call_parser">llama3_json<' in page and "Claude Code: served." in page
+    assert '<p class="ok" data-field="agent-verdict">Claude Code and Codex are served.</p>' in page
 
 
 def test_without_a_tool_call_parser_a_real_engine_serves_no_agent_and_the_simulator_still_does() -> None:
-    model = hf_model("no-parser", "llama-3.1-8b-instruct")
+    model = hf_model("no-parser", "phi-4-mini-instruct")
     on_vllm = plan_for(model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True)
     assert on_vllm.parsers is not None and on_vllm.parsers.warning is not None
     assert "this engine refuses every request that carries tools" in on_vllm.parsers.warning
     assert on_vllm.agents and not any(a.serves for a in on_vllm.agents)
     assert all("refuses without a tool-call parser" in a.reason for a in on_vllm.agents)
+    verdict = on_vllm.agents_verdict
+    assert verdict and not verdict.ok and verdict.sentence.startswith("No coding agent is served: without a tool-call")
     on_sim = plan_for(model, "simulator", max_model_len=65536, fit_max_tokens=True)
     assert on_sim.agents and all(a.serves for a in on_sim.agents)  # it answers tools with no parser (its agent mode)
+    assert on_sim.parsers is not None and on_sim.parsers.warning is None  # nothing orange above a served verdict
+    assert on_sim.agents_verdict and on_sim.agents_verdict.ok
     with_parser = plan_for(
-        model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True, tool_call_parser="llama3_json"
+        model, "vllm-cpu", max_model_len=65536, kv_space_gib=16, fit_max_tokens=True, tool_call_parser="phi4_mini_json"
     )
     assert with_parser.parsers is not None and with_parser.parsers.warning is None
     assert with_parser.agents and all(a.serves for a in with_parser.agents)

