@@ -37,6 +37,7 @@ def test_the_cache_page_lists_a_model_with_its_users_and_frees_it_once_none_need
     page = admin.post("/weights/free/", {"repo_id": REPO}, follow=True).content.decode()
     assert f"{REPO} is no longer in the weights cache." in page and "Nothing downloaded yet" in page
     assert not blobs(tmp_path).parent.exists()  # every revision gone, and the partial download with them
+    assert not (tmp_path / "weights" / "complete" / blobs(tmp_path).parent.name / COMMIT).exists()  # launches fetch it
     entry = AuditEntry.objects.get(action="weights.free")
     assert entry.changes == {"revisions": [COMMIT], "bytes": len(WEIGHTS) + len(CONFIG)}
 

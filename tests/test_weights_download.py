@@ -112,3 +112,15 @@ def test_a_file_the_hub_serves_corrupt_fails_the_launch_saying_which(live_env: d
     assert "still not the hub's" in dep.state_reason
     assert not list(blobs(tmp_path).glob("*.hearth-partial"))
     assert not (blobs(tmp_path).parent / "snapshots" / COMMIT / "model.safetensors").exists()
+
+
+def test_a_commit_downloaded_before_launches_again_with_the_hub_unreachable(
+    live_env: dict[str, str], tmp_path: Path
+) -> None:
+    dep_id = deployment()
+    with standin_hub(REPO, COMMIT, files()) as hub:
+        env = launch_env(live_env, hub, tmp_path)
+        finished(run(env, tmp_path / "launch.log", "launch", dep_id))
+    Deployment.objects.filter(pk=dep_id).update(state="pending")  # the hub is gone now: an offline box
+    finished(run(env, tmp_path / "again.log", "launch", dep_id))
+    assert "could not start" in Deployment.objects.get(pk=dep_id).state_reason  # past the weights, to the engine

@@ -9,7 +9,7 @@ from django.db import transaction
 from console.audit.recording import record
 from console.catalog.models import ModelSource
 from console.errors import ConsoleError
-from console.weights.fetching import PARTIAL, hub_cache
+from console.weights.fetching import PARTIAL, complete_marker, hub_cache
 
 
 @dataclass(frozen=True)
@@ -92,4 +92,6 @@ def free(repo_id: str) -> int:
     with transaction.atomic():
         record(None, "weights.free", repo_id, {"revisions": list(model.revisions), "bytes": model.size_bytes})
         scan_cache_dir(hub_cache()).delete_revisions(*model.revisions).execute()
+        for revision in model.revisions:
+            complete_marker(repo_id, revision).unlink(missing_ok=True)
     return model.size_bytes + model.partial_bytes

@@ -16,6 +16,7 @@ size and hash (``model_info(files_metadata=True)``: the LFS sha256, else the git
 """
 
 import hashlib
+import json
 import logging
 import random
 import time
@@ -92,7 +93,11 @@ def fetch_model(repo_id: str, revision: str, report: Callable[[Progress], None])
     """Download every file of ``repo_id`` at commit ``revision`` into the weights cache, calling ``report`` after
     each chunk received (the caller throttles), and return the snapshot folder. A file already in the cache is not
     fetched again; a partial one is resumed. Each file gets ATTEMPTS tries with backoff; a corrupt one is fetched
-    afresh at once. Raises WeightsError (CorruptFile when a file is still not the hub's after its tries)."""
+    afresh at once. A commit downloaded and checked before, its files all still there, is not asked of the hub at all
+    (an offline box launches it again). Raises WeightsError (CorruptFile when a file is still not the hub's after
+    its tries)."""
+    if is_complete(repo_id, revision):
+        return snapshot_dir(repo_id, revision)
     files = _retrying("the file list", repo_id, revision, lambda: list_files(repo_id, revision))
     progress = Progress(repo_id, sum(f.size or 0 for f in files))
     for file in files:
@@ -105,7 +110,34 @@ def fetch_model(repo_id: str, revision: str, report: Callable[[Progress], None])
 
         _retrying(file.name, repo_id, revision, attempt)
     report(progress)
+    _mark_complete(repo_id, revision, files)
     return snapshot_dir(repo_id, revision)
+
+
+def complete_marker(repo_id: str, revision: str) -> Path:
+    """The note that ``repo_id`` at ``revision`` was downloaded whole and checked: its files' names and sizes (JSON),
+    beside huggingface_hub's cache (HEARTH_WEIGHTS_DIR/complete/), where its scan_cache_dir does not look."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    return (
+        Path(settings.HEARTH_WEIGHTS_DIR) / "complete" / repo_folder_name(repo_id=repo_id, repo_type="model") / revision
+    )
+
+
+def _mark_complete(repo_id: str, revision: str, files: list[HubFile]) -> None:
+    marker = complete_marker(repo_id, revision)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({f.name: f.size for f in files}))
+
+
+def is_complete(repo_id: str, revision: str) -> bool:
+    """Whether every file the marker names is in the snapshot at its size (a file deleted by hand since: not)."""
+    marker, snapshot = complete_marker(repo_id, revision), snapshot_dir(repo_id, revision)
+    try:
+        sizes = json.loads(marker.read_text())
+        return all((snapshot / name).stat().st_size == size or size is None for name, size in sizes.items())
+    except (OSError, ValueError, AttributeError):  # no marker, a file gone, a marker not ours
+        return False
 
 
 def fetch_file(
