@@ -16,6 +16,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from appliance.env import envbool, envfloat, envint, envsecret, envstr
+from appliance import public_name
 from engines.supported import SUPPORTED_ENGINES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -32,10 +33,23 @@ if SECRET_KEY.strip().lower() in PLACEHOLDER_SECRETS or SECRET_KEY.startswith("d
         )
     SECRET_KEY = "django-insecure-development-only"  # noqa: S105 - DEBUG only, refused above otherwise
 
-# The console answers only to these names (Host header); the gateway's /v1 never reaches Django.
+# The name people reach Hearth by over HTTPS, through the proxy in front (compose.yaml's tls profile; README,
+# "HTTPS"): unless set themselves, ALLOWED_HOSTS gets it, CSRF_TRUSTED_ORIGINS its https:// origin and
+# HEARTH_TRUSTED_PROXIES this box's loopback (appliance.public_name). manage.py caddyfile writes the proxy's
+# configuration: certificates from HEARTH_TLS_CA (auto: Caddy's own CA for a private name, ACME for a public one).
+HEARTH_HOSTNAME = public_name.hostname(envstr("HEARTH_HOSTNAME"))
+HEARTH_TLS_CA = envstr("HEARTH_TLS_CA", "auto").strip().lower() or "auto"  # auto | internal | public
+HEARTH_ACME_EMAIL = envstr("HEARTH_ACME_EMAIL")  # the ACME account's address for a public name's certificates
+
+# The console answers only to these names (Host header); the gateway's /v1 never reaches Django. An empty value is
+# an unset one (compose passes every variable, empty when .env leaves it out).
 DEFAULT_HOSTS = f"localhost,127.0.0.1,[::1],{socket.gethostname()}"  # this machine, by name and loopback
-ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", DEFAULT_HOSTS).split(",") if h.strip()]
-CSRF_TRUSTED_ORIGINS = [o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()]
+ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS").split(",") if h.strip()] or public_name.allowed_hosts(
+    HEARTH_HOSTNAME, DEFAULT_HOSTS.split(",")
+)
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS").split(",") if o.strip()
+] or public_name.trusted_origins(HEARTH_HOSTNAME)
 
 INSTALLED_APPS = [
     "django.contrib.auth",
@@ -147,7 +161,9 @@ LOGOUT_REDIRECT_URL = "access:login"
 # TLS: the request is secure when served over TLS directly, or when it came from one of
 # HEARTH_TRUSTED_PROXIES (addresses or networks) saying X-Forwarded-Proto: https
 # (appliance.transport_security). Then cookies are Secure and HSTS is sent.
-HEARTH_TRUSTED_PROXIES = [p.strip() for p in envstr("HEARTH_TRUSTED_PROXIES").split(",") if p.strip()]
+HEARTH_TRUSTED_PROXIES = [
+    p.strip() for p in envstr("HEARTH_TRUSTED_PROXIES").split(",") if p.strip()
+] or public_name.trusted_proxies(HEARTH_HOSTNAME)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # only ever left set by a trusted proxy
 SECURE_HSTS_SECONDS = envint("HEARTH_HSTS_SECONDS", 31_536_000)  # one year (OWASP HSTS cheat sheet)
 SESSION_COOKIE_HTTPONLY = True
