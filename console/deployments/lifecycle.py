@@ -19,7 +19,7 @@ from django.utils import timezone
 from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, engine_name_prefix, get_runtime
 from console.deployments.agent_support import launch_parsers
 from console.deployments.models import Deployment, Replica
-from console.weights.for_launch import local_model
+from console.weights.for_launch import in_weights_volume, local_model
 from engines import adapters
 from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec, image_version
 from engines.logscan import scan
@@ -148,8 +148,9 @@ def _launch_spec(dep: Deployment, replica: Replica, slot: int) -> LaunchSpec:
         model = local_model(dep.source, dep.engine) or model
     mounts: dict[str, str] = {}
     if in_container and dep.source.path:
-        model = f"{CONTAINER_MODELS}/{dep.source.name}"
-        mounts[dep.source.path] = model
+        model = in_weights_volume(dep.source.path) or f"{CONTAINER_MODELS}/{dep.source.name}"
+        if model.startswith(CONTAINER_MODELS):  # a folder of the host's, bound; one in the weights volume is there
+            mounts[dep.source.path] = model
     tool_call_parser, reasoning_parser = launch_parsers(dep)
     common = {
         "tool_call_parser": tool_call_parser,

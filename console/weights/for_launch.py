@@ -6,6 +6,9 @@ returns a cached file for a commit sha without asking the hub, file_download.py 
 
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
 
 from console.catalog.models import ModelSource
 from console.weights import progress as progress_store
@@ -54,3 +57,13 @@ def local_model(source: ModelSource, engine: str) -> str:
     """The snapshot folder a local engine process is given for ``source`` (its weights downloaded before it
     started), "" when the engine reads the model some other way (a local folder, the simulator, a container)."""
     return str(snapshot_dir(source.repo_id, source.revision)) if needs_download(source, engine) else ""
+
+
+def in_weights_volume(path: str) -> str:
+    """Where a container engine finds ``path`` (a local model's folder) when it is inside the weights cache (an
+    archive imported by console.weights.archives): the same place in the weights volume, which every engine mounts
+    at appliance.runtimes.docker.WEIGHTS_CACHE and the worker at HEARTH_WEIGHTS_DIR; "" for a folder elsewhere."""
+    from appliance.runtimes.docker import WEIGHTS_CACHE  # the docker SDK, imported only where containers are
+
+    folder, cache = Path(path), Path(settings.HEARTH_WEIGHTS_DIR)
+    return str(Path(WEIGHTS_CACHE) / folder.relative_to(cache)) if folder.is_relative_to(cache) else ""
