@@ -3,9 +3,10 @@
 # PostgreSQL and Redis running (this kind has both installed; started here if they are down), Debian's
 # Chromium for the browser tests (Playwright drives it; no browser download is possible here) and
 # Debian's docker.io with its daemon for the Docker-runtime tests (it starts in about two seconds,
-# ../shared/FACTS.md), Debian's docker-compose, which checks compose.yaml, the coding-agent CLIs from npm the
-# agent tests drive (scripts/install-agent-clis.sh), and npm's oidc-provider, the real OpenID provider
-# tests/test_oidc.py signs in through (under ~/.cache/hearth/npm). A second run finds everything and returns at once.
+# ../shared/FACTS.md), Debian's caddy (2.6.2), the HTTPS proxy tests/test_tls_proxy.py puts in front of Hearth,
+# Debian's docker-compose, which checks compose.yaml, the coding-agent CLIs from npm the agent tests drive
+# (scripts/install-agent-clis.sh), and npm's oidc-provider, the real OpenID provider tests/test_oidc.py signs in
+# through (under ~/.cache/hearth/npm). A second run finds everything and returns at once.
 set -euo pipefail
 
 pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
@@ -23,6 +24,7 @@ missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v docker-compose >/dev/null || missing+=(docker-compose)  # tests/test_image.py: `docker-compose config`
+command -v caddy >/dev/null || missing+=(caddy)  # tests/test_tls_proxy.py: Hearth's Caddyfile in front of Hearth
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test-services: installing ${missing[*]} from Debian"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
