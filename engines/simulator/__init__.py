@@ -40,9 +40,13 @@ serves only the OpenAI API (SGLang, older vLLM releases); ``--no-responses`` dro
 like an engine without the Responses API (SGLang, vLLM before 0.10).
 
 Agent mode (on; ``--no-agent-mode`` turns it off): given tools and a file task ("read PATH", "write
-"TEXT" to PATH", "copy SRC to DST"), the model calls the coding agent's own tools (Claude Code's Read and
-Write, Codex's exec_command, ...) with valid JSON arguments, one per turn, and answers once every tool
-result is back; ``agent.py`` has the grammar and the tool table. ``--reasoning-parser NAME`` makes every
-answer start with ``--reasoning-tokens`` (8) tokens of reasoning, sent as vLLM sends a reasoning parser's
-output (``reasoning`` deltas, ``thinking`` blocks, ``reasoning`` items) and counted in its usage.
+"TEXT" to PATH", "copy SRC to DST", "replace "OLD" with "NEW" in PATH"), the model calls the tools the client
+sent, chosen by their names and JSON schemas and given arguments that fit them (Claude Code's Read and Write,
+OpenCode's read and write, Codex's exec_command and apply_patch, ...), one per turn, and answers once every tool
+result is back, or says the task failed when a tool did; without tools it answers aider's whole-file format
+when the prompt asks for it. ``agent.py`` has the grammar, ``agent_tools.py`` the reading of the tools.
+
+``--reasoning-parser NAME`` makes every answer start with ``--reasoning-tokens`` (8) tokens of reasoning, sent
+as vLLM sends a reasoning parser's output (``reasoning`` deltas, ``thinking`` blocks, ``reasoning`` items) and
+counted in its usage.
 """

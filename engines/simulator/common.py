@@ -203,8 +203,9 @@ def agent_output(
     state: SimState, conversation: agent.Conversation, max_tokens: int, id_prefix: str
 ) -> textgen.Output | None:
     """Agent mode's next move as a planned answer (a tool call or its last word), or None when agent mode
-    is off, no tool is offered, or the task holds no steps (engines/simulator/agent.py)."""
-    if not state.cfg.agent_mode or not conversation.tools:
+    is off, the task holds no steps, or no tool is offered and aider's format is not asked for
+    (engines/simulator/agent.py)."""
+    if not state.cfg.agent_mode:
         return None
     action = agent.next_action(conversation)
     if action is None:

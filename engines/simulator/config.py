@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--agent-mode",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="do the file tasks coding agents give with their tools (agent.py)",
+        help="do the file tasks coding agents give with the tools they send (agent.py)",
     )
     p.add_argument("--reasoning-parser", default=None, help="answer with reasoning first, as vLLM with a parser")
     p.add_argument("--reasoning-tokens", type=int, default=8, help="reasoning tokens per answer, with a parser")

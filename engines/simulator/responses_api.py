@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import agent, textgen, tokenizer
+from engines.simulator import agent, agent_tools, textgen, tokenizer
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -85,7 +85,7 @@ def _messages(instructions: Any, items: list[dict[str, Any]]) -> list[dict[str, 
     return out
 
 
-def _tools(body: dict[str, Any]) -> Tools:
+def offered(body: dict[str, Any]) -> Tools:
     """(flat name, parameters schema, namespace, custom?) per tool the model is shown; built-ins left out."""
     tools: Tools = []
     for tool in body.get("tools") or []:
@@ -103,12 +103,17 @@ def _tools(body: dict[str, Any]) -> Tools:
     return tools
 
 
+def agent_tools_of(tools: Tools) -> list[agent_tools.Tool]:
+    """The tools as agent mode reads them: flat names, a custom tool as a function of one string ``input``."""
+    return [agent_tools.Tool(t[0], t[1] if isinstance(t[1], dict) else {}) for t in tools]
+
+
 def _plan(
     state: SimState, body: dict[str, Any], items: list[dict[str, Any]], prompt: str, max_tokens: int, tools: Tools
 ) -> textgen.Output:
     """Agent mode's move, else a tool call when one is due (a tool named in the last user message, or one
     demanded by tool_choice), else text; reasoning first with a reasoning parser."""
-    conversation = agent.from_responses(items, str(body.get("instructions") or ""), [t[0] for t in tools])
+    conversation = agent.from_responses(items, str(body.get("instructions") or ""), agent_tools_of(tools))
     out = agent_output(state, conversation, max_tokens, "chatcmpl-tool-")
     if out is None:
         out = _tool_or_text(state, body, items, prompt, max_tokens, tools)
@@ -140,7 +145,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     if body.get("previous_response_id"):
         raise APIError(404, f"Response with id '{body['previous_response_id']}' not found.", "NotFoundError")
     items = _items(body)
-    tools = _tools(body)
+    tools = offered(body)
     messages = _messages(body.get("instructions"), items)
     faults = request_faults(
         request, agent.text_of(next((i.get("content") for i in reversed(items) if i.get("role") == "user"), ""))
