@@ -10,77 +10,14 @@ translation to chat completions (``--no-responses``). Non-essential traffic off,
 """
 
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import Proc, login
-from tests.simworld import ensure_model, wait_state
+from tests.agentworld import NPM_BIN, TASK, Agents, agents, assert_copied, cli, run, workdir
 
 pytestmark = pytest.mark.django_db(transaction=True)
-NPM_BIN = Path(os.environ.get("HEARTH_CACHE_DIR", Path.home() / ".cache/hearth")) / "npm/bin"
-SOURCE = "The answer is <<forty two apples>> today.\n"
-TASK = "copy source.txt to answer.txt"
-CONTEXT = 65536  # Claude Code's first request needs ~45K tokens (FACTS.md); Llama 3.1 8B takes 128K
-
-
-def cli(name: str) -> str:
-    path = NPM_BIN / name
-    if not path.exists():
-        pytest.fail(f"{path} is missing: run scripts/install-agent-clis.sh (make test's services step does)")
-    return str(path)
-
-
-class Agents:
-    """Deployments of the simulator, one per API shape the agents are tried with, and a key for them."""
-
-    def __init__(self, web: str, client: httpx.Client) -> None:
-        self.web, self.client, self.ids = web, client, []
-        self.key = client.post("/api/keys", json={"name": "agents"}).json()["key"]
-
-    def deploy(self, name: str, extra_args: list[str]) -> str:
-        ensure_model()
-        body = {
-            "name": name,
-            "model": "llama-8b",
-            "engine": "simulator",
-            "max_model_len": CONTEXT,
-            "extra_args": extra_args,
-        }
-        resp = self.client.post("/api/deployments", json=body)
-        assert resp.status_code == 201, resp.text
-        dep_id = resp.json()["id"]
-        self.ids.append(dep_id)
-        assert self.client.post(f"/api/deployments/{dep_id}/launch").status_code == 202
-        assert wait_state(self.client, dep_id, {"ready", "failed"})["state"] == "ready"
-        return name
-
-
-@pytest.fixture
-def agents(web: str, worker: Proc, admin_user: object) -> Iterator[Agents]:
-    world = Agents(web, login(web))
-    yield world
-    for dep_id in world.ids:
-        world.client.post(f"/api/deployments/{dep_id}/stop")
-    for dep_id in world.ids:
-        wait_state(world.client, dep_id, {"stopped", "failed"})
-
-
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "source.txt").write_text(SOURCE)
-    return work
-
-
-def run(argv: list[str], work: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        argv, cwd=work, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL
-    )
-    return f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+__all__ = ["agents"]  # the fixture, used by name
 
 
 def claude(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
@@ -99,7 +36,16 @@ def claude(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
         "DISABLE_TELEMETRY": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
-    argv = [cli("claude"), "-p", TASK, "--allowedTools", "Read,Write", "--output-format", "stream-json", "--verbose"]
+    argv = [
+        cli(NPM_BIN / "claude"),
+        "-p",
+        TASK,
+        "--allowedTools",
+        "Read,Write",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ]
     return work, run(argv, work, env)
 
 
@@ -112,14 +58,8 @@ def codex(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
         "request_max_retries = 0\nstream_max_retries = 0\n"
     )
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "HEARTH_API_KEY": agents.key}
-    argv = [cli("codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK]
+    argv = [cli(NPM_BIN / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK]
     return work, run(argv, work, env)
-
-
-def assert_copied(work: Path, output: str) -> None:
-    answer = work / "answer.txt"
-    assert answer.exists(), output
-    assert answer.read_text() == "forty two apples", output
 
 
 def test_claude_code_with_both_keys_set_reads_and_writes_a_file_through_hearth(agents: Agents, tmp_path: Path) -> None:
