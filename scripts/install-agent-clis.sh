@@ -48,5 +48,9 @@ pip_venv() {  # name package version command: that version of a PyPI package in 
   "$PYTHON" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "$2==$3" 2> >(grep -v 'is ignored' >&2)
 }
+if [ -z "$PYTHON" ]; then
+  echo "install-agent-clis: llm and aider need a Python 3.10 to 3.12 (aider-chat $AIDER_VERSION's range); none found" >&2
+  exit 1
+fi
 pip_venv llm llm "$LLM_VERSION" llm
 pip_venv aider aider-chat "$AIDER_VERSION" aider

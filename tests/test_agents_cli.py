@@ -83,3 +83,10 @@ def test_claude_code_works_through_the_translation_for_an_engine_without_message
 ) -> None:
     work, output = claude(agents, agents.deploy("agent-openai", ["--no-anthropic"]), tmp_path)
     assert_copied(work, output)
+
+
+def test_codex_with_a_model_from_its_catalog_writes_the_file_with_apply_patch(agents: Agents, tmp_path: Path) -> None:
+    """Served as gpt-5.5, a model in Codex 0.169's own catalog, Codex offers its freeform apply_patch tool and the
+    simulator writes with it (a patch's added file ends with a newline; a shell's printf would not add one)."""
+    work, output = codex(agents, agents.deploy("gpt-5.5", []), tmp_path)
+    assert_copied(work, output, ending="\n")

@@ -65,17 +65,27 @@ def test_opencode_copies_a_file_with_its_own_lowercase_tools(agents: Agents, tmp
     assert_copied(work, output)
 
 
-def test_continue_cli_copies_a_file_with_its_filepath_tools(agents: Agents, tmp_path: Path) -> None:
+def continue_cli(agents: Agents, model: str, tmp_path: Path, task: str) -> tuple[Path, str]:
+    """Continue's ``cn`` with Hearth as an OpenAI provider, headless, its tools allowed (``--auto``)."""
     work, config = workdir(tmp_path), home(tmp_path) / "config.yaml"
-    model = agents.deploy("continue", [])
     config.write_text(
         "name: Hearth\nversion: 1.0.0\nschema: v1\nmodels:\n"
         f"  - name: {model}\n    provider: openai\n    model: {model}\n    apiBase: {agents.web}/v1\n"
         f"    apiKey: {agents.key}\n    roles: [chat, edit, apply]\n    capabilities: [tool_use]\n"
     )
     env = {"PATH": os.environ["PATH"], "HOME": str(config.parent)}
-    output = run([cli(NPM_BIN / "cn"), "-p", TASK, "--config", str(config), "--auto"], work, env)
+    return work, run([cli(NPM_BIN / "cn"), "-p", task, "--config", str(config), "--auto"], work, env)
+
+
+def test_continue_cli_copies_a_file_with_its_filepath_tools(agents: Agents, tmp_path: Path) -> None:
+    work, output = continue_cli(agents, agents.deploy("continue", []), tmp_path, TASK)
     assert_copied(work, output)
+
+
+def test_continue_cli_hears_that_a_read_failed_and_nothing_is_written(agents: Agents, tmp_path: Path) -> None:
+    work, output = continue_cli(agents, agents.deploy("continue", []), tmp_path, "copy missing.txt to answer.txt")
+    assert "Failed to read missing.txt: Error executing tool Read: File does not exist" in output, output
+    assert "Done" not in output and not (work / "answer.txt").exists(), output
 
 
 def test_llm_copies_a_file_with_the_python_functions_it_is_given(agents: Agents, tmp_path: Path) -> None:
