@@ -12,7 +12,8 @@ huggingface_hub 2.4 calls, for tests that set HF_ENDPOINT to it.
 
 What the tests steer: ``hold_after`` bytes of a file's body are sent and the response then waits until ``release``
 is set (a transfer cut mid-file at a known place); ``corrupt`` names files served with one byte changed while the
-model info keeps the true hashes. ``transfers`` are the file bodies sent, in order, each with its first byte and the
+model info keeps the true hashes; ``unavailable`` counts the GETs of a file answered 503 before it is served.
+``transfers`` are the file bodies sent, in order, each with its first byte and the
 bytes written; ``ranges`` the Range headers asked.
 """
 
@@ -66,6 +67,7 @@ class StandinHub:
     release: threading.Event = field(default_factory=threading.Event)
     held: threading.Event = field(default_factory=threading.Event)
     corrupt: set[str] = field(default_factory=set)
+    unavailable: dict[str, int] = field(default_factory=dict)  # file → GETs of it still to answer 503
     transfers: list[Transfer] = field(default_factory=list)
     ranges: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
@@ -131,6 +133,12 @@ def _handler(hub: StandinHub) -> type[BaseHTTPRequestHandler]:
             return self._file(hub.files[name], body)
 
         def _file(self, file: RepoFile, body: bool) -> None:
+            if body and hub.unavailable.get(file.name):
+                hub.unavailable[file.name] -= 1
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             data = hub.body(file.name)
             start = 0
             if body and (asked := self.headers.get("Range")):

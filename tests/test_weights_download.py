@@ -5,6 +5,7 @@ page and in its JSON while the download runs, a download killed mid-file resumes
 corrupt file is caught, fetched again, and reported when it stays corrupt.
 """
 
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,21 @@ def test_a_commit_downloaded_before_launches_again_with_the_hub_unreachable(
     Deployment.objects.filter(pk=dep_id).update(state="pending")  # the hub is gone now: an offline box
     finished(run(env, tmp_path / "again.log", "launch", dep_id))
     assert "could not start" in Deployment.objects.get(pk=dep_id).state_reason  # past the weights, to the engine
+
+
+def test_a_hub_that_fails_is_tried_again_after_a_backoff_the_page_names(
+    live_env: dict[str, str], admin: Client, tmp_path: Path
+) -> None:
+    dep_id = deployment()
+    with standin_hub(REPO, COMMIT, files()) as hub:
+        hub.unavailable["model.safetensors"] = 1
+        proc = run(launch_env(live_env, hub, tmp_path), tmp_path / "launch.log", "launch", dep_id)
+        deadline = time.monotonic() + 60
+        while not ((shown := admin.get(f"/api/deployments/{dep_id}").json()["weights_download"]) or {}).get("retrying"):
+            assert time.monotonic() < deadline and proc.proc.poll() is None, proc.output()[-3000:]
+            time.sleep(0.2)
+        assert shown["retrying"].startswith("Trying again in ") and "503" in shown["retrying"], shown
+        assert shown["words"].endswith(shown["retrying"]) and shown["file"] == "model.safetensors"
+        finished(proc)
+        assert hub.unavailable["model.safetensors"] == 0 and hub.sent("model.safetensors") == [(0, len(WEIGHTS))]
+    assert (blobs(tmp_path).parent / "snapshots" / COMMIT / "model.safetensors").read_bytes() == WEIGHTS

@@ -111,6 +111,7 @@ class WeightsDownloadOut(Schema):
     fraction: float = Field(description="0–1.")
     rate_bytes_per_s: int = Field(description="Bytes per second received by this try (0 before the first byte).")
     eta_seconds: int | None = Field(description="Seconds left at that rate; null while unknown.")
+    retrying: str = Field(description='Why it waits before its next try (a backoff after a failure); "" while it runs.')
     words: str
 
 

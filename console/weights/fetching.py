@@ -98,8 +98,19 @@ def fetch_model(repo_id: str, revision: str, report: Callable[[Progress], None])
     its tries)."""
     if is_complete(repo_id, revision):
         return snapshot_dir(repo_id, revision)
-    files = _retrying("the file list", repo_id, revision, lambda: list_files(repo_id, revision))
-    progress = Progress(repo_id, sum(f.size or 0 for f in files))
+    progress = Progress(repo_id, 0)
+
+    def pause(seconds: float, why: str) -> None:
+        """Wait out a backoff, reporting each second (the report is the launch's heartbeat: HEARTH_STALE_AFTER)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            progress.retrying = f"Trying again in {left:.0f} s: {why}"
+            report(progress)
+            time.sleep(min(left, 1.0))
+        progress.retrying = ""
+
+    files = _retrying("the file list", repo_id, revision, lambda: list_files(repo_id, revision), pause)
+    progress.total = sum(f.size or 0 for f in files)
     for file in files:
         progress.file, before = file.name, progress.done
         report(progress)
@@ -108,7 +119,7 @@ def fetch_model(repo_id: str, revision: str, report: Callable[[Progress], None])
             progress.done = before  # a try counts the file's bytes (on disk, then received) afresh
             fetch_file(repo_id, revision, file, progress, report)
 
-        _retrying(file.name, repo_id, revision, attempt)
+        _retrying(file.name, repo_id, revision, attempt, pause)
     report(progress)
     _mark_complete(repo_id, revision, files)
     return snapshot_dir(repo_id, revision)
@@ -236,9 +247,12 @@ class _Counted:
         return self.raw.truncate(size)
 
 
-def _retrying[T](what: str, repo_id: str, revision: str, attempt: Callable[[], T]) -> T:
+def _retrying[T](
+    what: str, repo_id: str, revision: str, attempt: Callable[[], T], pause: Callable[[float, str], None]
+) -> T:
     """``attempt()``, tried ATTEMPTS times: again at once after a corrupt file, after a backoff after a transient
-    failure (the network, the hub's 5xx and 429); not again after a permanent one (no such repo or file, gated).
+    failure (the network, the hub's 5xx and 429), waited out by ``pause(seconds, why)``; not again after a permanent one
+    (no such repo or file, gated).
     Raises WeightsError in words (console.catalog.hub.hub_error_words)."""
     for tries in range(1, ATTEMPTS + 1):
         try:
@@ -258,7 +272,7 @@ def _retrying[T](what: str, repo_id: str, revision: str, attempt: Callable[[], T
                 ) from None
             delay = min(BACKOFF * 2 ** (tries - 1), BACKOFF_CAP) * (1 + random.random() / 2)  # noqa: S311 - jitter
             log.warning("downloading %s: %s; trying again in %.0f s", what, exc, delay)
-            time.sleep(delay)
+            pause(delay, _words(exc, repo_id, revision))
     raise AssertionError("unreachable: the last try returns or raises")
 
 

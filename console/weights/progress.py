@@ -24,6 +24,7 @@ class Progress:
     done: int = 0
     fetched: int = 0
     file: str = ""
+    retrying: str = ""  # why the download waits before its next try, "" while it runs
     started: float = field(default_factory=time.monotonic)
 
     def received(self, nbytes: int) -> None:
@@ -48,25 +49,31 @@ class Progress:
 
     def as_dict(self) -> dict[str, Any]:
         """What the console reads: ``repo``, ``file``, ``done_bytes``, ``total_bytes``, ``fraction`` (0–1),
-        ``rate_bytes_per_s``, ``eta_seconds`` (None while unknown) and ``words``."""
+        ``rate_bytes_per_s``, ``eta_seconds`` (None while unknown), ``retrying`` and ``words``."""
         return {
             "repo": self.repo,
             "file": self.file,
             "done_bytes": self.done,
             "total_bytes": self.total,
-            "fraction": round(self.done / self.total, 4) if self.total else 1.0,
+            "fraction": round(self.done / self.total, 4) if self.total else 0.0,
             "rate_bytes_per_s": round(self.rate),
             "eta_seconds": None if self.eta is None else round(self.eta),
+            "retrying": self.retrying,
             "words": self.words(),
         }
 
     def words(self) -> str:
-        """E.g. ``Downloading the weights of org/model: 1.2 GiB of 3.4 GiB (35%), 45.1 MiB/s, about 1 min left.``"""
+        """E.g. ``Downloading the weights of org/model: 1.2 GiB of 3.4 GiB (35%), 45.1 MiB/s, about 1 min left.``, with
+        why it waits to try again after it when it does; ``Reading the files of org/model from the hub.`` before the
+        sizes are known."""
+        again = f" {self.retrying}" if self.retrying else ""
+        if not self.total:
+            return f"Reading the files of {self.repo} from the hub.{again}"
         share = f" ({self.done / self.total:.0%})" if self.total else ""
         speed = f", {iec(self.rate)}/s" if self.rate else ""
         left = f", about {_duration(self.eta)} left" if self.eta is not None else ""
         done = iec(self.done) or "0 bytes"
-        return f"Downloading the weights of {self.repo}: {done} of {iec(self.total)}{share}{speed}{left}."
+        return f"Downloading the weights of {self.repo}: {done} of {iec(self.total)}{share}{speed}{left}.{again}"
 
 
 def _duration(seconds: float) -> str:
