@@ -68,6 +68,7 @@ class StandinHub:
     held: threading.Event = field(default_factory=threading.Event)
     corrupt: set[str] = field(default_factory=set)
     unavailable: dict[str, int] = field(default_factory=dict)  # file → GETs of it still to answer 503
+    claimed_size: dict[str, int] = field(default_factory=dict)  # file → the size the model info gives instead
     transfers: list[Transfer] = field(default_factory=list)
     ranges: list[tuple[str, str]] = field(default_factory=list)
     url: str = ""
@@ -75,9 +76,10 @@ class StandinHub:
     def model_info(self) -> dict[str, object]:
         siblings = []
         for f in self.files.values():
-            entry: dict[str, object] = {"rfilename": f.name, "size": len(f.data), "blobId": f.blob_id}
+            size = self.claimed_size.get(f.name, len(f.data))
+            entry: dict[str, object] = {"rfilename": f.name, "size": size, "blobId": f.blob_id}
             if f.lfs:
-                entry["lfs"] = {"sha256": f.sha256, "size": len(f.data), "pointerSize": 134}
+                entry["lfs"] = {"sha256": f.sha256, "size": size, "pointerSize": 134}
             siblings.append(entry)
         return {"id": self.repo, "modelId": self.repo, "sha": self.commit, "private": False, "siblings": siblings}
 

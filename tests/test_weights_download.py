@@ -143,3 +143,13 @@ def test_a_hub_that_fails_is_tried_again_after_a_backoff_the_page_names(
         finished(proc)
         assert hub.unavailable["model.safetensors"] == 0 and hub.sent("model.safetensors") == [(0, len(WEIGHTS))]
     assert (blobs(tmp_path).parent / "snapshots" / COMMIT / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_a_download_the_disk_cannot_hold_is_refused_before_a_byte(live_env: dict[str, str], tmp_path: Path) -> None:
+    dep_id = deployment()
+    with standin_hub(REPO, COMMIT, files()) as hub:
+        hub.claimed_size["model.safetensors"] = 2**60  # an exbibyte: no disk here has it free
+        finished(run(launch_env(live_env, hub, tmp_path), tmp_path / "launch.log", "launch", dep_id))
+        assert hub.transfers == []
+    reason = Deployment.objects.get(pk=dep_id).state_reason
+    assert reason.startswith(f"The weights of {REPO} need 1,048,576.0 TiB more on the weights cache's disk, which has ")

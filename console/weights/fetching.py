@@ -15,10 +15,12 @@ size and hash (``model_info(files_metadata=True)``: the LFS sha256, else the git
 ``blobs/<etag>``; ``hf_hub_download`` then links it into ``snapshots/<sha>/`` as it links any cached blob.
 """
 
+import errno
 import hashlib
 import json
 import logging
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from typing import BinaryIO, cast
 from django.conf import settings
 
 from console.catalog.hub import hub_error_words
+from console.templatetags.byte_units import iec
 from console.weights.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ BACKOFF = 2.0  # seconds before the second try, doubling (with up to 50% jitter)
 BACKOFF_CAP = 60.0
 PARTIAL = ".hearth-partial"  # suffix of a blob being downloaded, kept for a resume
 READ_CHUNK = 8 * 2**20  # bytes read at a time when hashing
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS})  # the disk's faults, not the link's
 
 
 class WeightsError(RuntimeError):
@@ -111,6 +115,7 @@ def fetch_model(repo_id: str, revision: str, report: Callable[[Progress], None])
 
     files = _retrying("the file list", repo_id, revision, lambda: list_files(repo_id, revision), pause)
     progress.total = sum(f.size or 0 for f in files)
+    _check_room(repo_id, revision, files)
     for file in files:
         progress.file, before = file.name, progress.done
         report(progress)
@@ -123,6 +128,22 @@ def fetch_model(repo_id: str, revision: str, report: Callable[[Progress], None])
     report(progress)
     _mark_complete(repo_id, revision, files)
     return snapshot_dir(repo_id, revision)
+
+
+def _check_room(repo_id: str, revision: str, files: list[HubFile]) -> None:
+    """Refuse a download the weights cache's disk cannot hold: the files not yet in the snapshot, less the bytes of
+    their partial downloads, against the disk's free bytes. Raises WeightsError naming both."""
+    snapshot = snapshot_dir(repo_id, revision)
+    blobs = snapshot.parent.parent / "blobs"
+    partial = sum(p.stat().st_size for p in blobs.glob(f"*{PARTIAL}")) if blobs.is_dir() else 0
+    missing = sum(f.size or 0 for f in files if not (snapshot / f.name).exists()) - partial
+    hub_cache().mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(hub_cache()).free
+    if missing > free:
+        raise WeightsError(
+            f"The weights of {repo_id} need {iec(missing)} more on the weights cache's disk, which has {iec(free)} "
+            "free: free space there (the weights cache page frees models no deployment uses)."
+        )
 
 
 def complete_marker(repo_id: str, revision: str) -> Path:
@@ -285,7 +306,9 @@ def _transient(exc: Exception) -> bool:
     if isinstance(exc, errors.HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else 0
         return status >= 500 or status in (408, 429)
-    return isinstance(exc, OSError) or type(exc).__module__.startswith(("httpx", "httpcore"))
+    if isinstance(exc, OSError):
+        return exc.errno not in DISK_ERRNOS
+    return type(exc).__module__.startswith(("httpx", "httpcore"))
 
 
 def _words(exc: Exception, repo_id: str, revision: str) -> str:
@@ -294,4 +317,6 @@ def _words(exc: Exception, repo_id: str, revision: str) -> str:
 
     if isinstance(exc, errors.EntryNotFoundError):
         return f"{repo_id}@{revision[:12]} has no such file any more."
+    if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:
+        return f"{exc.strerror or exc}: {exc.filename or 'the weights cache'} (HEARTH_WEIGHTS_DIR)."
     return hub_error_words(exc, repo_id, revision[:12])
