@@ -38,7 +38,8 @@ IMAGES = {
 
 def containers(client: docker.DockerClient, dep_id: int | None = None) -> list[Any]:
     labels = [f"hearth.instance={INSTANCE}"] + ([f"hearth.deployment={dep_id}"] if dep_id else [])
-    return list(client.containers.list(all=True, filters={"label": labels}))
+    # ignore_removed: one the worker removes between the daemon's list and its inspect is not an error
+    return list(client.containers.list(all=True, filters={"label": labels}, ignore_removed=True))
 
 
 @pytest.fixture(scope="module")
