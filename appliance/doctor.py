@@ -226,7 +226,7 @@ def disk_check(cache_dir: Path, measured_at: Path, free_bytes: int, total_bytes:
     if free_bytes >= need.bytes:
         return Check(DISK, PASS, detail)
     fix = (
-        f"Free {(need.bytes - free_bytes) / GIB:.1f} GiB there, or point HEARTH_CACHE_DIR (and Docker's data root, "
+        f"Free {(need.bytes - free_bytes) / GIB:.1f} GiB there, or point HEARTH_WEIGHTS_DIR (and Docker's data root, "
         "which holds the weights volume) at a bigger disk."
     )
     return Check(DISK, FAIL, detail, fix)
@@ -238,7 +238,7 @@ def read_disk(cache_dir: Path, need: DiskNeed) -> Check:
     try:
         usage = shutil.disk_usage(measured_at)
     except OSError as exc:
-        return Check(DISK, FAIL, f"cannot measure {measured_at}: {exc}", "Make HEARTH_CACHE_DIR a readable folder.")
+        return Check(DISK, FAIL, f"cannot measure {measured_at}: {exc}", "Make HEARTH_WEIGHTS_DIR a readable folder.")
     return disk_check(cache_dir, measured_at, usage.free, usage.total, need)
 
 
@@ -306,7 +306,7 @@ def session_pids(candidates: Iterable[int], engines_dir: Path) -> set[int]:
 
 def run_checks(disk: DiskNeed | None = None) -> list[Check]:
     """Every check, in order, under the settings in force (HEARTH_RUNTIME, HEARTH_GPU_INVENTORY,
-    HEARTH_CACHE_DIR); ``disk`` is what the weights cache must hold (default: no weights, the margin
+    HEARTH_WEIGHTS_DIR, where Hearth downloads weights); ``disk`` is what the weights cache must hold (default: no weights, the margin
     HEARTH_DOCTOR_MIN_FREE_GIB; the console sizes it by its deployments). Takes a few seconds at most;
     never raises."""
     runtime, inventory = settings.HEARTH_RUNTIME, settings.HEARTH_GPU_INVENTORY
@@ -326,7 +326,7 @@ def run_checks(disk: DiskNeed | None = None) -> list[Check]:
                 processes_error = str(exc)
     checks.append(driver_check(version, driver_error, inventory, runtime))
     disk = disk or DiskNeed(margin_gib=settings.HEARTH_DOCTOR_MIN_FREE_GIB)
-    checks.append(read_disk(Path(settings.HEARTH_CACHE_DIR), disk))
+    checks.append(read_disk(Path(settings.HEARTH_WEIGHTS_DIR), disk))
     ours: set[int] = set()
     if processes:
         ours = container_pids() | session_pids((p.pid for p in processes), Path(settings.DATA_DIR) / "engines")

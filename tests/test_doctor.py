@@ -219,7 +219,7 @@ def test_too_little_free_disk_fails_with_the_numbers_in_gib(tmp_path: Path) -> N
         "; 1000010.0 GiB wanted: 1000000.0 GiB of weights to download (huge 976562.5 GiB)"
         " + 10 GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB)"
     )
-    assert "HEARTH_CACHE_DIR" in check.fix
+    assert "HEARTH_WEIGHTS_DIR" in check.fix
 
 
 def test_the_disk_check_is_sized_by_the_weights_to_download_plus_the_margin() -> None:
@@ -229,7 +229,7 @@ def test_the_disk_check_is_sized_by_the_weights_to_download_plus_the_margin() ->
         "100.0 GiB free of 200.0 GiB at /data/cache; 141.4 GiB wanted: 131.4 GiB of weights to download "
         "(llama-70b 131.4 GiB) + 10 GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB)"
     )
-    assert check.status == FAIL and check.fix.startswith("Free 41.4 GiB there, or point HEARTH_CACHE_DIR")
+    assert check.status == FAIL and check.fix.startswith("Free 41.4 GiB there, or point HEARTH_WEIGHTS_DIR")
     assert disk_check(Path("/c"), Path("/c"), 142 * GIB, 200 * GIB, need).status == PASS
 
 
@@ -372,7 +372,7 @@ def _passing(tmp_path: Path) -> override_settings:
     return override_settings(
         HEARTH_RUNTIME="process",
         HEARTH_GPU_INVENTORY="sim:1xH200-141GB",
-        HEARTH_CACHE_DIR=tmp_path / "cache",
+        HEARTH_WEIGHTS_DIR=tmp_path / "cache",
         HEARTH_DOCTOR_MIN_FREE_GIB=0,
     )
 
