@@ -22,6 +22,8 @@ its source, modules/caddyhttp/reverseproxy/caddyfile.go and caddyconfig/httpcadd
 - Caddy adds X-Forwarded-For (the client's address) and X-Forwarded-Proto; Hearth believes them from the proxy's
   address only (HEARTH_TRUSTED_PROXIES, appliance.transport_security). HSTS and ``Secure`` cookies come from
   Hearth (Django's SecurityMiddleware), not from here.
+- **Health.** A plain-HTTP site on 127.0.0.1:``health_port`` answers ``GET /healthz`` with 200 "ok": compose's
+  health check for the caddy service asks it (the image has busybox's wget and no admin API, ``admin off``).
 
 Imports nothing that reads Django's settings.
 """
@@ -34,6 +36,7 @@ from appliance.public_name import is_private
 TIMEOUT_MARGIN = 60  # seconds each proxy timeout exceeds HEARTH_STREAM_IDLE_TIMEOUT by
 READ_HEADER_TIMEOUT = 30  # seconds a client may take to send its request's headers
 DIAL_TIMEOUT = 10  # seconds to connect to Hearth (Caddy's default is 3)
+HEALTH_PATH = "/healthz"  # what compose's health check asks on 127.0.0.1:health_port
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,8 @@ class Site:
     ``stream_idle_timeout``: HEARTH_STREAM_IDLE_TIMEOUT, seconds; ``internal_ca``: certificates from Caddy's own
     CA (None: so for a private name, appliance.public_name.is_private); ``email``: the ACME account's address
     ("" none); ``https_port`` / ``http_port``: where Caddy listens (80 and 443 for automatic certificates);
-    ``storage``: Caddy's data folder ("" its default: $XDG_DATA_HOME/caddy, /data/caddy in the image)."""
+    ``storage``: Caddy's data folder ("" its default: $XDG_DATA_HOME/caddy, /data/caddy in the image);
+    ``health_port``: where the health site listens, on 127.0.0.1 only."""
 
     hostname: str
     upstream: str
@@ -53,6 +57,7 @@ class Site:
     https_port: int = 443
     http_port: int = 80
     storage: str = ""
+    health_port: int = 2080
 
     @property
     def uses_internal_ca(self) -> bool:
@@ -116,6 +121,11 @@ def render(site: Site) -> str:
         f"\t\t\twrite_timeout {timeout}",
         "\t\t}",
         "\t}",
+        "}",
+        "",
+        f"http://127.0.0.1:{site.health_port} {{",
+        "\tbind 127.0.0.1",
+        f'\trespond {HEALTH_PATH} "ok" 200',
         "}",
     ]
     return "\n".join(lines) + "\n"

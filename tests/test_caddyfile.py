@@ -60,6 +60,7 @@ def test_every_streaming_timeout_outlasts_hearths_own_and_nothing_buffers() -> N
     assert not any(line.startswith(("read_body", "write ", "request_buffers", "response_buffers")) for line in lines)
     assert "llm.example.com {" in lines and "reverse_proxy web:8000 {" in lines
     assert "admin off" in lines
+    assert "http://127.0.0.1:2080 {" in lines and 'respond /healthz "ok" 200' in lines  # compose's health check
 
 
 def test_ports_storage_email_and_the_ca_choice_reach_the_file() -> None:

@@ -24,6 +24,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+import yaml
 from playwright.sync_api import sync_playwright
 
 from tests.conftest import ROOT, Proc, free_port, start_web
@@ -38,11 +39,12 @@ IDLE_TIMEOUT = 6  # seconds: the test Hearth's HEARTH_STREAM_IDLE_TIMEOUT
 @dataclass(frozen=True)
 class Https:
     """Caddy at ``base`` (https://localhost:<port>) before the Hearth web server at ``upstream``; ``ca``: a context
-    trusting Caddy's internal CA only."""
+    trusting Caddy's internal CA only; ``health``: its health site (plain HTTP on 127.0.0.1)."""
 
     base: str
     ca: ssl.SSLContext
     upstream: str  # the Hearth behind it, plain HTTP
+    health: str
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.base, verify=self.ca, timeout=60)
@@ -81,7 +83,7 @@ def https(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     }
     web, upstream = start_web(env, folder / "web.log")
     port, storage = free_port(), folder / "caddy"
-    ports = ["--https-port", str(port), "--http-port", str(free_port())]
+    ports = ["--https-port", str(port), "--http-port", str(free_port()), "--health-port", str(health := free_port())]
     argv = [sys.executable, "manage.py", "caddyfile", "--upstream", urlsplit(upstream).netloc, *ports]
     argv += ["--storage", str(storage), "--output", str(folder / "Caddyfile")]
     subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True)
@@ -93,7 +95,7 @@ def https(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     base = f"https://localhost:{port}"
     try:
         ca = _wait_until_served(base, storage / "pki" / "authorities" / "local" / "root.crt", caddy)
-        yield Https(base, ca, upstream)
+        yield Https(base, ca, upstream, f"http://127.0.0.1:{health}")
     finally:
         caddy.stop()
         web.stop()
@@ -133,6 +135,14 @@ def test_the_sdks_stream_over_https_and_a_silence_is_ended_by_hearth_not_the_pro
     ) as resp:
         answer = resp.read().decode()
     assert "upstream_timeout" in answer and "HEARTH_STREAM_IDLE_TIMEOUT" in answer, answer  # Hearth's words
+
+
+def test_compose_caddys_health_check_asks_the_health_site_which_answers(https: Https) -> None:
+    test = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["caddy"]["healthcheck"]["test"]
+    url = urlsplit(test[-1])
+    assert test[:-1] == ["CMD", "wget", "-q", "-O", "-"] and url.port == 2080 and url.hostname == "127.0.0.1"
+    answer = httpx.get(https.health + url.path, timeout=10)  # this Caddy's health port, as compose's asks its own
+    assert (answer.status_code, answer.text) == (200, "ok")
 
 
 def test_over_https_the_consoles_cookies_are_secure_and_hsts_is_sent(https: Https, admin_user: object) -> None:

@@ -27,6 +27,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--https-port", type=int, default=443, help="where Caddy serves HTTPS (default 443)")
         parser.add_argument("--http-port", type=int, default=80, help="where Caddy redirects HTTP (default 80)")
+        parser.add_argument("--health-port", type=int, default=2080, help="the health check's port on 127.0.0.1")
         parser.add_argument("--storage", default="", help="Caddy's data folder (certificates, its CA)")
         parser.add_argument("--output", default="-", help="the file to write ('-', the default: stdout)")
 
@@ -44,6 +45,7 @@ class Command(BaseCommand):
             https_port=opts["https_port"],
             http_port=opts["http_port"],
             storage=opts["storage"],
+            health_port=opts["health_port"],
         )
         text = render(site)
         if opts["output"] == "-":
