@@ -25,12 +25,21 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 DEBUG = envbool("DEBUG", False)
 
 PLACEHOLDER_SECRETS = {"", "change-me", "changeme", "secret", "please-change-me", "insecure"}
+DATA_DIR = Path(envstr("HEARTH_DATA_DIR", str(BASE_DIR / "data")))
+# `make up` keeps the key it made in the data folder (scripts/up.sh): with neither SECRET_KEY nor SECRET_KEY_FILE
+# set, a manage.py command given the same HEARTH_DATA_DIR (backup, restore, caddyfile) reads it from there.
+UP_SECRET_KEY_FILE = DATA_DIR / "secret_key"
 SECRET_KEY = envsecret("SECRET_KEY")
+if not SECRET_KEY and not os.environ.get("SECRET_KEY_FILE") and os.access(UP_SECRET_KEY_FILE, os.R_OK):
+    SECRET_KEY = UP_SECRET_KEY_FILE.read_text().strip()
 if SECRET_KEY.strip().lower() in PLACEHOLDER_SECRETS or SECRET_KEY.startswith("django-insecure"):
     if not DEBUG:
         raise ImproperlyConfigured(
-            "SECRET_KEY is empty or a placeholder. Set SECRET_KEY (or SECRET_KEY_FILE) to a long random "
-            "string, e.g. the output of: python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+            "SECRET_KEY is empty or a placeholder. For the appliance `make up` runs, give this command the same "
+            f"HEARTH_DATA_DIR (it reads the key `make up` keeps in {UP_SECRET_KEY_FILE}); never make a new key "
+            "for an appliance that has data: its sealed engine keys and sessions need the old one. For a new "
+            "one, set SECRET_KEY (or SECRET_KEY_FILE) to a long random string, e.g. the output of: "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
         )
     SECRET_KEY = "django-insecure-development-only"  # noqa: S105 - DEBUG only, refused above otherwise
 
@@ -112,7 +121,6 @@ TEMPLATES = [
 ]
 
 # Made 0700, its files 0600, by the commands that use it (appliance.datafiles.keep_private), not by this import.
-DATA_DIR = Path(envstr("HEARTH_DATA_DIR", str(BASE_DIR / "data")))
 # An empty DATABASE_URL (a .env line left blank) means the embedded default, as an unset one does.
 DATABASES = {
     "default": dj_database_url.parse(

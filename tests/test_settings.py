@@ -29,10 +29,20 @@ def start_django(**env: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("secret", ["", "change-me", "django-insecure-abc"])
-def test_production_refuses_an_empty_or_placeholder_secret(secret: str) -> None:
-    result = start_django(SECRET_KEY=secret, DEBUG="false")
+def test_production_refuses_an_empty_or_placeholder_secret(secret: str, tmp_path: Path) -> None:
+    result = start_django(SECRET_KEY=secret, DEBUG="false", HEARTH_DATA_DIR=str(tmp_path))
     assert result.returncode != 0
     assert "SECRET_KEY is empty or a placeholder" in result.stderr
+    assert f"same HEARTH_DATA_DIR (it reads the key `make up` keeps in {tmp_path / 'secret_key'})" in result.stderr
+
+
+def test_a_command_given_make_ups_data_folder_reads_the_key_kept_there(tmp_path: Path) -> None:
+    (tmp_path / "secret_key").write_text("made-by-make-up-" + "k" * 40 + "\n")  # as scripts/up.sh writes it
+    script = "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"
+    base = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "SECRET_KEY_FILE", "DEBUG"}}
+    env = {**base, "DJANGO_SETTINGS_MODULE": "appliance.settings", "HEARTH_DATA_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "made-by-make-up-" + "k" * 40, result.stderr
 
 
 def test_it_reads_the_secret_from_a_file(tmp_path: Path) -> None:
