@@ -227,7 +227,7 @@ def log_row(model: str, status: int = 200, ttft: float | None = 0.05, **fields: 
     return RequestLog.objects.create(model=model, status=status, ttft_seconds=ttft, **values)
 
 
-def test_goodput_is_the_share_of_requests_that_met_the_slo_and_refusals_are_errors_not_speed() -> None:
+def test_goodput_is_the_share_of_requests_that_met_the_slo_and_refusals_are_apart_from_errors_not_speed() -> None:
     dep = deployment()
     ServiceLevel.objects.create(deployment=dep, ttft_seconds=0.1, itl_seconds=0.06)
     log_row("llama", ttft=0.05)  # ITL (0.55 - 0.05) / 10 = 0.05 s: met
@@ -237,7 +237,7 @@ def test_goodput_is_the_share_of_requests_that_met_the_slo_and_refusals_are_erro
     for in_database in (True, False):  # PostgreSQL's aggregates, and the rows counted in Python
         stats = window_stats([dep], datetime.now(UTC) - timedelta(minutes=5), in_database)[dep.pk]
         assert stats.outcomes["success"] == 2 and stats.outcomes["refused"] == 1 and stats.outcomes["length"] == 1
-        assert stats.goodput == 0.5 and stats.error_rate == 0.25
+        assert stats.goodput == 0.5 and stats.error_rate == 0.0 and stats.refusal_rate == 0.25
         assert stats.ttft_count == 3 and stats.ttft_q["p50"] == 0.05  # the refusal's missing TTFT is not a fast one
 
 

@@ -14,8 +14,10 @@ router = Router(tags=["metrics"])
 def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
     """The live panel's numbers: canonical values (absent = no data, ``reasons`` says why), tokens/s over the
     throughput window, the last good scrape's age in seconds (None: none), stale, each replica's scrape
-    health, user-visible TTFT and ITL percentiles (seconds) and $/hour and $ per million tokens (None: no price
-    or idle)."""
+    health, user-visible TTFT and ITL percentiles (seconds; served requests of the latency window and the
+    requests running now that have them), the requests running now at the gateway (None: not known), the
+    window's finished requests by outcome, the service's error rate and the refusal rate (0–1, of those that
+    ended; None: none ended) and $/hour and $ per million tokens (None: no price or idle)."""
     p = live_panel(get_object_or_404(Deployment, pk=pk))
     per_million = p.usd_per_million
     return {
@@ -40,7 +42,9 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
         "user_ttft": p.requests.ttft_q,
         "user_itl": p.requests.itl_q,
         "requests": p.requests.outcomes,
+        "running": p.requests.running,
         "error_rate": p.requests.error_rate,
+        "refusal_rate": p.requests.refusal_rate,
         "usd_per_hour": None if p.cost is None or p.cost.usd_per_hour is None else str(p.cost.usd_per_hour),
         "usd_per_million_tokens": None if per_million is None else str(per_million),
     }

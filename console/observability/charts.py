@@ -15,6 +15,7 @@ from django.conf import settings
 from console.deployments.models import Deployment
 from console.observability.history import ROLLUP, Point, engine_points, gateway_rows, merge_gateway
 from console.observability.models import Resolution, ServiceLevel
+from console.observability.outcomes import ERRORS
 from console.observability.request_stats import sparse_histogram
 from engines.metrics import Histogram, add_histograms, quantile
 
@@ -97,7 +98,9 @@ def _gateway_slot(values: list[dict], seconds: float) -> dict[str, float | None]
         "user_itl_p50": _q(0.5, itl),
         "user_itl_p99": _q(0.99, itl),
         "requests_per_s": round(d.get("requests", 0) / seconds, 3),
-        "errors_per_s": round(d.get("errors", 0) / seconds, 3),
+        # the service's failures, from the outcome counts (ERRORS): the same for samples stored before refusals
+        # were counted apart, whose "errors" held them too
+        "errors_per_s": round(sum(d.get(o, 0) for o in ERRORS) / seconds, 3),
     }
 
 

@@ -4,8 +4,10 @@ accounting imports it too).
 Outcomes: ``success``; ``length`` (succeeded but cut at max_tokens or the context); ``empty`` (succeeded with no
 generated token); ``cancelled`` (the client went away); ``truncated`` (the engine's stream ended without its
 terminal event); ``refused`` (answered 4xx: a bad key, an unknown model, a context-length rejection, a quota);
-``error`` (5xx, or an engine that failed). Refusals and errors count as errors, never as speed: only requests
-that produced tokens (success, length) feed TTFT, ITL and goodput.
+``error`` (5xx, or an engine that failed). Errors (ERRORS: engine errors and truncated streams) are the service's
+failures; refusals are answers to the client's own request (its key, its quota, its prompt's length) and are
+counted apart (REFUSALS), so a client's 400 never reads as an outage. Neither is speed: only requests that
+produced tokens (success, length) feed TTFT, ITL and goodput.
 """
 
 from dataclasses import dataclass
@@ -14,7 +16,8 @@ OUTCOMES = ("success", "length", "empty", "cancelled", "truncated", "refused", "
 # A length cut in each API's words: OpenAI's finish_reason, Anthropic's stop_reason, a Responses answer's
 # incomplete_details.reason (what the gateway logs as finish_reason, gateway.answers.responses_finish).
 LENGTH_CUTS = ("length", "max_tokens", "max_output_tokens")
-ERRORS = frozenset({"truncated", "refused", "error"})
+ERRORS = frozenset({"truncated", "error"})  # the service failed the request
+REFUSALS = frozenset({"refused"})  # the request was refused with a 4xx: the client's to fix
 SERVED = frozenset({"success", "length"})  # produced an answer: their latencies are speed
 
 

@@ -5,7 +5,8 @@ flagged and left out of every sum (never averaged in as zero); a panel older tha
 the engine does not expose has no value and a reason; counters become rates over ``THROUGHPUT_WINDOW`` with
 engine restarts counted as resets; engine percentiles come from the histograms' observations over
 ``LATENCY_WINDOW`` and read "> X s" beyond the last finite bucket; user-visible figures are exact, from the
-request log over the same window.
+request log over the same window and the requests the gateway relays now (console.observability.in_flight: a
+busy box's long streams count from their first byte, not only once they end).
 """
 
 import time
@@ -24,6 +25,7 @@ from console.deployments.models import (
 )
 from console.observability.cost import THROUGHPUT_WINDOW, HourlyCost, hourly_cost, usd_per_million
 from console.observability.history import Point, engine_points
+from console.observability.in_flight import in_flight
 from console.observability.mappings import mapping_rows, no_data_reason
 from console.observability.models import PriceSetting, Resolution, ScrapeHealth
 from console.observability.request_stats import RequestStats, window_stats
@@ -172,13 +174,14 @@ def replica_health(deps: list[Deployment], now: float) -> dict[int, list[Replica
 
 
 def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
-    """Panels for several deployments, with the request-log window read once and the replicas in two queries
-    for all of them."""
+    """Panels for several deployments, with the request-log window and the gateway's requests in flight read once
+    and the replicas in two queries for all of them."""
     now = time.time() if now is None else now
     rows = mapping_rows()
     prices = list(PriceSetting.objects.all())
     ready = [d for d in deps if d.state == DeploymentState.READY]
-    stats = window_stats(ready, datetime.fromtimestamp(now - LATENCY_WINDOW, UTC)) if ready else {}
+    since = datetime.fromtimestamp(now - LATENCY_WINDOW, UTC)
+    stats = window_stats(ready, since, flights=in_flight(d.pk for d in ready)) if ready else {}
     health = replica_health(ready, now) if ready else {}
     out = []
     moment = datetime.fromtimestamp(now, UTC)

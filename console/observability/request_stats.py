@@ -1,10 +1,13 @@
-"""Requests as users saw them, from the request log the gateway writes: exact percentiles over a recent window
-for the panels, and per-scrape counts (with sparse histograms) stored in the history for the charts.
+"""Requests as users see them, from the request log the gateway writes and, for the panels, the requests it relays
+now (console.observability.in_flight): exact percentiles over a recent window for the panels, and per-scrape
+counts (with sparse histograms) of finished requests stored in the history for the charts.
 
 User-visible TTFT is the gateway's first content byte to the client (a reasoning model's hidden thinking
 counts as waiting); user-visible ITL is (duration − TTFT) / (completion tokens − 1), as AIPerf and GenAI-Perf
-define it. Only served requests (outcomes.SERVED) feed latencies and goodput; refusals and errors count as
-errors. Percentiles interpolate linearly between the nearest ranks (numpy's default, which AIPerf reports).
+define it. Only served requests (outcomes.SERVED) feed latencies and goodput, with the requests in flight whose
+first token went out (their TTFT is known from that byte, their ITL so far); refusals (4xx) are counted apart
+from errors (outcomes.ERRORS). Percentiles interpolate linearly between the nearest ranks (numpy's default, which
+AIPerf reports).
 """
 
 import bisect
@@ -21,8 +24,9 @@ from django.db.models import Max
 from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment
 from console.observability import request_stats_sql
+from console.observability.in_flight import InFlight
 from console.observability.models import MetricSample, RequestLog, ServiceLevel
-from console.observability.outcomes import ERRORS, OUTCOMES, SERVED, Slo, inter_token_seconds, outcome_of
+from console.observability.outcomes import ERRORS, OUTCOMES, REFUSALS, SERVED, Slo, inter_token_seconds, outcome_of
 from engines.metrics import Histogram
 
 # Log-spaced bounds (×1.2 from 1 ms to past 30 minutes), seconds, for the gateway side's stored histograms: a
@@ -59,8 +63,9 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
 
 @dataclass
 class RequestStats:
-    """Requests of one deployment over a window: counts by outcome, errors by status, latencies (seconds)
-    of served requests, tokens, tokens per API key id, and how many met the SLO."""
+    """Requests of one deployment: those that ended in a window (counts by outcome, errors and refusals by status,
+    tokens, tokens per API key id, how many met the SLO) and those running now (``running``; None: not known), and
+    the latencies (seconds) of both: served requests' and running ones' that have them."""
 
     outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     errors_by_status: dict[int, int] = field(default_factory=dict)
@@ -71,18 +76,33 @@ class RequestStats:
     tokens_by_key: dict[int | None, int] = field(default_factory=dict)
     met_slo: int = 0
     known: dict[str, tuple[int, dict[str, float | None]]] = field(default_factory=dict)  # aggregated elsewhere
+    running: int | None = 0  # requests in flight now (None: Redis did not say)
+    running_ttft: int = 0  # of them, those whose first token went out (their TTFT is in ``ttft``)
 
     @property
     def total(self) -> int:
+        """Requests that ended in the window."""
         return sum(self.outcomes.values())
 
     @property
     def errors(self) -> int:
+        """Requests the service failed (engine errors, truncated streams)."""
         return sum(n for o, n in self.outcomes.items() if o in ERRORS)
 
     @property
+    def refusals(self) -> int:
+        """Requests refused with a 4xx (a key, a quota, a prompt too long): the client's to fix, no outage."""
+        return sum(n for o, n in self.outcomes.items() if o in REFUSALS)
+
+    @property
     def error_rate(self) -> float | None:
+        """Share (0–1) of the requests that ended which the service failed; None when none ended."""
         return self.errors / self.total if self.total else None
+
+    @property
+    def refusal_rate(self) -> float | None:
+        """Share (0–1) of the requests that ended which were refused; None when none ended."""
+        return self.refusals / self.total if self.total else None
 
     @property
     def goodput(self) -> float | None:
@@ -120,7 +140,7 @@ class RequestStats:
         _, _, key, status, finish, truncated, cancelled, completion, prompt, ttft, duration = row
         outcome = outcome_of(status, finish, truncated, cancelled, completion)
         self.outcomes[outcome] += 1
-        if outcome in ERRORS:
+        if outcome in ERRORS or outcome in REFUSALS:
             self.errors_by_status[status] = self.errors_by_status.get(status, 0) + 1
         itl = inter_token_seconds(ttft, duration, completion)
         if outcome in SERVED:
@@ -135,6 +155,16 @@ class RequestStats:
         self.completion_tokens += completion or 0
         self.tokens_by_key[key] = self.tokens_by_key.get(key, 0) + tokens
 
+    def add_in_flight(self, flight: InFlight | None) -> None:
+        """Count the requests running now (None: not known), their TTFTs and ITLs so far with the served ones'."""
+        self.known.clear()
+        if flight is None:
+            self.running = None
+            return
+        self.running, self.running_ttft = flight.running, len(flight.ttft)
+        self.ttft += flight.ttft
+        self.itl += flight.itl
+
 
 def slos(deployments: Iterable[Deployment]) -> dict[int, Slo]:
     """Each deployment's SLO targets, by id (none set: no entry)."""
@@ -144,12 +174,16 @@ def slos(deployments: Iterable[Deployment]) -> dict[int, Slo]:
 
 
 def window_stats(
-    deployments: Sequence[Deployment], since: datetime, in_database: bool | None = None
+    deployments: Sequence[Deployment],
+    since: datetime,
+    in_database: bool | None = None,
+    flights: dict[int, InFlight] | None = None,
 ) -> dict[int, RequestStats]:
     """Each deployment's requests that ended since ``since``, by deployment id (requests are matched to a
-    deployment by the served model name clients asked for). On PostgreSQL, past SQL_FROM_ROWS rows, the
-    database aggregates them (request_stats_sql); otherwise, or with ``in_database`` False, every row is
-    counted here."""
+    deployment by the served model name clients asked for), with its requests in flight from ``flights``
+    (console.observability.in_flight; None: not known, every ``running`` None). On PostgreSQL, past
+    SQL_FROM_ROWS rows, the database aggregates them (request_stats_sql); otherwise, or with ``in_database``
+    False, every row is counted here."""
     by_name = {d.served_model_name: d.pk for d in deployments}
     targets = slos(deployments)
     window = RequestLog.objects.filter(created_at__gte=since, model__in=list(by_name)).values_list(*FIELDS)
@@ -160,12 +194,29 @@ def window_stats(
     if in_database:
         named = {name: targets[pk] for name, pk in by_name.items() if pk in targets}
         found = request_stats_sql.window(list(by_name), since, named)
-        return {by_name[m]: _from_aggregates(a) for m, a in found.items()}
+        out = {by_name[m]: _from_aggregates(a) for m, a in found.items()}
+        for model, pk in by_name.items():
+            _in_flight_in_database(out[pk], model, since, None if flights is None else flights.get(pk, InFlight()))
+        return out
     out = {d.pk: RequestStats() for d in deployments}
     for row in window if rows is None else rows:
         pk = by_name[row[1]]
         out[pk].add(row, targets.get(pk, Slo()))
+    for pk, stats in out.items():
+        stats.add_in_flight(None if flights is None else flights.get(pk, InFlight()))
     return out
+
+
+def _in_flight_in_database(stats: RequestStats, model: str, since: datetime, flight: InFlight | None) -> None:
+    """``add_in_flight`` for statistics PostgreSQL aggregated: the percentiles are asked again with the running
+    requests' values (one query for each of TTFT and ITL that has any)."""
+    if flight is None:
+        stats.running = None
+        return
+    stats.running, stats.running_ttft = flight.running, len(flight.ttft)
+    for which, extra in (("ttft", flight.ttft), ("itl", flight.itl)):
+        if extra:
+            stats.known[which] = _found(*request_stats_sql.served_percentiles(model, since, which, extra))
 
 
 def _from_aggregates(a: request_stats_sql.Aggregates) -> RequestStats:
@@ -177,11 +228,15 @@ def _from_aggregates(a: request_stats_sql.Aggregates) -> RequestStats:
         met_slo=a.met_slo,
     )
     stats.outcomes.update(a.outcomes)
-    for which, (n, values) in (("ttft", a.ttft), ("itl", a.itl)):
-        qs = request_stats_sql.QUANTILES
-        got: list[float | None] = list(values) if values else [None] * len(qs)
-        stats.known[which] = (n, {f"p{round(q * 100)}": v for q, v in zip(qs, got, strict=True)})
+    stats.known["ttft"], stats.known["itl"] = _found(*a.ttft), _found(*a.itl)
     return stats
+
+
+def _found(n: int, values: list[float] | None) -> tuple[int, dict[str, float | None]]:
+    """PostgreSQL's count and QUANTILES as RequestStats.known holds them."""
+    qs = request_stats_sql.QUANTILES
+    got: list[float | None] = list(values) if values else [None] * len(qs)
+    return n, {f"p{round(q * 100)}": v for q, v in zip(qs, got, strict=True)}
 
 
 def _sparse(values: Iterable[float]) -> dict[str, int]:

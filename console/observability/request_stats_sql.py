@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.contrib.postgres.fields import ArrayField
+from django.db import connection
 from django.db.models import Aggregate, Case, CharField, Count, F, FloatField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, Greatest
 
 from console.observability.models import RequestLog
-from console.observability.outcomes import ERRORS, LENGTH_CUTS, SERVED, Slo
+from console.observability.outcomes import ERRORS, LENGTH_CUTS, REFUSALS, SERVED, Slo
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -84,7 +85,7 @@ def window(models: Sequence[str], since: datetime, slos: dict[str, Slo]) -> dict
         agg.outcomes[r["outcome"]] = r["n"]
         agg.prompt_tokens += r["p"] or 0
         agg.completion_tokens += r["c"] or 0
-    for e in rows.filter(outcome__in=ERRORS).values("model", "status").annotate(n=Count("id")):
+    for e in rows.filter(outcome__in=ERRORS | REFUSALS).values("model", "status").annotate(n=Count("id")):
         out[e["model"]].errors_by_status[e["status"]] = e["n"]
     tokens = Sum(Coalesce("prompt_tokens", 0) + Coalesce("completion_tokens", 0))
     for k in rows.values("model", "api_key_id").annotate(t=tokens):
@@ -100,6 +101,25 @@ def window(models: Sequence[str], since: datetime, slos: dict[str, Slo]) -> dict
         if model in out and slo.any:
             out[model].met_slo = rows.filter(model=model).filter(_met(slo)).count()
     return out
+
+
+def served_percentiles(model: str, since: datetime, which: str, extra: Sequence[float]) -> tuple[int, list[float]]:
+    """The count and QUANTILES (seconds) of ``which`` ("ttft" or "itl") over one served model name's served
+    requests that ended since ``since`` and ``extra`` values (the requests in flight, console.observability.
+    in_flight): ``percentile_cont`` over the column and ``unnest`` of the values, one query. Raises KeyError for
+    another ``which``."""
+    column = {"ttft": "ttft_seconds", "itl": "itl"}[which]
+    rows = RequestLog.objects.filter(created_at__gte=since, model=model).annotate(outcome=OUTCOME, itl=ITL)
+    served = rows.filter(outcome__in=SERVED, **{f"{column}__isnull": False}).values_list(column)
+    sql, params = served.query.sql_with_params()
+    quantiles = ", ".join(str(q) for q in QUANTILES)
+    # the ORM's own SQL (its values passed as parameters) and the constant QUANTILES: nothing a user wrote
+    pick = f"SELECT count(v), percentile_cont(ARRAY[{quantiles}]::float8[]) WITHIN GROUP (ORDER BY v)"
+    query = f"{pick} FROM ({sql} UNION ALL SELECT unnest(%s::float8[])) AS t(v)"
+    with connection.cursor() as cursor:
+        cursor.execute(query, [*params, list(extra)])
+        n, values = cursor.fetchone()
+    return n, values
 
 
 def _met(slo: Slo) -> Q:
