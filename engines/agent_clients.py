@@ -1,87 +1,126 @@
-"""Which coding agents a deployment's context can serve, from the size of each agent's first request, and the
-plan's verdict on them in one sentence (agents_verdict).
+"""Which coding agents a deployment's context can serve, from each agent's first request as its chat template
+renders it, and the plan's verdict on them in one sentence (agents_verdict).
 
 A coding agent's first request carries its whole system prompt and tool schemas before the user has said
 anything, and asks for a fixed output limit whatever the model: a deployment whose max_model_len is under
 prompt + limit refuses every request (vLLM: "maximum context length is 8192 tokens ... you requested 44308"),
 unless the gateway fits the limit to the context left (gateway.context_fit), which then needs room for the
-prompt and a useful answer.
+prompt and a turn's answer.
 
-Sizes measured with the real CLIs from npm through Hearth against the engine simulator (whose tokenizer
-counts a word or a punctuation mark as one token: a real model's tokenizer differs, so each need is given
-a margin of CONTEXT_MARGIN):
-
-- Claude Code 2.1.328 (``claude -p``): 12,308 prompt tokens (22 tools) and ``max_tokens`` 32,000
-  (../shared/FACTS.md, "Real coding-agent clients", 2026-12-01);
-- Codex 0.169.0 (``codex exec``): 7,673 prompt tokens (9 tools) and no ``max_output_tokens`` (the engine
-  then gives it what the context leaves), measured 2026-12-01 for this module (tests/test_agents_cli.py
-  runs the same CLIs).
+Each agent's first request is data, recorded from the real CLI (REQUESTS_DIR/<client>-<version>.json, written by
+scripts/record-agent-requests.sh and checked against the installed CLIs by tests/test_agent_requests.py): the
+chat-completions messages and tools the gateway makes of it, and the ``max_tokens`` it asks for. Its prompt is
+counted as the deployment's chat template renders it (engines.chat_prompt), so a template that leaves tool
+schemas out counts only what it keeps.
 """
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
 
-CONTEXT_MARGIN = 1.25  # a real tokenizer's count against the simulator's word count, either way
-MIN_ANSWER_TOKENS = 4096  # room for an answer worth having when the output limit is fitted or unset
+from engines.chat_prompt import Prompt, rendered_prompt
+
+REQUESTS_DIR = Path(__file__).resolve().parent / "agent_requests"
+# Room for one turn when the output limit is fitted or unset: a tool call carrying a file, or a short answer
+# (an agent's turns are mostly tool calls of a few hundred tokens).
+MIN_ANSWER_TOKENS = 2048
 
 
-@dataclass(frozen=True)
-class AgentClient:
-    """One agent's first request: ``prompt_tokens`` (the simulator's count) and the ``max_tokens`` it asks
-    for (None: it asks for none, and the engine gives it the context left)."""
+@dataclass(frozen=True, eq=False)  # compared and hashed as one object: recorded_requests keeps one of each
+class AgentRequest:
+    """One agent's recorded first request: the CLI's ``name`` and ``version``, the day it was ``captured``, the
+    chat-completions ``messages`` and ``tools`` it becomes, and the ``max_tokens`` it asks for (None: it asks for
+    none, and the engine gives it the context left)."""
 
     name: str
     version: str
-    prompt_tokens: int
+    captured: str
     max_tokens: int | None
-    source: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools it sends, in order."""
+        return [str(t["function"]["name"]) for t in self.tools]
 
 
-AGENT_CLIENTS: tuple[AgentClient, ...] = (
-    AgentClient("Claude Code", "2.1.328", 12_308, 32_000, "../shared/FACTS.md, Real coding-agent clients"),
-    AgentClient("Codex", "0.169.0", 7_673, None, "measured through the simulator, 2026-12-01 (module docstring)"),
-)
+@lru_cache(maxsize=4)
+def recorded_requests(folder: Path = REQUESTS_DIR) -> tuple[AgentRequest, ...]:
+    """Each agent's first request as recorded in ``folder``, the newest version of each client, by client name.
+    Raises OSError or ValueError for an unreadable or malformed record (a defect of the build, not of input)."""
+    newest: dict[str, AgentRequest] = {}
+    for path in folder.glob("*.json"):
+        raw = json.loads(path.read_text())
+        request = AgentRequest(
+            raw["client"],
+            raw["version"],
+            raw["captured"],
+            raw["max_tokens"],
+            raw["chat"]["messages"],
+            raw["chat"]["tools"],
+        )
+        held = newest.get(request.name)
+        if held is None or _release(request.version) > _release(held.version):
+            newest[request.name] = request
+    return tuple(newest[name] for name in sorted(newest))
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
 
 
 @dataclass(frozen=True)
 class AgentFit:
-    """Whether a context serves one agent: ``needed`` tokens (with the margin), and why, in words."""
+    """Whether a context serves one agent: its ``prompt`` as rendered, the ``needed`` tokens, and why, in words."""
 
-    client: AgentClient
+    client: AgentRequest
+    prompt: Prompt
     serves: bool
     needed: int
     reason: str
 
 
-def agent_fits(max_model_len: int, fit_max_tokens: bool = False) -> list[AgentFit]:
-    """For each agent of AGENT_CLIENTS, whether a deployment of ``max_model_len`` tokens serves its first
-    request: prompt + its output limit, or, with ``fit_max_tokens`` on or no limit asked, prompt +
-    MIN_ANSWER_TOKENS; each with CONTEXT_MARGIN on the prompt."""
+def agent_fits(max_model_len: int, fit_max_tokens: bool = False, chat_template: str = "") -> list[AgentFit]:
+    """For each recorded agent, whether a deployment of ``max_model_len`` tokens whose model has ``chat_template``
+    ("" when none is at hand) serves its first request: the rendered prompt + its output limit, or, with
+    ``fit_max_tokens`` on or no limit asked, the prompt + MIN_ANSWER_TOKENS."""
     fits: list[AgentFit] = []
-    for client in AGENT_CLIENTS:
-        prompt = round(client.prompt_tokens * CONTEXT_MARGIN)
+    for client in recorded_requests():
+        prompt = _prompt(chat_template, client)
         fitted = fit_max_tokens or client.max_tokens is None
-        needed = prompt + (MIN_ANSWER_TOKENS if fitted else client.max_tokens or 0)
-        serves = max_model_len >= needed
-        fits.append(AgentFit(client, serves, needed, _reason(client, max_model_len, fit_max_tokens, needed, prompt)))
+        needed = prompt.tokens + (MIN_ANSWER_TOKENS if fitted else client.max_tokens or 0)
+        reason = _reason(client, prompt, max_model_len, fit_max_tokens, needed)
+        fits.append(AgentFit(client, prompt, max_model_len >= needed, needed, reason))
     return fits
 
 
-def _reason(client: AgentClient, max_model_len: int, fit_max_tokens: bool, needed: int, prompt: int) -> str:
+@lru_cache(maxsize=32)
+def _prompt(chat_template: str, client: AgentRequest) -> Prompt:
+    return rendered_prompt(chat_template, client.messages, client.tools)
+
+
+def _reason(client: AgentRequest, prompt: Prompt, max_model_len: int, fit_max_tokens: bool, needed: int) -> str:
     if client.max_tokens is None:
         how = "with no output limit"
     elif fit_max_tokens:
         how = "with max_tokens fitted to the context left"
     else:
         how = f"asking for {client.max_tokens:,} output tokens"
+    tools = f"{len(client.tools)} tools" + (
+        "" if prompt.tools_rendered else ", whose schemas the chat template leaves out"
+    )
+    counted = prompt.how or "as the model's chat template renders it"
     verdict = "fits" if max_model_len >= needed else "does not fit"
     reason = (
-        f"{client.name} {client.version}'s first request ({client.prompt_tokens:,} prompt tokens, {how}) "
-        f"needs about {needed:,} tokens of context: it {verdict} in {max_model_len:,}."
+        f"{client.name} {client.version}'s first request (about {prompt.tokens:,} prompt tokens {counted}, {tools}; "
+        f"{how}) needs about {needed:,} tokens of context: it {verdict} in {max_model_len:,}."
     )
     if verdict != "fits" and not fit_max_tokens and client.max_tokens is not None:
-        if max_model_len >= prompt + MIN_ANSWER_TOKENS:
+        if max_model_len >= prompt.tokens + MIN_ANSWER_TOKENS:
             reason += ' Turning on "fit max_tokens to the context left" would let it through.'
     return reason
 

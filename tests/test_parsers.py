@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engines import argspec
-from engines.agent_clients import AGENT_CLIENTS, agent_fits, agents_verdict
+from engines.agent_clients import agent_fits, agents_verdict, recorded_requests
 from engines.parsers import FAMILIES, choose_parsers, shipped_parsers, template_text
 from engines.stored_plan import AgentFact
 
@@ -135,8 +135,8 @@ def test_which_agents_a_context_serves(max_model_len: int, fit: bool, claude_cod
 def test_a_context_that_fitting_would_save_says_so() -> None:
     claude = next(f for f in agent_fits(32768) if f.client.name == "Claude Code")
     assert not claude.serves and "fit max_tokens to the context left" in claude.reason
-    assert [c.name for c in AGENT_CLIENTS] == ["Claude Code", "Codex"]
-    assert AGENT_CLIENTS[0].prompt_tokens == 12_308 and AGENT_CLIENTS[0].max_tokens == 32_000  # FACTS.md
+    assert [c.name for c in recorded_requests()] == ["Claude Code", "Codex"]
+    assert recorded_requests()[0].max_tokens == 32_000  # engines/agent_requests/claude-code-2.1.328.json
 
 
 def fact(name: str, serves: bool, needed: int) -> AgentFact:

@@ -1,8 +1,8 @@
 """What coding agents need of a deployment, decided with its plan: the engine's tool-call and reasoning
 parsers for the model (engines.parsers chooses them; the admin may override either with a name the engine ships,
-or turn it off), and whether its context serves Claude Code's and Codex's first requests (engines.agent_clients),
-with and without "fit max_tokens to the context left" (the gateway's context_fit). The plan then says which
-agents it serves in one sentence (engines.stored_plan.StoredPlan.agents_verdict).
+or turn it off), and whether its context serves each coding agent's recorded first request as the model's chat
+template renders it (engines.agent_clients), with and without "fit max_tokens to the context left" (the gateway's
+context_fit). The plan then says which agents it serves in one sentence (engines.stored_plan.StoredPlan.agents_verdict).
 """
 
 import re
@@ -91,15 +91,18 @@ def _effective(given: str, chosen: str | None) -> str | None:
     return given or chosen
 
 
-def agent_facts(max_model_len: int, fit_max_tokens: bool, takes_tools: bool = True) -> tuple[AgentFact, ...]:
+def agent_facts(
+    max_model_len: int, fit_max_tokens: bool, takes_tools: bool = True, chat_template: str = ""
+) -> tuple[AgentFact, ...]:
     """Per agent, whether it is served and the tokens of context it needs, for a deployment of ``max_model_len``
-    tokens with ``fit_max_tokens`` on or off. ``takes_tools`` False (an engine without a tool-call parser, which
-    refuses requests with tools): no agent is served, whatever the context, since each sends tools on every
-    request."""
+    tokens with ``fit_max_tokens`` on or off, its first request counted as the model's ``chat_template`` renders
+    it ("" when the catalog holds none: engines.chat_prompt's fallback). ``takes_tools`` False (an engine without
+    a tool-call parser, which refuses requests with tools): no agent is served, whatever the context, since each
+    sends tools on every request."""
     refused = " But it sends tools on every request, which this engine refuses without a tool-call parser."
     return tuple(
         AgentFact(f.client.name, f.serves and takes_tools, f.needed, f.reason + ("" if takes_tools else refused))
-        for f in agent_fits(max_model_len, fit_max_tokens)
+        for f in agent_fits(max_model_len, fit_max_tokens, chat_template)
     )
 
 

@@ -83,7 +83,7 @@ def plan_for(
     """
     plan = sizing_plan(model, engine, **sizing)
     parsers = parser_facts(model, engine, tool_call_parser, reasoning_parser)
-    agents = agent_facts(plan.max_model_len, fit_max_tokens, takes_tools(engine, parsers))
+    agents = agent_facts(plan.max_model_len, fit_max_tokens, takes_tools(engine, parsers), model.chat_template)
     return replace(plan, parsers=parsers, agents=agents)
 
 
