@@ -11,7 +11,7 @@ to this Hearth is refused before anything else (gateway.loops); a new connection
 not launch goes only where the address policy allows (gateway.connect_policy). A request body comes decoded when it
 was compressed (gateway.request_body); count_tokens is answered with an estimate where the engine cannot count
 (gateway.count_tokens); a request a wrong base URL sent (``/v1/v1/...``, an endpoint without ``/v1``) gets the fix
-(gateway.wrong_urls).
+(gateway.wrong_urls). Every answer's head carries the request's id (gateway.request_ids), added once, as it goes out.
 """
 
 import gc
@@ -38,13 +38,13 @@ from gateway.registry import Registry
 from gateway.relay import Relay
 from gateway.relay_plan import Planner, RelayPlan
 from gateway.request_body import parse_body, read_body
+from gateway.request_ids import HEADER, RequestIds, request_ids
 from gateway.reservations import Reservations
 from gateway.rewrite import tokenize_request
 from gateway.routing import Router
 from gateway.snapshot import KeyEntry, Route, Snapshot
 from gateway.snapshot import authenticate as authenticate_key
 from gateway.sse import StreamKind
-from gateway.translate import TranslationError, check_roles
 from gateway.upstream import Engines
 
 log = logging.getLogger(__name__)
@@ -112,20 +112,22 @@ class Gateway:
                 return
 
     async def probe(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``/health`` or ``/ready`` (gateway.probes)."""
+        """``/health`` or ``/ready`` (gateway.probes), with its request id."""
+        tracked = _Tracked(send, request_ids(scope["headers"]).answered)
         if scope["path"] == "/health":
-            await probes.health(send)
+            await probes.health(tracked)
         else:
-            await probes.ready(self.registry, send)
+            await probes.ready(self.registry, tracked)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["hearth.arrived"] = time.monotonic()  # user-visible TTFT and duration count from here
         path = scope["path"].rstrip("/")
         intended = wrong_urls.intended(path, is_endpoint)  # the endpoint a wrong base URL meant
         surface = wrong_urls.surface_of(intended or path)
-        tracked = _Tracked(send)
+        ids = request_ids(scope["headers"])
+        tracked = _Tracked(send, ids.answered)
         try:
-            await self._dispatch(scope, path, receive, tracked, intended)
+            await self._dispatch(scope, path, receive, tracked, intended, ids)
         except GatewayError as exc:
             if tracked.started:  # a held stream's head went out (gateway.holding): its error ends the stream
                 event = errors.error_event(exc, surface, responses=path == "/v1/responses")
@@ -135,25 +137,27 @@ class Gateway:
                 count_refusal(surface, exc.status)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
             allow = [(b"allow", exc.allow.encode())] if exc.allow else []
-            await send_json(send, exc.status, exc.body(surface), [*retry, *allow, *exc.headers])
+            await send_json(tracked, exc.status, exc.body(surface), [*retry, *allow, *exc.headers])
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
             if not tracked.started:
                 count_refusal(surface, 400)
                 nested = GatewayError(400, "The request body is JSON nested too deeply.")
-                await send_json(send, 400, nested.body(surface))
+                await send_json(tracked, 400, nested.body(surface))
         except Exception:  # a bug must still answer in the API's shape, never a plain-text 500
-            log.exception("unexpected error on %s", path)
+            log.exception("unexpected error on %s (request id %s, ours %s)", path, ids.answered, ids.own)
             if not tracked.started:
                 count_refusal(surface, 500)
                 error = GatewayError(500, "The gateway failed on this request; it is logged.", type="server_error")
-                await send_json(send, 500, error.body(surface))
+                await send_json(tracked, 500, error.body(surface))
 
-    async def _dispatch(self, scope: Scope, path: str, receive: Receive, send: Send, intended: str | None) -> None:
+    async def _dispatch(
+        self, scope: Scope, path: str, receive: Receive, send: Send, intended: str | None, ids: RequestIds
+    ) -> None:
         hops = loops.hops_onward(scope["headers"])  # before anything else: a request that came back goes no further
         method, arrived, offered = scope["method"], scope["hearth.arrived"], _api_keys(scope)
         snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered)))
         if intended is not None:
-            await wrong_urls.record(self.reservations.redis, entry, scope["path"], intended, arrived)
+            await wrong_urls.record(self.reservations.redis, entry, scope["path"], intended, arrived, ids)
             raise wrong_urls.wrong_base_url(
                 scope["path"], intended, wrong_urls.base_url(scope["scheme"], scope["headers"])
             )
@@ -164,7 +168,7 @@ class Gateway:
             found = await self.registry.resolve(arrived, lambda s: _model(s, authenticate(s, offered), name))
             await send_json(send, 200, json.dumps(found).encode())
         elif method == "POST" and path in POST_ROUTES:
-            await self._relay(path, offered, scope["headers"], receive, send, arrived, hops)
+            await self._relay(path, offered, scope["headers"], receive, send, arrived, hops, ids)
         elif is_endpoint(path):
             allow = "POST" if path in POST_ROUTES else "GET"
             raise GatewayError(
@@ -182,23 +186,19 @@ class Gateway:
         send: Send,
         arrived: float,
         hops: str,
+        ids: RequestIds,
     ) -> None:
         """Relay a POST to a replica of the body's model, as planned before its first byte (gateway.relay_plan:
         the request adjusted on its way, what it reserves, the settings that apply), with the hop header
-        ``hops``. The body is decoded as its ``headers`` say (gateway.request_body)."""
+        ``hops``, recorded under ``ids``. The body is decoded as its ``headers`` say (gateway.request_body)."""
         body = await read_body(receive, headers)
         request = parse_body(body)
         kind, surface = POST_ROUTES[path]
-        if surface == Surface.ANTHROPIC:
-            try:
-                check_roles(request)  # Anthropic's API refuses what vLLM's would take: the same 400 on every engine
-            except TranslationError as exc:
-                raise GatewayError(400, str(exc), param="messages") from None
         key, route = await self.registry.resolve(arrived, lambda s: _key_and_route(s, offered, request))
         plan = await self.planner.plan(path, body, request, key, route, surface, kind, arrived, hops)
         relay = Relay(plan, self.engines, self.router)
         if not route.asleep:
-            await self._serve(relay, receive, send)
+            await self._serve(relay, ids, receive, send)
             return
 
         async def woken() -> None:
@@ -207,16 +207,21 @@ class Gateway:
             again = parse_body(body)
             relay.plan = await self.planner.plan(path, body, again, key, ready, surface, kind, arrived, hops)
 
-        await self._serve(relay, receive, send, woken)
+        await self._serve(relay, ids, receive, send, woken)
 
     async def _serve(
-        self, relay: Relay, receive: Receive, send: Send, before: Callable[[], Awaitable[None]] | None = None
+        self,
+        relay: Relay,
+        ids: RequestIds,
+        receive: Receive,
+        send: Send,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Serve ``relay`` under its key's limits and budgets (the plan's ``reserve`` tokens held from admission
         to settlement, gateway.reservations), after ``before`` (a held request's wait), and record it however it
         ends, once (gateway.ledger: a refused request holds nothing and is charged nothing)."""
         plan, refused = relay.plan, None
-        ticket = self.ledger.ticket(plan, relay.state)
+        ticket = self.ledger.ticket(plan, relay.state, ids)
         try:
             if plan.key.quota.any:
                 await self.ledger.admit(ticket, plan)
@@ -297,14 +302,21 @@ class Gateway:
 
 
 class _Tracked:
-    """The server's ``send``, noting whether anything was sent (``started``). A plain callable returning the
-    server's awaitable rather than a coroutine of its own: it is called for every relayed chunk."""
+    """The server's ``send``, noting whether anything was sent (``started``) and adding the header
+    ``x-request-id: request_id`` to the response head, the first message, whichever module sends it. A plain
+    callable returning the server's awaitable rather than a coroutine of its own: it is called for every relayed
+    chunk, which costs one attribute test, as before the header (issue 35: no work per chunk)."""
 
-    def __init__(self, send: Send) -> None:
-        self.send, self.started = send, False
+    def __init__(self, send: Send, request_id: str) -> None:
+        self.send, self.started, self.request_id = send, False, request_id
 
     def __call__(self, message: Mapping[str, Any]) -> Awaitable[None]:
+        if self.started:
+            return self.send(message)
         self.started = True
+        if message["type"] == "http.response.start":
+            header = (HEADER, self.request_id.encode("ascii"))
+            message = {**message, "headers": [*message.get("headers", ()), header]}
         return self.send(message)
 
 

@@ -123,13 +123,17 @@ COMING_STATES = frozenset({"pending", "pulling", "starting", "loading", "ready"}
 def not_ready(name: str, state: str, retry_after: int) -> GatewayError:
     """503 for a model with no replica to route to. While its deployment may serve again by itself (launching,
     or ready with every replica down: a crash being restarted, an external endpoint being checked) with
-    Retry-After, ``retry_after`` seconds (one reconcile); stopped or failed, without (only an admin brings it back)."""
+    Retry-After, ``retry_after`` seconds (one reconcile); stopped or failed, without, and with ``x-should-retry:
+    false``, which the openai and anthropic SDKs obey (their _base_client ``_should_retry``) instead of retrying a
+    503 that only an admin can end."""
     if state not in COMING_STATES:
         return GatewayError(
             503,
-            f"The model '{name}' has no ready replica (its deployment is {state}).",
+            f"The model '{name}' has no ready replica: its deployment is {state}, and only an admin can launch it "
+            "again.",
             type="server_error",
             code="no_ready_replica",
+            headers=((b"x-should-retry", b"false"),),
         )
     why = "every replica of it is down" if state == "ready" else f"its deployment is {state}"
     return GatewayError(

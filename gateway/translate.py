@@ -14,11 +14,11 @@ Pure functions on parsed JSON: no I/O, no Django. Shapes follow
   ``continue_final_message``/``add_generation_prompt``, and the choice's ``stop_reason`` holding the matched
   stop string. SGLang accepts the same request fields (python/sglang/srt/entrypoints/openai/protocol.py).
 
-System content is the top-level ``system`` (a string or text blocks) only: it becomes the one leading chat system
-message, since many chat templates refuse a system message anywhere else. A ``role: "system"`` message inside
-``messages`` is refused whatever the engine, as Anthropic's API refuses it (``check_roles``; vLLM 0.32's own
-/v1/messages would take it). Text blocks that are Claude Code's ``x-anthropic-billing-header`` line are left
-out, as vLLM leaves them out.
+System content is the top-level ``system`` (a string or text blocks), then the text of any ``role: "system"``
+message inside ``messages`` (Claude Code 2.1.328 sends one after the user's first, on every request: its
+environment), in that order: together the one leading chat system message, since many chat templates refuse a
+system message anywhere else. An engine's own /v1/messages gets such a message as it was sent (vLLM 0.32 takes
+it). Text blocks that are Claude Code's ``x-anthropic-billing-header`` line are left out, as vLLM leaves them out.
 
 Answers: an engine's ``reasoning`` (vLLM ≥ 0.10) or ``reasoning_content`` (SGLang, older vLLM) becomes a
 ``thinking`` block before the text, with a random ``signature`` as vLLM's own /v1/messages gives one.
@@ -45,21 +45,6 @@ class TranslationError(ValueError):
     """A request whose shape cannot be translated (answer it 400 ``invalid_request_error``)."""
 
 
-# Anthropic's own words for a system message inside ``messages`` (its API's 400 invalid_request_error).
-INLINE_SYSTEM = (
-    'messages: Unexpected role "system". The Messages API accepts a top-level `system` parameter, not "system" as '
-    "an input message role: move its text to the request's top-level `system` field."
-)
-
-
-def check_roles(request: Json) -> None:
-    """Raises TranslationError (INLINE_SYSTEM) when ``messages`` holds a ``role: "system"`` message, which
-    Anthropic's Messages API refuses with a 400 (the system prompt is the top-level ``system`` field)."""
-    messages = request.get("messages")
-    if isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
-        raise TranslationError(INLINE_SYSTEM)
-
-
 def messages_to_chat(request: Json) -> Json:
     """An Anthropic Messages request as an OpenAI chat-completions request for the same ``model``.
 
@@ -71,10 +56,11 @@ def messages_to_chat(request: Json) -> Json:
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise TranslationError("messages: must be a non-empty list of message objects.")
-    check_roles(request)
-    chat: Json = {"model": request.get("model"), "messages": _system(request.get("system"))}
+    inline = [m for m in messages if isinstance(m, dict) and m.get("role") == "system"]
+    chat: Json = {"model": request.get("model"), "messages": _system(request.get("system"), inline)}
     for message in messages:
-        chat["messages"] += _message(message)
+        if not (isinstance(message, dict) and message.get("role") == "system"):
+            chat["messages"] += _message(message)
     for source, target in SAMPLING.items():
         if request.get(source) is not None:
             chat[target] = request[source]
@@ -92,14 +78,15 @@ def messages_to_chat(request: Json) -> Json:
 BILLING_HEADER = "x-anthropic-billing-header"  # Claude Code's first system block: metadata, not an instruction
 
 
-def _system(system: Any) -> list[Json]:
-    """The top-level ``system`` (a string or text blocks, whose ``cache_control`` is dropped) as at most one
-    system message, its blocks' texts joined by newlines."""
+def _system(system: Any, inline: list[Json]) -> list[Json]:
+    """The top-level ``system`` then the ``inline`` system messages' content (each a string or text blocks, whose
+    ``cache_control`` is dropped) as at most one system message, their texts joined by newlines."""
     texts: list[str] = []
-    if isinstance(system, str):
-        texts.append(system)
-    elif isinstance(system, list):
-        texts += [str(b.get("text", "")) for b in system if isinstance(b, dict) and b.get("type") == "text"]
+    for content in [system, *(m.get("content") for m in inline)]:
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"]
     text = "\n".join(t for t in texts if t and not t.startswith(BILLING_HEADER))
     return [{"role": "system", "content": text}] if text else []
 

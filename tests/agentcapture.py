@@ -107,20 +107,6 @@ class Agent:
         return str(json.loads(manifest.read_text())["version"])
 
 
-def _claude_chat(request: Json) -> Json:
-    """gateway.translate.messages_to_chat of ``request`` with its ``role: "system"`` messages (Claude Code 2.1.328
-    sends one after the user's first, which the gateway's check_roles refuses) moved to the end of the top-level
-    ``system``: the same text, so the same count."""
-    inline = [m for m in request["messages"] if m.get("role") == "system"]
-    system = request.get("system") or []
-    system = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
-    for message in inline:
-        content = message["content"]
-        system += [{"type": "text", "text": content}] if isinstance(content, str) else content
-    messages = [m for m in request["messages"] if m.get("role") != "system"]
-    return messages_to_chat({**request, "system": system, "messages": messages})
-
-
 def _claude(base: str, work: Path, home: Path) -> tuple[list[str], dict[str, str]]:
     env = {
         "PATH": os.environ["PATH"],
@@ -155,7 +141,7 @@ def _codex(base: str, work: Path, home: Path) -> tuple[list[str], dict[str, str]
 
 
 AGENTS = (
-    Agent("Claude Code", "claude-code", "@anthropic-ai/claude-code", "/v1/messages", _claude_chat, _claude),
+    Agent("Claude Code", "claude-code", "@anthropic-ai/claude-code", "/v1/messages", messages_to_chat, _claude),
     Agent("Codex", "codex", "@openai/codex", "/v1/responses", responses_to_chat, _codex),
 )
 

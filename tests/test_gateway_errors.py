@@ -58,7 +58,7 @@ def test_a_revoked_key_is_refused_at_once(web: str, key: str) -> None:
     assert resp.json()["error"]["message"] == "Incorrect API key provided."  # nothing said of a key not held
 
 
-def test_a_deployment_that_is_not_ready_is_503(web: str, key: str) -> None:
+def test_a_deployment_that_is_not_launched_is_503_which_the_sdks_do_not_retry(web: str, key: str) -> None:
     model = ModelSource.objects.create(
         name="m",
         kind="local",
@@ -72,6 +72,8 @@ def test_a_deployment_that_is_not_ready_is_503(web: str, key: str) -> None:
         f"{web}/v1/chat/completions", json={**CHAT, "model": "d"}, headers={"Authorization": f"Bearer {key}"}
     )
     assert_openai_error(resp, 503, "no_ready_replica")
+    assert "only an admin can launch it again" in resp.json()["error"]["message"]
+    assert resp.headers["x-should-retry"] == "false" and "retry-after" not in resp.headers  # the SDKs do not retry
 
 
 @pytest.mark.parametrize(

@@ -127,18 +127,20 @@ def test_count_tokens_on_an_engine_without_a_tokenizer_is_estimated_and_says_so(
 
 
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
-def test_a_system_role_inside_messages_is_anthropics_400_naming_the_system_field(
+def test_a_system_role_inside_messages_joins_the_leading_system_message_when_translated(
     web: str, key: str, engines: dict[str, EngineServer], path: str
 ) -> None:
-    messages = [*HI, {"role": "system", "content": "Answer in English."}, *HI]
-    body = {"model": "plain", "max_tokens": 20, "messages": messages}
-    engines["plain"].seen.clear()
+    """Claude Code 2.1.328 sends its environment as a system message after the user's first, on every request
+    (engines/agent_requests/claude-code-2.1.328.json): refusing it would refuse every Claude Code request."""
+    environment = [{"type": "text", "text": "# Environment"}]
+    messages = [*HI, {"role": "system", "content": environment}, {"role": "assistant", "content": "Hello."}, *HI]
+    body = {"model": "counted", "max_tokens": 20, "system": "Be brief.", "messages": messages}
+    engines["counted"].seen.clear()
     resp = httpx.post(web + path, json=body, headers={"x-api-key": key}, timeout=30)
-    assert resp.status_code == 400, resp.text
-    error = resp.json()
-    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
-    assert 'Unexpected role "system"' in error["error"]["message"] and "top-level `system`" in error["error"]["message"]
-    assert not engines["plain"].seen  # refused before any engine saw it
+    assert resp.status_code == 200, resp.text
+    sent = engines["counted"].seen[-1]["messages"]
+    assert sent[0] == {"role": "system", "content": "Be brief.\n# Environment"}  # the one leading system message
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user"]
 
 
 def http_1_0(base: str, request: bytes) -> tuple[bytes, bytes]:
