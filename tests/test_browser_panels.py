@@ -126,11 +126,11 @@ def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_
         expect(page.locator("[data-field=user_ttft_p50]")).not_to_have_text("no data", timeout=15_000)
         chart = page.locator("[data-chart=kv]")
         expect(chart.locator("canvas")).to_be_visible(timeout=10_000)
-        page.wait_for_function("Number(document.querySelector('[data-chart=kv]').dataset.points) > 3", timeout=20_000)
+        # functions, not expressions: Playwright evaluates an expression with eval, which the console's CSP refuses
+        points = "() => Number(document.querySelector('[data-chart=kv]').dataset.points)"
+        page.wait_for_function(f"{points} > 3", timeout=20_000)
         first = int(chart.get_attribute("data-points") or 0)
-        page.wait_for_function(
-            f"Number(document.querySelector('[data-chart=kv]').dataset.points) > {first}", timeout=15_000
-        )  # new points arrive without a reload
+        page.wait_for_function(f"{points} > {first}", timeout=15_000)  # new points arrive without a reload
         shot(page, tmp_path, "deployment-under-load")
 
         os.kill(int(replica.handle), signal.SIGSTOP)  # the engine stops answering, /metrics included

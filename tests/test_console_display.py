@@ -185,7 +185,7 @@ def test_chart_tick_labels_say_their_ticks_value_to_the_steps_precision_and_coun
         page.get_by_role("button", name="Log in").click()
         page.wait_for_url(f"{web}/")
         page.goto(f"/deployments/{dep.pk}/")
-        page.wait_for_function("document.querySelectorAll('[data-chart][data-points=\"61\"]').length === 6")
+        page.wait_for_function("() => document.querySelectorAll('[data-chart][data-points=\"61\"]').length === 6")
         small = assert_labels_say_their_ticks(page.evaluate(Y_AXES))
         assert all("." in label for label in small["queue"][1:]), small  # 0 or 1 running: fractional steps
         assert "0.25" in small["queue"] or "0.2" in small["queue"] or "0.5" in small["queue"], small
