@@ -89,6 +89,8 @@ PAGES = {
     "observability:mappings": ("AMV", "A"),
     "preflight:page": ("AMV", ""),
     "preflight:checks": ("AMV", ""),
+    "preflight:settings": ("A", ""),
+    "preflight:bundle": ("A", ""),
     "usage:page": ("AMV", ""),
     "usage:export_csv": ("AMV", ""),
     "api:api-root": ("AMV", ""),

@@ -73,6 +73,8 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "observability:mappings": (ALL, ADMINS),
     "preflight:page": (ALL, NOBODY),
     "preflight:checks": (ALL, NOBODY),
+    "preflight:settings": (ADMINS, NOBODY),  # the effective configuration and versions (secrets as set or unset)
+    "preflight:bundle": (ADMINS, NOBODY),
     "usage:page": (ALL, NOBODY),  # members see their own keys' usage
     "usage:export_csv": (ALL, NOBODY),
     "capacity:deployment": (ALL, ADMINS),  # capacity checks (console.capacity): admins run them, all read them

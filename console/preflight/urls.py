@@ -6,4 +6,6 @@ app_name = "preflight"
 urlpatterns = [
     path("doctor/", views.doctor_page, name="page"),
     path("doctor/checks/", views.doctor_checks, name="checks"),
+    path("settings/", views.settings_page, name="settings"),
+    path("settings/support-bundle.txt", views.support_bundle, name="bundle"),
 ]
