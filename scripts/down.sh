@@ -55,6 +55,10 @@ engines() {
   engines_by_pidfile
 }
 
+if [ ! -d "$DATA" ]; then  # a data folder make up never had: say so rather than stop nothing in silence
+  echo "down: no Hearth data folder at $DATA; give make down the HEARTH_DATA_DIR that make up had" >&2
+  exit 1
+fi
 mkdir -p "$DATA/logs"
 stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5))  # its open streams get HEARTH_DRAIN_SECONDS to finish
 stop beat

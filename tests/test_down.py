@@ -124,3 +124,11 @@ def test_a_pid_file_whose_process_ended_is_named_and_removed(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     assert _down(tmp_path, env).strip() == f"down: web was not running (its pid file named {ended}, which has ended)"
     assert not (tmp_path / "web.pid").exists()
+
+
+def test_make_down_given_a_data_folder_make_up_never_had_says_so_and_makes_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "not-the-data"
+    env = {"PATH": os.environ["PATH"], "HEARTH_DATA_DIR": str(missing)}
+    done = subprocess.run(["bash", "scripts/down.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "give make down the HEARTH_DATA_DIR that make up had" in done.stderr
+    assert not missing.exists()
