@@ -2,11 +2,16 @@
 shape under /api/ (and /v1/, should a request for the gateway ever reach Django), elsewhere a console page in
 the console's layout, its navigation included, saying what was not there and linking back.
 
+A 500 names an error id, the page's and its ``x-request-id`` header's, and logs it with the exception
+(``server error <id> on <path>`` with the traceback), so the one line to look for in the appliance's log is known.
+
 403 needs no handler here: Django's own permission_denied renders templates/403.html the same way.
 """
 
 import logging
 import re
+import sys
+import uuid
 
 from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
@@ -71,13 +76,25 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 @requires_csrf_token
 def server_error(request: HttpRequest) -> HttpResponse:
+    """The 500 answer, naming the error id it logged the exception under (module docstring). Django calls it
+    while the exception is being handled, so ``sys.exc_info()`` holds it."""
+    error_id = uuid.uuid4().hex
+    log.error("server error %s on %s %s", error_id, request.method, request.path[:200], exc_info=sys.exc_info())
+    response = _server_error_answer(request, error_id)
+    response["x-request-id"] = error_id
+    return response
+
+
+def _server_error_answer(request: HttpRequest, error_id: str) -> HttpResponse:
     if request.path.startswith(("/api/", "/v1/")):
-        return JsonResponse({"detail": "Internal error; the appliance's log has the details."}, status=500)
+        detail = f"Internal error {error_id}; the appliance's log has the details under that id."
+        return JsonResponse({"detail": detail, "error_id": error_id}, status=500)
     try:  # the layout reads the session and the GPU inventory: what failed may be the database or Redis
-        return render(request, "500.html", status=500)
+        return render(request, "500.html", {"error_id": error_id}, status=500)
     except Exception:  # an error page that cannot fail: the plain one when the layout could not be drawn
-        log.exception("the 500 page could not be drawn in the console's layout")
+        log.exception("the 500 page of error %s could not be drawn in the console's layout", error_id)
         return HttpResponseServerError(
             "<!doctype html><title>Server error · Hearth</title><h1>Server error</h1>"
-            '<p>Something went wrong; the appliance\'s log has the details. <a href="/">Back to the dashboard</a></p>'
+            f"<p>Something went wrong; the appliance's log has the details under error id <code>{error_id}</code>. "
+            '<a href="/">Back to the dashboard</a></p>'
         )

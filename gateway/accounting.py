@@ -91,6 +91,7 @@ class Outcome:
     ended_at: float = 0.0  # Unix seconds, set by ``count``: the row's created_at
     cost_usd: Decimal | None = None  # USD charged to the key's budgets (gateway.reservations); None: no price
     request_id: str = field(default_factory=new_request_id)  # the row's, unique (gateway.ledger)
+    client_request_id: str | None = None  # the client's x-request-id, when it sent a usable one (gateway.request_ids)
     woke_engine: bool = False  # held for its deployment's wake first (gateway.holding)
     wake_seconds: float | None = None  # how long it was held
 
@@ -164,6 +165,7 @@ def row_of(o: Outcome) -> Row:
     c = o.counts if answered else AnswerCounts()
     return {
         "request_id": o.request_id,
+        "client_request_id": o.client_request_id,
         "created_at": o.ended_at,
         "api_key_id": o.key_id,
         "model": o.model,

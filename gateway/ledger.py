@@ -39,10 +39,11 @@ from redis.exceptions import RedisError
 from console.deployments import activity
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_key, processes_key
-from gateway.accounting import Outcome, count, new_request_id, row_of
+from gateway.accounting import Outcome, count, row_of
 from gateway.reaper import process_identity, reap
 from gateway.relay import RelayState
 from gateway.relay_plan import RelayPlan
+from gateway.request_ids import RequestIds
 from gateway.reservations import Reservation, Reservations, finish_call, settlement
 from gateway.spool_writer import SpoolWriter
 
@@ -129,8 +130,9 @@ class Ledger:
         self._loop = asyncio.ensure_future(self._keep())
         self.writer.start()
 
-    def ticket(self, plan: RelayPlan, state: RelayState) -> Ticket:
-        """A new request's ticket (not noted yet)."""
+    def ticket(self, plan: RelayPlan, state: RelayState, ids: RequestIds) -> Ticket:
+        """A new request's ticket (not noted yet), under the gateway's id of ``ids``; the client's id, when it sent
+        one, goes in its note, so that the row of a request whose process died keeps it (gateway.reaper)."""
         key = plan.key
         fields = {
             "key_id": key.id,
@@ -143,7 +145,9 @@ class Ledger:
             "stream": plan.stream,
             "started": time.time() - (time.monotonic() - plan.arrived),
         }
-        ticket = Ticket(new_request_id(), fields, state, key.quota.any)
+        if ids.client is not None:
+            fields["client_request_id"] = ids.client
+        ticket = Ticket(ids.own, fields, state, key.quota.any)
         self.open[ticket.request_id] = ticket
         return ticket
 
@@ -191,6 +195,7 @@ class Ledger:
         if ticket.noting is not None:
             await ticket.noting  # whether it was noted decides how FINISH ends it
         outcome.request_id = ticket.request_id
+        outcome.client_request_id = ticket.fields.get("client_request_id")
         count(outcome)
         prompt, completion, _ = outcome.tokens()
         used = (prompt or 0) + (completion or 0)

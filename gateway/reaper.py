@@ -130,6 +130,7 @@ def cut_row(request_id: str, note: dict[str, Any]) -> Row:
     status = int(note.get("status") or 0) or 502
     return {
         "request_id": request_id,
+        "client_request_id": note.get("client_request_id"),
         "created_at": ended,
         "api_key_id": note["key_id"],
         "model": note["model"],

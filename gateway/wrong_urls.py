@@ -25,6 +25,7 @@ from console.observability.request_rows import encode
 from console.observability.request_spool import spool_key
 from gateway.accounting import Outcome, count, row_of
 from gateway.errors import GatewayError, Surface
+from gateway.request_ids import RequestIds
 from gateway.snapshot import KeyEntry
 
 log = logging.getLogger(__name__)
@@ -91,9 +92,12 @@ def wrong_base_url(sent: str, endpoint: str, base: str) -> GatewayError:
     return GatewayError(404, fix, code="wrong_base_url", recorded=True)
 
 
-async def record(redis: aioredis.Redis, key: KeyEntry, sent: str, endpoint: str, arrived: float) -> None:
+async def record(
+    redis: aioredis.Redis, key: KeyEntry, sent: str, endpoint: str, arrived: float, ids: RequestIds
+) -> None:
     """Count the request and spool its request-log row (console.observability.request_spool): ``key``'s, no model,
-    ``sent`` as its endpoint, status 404. Never raises: a row Redis does not take is lost, and logged."""
+    ``sent`` as its endpoint, status 404, under ``ids``. Never raises: a row Redis does not take is lost, and
+    logged."""
     outcome = Outcome(
         key.id,
         key.prefix,
@@ -103,6 +107,8 @@ async def record(redis: aioredis.Redis, key: KeyEntry, sent: str, endpoint: str,
         False,
         status=404,
         duration_seconds=time.monotonic() - arrived,
+        request_id=ids.own,
+        client_request_id=ids.client,
     )
     count(outcome)
     row = row_of(outcome)

@@ -29,6 +29,7 @@ from gateway.reaper import reap
 from gateway.registry import KeyEntry
 from gateway.relay import RelayState
 from gateway.relay_plan import RelayPlan
+from gateway.request_ids import request_ids
 from gateway.reservations import Reservations
 from tests.test_gateway_ledger import plan as ledger_plan
 
@@ -96,7 +97,10 @@ def test_a_deployment_serving_requests_is_not_idle_and_one_whose_last_request_is
         ledger = Ledger(Reservations(Prices()))
         try:
             started = time.time()
-            tickets = [ledger.ticket(plan(free, dep.pk), state()), ledger.ticket(plan(budget, dep.pk), state())]
+            tickets = [
+                ledger.ticket(plan(free, dep.pk), state(), request_ids([])),
+                ledger.ticket(plan(budget, dep.pk), state(), request_ids([])),
+            ]
             ledger.note(tickets[0])  # a key without limits: noted with the others of this turn
             await ledger.admit(tickets[1], plan(budget, dep.pk))  # a key with a budget: noted by its admission
             await tickets[0].noting
@@ -135,7 +139,7 @@ def test_the_requests_of_a_gone_process_leave_their_deployment_s_requests_in_fli
         ledger.process = "another-host/ns/12/34"  # a process elsewhere whose alive key has expired
         ledger.notes = notes_key(ledger.process)
         try:
-            ticket = ledger.ticket(plan(free, dep.pk), state())
+            ticket = ledger.ticket(plan(free, dep.pk), state(), request_ids([]))
             ledger.note(ticket)
             await ticket.noting
             assert activity.in_flight(r, dep.pk) == 1

@@ -36,6 +36,7 @@ from gateway.reaper import gone_here, process_identity, reap
 from gateway.registry import KeyEntry, Route, Upstream
 from gateway.relay import RelayState
 from gateway.relay_plan import RelayPlan
+from gateway.request_ids import request_ids
 from gateway.reservations import Reservations, counter_keys
 from gateway.spool_writer import SpoolWriter
 from gateway.sse import StreamKind
@@ -105,7 +106,10 @@ def test_a_request_is_noted_at_its_start_and_ended_once_with_its_row_and_charge(
     async def check() -> None:
         ledger = Ledger(Reservations(Prices()))
         try:
-            tickets = [ledger.ticket(plan(free), state()), ledger.ticket(plan(budget, reserve=100), state())]
+            tickets = [
+                ledger.ticket(plan(free), state(), request_ids([])),
+                ledger.ticket(plan(budget, reserve=100), state(), request_ids([])),
+            ]
             ledger.note(tickets[0])
             await tickets[0].noting  # sent at the event loop's next turn, with any other note of this one
             held = await ledger.admit(tickets[1], plan(budget, reserve=100))
@@ -145,10 +149,10 @@ def test_while_redis_is_away_rows_go_to_the_database_directly_and_ends_are_settl
             raise RedisConnectionError("down")
 
         try:
-            early = ledger.ticket(plan(budget, reserve=100), state())
+            early = ledger.ticket(plan(budget, reserve=100), state(), request_ids([]))
             await ledger.admit(early, plan(budget, reserve=100))
             await ledger.close(early, ended(budget, 9, 1))  # spooled just before Redis goes away
-            ticket = ledger.ticket(plan(budget, reserve=100), state())
+            ticket = ledger.ticket(plan(budget, reserve=100), state(), request_ids([]))
             await ledger.admit(ticket, plan(budget, reserve=100))
             monkeypatch.setattr(ledger.reservations, "finish", refused)
             await ledger.close(ticket, ended(budget, 9, 3))
@@ -198,7 +202,10 @@ def test_the_requests_of_a_gone_process_are_recorded_as_cut_with_what_they_were_
         ledger = Ledger(Reservations(Prices()))
         ledger.notes = notes_key(dead)  # its requests noted as the dead process's
         try:
-            tickets = [ledger.ticket(plan(free), state()), ledger.ticket(plan(budget, reserve=100), state())]
+            tickets = [
+                ledger.ticket(plan(free), state(), request_ids([])),
+                ledger.ticket(plan(budget, reserve=100), state(), request_ids([])),
+            ]
             ledger.note(tickets[0])
             await tickets[0].noting  # sent at the event loop's next turn, with any other note of this one
             await ledger.admit(tickets[1], plan(budget, reserve=100))

@@ -85,6 +85,7 @@ PAGES = {
     "observability:series": ("AMV", ""),
     "observability:slo": ("AMV", "A"),
     "observability:requests": ("AMV", ""),
+    "observability:requests_csv": ("AMV", ""),
     "observability:costs": ("AMV", "A"),
     "observability:mappings": ("AMV", "A"),
     "preflight:page": ("AMV", ""),

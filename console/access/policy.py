@@ -69,6 +69,7 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "observability:series": (ALL, NOBODY),
     "observability:slo": (ALL, ADMINS),
     "observability:requests": (ALL, NOBODY),  # members see their own keys' requests
+    "observability:requests_csv": (ALL, NOBODY),  # the same rows as the page, as CSV
     "observability:costs": (ALL, ADMINS),
     "observability:mappings": (ALL, ADMINS),
     "preflight:page": (ALL, NOBODY),

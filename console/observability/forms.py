@@ -14,6 +14,9 @@ class RequestFilter(forms.Form):
     model = forms.CharField(required=False)
     key = forms.CharField(required=False, label="Key prefix or name")
     status = forms.IntegerField(required=False, min_value=100, max_value=599)
+    request_id = forms.CharField(
+        required=False, max_length=128, label="Request id", help_text="The gateway's x-request-id, or the client's."
+    )
     outcome = forms.ChoiceField(required=False, choices=[("", "any")] + [(o, o) for o in OUTCOMES])
     hours = forms.IntegerField(required=False, min_value=1, max_value=24 * 30, initial=24, label="Last hours")
 

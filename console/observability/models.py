@@ -50,6 +50,12 @@ class RequestLog(models.Model):
         unique=True,
         help_text="The gateway's id of the request: whoever writes its row, and however often, it is written once.",
     )
+    client_request_id = models.CharField(  # noqa: DJ001 - NULL: the client sent no id, which "" would blur
+        max_length=128,
+        null=True,
+        db_index=True,
+        help_text="The client's own x-request-id, when it sent a usable one (gateway.request_ids); not unique.",
+    )
     woke_engine = models.BooleanField(
         default=False,
         help_text="Held for its deployment's wake first: the model was asleep or stopped to save (gateway.holding).",

@@ -56,6 +56,7 @@ COLUMNS = (
     "key_prefix",
     "woke_engine",
     "wake_seconds",
+    "client_request_id",
 )
 
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("deployments/<int:pk>/series/", views.deployment_series, name="series"),
     path("deployments/<int:pk>/slo/", views.deployment_slo, name="slo"),
     path("requests/", views.request_log, name="requests"),
+    path("requests/export.csv", views.request_log_csv, name="requests_csv"),
     path("costs/", views.costs, name="costs"),
     path("metric-mappings/", views.mappings, name="mappings"),
 ]

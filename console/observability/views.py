@@ -1,6 +1,6 @@
 """Observability's pages: the dashboard (the console's home), a deployment's live panel (the fragment its page
-polls every 2 s, htmx) and its chart series (JSON, polled by static/hearth-charts.js), the request log, costs
-and prices, the metric mappings, and a deployment's SLO."""
+polls every 2 s, htmx) and its chart series (JSON, polled by static/hearth-charts.js), the request log and its
+CSV export, costs and prices, the metric mappings, and a deployment's SLO."""
 
 import time
 from datetime import UTC, datetime, timedelta
@@ -13,7 +13,7 @@ from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -26,6 +26,7 @@ from console.observability.forms import MappingForm, PriceForm, RequestFilter, S
 from console.observability.models import MetricMapping, PriceSetting, RequestLog, ScrapeHealth, ServiceLevel
 from console.observability.outcomes import LENGTH_CUTS, outcome_of
 from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
+from console.observability.request_log import cost_text, csv_lines, with_request_id
 
 COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
 SCRAPED = (DeploymentState.LOADING, DeploymentState.READY)  # the states whose engines the scraper reads
@@ -153,6 +154,8 @@ def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
         rows = rows.filter(Q(api_key__prefix__startswith=data["key"]) | Q(api_key__name__icontains=data["key"]))
     if data.get("status"):
         rows = rows.filter(status=data["status"])
+    if data.get("request_id"):
+        rows = with_request_id(rows, data["request_id"])
     outcome = data.get("outcome")
     if outcome == "cancelled":
         rows = rows.filter(client_cancelled=True)
@@ -179,9 +182,20 @@ def request_log(request: HttpRequest) -> HttpResponse:
         row.outcome = outcome_of(  # type: ignore[attr-defined]
             row.status, row.finish_reason, row.truncated, row.client_cancelled, row.completion_tokens
         )
+        row.cost_text = cost_text(row.cost_usd)  # type: ignore[attr-defined]
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "observability/requests.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+@login_required
+def request_log_csv(request: HttpRequest) -> StreamingHttpResponse:
+    """Every row the request log's filters pick (the page's query), newest first, as
+    ``requests-YYYYMMDD-HHMM.csv`` (console.observability.request_log.CSV_COLUMNS)."""
+    rows = _filtered(RequestFilter(request.GET or None), request.user).iterator(chunk_size=2000)
+    response = StreamingHttpResponse(csv_lines(rows), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="requests-{datetime.now(UTC):%Y%m%d-%H%M}.csv"'
+    return response
 
 
 @login_required

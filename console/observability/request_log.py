@@ -1,0 +1,104 @@
+"""The request log as the console shows and exports it: a search by request id (the gateway's or the client's,
+gateway.request_ids), each request's cost as text with its unit, and the CSV export of the rows a filter picks.
+
+Cost: RequestLog.cost_usd is what the request was charged, in USD to the nano-dollar; NULL where no price applied
+(a deployment without a price per token: on CPU, no GPU price, or nothing measured yet). The page says "—" there,
+never "$0", which would claim a price of nothing; the CSV leaves the cell empty so its column stays numbers.
+"""
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+
+from django.db.models import Q, QuerySet
+
+from console.observability.models import RequestLog
+from console.observability.outcomes import outcome_of
+from console.spreadsheet import safe_cell
+
+NO_PRICE = "—"
+# the export's header; times in UTC (ISO 8601), durations in seconds, cost in USD
+CSV_COLUMNS = (
+    "time_utc",
+    "request_id",
+    "client_request_id",
+    "key_prefix",
+    "key_name",
+    "model",
+    "endpoint",
+    "stream",
+    "status",
+    "outcome",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "ttft_seconds",
+    "duration_seconds",
+    "cost_usd",
+)
+
+
+def with_request_id(rows: QuerySet[RequestLog], request_id: str) -> QuerySet[RequestLog]:
+    """The rows whose gateway id or client id is ``request_id`` (exactly: an id is not a phrase)."""
+    return rows.filter(Q(request_id=request_id) | Q(client_request_id=request_id))
+
+
+def cost_text(cost_usd: Decimal | None) -> str:
+    """A request's cost as the page shows it: "$0.0123", small amounts with two significant digits
+    ("$0.000067", not "$0.00"), exact zero as "$0.00"; NO_PRICE for None (no price applied)."""
+    if cost_usd is None:
+        return NO_PRICE
+    value = float(cost_usd)
+    if value == 0 or abs(value) >= 1:
+        return f"${value:,.2f}"
+    if abs(value) >= 0.01:
+        return f"${value:.4f}"
+    digits = min(9, 1 - math.floor(math.log10(abs(value))))  # nano-USD is the column's resolution
+    return f"${value:.{digits}f}"
+
+
+def csv_lines(rows: Iterable[RequestLog]) -> Iterator[str]:
+    """The CSV document of ``rows`` (CSV_COLUMNS, RFC 4180 quoting, cells a spreadsheet would run as formulas
+    made text: console.spreadsheet), a line at a time: the rows are read in chunks and never held as model
+    objects all at once (Django's ASGI handler still gathers the lines of a synchronous iterator before sending)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_COLUMNS)
+    yield _taken(out)
+    for r in rows:
+        writer.writerow([safe_cell(v) for v in _cells(r)])
+        yield _taken(out)
+
+
+def _cells(r: RequestLog) -> tuple[object, ...]:
+    outcome = outcome_of(r.status, r.finish_reason, r.truncated, r.client_cancelled, r.completion_tokens)
+    key = r.api_key
+    return (
+        r.created_at.isoformat(),
+        r.request_id or "",
+        r.client_request_id or "",
+        r.key_prefix or (key.prefix if key else ""),
+        key.name if key else "",
+        r.model,
+        r.endpoint,
+        r.stream,
+        r.status,
+        outcome,
+        r.finish_reason,
+        r.prompt_tokens,
+        r.completion_tokens,
+        r.cached_tokens,
+        r.ttft_seconds,
+        r.duration_seconds,
+        "" if r.cost_usd is None else format(r.cost_usd.normalize(), "f"),
+    )
+
+
+def _taken(out: io.StringIO) -> str:
+    text = out.getvalue()
+    out.seek(0)
+    out.truncate()
+    return text

@@ -1,0 +1,176 @@
+"""Issue 33's small things on the console side: the request log shows each request's ids (the gateway's and the
+client's x-request-id) and its cost with its unit ("—" where no price applied, never $0), finds a request by either
+id, and exports the same as CSV; the client's id column (observability 0012) keeps every row; a 500 names the id
+it logged the exception under."""
+
+import csv
+import io
+import logging
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+from django.apps.registry import Apps
+from django.http import HttpRequest, HttpResponse
+from django.test import Client
+from django.urls import path
+from django.utils import timezone
+
+import console.urls
+from console.access import policy
+from console.access.keys import create_key
+from console.access.models import Member
+from console.observability.models import RequestLog
+from console.observability.request_log import CSV_COLUMNS, NO_PRICE, cost_text
+from tests.migrating import migrate, schema_at
+
+OURS, THEIRS = "a" * 32, "trace-42/retry 1"
+FIELDS = {"model": "m", "surface": "openai", "endpoint": "/v1/chat/completions", "status": 200}
+
+
+def raises(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("a bug in a view")
+
+
+# this module is also a URLconf (pytest.mark.urls): the console's URLs and one view that fails
+urlpatterns = [path("fails/", raises, name="fails"), *console.urls.urlpatterns]
+handler500 = console.urls.handler500
+
+
+@pytest.fixture
+def rows(admin_user: object) -> tuple[RequestLog, RequestLog]:
+    key, _ = create_key("ids", admin_user)
+    at = timezone.now()
+    priced = RequestLog.objects.create(
+        api_key=key,
+        created_at=at,
+        duration_seconds=1.0,
+        request_id=OURS,
+        client_request_id=THEIRS,
+        cost_usd=Decimal("0.000067"),
+        prompt_tokens=90,
+        completion_tokens=10,
+        **FIELDS,
+    )
+    unpriced = RequestLog.objects.create(
+        api_key=key, created_at=at, duration_seconds=0.5, request_id="b" * 32, cost_usd=None, **FIELDS
+    )
+    return priced, unpriced
+
+
+@pytest.mark.parametrize(
+    ("cost", "text"),
+    [
+        (None, NO_PRICE),
+        (Decimal("0"), "$0.00"),
+        (Decimal("0.000067"), "$0.000067"),
+        (Decimal("0.000000004"), "$0.000000004"),
+        (Decimal("0.0123"), "$0.0123"),
+        (Decimal("1234.5"), "$1,234.50"),
+    ],
+)
+def test_a_requests_cost_reads_with_its_unit_and_small_amounts_keep_their_digits(
+    cost: Decimal | None, text: str
+) -> None:
+    assert cost_text(cost) == text
+
+
+@pytest.mark.django_db
+def test_the_request_log_shows_both_ids_and_each_cost_or_a_dash_where_no_price_applied(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    page = admin.get("/requests/").content.decode()
+    assert f'data-field="request-id">{OURS}<' in page and f'data-field="request-id">{"b" * 32}<' in page
+    assert f'data-field="client-request-id">{THEIRS}<' in page
+    assert "$0.000067" in page and f">{NO_PRICE}</span>" in page and "$0.00<" not in page
+    assert "Cost (USD)" in page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("wanted", [OURS, THEIRS])
+def test_the_request_log_finds_a_request_by_the_gateways_id_or_the_clients(
+    admin: Client, rows: tuple[RequestLog, RequestLog], wanted: str
+) -> None:
+    page = admin.get("/requests/", {"request_id": wanted}).content.decode()
+    assert "(1 request)" in page and OURS in page and "b" * 32 not in page
+
+
+@pytest.mark.django_db
+def test_the_csv_export_has_the_ids_and_cost_in_usd_empty_where_no_price_applied(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    resp = admin.get("/requests/export.csv")
+    assert resp.status_code == 200 and resp["Content-Type"].startswith("text/csv")
+    assert resp["Content-Disposition"].startswith('attachment; filename="requests-')
+    table = list(csv.DictReader(io.StringIO(b"".join(resp.streaming_content).decode())))  # type: ignore[arg-type]
+    assert tuple(table[0]) == CSV_COLUMNS
+    by_id = {r["request_id"]: r for r in table}
+    assert by_id[OURS]["client_request_id"] == THEIRS and by_id[OURS]["cost_usd"] == "0.000067"
+    assert by_id["b" * 32]["client_request_id"] == "" and by_id["b" * 32]["cost_usd"] == ""
+    picked = admin.get("/requests/export.csv", {"request_id": THEIRS})
+    assert [r["request_id"] for r in csv.DictReader(io.StringIO(b"".join(picked.streaming_content).decode()))] == [OURS]
+
+
+@pytest.mark.django_db
+def test_a_client_id_a_spreadsheet_would_run_is_exported_as_text(admin: Client, admin_user: object) -> None:
+    RequestLog.objects.create(
+        created_at=timezone.now(), duration_seconds=1.0, request_id="c" * 32, client_request_id="=1+2", **FIELDS
+    )
+    text = b"".join(admin.get("/requests/export.csv").streaming_content).decode()  # type: ignore[attr-defined]
+    assert ",'=1+2," in text
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(__name__)
+def test_a_500_names_the_id_it_logged_the_exception_under(
+    admin_user: object, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(policy.PAGES, "fails", (policy.ALL, policy.NOBODY))
+    client = Client(raise_request_exception=False)
+    client.force_login(admin_user)  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="console.error_pages"):
+        resp = client.get("/fails/")
+    error_id = resp["x-request-id"]
+    assert resp.status_code == 500 and len(error_id) == 32
+    assert f'data-field="error-id">{error_id}<' in resp.content.decode()
+    [logged] = [r for r in caplog.records if r.name == "console.error_pages"]
+    assert error_id in logged.getMessage() and logged.exc_info and "a bug in a view" in str(logged.exc_info[1])
+
+
+BEFORE = [("observability", "0011_request_log_wake")]
+AFTER = [("observability", "0012_request_log_client_request_id")]
+
+
+@pytest.fixture
+def before() -> Iterator[Apps]:
+    with schema_at(BEFORE) as apps:
+        yield apps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rows_written_before_the_client_id_column_are_kept_and_kept_again_going_back(before: Apps) -> None:
+    log = before.get_model("observability", "RequestLog")
+    log.objects.create(created_at=timezone.now(), duration_seconds=1.5, request_id=OURS, **FIELDS)
+    after = migrate(AFTER)
+    [row] = after.get_model("observability", "RequestLog").objects.all()
+    assert (row.request_id, row.duration_seconds, row.client_request_id) == (OURS, 1.5, None)
+    row.client_request_id = THEIRS
+    row.save()
+    [back] = migrate(BEFORE).get_model("observability", "RequestLog").objects.all()
+    assert (back.request_id, back.duration_seconds) == (OURS, 1.5)
+
+
+@pytest.mark.django_db
+def test_a_members_csv_holds_only_their_own_keys_requests(
+    rows: tuple[RequestLog, RequestLog], django_user_model: type
+) -> None:
+    bob = django_user_model.objects.create_user("bob", "", "bob-password-1")  # type: ignore[attr-defined]
+    Member.objects.create(user=bob, role="member")
+    key, _ = create_key("bob's", bob)
+    RequestLog.objects.create(
+        api_key=key, created_at=timezone.now(), duration_seconds=1.0, request_id="d" * 32, **FIELDS
+    )
+    member = Client()
+    member.force_login(bob)
+    text = b"".join(member.get("/requests/export.csv").streaming_content).decode()  # type: ignore[attr-defined]
+    assert [r["request_id"] for r in csv.DictReader(io.StringIO(text))] == ["d" * 32]
