@@ -236,6 +236,11 @@ def test_it_refuses_a_database_holding_data_and_damaged_archives_changing_nothin
     for damaged, says in ((truncated, "is not a whole Hearth backup"), (altered, "is damaged")):
         refused = target.manage("restore", "--force", str(damaged), check=False)
         assert refused.returncode == 1 and says in refused.stderr, refused.stderr
+    missing = target.manage("restore", "--force", str(tmp_path / "nowhere.tar.gz"), check=False)
+    assert missing.returncode == 1 and f"restore: no such file: {tmp_path / 'nowhere.tar.gz'}" in missing.stderr
+    with open(os.devnull, "rb") as nothing:
+        empty = target.manage("restore", "--force", "-", check=False, stdin=nothing)
+    assert empty.returncode == 1 and "restore: stdin was empty" in empty.stderr, empty.stderr
     assert target.contents() == before
 
     target.manage("restore", "--force", str(postgres_backup.archive))

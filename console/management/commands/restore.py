@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.restore import restore
 
@@ -25,12 +25,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["file"] != "-":
+            if not Path(opts["file"]).is_file():
+                raise CommandError(f"restore: no such file: {opts['file']}")
             self._restore(Path(opts["file"]), opts["force"])
             return
         with tempfile.TemporaryDirectory(prefix="hearth-restore-") as tmp:  # 0700: the archive holds secrets
             spooled = Path(tmp) / "archive"
             with spooled.open("wb") as out:
                 shutil.copyfileobj(sys.stdin.buffer, out)
+            if not spooled.stat().st_size:
+                raise CommandError("restore: stdin was empty; give it the archive (restore - < hearth-DATE.tar.gz)")
             self._restore(spooled, opts["force"])
 
     def _restore(self, archive: Path, force: bool) -> None:
