@@ -176,15 +176,16 @@ def _bearer(key: str) -> dict[str, str]:
 
 
 async def paced(world: World, seconds: float, per_second: float, sent: list[Stream], max_tokens: int = 8) -> None:
-    """Streams at ``per_second`` for ``seconds``, alternating the two keys, each appended to ``sent``."""
+    """``seconds`` × ``per_second`` streams, started on a schedule of ``per_second`` (one that falls behind on a
+    loaded machine catches up rather than sends fewer), alternating the two keys, each appended to ``sent``."""
     keys = [secret for _, secret in world.keys.values()]
     async with httpx.AsyncClient(base_url=world.base, timeout=60) as client:
         tasks, began = [], time.monotonic()
-        while time.monotonic() - began < seconds:
+        for started in range(round(seconds * per_second)):
             seen = Stream()
             sent.append(seen)
             tasks.append(asyncio.ensure_future(stream(client, keys[len(sent) % 2], "hi", max_tokens, seen)))
-            await asyncio.sleep(1 / per_second)
+            await asyncio.sleep(max(0.0, began + (started + 1) / per_second - time.monotonic()))
         await asyncio.gather(*tasks)
 
 

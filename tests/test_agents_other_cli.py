@@ -74,7 +74,10 @@ def continue_cli(agents: Agents, model: str, tmp_path: Path, task: str) -> tuple
         f"    apiKey: {agents.key}\n    roles: [chat, edit, apply]\n    capabilities: [tool_use]\n"
     )
     env = {"PATH": os.environ["PATH"], "HOME": str(config.parent)}
-    return work, run([cli(NPM_BIN / "cn"), "-p", task, "--config", str(config), "--auto"], work, env)
+    try:
+        return work, run([cli(NPM_BIN / "cn"), "-p", task, "--config", str(config), "--auto"], work, env)
+    finally:  # the client's own file, holding the key: tests/test_secrets_kept.py reads every file the run left
+        config.unlink()
 
 
 def test_continue_cli_copies_a_file_with_its_filepath_tools(agents: Agents, tmp_path: Path) -> None:
@@ -99,7 +102,10 @@ def test_llm_copies_a_file_with_the_python_functions_it_is_given(agents: Agents,
     (user / "tools.py").write_text(LLM_TOOLS)
     env = {"PATH": os.environ["PATH"], "HOME": str(user), "LLM_USER_PATH": str(user)}
     argv = [cli(CACHE / "venv-llm/bin/llm"), "-m", "hearth", "--functions", str(user / "tools.py"), TASK]
-    output = run(argv, work, env)
+    try:
+        output = run(argv, work, env)
+    finally:  # the client's own file, holding the key: tests/test_secrets_kept.py reads every file the run left
+        (user / "keys.json").unlink()
     assert_copied(work, output)
 
 
