@@ -36,6 +36,20 @@
     itl: { series: [["user_itl_p50", "users p50", COLORS.a], ["user_itl_p99", "users p99", COLORS.b], ["itl_p50", "engine p50", COLORS.c], ["itl_p99", "engine p99", COLORS.d]], unit: "latency", fmt: secs, ticks: secTicks, slo: "itl" },
     requests: { series: [["requests_per_s", "requests/s", COLORS.c], ["errors_per_s", "errors/s", COLORS.slo]], unit: "per s", fmt: (v) => (v == null ? "—" : v.toFixed(2)), ticks: plainTicks("") },
   };
+  // Times as the "times in UTC" label says: 24-hour UTC, never the browser's zone or a 12-hour clock.
+  const iso = (ts) => new Date(ts * 1000).toISOString();  // "2026-12-04T06:05:09.000Z"
+  const clock = (ts) => iso(ts).slice(11, 19) + " UTC";
+  // the x axis's labels: minutes (seconds under a minute's step); the date under the first tick and each midnight
+  function timeTicks(ticks, incr) {
+    return ticks.map((v, i) => {
+      if (v == null) return "";
+      const s = iso(v), day = s.slice(5, 10), time = s.slice(11, incr < 60 ? 19 : 16);
+      if (incr >= 86400) return day;
+      return i === 0 || time.startsWith("00:00") ? `${time}\n${day}` : time;
+    });
+  }
+  // a point alone (or a point between gaps) is a dot: a line needs two points
+  const few = (u, si) => u.data[si].filter((v, i) => v != null && u.data[si][i - 1] == null && u.data[si][i + 1] == null).length > 0;
   const SPAN = { "15m": 900, "1h": 3600, "24h": 86400, "30d": 2592000 };  // seconds: the x axis always spans the range
   let range = "1h", data = null, plots = {}, timer = null, lastT = null;
 
@@ -48,15 +62,16 @@
   }
 
   function make(el, def) {
-    const series = [{}].concat(def.series.map(([, label, stroke]) => ({ label, stroke, width: 2, spanGaps: false, value: (u, v) => def.fmt(v) })));
+    const series = [{ value: (u, v) => (v == null ? "—" : iso(v).slice(0, 19).replace("T", " ") + " UTC") }].concat(def.series.map(([, label, stroke]) => ({ label, stroke, width: 2, spanGaps: false, points: { show: few }, value: (u, v) => def.fmt(v) })));
     const extra = def.slo ? data.slo[def.slo] : def.limit ? data[def.limit] : null;
     if (extra != null) series.push({ label: def.slo ? "SLO" : "max_num_seqs", stroke: COLORS.slo, dash: [6, 4], width: 1.5, value: (u, v) => def.fmt(v) });
     const opts = {
       width: Math.max(el.clientWidth, 300), height: 200, series,
-      // the chosen range ending now, in UTC as the console's tables are: one point is not a 2-year axis
+      // the chosen range ending now (or at the last point), in UTC as the console's tables are: never uPlot's own
+      // padding of a single point's x, which is years wide
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
-      scales: { x: { time: true, range: (u, lo, hi) => { const end = Math.max(hi || 0, Date.now() / 1000); return [end - SPAN[range], end]; } }, y: def.range ? { range: def.range } : { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
-      axes: [{ stroke: "#555", grid: { stroke: "#eee" } },
+      scales: { x: { time: true, range: (u) => { const t = u.data[0], end = Math.max(t.length ? t[t.length - 1] : 0, Date.now() / 1000); return [end - SPAN[range], end]; } }, y: def.range ? { range: def.range } : { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
+      axes: [{ stroke: "#555", grid: { stroke: "#eee" }, size: 44, values: (u, ticks, axis, space, incr) => timeTicks(ticks, incr) },
              { stroke: "#555", grid: { stroke: "#eee" }, size: 64, values: (u, ticks, axis, space, incr) => def.ticks(ticks, incr), label: def.unit, labelSize: 18 }],
       legend: { live: true },
     };
@@ -81,7 +96,7 @@
     data = await resp.json();
     lastT = data.t.length ? data.t[data.t.length - 1] : null;
     draw();
-    say(data.t.length ? `${data.t.length} points, updated ${new Date().toLocaleTimeString()}` : "no data in this range yet");
+    say(data.t.length ? `${data.t.length} points, updated ${clock(Date.now() / 1000)}` : "no data in this range yet");
   }
 
   async function update() {
@@ -90,7 +105,7 @@
     const resp = await fetch(`${url}?range=${range}${since}`, { credentials: "same-origin" });
     if (!resp.ok) { say(`update failed (HTTP ${resp.status}); showing what was loaded`); return; }
     const fresh = await resp.json();
-    if (!fresh.t.length) { say(`${data.t.length} points, nothing new since ${new Date(lastT * 1000).toLocaleTimeString()}`); return; }
+    if (!fresh.t.length) { say(lastT == null ? "no data in this range yet" : `${data.t.length} points, nothing new since ${clock(lastT)}`); return; }
     const keep = data.t.findIndex((t) => t >= fresh.t[0]);
     const cut = keep === -1 ? data.t.length : keep;
     const horizon = fresh.t[fresh.t.length - 1] - { "15m": 900, "1h": 3600, "24h": 86400 }[range];
@@ -103,7 +118,7 @@
     lastT = data.t[data.t.length - 1];
     if (changed) { draw(); return; }
     for (const [name, plot] of Object.entries(plots)) { plot.setData(columns(CHARTS[name])); root.querySelector(`[data-chart=${name}]`).dataset.points = String(data.t.length); }
-    say(`${data.t.length} points, updated ${new Date().toLocaleTimeString()}`);
+    say(`${data.t.length} points, updated ${clock(Date.now() / 1000)}`);
   }
 
   for (const button of root.querySelectorAll("[data-range]")) {

@@ -29,6 +29,8 @@
     runs.forEach(function (r) { r.results.forEach(function (x) { if (levels.indexOf(x.level) < 0) { levels.push(x.level); } }); });
     levels.sort(function (a, b) { return a - b; });
     var logX = levels.length > 1 && levels[0] > 0 && levels[levels.length - 1] / levels[0] >= 10;
+    var x = {time: false, distr: logX ? 3 : 1};
+    if (levels.length === 1) { x.range = function (u, min, max) { return [min / 2, max * 1.5 || 1]; }; }  // not a zero-width scale
     var unit = runs[0].mode === "rate" ? "requests/s" : "concurrent users";
     CHARTS.forEach(function (chart) {
       var data = [levels], series = [{label: unit}];
@@ -49,8 +51,10 @@
       holder.appendChild(figure);
       new uPlot({
         width: 440, height: 230, series: series,
-        scales: {x: {time: false, distr: logX ? 3 : 1}, y: {range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }}},
-        axes: [{label: unit, values: function (u, ticks) { return ticks.map(function (t) { return +t.toPrecision(3); }); }}, {}],
+        scales: {y: {range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }},
+                 x: Object.assign({}, x)},
+        // a log axis hands values() null for the ticks it leaves unlabelled (uPlot's log10AxisValsFilt)
+        axes: [{label: unit, values: function (u, ticks) { return ticks.map(function (t) { return t === null ? "" : +t.toPrecision(3); }); }}, {}],
         legend: {show: true}
       }, data, figure);
     });
