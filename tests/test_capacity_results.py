@@ -5,7 +5,7 @@ the run held against the plan)."""
 import pytest
 
 from engines.capacity.profiles import PROFILES, prompt_text, shape_for, words
-from engines.capacity.results import Sample, Slo, engine_window, held_against_plan, percentile, summarize
+from engines.capacity.results import CUT, Sample, Slo, engine_window, held_against_plan, percentile, summarize
 from engines.metrics import Scrape
 
 SLO = Slo(ttft_seconds=2.0, itl_seconds=0.1)
@@ -88,6 +88,23 @@ def test_the_run_is_held_against_the_plan_in_words() -> None:
     failing = held_against_plan(46_592, 1000, [level(1, 0.2), level(8, 0.3, failed=2)], SLO)  # type: ignore[list-item]
     assert failing.endswith("measured: 1 before 2 of 12 requests failed at 8")
     assert "already at 1 session" in held_against_plan(46_592, 1000, [level(1, 2.5)], SLO)  # type: ignore[list-item]
+
+
+def test_the_headline_names_the_checks_own_time_bound_apart_from_the_deployments_failures() -> None:
+    def cut(users: float, ttft_p90: float, cut: int, failed: int = 0) -> object:
+        samples = [Sample(0.0, 1.0, ttft=ttft_p90, output_tokens=2)] * 25 + [Sample(0.0, 1.0, error=CUT)] * cut
+        return summarize(users, samples + [Sample(0.0, 1.0, error="timeout")] * failed, 1.0, SLO)
+
+    first = held_against_plan(46_592, 1000, [cut(1, 0.2, 1)], SLO)  # type: ignore[list-item]
+    assert first.endswith(
+        "measured: the check's time bound, not the deployment, cut 1 of 26 requests already at 1 session"
+    )
+    later = held_against_plan(46_592, 1000, [level(1, 0.2), cut(4, 0.3, 2)], SLO)  # type: ignore[list-item]
+    assert later.endswith("measured: 1 before the check's time bound, not the deployment, cut 2 of 27 requests at 4")
+    slow = held_against_plan(46_592, 1000, [cut(1, 2.5, 1)], SLO)  # type: ignore[list-item]
+    assert slow.endswith("measured: TTFT p90 passed 2 s already at 1 session")
+    both = held_against_plan(46_592, 1000, [cut(1, 0.2, 1, failed=3)], SLO)  # type: ignore[list-item]
+    assert both.endswith("measured: 3 of 29 requests failed already at 1 session")
 
 
 def test_the_capacity_tasks_are_registered_under_the_names_they_are_sent_by() -> None:

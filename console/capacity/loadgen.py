@@ -26,11 +26,10 @@ from typing import Any
 import aiohttp
 
 from engines.capacity.profiles import Shape, calibration_texts, prompt_text
-from engines.capacity.results import Sample
+from engines.capacity.results import CUT, Sample
 
 MAX_IN_FLIGHT = 512  # requests at once in a rate sweep; arrivals beyond wait
 IDLE_TIMEOUT_S = 300.0  # silence on one stream that counts it as failed (a long prefill can be silent)
-CUT = "cut at the check's time bound"
 
 
 @dataclass(frozen=True)

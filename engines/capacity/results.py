@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from engines.metrics import Scrape
 
+CUT = "cut at the check's time bound"  # a request still running when its level's time ran out: the check's limit
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -177,7 +179,8 @@ def held_against_plan(
 ) -> str:
     """The run against the plan in one sentence, e.g. "plan: 13.9 sessions of 32K; measured: 12 before
     TTFT p90 passed 2 s". ``levels`` in the order run; a level holds when nothing failed and its TTFT
-    p90 is within the SLO. ``unit`` names a level ("sessions", or "requests/s" for a rate sweep).
+    p90 is within the SLO; the first that does not names what stopped it (_limit), the check's own time bound
+    apart from the deployment's failures. ``unit`` names a level ("sessions", or "requests/s" for a rate sweep).
 
     A session holds whole KV blocks of ``block_tokens`` tokens (engines.sizing.kv_block_tokens), so the
     plan's sessions are ``kv_capacity_tokens / (ceil(session_tokens / block_tokens) × block_tokens)``: vLLM's
@@ -185,7 +188,6 @@ def held_against_plan(
     held_tokens = math.ceil(session_tokens / block_tokens) * block_tokens
     blocks = f" ({held_tokens // block_tokens} blocks of {block_tokens})" if held_tokens != session_tokens else ""
     plan = f"plan: {kv_capacity_tokens / held_tokens:,.1f} sessions of {tokens_label(session_tokens)}{blocks}"
-    target = f"TTFT p90 passed {slo.ttft_seconds:g} s"
     held = [lv for lv in levels if lv.failed == 0 and lv.ttft_p90 is not None and lv.ttft_p90 <= slo.ttft_seconds]
     broke = next((lv for lv in levels if lv not in held), None)
     if not levels:
@@ -193,20 +195,25 @@ def held_against_plan(
     elif broke is None:
         measured = f"{_count(levels[-1].level, unit)}, the most run, held TTFT p90 within {slo.ttft_seconds:g} s"
     elif broke is levels[0]:
-        why = f"{broke.failed} of {broke.requests} failed" if broke.failed else target
-        measured = f"{why} already at {_count(broke.level, unit)}"
+        measured = f"{_limit(broke, slo)} already at {_count(broke.level, unit)}"
     else:
         best = max(lv.level for lv in held if lv.level < broke.level) if held else 0
-        reason = (
-            f"{broke.failed} of {broke.requests} requests failed at {_level(broke.level)}"
-            if broke.failed
-            else (f"{target} at {_level(broke.level)}")
-        )
-        measured = f"{_level(best)} before {reason}"
+        measured = f"{_level(best)} before {_limit(broke, slo)} at {_level(broke.level)}"
     engine = [lv.engine.get("running_while_waiting") for lv in levels]
     held_at_once = max((n for n in engine if n is not None), default=None)
     tail = f"; the engine ran {held_at_once:g} at once while others waited" if held_at_once else ""
     return f"{plan}; measured: {measured}{tail}"
+
+
+def _limit(broke: LevelResult, slo: Slo) -> str:
+    """What stopped the sweep at ``broke``: the deployment (its failures, else TTFT p90 past the SLO) before the
+    check's own time bound, which says only that the check ran out of time (CUT), not that the deployment did."""
+    cut = broke.failures.get(CUT, 0)
+    if broke.failed > cut:
+        return f"{broke.failed - cut} of {broke.requests} requests failed"
+    if cut == 0 or (broke.ttft_p90 is not None and broke.ttft_p90 > slo.ttft_seconds):
+        return f"TTFT p90 passed {slo.ttft_seconds:g} s"
+    return f"the check's time bound, not the deployment, cut {cut} of {broke.requests} requests"
 
 
 def _level(value: float) -> str:
