@@ -358,3 +358,28 @@ def test_the_readme_names_each_setting_once_and_allowed_hosts_with_its_true_defa
     default = row.split("|")[2]
     assert "`*`" not in default and DEFAULT_HOSTS.rsplit(",", 1)[0] in default and "machine's name" in default
     assert settings.ALLOWED_HOSTS != ["*"]
+
+
+@pytest.mark.django_db
+def test_a_capacity_result_without_engine_numbers_reads_no_data_not_a_500(admin: Client) -> None:
+    """A result row's engine numbers default to {} (rows the worker writes have every key; older or hand-made ones
+    may not): the run page reads "no data" for each, where a missing key used to raise in the percent filter."""
+    from console.capacity.models import CapacityResult, CapacityRun
+
+    run = CapacityRun.objects.create(
+        deployment=a_deployment("bare"), deployment_name="bare", profile="chat", mode="concurrency", levels=[1],
+        requests_per_level=4, max_seconds=60, shape={"prompt_tokens": 100, "output_tokens": 10}, state="done",
+    )  # fmt: skip
+    CapacityResult.objects.create(
+        run=run,
+        level=1,
+        requests=4,
+        succeeded=4,
+        duration_s=1.0,
+        output_tokens_per_s=40.0,
+        prompt_tokens_per_s=400.0,
+        goodput_rps=4.0,
+        goodput_ratio=1.0,
+    )
+    page = admin.get(f"/capacity/runs/{run.pk}/")
+    assert page.status_code == 200 and "no data" in page.content.decode()

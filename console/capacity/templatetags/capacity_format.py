@@ -7,15 +7,16 @@ register = template.Library()
 
 
 @register.filter
-def percent(value: float | None, digits: int = 1) -> str:
-    """0.334 → "33.4 %"; None → "no data"."""
-    return "no data" if value is None else f"{value * 100:.{digits}f} %"
+def percent(value: object, digits: int = 1) -> str:
+    """0.334 → "33.4 %"; None, or what is not a number (a key missing from a result's engine numbers, which a
+    template reads as ""), → "no data"."""
+    return f"{value * 100:.{digits}f} %" if isinstance(value, int | float) else "no data"
 
 
 @register.filter
-def number(value: float | None, digits: int = 3) -> str:
-    """A number with at most ``digits`` significant decimals, thousands separated; None → "—"."""
-    if value is None:
+def number(value: object, digits: int = 3) -> str:
+    """A number with at most ``digits`` significant decimals, thousands separated; None or not a number → "—"."""
+    if not isinstance(value, int | float):
         return "—"
     if float(value).is_integer():
         return f"{value:,.0f}"
