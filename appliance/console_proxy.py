@@ -167,12 +167,16 @@ async def _answer(send: Send, status: int, kind: bytes, body: bytes, extra: Head
 
 
 UNAVAILABLE_PAGE = b"""<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
-<title>Hearth: the console is starting</title></head><body style="font-family: sans-serif; margin: 3em">
+<title>Hearth: the console is starting</title></head><body>
 <h1>The console is not answering</h1><p>It may be starting again; this page reloads itself every 2 seconds.
 The API at /v1 is served meanwhile.</p></body></html>
 """
 
 
+UNAVAILABLE_CSP = b"default-src 'none'; base-uri 'none'; frame-ancestors 'none'"  # the page loads nothing, as Django's
+
+
 async def _unavailable(scope: Scope, send: Send) -> None:
     detail = "The console is not answering (it may be starting); try again in a moment."
-    await _answer(send, 503, *_detail(scope, detail, UNAVAILABLE_PAGE), ((b"retry-after", RETRY_AFTER),))
+    headers = ((b"retry-after", RETRY_AFTER), (b"content-security-policy", UNAVAILABLE_CSP))
+    await _answer(send, 503, *_detail(scope, detail, UNAVAILABLE_PAGE), headers)

@@ -162,6 +162,7 @@ def test_a_console_that_dies_answers_503_until_it_is_started_again(web_server: W
     api = httpx.get(f"{web_server.base}/api/keys", timeout=10)
     assert (page.status_code, page.headers["retry-after"], api.status_code) == (503, "2", 503), page.text
     assert "console is not answering" in page.text and "console is not answering" in api.json()["detail"]
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")  # as every console page has one
     deadline = time.monotonic() + 60
     while httpx.get(f"{web_server.base}/login/", timeout=10).status_code >= 500:
         assert time.monotonic() < deadline, web_server.proc.output()[-3000:]
