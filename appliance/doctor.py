@@ -306,9 +306,9 @@ def session_pids(candidates: Iterable[int], engines_dir: Path) -> set[int]:
 
 def run_checks(disk: DiskNeed | None = None) -> list[Check]:
     """Every check, in order, under the settings in force (HEARTH_RUNTIME, HEARTH_GPU_INVENTORY,
-    HEARTH_WEIGHTS_DIR, where Hearth downloads weights); ``disk`` is what the weights cache must hold (default: no weights, the margin
-    HEARTH_DOCTOR_MIN_FREE_GIB; the console sizes it by its deployments). Takes a few seconds at most;
-    never raises."""
+    HEARTH_WEIGHTS_DIR, where Hearth downloads weights); ``disk`` is what the weights cache must hold (default: no
+    weights, the margin HEARTH_DOCTOR_MIN_FREE_GIB; the console sizes it by its deployments). Takes a few seconds
+    at most; never raises."""
     runtime, inventory = settings.HEARTH_RUNTIME, settings.HEARTH_GPU_INVENTORY
     facts = read_docker()
     checks = [docker_check(facts, runtime), nvidia_runtime_check(facts, find_cdi_specs(), runtime, inventory)]

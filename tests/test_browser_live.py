@@ -1,7 +1,7 @@
 """Live means live (issue 33's first acceptance point), in headless Chromium: with 30 long streams in flight on a
 slow simulator deployment and none of them ended, the dashboard and the deployment page show the users' TTFT p50
 and "30 running" (the requests the gateway relays now, from its notes in Redis), not "no requests". Screenshots go
-to the test's folder and to /work/notes/screens/ when that folder exists (tests/test_browser_panels.shot)."""
+to the test's folder (and HEARTH_SCREENSHOTS, when set: tests/test_browser_panels.shot)."""
 
 import re
 import threading

@@ -1,7 +1,7 @@
 """The dashboard and a deployment's panels in headless Chromium while the simulator is under load: numbers that
 move between refreshes, charts with points, the simulated GPU strip, then the engine's /metrics stalls (the
-process is stopped with SIGSTOP) and the staleness warning appears. Screenshots go to the test's folder and to
-/work/notes/screens/ when that folder exists (for the lead to look at)."""
+process is stopped with SIGSTOP) and the staleness warning appears. Screenshots go to the test's folder, and are
+copied to the folder HEARTH_SCREENSHOTS names when it is set (keep, for whoever reviews the pages)."""
 
 import os
 import shutil
@@ -23,7 +23,16 @@ from tests.simworld import ensure_model, wait_state
 from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-NOTES = Path("/work/notes/screens")
+SCREENSHOTS = os.environ.get("HEARTH_SCREENSHOTS", "")  # a folder to copy each screenshot into; none when unset
+
+
+def keep(path: Path) -> None:
+    """A copy of the screenshot at ``path`` in HEARTH_SCREENSHOTS, when that is set."""
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(SCREENSHOTS) / path.name)
+
+
 PROMPT = "Tell me a long story about a lighthouse keeper and the sea. " * 60  # ~700 tokens: KV use shows
 
 
@@ -72,9 +81,7 @@ class Load:
 def shot(page: Page, tmp_path: Path, name: str) -> None:
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
-    if NOTES.parent.exists():
-        NOTES.mkdir(exist_ok=True)
-        shutil.copy(path, NOTES / path.name)
+    keep(path)
 
 
 def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_stale(

@@ -2,10 +2,9 @@
 setting, a token, a client secret, compose's passwords, a password in DATABASE_URL, a token file) and whose log
 holds them too: every setting README documents is listed, the Content-Security-Policy refuses nothing, the support
 bundle is copied whole and downloaded, and no secret value is in the page, the clipboard or the file. Issue 33,
-point 4. Screenshots (the first screen, the whole page) go to the test's folder and to /work/notes/screens/ when that folder exists."""
+point 4. Screenshots (the first screen, the whole page) go to the test's folder (and HEARTH_SCREENSHOTS, when set)."""
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from playwright.sync_api import Browser, expect, sync_playwright
 
 from tests.conftest import start_web
 from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
-from tests.test_browser_panels import NOTES
+from tests.test_browser_panels import keep
 from tests.test_readme_settings import settings_table
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -95,9 +94,8 @@ def test_the_settings_page_lists_every_setting_and_no_secret(
 
     shot = tmp_path / "settings.png"
     page.screenshot(path=str(shot), full_page=True)
-    if NOTES.is_dir():
-        shutil.copy(shot, NOTES / "settings.png")
-        shutil.copy(tmp_path / "settings-top.png", NOTES / "settings-top.png")
+    keep(shot)
+    keep(tmp_path / "settings-top.png")
     for text in (page.content(), copied, downloaded):
         assert [v for v in [*SECRETS.values(), DATABASE_PASSWORD, HF_TOKEN] if v in text] == []
     assert errors == []  # a Content-Security-Policy refusal is a console error

@@ -5,7 +5,6 @@ singular counts ("1 request"), and the README's Configuration table naming each 
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +25,10 @@ from gateway.quotas import LIMITS, refusal
 from tests.conftest import ROOT
 from tests.simworld import ensure_model
 from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
+from tests.test_browser_panels import keep
 from tests.test_panels import log_row
 from tests.test_readme_settings import settings_table
 
-NOTES = Path("/work/notes/screens")
 H100_BOX = "8× NVIDIA H100 80GB HBM3 (79.6 GiB each), simulated (8xH100-80GB)"
 NAV = '<nav aria-label="Console">'
 
@@ -159,12 +158,10 @@ def browser() -> Iterator[Browser]:
 
 
 def shot(page: Page, tmp_path: Path, name: str, part: str = "#charts") -> Path:
-    """``part`` of the page as a PNG in the test's folder, and in /work/notes/screens/ when that exists."""
+    """``part`` of the page as a PNG in the test's folder (and HEARTH_SCREENSHOTS: tests/test_browser_panels.keep)."""
     path = tmp_path / f"{name}.png"
     page.locator(part).screenshot(path=str(path))
-    if NOTES.parent.exists():
-        NOTES.mkdir(exist_ok=True)
-        shutil.copy(path, NOTES / path.name)
+    keep(path)
     return path
 
 
