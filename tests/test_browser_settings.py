@@ -4,17 +4,15 @@ holds them too: every setting README documents is listed, the Content-Security-P
 bundle is copied whole and downloaded, and no secret value is in the page, the clipboard or the file. Issue 33,
 point 4. Screenshots (the first screen, the whole page) go to the test's folder (and HEARTH_SCREENSHOTS, when set)."""
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from tests.conftest import start_web
-from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
-from tests.test_browser_panels import keep
+from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the module's Chromium
 from tests.test_readme_settings import settings_table
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -27,15 +25,6 @@ SECRETS = {
 }
 DATABASE_PASSWORD = "browser-database-url-password-6f3d"  # PostgreSQL trusts this box: any password is taken
 HF_TOKEN = "hf_browserTokenInTheFile90ab"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API keeps an event loop in this thread
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -60,7 +49,10 @@ def secret_web(live_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
 
 
 def test_the_settings_page_lists_every_setting_and_no_secret(
-    browser: Browser, secret_web: str, django_user_model: Any, tmp_path: Path
+    browser: Browser,  # noqa: F811 - the fixture
+    secret_web: str,
+    django_user_model: Any,
+    tmp_path: Path,
 ) -> None:
     django_user_model.objects.create_superuser("admin", "", "admin-password-1")
     context = browser.new_context(base_url=secret_web, viewport={"width": 1280, "height": 800}, accept_downloads=True)
