@@ -8,7 +8,10 @@ then falls back to a stale published one (its age shown), else no GPUs. ``nvml``
 read in this process, as configured. The inventory says where it came from and when (``Inventory.origin``,
 ``read_at``).
 
-NVML is reached through nvidia-ml-py (``pynvml``); memory used by other processes counts as used.
+NVML is reached through nvidia-ml-py (``pynvml``); memory used by other processes counts as used. A GPU's total is
+what CUDA can allocate: NVML's physical total less the memory the driver reserves for itself (nvmlMemory_v2's
+``reserved``; 0.6 GiB on an idle H200 with driver 580, which NVML's first memory call counts as used). vLLM's
+``gpu_memory_utilization`` is a share of that same total (torch.cuda.mem_get_info).
 The pre-flight check (appliance.doctor) also reads the driver version and the processes on each GPU here.
 """
 
@@ -92,18 +95,33 @@ def read_nvml() -> Inventory:
         devices = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            total, used = _memory(pynvml, handle)
             devices.append(
                 GpuDevice(
                     index=i,
                     name=str(pynvml.nvmlDeviceGetName(handle)),
                     uuid=str(pynvml.nvmlDeviceGetUUID(handle)),
-                    memory_total_bytes=int(memory.total),
-                    memory_used_bytes=int(memory.used),
+                    memory_total_bytes=total,
+                    memory_used_bytes=used,
                     compute_capability=tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
                 )
             )
         return Inventory("nvml", devices, read_at=time.time())
+
+
+def _memory(pynvml: Any, handle: Any) -> tuple[int, int]:
+    """(total, used) bytes of one GPU as CUDA sees them: the driver's reserved memory is in neither.
+
+    nvmlDeviceGetMemoryInfo_v2 where the driver has it; an older driver's v1 answer as it is (its reserved
+    memory then counts as used, the safe side).
+    """
+    try:
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    except pynvml.NVMLError:
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(memory.total), int(memory.used)
+    total = int(memory.total) - int(memory.reserved)
+    return total, total - int(memory.free)
 
 
 def driver_version() -> str:
@@ -192,7 +210,7 @@ def read_nvml_telemetry() -> list[GpuTelemetry]:
         out = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(h)
+            total, used = _memory(pynvml, h)
             util = _optional(pynvml.nvmlDeviceGetUtilizationRates, h)
             power = _optional(pynvml.nvmlDeviceGetPowerUsage, h)
             limit = _optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
@@ -201,8 +219,8 @@ def read_nvml_telemetry() -> list[GpuTelemetry]:
                 GpuTelemetry(
                     i,
                     str(pynvml.nvmlDeviceGetName(h)),
-                    int(memory.used),
-                    int(memory.total),
+                    used,
+                    total,
                     None if util is None else util.gpu / 100,
                     None if power is None else power / 1000,
                     None if limit is None else limit / 1000,

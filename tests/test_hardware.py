@@ -57,23 +57,56 @@ def test_nvml_insisted_on_without_a_driver_is_an_error() -> None:
         current_inventory()
 
 
-def test_it_reads_nvml_devices_memory_and_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+# What NVML answered on a lent H200 (driver 580.159.04, 2026-12-04) with 40 GiB held by one process: the
+# physical total, 615 MiB reserved by the driver, and CUDA's own free figure (torch.cuda.mem_get_info) equal to
+# total - reserved - used to the byte.
+H200_TOTAL = 150_754_820_096
+H200_RESERVED = 644_939_776
+HELD = 40 << 30
+
+
+def _stand_in(memory_v2: bool) -> SimpleNamespace:
     class NVMLError(Exception):
         pass
 
-    handles = {0: "h0", 1: "h1"}
-    fake = SimpleNamespace(
+    def memory_info(handle: str, version: int | None = None) -> SimpleNamespace:
+        used = HELD if handle == "h1" else 0
+        if version is None:  # v1 counts the reserved memory as used
+            return SimpleNamespace(total=H200_TOTAL, used=used + H200_RESERVED, free=H200_TOTAL - H200_RESERVED - used)
+        if not memory_v2:
+            raise NVMLError("Function Not Found")
+        free = H200_TOTAL - H200_RESERVED - used
+        return SimpleNamespace(total=H200_TOTAL, reserved=H200_RESERVED, used=used, free=free)
+
+    return SimpleNamespace(
         NVMLError=NVMLError,
+        nvmlMemory_v2=0x2000028,
         nvmlInit=lambda: None,
         nvmlShutdown=lambda: None,
         nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=handles.__getitem__,
+        nvmlDeviceGetHandleByIndex={0: "h0", 1: "h1"}.__getitem__,
         nvmlDeviceGetName=lambda h: "NVIDIA H200",
         nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
         nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
-        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=150_754_820_096, used=4 << 30 if h == "h1" else 0),
+        nvmlDeviceGetMemoryInfo=memory_info,
     )
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+
+def test_it_reads_nvml_devices_memory_and_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _stand_in(memory_v2=True))
     inventory = read_nvml()
     assert inventory.source == "nvml" and [d.uuid for d in inventory.devices] == ["GPU-h0", "GPU-h1"]
-    assert inventory.devices[1].memory_used_bytes == 4 << 30 and inventory.devices[0].supports_fp8_kv
+    assert inventory.devices[1].memory_used_bytes == HELD and inventory.devices[0].supports_fp8_kv
+
+
+def test_a_gpu_s_total_is_what_cuda_can_allocate_without_the_driver_s_reserve(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _stand_in(memory_v2=True))
+    idle, holding = read_nvml().devices
+    assert idle.memory_total_bytes == H200_TOTAL - H200_RESERVED and idle.memory_used_bytes == 0
+    assert holding.memory_total_bytes - holding.memory_used_bytes == H200_TOTAL - H200_RESERVED - HELD
+
+
+def test_an_old_driver_without_memory_v2_counts_its_reserve_as_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _stand_in(memory_v2=False))
+    idle, _ = read_nvml().devices
+    assert idle.memory_total_bytes == H200_TOTAL and idle.memory_used_bytes == H200_RESERVED
