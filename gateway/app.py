@@ -12,6 +12,8 @@ not launch goes only where the address policy allows (gateway.connect_policy). A
 was compressed (gateway.request_body); count_tokens is answered with an estimate where the engine cannot count
 (gateway.count_tokens); a request a wrong base URL sent (``/v1/v1/...``, an endpoint without ``/v1``) gets the fix
 (gateway.wrong_urls). Every answer's head carries the request's id (gateway.request_ids), added once, as it goes out.
+A request refused before an engine was chosen leaves its request-log row too, once its key authenticated
+(gateway.refusals).
 """
 
 import gc
@@ -25,7 +27,7 @@ from typing import Any
 from django.conf import settings
 
 from appliance.hop_marker import marker
-from gateway import context_fit, count_tokens, errors, loops, probes, wrong_urls
+from gateway import context_fit, count_tokens, errors, loops, probes, refusals, wrong_urls
 from gateway.accounting import Outcome, count_refusal
 from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.connect_policy import AddressGate
@@ -135,20 +137,34 @@ class Gateway:
                 return
             if exc.status in REFUSED_BEFORE_RELAY and not exc.recorded:  # the rest gateway.accounting counted
                 count_refusal(surface, exc.status)
+            if not exc.recorded:
+                await self._log_refusal(scope, intended or path, surface, exc.status, ids)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
             allow = [(b"allow", exc.allow.encode())] if exc.allow else []
             await send_json(tracked, exc.status, exc.body(surface), [*retry, *allow, *exc.headers])
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
             if not tracked.started:
                 count_refusal(surface, 400)
+                await self._log_refusal(scope, intended or path, surface, 400, ids)
                 nested = GatewayError(400, "The request body is JSON nested too deeply.")
                 await send_json(tracked, 400, nested.body(surface))
         except Exception:  # a bug must still answer in the API's shape, never a plain-text 500
             log.exception("unexpected error on %s (request id %s, ours %s)", path, ids.answered, ids.own)
             if not tracked.started:
                 count_refusal(surface, 500)
+                await self._log_refusal(scope, intended or path, surface, 500, ids)
                 error = GatewayError(500, "The gateway failed on this request; it is logged.", type="server_error")
                 await send_json(tracked, 500, error.body(surface))
+
+    async def _log_refusal(self, scope: Scope, endpoint: str, surface: str, status: int, ids: RequestIds) -> None:
+        """The request-log row of a request answered with ``status`` before an engine was chosen, when its key
+        authenticated (``hearth.key``, set by ``_dispatch``), with the model its body named (``hearth.model``)."""
+        key = scope.get("hearth.key")
+        if key is not None:
+            outcome = refusals.refused(
+                key, scope.get("hearth.model", ""), surface, endpoint, status, scope["hearth.arrived"], ids
+            )
+            await refusals.spool(self.reservations.redis, outcome)
 
     async def _dispatch(
         self, scope: Scope, path: str, receive: Receive, send: Send, intended: str | None, ids: RequestIds
@@ -156,6 +172,7 @@ class Gateway:
         hops = loops.hops_onward(scope["headers"])  # before anything else: a request that came back goes no further
         method, arrived, offered = scope["method"], scope["hearth.arrived"], _api_keys(scope)
         snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered)))
+        scope["hearth.key"] = entry
         if intended is not None:
             await wrong_urls.record(self.reservations.redis, entry, scope["path"], intended, arrived, ids)
             raise wrong_urls.wrong_base_url(
@@ -168,7 +185,7 @@ class Gateway:
             found = await self.registry.resolve(arrived, lambda s: _model(s, authenticate(s, offered), name))
             await send_json(send, 200, json.dumps(found).encode())
         elif method == "POST" and path in POST_ROUTES:
-            await self._relay(path, offered, scope["headers"], receive, send, arrived, hops, ids)
+            await self._relay(path, offered, scope, receive, send, arrived, hops, ids)
         elif is_endpoint(path):
             allow = "POST" if path in POST_ROUTES else "GET"
             raise GatewayError(
@@ -181,7 +198,7 @@ class Gateway:
         self,
         path: str,
         offered: list[str],
-        headers: list[tuple[bytes, bytes]],
+        scope: Scope,
         receive: Receive,
         send: Send,
         arrived: float,
@@ -190,9 +207,11 @@ class Gateway:
     ) -> None:
         """Relay a POST to a replica of the body's model, as planned before its first byte (gateway.relay_plan:
         the request adjusted on its way, what it reserves, the settings that apply), with the hop header
-        ``hops``, recorded under ``ids``. The body is decoded as its ``headers`` say (gateway.request_body)."""
-        body = await read_body(receive, headers)
+        ``hops``, recorded under ``ids``. The body is decoded as its headers say (gateway.request_body); the model it
+        names is noted in ``scope`` for a refusal's row."""
+        body = await read_body(receive, scope["headers"])
         request = parse_body(body)
+        scope["hearth.model"] = request["model"] if isinstance(request.get("model"), str) else ""
         kind, surface = POST_ROUTES[path]
         key, route = await self.registry.resolve(arrived, lambda s: _key_and_route(s, offered, request))
         plan = await self.planner.plan(path, body, request, key, route, surface, kind, arrived, hops)

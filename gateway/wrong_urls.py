@@ -13,24 +13,18 @@ Outside /v1 the console serves its pages: of the paths without ``/v1`` only ``/m
 console's too, so that one is the gateway's only when the request offers an API key (a browser never sends one).
 """
 
-import logging
 import re
-import time
 from collections.abc import Callable, Iterable
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
-from console.observability.request_rows import encode
-from console.observability.request_spool import spool_key
-from gateway.accounting import Outcome, count, row_of
+from gateway.accounting import count
 from gateway.errors import GatewayError, Surface
+from gateway.refusals import refused, spool
 from gateway.request_ids import RequestIds
 from gateway.snapshot import KeyEntry
 
-log = logging.getLogger(__name__)
 V1 = "/v1"
-ENDPOINT_CHARS = 50  # RequestLog.endpoint's length
 HOST = re.compile(r"[A-Za-z0-9.\-]{1,253}(:\d{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](:\d{1,5})?")
 
 
@@ -95,25 +89,8 @@ def wrong_base_url(sent: str, endpoint: str, base: str) -> GatewayError:
 async def record(
     redis: aioredis.Redis, key: KeyEntry, sent: str, endpoint: str, arrived: float, ids: RequestIds
 ) -> None:
-    """Count the request and spool its request-log row (console.observability.request_spool): ``key``'s, no model,
-    ``sent`` as its endpoint, status 404, under ``ids``. Never raises: a row Redis does not take is lost, and
-    logged."""
-    outcome = Outcome(
-        key.id,
-        key.prefix,
-        "",
-        surface_of(endpoint),
-        sent[:ENDPOINT_CHARS],
-        False,
-        status=404,
-        duration_seconds=time.monotonic() - arrived,
-        request_id=ids.own,
-        client_request_id=ids.client,
-    )
+    """Count the request and spool its request-log row (gateway.refusals): ``key``'s, no model, ``sent`` as its
+    endpoint, status 404, under ``ids``. Never raises."""
+    outcome = refused(key, "", surface_of(endpoint), sent, 404, arrived, ids)
     count(outcome)
-    row = row_of(outcome)
-    row.pop("cost_usd")
-    try:
-        await redis.xadd(spool_key(), {"row": encode(row), "cost": ""})
-    except (RedisError, OSError) as exc:
-        log.warning("the request log row of a request to %s is lost: Redis does not answer (%s)", sent[:100], exc)
+    await spool(redis, outcome)

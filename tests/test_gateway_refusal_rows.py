@@ -1,0 +1,59 @@
+"""Every request a key sends leaves a request-log row, also one the gateway refuses itself before an engine is
+chosen (gateway.refusals): a body that is not JSON, an unknown model, a Content-Encoding it does not decode, a bad
+gzip body, a wrong method, an unknown endpoint. Each row holds the key, the model its body named, the endpoint, the
+status and the request's id, with no tokens and no cost; the answer is the API's own error. A request without a key
+that authenticates leaves none. Against a real web process and tests/test_stream_defects_replay.py's engine."""
+
+import json
+
+import httpx
+import pytest
+
+from console.observability.models import RequestLog
+from tests.test_gateway_request_ids import rows
+from tests.test_stream_defects_replay import MODEL, engine, key
+
+pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]  # the web reads the test database
+__all__ = ["engine", "key"]  # the fixtures this module takes from test_stream_defects_replay
+ASK = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}
+CHAT = "/v1/chat/completions"
+
+REFUSED = [
+    ("not-json", "POST", CHAT, b"{not json", {}, 400, ""),
+    ("unknown-model", "POST", CHAT, json.dumps({**ASK, "model": "no-such-model"}).encode(), {}, 404, "no-such-model"),
+    ("brotli", "POST", CHAT, json.dumps(ASK).encode(), {"content-encoding": "br"}, 415, ""),
+    ("bad-gzip", "POST", CHAT, b"not gzip at all", {"content-encoding": "gzip"}, 400, ""),
+    ("no-model", "POST", CHAT, json.dumps({"messages": []}).encode(), {}, 400, ""),
+    ("wrong-method", "GET", CHAT, b"", {}, 405, ""),
+    ("unknown-endpoint", "POST", "/v1/nothing-here", json.dumps(ASK).encode(), {}, 404, ""),
+]
+
+
+@pytest.mark.parametrize(("name", "method", "path", "body", "headers", "status", "model"), REFUSED)
+def test_a_refused_request_of_a_key_leaves_its_row(
+    web: str, key: str, name: str, method: str, path: str, body: bytes, headers: dict[str, str], status: int, model: str
+) -> None:
+    sent = {"x-api-key": key, "content-type": "application/json", "x-request-id": f"refused-{name}", **headers}
+    answer = httpx.request(method, f"{web}{path}", content=body, headers=sent, timeout=30)
+    assert answer.status_code == status, answer.text
+    assert "error" in answer.json()  # the API's own error shape, not a page
+    [row] = rows(client_request_id=f"refused-{name}")
+    assert (row.status, row.endpoint, row.model) == (status, path, model)
+    assert row.api_key_id is not None and row.prompt_tokens is None and row.cost_usd is None
+
+
+def test_a_long_model_name_is_cut_to_the_column(web: str, key: str) -> None:
+    named = {**ASK, "model": "m" * 500}
+    sent = {"x-api-key": key, "x-request-id": "refused-long-model"}
+    assert httpx.post(f"{web}{CHAT}", json=named, headers=sent, timeout=30).status_code == 404
+    [row] = rows(client_request_id="refused-long-model")
+    assert row.model == "m" * 200
+
+
+def test_a_request_without_a_key_that_authenticates_leaves_no_row(web: str, key: str) -> None:
+    sent = {"x-api-key": "hk-not-a-key", "x-request-id": "refused-no-key"}
+    assert httpx.post(f"{web}{CHAT}", content=b"{not json", headers=sent, timeout=30).status_code == 401
+    seen = {"x-api-key": key, "x-request-id": "refused-after"}  # a later row: the earlier one had time to land
+    assert httpx.post(f"{web}{CHAT}", content=b"{not json", headers=seen, timeout=30).status_code == 400
+    rows(client_request_id="refused-after")
+    assert not RequestLog.objects.filter(client_request_id="refused-no-key").exists()
