@@ -280,6 +280,11 @@ def _plan_at(
             f"Only {split.headroom / gib:.2f} GiB stays outside vLLM's share for CUDA graphs (about "
             f"{split.cuda_graphs / gib:.1f} GiB): lower gpu_memory_utilization or add --enforce-eager."
         )
+    elif split.kv_cache <= 0:
+        reasons.append(
+            f"Does not fit: weights, activation peak and non-torch memory take more than the "
+            f"{split.total * util / gib:.1f} GiB vLLM may use per GPU, so nothing is left for the KV cache."
+        )
     elif capacity < model_len:
         reasons.append(
             f"Does not fit: one {model_len:,}-token sequence needs more KV cache than the {capacity:,} tokens left."
