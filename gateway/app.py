@@ -376,7 +376,7 @@ def _model(snapshot: Snapshot, entry: KeyEntry, name: str) -> dict[str, object]:
     for model in model_objects(snapshot, entry):
         if model["id"] == name:
             return model
-    raise errors.unknown_model(name)
+    raise errors.unknown_model(name, [str(m["id"]) for m in model_objects(snapshot, entry)])
 
 
 def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Route:
@@ -393,4 +393,4 @@ def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Rout
         return route
     if model in snapshot.states:
         raise errors.not_ready(model, snapshot.states[model], max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
-    raise errors.unknown_model(model)
+    raise errors.unknown_model(model, [str(m["id"]) for m in model_objects(snapshot, entry)])

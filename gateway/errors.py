@@ -9,6 +9,7 @@
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -95,10 +96,15 @@ def registry_unavailable() -> GatewayError:
     )
 
 
-def unknown_model(name: str) -> GatewayError:
+def unknown_model(name: str, served: Sequence[str] = ()) -> GatewayError:
+    """404 for the model ``name`` (shown cut to 100 characters), naming the models ``served`` to this key (at most
+    10, the rest counted) so a client set up with a wrong name sees the right ones."""
+    shown = name if len(name) <= 100 else name[:100] + "…"
+    listed = ", ".join(served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
+    hint = f" Models this key can use: {listed}." if served else " No model this key may use is deployed now."
     return GatewayError(
         404,
-        f"The model '{name}' does not exist or you do not have access to it.",
+        f"The model '{shown}' does not exist or you do not have access to it.{hint}",
         code="model_not_found",
         param="model",
     )

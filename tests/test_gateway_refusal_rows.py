@@ -57,3 +57,11 @@ def test_a_request_without_a_key_that_authenticates_leaves_no_row(web: str, key:
     assert httpx.post(f"{web}{CHAT}", content=b"{not json", headers=seen, timeout=30).status_code == 400
     rows(client_request_id="refused-after")
     assert not RequestLog.objects.filter(client_request_id="refused-no-key").exists()
+
+
+def test_an_unknown_model_s_404_names_the_models_the_key_can_use(web: str, key: str) -> None:
+    named = {**ASK, "model": "smollm"}  # a near miss, as a tool set up by hand sends
+    answer = httpx.post(f"{web}{CHAT}", json=named, headers={"x-api-key": key}, timeout=30)
+    error = answer.json()["error"]
+    assert answer.status_code == 404 and error["code"] == "model_not_found"
+    assert error["message"].endswith(f"Models this key can use: {MODEL}.")
