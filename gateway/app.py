@@ -210,7 +210,7 @@ class Gateway:
         ``hops``, recorded under ``ids``. The body is decoded as its headers say (gateway.request_body); the model it
         names is noted in ``scope`` for a refusal's row."""
         body = await read_body(receive, scope["headers"])
-        request = parse_body(body)
+        request = parse_body(body, path)
         scope["hearth.model"] = request["model"] if isinstance(request.get("model"), str) else ""
         kind, surface = POST_ROUTES[path]
         key, route = await self.registry.resolve(arrived, lambda s: _key_and_route(s, offered, request))
@@ -223,7 +223,7 @@ class Gateway:
         async def woken() -> None:
             """Held for the wake (gateway.holding), then planned again on the ready route, from the body as sent."""
             ready = await self.holding.hold(relay.plan, relay.state, send)
-            again = parse_body(body)
+            again = parse_body(body, path)
             relay.plan = await self.planner.plan(path, body, again, key, ready, surface, kind, arrived, hops)
 
         await self._serve(relay, ids, receive, send, woken)

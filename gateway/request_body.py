@@ -22,11 +22,14 @@ FIELD_TYPES = (
     ("max_tokens", int, "an integer"),
     ("max_completion_tokens", int, "an integer"),
 )
+TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")
 
 
-def parse_body(body: bytes) -> dict[str, Any]:
+def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
     """The body as a JSON object. Raises GatewayError 400 for what is not one: invalid JSON or text, or JSON
-    nested deeper than the parser's recursion limit (~1,000 levels in CPython)."""
+    nested deeper than the parser's recursion limit (~1,000 levels in CPython); and for a field the gateway reads
+    of the wrong type, or a token limit under 1 (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a
+    prompt), as OpenAI's and Anthropic's APIs refuse them."""
     try:
         request = json.loads(body)
     except ValueError:
@@ -39,6 +42,10 @@ def parse_body(body: bytes) -> dict[str, Any]:
         value = request.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise GatewayError(400, f"'{name}' must be {what}.", param=name)
+    least = 0 if endpoint == "/v1/completions" else 1
+    for name in TOKEN_LIMITS:
+        if isinstance(request.get(name), int) and request[name] < least:
+            raise GatewayError(400, f"'{name}' must be {least} or more; it is {request[name]}.", param=name)
     return request
 
 

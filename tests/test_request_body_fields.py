@@ -1,0 +1,35 @@
+"""The fields the gateway reads in a request body are checked before it reads them (gateway.request_body): a wrong
+type, or a token limit no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt),
+is the gateway's own 400 naming the field, where the engine answered with its validator's dump."""
+
+import pytest
+
+from gateway.errors import GatewayError
+from gateway.request_body import parse_body
+
+
+@pytest.mark.parametrize(
+    ("body", "endpoint", "message"),
+    [
+        (b'{"max_tokens": -1}', "/v1/messages", "'max_tokens' must be 1 or more; it is -1."),
+        (b'{"max_tokens": 0}', "/v1/chat/completions", "'max_tokens' must be 1 or more; it is 0."),
+        (b'{"max_completion_tokens": -5}', "/v1/chat/completions", "'max_completion_tokens' must be 1 or more"),
+        (b'{"max_tokens": -1}', "/v1/completions", "'max_tokens' must be 0 or more; it is -1."),
+        (b'{"max_tokens": "ten"}', "/v1/chat/completions", "'max_tokens' must be an integer."),
+        (b'{"max_tokens": true}', "/v1/chat/completions", "'max_tokens' must be an integer."),
+        (b'{"stream": "yes"}', "/v1/chat/completions", "'stream' must be true or false."),
+        (b"[1, 2]", "/v1/chat/completions", "must be a JSON object"),
+    ],
+)
+def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str, message: str) -> None:
+    with pytest.raises(GatewayError) as refused:
+        parse_body(body, endpoint)
+    assert refused.value.status == 400 and message in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "endpoint"),
+    [(b'{"max_tokens": 0, "echo": true}', "/v1/completions"), (b'{"max_tokens": 1}', "/v1/messages"), (b"{}", "")],
+)
+def test_limits_the_apis_accept_pass(body: bytes, endpoint: str) -> None:
+    assert isinstance(parse_body(body, endpoint), dict)
