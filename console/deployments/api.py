@@ -195,6 +195,7 @@ class ChangeIn(Body, IdleChange):
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     fit_max_tokens: StrictBool | None = None
+    replica_count: Integer | None = None
     confirm: StrictBool = False
 
 
@@ -202,6 +203,9 @@ class ChangePreviewOut(Schema):
     plan: dict[str, object]
     recreate: bool
     downtime_seconds: float | None
+    scale: tuple[int, int] | None = Field(
+        None, description="[replicas now, then] when only the count changes, in place"
+    )
 
     @staticmethod
     def resolve_plan(preview: changes.ChangePreview) -> dict[str, object]:
@@ -211,7 +215,8 @@ class ChangePreviewOut(Schema):
 @router.post("/deployments/{pk}/change", response={200: ChangePreviewOut, 202: DeploymentOut})
 def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[Any]:
     """Preview new settings (200: the plan, whether the running engine is recreated, the expected
-    downtime in seconds); with ``confirm`` apply them (202; a running deployment stops, then relaunches)."""
+    downtime in seconds); with ``confirm`` apply them (202; a running deployment stops, then relaunches, but for a
+    change of ``replica_count`` alone, made in place while the replicas serving keep serving)."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
     given = data.dict(exclude={"confirm", *IDLE_FIELDS}, exclude_none=True)
     idle = data.dict(include=set(IDLE_FIELDS), exclude_none=True)

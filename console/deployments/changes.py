@@ -6,9 +6,13 @@ A deployment holds its GPUs exclusively, so the new engine cannot start beside t
 replicas stop first, then the deployment launches with the new settings (the Recreate strategy of
 Kubernetes Deployments). The expected downtime, shown before the admin confirms, is the stop's grace
 period plus how long the last start took to become ready.
+
+A change of the replica count alone, on a ready deployment, is no Recreate: the replicas serving keep their GPUs and
+keep serving while the added ones start, or while the removed ones drain and stop (console.deployments.scaling); no
+downtime.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import transaction
@@ -33,6 +37,15 @@ class ChangePreview:
     plan: StoredPlan
     recreate: bool
     downtime_seconds: float | None
+    scale: tuple[int, int] | None = None  # (replicas now, replicas then) when only the count changes, in place
+
+
+def replicas_gpus(preview: ChangePreview) -> list[tuple[int, ...]]:
+    """The GPU indices each replica of the previewed plan takes, in replica order (empty for a CPU plan)."""
+    plan = preview.plan
+    if not plan.tensor_parallel_size:
+        return []
+    return [plan.replica_gpus(slot) for slot in range(len(plan.gpu_indices) // plan.tensor_parallel_size)]
 
 
 def current_settings(deployment: Deployment) -> dict[str, Any]:
@@ -49,6 +62,7 @@ def current_settings(deployment: Deployment) -> dict[str, Any]:
         "tool_call_parser": deployment.tool_call_parser,
         "reasoning_parser": deployment.reasoning_parser,
         "fit_max_tokens": deployment.fit_max_tokens,
+        "replica_count": deployment.replica_count,
     }
 
 
@@ -65,31 +79,52 @@ def preview_change(
     tool_call_parser: str,
     reasoning_parser: str,
     fit_max_tokens: bool,
+    replica_count: int | None = None,
 ) -> ChangePreview:
-    """What changing ``deployment`` to these settings would do; changes nothing.
+    """What changing ``deployment`` to these settings would do; changes nothing. ``replica_count`` None keeps the
+    deployment's; changed alone on a ready deployment, the replicas serving keep their GPUs (``scale``, no downtime).
 
     Raises ConsoleError for flags Hearth refuses or numbers the planner refuses, or for an external deployment
     (no plan: Hearth does not run its engines).
     """
     external.refused(deployment, "change the settings of")
     check_extra_args(extra_args, deployment.engine)
+    given = {
+        "max_model_len": max_model_len,
+        "kv_space_gib": kv_space_gib,
+        "kv_cache_dtype": kv_cache_dtype,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "tensor_parallel_size": tensor_parallel_size,
+        "max_num_seqs": max_num_seqs,
+    }
+    agents = {"tool_call_parser": tool_call_parser, "reasoning_parser": reasoning_parser}
+    old = deployment.replica_count
+    new = old if replica_count is None else replica_count
     plan = plan_for(
         deployment.source,
         deployment.engine,
-        max_model_len=max_model_len,
-        kv_space_gib=kv_space_gib,
-        kv_cache_dtype=kv_cache_dtype,
-        gpu_memory_utilization=gpu_memory_utilization,
-        tensor_parallel_size=tensor_parallel_size,
-        max_num_seqs=max_num_seqs,
-        replica_count=deployment.replica_count,
-        exclude=deployment.pk,
-        tool_call_parser=tool_call_parser,
-        reasoning_parser=reasoning_parser,
+        **given,
+        **agents,
         fit_max_tokens=fit_max_tokens,
+        replica_count=new,
+        exclude=deployment.pk,
     )
+    asked = given | agents | {"extra_args": extra_args, "fit_max_tokens": fit_max_tokens, "replica_count": old}
+    if new != old and deployment.state == DeploymentState.READY and asked == current_settings(deployment):
+        scaled = replace(plan, gpu_indices=_kept_gpus(deployment.stored_plan, plan, old, new))
+        return ChangePreview(scaled, recreate=False, downtime_seconds=0.0, scale=(old, new))
     recreate = deployment.state in ACTIVE_STATES
     return ChangePreview(plan, recreate, _downtime(deployment) if recreate else None)
+
+
+def _kept_gpus(current: StoredPlan, planned: StoredPlan, old: int, new: int) -> tuple[int, ...]:
+    """Every replica's GPUs after a change of the count alone: the first ``new`` replicas keep theirs; added ones take
+    GPUs of ``planned`` (planned on the free GPUs and this deployment's own) that no replica holds now."""
+    tp = planned.tensor_parallel_size
+    if new <= old:
+        return current.gpu_indices[: new * tp]
+    added = [i for i in planned.gpu_indices if i not in current.gpu_indices]
+    return (*current.gpu_indices, *added[: (new - old) * tp])
 
 
 def _downtime(deployment: Deployment) -> float | None:
@@ -105,12 +140,18 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
     or failed one keeps its state, ready to launch. Either way the image is pinned anew at the launch,
     from the configured one (an upgrade of HEARTH_IMAGE_* reaches a deployment this way).
 
+    A change of the replica count alone on a ready deployment (the preview's ``scale``) keeps it ready, its image pin
+    and its replicas serving: console.deployments.scaling starts the added replicas or drains and stops the removed.
+
     Raises ConsoleError when the new plan does not fit (nothing is changed then) or the deployment is
     stopping.
     """
     preview = preview_change(deployment, **settings)
     if not preview.plan.fits:
         raise ConsoleError(" ".join([preview.plan.reasons[-1], *preview.plan.remedies]))
+    if preview.scale is not None:
+        _apply_scale(deployment, preview.plan, preview.scale, settings)
+        return preview
     fields = {
         "plan": preview.plan.to_json(),
         "max_model_len": preview.plan.max_model_len,
@@ -119,6 +160,7 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         "tool_call_parser": settings["tool_call_parser"].strip(),
         "reasoning_parser": settings["reasoning_parser"].strip(),
         "fit_max_tokens": settings["fit_max_tokens"],
+        "replica_count": settings.get("replica_count") or deployment.replica_count,
         "engine_image": "",  # re-pinned to the configured image at the next launch
         "engine_image_ref": "",
     }
@@ -135,6 +177,20 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
             transaction.on_commit(lambda: dispatch.send(dispatch.RECREATE, row.pk))
     deployment.refresh_from_db()
     return preview
+
+
+def _apply_scale(deployment: Deployment, plan: StoredPlan, scale: tuple[int, int], settings: dict[str, Any]) -> None:
+    old, new = scale
+    with transaction.atomic():
+        row = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if row.state != DeploymentState.READY or row.replica_count != old:
+            raise ConsoleError(f"{row.name} changed meanwhile (now {row.state_words}); preview the change again.")
+        Deployment.objects.filter(pk=row.pk).update(plan=plan.to_json(), replica_count=new)
+        record(None, "deployment.change", row, {**changed(current_settings(row), settings), "recreate": False})
+        step = f"starting {new - old}" if new > old else f"draining {old - new}, then stopping it"
+        row.progress(f"Serving; from {old} to {new} replica{'s' if new > 1 else ''}: {step}.")
+        transaction.on_commit(lambda: dispatch.send(dispatch.SCALE, row.pk))
+    deployment.refresh_from_db()
 
 
 def replan_on_free_gpus(deployment: Deployment) -> str:

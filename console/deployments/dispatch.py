@@ -18,6 +18,7 @@ SLEEP = "console.deployments.tasks.sleep_deployment"  # (deployment id, reason)
 WAKE = "console.deployments.tasks.wake_deployment"  # (deployment id, reason); console.deployments.wakeups sends it
 STOP_IDLE = "console.deployments.tasks.stop_idle_deployment"  # (deployment id, reason)
 LAUNCH_WHEN_ROOM = "console.deployments.tasks.launch_when_room"  # (deployment id, the admin's consent)
+SCALE = "console.deployments.tasks.scale_deployment"
 NAMES = (
     LAUNCH,
     RESUME_LAUNCH,
@@ -30,6 +31,7 @@ NAMES = (
     WAKE,
     STOP_IDLE,
     LAUNCH_WHEN_ROOM,
+    SCALE,
 )
 
 

@@ -188,9 +188,10 @@ class DeploymentForm(forms.Form):
 
 
 class ChangeForm(DeploymentForm):
-    """A deployment's plan fields and extra flags, to change (console.deployments.changes); the rest stays."""
+    """A deployment's plan fields, extra flags and replica count, to change (console.deployments.changes); the rest
+    stays."""
 
-    FIXED = ("name", "model", "engine", "served_model_name", "max_tokens_cap", "replica_count", "make_room")
+    FIXED = ("name", "model", "engine", "served_model_name", "max_tokens_cap", "make_room")
 
     def __init__(self, *args: Any, engine: str = "", **kwargs: Any) -> None:
         """``engine``: the deployment's; options that mean nothing to it are kept as they are, out of sight."""
@@ -198,6 +199,12 @@ class ChangeForm(DeploymentForm):
         self.deployment_engine = engine
         for name in self.FIXED:
             del self.fields[name]
+        replicas = self.fields["replica_count"]
+        replicas.initial = self.initial.get("replica_count", replicas.initial)  # left empty: as it is
+        replicas.help_text = (
+            "Engines serving this model at once, TP GPUs each. Changed alone on a ready deployment, the replicas "
+            "serving keep serving: added ones start beside them, removed ones drain first."
+        )
         for name, engines in self.ENGINES_OF.items():
             if engine and engine not in engines:
                 self.fields[name].widget = forms.HiddenInput()
@@ -207,7 +214,7 @@ class ChangeForm(DeploymentForm):
 
     def settings(self) -> dict[str, Any]:
         """The cleaned values console.deployments.changes takes."""
-        fields = (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "extra_args")
+        fields = (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "extra_args", "replica_count")
         return {k: self.cleaned_data[k] for k in fields}
 
 

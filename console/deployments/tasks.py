@@ -1,6 +1,6 @@
 """Celery entry points of the deployments domain: each takes an id and calls the domain function that
 re-reads the row and does nothing when it is gone or already moved on (console.deployments.launching,
-watching, stopping, reconciling, sleeping, room_actions). Domain code enqueues these by name through
+watching, stopping, reconciling, sleeping, room_actions, scaling). Domain code enqueues these by name through
 console.deployments.dispatch.
 """
 
@@ -10,7 +10,16 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
-from console.deployments import dispatch, launching, reconciling, room_actions, sleeping, stopping, watching
+from console.deployments import (
+    dispatch,
+    launching,
+    reconciling,
+    room_actions,
+    scaling,
+    sleeping,
+    stopping,
+    watching,
+)
 
 
 @shared_task(name=dispatch.LAUNCH)
@@ -72,6 +81,12 @@ def stop_idle_deployment(deployment_id: int, reason: str) -> None:
 def launch_when_room(deployment_id: int, consent: bool) -> None:
     """pending → the launch, once idle deployments are put aside to make room for it."""
     room_actions.launch_when_room(deployment_id, consent)
+
+
+@shared_task(name=dispatch.SCALE)
+def scale_deployment(deployment_id: int) -> None:
+    """A ready deployment's replicas to its count, those serving left serving (console.deployments.changes)."""
+    scaling.scale(deployment_id)
 
 
 @shared_task(name=dispatch.RECONCILE)

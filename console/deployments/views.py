@@ -20,6 +20,7 @@ from console.deployments import (
     idle_actions,
     page_parts,
     remedy_actions,
+    scaling,
     state_caveats,
 )
 from console.deployments.forms import ChangeForm, DeploymentForm, EndpointForm, ExternalForm
@@ -95,11 +96,12 @@ def deployment_logs(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _deployment_context(dep: Deployment) -> dict[str, object]:
-    latest = list(dep.replicas.launched().order_by("-id")[: dep.replica_count])  # the latest launch's replicas
+    live = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("id"))
+    latest = live or list(dep.replicas.launched().order_by("-id")[: dep.replica_count])[::-1]  # the last launch's
     endpoints = list(dep.replicas.external().order_by("id"))
     return {
         "dep": dep,
-        "replicas": latest[::-1],
+        "replicas": latest,
         "endpoints": endpoints,
         "remedy": remedy_actions.remedy_for(dep),
         "parts": page_parts.templates(),
@@ -133,27 +135,33 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
 @login_required
 def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     """Change a deployment's settings: preview the new plan (and, while it runs, the Recreate and its
-    expected downtime), then confirm. Idle settings alone act at once, without a Recreate."""
+    expected downtime, or for its replica count alone the replicas added or drained, without downtime), then
+    confirm. Idle settings alone act at once, without a Recreate."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
     current = changes.current_settings(dep)
     initial = current | idle_settings(dep) | {"extra_args": shlex.join(current["extra_args"])}
     form = ChangeForm(request.POST or None, initial=initial, engine=dep.engine)
     preview = None
     if request.method == "POST" and form.is_valid():
+        settings = form.settings()
         try:
-            idle, same = merged(dep, form.idle()), form.settings() == current
+            idle, same = merged(dep, form.idle()), settings == current
             if same:  # the idle settings alone: no new plan, nothing recreated
                 preview = changes.ChangePreview(dep.stored_plan, recreate=False, downtime_seconds=None)
             else:
-                preview = changes.preview_change(dep, **form.settings())
-            if "confirm" in request.POST:
+                preview = changes.preview_change(dep, **settings)
+            if not preview.plan.fits and settings["replica_count"] != dep.replica_count:
+                form.add_error("replica_count", preview.plan.reasons[-1])
+            elif "confirm" in request.POST:
                 set_idle_settings(dep, **idle)
                 if not same:
-                    changes.apply_change(dep, **form.settings())
+                    changes.apply_change(dep, **settings)
                 return redirect("deployments:detail", dep.pk)
         except ConsoleError as exc:
             form.add_error(None, str(exc))
-    return render(request, "deployments/change.html", {"dep": dep, "form": form, "preview": preview})
+    gpus = changes.replicas_gpus(preview) if preview else []
+    context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "drain_seconds": scaling.DRAIN_SECONDS}
+    return render(request, "deployments/change.html", context)
 
 
 @login_required

@@ -1,6 +1,7 @@
 """Replicas after their start: ready when /health answers (the deployment when all are); an engine that
-exits fails a first launch, and a replica that crashed after serving restarts with a backoff that doubles
-with each crash in a row, up to HEARTH_MAX_RESTARTS. A deployment stays ready while one replica serves.
+exits fails a first launch (one added to a ready deployment is ended alone: console.deployments.scaling), and a
+replica that crashed after serving restarts with a backoff that doubles with each crash in a row, up to
+HEARTH_MAX_RESTARTS. A deployment stays ready while one replica serves.
 """
 
 from datetime import timedelta
@@ -14,6 +15,7 @@ from console.deployments import dispatch
 from console.deployments.launching import WATCH_EVERY
 from console.deployments.lifecycle import end_all, end_replica, note_crash, start_replica
 from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.scaling import added_replica_failed
 from console.fanout import bump_routing_version
 from engines.engine_version import VERSION_PATHS, version_from_engine
 from engines.launch import SGLANG_ENGINES
@@ -41,8 +43,13 @@ def watch(replica_id: int) -> None:
         _became_ready(replica, dep)
         return
     if elapsed > settings.HEARTH_START_TIMEOUT:
+        why = f"No healthy answer within HEARTH_START_TIMEOUT ({settings.HEARTH_START_TIMEOUT} s)."
+        if dep.state == S.READY:
+            end_replica(replica, status, "")
+            if added_replica_failed(replica, why):
+                return
         end_all(dep)
-        dep.move(S.FAILED, f"No healthy answer within HEARTH_START_TIMEOUT ({settings.HEARTH_START_TIMEOUT} s).")
+        dep.move(S.FAILED, why)
         return
     if dep.state == S.LOADING:
         dep.progress(f"Loading weights ({elapsed:.0f} s so far).")
@@ -85,6 +92,8 @@ def engine_ended(replica: Replica, status: RuntimeStatus) -> None:
     dep = replica.deployment
     if replica.restarts == 0 and replica.ready_at is None:
         reason = end_replica(replica, status, "while loading")
+        if added_replica_failed(replica, reason):
+            return
         end_all(dep)
         dep.move(S.FAILED, reason)
         return

@@ -1,0 +1,106 @@
+"""The worker's side of a change of a ready deployment's replica count (console.deployments.changes planned it, kept
+the deployment ready and sent SCALE): the replicas serving keep serving throughout.
+
+- More replicas: the added ones start on the GPUs the plan gave them (lifecycle.converge) and join the gateway's route
+  once their /health answers (console.deployments.watching). One that fails to start or to load is ended alone and
+  the count goes back (``added_replica_failed``); the deployment stays ready on the others.
+- Fewer: the last replicas (the newest) leave the route first (the routing version bumped), SETTLE_SECONDS let every
+  gateway take the news, then each is stopped once its engine reads no request running or waiting (its /metrics, the
+  engine's own gauges), or after DRAIN_SECONDS whatever it still runs.
+"""
+
+import logging
+import time
+from dataclasses import replace
+
+import httpx
+
+from appliance.runtimes import RuntimeError_, RuntimeStatus
+from console.deployments import dispatch
+from console.deployments.launching import WATCH_EVERY
+from console.deployments.lifecycle import converge, end_replica
+from console.deployments.models import Deployment, DeploymentState, Replica
+from console.fanout import bump_routing_version
+from engines.metrics import DEFAULT_MAPPINGS, choose_flavor, parse_metrics, sample_names
+
+log = logging.getLogger(__name__)
+S = DeploymentState
+SETTLE_SECONDS = 2.0  # gateway.registry.RECHECK_EVERY: a gateway that missed the announcement has re-read by then
+DRAIN_SECONDS = 120.0  # seconds a removed replica's requests in flight get to end before it stops anyway
+POLL_EVERY = 0.5  # seconds between looks at a draining engine's requests
+
+
+def scale(deployment_id: int) -> None:
+    """Make a ready deployment run its ``replica_count`` replicas without stopping those that serve: start the missing
+    ones, or drain and stop the newest ones over the count. Does nothing once it is no longer ready."""
+    dep = Deployment.objects.filter(pk=deployment_id).select_related("model").first()
+    if dep is None or dep.state != S.READY:
+        return
+    live = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk"))
+    if len(live) < dep.replica_count:
+        _add(dep, len(live))
+    elif len(live) > dep.replica_count:
+        _remove(dep, live[dep.replica_count :])
+
+
+def _add(dep: Deployment, before: int) -> None:
+    try:
+        replicas = converge(dep)
+    except RuntimeError_ as exc:
+        added = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk")[before:])
+        _give_up(dep, added, f"the added replica did not start: {exc}")
+        return
+    for replica in replicas[before:]:
+        log.info("deployment %s: added replica %s", dep.name, replica.runtime_name)
+        dispatch.send(dispatch.WATCH_REPLICA, replica.pk, countdown=WATCH_EVERY)
+
+
+def added_replica_failed(replica: Replica, reason: str) -> bool:
+    """A replica that never served nor crashed was ended (``reason``: why). When its deployment is ready and serves on
+    other replicas, a change of the count had added it: set the count back, the others serving on (True). False
+    otherwise: the caller fails the launch, as for a first launch."""
+    dep = replica.deployment
+    serving = dep.replicas.filter(running=True, ready_at__isnull=False).exclude(pk=replica.pk)
+    if replica.restarts or dep.state != S.READY or not serving.exists():
+        return False
+    _give_up(dep, [], f"the added replica {replica.runtime_name} failed: {reason}")
+    return True
+
+
+def _give_up(dep: Deployment, added: list[Replica], why: str) -> None:
+    """End ``added`` and set the count to the replicas left, each keeping its GPUs (the added are the last slots)."""
+    for replica in added:
+        end_replica(replica, RuntimeStatus(running=replica.running), "")
+    left = dep.replicas.launched().filter(stopped_at__isnull=True).count()
+    plan = dep.stored_plan
+    kept = replace(plan, gpu_indices=plan.gpu_indices[: left * plan.tensor_parallel_size])
+    Deployment.objects.filter(pk=dep.pk).update(replica_count=left, plan=kept.to_json())
+    dep.progress(f"Serving on {left} replica{'s' if left > 1 else ''}; {why.rstrip('.')}.")
+    log.warning("deployment %s: scaling back to %s replicas: %s", dep.name, left, why)
+    bump_routing_version()
+
+
+def _remove(dep: Deployment, extra: list[Replica]) -> None:
+    Replica.objects.filter(pk__in=[r.pk for r in extra]).update(ready_at=None)
+    bump_routing_version()
+    time.sleep(SETTLE_SECONDS)
+    deadline = time.monotonic() + DRAIN_SECONDS
+    for replica in extra:
+        replica.refresh_from_db()
+        while replica.running and _requests_on(dep, replica) and time.monotonic() < deadline:
+            time.sleep(POLL_EVERY)
+        end_replica(replica, RuntimeStatus(running=replica.running), "")
+        log.info("deployment %s: removed replica %s", dep.name, replica.runtime_name)
+    dep.progress("Serving.")
+
+
+def _requests_on(dep: Deployment, replica: Replica) -> float:
+    """Requests the engine runs or queues now (its /metrics); 0 when it cannot say (not answering: nothing to wait
+    for; no such gauges: the drain is the settle alone)."""
+    try:
+        text = httpx.get(f"{replica.base_url}/metrics", timeout=2).text
+        flavor = choose_flavor(dep.engine, dep.engine_version, sample_names(text), DEFAULT_MAPPINGS)
+        values = parse_metrics(text, flavor, time.time()).values if flavor else {}
+    except (httpx.HTTPError, ValueError, KeyError):
+        return 0.0
+    return values.get("requests_running", 0.0) + values.get("requests_waiting", 0.0)
