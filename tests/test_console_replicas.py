@@ -1,0 +1,152 @@
+"""Changing a deployment's replica count through the change form and the API: the preview (the GPUs each replica
+takes, whether it fits, no downtime when only the count changes on a ready deployment), bad counts refused with a
+form error and nothing changed, and an added replica that fails to load set back (console.deployments.scaling). The
+live 1 → 2 → 1 with real engines is tests/test_replica_scaling_live.py."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from console.catalog.models import ModelSource
+from console.deployments import admin_actions
+from console.deployments.models import Deployment, Replica
+from console.deployments.scaling import added_replica_failed
+from tests.simworld import ensure_model
+
+pytestmark = pytest.mark.django_db
+
+
+def _running(name: str, gpus: list[int], tp: int = 1) -> Deployment:
+    """A ready simulator deployment on ``gpus`` with one replica serving per TP GPUs (rows only, no engine)."""
+    ensure_model()
+    model = ModelSource.objects.get(name="llama-8b")
+    dep = admin_actions.create_deployment(
+        name=name, model=model, engine="simulator", max_model_len=8192, tensor_parallel_size=tp
+    )
+    started = timezone.now() - timedelta(minutes=5)
+    Deployment.objects.filter(pk=dep.pk).update(
+        state="ready", plan={**dep.plan, "gpu_indices": gpus}, engine_image="pinned", replica_count=len(gpus) // tp
+    )
+    for _ in range(len(gpus) // tp):
+        Replica.objects.create(
+            deployment=dep,
+            runtime="process",
+            host="h",
+            port=1,
+            engine_api_key="k",
+            running=True,
+            started_at=started,
+            ready_at=started + timedelta(seconds=20),
+        )
+    dep.refresh_from_db()
+    return dep
+
+
+def _form(admin: Client, dep: Deployment) -> dict[str, str]:
+    """The change form's values as the page starts them."""
+    page = admin.get(f"/deployments/{dep.pk}/change/").content.decode()
+    values = dict(re.findall(r'name="([a-z_]+)" value="([^"]*)"', page))
+    return values | {"kv_cache_dtype": "auto", "idle_policy": "stay", "sleep_level": "1", "fit_max_tokens": "on"}
+
+
+def test_adding_a_replica_to_a_ready_deployment_keeps_it_serving_on_its_gpus(admin: Client) -> None:
+    _running("other", [0])
+    dep = _running("live", [2])
+    form = _form(admin, dep) | {"replica_count": "2"}
+    assert _form(admin, dep)["replica_count"] == "1"
+
+    page = admin.post(f"/deployments/{dep.pk}/change/", form).content.decode()
+    assert 'data-field="scale"' in page and 'data-field="recreate"' not in page
+    assert 'data-field="downtime">none<' in page and "Confirm: 2 replicas" in page
+    assert "GPUs each replica takes: replica 1 GPU 2; replica 2 GPU 1." in page  # the serving one keeps GPU 2
+    dep.refresh_from_db()
+    assert dep.replica_count == 1  # a preview changes nothing
+
+    assert admin.post(f"/deployments/{dep.pk}/change/", form | {"confirm": ""}).status_code == 302
+    dep.refresh_from_db()
+    assert (dep.state, dep.replica_count, dep.plan["gpu_indices"], dep.engine_image) == ("ready", 2, [2, 1], "pinned")
+    assert dep.state_reason == "Serving; from 1 to 2 replicas: starting 1."
+
+
+def test_removing_a_replica_drains_it_without_downtime(admin: Client) -> None:
+    dep = _running("pair", [0, 1])
+    form = _form(admin, dep) | {"replica_count": "1"}
+    page = admin.post(f"/deployments/{dep.pk}/change/", form).content.decode()
+    assert "their requests in flight end (up to 120 s)" in page and 'data-field="downtime">none<' in page
+    admin.post(f"/deployments/{dep.pk}/change/", form | {"confirm": ""})
+    dep.refresh_from_db()
+    assert (dep.state, dep.replica_count, dep.plan["gpu_indices"]) == ("ready", 1, [0])
+
+
+def test_the_count_with_other_settings_is_a_recreate_with_its_downtime(admin: Client) -> None:
+    dep = _running("live", [0])
+    form = _form(admin, dep) | {"replica_count": "2", "max_model_len": "4096"}
+    page = admin.post(f"/deployments/{dep.pk}/change/", form).content.decode()
+    assert 'data-field="recreate"' in page and 'data-field="scale"' not in page and "about 30 s" in page
+    admin.post(f"/deployments/{dep.pk}/change/", form | {"confirm": ""})
+    dep.refresh_from_db()
+    assert (dep.state, dep.replica_count, dep.max_model_len, dep.engine_image) == ("stopping", 2, 4096, "")
+
+
+def test_a_stopped_deployment_just_takes_the_new_count(admin: Client) -> None:
+    dep = _running("idle", [0])
+    Deployment.objects.filter(pk=dep.pk).update(state="stopped")
+    form = _form(admin, dep) | {"replica_count": "3"}
+    page = admin.post(f"/deployments/{dep.pk}/change/", form).content.decode()
+    assert 'data-field="scale"' not in page and "Confirm: save these settings" in page
+    admin.post(f"/deployments/{dep.pk}/change/", form | {"confirm": ""})
+    dep.refresh_from_db()
+    assert (dep.state, dep.replica_count, len(dep.plan["gpu_indices"])) == ("stopped", 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("count", "error"),
+    [
+        ("0", "Ensure this value is greater than or equal to 1."),
+        ("-1", "Ensure this value is greater than or equal to 1."),
+        ("two", "Enter a whole number."),
+        ("9", "Ensure this value is less than or equal to 8."),
+        ("3", "3 replicas at tensor parallel 4 need 12 GPUs; 8 are free on this box."),
+    ],
+)
+def test_a_bad_count_is_a_form_error_and_changes_nothing(admin: Client, count: str, error: str) -> None:
+    dep = _running("big", [0, 1, 2, 3], tp=4)
+    before = Deployment.objects.get(pk=dep.pk)
+    for press in ({}, {"confirm": ""}):
+        resp = admin.post(f"/deployments/{dep.pk}/change/", _form(admin, dep) | {"replica_count": count} | press)
+        page = resp.content.decode()
+        assert resp.status_code == 200 and error in page
+        assert re.search(r'<ul class="errorlist"[^>]*>\s*<li>' + re.escape(error), page), page
+        assert "Confirm:" not in page
+    after = Deployment.objects.get(pk=dep.pk)
+    assert (after.replica_count, after.plan, after.state) == (before.replica_count, before.plan, before.state)
+    assert dep.replicas.count() == 1
+
+
+def test_the_api_previews_and_applies_a_count(admin: Client) -> None:
+    dep = _running("live", [0])
+    url = f"/api/deployments/{dep.pk}/change"
+    preview = admin.post(url, {"replica_count": 2}, content_type="application/json").json()
+    assert (preview["scale"], preview["recreate"], preview["downtime_seconds"]) == ([1, 2], False, 0.0)
+    assert preview["plan"]["gpu_indices"] == [0, 1]
+    refused = admin.post(url, {"replica_count": 0, "confirm": True}, content_type="application/json")
+    assert refused.status_code == 400 and "1 to 8 replicas" in refused.json()["detail"]
+    done = admin.post(url, {"replica_count": 2, "confirm": True}, content_type="application/json")
+    assert done.status_code == 202 and done.json()["replica_count"] == 2 and done.json()["state"] == "ready"
+
+
+def test_an_added_replica_that_fails_to_load_is_ended_alone_and_the_count_goes_back() -> None:
+    dep = _running("live", [0, 1])
+    added = Replica.objects.filter(deployment=dep).latest("pk")
+    Replica.objects.filter(pk=added.pk).update(ready_at=None, running=False, stopped_at=timezone.now())
+    added.refresh_from_db()
+    assert added_replica_failed(added, "The engine exited while loading with code 1.")
+    dep.refresh_from_db()
+    assert (dep.state, dep.replica_count, dep.plan["gpu_indices"]) == ("ready", 1, [0])
+    assert dep.state_reason.startswith("Serving on 1 replica; the added replica")
+
+    first = Replica.objects.filter(deployment=dep).earliest("pk")
+    assert not added_replica_failed(first, "a first launch's failure")  # none serves besides it: the launch fails
