@@ -47,7 +47,8 @@ def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
 def periodic_tasks() -> dict[str, float]:
     """Beat's schedule, task name → seconds: scrape and publish the GPUs every HEARTH_SCRAPE_INTERVAL, reconcile
     every HEARTH_RECONCILE_INTERVAL seconds, check the request accounting every HEARTH_ACCOUNTING_CHECK_INTERVAL
-    seconds, roll the metric history up every 5 minutes, prune the audit log hourly."""
+    seconds, evaluate the alert rules every HEARTH_ALERT_INTERVAL seconds, roll the metric history up every 5
+    minutes, prune the audit log hourly."""
     from django.conf import settings
 
     return {  # task names, not imports: the Celery app imports nothing of the console
@@ -58,4 +59,5 @@ def periodic_tasks() -> dict[str, float]:
         "console.observability.tasks.maintain_history": 300.0,  # 5-minute rollups and retention
         # the request log's spool written, spending counters held to the request log
         "console.observability.tasks.check_accounting": settings.HEARTH_ACCOUNTING_CHECK_INTERVAL,
+        "console.alerts.tasks.evaluate_alerts": settings.HEARTH_ALERT_INTERVAL,  # alert rules (console.alerts)
     }

@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "console.audit",
     "console.usage",
     "console.capacity",
+    "console.alerts",
     "gateway",
     "axes",  # sign-in throttling: its tables, its middleware below, its backend first in AUTHENTICATION_BACKENDS
 ]
@@ -115,6 +116,7 @@ TEMPLATES = [
                 "console.context.inventory",
                 "console.context.celery_processes",
                 "console.access.context.roles",
+                "console.alerts.context.alerts",
             ],
         },
     },
@@ -315,6 +317,17 @@ HEARTH_DOCTOR_MIN_FREE_GIB = envfloat("HEARTH_DOCTOR_MIN_FREE_GIB", 10.0)
 # database (SQLite), engine logs and beat's schedule can fail to write.
 HEARTH_READY_MIN_FREE_MIB = envfloat("HEARTH_READY_MIN_FREE_MIB", 100.0)
 HEARTH_DOCTOR_WAIT = envfloat("HEARTH_DOCTOR_WAIT", 15.0)  # seconds
+# Alerts (console.alerts): beat evaluates the rules every HEARTH_ALERT_INTERVAL seconds; email goes through Django's
+# SMTP settings below (EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD or its _FILE, EMAIL_USE_TLS).
+HEARTH_ALERT_INTERVAL = envfloat("HEARTH_ALERT_INTERVAL", 15.0)
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = 10  # seconds an SMTP server may take
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "hearth@localhost")
 HEARTH_AUDIT_RETENTION_DAYS = envint("HEARTH_AUDIT_RETENTION_DAYS", 365)  # beat prunes older audit entries hourly
 # Names of the worker's environment variables a local engine process gets beside its own (the process
 # runtime passes an allow-list, appliance.runtimes.process.ENGINE_ENV, never the worker's whole environment).

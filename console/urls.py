@@ -22,4 +22,5 @@ urlpatterns = [
     path("", include("console.audit.urls")),
     path("", include("console.usage.urls")),
     path("", include("console.capacity.urls")),
+    path("", include("console.alerts.urls")),
 ]

@@ -76,6 +76,9 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "preflight:checks": (ALL, NOBODY),
     "preflight:settings": (ADMINS, NOBODY),  # the effective configuration and versions (secrets as set or unset)
     "preflight:bundle": (ADMINS, NOBODY),
+    "alerts:page": (ALL, NOBODY),  # what fires, the rules and where alerts go (the webhook as scheme and host)
+    "alerts:rule": (NOBODY, ADMINS),
+    "alerts:destination": (NOBODY, ADMINS),
     "usage:page": (ALL, NOBODY),  # members see their own keys' usage
     "usage:export_csv": (ALL, NOBODY),
     "capacity:deployment": (ALL, ADMINS),  # capacity checks (console.capacity): admins run them, all read them

@@ -1,0 +1,219 @@
+"""What holds now, per kind of alert: each function takes its rule and the moment (epoch seconds) and returns
+subject → the condition in words, for every subject it holds for. The evaluator (console.alerts.evaluate) turns
+these into alerts; the rule's ``for_minutes`` is its job, except where a kind measures over a window."""
+
+import shutil
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import redis
+from django.conf import settings
+from django.db.models import Count, Q
+
+from appliance import celery_heartbeats
+from console.access.models import ApiKey, Member
+from console.alerts.models import AlertRule
+from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
+from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth
+from console.observability.spent import key_counters, owner_counters, periods
+
+S = DeploymentState
+Holding = dict[str, str]
+MIN_REQUESTS = 10  # requests in a window before a rate over it is taken for a condition (one request is no trend)
+FRESH_SCRAPES = 3  # intervals a replica's last sample may be old and still be read for saturation
+NANO = Decimal(10) ** 9  # the spending counters hold nano-USD (console.observability.spent)
+GIB = 1024**3
+
+
+def deployment_failed(rule: AlertRule, now: float) -> Holding:
+    """Failed deployments (their reason), replicas restarted ``threshold`` times in a row, and OOM-killed ones."""
+    out = {
+        f"deployment {d.name}": f"{d.name} failed: {d.state_reason or 'no reason given'}"
+        for d in Deployment.objects.filter(state=S.FAILED).exclude(desired=DesiredState.STOPPED)
+    }
+    replicas = Replica.objects.launched().filter(stopped_at=None).select_related("deployment")
+    for r in replicas.filter(Q(restarts__gte=max(1, int(rule.threshold))) | Q(oom_killed=True)):
+        subject = f"deployment {r.deployment.name}"
+        if r.oom_killed:
+            out.setdefault(
+                subject, f"{r.deployment.name}: replica {r.runtime_name} was OOM-killed (exit {r.exit_code})"
+            )
+        else:
+            out.setdefault(
+                subject,
+                f"{r.deployment.name}: replica {r.runtime_name} is crash-looping "
+                f"({r.restarts} restarts in a row, last exit {r.exit_code})",
+            )
+    return out
+
+
+def replica_not_ready(rule: AlertRule, now: float) -> Holding:
+    """Replicas of deployments meant to serve (and awake) that are not serving: stopped, crashed or loading."""
+    awake = (S.STARTING, S.LOADING, S.READY, S.FAILED)
+    replicas = (
+        Replica.objects.launched()
+        .filter(stopped_at=None, deployment__desired=DesiredState.SERVING, deployment__state__in=awake)
+        .filter(Q(running=False) | Q(ready_at=None))
+        .select_related("deployment")
+    )
+    out = {}
+    for r in replicas:
+        why = "loading" if r.running else f"not running (exit {r.exit_code}, restart due {_clock(r.restart_at)})"
+        out[f"replica {r.runtime_name}"] = f"{r.deployment.name}: replica {r.runtime_name} is not ready: {why}"
+    return out
+
+
+def monitoring_stale(rule: AlertRule, now: float) -> Holding:
+    """Beat not running (appliance.celery_heartbeats), else ready replicas without a good scrape for ``threshold``
+    scrape intervals (since their last good one, or since they became ready)."""
+    liveness = celery_heartbeats.read()
+    if liveness.unreadable:
+        return {"celery beat": f"Cannot tell whether Celery beat runs: {liveness.unreadable}"}
+    if stopped := liveness.beat_stopped():
+        return {"celery beat": f"{stopped}: nothing is scraped, reconciled or checked"}
+    limit = rule.threshold * settings.HEARTH_SCRAPE_INTERVAL
+    out = {}
+    for r in Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY):
+        health = ScrapeHealth.objects.filter(replica=r).first()
+        last = health.last_success_at if health and health.last_success_at else r.ready_at
+        if last is not None and now - last.timestamp() > limit:
+            error = f" (last error: {health.last_error})" if health and health.last_error else ""
+            out[f"scrapes of {r.runtime_name}"] = (
+                f"No good scrape of replica {r.runtime_name}'s /metrics for {now - last.timestamp():.0f} s, "
+                f"over {rule.threshold:g} intervals of {settings.HEARTH_SCRAPE_INTERVAL:g} s{error}"
+            )
+    return out
+
+
+def _saturation(name: str, words: str, shown: Callable[[float], str]) -> Callable[[AlertRule, float], Holding]:
+    def check(rule: AlertRule, now: float) -> Holding:
+        fresh = datetime.fromtimestamp(now - FRESH_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL, UTC)
+        out = {}
+        for r in Replica.objects.filter(running=True, deployment__state=S.READY).select_related("deployment"):
+            row = (
+                MetricSample.objects.filter(replica=r, resolution=Resolution.SCRAPE, at__gte=fresh)
+                .order_by("-at")
+                .first()
+            )
+            value = row.values.get("v", {}).get(name) if row else None
+            if value is not None and value >= rule.threshold:
+                out[f"{name} of {r.runtime_name}"] = (
+                    f"{r.deployment.name}: {words} {shown(value)} on replica {r.runtime_name}, "
+                    f"at or over {shown(rule.threshold)}"
+                )
+        return out
+
+    return check
+
+
+kv_cache_high = _saturation("kv_cache_usage", "KV-cache use", lambda v: f"{v:.0%}")
+requests_waiting = _saturation("requests_waiting", "requests waiting", lambda v: f"{v:g}")
+
+
+def _window(rule: AlertRule, now: float) -> tuple[datetime, float]:
+    minutes = max(rule.for_minutes, 1.0)
+    return datetime.fromtimestamp(now - minutes * 60, UTC), minutes
+
+
+def ttft_slo_burn(rule: AlertRule, now: float) -> Holding:
+    """Deployments with a TTFT SLO whose share of requests over it, over the rule's minutes, is ``threshold``
+    times the 1 % a p99 at the SLO allows."""
+    start, minutes = _window(rule, now)
+    out = {}
+    for dep in Deployment.objects.filter(slo__ttft_seconds__isnull=False).select_related("slo"):
+        slo = dep.slo.ttft_seconds
+        found = RequestLog.objects.filter(
+            model=dep.served_model_name, created_at__gte=start, ttft_seconds__isnull=False
+        ).aggregate(n=Count("id"), over=Count("id", filter=Q(ttft_seconds__gt=slo)))
+        if found["n"] >= MIN_REQUESTS and found["over"] / found["n"] >= 0.01 * rule.threshold:
+            out[f"deployment {dep.name}"] = (
+                f"{dep.name}: {found['over']} of {found['n']} requests in {minutes:g} min had a TTFT over its SLO "
+                f"of {slo:g} s ({found['over'] / found['n']:.1%}: {found['over'] / found['n'] / 0.01:.1f}× "
+                f"the 1 % a p99 allows)"
+            )
+    return out
+
+
+def error_rate(rule: AlertRule, now: float) -> Holding:
+    """Deployments whose share of 5xx answers over the rule's minutes is at or over ``threshold``."""
+    start, minutes = _window(rule, now)
+    out = {}
+    for dep in Deployment.objects.exclude(desired=DesiredState.STOPPED):
+        found = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=start).aggregate(
+            n=Count("id"), bad=Count("id", filter=Q(status__gte=500))
+        )
+        if found["n"] >= MIN_REQUESTS and found["bad"] / found["n"] >= rule.threshold:
+            out[f"deployment {dep.name}"] = (
+                f"{dep.name}: {found['bad']} of {found['n']} requests in {minutes:g} min answered 5xx "
+                f"({found['bad'] / found['n']:.1%}, at or over {rule.threshold:.1%})"
+            )
+    return out
+
+
+def budget(rule: AlertRule, now: float) -> Holding:
+    """Keys and members whose spending today or this month (UTC) reached ``threshold`` percent of its budget,
+    and 100 %: the subject names the level, so each level fires once (at 100 % both hold)."""
+    day, month = periods(now)
+    owners: list[tuple[str, str, Decimal | None, Decimal | None]] = [
+        (f"key {k.prefix} ({k.name})", key_counters(k.pk), k.daily_budget_usd, k.monthly_budget_usd)
+        for k in ApiKey.objects.filter(revoked_at=None).filter(
+            Q(daily_budget_usd__isnull=False) | Q(monthly_budget_usd__isnull=False)
+        )
+    ]
+    owners += [
+        (f"member {m.user.username}", owner_counters(m.user_id), m.daily_budget_usd, m.monthly_budget_usd)
+        for m in Member.objects.select_related("user").filter(
+            Q(daily_budget_usd__isnull=False) | Q(monthly_budget_usd__isnull=False)
+        )
+    ]
+    r = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    out = {}
+    for who, prefix, daily, monthly in owners:
+        for period, limit, counter in (
+            ("today", daily, f"{prefix}:usd:{day}"),
+            ("this month", monthly, f"{prefix}:usd:{month}"),
+        ):
+            if not limit:
+                continue
+            spent = Decimal(int(r.get(counter) or 0)) / NANO
+            share = spent / limit * 100
+            for level in {rule.threshold, 100.0}:
+                if share >= Decimal(str(level)):
+                    out[f"{who} {period} at {level:g} %"] = (
+                        f"{who} spent ${spent:.4f} {period}: {share:.0f} % of its ${limit} budget"
+                    )
+    return out
+
+
+def weights_disk(rule: AlertRule, now: float) -> Holding:
+    """The weights cache's disk (HEARTH_WEIGHTS_DIR, or the nearest folder above it that exists) with less than
+    ``threshold`` GiB free."""
+    folder = settings.HEARTH_WEIGHTS_DIR
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free / GIB
+    if free < rule.threshold:
+        return {
+            "weights disk": f"The weights cache's disk ({folder}) has {free:.1f} GiB free, under {rule.threshold:g} GiB"
+        }
+    return {}
+
+
+def _clock(at: datetime | None) -> str:
+    return "not set" if at is None else time.strftime("%H:%M:%S UTC", time.gmtime(at.timestamp()))
+
+
+CHECKS: dict[str, Callable[[AlertRule, float], Holding]] = {
+    "deployment_failed": deployment_failed,
+    "replica_not_ready": replica_not_ready,
+    "monitoring_stale": monitoring_stale,
+    "kv_cache_high": kv_cache_high,
+    "requests_waiting": requests_waiting,
+    "ttft_slo_burn": ttft_slo_burn,
+    "error_rate": error_rate,
+    "budget": budget,
+    "weights_disk": weights_disk,
+}
+WINDOWED = frozenset({"ttft_slo_burn", "error_rate"})  # their minutes are the window measured, not a wait to fire

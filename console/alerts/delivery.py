@@ -1,0 +1,137 @@
+"""Sending an alert's news: a webhook's JSON body and an email, one attempt at a time (tasks.deliver retries with
+backoff). A webhook URL's path and query may hold a secret (Slack's and Mattermost's do): only its scheme and host
+are ever logged, stored in an error or shown (``shown_url``).
+
+The webhook body (schema version 1, stable: fields are only ever added)::
+
+    {"schema": "hearth.alert/1", "event": "fired" | "repeated" | "resolved",
+     "alert": {"id": int, "kind": str, "title": str, "subject": str, "message": str,
+               "since": ISO 8601, "fired_at": ISO 8601 | null, "resolved_at": ISO 8601 | null},
+     "console_url": str ("" without HEARTH_HOSTNAME), "text": str}
+
+``text`` is one line for a Slack or Mattermost incoming webhook, which post it as it is.
+"""
+
+import logging
+from datetime import datetime
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from console.alerts.models import Channel, Delivery, Destination, Event
+from console.alerts.rules import KINDS
+
+log = logging.getLogger(__name__)
+SCHEMA = "hearth.alert/1"
+TIMEOUT = 10.0  # seconds a webhook may take to answer
+MAX_ATTEMPTS = 6  # tries before a delivery is given up: with BACKOFF doubling, over about 10 minutes
+BACKOFF = 10.0  # seconds before the first retry, doubling after each failure
+WORDS = {Event.FIRED: "FIRING", Event.REPEATED: "STILL FIRING", Event.RESOLVED: "RESOLVED"}
+
+
+def shown_url(url: str) -> str:
+    """``https://hooks.slack.com/…``: a webhook URL as it may be logged or shown (scheme and host only)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}/…" if url else ""
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at else None
+
+
+def body(d: Delivery) -> dict[str, object]:
+    """The webhook's JSON body for a delivery (module docstring)."""
+    alert, kind = d.alert, d.alert.rule.kind
+    title = KINDS[kind].title
+    said = alert.resolved_message if d.event == Event.RESOLVED else alert.message
+    console = f"https://{settings.HEARTH_HOSTNAME}/alerts/" if settings.HEARTH_HOSTNAME else ""
+    return {
+        "schema": SCHEMA,
+        "event": d.event,
+        "alert": {
+            "id": alert.pk,
+            "kind": kind,
+            "title": title,
+            "subject": alert.subject,
+            "message": said,
+            "since": _iso(alert.since),
+            "fired_at": _iso(alert.fired_at),
+            "resolved_at": _iso(alert.resolved_at),
+        },
+        "console_url": console,
+        "text": f"[Hearth] {WORDS[Event(d.event)]}: {title}: {said}",
+    }
+
+
+def planned(alert_id: int, event: str, destination: Destination) -> list[Delivery]:
+    """The deliveries of one piece of news to each channel set up (none while none is)."""
+    channels = [
+        c for c, on in ((Channel.WEBHOOK, destination.webhook_url), (Channel.EMAIL, destination.email_to)) if on
+    ]
+    return [Delivery.objects.create(alert_id=alert_id, event=event, channel=c) for c in channels]
+
+
+def attempt(delivery_id: int) -> float | None:
+    """Try a delivery once: None when done (sent, given up or gone), else seconds to wait before the next try
+    (BACKOFF doubling). A failure is counted and kept in words on the row; the webhook's URL never in them."""
+    with transaction.atomic():
+        d = Delivery.objects.select_for_update().select_related("alert__rule").filter(pk=delivery_id).first()
+        if d is None or d.sent_at is not None or d.given_up:
+            return None
+        destination = Destination.current()
+        d.attempts += 1
+        try:
+            _send(d, destination)
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            d.last_error = _words(exc, destination)
+            d.given_up = d.attempts >= MAX_ATTEMPTS
+            log.warning(
+                "alert %s %s by %s failed (try %d): %s", d.alert_id, d.event, d.channel, d.attempts, d.last_error
+            )
+        else:
+            d.sent_at, d.last_error = timezone.now(), ""
+        d.save(update_fields=["attempts", "sent_at", "given_up", "last_error"])
+    if d.sent_at is not None or d.given_up:
+        return None
+    return BACKOFF * 2 ** (d.attempts - 1)
+
+
+def _send(d: Delivery, destination: Destination) -> None:
+    payload = body(d)
+    if d.channel == Channel.WEBHOOK:
+        if not destination.webhook_url:
+            raise ValueError("no webhook URL is set any more")
+        resp = httpx.post(destination.webhook_url, json=payload, timeout=TIMEOUT, follow_redirects=False)
+        if resp.status_code >= 300:
+            raise ValueError(f"{shown_url(destination.webhook_url)} answered {resp.status_code}")
+        return
+    to = [a.strip() for a in destination.email_to.split(",") if a.strip()]
+    if not to:
+        raise ValueError("no email address is set any more")
+    alert = payload["alert"]
+    assert isinstance(alert, dict)
+    lines = [
+        str(payload["text"]),
+        "",
+        f"Subject: {alert['subject']}",
+        f"Since: {alert['since']}",
+        f"Console: {payload['console_url']}",
+    ]
+    send_mail(str(payload["text"])[:200], "\n".join(lines), None, to)
+
+
+def _words(exc: Exception, destination: Destination) -> str:
+    """An error in words without the webhook's secret (an httpx error may quote the whole URL)."""
+    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc)
+    url = destination.webhook_url
+    if url:
+        text = text.replace(url, shown_url(url))
+        parts = urlsplit(url)
+        for secret in (parts.path, parts.query, parts.password or "", parts.username or ""):
+            if len(secret) > 1:
+                text = text.replace(secret, "…")
+    return text[:500]

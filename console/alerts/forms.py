@@ -1,0 +1,42 @@
+"""The Alerts page's forms: one rule's tuning, and where alerts go."""
+
+from typing import Any
+
+from django import forms
+from django.core.validators import validate_email
+
+from console.alerts.models import AlertRule, Destination
+
+
+class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = AlertRule
+        fields = ("enabled", "threshold", "for_minutes", "repeat_minutes")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for name in ("threshold", "for_minutes"):
+            if data.get(name) is not None and data[name] < 0:
+                self.add_error(name, "Must be 0 or more.")
+        if data.get("repeat_minutes") is not None and data["repeat_minutes"] < 1:
+            self.add_error("repeat_minutes", "Repeat at most once a minute (1 or more).")
+        return data
+
+
+class DestinationForm(forms.ModelForm):  # type: ignore[type-arg]
+    webhook_url = forms.URLField(
+        required=False, max_length=2000, assume_scheme="https", help_text="A Slack or Mattermost incoming webhook."
+    )
+
+    class Meta:
+        model = Destination
+        fields = ("webhook_url", "email_to")
+
+    def clean_email_to(self) -> str:
+        addresses = [a.strip() for a in self.cleaned_data["email_to"].split(",") if a.strip()]
+        for address in addresses:
+            try:
+                validate_email(address)
+            except forms.ValidationError as exc:
+                raise forms.ValidationError(f"{address[:100]} is not an email address.") from exc
+        return ", ".join(addresses)

@@ -1,0 +1,112 @@
+"""The kinds of alert, each with its default rule: what it watches, its threshold's unit and value, how long the
+condition must hold (minutes) and how often a firing alert repeats (minutes). ``rules()`` gives the rules in
+force, adding a missing kind's row with its default."""
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from console.alerts.models import AlertRule
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of alert: its title, what its threshold means (``unit``; "" for none) and its defaults."""
+
+    title: str
+    unit: str
+    threshold: float
+    for_minutes: float
+    repeat_minutes: float
+    what: str
+
+
+KINDS: dict[str, Kind] = {
+    "deployment_failed": Kind(
+        "Deployment failed, crash-looping or OOM-killed",
+        "restarts in a row",
+        3,
+        0,
+        60,
+        "A deployment failed; or a replica was restarted this many times in a row, or its engine was OOM-killed.",
+    ),
+    "replica_not_ready": Kind(
+        "Replica not ready",
+        "",
+        0,
+        5,
+        60,
+        "A replica of a deployment meant to serve is not ready (stopped, crashed, waiting to restart).",
+    ),
+    "monitoring_stale": Kind(
+        "Monitoring stale",
+        "scrape intervals",
+        3,
+        0,
+        60,
+        "Celery beat is not running, or a ready replica had no good scrape of its /metrics for this many intervals.",
+    ),
+    "kv_cache_high": Kind(
+        "KV cache nearly full",
+        "ratio 0–1",
+        0.9,
+        5,
+        60,
+        "A replica's KV-cache use at or over this share, at every scrape for the rule's minutes.",
+    ),
+    "requests_waiting": Kind(
+        "Requests waiting",
+        "requests",
+        16,
+        5,
+        60,
+        "Requests queued for a replica's batch at or over this many, at every scrape for the rule's minutes.",
+    ),
+    "ttft_slo_burn": Kind(
+        "TTFT over the SLO",
+        "× the 1 % a p99 allows",
+        2,
+        10,
+        60,
+        "Over the last rule's minutes, the share of a deployment's requests whose TTFT passed its SLO is this many "
+        "times the 1 % a TTFT p99 at the SLO allows (a burn rate over the window, not one slow request).",
+    ),
+    "error_rate": Kind(
+        "Error rate",
+        "ratio 0–1",
+        0.05,
+        10,
+        60,
+        "Over the last rule's minutes, the share of a deployment's requests answered with a 5xx is at or over this.",
+    ),
+    "budget": Kind(
+        "Budget spent",
+        "percent (and 100 %)",
+        80,
+        0,
+        240,
+        "A key's or member's spending today or this month reached this percent of its budget, and again at 100 %.",
+    ),
+    "weights_disk": Kind(
+        "Weights disk nearly full",
+        "GiB free",
+        settings.HEARTH_DOCTOR_MIN_FREE_GIB,
+        0,
+        240,
+        "The disk of the weights cache (HEARTH_WEIGHTS_DIR) has less than this free.",
+    ),
+}
+
+
+def rules() -> dict[str, AlertRule]:
+    """Every kind's rule, kind → row; the rows of kinds never tuned are made with their defaults."""
+    found = {rule.kind: rule for rule in AlertRule.objects.all()}
+    missing = [
+        AlertRule(kind=k, threshold=d.threshold, for_minutes=d.for_minutes, repeat_minutes=d.repeat_minutes)
+        for k, d in KINDS.items()
+        if k not in found
+    ]
+    if missing:
+        AlertRule.objects.bulk_create(missing, ignore_conflicts=True)
+        found = {rule.kind: rule for rule in AlertRule.objects.all()}
+    return {k: found[k] for k in KINDS}

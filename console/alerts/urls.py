@@ -1,0 +1,10 @@
+from django.urls import path
+
+from console.alerts import views
+
+app_name = "alerts"
+urlpatterns = [
+    path("alerts/", views.alerts_page, name="page"),
+    path("alerts/rules/<str:kind>/", views.tune_rule, name="rule"),
+    path("alerts/destination/", views.set_destination, name="destination"),
+]

@@ -1,0 +1,72 @@
+"""The Alerts page: what fires now and what resolved lately, each rule with its default (admins tune them), where
+alerts go (the webhook shown as scheme and host only) and the deliveries that failed."""
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.alerts.delivery import shown_url
+from console.alerts.forms import DestinationForm, RuleForm
+from console.alerts.models import Alert, Delivery, Destination
+from console.alerts.rules import KINDS, rules
+
+RECENT = 20  # resolved alerts and failed deliveries listed
+
+
+@login_required
+def alerts_page(request: HttpRequest) -> HttpResponse:
+    found = rules()
+    destination = Destination.current()
+    context = {
+        "interval": settings.HEARTH_ALERT_INTERVAL,
+        "open": Alert.objects.filter(resolved_at=None, fired_at__isnull=False)
+        .select_related("rule")
+        .order_by("-fired_at"),
+        "resolved": Alert.objects.exclude(resolved_at=None).select_related("rule").order_by("-resolved_at")[:RECENT],
+        "rules": [(KINDS[k], rule, RuleForm(instance=rule, prefix=k)) for k, rule in found.items()],
+        "webhook_shown": shown_url(destination.webhook_url),
+        "email_to": destination.email_to,
+        "failures": Delivery.objects.exclude(last_error="")
+        .select_related("alert__rule")
+        .order_by("-created_at")[:RECENT],
+    }
+    return render(request, "alerts/alerts.html", context)
+
+
+@login_required
+@require_POST
+def tune_rule(request: HttpRequest, kind: str) -> HttpResponse:
+    if kind not in KINDS:
+        raise Http404("No such kind of alert.")
+    rule = rules()[kind]
+    form = RuleForm(request.POST, instance=rule, prefix=kind)
+    if form.is_valid():
+        form.save()
+        messages.success(request, f"Rule “{KINDS[kind].title}” saved.")
+    else:
+        messages.error(
+            request,
+            f"Rule “{KINDS[kind].title}” not saved: "
+            + "; ".join(f"{name}: {' '.join(errs)}" for name, errs in form.errors.items()),
+        )
+    return redirect("alerts:page")
+
+
+@login_required
+@require_POST
+def set_destination(request: HttpRequest) -> HttpResponse:
+    destination = Destination.current()
+    keep_webhook = not request.POST.get("webhook_url") and not request.POST.get("clear_webhook")
+    data = request.POST.copy()
+    if keep_webhook:
+        data["webhook_url"] = destination.webhook_url
+    form = DestinationForm(data, instance=destination)
+    if form.is_valid():
+        form.save()
+        messages.success(request, "Alert destinations saved.")
+    else:
+        messages.error(request, "Not saved: " + "; ".join(" ".join(errs) for errs in form.errors.values()))
+    return redirect("alerts:page")

@@ -1,0 +1,213 @@
+"""Alerts (console.alerts) against real receivers the tests start: a webhook HTTP server and an SMTP server
+(aiosmtpd). Each rule fires once, repeats at its interval while it holds and resolves with a message; a failing
+webhook is retried with backoff and its failures shown; a webhook URL's secret is never shown or logged. The
+conditions that need live engines and Celery: tests/test_alerts_live.py."""
+
+import json
+import logging
+import re
+import time
+from decimal import Decimal
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import Client, override_settings
+
+from console.access.keys import create_key
+from console.alerts import delivery
+from console.alerts.evaluate import evaluate
+from console.alerts.models import Alert, AlertRule, Delivery, Destination
+from console.alerts.rules import KINDS, rules
+from console.observability.spent import key_counters, periods
+from tests.alert_receivers import Mailbox, Webhook, smtp, webhook
+
+pytestmark = pytest.mark.django_db
+__all__ = ["smtp", "webhook"]  # fixtures
+SECRET = "T000/B000/XXXXsecretXXXX"
+
+
+def sent(now: float) -> list[Delivery]:
+    """Evaluate at ``now`` and try each delivery made until it is sent or given up (the backoff's waits are
+    Celery's: tests/test_alerts_live.py)."""
+    made = evaluate(now)
+    for delivery_id in made:
+        while delivery.attempt(delivery_id) is not None:
+            pass
+    return list(Delivery.objects.filter(pk__in=made).order_by("pk"))
+
+
+def tune(kind: str, **fields: float) -> None:
+    AlertRule.objects.filter(pk=rules()[kind].pk).update(**fields)
+
+
+def only(kind: str) -> None:
+    """Every rule off but ``kind`` (the others' conditions may hold on a test box: its disk, beat)."""
+    rules()
+    AlertRule.objects.exclude(kind=kind).update(enabled=False)
+
+
+def email_settings(port: int) -> override_settings:
+    return override_settings(
+        EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend", EMAIL_HOST="127.0.0.1", EMAIL_PORT=port
+    )
+
+
+def spend(key_id: int, usd: str, now: float) -> None:
+    """What the gateway's charges leave in the key's day counter (nano-USD, console.observability.spent)."""
+    day, _ = periods(now)
+    redis.Redis.from_url(settings.REDIS_URL).set(f"{key_counters(key_id)}:usd:{day}", int(Decimal(usd) * 10**9))
+
+
+def test_every_kind_has_a_default_rule_an_admin_sees() -> None:
+    found = rules()
+    assert set(found) == set(KINDS) and all(r.enabled for r in found.values())
+    assert found["budget"].threshold == 80 and found["replica_not_ready"].for_minutes == 5
+
+
+def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
+    admin_user: object, webhook: Webhook, smtp: tuple[Mailbox, int]
+) -> None:
+    box, port = smtp
+    Destination.objects.create(pk=1, webhook_url=f"{webhook.url}/hooks/{SECRET}", email_to="ops@example.com")
+    only("budget")
+    tune("budget", repeat_minutes=60)
+    key, _ = create_key("ci", admin_user, daily_budget_usd=Decimal("1.00"))
+    now = time.time()
+    with email_settings(port):
+        spend(key.pk, "0.50", now)
+        assert sent(now) == []
+        spend(key.pk, "0.85", now)
+        fired = sent(now)
+        assert [(d.event, d.channel) for d in fired] == [("fired", "webhook"), ("fired", "email")]
+        assert all(d.sent_at and d.attempts == 1 for d in fired)
+        [(path, body)] = webhook.posts
+        assert path == f"/hooks/{SECRET}" and body["schema"] == "hearth.alert/1" and body["event"] == "fired"
+        assert body["alert"]["kind"] == "budget" and body["alert"]["subject"] == f"key {key.prefix} (ci) today at 80 %"
+        assert (
+            body["text"]
+            == f"[Hearth] FIRING: Budget spent: key {key.prefix} (ci) spent $0.8500 today: 85 % of its $1.00 budget"
+        )
+        [mail] = box.messages
+        assert mail["To"] == "ops@example.com" and mail["Subject"].startswith("[Hearth] FIRING: Budget spent")
+        assert sent(now + 30) == [] and sent(now + 59 * 60) == []  # nothing twice within the repeat interval
+        assert [d.event for d in sent(now + 60 * 60)] == ["repeated", "repeated"]
+        spend(key.pk, "1.20", now)
+        crossed = sent(now + 61 * 60)
+        assert [d.event for d in crossed] == ["fired", "fired"]
+        assert webhook.bodies()[-1]["alert"]["subject"].endswith("today at 100 %")
+        spend(key.pk, "0", now)
+        resolved = sent(now + 62 * 60)
+        assert [d.event for d in resolved] == ["resolved"] * 4
+        said = {b["alert"]["subject"]: b["text"] for b in webhook.bodies()[-2:]}
+        assert said[f"key {key.prefix} (ci) today at 100 %"].startswith(
+            f"[Hearth] RESOLVED: Budget spent: Resolved (the condition ended): key {key.prefix} (ci) spent $1.2000"
+        )
+        assert len(box.messages) == 1 + 1 + 1 + 2
+    assert Alert.objects.filter(resolved_at=None).count() == 0
+
+
+def test_a_condition_must_hold_its_minutes_before_firing_and_one_that_ends_sooner_never_fires(
+    webhook: Webhook,
+) -> None:
+    Destination.objects.create(pk=1, webhook_url=webhook.url)
+    only("weights_disk")
+    tune("weights_disk", threshold=1e12, for_minutes=2)  # no disk has a zettabyte free: it holds
+    now = time.time()
+    assert sent(now) == [] and sent(now + 60) == []
+    assert [d.event for d in sent(now + 121)] == ["fired"]
+    assert "GiB free, under 1e+12 GiB" in webhook.bodies()[0]["alert"]["message"]
+    tune("weights_disk", threshold=0)
+    assert [d.event for d in sent(now + 180)] == ["resolved"]
+    tune("weights_disk", threshold=1e12)
+    assert sent(now + 200) == []  # pending again, for 2 minutes
+    tune("weights_disk", threshold=0)
+    assert sent(now + 260) == [] and not Alert.objects.filter(resolved_at=None).exists()  # dropped, never fired
+    assert len(webhook.posts) == 2
+
+
+def test_a_rule_turned_off_resolves_its_alerts(webhook: Webhook) -> None:
+    Destination.objects.create(pk=1, webhook_url=webhook.url)
+    only("weights_disk")
+    tune("weights_disk", threshold=1e12)
+    now = time.time()
+    assert [d.event for d in sent(now)] == ["fired"]
+    tune("weights_disk", enabled=False)
+    assert [d.event for d in sent(now + 1)] == ["resolved"]
+    assert webhook.bodies()[-1]["alert"]["message"].startswith("Resolved (the rule was turned off): ")
+
+
+def test_a_failing_webhook_is_retried_with_backoff_its_failures_shown_and_its_secret_never(
+    admin: Client, webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    Destination.objects.create(pk=1, webhook_url=f"{webhook.url}/hooks/{SECRET}?token=abc123")
+    only("weights_disk")
+    tune("weights_disk", threshold=1e12)
+    webhook.failures = [500, 503]
+    [delivery_id] = evaluate(time.time())
+    with caplog.at_level(logging.WARNING):
+        assert delivery.attempt(delivery_id) == delivery.BACKOFF
+        assert delivery.attempt(delivery_id) == 2 * delivery.BACKOFF
+        page = admin.get("/alerts/").content.decode()
+        assert delivery.attempt(delivery_id) is None
+    row = Delivery.objects.get(pk=delivery_id)
+    assert row.sent_at and row.attempts == 3 and row.last_error == ""
+    assert len(webhook.posts) == 1
+    failures = re.search(r'<table data-table="failures">(.*?)</table>', page, re.S)
+    assert failures and f"{webhook.url}/… answered 503" in failures.group(1) and "retrying" in failures.group(1)
+    assert f"<code>{webhook.url}/…</code>" in page
+    for said in (page, caplog.text, json.dumps(list(Delivery.objects.values()), default=str)):
+        assert SECRET not in said and "abc123" not in said and "hooks" not in said
+
+
+def test_a_webhook_that_never_answers_is_given_up_after_its_tries(webhook: Webhook) -> None:
+    webhook.server.shutdown()
+    webhook.server.server_close()
+    Destination.objects.create(pk=1, webhook_url=f"{webhook.url}/{SECRET}")
+    only("weights_disk")
+    tune("weights_disk", threshold=1e12)
+    [d] = sent(time.time())
+    assert d.given_up and d.attempts == delivery.MAX_ATTEMPTS and d.sent_at is None
+    assert d.last_error.startswith("ConnectError") and SECRET not in d.last_error
+
+
+def test_only_an_admin_tunes_a_rule_and_bad_numbers_are_refused(admin: Client, client: Client, member: object) -> None:
+    resp = admin.post(
+        "/alerts/rules/kv_cache_high/",
+        {
+            "kv_cache_high-enabled": "on",
+            "kv_cache_high-threshold": "0.8",
+            "kv_cache_high-for_minutes": "2",
+            "kv_cache_high-repeat_minutes": "30",
+        },
+    )
+    assert resp.status_code == 302
+    rule = AlertRule.objects.get(kind="kv_cache_high")
+    assert (rule.threshold, rule.for_minutes, rule.repeat_minutes) == (0.8, 2, 30)
+    resp = admin.post(
+        "/alerts/rules/kv_cache_high/",
+        {
+            "kv_cache_high-threshold": "-1",
+            "kv_cache_high-for_minutes": "2",
+            "kv_cache_high-repeat_minutes": "0",
+        },
+        follow=True,
+    )
+    page = resp.content.decode()
+    assert "not saved" in page and "Must be 0 or more." in page and "Repeat at most once a minute" in page
+    assert AlertRule.objects.get(kind="kv_cache_high").threshold == 0.8
+    assert admin.post("/alerts/rules/nonsense/", {}).status_code == 404
+    client.force_login(member)  # type: ignore[arg-type]
+    assert client.get("/alerts/").status_code == 200
+    assert client.post("/alerts/rules/kv_cache_high/", {"kv_cache_high-threshold": "0.1"}).status_code == 403
+
+
+def test_the_destination_keeps_its_webhook_unless_told_and_refuses_a_bad_address(admin: Client) -> None:
+    admin.post("/alerts/destination/", {"webhook_url": f"https://hooks.example.com/{SECRET}", "email_to": "a@b.co"})
+    admin.post("/alerts/destination/", {"webhook_url": "", "email_to": "a@b.co, c@d.co"})
+    found = Destination.current()
+    assert found.webhook_url.endswith(SECRET) and found.email_to == "a@b.co, c@d.co"
+    page = admin.post("/alerts/destination/", {"email_to": "not an address"}, follow=True).content.decode()
+    assert "not an address is not an email address." in page and SECRET not in page
+    admin.post("/alerts/destination/", {"clear_webhook": "1", "email_to": ""})
+    assert Destination.current().webhook_url == ""
