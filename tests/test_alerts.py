@@ -211,3 +211,17 @@ def test_the_destination_keeps_its_webhook_unless_told_and_refuses_a_bad_address
     assert "not an address is not an email address." in page and SECRET not in page
     admin.post("/alerts/destination/", {"clear_webhook": "1", "email_to": ""})
     assert Destination.current().webhook_url == ""
+
+
+def test_the_header_lists_what_fires_on_every_page_until_it_resolves(admin: Client) -> None:
+    only("weights_disk")
+    tune("weights_disk", threshold=1e12)
+    now = time.time()
+    evaluate(now)
+    page = admin.get("/keys/").content.decode()
+    listed = re.search(r'<div class="liveness alerts" data-field="alerts">(.*?)</div>', page, re.S)
+    assert listed and "1 alert firing" in listed.group(1) and 'data-alert="weights_disk"' in listed.group(1)
+    assert "GiB free, under 1e+12 GiB" in listed.group(1)
+    tune("weights_disk", threshold=0)
+    evaluate(now + 1)
+    assert 'data-field="alerts"' not in admin.get("/keys/").content.decode()
