@@ -1,6 +1,6 @@
 """The Settings page in headless Chromium, from a real web server whose environment holds a secret of each kind (a
 setting, a token, a client secret, compose's passwords, a password in DATABASE_URL, a token file) and whose log
-holds them too: every setting README documents is listed, the Content-Security-Policy refuses nothing, the support
+holds them too: every setting the docs list is listed, the Content-Security-Policy refuses nothing, the support
 bundle is copied whole and downloaded, and no secret value is in the page, the clipboard or the file. Issue 33,
 point 4. Screenshots (the first screen, the whole page) go to the test's folder (and HEARTH_SCREENSHOTS, when set)."""
 

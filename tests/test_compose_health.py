@@ -4,7 +4,7 @@ supported releases; and each service's health check, read from compose.yaml, run
 as compose starts it (web, worker, beat): it passes while the process runs, and fails once the process is gone.
 
 ``docker-compose config`` is Debian's docker-compose 1.29 (scripts/test-services.sh installs it; tests/test_image.py
-runs it on the README's .env too).
+runs it on docs/gpu-server.md's .env too).
 """
 
 import json
@@ -35,6 +35,7 @@ from engines.argspec import ARGSPEC_DIR
 from engines.launch import EngineKind, LaunchSpec, image_version
 from engines.supported import SUPPORTED_ENGINES
 from tests.conftest import ROOT, Proc, start_web
+from tests.docs import section
 
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
 INTERPOLATION = re.compile(r"\$\{([A-Z][A-Z0-9_]*)(?::([-?])([^}]*))?\}")  # ${NAME}, ${NAME:-default}, ${NAME:?why}
@@ -112,11 +113,11 @@ def test_the_dockerfile_s_health_check_is_the_web_s_in_compose() -> None:
 
 
 def test_the_supported_engines_are_the_default_images_the_readme_names_with_their_parsers_dumped() -> None:
-    readme = (ROOT / "README.md").read_text()
+    gpu_server = section("On a GPU server")
     for engine, supported in SUPPORTED_ENGINES.items():
         assert image_version(supported.image) == f"v{supported.version}"
         assert (ARGSPEC_DIR / f"{engine}-{supported.version}.json").is_file()
-        assert f"`{supported.image}`" in readme.split("## On a GPU server", 1)[1].split("\n## ", 1)[0]
+        assert f"`{supported.image}`" in gpu_server
         if f"HEARTH_IMAGE_{engine.upper()}" not in os.environ:
             assert settings.HEARTH_ENGINE_IMAGES[engine] == supported.image
 

@@ -1,6 +1,6 @@
 """What the console shows, as a person reads it: chart tick labels that say their tick's value (headless Chromium),
 error pages inside the console's layout (JSON under /api/ and /v1/), the Costs page's GPUs for a deployment on CPU,
-singular counts ("1 request"), and the README's Configuration table naming each setting once, truly."""
+singular counts ("1 request"), and the Configuration table (docs/configuration.md) naming each setting once, truly."""
 
 import json
 import os
@@ -22,7 +22,7 @@ from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
 from console.observability.charts import SERIES
 from gateway.quotas import LIMITS, refusal
-from tests.conftest import ROOT
+from tests.docs import section
 from tests.simworld import ensure_model
 from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
 from tests.test_browser_panels import keep
@@ -342,13 +342,13 @@ def test_a_plan_of_one_sequence_at_once_reads_1_sequence(admin: Client) -> None:
     assert "at most 1 sequence at once" in html, html
 
 
-# --- 5. README's Configuration table ----------------------------------------------------------------------------
+# --- 5. The Configuration table (docs/) --------------------------------------------------------------------------
 
 
 def test_the_readme_names_each_setting_once_and_allowed_hosts_with_its_true_default() -> None:
-    section = (ROOT / "README.md").read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    table = [line for line in section.splitlines() if line.startswith("|")]
-    assert section.count("\n|") == len(table) and "|\n\n|" not in section  # one table, no blank line splitting it
+    text = section("Configuration")
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert text.count("\n|") == len(table) and "|\n\n|" not in text  # one table, no blank line splitting it
     names = [n for row in table if row.startswith("| `") for n in re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1])]
     assert len(names) == len(set(names)) == len(settings_table()), sorted(n for n in names if names.count(n) > 1)
     (row,) = [r for r in table if r.startswith("| `ALLOWED_HOSTS`")]

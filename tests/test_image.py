@@ -1,4 +1,4 @@
-"""The image and compose.yaml: what goes into the build context, and that compose.yaml reads with the README's .env.
+"""The image and compose.yaml: what goes into the build context, and that compose.yaml reads with the documented .env.
 
 The build context is listed the way Docker's Python client computes it (the ``docker`` SDK's
 ``docker.utils.build.exclude_paths`` and ``tar`` over the .dockerignore patterns, read as
@@ -22,6 +22,7 @@ from docker.utils.build import exclude_paths
 from docker.utils.build import tar as build_tar
 
 from tests.conftest import ROOT
+from tests.docs import section
 
 # What a checkout holds after `make up` and a first `docker compose` setup, none of which may reach the image.
 PLANTED = {
@@ -162,14 +163,12 @@ def test_the_docker_cli_sends_the_same_context(lived_in_checkout: Path) -> None:
 
 
 def readme_dotenv(folder: Path) -> Path:
-    """Run the README's setup lines (the block under "On a GPU server", all but ``docker compose``) in ``folder``,
+    """Run the documented setup lines (the block under "On a GPU server", all but ``docker compose``) in ``folder``,
     beside a copy of the checkout's .env.example; returns the .env made."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## On a GPU server", 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, "the README's GPU-server section has no shell block"
+    block = re.search(r"```sh\n(.*?)```", section("On a GPU server"), re.S)
+    assert block, "docs/gpu-server.md's section has no shell block"
     lines = [line for line in block[1].splitlines() if not line.startswith("docker ")]
-    assert any(".env" in line for line in lines), "the README's shell block writes no .env"
+    assert any(".env" in line for line in lines), "docs/gpu-server.md's shell block writes no .env"
     shutil.copy(ROOT / ".env.example", folder / ".env.example")
     subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], cwd=folder, check=True)
     return folder / ".env"

@@ -1,13 +1,14 @@
-"""Every environment variable Hearth reads is in the README's settings table ("Configuration").
+"""Every environment variable Hearth reads is in the settings table ("Configuration", docs/configuration.md).
 
 Read where it is read: the Python of appliance/, console/, gateway/ and engines/ (the typed readers of
 appliance/env.py and os.environ / os.getenv), the bring-up scripts (``${NAME:-default}``, ``${NAME:?why}``) and
-compose.yaml's interpolations. A secret read through envsecret may also be given as NAME_FILE (the README says so).
+compose.yaml's interpolations. A secret read through envsecret may also be given as NAME_FILE (the table says so).
 """
 
 import re
 
 from tests.conftest import ROOT
+from tests.docs import section
 
 PYTHON_READS = re.compile(
     r"""\b(?:envstr|envint|envfloat|envbool|envsecret)\(\s*["']([A-Z][A-Z0-9_]*)["']"""
@@ -46,9 +47,8 @@ def read_in_scripts() -> dict[str, str]:
 
 
 def settings_table() -> set[str]:
-    """The names in the first column of the README's Configuration table."""
-    section = (ROOT / "README.md").read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    """The names in the first column of the Configuration table (docs/configuration.md)."""
+    rows = [line for line in section("Configuration").splitlines() if line.startswith("| `")]
     return {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1])}
 
 
@@ -69,7 +69,7 @@ def test_every_environment_variable_the_code_reads_is_in_the_readme_s_settings_t
         for name, where in read.items()
         if name not in table and name not in NOT_SETTINGS and not (name.endswith("_FILE") and name[:-5] in table)
     }
-    assert missing == {}, "add these to README.md's Configuration table"
+    assert missing == {}, "add these to the Configuration table in docs/configuration.md"
 
 
 def test_the_table_names_no_variable_nothing_reads() -> None:

@@ -1,4 +1,4 @@
-"""The Settings page (console.preflight.configuration and .about): every setting README's "Configuration" table
+"""The Settings page (console.preflight.configuration and .about): every setting the "Configuration" table
 documents is listed with where it came from, and no secret value reaches the page or the support bundle, whether
 it was given as a setting, in the environment, in a URL's password, in a token file or written into a log.
 Issue 33, point 4. The same in a real web server and Chromium: tests/test_browser_settings.py."""
@@ -31,7 +31,7 @@ SECRETS = {
 def test_the_tables_list_exactly_the_settings_readme_documents() -> None:
     listed = {*configuration.EFFECTIVE, *configuration.SCRIPTS_ONLY}
     assert not set(configuration.EFFECTIVE) & set(configuration.SCRIPTS_ONLY)
-    assert listed == settings_table(), "README's Configuration table and console.preflight.configuration differ"
+    assert listed == settings_table(), "docs/configuration.md's table and console.preflight.configuration differ"
 
 
 def test_the_page_lists_every_setting_readme_documents_with_its_source(admin: Client) -> None:
