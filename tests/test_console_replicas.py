@@ -11,9 +11,9 @@ from django.test import Client
 from django.utils import timezone
 
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions
+from console.deployments import admin_actions, dispatch
 from console.deployments.models import Deployment, Replica
-from console.deployments.scaling import added_replica_failed
+from console.deployments.scaling import added_replica_failed, resume_stale_scales
 from tests.simworld import ensure_model
 
 pytestmark = pytest.mark.django_db
@@ -150,3 +150,26 @@ def test_an_added_replica_that_fails_to_load_is_ended_alone_and_the_count_goes_b
 
     first = Replica.objects.filter(deployment=dep).earliest("pk")
     assert not added_replica_failed(first, "a first launch's failure")  # none serves besides it: the launch fails
+
+
+def test_a_count_changed_again_before_the_last_change_settled_is_refused(admin: Client) -> None:
+    dep = _running("live", [0, 1])
+    Deployment.objects.filter(pk=dep.pk).update(replica_count=1)  # 2 → 1 under way: the second still drains
+    dep.refresh_from_db()
+    page = admin.post(f"/deployments/{dep.pk}/change/", _form(admin, dep) | {"replica_count": "3"}).content.decode()
+    assert "still changing its replica count (2 replicas live for 1 wanted)" in page
+    dep.refresh_from_db()
+    assert dep.replica_count == 1
+
+
+def test_reconcile_resumes_a_change_of_count_whose_worker_died(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[str, int]] = []
+    monkeypatch.setattr(dispatch, "send", lambda name, pk, *args, **kw: sent.append((name, pk)))
+    settled, lost = _running("settled", [0]), _running("lost", [1])
+    silent = timezone.now() - timedelta(minutes=5)
+    Deployment.objects.filter(pk__in=[settled.pk, lost.pk]).update(updated_at=silent)
+    Deployment.objects.filter(pk=lost.pk).update(replica_count=2)  # the worker died before the second replica's row
+    resume_stale_scales()
+    assert sent == [(dispatch.SCALE, lost.pk)]
+    resume_stale_scales()  # claimed: not sent twice while the resumed scale runs
+    assert sent == [(dispatch.SCALE, lost.pk)]

@@ -89,28 +89,43 @@ def preview_change(
     """
     external.refused(deployment, "change the settings of")
     check_extra_args(extra_args, deployment.engine)
-    given = {
+    old = deployment.replica_count
+    new = old if replica_count is None else replica_count
+    plan = plan_for(
+        deployment.source,
+        deployment.engine,
+        max_model_len=max_model_len,
+        kv_space_gib=kv_space_gib,
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size,
+        max_num_seqs=max_num_seqs,
+        replica_count=new,
+        exclude=deployment.pk,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+        fit_max_tokens=fit_max_tokens,
+    )
+    asked = {
         "max_model_len": max_model_len,
         "kv_space_gib": kv_space_gib,
         "kv_cache_dtype": kv_cache_dtype,
         "gpu_memory_utilization": gpu_memory_utilization,
         "tensor_parallel_size": tensor_parallel_size,
         "max_num_seqs": max_num_seqs,
+        "extra_args": extra_args,
+        "tool_call_parser": tool_call_parser,
+        "reasoning_parser": reasoning_parser,
+        "fit_max_tokens": fit_max_tokens,
+        "replica_count": old,
     }
-    agents = {"tool_call_parser": tool_call_parser, "reasoning_parser": reasoning_parser}
-    old = deployment.replica_count
-    new = old if replica_count is None else replica_count
-    plan = plan_for(
-        deployment.source,
-        deployment.engine,
-        **given,
-        **agents,
-        fit_max_tokens=fit_max_tokens,
-        replica_count=new,
-        exclude=deployment.pk,
-    )
-    asked = given | agents | {"extra_args": extra_args, "fit_max_tokens": fit_max_tokens, "replica_count": old}
     if new != old and deployment.state == DeploymentState.READY and asked == current_settings(deployment):
+        live = deployment.replicas.launched().filter(stopped_at__isnull=True).count()
+        if live != old:
+            raise ConsoleError(
+                f"{deployment.name} is still changing its replica count ({live} replicas live for {old} wanted); "
+                "preview again once it has settled."
+            )
         scaled = replace(plan, gpu_indices=_kept_gpus(deployment.stored_plan, plan, old, new))
         return ChangePreview(scaled, recreate=False, downtime_seconds=0.0, scale=(old, new))
     recreate = deployment.state in ACTIVE_STATES

@@ -94,7 +94,7 @@ def converge(dep: Deployment) -> list[Replica]:
     runtime = get_runtime()
     live = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk"))
     while len(live) < dep.replica_count:
-        live.append(_new_replica(dep, runtime))
+        live.append(new_replica(dep, runtime))
     for slot, replica in enumerate(live):
         if not replica.running:
             start_replica(replica, slot, runtime)
@@ -104,7 +104,8 @@ def converge(dep: Deployment) -> list[Replica]:
 ENGINE_KEY_PREFIX = "hek-"  # so a leaked engine key is found by its shape (tests/test_secrets_kept.py)
 
 
-def _new_replica(dep: Deployment, runtime: Runtime) -> Replica:
+def new_replica(dep: Deployment, runtime: Runtime) -> Replica:
+    """A new replica row of ``dep`` for ``runtime``, its address and engine key chosen, not started."""
     host = settings.HEARTH_ENGINE_HOST
     port = CONTAINER_PORT if runtime.name == "docker" else _free_port(host)
     key = ENGINE_KEY_PREFIX + secrets.token_urlsafe(24)

@@ -14,6 +14,7 @@ from console.deployments.external import check_endpoints
 from console.deployments.idling import apply_idle_policies, resume_stale_swaps
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.deployments.restoring import asleep_engines_gone, relaunch_wanted
+from console.deployments.scaling import resume_stale_scales
 from console.deployments.watching import engine_ended, restart
 
 log = logging.getLogger(__name__)
@@ -21,13 +22,14 @@ S = DeploymentState
 
 
 def reconcile() -> None:
-    """Resume launches whose worker died, launch again the deployments wanted serving that the appliance's stop
-    ended, stop to save the asleep ones whose engines are gone (console.deployments.restoring), notice serving
-    engines that exited, restart crashed replicas whose backoff is over, and remove engines no replica owns (a
-    database restored from backup, a container left by hand); check the endpoints Hearth did not launch
-    (console.deployments.external); put idle deployments to sleep or stop them to save, as their policy says, and
-    carry on a sleep or wake whose worker died (console.deployments.idling)."""
+    """Resume launches and changes of replica count whose worker died (console.deployments.scaling), launch again
+    the deployments wanted serving that the appliance's stop ended, stop to save the asleep ones whose engines are
+    gone (console.deployments.restoring), notice serving engines that exited, restart crashed replicas whose backoff
+    is over, and remove engines no replica owns (a database restored from backup, a container left by hand); check
+    the endpoints Hearth did not launch (console.deployments.external); put idle deployments to sleep or stop them to
+    save, as their policy says, and carry on a sleep or wake whose worker died (console.deployments.idling)."""
     _resume_stale_launches()
+    resume_stale_scales()
     resume_stale_swaps()
     relaunch_wanted()
     asleep_engines_gone()

@@ -1,26 +1,34 @@
 """The worker's side of a change of a ready deployment's replica count (console.deployments.changes planned it, kept
 the deployment ready and sent SCALE): the replicas serving keep serving throughout.
 
-- More replicas: the added ones start on the GPUs the plan gave them (lifecycle.converge) and join the gateway's route
-  once their /health answers (console.deployments.watching). One that fails to start or to load is ended alone and
-  the count goes back (``added_replica_failed``); the deployment stays ready on the others.
+- More replicas: the added ones start on the GPUs the plan gave them and join the gateway's route once their /health
+  answers (console.deployments.watching); a crashed replica waiting for its restart is left to it. An added one that
+  fails to start or to load is ended alone and the count goes back (``added_replica_failed``); the deployment stays
+  ready on the others.
 - Fewer: the last replicas (the newest) leave the route first (the routing version bumped), SETTLE_SECONDS let every
   gateway take the news, then each is stopped once its engine reads no request running or waiting (its /metrics, the
-  engine's own gauges), or after DRAIN_SECONDS whatever it still runs.
+  engine's own gauges), or after DRAIN_SECONDS whatever it still runs; each look is the scale's heartbeat.
+- A scale whose worker died (more or fewer replicas live than the count, or one never started, and no sign of life for
+  HEARTH_STALE_AFTER seconds) is carried on by reconcile (``resume_stale_scales``).
 """
 
 import logging
 import time
 from dataclasses import replace
+from datetime import timedelta
 
 import httpx
+from django.conf import settings
+from django.db.models import Count, Q
+from django.utils import timezone
 
-from appliance.runtimes import RuntimeError_, RuntimeStatus
+from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
 from console.deployments import dispatch
 from console.deployments.launching import WATCH_EVERY
-from console.deployments.lifecycle import converge, end_replica
+from console.deployments.lifecycle import end_replica, new_replica, start_replica
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import bump_routing_version
+from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME
 from engines.metrics import DEFAULT_MAPPINGS, choose_flavor, parse_metrics, sample_names
 
 log = logging.getLogger(__name__)
@@ -31,28 +39,58 @@ POLL_EVERY = 0.5  # seconds between looks at a draining engine's requests
 
 
 def scale(deployment_id: int) -> None:
-    """Make a ready deployment run its ``replica_count`` replicas without stopping those that serve: start the missing
-    ones, or drain and stop the newest ones over the count. Does nothing once it is no longer ready."""
+    """Make a ready deployment run its ``replica_count`` replicas without stopping those that serve: create and start
+    the missing ones, or drain and stop the newest ones over the count. Does nothing once it is no longer ready."""
     dep = Deployment.objects.filter(pk=deployment_id).select_related("model").first()
     if dep is None or dep.state != S.READY:
         return
-    live = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk"))
-    if len(live) < dep.replica_count:
-        _add(dep, len(live))
-    elif len(live) > dep.replica_count:
+    live = live_replicas(dep)
+    if len(live) > dep.replica_count:
         _remove(dep, live[dep.replica_count :])
+    else:
+        _add(dep, live)
 
 
-def _add(dep: Deployment, before: int) -> None:
-    try:
-        replicas = converge(dep)
-    except RuntimeError_ as exc:
-        added = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk")[before:])
-        _give_up(dep, added, f"the added replica did not start: {exc}")
-        return
-    for replica in replicas[before:]:
+def live_replicas(dep: Deployment) -> list[Replica]:
+    """The replicas Hearth launched that are not ended (serving, loading, draining or waiting for a restart), in slot
+    order."""
+    return list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk"))
+
+
+def _add(dep: Deployment, live: list[Replica]) -> None:
+    runtime = get_runtime()
+    while len(live) < dep.replica_count:
+        live.append(new_replica(dep, runtime))
+    unstarted = [r for r in live if _never_started(r)]  # the added: the last slots
+    for replica in unstarted:
+        try:
+            start_replica(replica, live.index(replica), runtime)
+        except RuntimeError_ as exc:
+            _give_up(dep, unstarted[unstarted.index(replica) :], f"the added replica did not start: {exc}")
+            return
         log.info("deployment %s: added replica %s", dep.name, replica.runtime_name)
         dispatch.send(dispatch.WATCH_REPLICA, replica.pk, countdown=WATCH_EVERY)
+
+
+def _never_started(replica: Replica) -> bool:
+    """Created by a scale and not started yet (a crashed replica is not: it waits for its restart, or is ending)."""
+    return not replica.running and replica.restart_at is None and replica.ready_at is None and not replica.restarts
+
+
+def resume_stale_scales() -> None:
+    """Send SCALE again for each ready deployment whose live replicas differ from its count, or with one never
+    started, silent for HEARTH_STALE_AFTER seconds (its worker died mid-scale)."""
+    stale = timezone.now() - timedelta(seconds=settings.HEARTH_STALE_AFTER)
+    live = Q(replicas__stopped_at__isnull=True) & ~Q(replicas__runtime=EXTERNAL_RUNTIME)
+    never = Q(replicas__running=False, replicas__restart_at__isnull=True, replicas__ready_at__isnull=True)
+    unstarted = live & never & Q(replicas__restarts=0)
+    ready = Deployment.objects.filter(state=S.READY, updated_at__lt=stale).exclude(engine=EXTERNAL_ENGINE)
+    counted = ready.annotate(live=Count("replicas", filter=live), unstarted=Count("replicas", filter=unstarted))
+    for dep in counted:
+        if dep.live != dep.replica_count or dep.unstarted:
+            if Deployment.objects.filter(pk=dep.pk, updated_at=dep.updated_at).update(updated_at=timezone.now()):
+                log.warning("deployment %s: its change of replica count lost its worker; resuming", dep.name)
+                dispatch.send(dispatch.SCALE, dep.pk)
 
 
 def added_replica_failed(replica: Replica, reason: str) -> bool:
@@ -88,6 +126,7 @@ def _remove(dep: Deployment, extra: list[Replica]) -> None:
     for replica in extra:
         replica.refresh_from_db()
         while replica.running and _requests_on(dep, replica) and time.monotonic() < deadline:
+            dep.progress(dep.state_reason)  # the heartbeat resume_stale_scales reads
             time.sleep(POLL_EVERY)
         end_replica(replica, RuntimeStatus(running=replica.running), "")
         log.info("deployment %s: removed replica %s", dep.name, replica.runtime_name)
