@@ -1,0 +1,156 @@
+"""Alerts against real processes and real receivers (issue 31's acceptance): a killed engine, stalled /metrics
+(an engine stopped with SIGSTOP), a saturated simulator and a stopped Celery beat each fire once to a webhook
+server the test starts, and resolve when the condition ends. The session's worker and beat run the alert tasks
+(tasks.evaluate_alerts every HEARTH_ALERT_INTERVAL); the tests also evaluate in this process, as often as they
+poll, so a condition shorter than beat's period is still seen; the rule's row lock keeps the two from sending the
+same news twice."""
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from appliance import celery_heartbeats
+from console.alerts import delivery
+from console.alerts.evaluate import evaluate
+from console.alerts.models import AlertRule, Destination
+from console.alerts.rules import rules
+from console.alerts.tasks import evaluate_alerts
+from console.deployments.models import Replica
+from tests.alert_receivers import Webhook, webhook
+from tests.conftest import login
+from tests.simworld import Served, ensure_model, wait_state
+from tests.test_celery_heartbeats import Celery, celery
+
+pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
+__all__ = ["celery", "webhook"]  # fixtures
+SECRET = "T000/B000/XXXXsecretXXXX"
+
+
+def only(kind: str, webhook: Webhook, **tuned: float) -> None:
+    """Rule ``kind`` alone on, tuned; the others' open alerts resolved before the webhook is set."""
+    rules()
+    AlertRule.objects.exclude(kind=kind).update(enabled=False)
+    AlertRule.objects.filter(kind=kind).update(enabled=True, **tuned)
+    evaluate_alerts()
+    Destination.objects.update_or_create(pk=1, defaults={"webhook_url": f"{webhook.url}/hooks/{SECRET}"})
+
+
+def news(webhook: Webhook, kind: str) -> list[tuple[str, str]]:
+    """(event, subject) of each webhook post about ``kind``, in order."""
+    return [(b["event"], b["alert"]["subject"]) for b in webhook.bodies() if b["alert"]["kind"] == kind]
+
+
+def until(done: Callable[[], bool], within: float, evaluate_here: Callable[[], object] = evaluate_alerts) -> None:
+    """Evaluate the rules here every second (beat does too) until ``done()``; fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not done():
+        assert time.monotonic() < deadline, "not within the deadline"
+        evaluate_here()
+        time.sleep(1)
+
+
+def fired_then_resolved(webhook: Webhook, kind: str) -> None:
+    events = news(webhook, kind)
+    assert [e for e, _ in events] == ["fired", "resolved"], events
+    assert events[0][1] == events[1][1]
+
+
+def test_a_killed_engine_fires_replica_not_ready_once_and_resolves_when_it_serves_again(
+    served: Served, webhook: Webhook
+) -> None:
+    only("replica_not_ready", webhook, for_minutes=0, repeat_minutes=60)
+    replica = Replica.objects.get(deployment_id=served.dep_id, running=True)
+    os.kill(int(replica.handle), signal.SIGKILL)
+    until(lambda: ("fired", f"replica {replica.runtime_name}") in news(webhook, "replica_not_ready"), 60)
+    assert "is not ready: not running (exit" in webhook.bodies()[0]["alert"]["message"]
+    until(lambda: len(news(webhook, "replica_not_ready")) >= 2, 90)
+    assert wait_state(served.client, served.dep_id, {"ready"})["state"] == "ready"
+    fired_then_resolved(webhook, "replica_not_ready")
+    assert webhook.bodies()[-1]["text"].startswith("[Hearth] RESOLVED: Replica not ready: Resolved (the condition")
+
+
+def test_stalled_metrics_fire_monitoring_stale_once_and_resolve_when_scrapes_come_back(
+    served: Served, webhook: Webhook
+) -> None:
+    only("monitoring_stale", webhook, threshold=2, for_minutes=0, repeat_minutes=60)
+    replica = Replica.objects.get(deployment_id=served.dep_id, running=True)
+    os.kill(int(replica.handle), signal.SIGSTOP)  # the engine stops answering, /metrics included
+    try:
+        until(lambda: bool(news(webhook, "monitoring_stale")), 60)
+        assert webhook.bodies()[0]["alert"]["message"].startswith(f"No good scrape of replica {replica.runtime_name}")
+    finally:
+        os.kill(int(replica.handle), signal.SIGCONT)
+    until(lambda: len(news(webhook, "monitoring_stale")) >= 2, 60)
+    fired_then_resolved(webhook, "monitoring_stale")
+
+
+def test_a_saturated_simulator_fires_requests_waiting_once_and_resolves_when_the_queue_drains(
+    web: str, worker: object, admin_user: object, webhook: Webhook
+) -> None:
+    client = login(web)
+    ensure_model()
+    resp = client.post(
+        "/api/deployments",
+        json={
+            "name": "queued",
+            "model": "llama-8b",
+            "engine": "simulator",
+            "max_model_len": 8192,
+            "max_num_seqs": 1,
+            "extra_args": ["--decode-ms-per-token", "150"],
+        },
+    )
+    assert resp.status_code == 201, resp.text
+    dep_id = resp.json()["id"]
+    assert client.post(f"/api/deployments/{dep_id}/launch").status_code == 202
+    try:
+        assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+        key = client.post("/api/keys", json={"name": "load"}).json()["key"]
+        only("requests_waiting", webhook, threshold=2, for_minutes=0, repeat_minutes=60)
+
+        def ask() -> None:
+            body = {"model": "queued", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60}
+            httpx.post(f"{web}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+        load = [threading.Thread(target=ask) for _ in range(5)]  # one runs at a time: four wait, then fewer
+        for t in load:
+            t.start()
+        until(lambda: bool(news(webhook, "requests_waiting")), 60)
+        assert "requests waiting" in webhook.bodies()[0]["alert"]["message"]
+        for t in load:
+            t.join(120)
+        until(lambda: len(news(webhook, "requests_waiting")) >= 2, 60)
+        fired_then_resolved(webhook, "requests_waiting")
+    finally:
+        client.post(f"/api/deployments/{dep_id}/stop")
+        wait_state(client, dep_id, {"stopped", "failed"})
+
+
+def sent_here() -> None:
+    """Evaluate here and send the news here (the session's worker is stopped for this test)."""
+    for delivery_id in evaluate():
+        while delivery.attempt(delivery_id) is not None:
+            pass
+
+
+def test_a_stopped_beat_fires_monitoring_stale_once_and_resolves_when_beat_runs_again(
+    celery: Celery, webhook: Webhook
+) -> None:
+    only("monitoring_stale", webhook, for_minutes=0, repeat_minutes=60)
+    celery.start_beat()
+    until(lambda: not celery_heartbeats.read().beat_stopped(), 60, sent_here)
+    sent_here()
+    assert news(webhook, "monitoring_stale") == []
+    assert celery.beat is not None
+    celery.beat.crash()
+    until(lambda: bool(news(webhook, "monitoring_stale")), 60, sent_here)
+    assert webhook.bodies()[0]["alert"]["message"].startswith("Celery beat has not run for ")
+    celery.beat.restart()
+    until(lambda: len(news(webhook, "monitoring_stale")) >= 2, 60, sent_here)
+    fired_then_resolved(webhook, "monitoring_stale")
+    assert news(webhook, "monitoring_stale")[0][1] == "celery beat"
