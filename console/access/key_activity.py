@@ -3,8 +3,8 @@ completion), read through the key's ``requests`` relation (console.observability
 here; access never imports it), in one query for the whole list.
 
 Cost: the sum of the request log's ``cost_usd``, what the gateway charged to the key's budgets (tokens × the
-deployment's price per token, gateway.reservations). None when no request of the period had a price (a
-deployment on CPU or without a GPU price, or none measured yet): the pages say "no price", never $0.
+deployment's steady price per token, console.observability.pricing; the one definition of a key's cost). None
+when no request of the period had a price (a deployment on CPU or without a GPU price): "no price", never $0.
 """
 
 from django.db.models import Count, F, Max, Q, QuerySet, Sum, Value

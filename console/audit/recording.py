@@ -49,6 +49,7 @@ ACTIONS = {
     "model.delete": "model deleted",
     "weights.free": "weights freed from the weights cache",
     "price.set": "GPU price set",
+    "deployment.price": "deployment price per million tokens set (or back to the one from its capacity)",
     "mapping.set": "metric mapping saved",
     "accounting.mended": "spending counter mended to the request log",
     "signin": "signed in",

@@ -28,6 +28,7 @@ from console.deployments import dispatch
 from console.deployments.changes import current_settings
 from console.deployments.models import Deployment, DeploymentState
 from console.errors import ConsoleError
+from console.observability import pricing
 from console.observability.models import RequestLog
 from console.observability.service_level import check_slo, out_of_range, set_targets
 from engines.capacity.profiles import CONCURRENCY, MODES, PROFILES, RATE, Shape, shape_for
@@ -285,6 +286,7 @@ def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult], slo: S
         summary=summary,
         finished_at=now,
     ):
+        pricing.record_capacity(dep, levels, slo, run.pk)
         return
     why = (
         f"Cancelled after {done} of {len(run.levels)} levels; those are kept, the one under way is not."

@@ -1,33 +1,30 @@
-"""What a deployment costs: $/hour from its GPUs' prices, $ per million tokens from measured throughput, the
-cost of hours nobody used it, each API key's share, and the price per token the gateway charges.
+"""What a deployment costs: $/hour from its GPUs' prices, what it cost per million tokens at the use it had, the
+cost of hours nobody used it, and each API key's cost.
 
 - $/hour = GPUs the deployment holds (its plan's ``gpu_indices``) × the PriceSetting of their GPU model (USD per
   GPU-hour; defaults in migration 0005 cite their sources; an admin edits them on the Costs page). A deployment
   on CPU, or on a GPU model without a price, has no $/hour: the panels say so, never $0.
-- $ per million tokens = $/h ÷ (tokens/s × 3600) × 10⁶ (DESIGN.md "Observe"), tokens/s = prompt + generation
-  tokens/s over the last ``THROUGHPUT_WINDOW`` seconds, the same number the throughput panel shows.
+- Cost per million tokens at today's use (``use_cost``) = the GPU cost of a period ($/h × the hours it was up:
+  5-minute periods with scrapes) ÷ the tokens it served in it (prompt + completion, from the request log) × 10⁶:
+  what the box really cost per token, idle time included. The panel's live figure is the same division over the
+  last 5 minutes (console.observability.panel). Neither is what a key is charged: that is the steady price per
+  million tokens of console.observability.pricing.
 - Idle cost: $/h × the 5-minute periods of the last 24 h in which the deployment was up but generated nothing.
 - GPU time by state over the last 24 h (``gpu_time``): serving (up, with tokens), idle awake (up, none) and asleep
   (console.observability.swaps, from its sleeps and wakes). Up means ready and scraped; an engine asleep is not
   scraped, so its sleeping time is never counted as serving or idle time, and is not charged (its GPUs are free
   for others but the 1.4 GiB it keeps a GPU).
-- A key's cost on a day = the deployment's cost that day ($/h × hours it was up, from the history) × the key's
-  share of that deployment's tokens that day (prompt + completion, from the request log).
+- A key's cost (one definition, on every page and in every CSV) = the sum of what its requests were charged
+  (RequestLog.cost_usd: tokens × the deployment's price per token when each ended); None where none was priced.
 
-Contract with the gateway (wave 2): after each scrape, for every ready deployment with a $/hour and measured
-tokens, Redis key ``price_per_token(deployment_id)`` = ``hearth:<HEARTH_INSTANCE>:price_per_token:<id>`` holds the
-current USD per token as a decimal string (e.g. ``"0.00000083"``), with a TTL of ``PRICE_TTL_SCRAPES`` scrape
-intervals. The rate comes from the last THROUGHPUT_WINDOW; when that window carried no tokens, from the last
-hour, then the last 24 h of history; with no tokens in 24 h (nothing to measure) no key is written, and the
-gateway finds none: it must then charge nothing and say so, rather than guess.
+The Redis key the gateway reads a deployment's price per token from is ``price_per_token(deployment_id)`` =
+``hearth:<HEARTH_INSTANCE>:price_per_token:<id>``; console.observability.pricing writes it.
 """
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-import redis
-from django.conf import settings
 from django.db.models import Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
@@ -37,8 +34,7 @@ from console.deployments.models import Deployment
 from console.observability.models import MetricSample, PriceSetting, RequestLog, Resolution
 from console.observability.swaps import swaps
 
-THROUGHPUT_WINDOW = 60  # seconds of counter deltas behind tokens/s and $ per million tokens
-PRICE_TTL_SCRAPES = 4
+THROUGHPUT_WINDOW = 60  # seconds of counter deltas behind the panels' tokens/s
 MILLION = Decimal(1_000_000)
 
 
@@ -76,7 +72,8 @@ def hourly_cost(dep: Deployment, prices: list[PriceSetting] | None = None) -> Ho
 
 
 def usd_per_million(usd_per_hour: Decimal | None, tokens_per_second: float | None) -> Decimal | None:
-    """$/h ÷ (tokens/s × 3600) × 10⁶; None without a price or without tokens (an idle deployment)."""
+    """$/h ÷ (tokens/s × 3600) × 10⁶: the cost per million tokens at that use; None without a price or without
+    tokens (an idle deployment)."""
     if usd_per_hour is None or not tokens_per_second or tokens_per_second <= 0:
         return None
     return usd_per_hour / (Decimal(repr(tokens_per_second)) * 3600) * MILLION
@@ -90,35 +87,6 @@ def price_per_token(deployment_id: int) -> str:
 def price_key_prefix() -> str:
     """What every deployment's price key starts with (the gateway watches it: gateway.prices)."""
     return redis_key("price_per_token:")
-
-
-def publish_price(dep: Deployment, usd_per_hour: Decimal | None, tokens_per_second: float | None) -> str | None:
-    """Write the deployment's USD per token for the gateway (module docstring); returns what was written."""
-    if usd_per_hour is None:
-        return None
-    rate = tokens_per_second if tokens_per_second else _longer_rate(dep)
-    per_million = usd_per_million(usd_per_hour, rate)
-    if per_million is None:
-        return None
-    value = format((per_million / MILLION).normalize(), "f")
-    ttl = max(1, round(PRICE_TTL_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL))
-    redis.Redis.from_url(settings.REDIS_URL).set(price_per_token(dep.pk), value, ex=ttl)
-    return value
-
-
-def _longer_rate(dep: Deployment) -> float | None:
-    """Tokens/s over the last hour, else the last 24 h, from the gateway's counts in the history."""
-    now = datetime.now(UTC)
-    for hours in (1, 24):
-        since = now - timedelta(hours=hours)
-        rows = MetricSample.objects.filter(deployment=dep, replica__isnull=True, at__gte=since)
-        tokens = 0.0
-        for values in rows.values_list("values", flat=True):
-            d = values.get("d", {})
-            tokens += d.get("prompt_tokens", 0) + d.get("completion_tokens", 0)
-        if tokens:
-            return tokens / (hours * 3600)
-    return None
 
 
 def _periods(dep: Deployment, start: datetime, end: datetime) -> dict[float, float]:
@@ -209,35 +177,51 @@ def visible_to(costs: list[KeyCost], own: set[int] | None) -> list[KeyCost]:
 
 
 def key_costs(day: date, only: Deployment | None = None) -> list[KeyCost]:
-    """Every key's tokens and cost per deployment (or ``only`` that one) on ``day`` (UTC), largest first (module
-    docstring's method)."""
+    """Every key's tokens and cost per deployment (or ``only`` that one) on ``day`` (UTC), largest first: the cost
+    is what its requests were charged (module docstring), its share its part of the deployment's tokens."""
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     logs = RequestLog.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1))
     if only is not None:
         logs = logs.filter(model=only.served_model_name)
     rows = logs.values("model", "api_key_id", "api_key__name").annotate(
-        tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0)
+        tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0), usd=Sum("cost_usd")
     )
-    deployments = {d.served_model_name: d for d in ([only] if only else Deployment.objects.all())}
-    prices = list(PriceSetting.objects.all())
     totals: dict[str, int] = {}
     for row in rows:
         totals[row["model"]] = totals.get(row["model"], 0) + row["tokens"]
-    day_cost: dict[str, Decimal | None] = {}
-    for name, dep in deployments.items():
-        if name not in totals:
-            continue
-        hourly = hourly_cost(dep, prices).usd_per_hour
-        day_cost[name] = None if hourly is None else hourly * Decimal(repr(hours_up(dep, day)))
     out = []
     for row in rows:
         total = totals[row["model"]]
+        name = row["api_key__name"] or "(deleted key)"
         share = row["tokens"] / total if total else 0.0
-        cost = day_cost.get(row["model"])
-        usd = None if cost is None else cost * Decimal(repr(share))
-        out.append(
-            KeyCost(
-                day, row["model"], row["api_key_id"], row["api_key__name"] or "(deleted key)", row["tokens"], share, usd
-            )
-        )
+        out.append(KeyCost(day, row["model"], row["api_key_id"], name, row["tokens"], share, row["usd"]))
     return sorted(out, key=lambda k: -k.tokens)
+
+
+@dataclass(frozen=True)
+class UseCost:
+    """A deployment's GPU cost over a period, the tokens it served in it and their quotient, USD per million
+    tokens (None: no $/hour, or no token served)."""
+
+    label: str
+    usd: Decimal | None
+    tokens: int
+    usd_per_million: Decimal | None
+
+
+USE_PERIODS = (("last 24 h", 1), ("last 7 days", 7), ("last 30 days", 30))
+
+
+def use_cost(dep: Deployment, label: str, start: datetime, end: datetime, usd_per_hour: Decimal | None) -> UseCost:
+    """Cost per million tokens at the use ``dep`` had from ``start`` to ``end`` (module docstring)."""
+    logs = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=start, created_at__lt=end)
+    used = logs.aggregate(t=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0))["t"]
+    if usd_per_hour is None:
+        return UseCost(label, None, used, None)
+    usd = usd_per_hour * Decimal(len(_periods(dep, start, end)) * 300) / 3600
+    return UseCost(label, usd, used, usd / used * MILLION if used else None)
+
+
+def use_costs(dep: Deployment, now: datetime, usd_per_hour: Decimal | None) -> list[UseCost]:
+    """``use_cost`` over each of USE_PERIODS ending at ``now``."""
+    return [use_cost(dep, label, now - timedelta(days=days), now, usd_per_hour) for label, days in USE_PERIODS]

@@ -1,9 +1,11 @@
-"""Observability's forms: the request log's filters, a metric mapping, a GPU price, a deployment's SLO."""
+"""Observability's forms: the request log's filters, a metric mapping, a GPU price, a deployment's price per million
+tokens, a deployment's SLO."""
 
 from typing import ClassVar
 
 from django import forms
 
+from console.deployments.models import Deployment
 from console.observability.models import MetricMapping, PriceSetting, ServiceLevel
 from console.observability.outcomes import OUTCOMES
 from console.observability.service_level import out_of_range
@@ -44,6 +46,31 @@ class PriceForm(forms.ModelForm):  # type: ignore[type-arg]
         if value < 0:
             raise forms.ValidationError("A price cannot be negative.")
         return value
+
+
+class DeploymentPriceForm(forms.Form):
+    """An admin's price per million tokens for a deployment; both empty: back to the price from its capacity."""
+
+    deployment = forms.ModelChoiceField(queryset=Deployment.objects.order_by("name"))
+    input_usd = forms.DecimalField(
+        required=False, min_value=0, max_digits=12, decimal_places=4, label="USD per million input tokens"
+    )
+    output_usd = forms.DecimalField(
+        required=False,
+        min_value=0,
+        max_digits=12,
+        decimal_places=4,
+        label="USD per million output tokens",
+        help_text="Empty: the input price. Both empty: the price from the deployment's capacity.",
+    )
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        if data.get("input_usd") is None and data.get("output_usd") is not None:
+            self.add_error("input_usd", "Give the input price too (or neither, for the price from capacity).")
+        elif data.get("output_usd") is None:
+            data["output_usd"] = data.get("input_usd")
+        return data
 
 
 class SloForm(forms.ModelForm):  # type: ignore[type-arg]

@@ -163,6 +163,28 @@ class PriceSetting(models.Model):
         return f"{self.gpu_model}: ${self.usd_per_gpu_hour}/GPU-hour"
 
 
+class DeploymentPrice(models.Model):
+    """What a deployment charges per million tokens (console.observability.pricing): an admin's price (input and
+    output tokens may differ), else the throughput its last capacity check measured at its SLO."""
+
+    deployment = models.OneToOneField("deployments.Deployment", on_delete=models.CASCADE, related_name="price")
+    usd_per_million_input = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, help_text="Set by an admin; None: from capacity."
+    )
+    usd_per_million_output = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, help_text="Set by an admin; None: from capacity."
+    )
+    measured_tokens_per_second = models.FloatField(
+        null=True, help_text="Prompt + output tokens/s at the most load its last capacity check held its SLO at."
+    )
+    measured_run_id = models.PositiveIntegerField(null=True, help_text="That capacity check (kept as a number).")
+    measured_at = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"price of {self.deployment_id}"
+
+
 class ServiceLevel(models.Model):
     """A deployment's SLO: a request meets it when it succeeded with a user-visible TTFT and ITL (seconds) at
     or under the targets (a target left empty is not checked). Goodput is the share of requests that met it."""

@@ -28,6 +28,7 @@ from console.observability.history import Point, engine_points
 from console.observability.in_flight import in_flight
 from console.observability.mappings import mapping_rows, no_data_reason
 from console.observability.models import PriceSetting, Resolution, ScrapeHealth
+from console.observability.pricing import ChargedPrice, charged_price
 from console.observability.request_stats import RequestStats, window_stats
 from console.observability.swaps import Swaps, since_words, state_class, state_label, swaps
 from engines.metrics import RATIO_METRICS, MappingRow, Quantile, add_histograms, quantile
@@ -75,6 +76,7 @@ class Panel:
     engine_itl: dict[str, Quantile | None] = field(default_factory=dict)
     requests: RequestStats = field(default_factory=RequestStats)
     cost: HourlyCost | None = None
+    charged: ChargedPrice | None = None
     age_seconds: float | None = None
     swaps: Swaps = field(default_factory=Swaps)
     woke_seconds: float | None = None  # since it became ready after a wake, while it is ready; else None
@@ -141,7 +143,9 @@ class Panel:
 
     @property
     def usd_per_million(self) -> object:
-        return usd_per_million(self.cost.usd_per_hour if self.cost else None, self.tokens_per_second)
+        """Cost per million tokens at the last LATENCY_WINDOW's use: $/hour over the prompt + generation tokens/s
+        of those 5 minutes (console.observability.cost); not the price charged (``charged``)."""
+        return usd_per_million(self.cost.usd_per_hour if self.cost else None, self.values.get("tokens_per_second_5m"))
 
 
 def _interval() -> float:
@@ -186,7 +190,7 @@ def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
     out = []
     moment = datetime.fromtimestamp(now, UTC)
     for dep in deps:
-        panel = Panel(dep, cost=hourly_cost(dep, prices), swaps=swaps(dep, moment))
+        panel = Panel(dep, cost=hourly_cost(dep, prices), charged=charged_price(dep, prices), swaps=swaps(dep, moment))
         if dep.state == DeploymentState.READY:
             woke = dep.events.filter(kind=DeploymentEvent.Kind.WAKE, at__gte=dep.state_since).exists()
             panel.woke_seconds = now - dep.state_since.timestamp() if woke else None
@@ -261,6 +265,12 @@ def _rates(panel: Panel, mine: dict[int, list[Point]], now: float) -> None:
             panel.values[rate] = sum(p[0] / p[1] for p in parts if p is not None)
         else:
             panel.reasons[rate] = "needs two scrapes of a token counter"
+    recent = [
+        [s for name in COUNTERS_SHOWN if (s := _window_sum(pts, name, now - LATENCY_WINDOW)) is not None]
+        for pts in mine.values()
+    ]
+    if recent and all(parts and parts[0][1] > 0 for parts in recent):  # every replica's prompt + generation rate
+        panel.values["tokens_per_second_5m"] = sum(sum(d for d, _ in parts) / parts[0][1] for parts in recent)
     sums: dict[str, float] = {}
     for name in (
         "prefix_cache_hits_total",

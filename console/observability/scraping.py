@@ -1,7 +1,7 @@
 """Scraping, every HEARTH_SCRAPE_INTERVAL (beat): each ready replica's /metrics, fetched in parallel, parsed and
 mapped (engines.metrics, the mapping chosen by the engine version Hearth read back and by the names present),
 stored in the history with the replica's scrape health; the request log's new rows counted into the history;
-each deployment's price per token published for the gateway (console.observability.cost); each running
+each deployment's price per token published for the gateway (console.observability.pricing); each running
 replica's log tail refreshed. An endpoint Hearth did not launch is scraped with its engine key (llama.cpp guards
 /metrics with it), its flavor picked by its engine kind and version; one whose kind serves no /metrics
 (engines.external.NO_METRICS) is not asked, and its scrape health says why; its log is not Hearth's to read."""
@@ -20,10 +20,9 @@ from appliance.runtimes import get_runtime
 from console.deployments import probing
 from console.deployments.lifecycle import LOG_LINES
 from console.deployments.models import Deployment, DeploymentState, Replica
-from console.observability import cost, history, request_stats
+from console.observability import history, pricing, request_stats
 from console.observability.mappings import mapping_rows
-from console.observability.models import ScrapeHealth
-from console.observability.panel import panels
+from console.observability.models import PriceSetting, ScrapeHealth
 from engines.external import METRIC_ENGINES, NO_METRICS, ExternalKind
 from engines.metrics import MappingRow, Scrape, choose_flavor, parse_metrics, sample_names
 
@@ -119,6 +118,7 @@ def _record(replica: Replica, result: tuple[float, str] | Exception, rows: list[
 
 
 def _publish_prices(deployments: list[Deployment]) -> None:
-    for panel in panels(deployments):
-        if panel.cost is not None:
-            cost.publish_price(panel.dep, panel.cost.usd_per_hour, panel.tokens_per_second)
+    """Each ready deployment's steady price per token for the gateway (console.observability.pricing)."""
+    prices = list(PriceSetting.objects.all())
+    for dep in deployments:
+        pricing.publish_price(dep, prices)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console.observability import views
+from console.observability import cost_views, views
 
 app_name = "observability"
 urlpatterns = [
@@ -11,6 +11,6 @@ urlpatterns = [
     path("deployments/<int:pk>/slo/", views.deployment_slo, name="slo"),
     path("requests/", views.request_log, name="requests"),
     path("requests/export.csv", views.request_log_csv, name="requests_csv"),
-    path("costs/", views.costs, name="costs"),
+    path("costs/", cost_views.costs, name="costs"),
     path("metric-mappings/", views.mappings, name="mappings"),
 ]

@@ -22,8 +22,8 @@ from console.access.roles import may_see_all
 from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment, DeploymentState
 from console.observability import charts, cost, gpu_strip
-from console.observability.forms import MappingForm, PriceForm, RequestFilter, SloForm
-from console.observability.models import MetricMapping, PriceSetting, RequestLog, ScrapeHealth, ServiceLevel
+from console.observability.forms import MappingForm, RequestFilter, SloForm
+from console.observability.models import MetricMapping, RequestLog, ScrapeHealth, ServiceLevel
 from console.observability.outcomes import LENGTH_CUTS, outcome_of
 from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
 from console.observability.request_log import cost_text, csv_lines, with_request_id
@@ -91,7 +91,7 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
         f"observability:keys:{dep.pk}:{now.date()}", lambda: cost.key_costs(now.date(), only=dep), COSTS_EVERY
     )
     slo = ServiceLevel.objects.filter(deployment=dep).first()
-    keys = cost.visible_to(keys or [], _own_keys(request))
+    keys = cost.visible_to(keys or [], own_keys(request))
     context = {
         "dep": dep,
         "panel": panel,
@@ -102,6 +102,10 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
         "latency_window": LATENCY_WINDOW // 60,
         "throughput_window": cost.THROUGHPUT_WINDOW,
     }
+    hourly = panel.cost.usd_per_hour if panel.cost else None
+    context["use_costs"] = cache.get_or_set(
+        f"observability:use:{dep.pk}", lambda: cost.use_costs(dep, now, hourly), COSTS_EVERY
+    )
     if panel.cost and panel.cost.usd_per_hour is not None and time_by_state is not None:
         context["idle_usd"] = panel.cost.usd_per_hour * type(panel.cost.usd_per_hour)(repr(time_by_state.idle))
     return render(request, "observability/panel.html", context)
@@ -199,35 +203,6 @@ def request_log_csv(request: HttpRequest) -> StreamingHttpResponse:
 
 
 @login_required
-def costs(request: HttpRequest) -> HttpResponse:
-    """GPU prices (editable by an admin) and each key's cost per day for the last 7 days."""
-    form = PriceForm()
-    if request.method == "POST":
-        instance = PriceSetting.objects.filter(gpu_model=request.POST.get("gpu_model", "")).first()
-        form = PriceForm(request.POST, instance=instance)
-        if form.is_valid():
-            with transaction.atomic():
-                record(None, "price.set", form.save(), form_changes(form))
-            messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
-            return redirect("observability:costs")
-    today = datetime.now(UTC).date()
-    own = _own_keys(request)
-    days = [
-        (today - timedelta(days=n), cost.visible_to(cost.key_costs(today - timedelta(days=n)), own)) for n in range(7)
-    ]
-    hourly = [(d, cost.hourly_cost(d)) for d in Deployment.objects.order_by("name")]
-    prices = PriceSetting.objects.order_by("gpu_model")
-    context = {
-        "prices": prices,
-        "form": form,
-        "days": days,
-        "hourly": hourly,
-        "any_key_costs": any(rows for _, rows in days),
-    }
-    return render(request, "observability/costs.html", context)
-
-
-@login_required
 def mappings(request: HttpRequest) -> HttpResponse:
     """The metric mappings in force, by flavor; an admin adds or edits one (``?edit=id``)."""
     editing = MetricMapping.objects.filter(pk=request.GET.get("edit") or 0).first()
@@ -245,7 +220,7 @@ def mappings(request: HttpRequest) -> HttpResponse:
     return render(request, "observability/mappings.html", {"rows": rows, "form": form, "editing": editing})
 
 
-def _own_keys(request: HttpRequest) -> set[int] | None:
+def own_keys(request: HttpRequest) -> set[int] | None:
     """The ids of the keys a member holds, whose usage alone they see by name; None for those who see all."""
     if may_see_all(request.user):
         return None

@@ -2,8 +2,9 @@
 
 Members see only their own keys' requests; admins and viewers everyone's. Errors are requests that
 answered 4xx/5xx or whose stream the engine ended without its terminal event. Cost: the sum of the request
-log's ``cost_usd`` (what the gateway charged: tokens × the deployment's price per token); None when no
-request of the row had a price, shown as "no price".
+log's ``cost_usd`` (what the gateway charged: tokens × the deployment's steady price per token; the one
+definition of a key's cost, console.observability.cost); None when no request of the row had a price, shown as
+"no price".
 """
 
 from dataclasses import dataclass

@@ -1,0 +1,83 @@
+"""The Costs page: GPU prices and each deployment's price per million tokens (an admin edits both), each key's cost
+per day for the last 7 days (what its requests were charged: console.observability.cost), and a day's
+reconciliation per deployment (console.observability.reconcile)."""
+
+from datetime import UTC, date, datetime, timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from console.audit.recording import form_changes, record
+from console.deployments.models import Deployment
+from console.observability import cost, pricing
+from console.observability.forms import DeploymentPriceForm, PriceForm
+from console.observability.models import PriceSetting
+from console.observability.reconcile import reconcile_all
+from console.observability.views import own_keys
+
+DAYS_SHOWN = 7
+
+
+@login_required
+def costs(request: HttpRequest) -> HttpResponse:
+    """GET: the page (``?day=YYYY-MM-DD``: the reconciliation's day, default today, UTC). POST (admins): a GPU
+    price, or with ``form=deployment_price`` a deployment's price per million tokens."""
+    form, price_form = PriceForm(), DeploymentPriceForm()
+    if request.method == "POST" and request.POST.get("form") == "deployment_price":
+        price_form = DeploymentPriceForm(request.POST)
+        if price_form.is_valid():
+            return _set_deployment_price(request, price_form)
+    elif request.method == "POST":
+        instance = PriceSetting.objects.filter(gpu_model=request.POST.get("gpu_model", "")).first()
+        form = PriceForm(request.POST, instance=instance)
+        if form.is_valid():
+            with transaction.atomic():
+                record(None, "price.set", form.save(), form_changes(form))
+            messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
+            return redirect("observability:costs")
+    today = datetime.now(UTC).date()
+    day = _day(request.GET.get("day", ""), today)
+    own = own_keys(request)
+    days = [
+        (today - timedelta(days=n), cost.visible_to(cost.key_costs(today - timedelta(days=n)), own))
+        for n in range(DAYS_SHOWN)
+    ]
+    prices = list(PriceSetting.objects.order_by("gpu_model"))
+    deployments = [
+        (d, cost.hourly_cost(d, prices), pricing.charged_price(d, prices)) for d in Deployment.objects.order_by("name")
+    ]
+    context = {
+        "prices": prices,
+        "form": form,
+        "price_form": price_form,
+        "days": days,
+        "deployments": deployments,
+        "any_key_costs": any(rows for _, rows in days),
+        "day": day,
+        "previous_day": day - timedelta(days=1),
+        "next_day": day + timedelta(days=1) if day < today else None,
+        "reconciliations": reconcile_all(day, own),
+    }
+    return render(request, "observability/costs.html", context, status=400 if price_form.errors else 200)
+
+
+def _set_deployment_price(request: HttpRequest, form: DeploymentPriceForm) -> HttpResponse:
+    dep, paid_in, paid_out = (form.cleaned_data[k] for k in ("deployment", "input_usd", "output_usd"))
+    with transaction.atomic():
+        pricing.set_price(dep, paid_in, paid_out)
+        change = {"usd_per_million_input": str(paid_in), "usd_per_million_output": str(paid_out)}
+        record(None, "deployment.price", dep, change if paid_in is not None else {"from": "capacity"})
+    said = "its capacity" if paid_in is None else "the price set"
+    messages.success(request, f"{dep.name} now charges {said}.")
+    return redirect("observability:costs")
+
+
+def _day(text: str, today: date) -> date:
+    """``text`` as a day no later than ``today``; today when empty or not a date."""
+    try:
+        return min(date.fromisoformat(text.strip()[:10]), today)
+    except ValueError:
+        return today

@@ -1,0 +1,211 @@
+"""Money that holds still and adds up (issue 31, parts 1 and 2): the price charged per million tokens comes from
+the deployment's capacity, not its traffic, so it stays the same idle, busy and idle again, while the cost per
+million tokens at the use it had moves; a key's cost is one figure on Usage, Costs, its own page, the deployment
+page and the CSVs; a day's reconciliation adds up to the cent.
+
+The simulator's metrics registry is scraped through the scraper's own path at chosen moments (tests/test_panels'
+Engine), and each request is charged as the gateway charges it: tokens × the USD per token published in Redis,
+rounded to the nano-dollar (gateway.charges.nano_usd)."""
+
+import csv
+import io
+import re
+import time
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import Client
+
+from console.access.models import ApiKey
+from console.deployments.models import Deployment
+from console.observability import cost, pricing, scraping
+from console.observability.models import DeploymentPrice, RequestLog
+from console.observability.panel import live_panel
+from console.observability.reconcile import reconcile
+from engines.capacity.results import LevelResult, Slo
+from engines.planner import GpuPlan
+from engines.stored_plan import StoredPlan
+from gateway.charges import nano_usd
+from tests.test_panels import Engine, deployment
+
+pytestmark = pytest.mark.django_db
+NANO = Decimal(10) ** 9
+SLO = Slo(ttft_seconds=2.0, itl_seconds=0.1)
+
+
+def level(users: float, prompt_tps: float, output_tps: float, ttft_p90: float, failed: int = 0) -> LevelResult:
+    return LevelResult(
+        users, 100, 100 - failed, {}, 60.0, 0.5, ttft_p90, ttft_p90, 0.02, 0.03, 0.04, 0.02, 30.0,
+        output_tps, prompt_tps, 1.5, 1.0, None, 200.0, 400.0,
+    )  # fmt: skip
+
+
+def measured(dep: Deployment) -> None:
+    """A capacity check whose 8 users held the SLO at 500 + 1,000 tokens/s and whose 32 did not."""
+    levels = [level(8, 500, 1000, 1.2), level(32, 1500, 3000, 3.5), level(64, 3000, 4000, 1.0, failed=3)]
+    assert pricing.record_capacity(dep, levels, SLO, run_id=7) == 1500
+
+
+def published(dep: Deployment) -> str:
+    scraping._publish_prices([dep])
+    value = redis.Redis.from_url(settings.REDIS_URL).get(cost.price_per_token(dep.pk))
+    assert value is not None
+    return value.decode()
+
+
+def charge(dep: Deployment, key: ApiKey, at: float, prompt: int, completion: int) -> RequestLog:
+    """A request that ended at ``at``, charged as the gateway charges it at the price published now."""
+    nano = nano_usd(prompt + completion, published(dep))
+    return RequestLog.objects.create(
+        created_at=datetime.fromtimestamp(at, UTC),
+        api_key=key,
+        model=dep.served_model_name,
+        surface="openai",
+        endpoint="/v1/chat/completions",
+        status=200,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        duration_seconds=1.0,
+        cost_usd=Decimal(nano) / NANO,
+    )
+
+
+def amount(html: str, row_text: str, field: str) -> str:
+    """The $ amount in ``data-field=field`` of the table row holding ``row_text``."""
+    for row in re.findall(r"<tr[^>]*>.*?</tr>", html, re.S):
+        if row_text in row and (found := re.search(rf'data-field="{field}"[^>]*>(\$[\d,.]+)<', row)):
+            return found.group(1)
+    raise AssertionError(f"no {field} in a row with {row_text}")
+
+
+def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_moves(admin: Client) -> None:
+    dep = deployment()  # one H100 at the seeded $3.00 per GPU-hour
+    measured(dep)
+    engine = Engine(dep.replicas.get())
+    keys = [ApiKey.objects.create(name=f"key {n}", prefix=f"hk-money{n:03d}", key_hash="x") for n in (1, 2)]
+    now = time.time()
+    start = (now - 1800) // 300 * 300  # three phases of 10 minutes, in whole 5-minute periods, ending before now
+    midnight = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    prices, at_use, per_5_minutes = [], [], []
+    for phase, busy in enumerate((False, True, False)):
+        for step in range(200):  # a scrape every 3 s: the panels difference no wider gap
+            at = start + phase * 600 + step * 3
+            engine.step(at, 300 if busy else 0, 600 if busy else 0, running=8 if busy else 0, kv=0.3)
+            if busy and step % 10 == 9:  # 9,000 tokens as a request of one of two keys (dated today, whatever the hour)
+                charge(dep, keys[step // 10 % 2], max(at, midnight + 1), 3000, 6000)
+        end = start + phase * 600 + 199 * 3
+        prices.append(published(dep))
+        at_use.append(
+            cost.use_cost(
+                dep, "so far", datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end + 1, UTC), Decimal(3)
+            )
+        )
+        per_5_minutes.append(live_panel(dep, end).usd_per_million)
+
+    # the price charged: $3.00/hour ÷ (1,500 tokens/s × 3600) × 10⁶ = $0.5556 per million, whatever the traffic
+    assert prices == ["0.0000005556"] * 3
+    assert pricing.charged_price(dep).source == "capacity"
+    # at today's use: nothing served yet, then the GPU hours over the tokens, then dearer as idle hours add up
+    assert at_use[0].usd_per_million is None and at_use[0].usd == Decimal(3) * 2 * 300 / 3600
+    tokens = 20 * 9000
+    assert at_use[1].tokens == at_use[2].tokens == tokens
+    for use, periods in ((at_use[1], 4), (at_use[2], 6)):
+        assert use.usd == Decimal(3) * periods * 300 / 3600
+        assert use.usd_per_million == use.usd / tokens * 1_000_000
+    assert at_use[1].usd_per_million < at_use[2].usd_per_million  # type: ignore[operator]
+    # the panels' 5-minute view: idle, then $3/h at 300 tokens/s, then idle again
+    assert per_5_minutes[0] is None and per_5_minutes[2] is None
+    assert per_5_minutes[1] == pytest.approx(Decimal(3) / (300 * 3600) * 1_000_000, rel=1e-6)
+
+    panel = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert 'data-field="charged_per_million">$0.56<' in panel
+    assert "from capacity check 7: 1,500 tokens/s held the SLO" in panel
+    costs = admin.get("/costs/").text
+    assert 'data-field="charged_per_million">$0.56<' in costs
+    usage = admin.get("/usage/?group=key").text
+    usage_csv = list(csv.DictReader(io.StringIO(admin.get("/usage/export.csv?group=key").content.decode())))
+    log_csv = list(csv.DictReader(io.StringIO(b"".join(admin.get("/requests/export.csv").streaming_content).decode())))  # type: ignore[attr-defined, arg-type]
+    for key in keys:
+        charged = sum((r.cost_usd for r in RequestLog.objects.filter(api_key=key)), Decimal(0))
+        assert charged == 10 * nano_usd(9000, prices[0]) / NANO
+        shown = f"${charged:.4f}"
+        assert amount(usage, key.prefix, "cost_usd") == shown
+        assert amount(costs, key.name, "key_cost") == shown
+        assert amount(panel, key.name, "key_cost") == shown
+        page = admin.get(f"/keys/{key.pk}/").text
+        assert re.search(r'data-field="cost_today">([^<]+)<', page).group(1) == shown  # type: ignore[union-attr]
+        [row] = [r for r in usage_csv if key.prefix in r["key"]]
+        assert Decimal(row["cost_usd"]) == charged
+        assert sum(Decimal(r["cost_usd"]) for r in log_csv if r["key_name"] == key.name) == charged
+
+
+def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_and_idle_time(admin: Client) -> None:
+    dep = deployment(gpus=2)  # $6.00 an hour
+    DeploymentPrice.objects.create(deployment=dep, measured_tokens_per_second=1234.5, measured_run_id=3)
+    engine = Engine(dep.replicas.get())
+    day = datetime.now(UTC).date() - timedelta(days=1)
+    ten = datetime(day.year, day.month, day.day, 10, tzinfo=UTC).timestamp()
+    for minute in range(120):  # up from 10:00 to 12:00: 24 five-minute periods, $12.00 of GPU time
+        engine.step(ten + minute * 60, 0, 0, running=0, kv=0.0)
+    keys = [ApiKey.objects.create(name=f"team {n}", prefix=f"hk-recon{n:03d}", key_hash="x") for n in (1, 2, 3)]
+    for n, (key, prompt, completion) in enumerate(
+        [(keys[0], 123_457, 98_765), (keys[1], 1_111_111, 333_333), (keys[2], 7, 5), (keys[0], 55_555, 44_444)]
+    ):
+        charge(dep, key, ten + 600 + n * 60, prompt, completion)
+    r = reconcile(dep, day)
+    assert r is not None and r.gpu_usd == Decimal("12.00") and r.hours_up == 2.0
+    assert [name for name, _ in r.keys] == ["team 1", "team 2", "team 3"]
+    for key, (_, usd) in zip(keys, r.keys, strict=True):
+        exact = sum((row.cost_usd for row in RequestLog.objects.filter(api_key=key)), Decimal(0))
+        assert usd == exact.quantize(Decimal("0.01")) and usd.as_tuple().exponent == -2
+    assert r.charged_usd + r.idle_usd == r.gpu_usd and r.idle_usd > 0
+    assert r.idle_hours == pytest.approx(float(r.idle_usd) / 6)
+
+    html = admin.get(f"/costs/?day={day.isoformat()}").text
+    table = re.search(rf'data-table="reconciliation" data-deployment="{dep.name}".*?</table>', html, re.S)
+    assert table is not None
+    shown = [
+        Decimal(v.replace(",", "")) for v in re.findall(r'data-field="(?:charged|idle)">\$([\d,.]+)<', table.group(0))
+    ]
+    total = re.search(r'data-field="gpu_cost"><strong>\$([\d,.]+)<', table.group(0))
+    assert len(shown) == 4 and total is not None and sum(shown) == Decimal(total.group(1)) == Decimal("12.00")
+
+
+def test_a_deployment_on_a_gpu_plan_charges_the_plans_estimate_until_a_check_runs_and_then_the_checks() -> None:
+    dep = deployment()
+    sizing = GpuPlan(
+        True, 1, [0], 0.9, 8192, 64, "auto", 16_000_000_000, 131_072, 400_000, 2048, 64.0, None
+    )  # fmt: skip
+    dep.plan = StoredPlan(sizing, "1× NVIDIA H100 80GB HBM3 (79.6 GiB each)", (0,), 1).to_json()
+    dep.save()
+    estimate = pricing.plan_tokens_per_second(dep)
+    assert estimate == pytest.approx(64 * 3.35e12 / (16e9 + 64 * 2048 * 131_072))
+    plan = pricing.charged_price(dep)
+    assert plan.source == "plan" and "estimated from the plan" in plan.words and plan.input_per_million
+    measured(dep)
+    assert pricing.charged_price(dep).source == "capacity"
+    pricing.set_price(dep, Decimal("0.50"), Decimal("1.50"))
+    admin_price = pricing.charged_price(dep)
+    assert (admin_price.source, admin_price.per_token) == ("admin", "0.0000005,0.0000015")
+    pricing.set_price(dep, None, None)
+    assert pricing.charged_price(dep).source == "capacity"
+
+
+def test_an_admin_sets_a_deployments_price_on_the_costs_page_and_an_output_price_alone_is_refused(
+    admin: Client,
+) -> None:
+    dep = deployment()
+    bad = admin.post("/costs/", {"form": "deployment_price", "deployment": dep.pk, "output_usd": "2"})
+    assert bad.status_code == 400 and "Give the input price too" in bad.text
+    assert not DeploymentPrice.objects.exists()
+    admin.post("/costs/", {"form": "deployment_price", "deployment": dep.pk, "input_usd": "0.8"})
+    assert published(dep) == "0.0000008"
+    assert "set by an admin" in admin.get("/costs/").text
+
+
+def test_a_days_reconciliation_is_none_for_a_deployment_without_gpu_price_or_uptime() -> None:
+    dep = deployment()
+    assert reconcile(dep, date.today()) is None  # never scraped: not up
