@@ -1,26 +1,24 @@
 // A deployment's charts: uPlot (static/vendor/uplot-1.6.32) over the JSON of observability:series.
 // Loads the chosen range, then every 5 s asks only for what is newer (?since=) and appends it, so the charts
-// update live without reloading the page. Gaps (null) are drawn as gaps, never bridged.
+// update live without reloading the page. Gaps (null) are drawn as gaps, never bridged. The range buttons apply to
+// every chart of the page and the choice is remembered in this browser (localStorage "hearth.range"). Hovering a
+// chart shows the time and each series' value with its unit by the cursor, on every chart at once (one cursor,
+// synced); colours are the design system's (static/hearth-chart-kit.js), drawn again when the theme changes.
 (function () {
   "use strict";
   const root = document.getElementById("charts");
-  if (!root || typeof uPlot === "undefined") return;
+  if (!root || typeof uPlot === "undefined" || !window.HearthChartKit) return;
+  const kit = window.HearthChartKit;
   const url = root.dataset.seriesUrl;
   const status = root.querySelector("[data-field=chart_status]");
-  const COLORS = { a: "#2f7d4f", b: "#c98a3d", c: "#3b6fb6", d: "#8e3b8e", slo: "#b00020" };
+  // colours by role: a series names one of these, read from the theme each time the charts are drawn
+  const COLORS = { a: 0, b: 1, c: 2, d: 3, slo: "slo" };
   // The legend's value under the cursor; a whole count (3 requests running) without decimals.
   const secs = (v) => (v == null ? "—" : v < 1 ? (v * 1000).toFixed(0) + " ms" : v.toFixed(2) + " s");
   const num = (v) => (v == null ? "—" : Number.isInteger(v) || v >= 100 ? v.toFixed(0) : v.toFixed(1));
 
-  // The y axis's tick labels. uPlot hands an axis's values() its ticks and the step between them (foundIncr):
-  // each label gets as many decimals as that step has (0.25 → 0.75, 0.5 → 1.5, 2 → 4), so 0.25 never reads
-  // "0.3" and a whole step (counts) has none.
-  function decimals(incr) {
-    let d = 0;
-    while (d < 8 && Math.abs(incr * 10 ** d - Math.round(incr * 10 ** d)) > 1e-6) d++;
-    return d;
-  }
-  const fixed = (v, d) => v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+  // The y axis's tick labels, with the decimals of the step between ticks (static/hearth-chart-kit.js).
+  const { decimals, fixed } = kit;
   const plainTicks = (suffix) => (ticks, incr) => ticks.map((v) => (v == null ? "" : fixed(v, decimals(incr)) + suffix));
   // seconds: in ms when every tick is under 1 s, so one axis never mixes "500 ms" and "1.00 s"
   function secTicks(ticks, incr) {
@@ -51,7 +49,9 @@
   // a point alone (or a point between gaps) is a dot: a line needs two points
   const few = (u, si) => u.data[si].filter((v, i) => v != null && u.data[si][i - 1] == null && u.data[si][i + 1] == null).length > 0;
   const SPAN = { "15m": 900, "1h": 3600, "24h": 86400, "30d": 2592000 };  // seconds: the x axis always spans the range
-  let range = "1h", data = null, plots = {}, timer = null, lastT = null;
+  const RANGE_KEY = "hearth.range";
+  const stored = (() => { try { return localStorage.getItem(RANGE_KEY); } catch { return null; } })();
+  let range = stored in SPAN ? stored : "1h", data = null, plots = {}, timer = null, lastT = null;
 
   function columns(def) {
     const t = data.t;
@@ -61,19 +61,25 @@
     return cols;
   }
 
+  const stamp = (v) => (v == null ? "—" : iso(v).slice(0, 19).replace("T", " ") + " UTC");
   function make(el, def) {
-    const series = [{ value: (u, v) => (v == null ? "—" : iso(v).slice(0, 19).replace("T", " ") + " UTC") }].concat(def.series.map(([, label, stroke]) => ({ label, stroke, width: 2, spanGaps: false, points: { show: few }, value: (u, v) => def.fmt(v) })));
+    const theme = kit.theme(), color = (role) => (role === "slo" ? theme.slo : theme.series[role]);
+    const series = [{ value: (u, v) => stamp(v) }].concat(def.series.map(([, label, role]) => ({ label, stroke: color(role), width: 2, spanGaps: false, points: { show: few }, value: (u, v) => def.fmt(v) })));
     const extra = def.slo ? data.slo[def.slo] : def.limit ? data[def.limit] : null;
-    if (extra != null) series.push({ label: def.slo ? "SLO" : "max_num_seqs", stroke: COLORS.slo, dash: [6, 4], width: 1.5, value: (u, v) => def.fmt(v) });
+    if (extra != null) series.push({ label: def.slo ? "SLO" : "max_num_seqs", stroke: theme.slo, dash: [6, 4], width: 1.5, value: (u, v) => def.fmt(v) });
+    // the read-out's value with its unit (latency and % carry theirs; requests/s and errors/s say it in the label)
+    const readoutY = (v) => (def.unit === "requests" || def.unit === "tokens/s" ? `${def.fmt(v)} ${def.unit}` : def.fmt(v));
     const opts = {
       width: Math.max(el.clientWidth, 300), height: 200, series,
       // the chosen range ending now (or at the last point), in UTC as the console's tables are: never uPlot's own
       // padding of a single point's x, which is years wide
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
       scales: { x: { time: true, range: (u) => { const t = u.data[0], end = Math.max(t.length ? t[t.length - 1] : 0, Date.now() / 1000); return [end - SPAN[range], end]; } }, y: def.range ? { range: def.range } : { range: (u, lo, hi) => [0, hi > 0 ? hi * 1.1 : 1] } },
-      axes: [{ stroke: "#555", grid: { stroke: "#eee" }, size: 44, values: (u, ticks, axis, space, incr) => timeTicks(ticks, incr) },
-             { stroke: "#555", grid: { stroke: "#eee" }, size: 64, values: (u, ticks, axis, space, incr) => def.ticks(ticks, incr), label: def.unit, labelSize: 18 }],
+      axes: [{ stroke: theme.axis, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid }, size: 44, values: (u, ticks, axis, space, incr) => timeTicks(ticks, incr) },
+             { stroke: theme.axis, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid }, size: 64, values: (u, ticks, axis, space, incr) => def.ticks(ticks, incr), label: def.unit, labelSize: 18 }],
       legend: { live: true },
+      cursor: { sync: { key: "hearth-charts" } },  // one cursor over every chart: the same moment in each
+      plugins: [kit.readout(stamp, readoutY)],
     };
     return new uPlot(opts, columns(def), el);
   }
@@ -121,13 +127,17 @@
     say(`${data.t.length} points, updated ${clock(Date.now() / 1000)}`);
   }
 
+  const press = () => { for (const b of root.querySelectorAll("[data-range]")) b.setAttribute("aria-pressed", String(b.dataset.range === range)); };
   for (const button of root.querySelectorAll("[data-range]")) {
     button.addEventListener("click", () => {
       range = button.dataset.range;
-      for (const b of root.querySelectorAll("[data-range]")) b.setAttribute("aria-pressed", String(b === button));
+      try { localStorage.setItem(RANGE_KEY, range); } catch { /* storage refused: the choice lasts this page */ }
+      press();
       load();
     });
   }
+  press();
   window.addEventListener("resize", () => { if (data) draw(); });
+  kit.onThemeChange(() => { if (data) draw(); });
   load().then(() => { timer = setInterval(update, range === "30d" ? 60000 : 5000); });
 })();

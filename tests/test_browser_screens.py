@@ -1,0 +1,217 @@
+"""Every console page in headless Chromium at 1280×800 and 1920×1080, light and dark (the browser's
+prefers-color-scheme, which static/hearth.css follows), with no page error and no console error: one full-page
+screenshot of each in the test's folder, copied to HEARTH_SCREENSHOTS when it is set (tests/test_browser_panels.keep),
+for whoever looks at the pages. The pages hold something: a running simulator deployment that has served requests,
+a key, a member, two capacity runs and a tuning. Every page URL the console's URL confs name is visited; the others
+(actions, fragments htmx polls, downloads) are listed apart, so a new page cannot be missed."""
+
+import os
+from pathlib import Path
+
+import openai
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from playwright.sync_api import Browser, ConsoleMessage, Page
+
+from console.capacity.models import Tuning
+from console.deployments.models import Deployment
+from console.observability.models import PriceSetting
+from tests.conftest import MEMBER_PASSWORD, Proc, login
+from tests.simworld import deploy, wait_state
+from tests.test_browser_chart_shapes import a_run
+from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+SIZES = ((1280, 800), (1920, 1080))
+SCHEMES = ("light", "dark")
+# URL names that are no page of their own: POST actions, htmx fragments, JSON, downloads, redirects.
+NOT_PAGES = {
+    "access:logout", "access:oidc_start", "access:oidc_callback", "access:rotate", "access:revoke",
+    "audit:export_csv", "audit:export_json", "usage:export_csv", "observability:requests_csv", "preflight:bundle",
+    "capacity:export-json", "capacity:export-csv", "deployments:export-file", "capacity:slo", "capacity:tune",
+    "capacity:run-status", "capacity:cancel", "capacity:tuning-status", "capacity:tuning-cancel",
+    "capacity:tuning-apply", "catalog:delete", "catalog:demo-plan", "deployments:plan", "deployments:status",
+    "deployments:logs", "deployments:launch", "deployments:stop", "deployments:sleep", "deployments:wake",
+    "deployments:remedy", "deployments:delete", "deployments:add-endpoint", "deployments:remove-endpoint",
+    "observability:dashboard", "observability:dashboard_live", "observability:panel", "observability:series",
+    "observability:slo", "preflight:checks", "weights:free", "alerts:rule", "alerts:destination",
+}  # fmt: skip
+# Chromium logs a 404 answer as a console error; the 404 page is that answer on purpose.
+EXPECTED_CONSOLE = {"not-found": "404"}
+
+
+def url_names() -> set[str]:
+    """Every named URL of the console's URL confs (the JSON API's aside: it is no page)."""
+    names: set[str] = set()
+
+    def walk(patterns: list[URLPattern | URLResolver], ns: str) -> None:
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                if not str(p.pattern).startswith("api/"):
+                    walk(p.url_patterns, f"{p.namespace}:" if p.namespace else ns)
+            elif p.name:
+                names.add(ns + p.name)
+
+    walk(get_resolver().url_patterns, "")
+    return names
+
+
+def pages(ids: dict[str, int]) -> dict[str, tuple[str, str]]:
+    """Screenshot name → (URL name, path) for every console page, given the ids of what the test made."""
+    dep, key, member, run_a, run_b, tuning = (
+        ids[k] for k in ("dep", "key", "member", "run_a", "run_b", "tuning")
+    )  # fmt: skip
+    return {
+        "dashboard": ("home", "/"),
+        "deployments": ("deployments:list", "/deployments/"),
+        "deployment": ("deployments:detail", f"/deployments/{dep}/"),
+        "deployment-change": ("deployments:change", f"/deployments/{dep}/change/"),
+        "deployment-export": ("deployments:export", f"/deployments/{dep}/export/"),
+        "deployment-external": ("deployments:external", "/deployments/external/"),
+        "capacity": ("capacity:deployment", f"/deployments/{dep}/capacity/"),
+        "capacity-run": ("capacity:run", f"/capacity/runs/{run_a}/"),
+        "capacity-compare": ("capacity:compare", f"/capacity/compare/?a={run_a}&b={run_b}"),
+        "capacity-tuning": ("capacity:tuning", f"/capacity/tunings/{tuning}/"),
+        "models": ("catalog:models", "/models/"),
+        "weights": ("weights:cache", "/weights/"),
+        "keys": ("access:keys", "/keys/"),
+        "key": ("access:key", f"/keys/{key}/"),
+        "requests": ("observability:requests", "/requests/"),
+        "costs": ("observability:costs", "/costs/"),
+        "metric-mappings": ("observability:mappings", "/metric-mappings/"),
+        "usage": ("usage:page", "/usage/"),
+        "doctor": ("preflight:page", "/doctor/"),
+        "settings": ("preflight:settings", "/settings/"),
+        "members": ("access:members", "/members/"),
+        "member": ("access:member", f"/members/{member}/"),
+        "audit": ("audit:log", "/audit/"),
+        "alerts": ("alerts:page", "/alerts/"),
+        "password": ("access:password", "/password/"),
+        "not-found": ("", "/no-such-page/"),
+    }
+
+
+def settled(page: Page) -> None:
+    """The page's first htmx loads answered and its charts drawn (a function: the CSP refuses eval)."""
+    page.wait_for_function("() => !document.querySelector('.htmx-request')", timeout=30_000)
+    page.wait_for_function(
+        "() => !document.querySelector('#charts') || document.querySelector('#charts canvas')"
+        " || document.querySelector('[data-field=chart_status]')?.textContent",
+        timeout=20_000,
+    )
+
+
+def watch(page: Page, errors: list[str], where: list[str]) -> None:
+    """Page errors and console errors added to ``errors``, each with the page it happened on (``where[0]``)."""
+    page.on("pageerror", lambda exc: errors.append(f"{where[0]}: page error: {exc}"))
+
+    def console(msg: ConsoleMessage) -> None:
+        if msg.type == "error" and EXPECTED_CONSOLE.get(where[0], "\0") not in msg.text:
+            errors.append(f"{where[0]}: console error: {msg.text} ({msg.location.get('url', '')})")
+
+    page.on("console", console)
+
+
+def content(web: str, django_user_model: type) -> dict[str, int]:
+    """A ready simulator deployment that has served requests (one refused), a key, a member, two capacity runs
+    and a tuning; returns their ids."""
+    from console.access.models import Member
+
+    client = login(web)
+    PriceSetting.objects.get_or_create(gpu_model="NVIDIA H100 80GB HBM3", defaults={"usd_per_gpu_hour": "3.00"})
+    dep_id = deploy(web, client, "screens")
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
+    made = client.post("/api/keys", json={"name": "screens"}).json()
+    llm = openai.OpenAI(base_url=f"{web}/v1", api_key=made["key"], max_retries=0, timeout=60)
+    for n in range(3):
+        llm.chat.completions.create(
+            model="screens", messages=[{"role": "user", "content": f"Hello {n}"}], max_tokens=40
+        )  # fmt: skip
+    with pytest.raises(openai.BadRequestError):
+        llm.chat.completions.create(model="screens", messages=[{"role": "user", "content": "hi"}], max_tokens=0)
+    user = django_user_model.objects.create_user("mia", "", MEMBER_PASSWORD)  # type: ignore[attr-defined]
+    Member.objects.create(user=user, role="member")
+    dep = Deployment.objects.get(pk=dep_id)
+    run_a, run_b = a_run(dep, [1, 4, 16], {}), a_run(dep, [1, 4, 16, 32], {})
+    tuning = Tuning.objects.create(
+        deployment=dep, deployment_name=dep.name, knob="max_num_seqs", values=[8, 16],
+        check_settings={"profile": "chat", "mode": "concurrency", "levels": [1, 4, 16]}, state="done", step=2,
+        best_value=16,
+    )  # fmt: skip
+    run_a.tuning, run_a.tuning_value, run_b.tuning, run_b.tuning_value = tuning, 8, tuning, 16
+    run_a.save()
+    run_b.save()
+    return {
+        "dep": dep_id,
+        "key": made["id"],
+        "member": user.pk,
+        "run_a": run_a.pk,
+        "run_b": run_b.pk,
+        "tuning": tuning.pk,
+    }
+
+
+def test_every_console_page_at_two_sizes_light_and_dark_without_an_error(
+    browser: Browser,  # noqa: F811 - the fixture
+    web: str,
+    worker: Proc,
+    django_user_model: type,
+    tmp_path: Path,
+) -> None:
+    shots: list[str] = []
+    errors: list[str] = []
+    where = ["setup"]  # the page being visited, for the errors' messages
+    for (width, height), scheme in ((s, c) for s in SIZES for c in SCHEMES):  # the first admin's form: no user yet
+        ctx = browser.new_context(base_url=web, viewport={"width": width, "height": height}, color_scheme=scheme)
+        page = ctx.new_page()
+        watch(page, errors, where)
+        page.goto("/setup/")
+        shots.append(shoot(page, tmp_path, "setup", width, height, scheme))
+        ctx.close()
+    django_user_model.objects.create_superuser("admin", "", "admin-password-1")  # type: ignore[attr-defined]
+    names = url_names()
+    listed = {
+        shot: (url, path) for shot, (url, path) in pages(content(web, django_user_model)).items() if url in names | {""}
+    }
+    missing = names - NOT_PAGES - {url for url, _ in listed.values()} - {"access:setup", "access:login"}
+    assert not missing, f"pages not screened: {missing}"
+    for (width, height), scheme in ((s, c) for s in SIZES for c in SCHEMES):
+        ctx = browser.new_context(base_url=web, viewport={"width": width, "height": height}, color_scheme=scheme)
+        page = ctx.new_page()
+        watch(page, errors, where)
+        try:
+            where[0] = "login"
+            page.goto("/login/")
+            shots.append(shoot(page, tmp_path, "login", width, height, scheme))
+            page.get_by_label("Username").fill("admin")
+            page.get_by_label("Password").fill("admin-password-1")
+            page.get_by_role("button", name="Log in").click()
+            page.wait_for_url(f"{web}/")
+            for where[0], (_, path) in listed.items():
+                page.goto(path)
+                settled(page)
+                if where[0] == "deployment":  # the hover read-out, over the throughput chart's latest points
+                    over = page.locator("[data-chart=tps] .u-over")
+                    box = over.bounding_box()
+                    assert box
+                    over.hover(position={"x": box["width"] - 4, "y": box["height"] / 2})
+                    page.locator("[data-chart=tps] .chart-readout").wait_for(state="visible")
+                    figure = page.locator("figure:has([data-chart=tps])")
+                    readout = tmp_path / f"deployment-readout-{width}x{height}-{scheme}.png"
+                    figure.screenshot(path=str(readout))
+                    keep(readout)
+                    page.evaluate("() => window.scrollTo(0, 0)")  # a function: the CSP refuses eval
+                shots.append(shoot(page, tmp_path, where[0], width, height, scheme))
+        finally:
+            ctx.close()
+    assert not errors, "\n".join(errors)
+    assert len(shots) == (len(listed) + 2) * len(SIZES) * len(SCHEMES)
+    assert min(os.path.getsize(path) for path in shots) > 5_000  # pages, not blanks
+
+
+def shoot(page: Page, folder: Path, name: str, width: int, height: int, scheme: str) -> str:
+    """The whole page as ``<name>-<width>x<height>-<scheme>.png`` in ``folder`` (and HEARTH_SCREENSHOTS)."""
+    path = folder / f"{name}-{width}x{height}-{scheme}.png"
+    page.screenshot(path=str(path), full_page=True)
+    keep(path)
+    return str(path)
