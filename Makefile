@@ -18,13 +18,15 @@ help:
 	@echo "make soak  issue 28's acceptance at its full numbers: outages and load for minutes (~16 min)"
 
 # Not an editable install: the code runs from this folder (no packages are installed), and setuptools warns
-# about every editable one.
+# about every editable one. Each download shows with its size and progress (scripts/pip_progress.py; a pip from
+# before --progress-bar raw, one that could not upgrade itself offline, names each download with its size only).
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Hearth needs Python 3.12 or newer; none found." >&2; exit 1; }
 	@echo "make: installing Hearth's Python packages into $(VENV) with $(PYTHON) (once, a few minutes)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip 2> >(grep -v 'is ignored' >&2)
-	@$(PY) -m pip install -q '.[test]' 2> >(grep -v 'is ignored' >&2)
+	@set -o pipefail; bar=raw; $(PY) -m pip download --progress-bar raw --help >/dev/null 2>&1 || bar=off; \
+	$(PY) -m pip install --progress-bar $$bar '.[test]' 2> >(grep -v 'is ignored' >&2) | $(PY) scripts/pip_progress.py "make: "
 	@$(PY) -c "import django, celery, aiohttp, openai, anthropic, playwright, pytest_django, importlinter"
 	@touch $@
 

