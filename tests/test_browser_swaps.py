@@ -117,6 +117,7 @@ def test_a_deployment_goes_to_sleep_and_wakes_on_the_dashboard(
     expect(card.locator("[data-field=sleeps]")).to_have_text("slept 1 time (1 at level 1)", timeout=10_000)
     expect(card.locator("[data-field=wake_times]")).to_contain_text("wake p50 ")
     expect(card.locator("[data-field=wake_times]")).to_contain_text("over 1 wake")
+    page.get_by_role("tab", name="Engine").click()  # the sleeps and wakes are in the Engine tab
     expect(page.locator("#events tr[data-event=sleep]")).to_contain_text("Put to sleep by an admin.")
     expect(page.locator("#events tr[data-event=wake]")).to_be_visible()
     shot(page, tmp_path, "room-deployment-after-a-wake")

@@ -9,8 +9,10 @@ own domain's URLs and templates.
 
 from typing import Literal
 
-type Slot = Literal["live", "links"]  # under the state and replicas; in the line of links under the plan
-_PARTS: dict[Slot, list[str]] = {"live": [], "links": []}
+# live: the first screen, beside the state (what an operator checks first); links: the line of links under the
+# state; history, engine, usage: inside the page's tabs of those names (each tab shows only when a part fills it)
+type Slot = Literal["live", "links", "history", "engine", "usage"]
+_PARTS: dict[Slot, list[str]] = {"live": [], "links": [], "history": [], "engine": [], "usage": []}
 
 
 def add(slot: Slot, template: str) -> None:

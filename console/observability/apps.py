@@ -6,7 +6,11 @@ class ObservabilityConfig(AppConfig):
     label = "observability"
 
     def ready(self) -> None:
-        """The live panel and charts on every deployment's page (console.deployments.page_parts)."""
+        """The live panel, the charts, the engine's numbers and usage on every deployment's page
+        (console.deployments.page_parts)."""
         from console.deployments import page_parts
 
         page_parts.add("live", "observability/deployment_live.html")
+        page_parts.add("history", "observability/charts.html")
+        page_parts.add("engine", "observability/deployment_engine.html")
+        page_parts.add("usage", "observability/deployment_usage.html")
