@@ -97,7 +97,7 @@ def attempt(delivery_id: int) -> float | None:
         d.save(update_fields=["attempts", "sent_at", "given_up", "last_error"])
     if d.sent_at is not None or d.given_up:
         return None
-    return BACKOFF * 2 ** (d.attempts - 1)
+    return BACKOFF * 2.0 ** (int(d.attempts) - 1)
 
 
 def _send(d: Delivery, destination: Destination) -> None:

@@ -1,6 +1,8 @@
 """Celery entry points of alerts: beat evaluates the rules every HEARTH_ALERT_INTERVAL seconds; each piece of
 news is sent by its own task, retried with backoff (console.alerts.delivery)."""
 
+import functools
+
 from celery import Task, shared_task
 from django.db import transaction
 
@@ -17,11 +19,11 @@ def evaluate_alerts() -> None:
     with transaction.atomic():
         made = evaluate()
         for delivery_id in made:
-            transaction.on_commit(lambda d=delivery_id: deliver.delay(d))
+            transaction.on_commit(functools.partial(deliver.delay, delivery_id))
 
 
 @shared_task(name=DELIVER, bind=True, max_retries=delivery.MAX_ATTEMPTS)
-def deliver(self: Task, delivery_id: int) -> None:  # type: ignore[type-arg]
+def deliver(self: Task, delivery_id: int) -> None:
     """Send one delivery; try again after its backoff while it fails (the row counts and says the failures)."""
     wait = delivery.attempt(delivery_id)
     if wait is not None:

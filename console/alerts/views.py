@@ -50,7 +50,7 @@ def tune_rule(request: HttpRequest, kind: str) -> HttpResponse:
         messages.error(
             request,
             f"Rule “{KINDS[kind].title}” not saved: "
-            + "; ".join(f"{name}: {' '.join(errs)}" for name, errs in form.errors.items()),
+            + "; ".join(f"{name}: {' '.join(str(e) for e in errs)}" for name, errs in form.errors.items()),
         )
     return redirect("alerts:page")
 
@@ -68,5 +68,7 @@ def set_destination(request: HttpRequest) -> HttpResponse:
         form.save()
         messages.success(request, "Alert destinations saved.")
     else:
-        messages.error(request, "Not saved: " + "; ".join(" ".join(errs) for errs in form.errors.values()))
+        messages.error(
+            request, "Not saved: " + "; ".join(" ".join(str(e) for e in errs) for errs in form.errors.values())
+        )
     return redirect("alerts:page")
