@@ -8,8 +8,9 @@ lag the request log by up to FLUSH_EVERY seconds. What a process had not flushed
 from the counters, never from the log; a flush Redis does not take is logged and dropped, as a settlement it
 does not take is. A stop flushes (``close``).
 
-The cost is rounded as the settlement script rounds it: ``floor(tokens × USD per token × 1e9 + 0.5)`` nano-USD,
-in doubles, so a key's counters hold the same sum whichever way its requests were charged.
+The cost is rounded as the settlement script rounds it: ``floor(tokens × USD per token × 1e9 + 0.5)`` nano-USD
+(``floor((prompt × input + rest × output) × 1e9 + 0.5)`` for a price "input,output"), in doubles, so a key's
+counters hold the same sum whichever way its requests were charged.
 """
 
 import asyncio
@@ -33,9 +34,14 @@ end
 """
 
 
-def nano_usd(tokens: int, price: str) -> int:
-    """What ``tokens`` cost at ``price`` USD per token (a decimal string), in nano-USD (module docstring)."""
-    return math.floor(tokens * float(price) * 1e9 + 0.5)
+def nano_usd(tokens: int, price: str, prompt: int = 0) -> int:
+    """What ``tokens`` cost at ``price`` USD per token (a decimal string, or "input,output" where the ``prompt``
+    tokens among them cost the first and the rest the second), in nano-USD (module docstring)."""
+    first, comma, second = price.partition(",")
+    if not comma:
+        return math.floor(tokens * float(price) * 1e9 + 0.5)
+    paid_in = min(max(prompt, 0), tokens)
+    return math.floor((paid_in * float(first) + (tokens - paid_in) * float(second)) * 1e9 + 0.5)
 
 
 class Charges:

@@ -202,13 +202,15 @@ class Ledger:
         if not ticket.limited:
             f = ticket.fields
             charge = self.reservations.charge
-            outcome.cost_usd = await charge(f["key_id"], f["owner_id"], f["deployment_id"], used, f["started"])
+            outcome.cost_usd = await charge(
+                f["key_id"], f["owner_id"], f["deployment_id"], used, f["started"], prompt=prompt or 0
+            )
         row = row_of(outcome)
         cost = row.pop("cost_usd")
         settle: tuple[list[str], list[str | int]] = ([], [])
         if ticket.held is not None:
             held = ticket.held
-            settle = settlement(held.keys, held.rid, held.tokens, used, held.cost, held.price, held.owned)
+            settle = settlement(held.keys, held.rid, held.tokens, used, held.cost, held.price, held.owned, prompt or 0)
         keys, args = finish_call(
             self.notes,
             ticket.request_id,

@@ -75,7 +75,12 @@ ADMIT = """
 local now, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
 local price = redis.call('GET', KEYS[9])
 local cost = 0
-if price then cost = math.ceil(tokens * tonumber(price) * 1e9) end
+if price then
+  local first, second = string.match(price, '^([^,]+),(.+)$')
+  local most = tonumber(price)
+  if first then most = math.max(tonumber(first), tonumber(second)) end
+  cost = math.ceil(tokens * most * 1e9)
+end
 local adds = {1, tokens, tokens, 1, cost, cost, cost, cost}
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 for i = 1, 8 do
@@ -115,15 +120,24 @@ return {0, string.format('%d', cost), price or ''}
 #    7 owner USD/month, 8 the deployment's USD per token.
 # A: 1 reservation id ('' none: nothing was reserved), 2 tokens reserved, 3 tokens used, 4 cost reserved,
 #    5 the price read at admission ('' none; '?' read it now), 6 1 when the key has an owner,
-#    7-8 TTL of day and month counters.
-# Returns {cost charged (nano-USD), price ('' none)}.
+#    7-8 TTL of day and month counters, 9 the prompt tokens among those used (charged at the input price).
+# Returns {cost charged (nano-USD), price ('' none)}. A price "input,output" charges the prompt tokens at the first,
+# the rest at the second (console.observability.pricing); gateway.charges.nano_usd rounds the same way.
 SETTLE_FUNCTION = """
 local function settle(K, A)
   local reserved, used, reserved_cost = tonumber(A[2]), tonumber(A[3]), tonumber(A[4])
   local price = A[5]
   if price == '?' then price = redis.call('GET', K[8]) or '' end
   local cost = 0
-  if price ~= '' then cost = math.floor(used * tonumber(price) * 1e9 + 0.5) end
+  if price ~= '' then
+    local first, second = string.match(price, '^([^,]+),(.+)$')
+    if first then
+      local prompt = math.min(tonumber(A[9] or '0'), used)
+      cost = math.floor((prompt * tonumber(first) + (used - prompt) * tonumber(second)) * 1e9 + 0.5)
+    else
+      cost = math.floor(used * tonumber(price) * 1e9 + 0.5)
+    end
+  end
   if A[1] ~= '' then
     for i = 1, 2 do
       if used ~= reserved and redis.call('EXISTS', K[i]) == 1 then
@@ -155,7 +169,7 @@ SETTLE = SETTLE_FUNCTION + "return settle(KEYS, ARGV)\n"  # KEYS and ARGV as K a
 #       optional), 5-12 the settlement's K (when settling).
 # ARGV: 1 the request's id, 2 1 when the request was noted, 3 its log row (JSON), 4 its cost (nano-USD, '' none)
 #       when not settling, 5 1 to settle, 6 now (Unix s: the last request's time; '' leaves it), 7 activity.KEPT,
-#       8-15 the settlement's A.
+#       8-16 the settlement's A.
 # Returns {1, the cost charged (nano-USD, '' none)}, or 0 when the request was noted and its note is gone (it was
 # recorded elsewhere: nothing done but its activity's end).
 FINISH = (
@@ -203,11 +217,12 @@ def counter_keys(key_id: int, owner_id: int | None, deployment_id: int, now: flo
 
 
 def settlement(
-    keys: tuple[str, ...], rid: str, reserved: int, used: int, cost: int, price: str, owned: bool
+    keys: tuple[str, ...], rid: str, reserved: int, used: int, cost: int, price: str, owned: bool, prompt: int = 0
 ) -> tuple[list[str], list[str | int]]:
     """The settlement's K and A (SETTLE, FINISH) for a request admitted with ADMIT's ``keys``: ``rid`` '' when
-    nothing was reserved, ``price`` '?' to read it in the script."""
+    nothing was reserved, ``price`` '?' to read it in the script, ``prompt`` the prompt tokens among ``used``."""
     args: list[str | int] = [rid, reserved, max(used, 0), cost, price, int(owned), TTL["day"], TTL["month"]]
+    args.append(max(prompt, 0))
     return list(keys[1:]), args
 
 
@@ -305,14 +320,20 @@ class Reservations:
         return Reservation(keys, rid, tokens, int(first), price, owned)
 
     async def settle(
-        self, held: Reservation | None, key_id: int, owner_id: int | None, deployment_id: int, used: int
+        self,
+        held: Reservation | None,
+        key_id: int,
+        owner_id: int | None,
+        deployment_id: int,
+        used: int,
+        prompt: int = 0,
     ) -> Decimal | None:
         """Settle ``held`` with the ``used`` tokens, or, for a key admitted without Redis (``held`` None),
         charge their cost (gateway.charges); the USD charged, None when no price was known or Redis did not
         answer (logged: a request already answered never fails here)."""
         if held is None:
-            return await self.charge(key_id, owner_id, deployment_id, used)
-        keys, args = settlement(held.keys, held.rid, held.tokens, used, held.cost, held.price, held.owned)
+            return await self.charge(key_id, owner_id, deployment_id, used, prompt=prompt)
+        keys, args = settlement(held.keys, held.rid, held.tokens, used, held.cost, held.price, held.owned, prompt)
         try:
             cost, price = await self._settle(keys=keys, args=args)
         except (RedisError, OSError) as exc:
@@ -321,11 +342,12 @@ class Reservations:
         return Decimal(int(cost)) / NANO if price else None
 
     async def charge(
-        self, key_id: int, owner_id: int | None, deployment_id: int, used: int, at: float | None = None
+        self, key_id: int, owner_id: int | None, deployment_id: int, used: int, at: float | None = None, prompt: int = 0
     ) -> Decimal | None:
-        """Charge ``used`` tokens of a key admitted without Redis in this process's next batch (gateway.charges),
-        to the day and month of ``at`` (Unix s: when the request started, as a reservation is counted; default
-        now); the USD charged, None when no price was known or Redis did not answer (logged)."""
+        """Charge ``used`` tokens (``prompt`` of them the prompt's) of a key admitted without Redis in this process's
+        next batch (gateway.charges), to the day and month of ``at`` (Unix s: when the request started, as a
+        reservation is counted; default now); the USD charged, None when no price was known or Redis did not answer
+        (logged)."""
         if used <= 0:
             return None
         try:
@@ -335,7 +357,7 @@ class Reservations:
             return None
         if not price:
             return None
-        cost = nano_usd(used, price)
+        cost = nano_usd(used, price, prompt)
         when = time.time() if at is None else at
         counters = counter_keys(key_id, owner_id, deployment_id, when)[4 : 8 if owner_id is not None else 6]
         self.charges.charge(counters, [TTL["day"], TTL["month"]] * (len(counters) // 2), cost)

@@ -15,6 +15,7 @@ from console.observability.cost import price_per_token
 from gateway import prices as prices_module
 from gateway.charges import FLUSH_EVERY, Charges, nano_usd
 from gateway.prices import Prices
+from gateway.quotas import Quota
 from gateway.registry import Registry
 from gateway.reservations import TTL, Reservations, counter_keys
 
@@ -205,3 +206,33 @@ def test_the_charge_is_rounded_as_the_settlement_script_rounds_it() -> None:
 
     for used, price in cases:
         assert nano_usd(used, price) == asyncio.run(settled(used, price)), (used, price)
+
+
+def test_a_price_with_its_own_output_rate_reserves_at_the_higher_and_charges_prompt_and_completion_apart() -> None:
+    """console.observability.pricing publishes "input,output" when an admin sets them apart: admission reserves
+    every token at the higher, settlement and the batch charge the prompt at the first and the rest at the second,
+    rounded alike in Lua and here."""
+    price = "0.0000005,0.0000015"  # $0.50 and $1.50 per million
+
+    async def go() -> None:
+        reservations = Reservations(Prices())
+        r = reservations.redis
+        key_id = 90_002
+        keys = counter_keys(key_id, None, DEPLOYMENT, time.time())
+        await r.set(price_per_token(DEPLOYMENT), price, ex=60)
+        try:
+            held = await reservations.admit(key_id, Quota(daily_usd=Decimal("1")), DEPLOYMENT, 1000)
+            assert (held.cost, held.price) == (1_500_000, price)  # 1,000 tokens × $1.50 per million, in nano-USD
+            charged = await reservations.settle(held, key_id, None, DEPLOYMENT, 400, prompt=300)
+            assert charged == Decimal(300 * 500 + 100 * 1500) / 10**9 == Decimal(nano_usd(400, price, 300)) / 10**9
+            assert int(await r.get(keys[4]) or 0) == 300_000  # the day's counter holds the charge, not the reserve
+            for used, prompt in ((7, 3), (123_457, 100_000), (10, 0), (5, 5)):
+                cost, _ = await reservations._settle(
+                    keys=list(keys[1:]), args=["", 0, used, 0, price, 0, 60, 60, prompt]
+                )
+                assert int(cost) == nano_usd(used, price, prompt), (used, prompt)
+        finally:
+            await r.delete(*keys)
+            await reservations.close()
+
+    run(go())
