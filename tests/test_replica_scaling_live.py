@@ -1,6 +1,7 @@
 """Issue 33's acceptance: a running simulator deployment's replica count 1 → 2 → 1 through the console's change form,
 while a client keeps sending requests through the gateway with a key: none fails, the deployment never leaves ready,
-and both replicas serve while there are two."""
+both replicas serve while there are two, and streams longer than a stop's grace on the removed replica end whole (it
+drains before it stops)."""
 
 import threading
 import time
@@ -15,6 +16,7 @@ from tests.simworld import Served
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 CLIENTS = 3  # threads sending streamed requests, one after another each
+SLOW_TOKENS = 14  # tokens of a slow stream, a second apart: longer than the 10 s a stop waits before SIGKILL
 
 
 class ChangeForm(HTMLParser):
@@ -104,12 +106,44 @@ class Traffic:
             time.sleep(0.1)
 
 
-def served_by(replica: Replica) -> float:
-    """Requests the replica's engine answered (its vllm:request_success_total)."""
+def gauge(replica: Replica, name: str) -> float:
+    """The sum of the replica's engine's samples of ``name`` (vllm:request_success_total...)."""
     text = httpx.get(f"{replica.base_url}/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def served_by(replica: Replica) -> float:
+    """Requests the replica's engine answered."""
+    return gauge(replica, "vllm:request_success_total")
+
+
+class SlowStreams:
+    """``count`` streams of SLOW_TOKENS tokens a second apart, longer than a stop's grace (changes.STOP_GRACE_SECONDS):
+    one cut when its replica stops is a failure, one drained ends whole (finish_reason "length")."""
+
+    def __init__(self, served: Served, count: int) -> None:
+        self.finishes, self.failures = list[str](), list[str]()
+        self._threads = [threading.Thread(target=self._run, args=(served, i)) for i in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, served: Served, n: int) -> None:
+        try:
+            stream = served.openai().chat.completions.create(
+                model="llama",
+                messages=[{"role": "user", "content": f"Slow story {n} [[sim:stall-between=1]]"}],
+                max_tokens=SLOW_TOKENS,
+                stream=True,
+            )
+            self.finishes += [
+                c.choices[0].finish_reason or "" for c in stream if c.choices and c.choices[0].finish_reason
+            ]
+        except openai.OpenAIError as exc:
+            self.failures.append(f"slow stream {n}: {exc!r}")
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=120)
 
 
 def wait_until(check: object, what: str, states: list[str], served: Served, within: float = 90) -> None:
@@ -135,12 +169,16 @@ def test_replica_count_1_2_1_through_the_console_while_a_client_keeps_asking(ser
         wait_until(lambda: served_by(second) >= 3, "requests on the second replica", states, served)
         traffic.wait_for(10)
 
+        slow = SlowStreams(served, 4)  # least in-flight first: some run on the second replica
+        wait_until(lambda: gauge(second, "vllm:num_requests_running") >= 1, "a slow stream there", states, served)
         preview = scale_to(served, 1)
         assert "their requests in flight end" in preview and 'data-field="downtime">none<' in preview
         wait_until(lambda: list(live.all()) == [first], "the second replica stopped", states, served)
+        slow.join()
         traffic.wait_for(10)
 
     assert traffic.failures == [], traffic.failures
+    assert (slow.failures, slow.finishes) == ([], ["length"] * 4)  # the second replica's drained whole
     assert set(states) <= {"ready"}, states
     second.refresh_from_db()
     assert second.stopped_at is not None and not second.running
