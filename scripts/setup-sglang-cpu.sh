@@ -33,16 +33,20 @@ mkdir -p "$CACHE/pip"
 # left out on purpose (below): keep the log readable. Any other conflict still shows.
 QUIET="is ignored: it is neither a file nor a directory|^sglang $SGLANG_VERSION requires|dependency resolver does not"
 pip() { "$VENV/bin/pip" "$@" 2> >(grep -Ev "$QUIET" >&2); }
+# shown: pip with each download's size and progress, and the venv's size while pip installs.
+source "$(dirname "$0")/pip-shown.sh"
+VENV_MB=6700  # the venv's size once installed (du -sm --apparent-size), what the install's progress is shown against
 
 if [ ! -f "$VENV/.hearth-ok" ]; then
-  echo "setup-sglang-cpu: installing sglang==$SGLANG_VERSION into $VENV (a few minutes, once)"
+  echo "setup-sglang-cpu: installing sglang==$SGLANG_VERSION into $VENV (about 6.7 GB once installed; a few minutes, once)"
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
   pip install -q --cache-dir "$CACHE/pip" --upgrade pip
-  pip install -q --cache-dir "$CACHE/pip" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+  WATCH=(--watch "$VENV" --expect-mb "$VENV_MB")
+  shown "${WATCH[@]}" -- install --cache-dir "$CACHE/pip" "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
   # --no-deps: its requirements name CUDA kernels (flashinfer, sglang-kernel, ...) that are useless here.
-  pip install -q --cache-dir "$CACHE/pip" --no-deps "sglang==$SGLANG_VERSION"
-  pip install -q --cache-dir "$CACHE/pip" "torch==$TORCH_VERSION" "${SGLANG_DEPS[@]}"
+  shown "${WATCH[@]}" -- install --cache-dir "$CACHE/pip" --no-deps "sglang==$SGLANG_VERSION"
+  shown "${WATCH[@]}" -- install --cache-dir "$CACHE/pip" "torch==$TORCH_VERSION" "${SGLANG_DEPS[@]}"
   SGLANG_USE_CPU_ENGINE=1 PYTHONWARNINGS=ignore "$VENV/bin/python" -c "import sglang.srt.entrypoints.http_server"
   touch "$VENV/.hearth-ok"
 fi

