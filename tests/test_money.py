@@ -85,7 +85,11 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
     dep = deployment()  # one H100 at the seeded $3.00 per GPU-hour
     measured(dep)
     engine = Engine(dep.replicas.get())
-    keys = [ApiKey.objects.create(name=f"key {n}", prefix=f"hk-money{n:03d}", key_hash="x") for n in (1, 2)]
+    budgets = {"daily_budget_usd": Decimal("5.00"), "monthly_budget_usd": Decimal("50.00")}
+    keys = [
+        ApiKey.objects.create(name=f"key {n}", prefix=f"hk-money{n:03d}", key_hash="x", **(budgets if n == 1 else {}))
+        for n in (1, 2)
+    ]
     now = time.time()
     start = (now - 1800) // 300 * 300  # three phases of 10 minutes, in whole 5-minute periods, ending before now
     midnight = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
@@ -137,6 +141,11 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
         assert amount(panel, key.name, "key_cost") == shown
         page = admin.get(f"/keys/{key.pk}/").text
         assert re.search(r'data-field="cost_today">([^<]+)<', page).group(1) == shown  # type: ignore[union-attr]
+        if key == keys[0]:  # the day's and the month's windows, each beside its budget
+            assert (
+                'data-field="budget_day">of $5.00 a day<' in page
+                and 'data-field="budget_month">of $50.00 a month<' in page
+            )
         [row] = [r for r in usage_csv if key.prefix in r["key"]]
         assert Decimal(row["cost_usd"]) == charged
         assert sum(Decimal(r["cost_usd"]) for r in log_csv if r["key_name"] == key.name) == charged
