@@ -50,7 +50,9 @@ def test_an_admin_adds_a_replica_then_removes_it_from_the_change_page(
     expect(page.locator("#id_replica_count")).to_have_value("2")
     page.locator("#id_replica_count").fill("1")
     page.get_by_role("button", name="Preview the new plan").click()
-    expect(page.locator("[data-field=scale]")).to_contain_text("their requests in flight end")
+    expect(page.locator("[data-field=scale]")).to_contain_text(
+        "its requests in flight end (up to 120 s), then it stops"
+    )
     shot(page, tmp_path, "replicas-preview-2-to-1")
     page.get_by_role("button", name="Confirm: 1 replica").click()
     expect(page.locator("[data-field=reason]")).to_have_text("Serving.", timeout=60_000)

@@ -62,6 +62,7 @@ def test_adding_a_replica_to_a_ready_deployment_keeps_it_serving_on_its_gpus(adm
     assert 'data-field="scale"' in page and 'data-field="recreate"' not in page
     assert 'data-field="downtime">none<' in page and "Confirm: 2 replicas" in page
     assert "GPUs each replica takes: replica 1 GPU 2; replica 2 GPU 1." in page  # the serving one keeps GPU 2
+    assert "the replica serving keeps serving and its GPUs; the added one starts beside it and joins" in page
     dep.refresh_from_db()
     assert dep.replica_count == 1  # a preview changes nothing
 
@@ -75,7 +76,8 @@ def test_removing_a_replica_drains_it_without_downtime(admin: Client) -> None:
     dep = _running("pair", [0, 1])
     form = _form(admin, dep) | {"replica_count": "1"}
     page = admin.post(f"/deployments/{dep.pk}/change/", form).content.decode()
-    assert "their requests in flight end (up to 120 s)" in page and 'data-field="downtime">none<' in page
+    assert "route, its requests in flight end (up to 120 s), then it stops; the other keeps serving." in page
+    assert 'data-field="downtime">none<' in page
     admin.post(f"/deployments/{dep.pk}/change/", form | {"confirm": ""})
     dep.refresh_from_db()
     assert (dep.state, dep.replica_count, dep.plan["gpu_indices"]) == ("ready", 1, [0])

@@ -51,6 +51,22 @@ def scale(deployment_id: int) -> None:
         _add(dep, live)
 
 
+def scale_words(old: int, new: int) -> str:
+    """What a change of the count from ``old`` to ``new`` replicas does, in the preview's words."""
+    if new > old:
+        serving = "the replica serving keeps" if old == 1 else f"the {old} replicas serving keep"
+        added = "the added one starts beside it and joins" if new - old == 1 else "the added ones start and join"
+        return (
+            f"{serving} serving and {'its GPUs' if old == 1 else 'their GPUs'}; {added} the gateway's route once ready."
+        )
+    gone = "the newest replica leaves" if old - new == 1 else f"the {old - new} newest replicas leave"
+    then = "then it stops" if old - new == 1 else "then they stop"
+    return (
+        f"{gone} the gateway's route, its requests in flight end (up to {DRAIN_SECONDS:.0f} s), {then}; "
+        f"{'the other keeps' if new == 1 else f'the {new} others keep'} serving."
+    )
+
+
 def live_replicas(dep: Deployment) -> list[Replica]:
     """The replicas Hearth launched that are not ended (serving, loading, draining or waiting for a restart), in slot
     order."""

@@ -160,7 +160,8 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
         except ConsoleError as exc:
             form.add_error(None, str(exc))
     gpus = changes.replicas_gpus(preview) if preview else []
-    context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "drain_seconds": scaling.DRAIN_SECONDS}
+    words = scaling.scale_words(*preview.scale) if preview and preview.scale else ""
+    context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words}
     return render(request, "deployments/change.html", context)
 
 
