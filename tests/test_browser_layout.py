@@ -131,12 +131,18 @@ def test_the_keys_table_fits_1280_px_and_the_plan_comes_before_create(
         assert header.evaluate("(th) => getComputedStyle(th).position") == "sticky"
 
         page.goto("/deployments/")
+        page.locator("#id_name").fill("planned")
+        page.locator("#id_model").select_option(label="llama-8b")
+        page.locator("#id_engine").select_option("simulator")
+        page.locator("#id_max_model_len").fill("8192")
+        page.locator("#id_max_model_len").dispatch_event("change")
         expect(page.locator("#plan")).to_contain_text("Fits.", timeout=10_000)
+        page.wait_for_function("() => !document.querySelector('.htmx-request')")  # the plan swapped in, settled
+        shot(page, tmp_path, "layout-create-form", full_page=True)
         plan = page.locator("#plan").bounding_box()
         create = page.get_by_role("button", name="Create deployment").bounding_box()
         assert plan is not None and create is not None
         assert plan["y"] < create["y"] or plan["x"] > create["x"] + create["width"], (plan, create)
-        shot(page, tmp_path, "layout-create-form", full_page=True)
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         page.context.close()
