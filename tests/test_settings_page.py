@@ -70,6 +70,7 @@ def test_secret_names_are_recognised_by_their_words() -> None:
         "HEARTH_HF_TOKEN_FILE",
         "POSTGRES_PASSWORD",
         "GRAFANA_ADMIN_PASSWORD",
+        "EMAIL_HOST_PASSWORD",
     }
     assert configuration.is_secret("HEARTH_ALERT_WEBHOOK_URL") and not configuration.is_secret("KEEP_ENGINES")
 
