@@ -32,10 +32,11 @@ def cli(path: Path) -> str:
 class Agents:
     """Deployments of the simulator, one per API shape the agents are tried with, and a key for them."""
 
-    def __init__(self, web: str, client: httpx.Client) -> None:
+    def __init__(self, web: str, client: httpx.Client, **key_fields: Any) -> None:
+        """``key_fields`` go to the key as they are (``max_tokens_cap``)."""
         self.web, self.client = web, client
         self.ids: list[int] = []
-        self.key = client.post("/api/keys", json={"name": "agents"}).json()["key"]
+        self.key = client.post("/api/keys", json={"name": "agents", **key_fields}).json()["key"]
 
     def deploy(self, name: str, extra_args: list[str], context: int = CONTEXT, **fields: Any) -> str:
         """Launch the simulator as ``name`` with ``extra_args`` and a context of ``context`` tokens; its name once

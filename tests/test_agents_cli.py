@@ -20,7 +20,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["agents"]  # the fixture, used by name
 
 
-def claude(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
+def claude(
+    agents: Agents,
+    model: str,
+    tmp_path: Path,
+    task: str = TASK,
+    options: tuple[str, ...] = ("--allowedTools", "Read,Write"),
+    **settings: str,
+) -> tuple[Path, str]:
+    """Claude Code run with ``-p task`` and ``options``; ``settings`` are more of its environment variables."""
     work, home = workdir(tmp_path), tmp_path / "home"
     home.mkdir()
     env = {
@@ -35,13 +43,13 @@ def claude(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_AUTOUPDATER": "1",
+        **settings,
     }
     argv = [
         cli(NPM_BIN / "claude"),
         "-p",
-        TASK,
-        "--allowedTools",
-        "Read,Write",
+        task,
+        *options,
         "--output-format",
         "stream-json",
         "--verbose",
@@ -49,7 +57,7 @@ def claude(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
     return work, run(argv, work, env)
 
 
-def codex(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
+def codex(agents: Agents, model: str, tmp_path: Path, task: str = TASK) -> tuple[Path, str]:
     work, home = workdir(tmp_path), tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
     (home / ".codex/config.toml").write_text(
@@ -58,7 +66,7 @@ def codex(agents: Agents, model: str, tmp_path: Path) -> tuple[Path, str]:
         "request_max_retries = 0\nstream_max_retries = 0\n"
     )
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "HEARTH_API_KEY": agents.key}
-    argv = [cli(NPM_BIN / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK]
+    argv = [cli(NPM_BIN / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", task]
     return work, run(argv, work, env)
 
 

@@ -1,11 +1,15 @@
 """The gateway's surfaces with the official SDKs against the real vLLM CPU engine (SmolLM2-135M).
 
-One deployment serves the whole module. What a 135M model cannot do (tool calls) and the faults only a
-simulator can inject are covered against the simulator in tests/test_gateway_simulator.py.
+Each test launches its own deployment: 2,048 tokens for the SDKs, 8,192 for the real Claude Code and Codex CLIs
+(whose first requests, ~4.1K and ~4.5K tokens on SmolLM2's template, must fit with an answer). What a 135M model
+cannot do (tool calls) and the faults only a simulator can inject are covered against the simulator in
+tests/test_gateway_simulator.py.
 """
 
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,18 +18,27 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from console.access.key_format import key_prefix
 from console.deployments.models import Replica
+from console.observability.models import RequestLog
+from console.observability.outcomes import SERVED, outcome_of
+from tests.agentworld import Agents
 from tests.conftest import Proc, login
 from tests.simworld import wait_for_logs
+from tests.test_agents_cli import claude, codex
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 HI = [{"role": "user", "content": "Say hello."}]
+# Claude Code's first request is ~4.1K tokens and Codex's ~4.5K as SmolLM2's template renders them (README,
+# "Coding agents and other clients"): 8K holds either and its answer
+AGENT_CONTEXT = 8192
+AGENT_OUTPUT = 16  # tokens an answer may take: Claude Code's CLAUDE_CODE_MAX_OUTPUT_TOKENS, Codex's key's cap
 
 
 class Engine:
-    def __init__(self, web: str, key: str, dep_id: int) -> None:
-        self.web, self.key, self.dep_id = web, key, dep_id
+    def __init__(self, web: str, key: str, dep_id: int, client: httpx.Client) -> None:
+        self.web, self.key, self.dep_id, self.client = web, key, dep_id, client
 
     def openai(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.web}/v1", api_key=self.key, max_retries=0, timeout=120)
@@ -42,22 +55,33 @@ class Engine:
         return -1.0
 
 
-@pytest.fixture
-def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
+def serve_smol(web: str, max_model_len: int) -> Iterator[Engine]:
+    """SmolLM2 on vLLM CPU as ``smol`` at ``max_model_len`` tokens, with a key, until the generator is closed."""
     client = login(web)
     client.post("/api/models", json={"name": "smollm2", "path": str(MODEL_DIR)})
     dep = client.post(
         "/api/deployments",
-        json={"name": "smol", "model": "smollm2", "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1},
+        json={
+            "name": "smol",
+            "model": "smollm2",
+            "engine": "vllm-cpu",
+            "max_model_len": max_model_len,
+            "kv_space_gib": 1,
+        },
     ).json()
     dep_id = dep["id"]
     # the plan chose the parsers from the folder's config and chat template; the launch passes them
     assert dep["plan"]["parsers"]["tool_call_parser"], dep["plan"]["parsers"]["reasons"]
     client.post(f"/api/deployments/{dep_id}/launch")
     assert wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)["state"] == "ready"
-    yield Engine(web, client.post("/api/keys", json={"name": "conformance"}).json()["key"], dep_id)
+    yield Engine(web, client.post("/api/keys", json={"name": "conformance"}).json()["key"], dep_id, client)
     client.post(f"/api/deployments/{dep_id}/stop")
     wait_for(client, dep_id, {"stopped"}, 60)
+
+
+@pytest.fixture
+def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
+    yield from serve_smol(web, 2048)
 
 
 def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine: Engine) -> None:
@@ -154,3 +178,67 @@ def test_vllm_with_the_chosen_parsers_takes_tool_requests_on_every_api(engine: E
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed" and response.usage
     whole = sdk.responses.create(model="smol", input="Say hello.", max_output_tokens=8)
     assert whole.output and whole.usage and whole.usage.output_tokens <= 8
+
+
+@pytest.fixture
+def agent_engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
+    yield from serve_smol(web, AGENT_CONTEXT)
+
+
+def rows_of(key: str) -> list[RequestLog]:
+    """The request-log rows of ``key``, once no more arrive (rows are written after each answer is out)."""
+    mine = RequestLog.objects.filter(key_prefix=key_prefix(key)).order_by("id")
+    rows: list[RequestLog] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (rows and len(rows) == mine.count()):
+        rows = list(mine)
+        time.sleep(2)
+    return rows
+
+
+# the engine's start (READY_WITHIN), each CLI's run (agentworld.RUN_SECONDS), the rows and the stop: measured on a
+# loaded 2-core box, 100 s, 26-32 s (Claude Code's first request, 4.1K tokens, prefilled in 18-21 s) and 25 s
+@pytest.mark.timeout(900)
+def test_claude_code_and_codex_stream_through_hearth_to_vllm_without_an_error(
+    agent_engine: Engine, tmp_path: Path
+) -> None:
+    """The real CLIs (tests/test_agents_cli.py) say hi to SmolLM2 on vLLM CPU through Hearth: Claude Code natively
+    on /v1/messages, its output held to AGENT_OUTPUT by CLAUDE_CODE_MAX_OUTPUT_TOKENS (cut there, it asks to go on
+    three times, then gives up saying so); Codex natively on /v1/responses, held by its key's cap (Codex has no
+    output-limit setting). Every request either made ends served (success or length), one streamed answer each
+    came from the engine, and neither CLI saw an HTTP error. Their homes (config files, sessions) are removed."""
+    for_claude = Agents(agent_engine.web, agent_engine.client)
+    for_codex = Agents(agent_engine.web, agent_engine.client, max_tokens_cap=AGENT_OUTPUT)
+    outputs: dict[str, str] = {}
+    for name in ("claude", "codex"):
+        (tmp_path / name).mkdir()
+    try:
+        started = time.monotonic()
+        outputs["claude"] = claude(
+            for_claude,
+            "smol",
+            tmp_path / "claude",
+            "say hi",
+            ("--max-turns", "1"),
+            CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(AGENT_OUTPUT),
+        )[1]
+        print(f"Claude Code: {time.monotonic() - started:.0f} s")
+        started = time.monotonic()
+        outputs["codex"] = codex(for_codex, "smol", tmp_path / "codex", "say hi")[1]
+        print(f"Codex: {time.monotonic() - started:.0f} s")
+    finally:
+        for name in ("claude", "codex"):
+            shutil.rmtree(tmp_path / name / "home", ignore_errors=True)
+    assert '"api_error_status":null' in outputs["claude"], outputs["claude"]
+    assert outputs["codex"].startswith("exit 0"), outputs["codex"]
+    for name, agents in (("claude", for_claude), ("codex", for_codex)):
+        rows = rows_of(agents.key)
+        outcomes = [
+            (
+                row.endpoint,
+                outcome_of(row.status, row.finish_reason, row.truncated, row.client_cancelled, row.completion_tokens),
+            )
+            for row in rows
+        ]
+        assert rows and all(outcome in SERVED for _, outcome in outcomes), f"{outcomes}\n{outputs[name]}"
+        assert any(row.stream and row.completion_tokens for row in rows), outputs[name]
