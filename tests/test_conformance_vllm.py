@@ -196,8 +196,9 @@ def rows_of(key: str) -> list[RequestLog]:
     return rows
 
 
-# the engine's start (READY_WITHIN), each CLI's run (agentworld.RUN_SECONDS), the rows and the stop: measured on a
-# loaded 2-core box, 100 s, 26-32 s (Claude Code's first request, 4.1K tokens, prefilled in 18-21 s) and 25 s
+# the engine's start (READY_WITHIN), each CLI's run (agentworld.RUN_SECONDS), the rows and the stop; measured on a
+# 2-core box at load 4 to 14: 88-128 s to ready, Claude Code 26-53 s (its first request, 4,129 tokens, prefilled in
+# 18-21 s), Codex 24-45 s (4,607 tokens, 22 s), 164-241 s in all
 @pytest.mark.timeout(900)
 def test_claude_code_and_codex_stream_through_hearth_to_vllm_without_an_error(
     agent_engine: Engine, tmp_path: Path
