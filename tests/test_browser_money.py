@@ -1,0 +1,70 @@
+"""The Costs page in headless Chromium: each deployment's price charged per million tokens and where it comes from,
+a day's reconciliation (three keys' charges + idle GPU time = the day's GPU cost, to the cent) and the keys' costs;
+the deployment page's cost card, the charged price apart from the cost at today's use. Screenshots go to the
+test's folder (and HEARTH_SCREENSHOTS, when set)."""
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from console.access.models import ApiKey
+from console.observability.models import DeploymentPrice
+from tests.test_browser_panels import browser, keep, shot  # noqa: F401 - browser: the module's Chromium
+from tests.test_money import charge
+from tests.test_panels import Engine, deployment
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_up(
+    browser: Browser,  # noqa: F811 - the fixture
+    web: str,
+    admin_user: object,
+    tmp_path: Path,
+) -> None:
+    dep = deployment(name="money", gpus=2)  # $6.00 an hour
+    DeploymentPrice.objects.create(deployment=dep, measured_tokens_per_second=1234.5, measured_run_id=3)
+    engine = Engine(dep.replicas.get())
+    day = datetime.now(UTC).date() - timedelta(days=1)
+    ten = datetime(day.year, day.month, day.day, 10, tzinfo=UTC).timestamp()
+    for minute in range(120):
+        engine.step(ten + minute * 60, 0, 0, running=0, kv=0.0)
+    keys = [ApiKey.objects.create(name=f"team {n}", prefix=f"hk-brmon{n:03d}", key_hash="x") for n in (1, 2, 3)]
+    for n, (key, prompt, completion) in enumerate(
+        [(keys[0], 923_457, 98_765), (keys[1], 3_111_111, 333_333), (keys[2], 7, 5)]
+    ):
+        charge(dep, key, ten + 600 + n * 60, prompt, completion)
+
+    page = browser.new_context(base_url=web, viewport={"width": 1280, "height": 900}).new_page()
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.goto("/login/")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill("admin-password-1")
+    page.get_by_role("button", name="Log in").click()
+    page.goto(f"/costs/?day={day.isoformat()}")
+    row = page.locator("tr[data-deployment=money]")
+    expect(row.locator("[data-field=charged_per_million]")).to_have_text("$1.35")  # $6/h ÷ (1,234.5 tokens/s × 3600)
+    expect(row.locator("[data-field=charged_source]")).to_contain_text("from capacity check 3")
+    table = page.locator("table[data-table=reconciliation][data-deployment=money]")
+    expect(table.locator("tr[data-row=key]")).to_have_count(3)
+    cents = [
+        Decimal(t.strip("$").replace(",", ""))
+        for t in table.locator("[data-field=charged], [data-field=idle]").all_inner_texts()
+    ]
+    total = Decimal(table.locator("[data-field=gpu_cost]").inner_text().strip("$"))
+    assert total == Decimal("12.00") and sum(cents) == total and len(cents) == 4
+    for name, part in (("costs-prices", page.locator("table[data-table=deployment_prices]")), ("costs-day", table)):
+        part.screenshot(path=str(tmp_path / f"{name}.png"))
+        keep(tmp_path / f"{name}.png")
+    shot(page, tmp_path, "costs")
+
+    page.goto(f"/deployments/{dep.pk}/")
+    expect(page.locator("#panel [data-field=charged_per_million]")).to_have_text("$1.35")
+    page.locator("#panel .card").filter(has_text="Cost").screenshot(path=str(tmp_path / "deployment-cost.png"))
+    keep(tmp_path / "deployment-cost.png")
+    shot(page, tmp_path, "deployment-page")
+    assert not errors, errors
