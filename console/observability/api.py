@@ -1,5 +1,7 @@
 """Observability's part of the JSON API: a deployment's live numbers."""
 
+from decimal import Decimal
+
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router
@@ -17,7 +19,9 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
     health, user-visible TTFT and ITL percentiles (seconds; served requests of the latency window and the
     requests running now that have them), the requests running now at the gateway (None: not known), the
     window's finished requests by outcome, the service's error rate and the refusal rate (0–1, of those that
-    ended; None: none ended) and $/hour and $ per million tokens (None: no price or idle)."""
+    ended; None: none ended), $/hour, the cost per million tokens at the last 5 minutes' use (None: no price or
+    idle) and the price charged per million input and output tokens (None: no price) with where it comes from
+    (``charged_from``: admin, capacity, plan; "" none; console.observability.pricing)."""
     p = live_panel(get_object_or_404(Deployment, pk=pk))
     per_million = p.usd_per_million
     return {
@@ -47,4 +51,11 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
         "refusal_rate": p.requests.refusal_rate,
         "usd_per_hour": None if p.cost is None or p.cost.usd_per_hour is None else str(p.cost.usd_per_hour),
         "usd_per_million_tokens": None if per_million is None else str(per_million),
+        "charged_usd_per_million_input": _text(p.charged.input_per_million if p.charged else None),
+        "charged_usd_per_million_output": _text(p.charged.output_per_million if p.charged else None),
+        "charged_from": p.charged.source if p.charged else "",
     }
+
+
+def _text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
