@@ -13,13 +13,14 @@ import re
 import time
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
 from django.test import Client
 
-from console.access.models import ApiKey
+from console.access.models import ApiKey, Member
 from console.deployments.models import Deployment
 from console.observability import cost, pricing, scraping
 from console.observability.models import DeploymentPrice, RequestLog
@@ -218,3 +219,20 @@ def test_an_admin_sets_a_deployments_price_on_the_costs_page_and_an_output_price
 def test_a_days_reconciliation_is_none_for_a_deployment_without_gpu_price_or_uptime() -> None:
     dep = deployment()
     assert reconcile(dep, date.today()) is None  # never scraped: not up
+
+
+def test_a_members_day_and_month_spending_shows_beside_their_budgets(admin: Client, member: Any) -> None:
+    dep = deployment()
+    measured(dep)
+    Member.objects.filter(user=member).update(daily_budget_usd=Decimal("2.00"), monthly_budget_usd=Decimal("30.00"))
+    keys = [
+        ApiKey.objects.create(name=f"mia {n}", prefix=f"hk-miamia{n:02d}", key_hash="x", owner=member) for n in (1, 2)
+    ]
+    rows = [charge(dep, key, time.time() - 5, 40_000, 20_000) for key in keys]
+    spent = f"${sum((r.cost_usd for r in rows), Decimal(0)):.4f}"
+    page = admin.get(f"/members/{member.pk}/").text
+    assert f'data-field="spent_today">{spent}<' in page and "of $2.00 a day" in page
+    assert f'data-field="spent_month">{spent}<' in page and "of $30.00 a month" in page
+    own = Client()
+    own.force_login(member)
+    assert f"spent {spent} today, {spent} this month (UTC)" in own.get("/keys/").text

@@ -7,6 +7,10 @@ deployment's steady price per token, console.observability.pricing; the one defi
 when no request of the period had a price (a deployment on CPU or without a GPU price): "no price", never $0.
 """
 
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
 from django.db.models import Count, F, Max, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -32,3 +36,22 @@ def with_activity(keys: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
         cost_month=Sum("requests__cost_usd", filter=month),
         last_request_at=Max("requests__created_at"),
     )
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a member's keys were charged together today and this month (UTC, USD; None: nothing priced), the
+    windows their daily and monthly budgets count."""
+
+    today: Decimal | None
+    month: Decimal | None
+
+
+def spent_by(owner: Any) -> Spent:
+    """The sum of the costs of ``owner``'s keys' requests today and this month (module docstring)."""
+    day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    today, month = Q(requests__created_at__gte=day), Q(requests__created_at__gte=day.replace(day=1))
+    sums = ApiKey.objects.filter(owner=owner).aggregate(
+        today=Sum("requests__cost_usd", filter=today), month=Sum("requests__cost_usd", filter=month)
+    )
+    return Spent(sums["today"], sums["month"])

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 
 from console.access import keys, shown_once
 from console.access.forms import ApiKeyForm, KeyChangeForm, RotateForm
-from console.access.key_activity import NO_PRICE, with_activity
+from console.access.key_activity import NO_PRICE, spent_by, with_activity
 from console.access.models import ApiKey, Role
 from console.access.roles import may_manage_key, role_of
 from console.errors import ConsoleError
@@ -35,7 +35,10 @@ def _page(request: HttpRequest, template: str, context: Mapping[str, object]) ->
         "new_key": _shown(request),
         "no_price": NO_PRICE,
         "now": timezone.now(),
-        "ceilings": keys.ceilings_for(request.user),
+        "ceilings": (ceilings := keys.ceilings_for(request.user)),
+        "spent": spent_by(request.user)
+        if ceilings and (ceilings.daily_budget_usd or ceilings.monthly_budget_usd)
+        else None,
     }
     resp = render(request, template, {**context, **shown})
     add_never_cache_headers(resp)  # the new key must not stay in any cache

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from console.access import members
+from console.access.key_activity import spent_by
 from console.access.member_forms import MemberAddForm, MemberForm
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
@@ -58,5 +59,7 @@ def member_page(request: HttpRequest, pk: int) -> HttpResponse:
         "form": form,
         "keys": keys,
         "sso": member and member.oidc_subject,
+        "member": member,
+        "spent": spent_by(user),
     }
     return render(request, "access/member.html", context)
