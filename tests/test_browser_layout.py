@@ -126,9 +126,10 @@ def test_the_keys_table_fits_1280_px_and_the_plan_comes_before_create(
         table = page.locator("main table").first.bounding_box()
         assert table is not None and table["x"] + table["width"] <= WIDTH, table
         shot(page, tmp_path, "layout-keys", full_page=True)
-        page.mouse.wheel(0, 400)
-        page.wait_for_timeout(200)
         assert header.evaluate("(th) => getComputedStyle(th).position") == "sticky"
+        for path in ("/requests/", "/usage/", "/costs/", "/audit/", "/members/", "/models/", "/weights/"):
+            page.goto(path)
+            assert page.evaluate(NO_SIDEWAYS), f"{path} scrolls sideways at 1280 px"
 
         page.goto("/deployments/")
         page.locator("#id_name").fill("planned")

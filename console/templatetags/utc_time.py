@@ -17,8 +17,10 @@ def utc(value: datetime | str | None) -> str:
         return ""
     if isinstance(value, str):
         try:
-            value = datetime.fromisoformat(value)
+            moment = datetime.fromisoformat(value)
         except ValueError:
             return value
-    moment = value.astimezone(UTC) if value.tzinfo else value
+    else:
+        moment = value
+    moment = moment.astimezone(UTC) if moment.tzinfo else moment
     return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
