@@ -130,6 +130,7 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
     assert "from capacity check 7: 1,500 tokens/s held the SLO" in panel
     costs = admin.get("/costs/").text
     assert 'data-field="charged_per_million">$0.56<' in costs
+    assert 'data-field="charged_per_million">$0.56<' in admin.get("/").text  # the dashboard's column
     usage = admin.get("/usage/?group=key").text
     usage_csv = list(csv.DictReader(io.StringIO(admin.get("/usage/export.csv?group=key").content.decode())))
     log_csv = list(csv.DictReader(io.StringIO(b"".join(admin.get("/requests/export.csv").streaming_content).decode())))  # type: ignore[attr-defined, arg-type]

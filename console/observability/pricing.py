@@ -80,9 +80,10 @@ def charged_price(dep: Deployment, prices: list[PriceSetting] | None = None) -> 
     row = DeploymentPrice.objects.filter(deployment=dep).first()
     if row is not None and row.usd_per_million_input is not None and row.usd_per_million_output is not None:
         return ChargedPrice(row.usd_per_million_input, row.usd_per_million_output, "admin", "set by an admin")
-    hourly = hourly_cost(dep, prices).usd_per_hour
+    found = hourly_cost(dep, prices)
+    hourly = found.usd_per_hour
     if hourly is None:
-        return ChargedPrice(None, None, "", hourly_cost(dep, prices).reason)
+        return ChargedPrice(None, None, "", found.reason)
     if row is not None and row.measured_tokens_per_second:
         per = _per_million(hourly, row.measured_tokens_per_second)
         rate = row.measured_tokens_per_second
