@@ -3,6 +3,7 @@ worker on the simulated 8× H100, the check's requests through the real gateway 
 
 import csv
 import io
+import math
 import time
 from typing import Any
 
@@ -11,6 +12,9 @@ import openai
 import pytest
 
 from console.access.models import ApiKey
+from console.deployments.models import Deployment
+from console.observability import pricing
+from console.observability.models import DeploymentPrice
 from tests.conftest import Proc, login
 from tests.simworld import deploy, wait_state
 
@@ -60,6 +64,20 @@ def test_a_check_measures_each_level_through_the_gateway_and_revokes_its_key(rea
     assert run["shape"] == {"prompt_tokens": 256, "output_tokens": 128, "prefix_tokens": 0}
     assert 240 <= one["mean_prompt_tokens"] <= 272 and one["mean_output_tokens"] == 128  # calibrated lengths
     assert run["summary"].startswith("plan: ") and "sessions of" in run["summary"]
+    slo = run["provenance"]["slo"]
+    ttft, itl = slo["ttft_seconds"] or math.inf, slo["itl_seconds"] or math.inf
+    held = [
+        r["prompt_tokens_per_s"] + r["output_tokens_per_s"]
+        for r in run["results"]
+        if r["ttft_p90"] <= ttft and (r["itl_p90"] is None or r["itl_p90"] <= itl)
+    ]
+    price = DeploymentPrice.objects.filter(deployment_id=dep_id).first()  # the deployment charges from the check
+    assert held, run["results"]  # the simulator holds a default SLO at 4 users
+    assert price is not None and (price.measured_run_id, price.measured_tokens_per_second) == (
+        run["id"],
+        pytest.approx(max(held)),
+    )
+    assert pricing.charged_price(Deployment.objects.get(pk=dep_id)).source == "capacity"
     prov = run["provenance"]
     assert prov["model_revision"] == "0e9e39f249a16976918f6564b8830bc894c89659" and prov["engine"] == "simulator"
     assert prov["engine_version"] == "0.32.0+sim" and prov["gpu_indices"] == [0]
