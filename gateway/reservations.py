@@ -14,11 +14,12 @@ minute. Each request is counted in the windows of the moment it was admitted. A 
 not admitted through Redis and holds nothing to settle: its cost, at the price this process has read
 (gateway.prices), is added to its USD counters in batches (gateway.charges).
 
-USD: counters in nano-USD; cost = tokens × USD per token, reserved rounded up and charged rounded to the
-nearest nano-USD, and that charge is what the request log's ``cost_usd`` holds, so the day's counter is the
-sum of the day's logged costs (plus what requests in flight hold). No price published (a CPU deployment, no
-GPU price, no tokens measured yet): the budgets cannot be judged; the request passes, is charged nothing
-and its log row's cost is None (the keys page says "no price").
+USD: counters in nano-USD; cost = tokens × USD per token (the deployment's steady price,
+console.observability.pricing; a price "input,output" reserves at the higher and charges the prompt tokens at the
+first), reserved rounded up and charged rounded to the nearest nano-USD, and that charge is what the request log's
+``cost_usd`` holds, so the day's counter is the sum of the day's logged costs (plus what requests in flight hold).
+No price published (a CPU deployment or no GPU price, and none set by an admin): the budgets cannot be judged; the
+request passes, is charged nothing and its log row's cost is None (the keys page says "no price").
 
 Keys: ``hearth:<HEARTH_INSTANCE>:quota:key:<id>:…`` and ``…:quota:owner:<user id>:…`` (appliance.redis_keys;
 the USD counters' names in console.observability.spent, which beat's accounting check reads them by), so two

@@ -2,7 +2,7 @@
 gateway.request_ids), each request's cost as text with its unit, and the CSV export of the rows a filter picks.
 
 Cost: RequestLog.cost_usd is what the request was charged, in USD to the nano-dollar; NULL where no price applied
-(a deployment without a price per token: on CPU, no GPU price, or nothing measured yet). The page says "—" there,
+(a deployment without a price per token: on CPU or no GPU price, and none set by an admin). The page says "—" there,
 never "$0", which would claim a price of nothing; the CSV leaves the cell empty so its column stays numbers.
 """
 
