@@ -3,23 +3,28 @@ prefers-color-scheme, which static/hearth.css follows), with no page error and n
 screenshot of each in the test's folder, copied to HEARTH_SCREENSHOTS when it is set (tests/test_browser_panels.keep),
 for whoever looks at the pages. The pages hold something: a running simulator deployment that has served requests,
 a key, a member, two capacity runs and a tuning. Every page URL the console's URL confs name is visited; the others
-(actions, fragments htmx polls, downloads) are listed apart, so a new page cannot be missed."""
+(actions, fragments htmx polls, downloads) are listed apart, so a new page cannot be missed. Then the charts'
+shared parts (static/hearth-chart-kit.js, static/hearth-charts.js): the range remembered, the theme followed, the
+hover read-out."""
 
+import json
 import os
+import time
 from pathlib import Path
 
 import openai
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
-from playwright.sync_api import Browser, ConsoleMessage, Page
+from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect
 
 from console.capacity.models import Tuning
 from console.deployments.models import Deployment
 from console.observability.models import PriceSetting
 from tests.conftest import MEMBER_PASSWORD, Proc, login
 from tests.simworld import deploy, wait_state
-from tests.test_browser_chart_shapes import a_run
+from tests.test_browser_chart_shapes import a_run, log_in, series
 from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the fixture
+from tests.test_console_display import a_deployment
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SIZES = ((1280, 800), (1920, 1080))
@@ -215,3 +220,51 @@ def shoot(page: Page, folder: Path, name: str, width: int, height: int, scheme: 
     page.screenshot(path=str(path), full_page=True)
     keep(path)
     return str(path)
+
+
+def test_the_chosen_range_is_remembered_charts_follow_the_theme_and_hovering_reads_out_values(
+    browser: Browser,  # noqa: F811 - the fixture
+    web: str,
+    admin_user: object,
+    tmp_path: Path,
+) -> None:
+    """The range buttons apply to every chart and the choice outlives a reload (localStorage); turning the browser
+    dark draws the charts again in the dark theme's colours; hovering a point shows its time and value with the
+    unit, on every chart at once (one synced cursor). observability:series' answer is the test's (route.fulfill)."""
+    dep = a_deployment("picker")
+    now = time.time()
+    body = series([now - 15 * i for i in range(20, 0, -1)], {"generation_tps": [float(i) for i in range(20)]})
+    asked: list[str] = []
+    page, errors = log_in(browser, web)
+
+    def fulfill(route: Route) -> None:
+        asked.append(route.request.url)
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    page.route(f"**/deployments/{dep.pk}/series/**", fulfill)
+    page.goto(f"/deployments/{dep.pk}/")
+    page.wait_for_function("() => document.querySelectorAll('[data-chart][data-points=\"20\"]').length === 6")
+    page.get_by_role("button", name="15 min").click()
+    page.wait_for_function("() => document.querySelector('[data-range=\"15m\"]').ariaPressed === 'true'")
+    reloaded = len(asked)
+    page.reload()
+    page.wait_for_function("() => document.querySelectorAll('[data-chart][data-points=\"20\"]').length === 6")
+    assert page.locator("[data-range='15m']").get_attribute("aria-pressed") == "true"
+    assert asked[reloaded:] and all("range=15m" in url for url in asked[reloaded:]), asked
+
+    axis = "() => window.HearthChartKit.theme().axis"
+    light, drawn = page.evaluate(axis), page.evaluate("() => window.__plots.length")  # KEEP_PLOTS keeps each
+    page.emulate_media(color_scheme="dark")
+    page.wait_for_function(f"() => window.__plots.length > {drawn}")  # drawn again
+    assert page.evaluate(axis) != light
+
+    over = page.locator("[data-chart=tps] .u-over")
+    box = over.bounding_box()
+    assert box
+    over.hover(position={"x": box["width"] - 2, "y": box["height"] / 2})
+    readout = page.locator("[data-chart=tps] .chart-readout")
+    expect(readout).to_contain_text("generation: 19 tokens/s")
+    expect(readout).to_contain_text(" UTC")
+    expect(page.locator("[data-chart=kv] .chart-readout")).to_be_visible()  # the same moment on every chart
+    readout.screenshot(path=str(tmp_path / "readout.png"))
+    assert errors == [], errors
