@@ -92,6 +92,11 @@ def test_a_deployment_leads_with_state_cards_latency_and_outcomes_and_keeps_its_
         page.reload()
         expect(tabs.get_by_role("tab", name="Engine")).to_have_attribute("aria-selected", "true")
         expect(page.locator("[data-table=scrapes]")).to_be_visible()
+        tabs.get_by_role("tab", name="Goodput and usage").click()
+        page.get_by_label("TTFT target (s)").fill("0.75")  # typed, not saved: the refreshes leave it be
+        page.wait_for_timeout(4500)
+        expect(page.get_by_label("TTFT target (s)")).to_have_value("0.75")
+        expect(page.locator("[data-table=keys]")).to_be_visible()
         tabs.get_by_role("tab", name="Log").click()
         expect(page.locator("#logs pre").first).to_be_visible()
         page.goto(f"/deployments/{dep_id}/")  # no fragment: the tab chosen last on this browser
