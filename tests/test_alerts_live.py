@@ -1,26 +1,31 @@
 """Alerts against real processes and real receivers (issue 31's acceptance): a killed engine, stalled /metrics
-(an engine stopped with SIGSTOP), a saturated simulator and a stopped Celery beat each fire once to a webhook
-server the test starts, and resolve when the condition ends. The session's worker and beat run the alert tasks
+(an engine stopped with SIGSTOP), a saturated simulator, a stopped Celery beat and a key's budget crossed by real
+requests each fire once to a webhook server the test starts, and resolve when the condition ends. The session's worker and beat run the alert tasks
 (tasks.evaluate_alerts every HEARTH_ALERT_INTERVAL); the tests also evaluate in this process, as often as they
 poll, so a condition shorter than beat's period is still seen; the rule's row lock keeps the two from sending the
 same news twice."""
 
+import contextlib
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from decimal import Decimal
 
 import httpx
+import openai
 import pytest
 
 from appliance import celery_heartbeats
+from console.access.models import ApiKey
 from console.alerts import delivery
 from console.alerts.evaluate import evaluate
 from console.alerts.models import AlertRule, Destination
 from console.alerts.rules import rules
 from console.alerts.tasks import evaluate_alerts
 from console.deployments.models import Replica
+from console.observability.models import PriceSetting
 from tests.alert_receivers import Webhook, webhook
 from tests.conftest import login
 from tests.simworld import Served, ensure_model, wait_state
@@ -29,6 +34,7 @@ from tests.test_celery_heartbeats import Celery, celery
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
 __all__ = ["celery", "webhook"]  # fixtures
 SECRET = "T000/B000/XXXXsecretXXXX"
+PROMPT = "Tell me a long story about a lighthouse keeper and the sea. " * 200  # ~2,600 tokens: a cent in a few
 
 
 def only(kind: str, webhook: Webhook, **tuned: float) -> None:
@@ -154,3 +160,24 @@ def test_a_stopped_beat_fires_monitoring_stale_once_and_resolves_when_beat_runs_
     until(lambda: len(news(webhook, "monitoring_stale")) >= 2, 60, sent_here)
     fired_then_resolved(webhook, "monitoring_stale")
     assert news(webhook, "monitoring_stale")[0][1] == "celery beat"
+
+
+def test_a_budget_crossed_by_real_requests_fires_once_and_resolves_when_the_budget_is_raised(
+    served: Served, webhook: Webhook
+) -> None:
+    PriceSetting.objects.get_or_create(gpu_model="NVIDIA H100 80GB HBM3", defaults={"usd_per_gpu_hour": "3.00"})
+    made = served.client.post("/api/keys", json={"name": "budgeted", "daily_budget_usd": "0.01"})
+    assert made.status_code == 201, made.text
+    key = ApiKey.objects.get(name="budgeted")
+    only("budget", webhook, repeat_minutes=60)
+    llm = openai.OpenAI(base_url=f"{served.web}/v1", api_key=made.json()["key"], max_retries=0, timeout=60)
+
+    def spend() -> None:
+        with contextlib.suppress(openai.RateLimitError):  # over its budget: refused, as it should be
+            llm.chat.completions.create(model="llama", messages=[{"role": "user", "content": PROMPT}], max_tokens=256)
+        evaluate_alerts()
+
+    until(lambda: ("fired", f"key {key.prefix} (budgeted) today at 80 %") in news(webhook, "budget"), 180, spend)
+    ApiKey.objects.filter(pk=key.pk).update(daily_budget_usd=Decimal("1000"))  # an admin raises it
+    until(lambda: ("resolved", f"key {key.prefix} (budgeted) today at 80 %") in news(webhook, "budget"), 60)
+    assert [e for e, s in news(webhook, "budget") if s.endswith("at 80 %")] == ["fired", "resolved"]

@@ -179,7 +179,7 @@ def budget(rule: AlertRule, now: float) -> Holding:
                 continue
             spent = Decimal(int(r.get(counter) or 0)) / NANO
             share = spent / limit * 100
-            for level in {rule.threshold, 100.0}:
+            for level in sorted({rule.threshold, 100.0}):
                 if share >= Decimal(str(level)):
                     out[f"{who} {period} at {level:g} %"] = (
                         f"{who} spent ${spent:.4f} {period}: {share:.0f} % of its ${limit} budget"
