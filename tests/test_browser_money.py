@@ -3,14 +3,16 @@ a day's reconciliation (three keys' charges + idle GPU time = the day's GPU cost
 the deployment page's cost card, the charged price apart from the cost at today's use. Screenshots go to the
 test's folder (and HEARTH_SCREENSHOTS, when set)."""
 
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, expect
 
-from console.access.models import ApiKey
+from console.access.models import ApiKey, Member
 from console.observability.models import DeploymentPrice
 from tests.test_browser_panels import browser, keep, shot  # noqa: F401 - browser: the module's Chromium
 from tests.test_money import charge
@@ -23,6 +25,7 @@ def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_u
     browser: Browser,  # noqa: F811 - the fixture
     web: str,
     admin_user: object,
+    django_user_model: Any,
     tmp_path: Path,
 ) -> None:
     dep = deployment(name="money", gpus=2)  # $6.00 an hour
@@ -32,7 +35,13 @@ def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_u
     ten = datetime(day.year, day.month, day.day, 10, tzinfo=UTC).timestamp()
     for minute in range(120):
         engine.step(ten + minute * 60, 0, 0, running=0, kv=0.0)
-    keys = [ApiKey.objects.create(name=f"team {n}", prefix=f"hk-brmon{n:03d}", key_hash="x") for n in (1, 2, 3)]
+    mia = django_user_model.objects.create_user("mia", "", "mia-password-1")
+    Member.objects.create(user=mia, role="member", daily_budget_usd=Decimal("10"), monthly_budget_usd=Decimal("100"))
+    budgets = {"owner": mia, "daily_budget_usd": Decimal("5"), "monthly_budget_usd": Decimal("50")}
+    keys = [
+        ApiKey.objects.create(name=f"team {n}", prefix=f"hk-brmon{n:03d}", key_hash="x", **(budgets if n == 2 else {}))
+        for n in (1, 2, 3)
+    ]
     for n, (key, prompt, completion) in enumerate(
         [(keys[0], 923_457, 98_765), (keys[1], 3_111_111, 333_333), (keys[2], 7, 5)]
     ):
@@ -67,4 +76,14 @@ def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_u
     page.locator("#panel .card").filter(has_text="Cost").screenshot(path=str(tmp_path / "deployment-cost.png"))
     keep(tmp_path / "deployment-cost.png")
     shot(page, tmp_path, "deployment-page")
+    charge(dep, keys[1], time.time() - 5, 50_000, 10_000)  # today's, for the day's and month's windows
+    for name, path in (
+        ("key-budgets", f"/keys/{keys[1].pk}/"),
+        ("member-budgets", f"/members/{mia.pk}/"),
+        ("dashboard", "/"),
+    ):
+        page.goto(path)
+        shot(page, tmp_path, name)
+    page.goto(f"/keys/{keys[1].pk}/")
+    expect(page.locator("[data-field=budget_month]")).to_have_text("of $50.00 a month")
     assert not errors, errors
