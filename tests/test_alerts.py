@@ -7,20 +7,25 @@ import json
 import logging
 import re
 import time
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 import redis
 from django.conf import settings
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from console.access.keys import create_key
 from console.alerts import delivery
 from console.alerts.evaluate import evaluate
 from console.alerts.models import Alert, AlertRule, Delivery, Destination
 from console.alerts.rules import KINDS, rules
+from console.deployments.models import Deployment
+from console.observability.models import RequestLog, ServiceLevel
 from console.observability.spent import key_counters, periods
 from tests.alert_receivers import Mailbox, Webhook, smtp, webhook
+from tests.conftest import serving
 
 pytestmark = pytest.mark.django_db
 __all__ = ["smtp", "webhook"]  # fixtures
@@ -225,3 +230,51 @@ def test_the_header_lists_what_fires_on_every_page_until_it_resolves(admin: Clie
     tune("weights_disk", threshold=0)
     evaluate(now + 1)
     assert 'data-field="alerts"' not in admin.get("/keys/").content.decode()
+
+
+def requests_of(model: str, n: int, **fields: object) -> None:
+    RequestLog.objects.bulk_create(
+        RequestLog(
+            **{
+                "model": model,
+                "surface": "openai",
+                "endpoint": "chat",
+                "status": 200,
+                "duration_seconds": 1.0,
+                **fields,
+            }
+        )
+        for _ in range(n)
+    )
+
+
+def test_ttft_over_the_slo_fires_on_a_burn_over_the_window_not_on_one_slow_request(webhook: Webhook) -> None:
+    Destination.objects.create(pk=1, webhook_url=webhook.url)
+    only("ttft_slo_burn")
+    serving("llama")
+    ServiceLevel.objects.create(deployment=Deployment.objects.get(name="llama"), ttft_seconds=0.5)
+    requests_of("llama", 1, ttft_seconds=9.0)
+    now = time.time()
+    assert sent(now) == []  # one slow request is no trend (fewer than MIN_REQUESTS in the window)
+    requests_of("llama", 97, ttft_seconds=0.2)
+    assert sent(now + 1) == []  # 1 of 98 over: 1.02 %, under 2× the 1 % a p99 allows
+    requests_of("llama", 1, ttft_seconds=9.0)
+    assert [d.event for d in sent(now + 2)] == ["fired"]  # 2 of 99: 2.02 %
+    assert webhook.bodies()[0]["alert"]["message"].startswith("llama: 2 of 99 requests in 10 min had a TTFT over its")
+    RequestLog.objects.update(created_at=timezone.now() - timedelta(minutes=11))  # out of the window
+    assert [d.event for d in sent(now + 3)] == ["resolved"]
+
+
+def test_an_error_rate_at_its_threshold_fires_and_resolves(webhook: Webhook) -> None:
+    Destination.objects.create(pk=1, webhook_url=webhook.url)
+    only("error_rate")
+    serving("llama")
+    Deployment.objects.filter(name="llama").update(desired="serving")
+    requests_of("llama", 19)
+    now = time.time()
+    assert sent(now) == []
+    requests_of("llama", 1, status=502)
+    assert [d.event for d in sent(now + 1)] == ["fired"]  # 1 of 20: 5 %
+    assert "1 of 20 requests in 10 min answered 5xx (5.0%" in webhook.bodies()[0]["alert"]["message"]
+    requests_of("llama", 20)
+    assert [d.event for d in sent(now + 2)] == ["resolved"]  # 1 of 40
