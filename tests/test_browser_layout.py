@@ -104,6 +104,8 @@ def test_a_deployment_leads_with_state_cards_latency_and_outcomes_and_keeps_its_
         tabs.get_by_role("tab", name="History").click()  # charts drawn in a hidden tab take the full width shown
         page.wait_for_function("() => document.querySelector('#charts canvas')?.clientWidth > 400", timeout=10_000)
         shot(page, tmp_path, "layout-deployment-history-tab", full_page=True)
+        page.emulate_media(color_scheme="dark")
+        shot(page, tmp_path, "layout-deployment-dark")
         assert page.evaluate(NO_SIDEWAYS)
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
