@@ -106,6 +106,9 @@ def test_a_deployment_leads_with_state_cards_latency_and_outcomes_and_keeps_its_
         shot(page, tmp_path, "layout-deployment-history-tab", full_page=True)
         page.emulate_media(color_scheme="dark")
         shot(page, tmp_path, "layout-deployment-dark")
+        for path in ("/", "/deployments/", f"/deployments/{dep_id}/change/", f"/deployments/{dep_id}/capacity/"):
+            page.goto(path)
+            assert page.evaluate(NO_SIDEWAYS), f"{path} scrolls sideways at 1280 px"
         assert page.evaluate(NO_SIDEWAYS)
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
