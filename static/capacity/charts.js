@@ -42,6 +42,8 @@
     var atLevel = function (l) { return "at " + three(l) + " " + unit; };
     CHARTS.forEach(function (chart) {
       var data = [levels], series = [{label: unit}];
+      var withUnit = function (v) { return three(v) + (chart.unit === "%" ? " %" : " " + chart.unit); };
+      var shown = function (u, v) { return v == null ? "—" : withUnit(v); };  // the legend's value, as the read-out's
       runs.forEach(function (run, i) {
         chart.fields.forEach(function (f, j) {
           var byLevel = {};
@@ -49,7 +51,7 @@
           data.push(levels.map(function (l) { return l in byLevel ? byLevel[l] : null; }));
           var name = (runs.length > 1 ? "run " + run.id + (run.label ? " (" + run.label + ")" : "") : "") + (f[1] ? " " + f[1] : "");
           series.push({label: name.trim() || chart.title, stroke: COLORS[i % COLORS.length], width: 2,
-                       dash: j ? [6, 4] : undefined, points: {size: 7}, spanGaps: true});
+                       dash: j ? [6, 4] : undefined, points: {size: 7}, spanGaps: true, value: shown});
         });
       });
       var figure = document.createElement("figure");
@@ -57,7 +59,6 @@
       caption.textContent = chart.title;
       figure.appendChild(caption);
       holder.appendChild(figure);
-      var withUnit = function (v) { return three(v) + (chart.unit === "%" ? " %" : " " + chart.unit); };
       var axis = {stroke: theme.axis, grid: {stroke: theme.grid}, ticks: {stroke: theme.grid}};
       new uPlot({
         width: width, height: 230, series: series,
