@@ -1,9 +1,9 @@
 """Alerts against real processes and real receivers (issue 31's acceptance): a killed engine, stalled /metrics
-(an engine stopped with SIGSTOP), a saturated simulator, a stopped Celery beat and a key's budget crossed by real
-requests each fire once to a webhook server the test starts, and resolve when the condition ends. The session's worker and beat run the alert tasks
-(tasks.evaluate_alerts every HEARTH_ALERT_INTERVAL); the tests also evaluate in this process, as often as they
-poll, so a condition shorter than beat's period is still seen; the rule's row lock keeps the two from sending the
-same news twice."""
+(an engine stopped with SIGSTOP), a saturated simulator, a stopped Celery beat, a key's budget crossed by real
+requests and an engine out of memory at start each fire once to a webhook server the test starts, and resolve when
+the condition ends. The session's worker and beat run the alert tasks (tasks.evaluate_alerts every
+HEARTH_ALERT_INTERVAL); the tests also evaluate in this process, as often as they poll, so a condition shorter than
+beat's period is still seen; the rule's row lock keeps the two from sending the same news twice."""
 
 import contextlib
 import os
@@ -28,7 +28,7 @@ from console.deployments.models import Replica
 from console.observability.models import PriceSetting
 from tests.alert_receivers import Webhook, webhook
 from tests.conftest import login
-from tests.simworld import Served, ensure_model, wait_state
+from tests.simworld import Served, deploy, ensure_model, wait_state
 from tests.test_celery_heartbeats import Celery, celery
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
@@ -181,3 +181,18 @@ def test_a_budget_crossed_by_real_requests_fires_once_and_resolves_when_the_budg
     ApiKey.objects.filter(pk=key.pk).update(daily_budget_usd=Decimal("1000"))  # an admin raises it
     until(lambda: ("resolved", f"key {key.prefix} (budgeted) today at 80 %") in news(webhook, "budget"), 60)
     assert [e for e, s in news(webhook, "budget") if s.endswith("at 80 %")] == ["fired", "resolved"]
+
+
+def test_an_engine_out_of_memory_at_start_fires_deployment_failed_once_and_resolves_when_deleted(
+    web: str, worker: object, admin_user: object, webhook: Webhook
+) -> None:
+    client = login(web)
+    only("deployment_failed", webhook, repeat_minutes=60)
+    dep_id = deploy(web, client, "oom-alert", ["--fault-oom-at-start"])
+    assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "failed"
+    until(lambda: bool(news(webhook, "deployment_failed")), 60)
+    said = webhook.bodies()[0]["alert"]["message"]
+    assert said.startswith("oom-alert failed: ") and "CUDA out of memory" in said
+    assert client.delete(f"/api/deployments/{dep_id}").status_code in {200, 204}  # an admin deletes it
+    until(lambda: len(news(webhook, "deployment_failed")) >= 2, 60)
+    fired_then_resolved(webhook, "deployment_failed")
