@@ -109,7 +109,16 @@ def test_a_deployment_leads_with_state_cards_latency_and_outcomes_and_keeps_its_
         for path in ("/", "/deployments/", f"/deployments/{dep_id}/change/", f"/deployments/{dep_id}/capacity/"):
             page.goto(path)
             assert page.evaluate(NO_SIDEWAYS), f"{path} scrolls sideways at 1280 px"
-        assert page.evaluate(NO_SIDEWAYS)
+        page.emulate_media(color_scheme="light")
+        page.goto(f"/deployments/{dep_id}/change/")
+        page.get_by_role("button", name="Preview the new plan").click()
+        confirm = page.get_by_role("button", name="Confirm: save these settings")
+        expect(confirm).to_be_visible()
+        plan, button = page.locator("#plan").bounding_box(), confirm.bounding_box()
+        assert plan is not None and button is not None and plan["y"] + plan["height"] <= button["y"], (plan, button)
+        fields = page.locator("form.plan-form > .fields").bounding_box()
+        assert fields is not None and plan["x"] >= fields["x"] + fields["width"], (plan, fields)  # beside the fields
+        shot(page, tmp_path, "layout-change-form", full_page=True)
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         page.context.close()
