@@ -21,7 +21,7 @@ from appliance import celery_heartbeats
 from console.access.models import ApiKey
 from console.alerts import delivery
 from console.alerts.evaluate import evaluate
-from console.alerts.models import AlertRule, Destination
+from console.alerts.models import AlertRule, Delivery, Destination
 from console.alerts.rules import rules
 from console.alerts.tasks import evaluate_alerts
 from console.deployments.models import Replica
@@ -196,3 +196,16 @@ def test_an_engine_out_of_memory_at_start_fires_deployment_failed_once_and_resol
     assert client.delete(f"/api/deployments/{dep_id}").status_code in {200, 204}  # an admin deletes it
     until(lambda: len(news(webhook, "deployment_failed")) >= 2, 60)
     fired_then_resolved(webhook, "deployment_failed")
+
+
+def test_the_worker_retries_a_failing_webhook_after_its_backoff_and_sends_it_once(
+    worker: object, webhook: Webhook
+) -> None:
+    only("weights_disk", webhook, threshold=0, for_minutes=0)
+    webhook.failures = [503]
+    AlertRule.objects.filter(kind="weights_disk").update(threshold=1e12)  # no disk has a zettabyte free: it holds
+    evaluate_alerts()  # the news goes to the worker (tasks.deliver), which meets the 503 and tries again
+    until(lambda: bool(webhook.posts), 60, lambda: None)
+    sent_once = Delivery.objects.get(alert__rule__kind="weights_disk")
+    assert sent_once.attempts == 2 and sent_once.sent_at is not None and sent_once.last_error == ""
+    assert [e for e, _ in news(webhook, "weights_disk")] == ["fired"]
