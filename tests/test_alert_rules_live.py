@@ -3,6 +3,7 @@ each series, each label a matcher or a ``by`` reads, each exact label value (a h
 is in a real scrape of a served simulator deployment after a request."""
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,11 @@ def test_every_series_label_and_value_the_rules_name_is_in_a_real_scrape(served:
         model="llama", messages=[{"role": "user", "content": "Hello"}], max_tokens=8, stream=True
     )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    seen = labels_seen(hearth_metrics(served.web))
+    wanted = {name for rule in rules() for name, _ in SELECTOR.findall(str(rule["expr"]))}
+    deadline = time.monotonic() + 30  # the engine's series once the worker has scraped it
+    while not wanted <= set(seen := labels_seen(hearth_metrics(served.web))):
+        assert time.monotonic() < deadline, f"named but not exported: {sorted(wanted - set(seen))}"
+        time.sleep(0.5)
     for rule in rules():
         expr = str(rule["expr"])
         grouped = {label.strip() for by in re.findall(r"by \(([^)]*)\)", expr) for label in by.split(",")}
