@@ -41,6 +41,7 @@ def refused(
         duration_seconds=time.monotonic() - arrived,
         request_id=ids.own,
         client_request_id=ids.client,
+        ended_at=time.time(),
     )
 
 

@@ -8,6 +8,7 @@ import json
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from console.observability.models import RequestLog
 from tests.test_gateway_request_ids import rows
@@ -40,6 +41,7 @@ def test_a_refused_request_of_a_key_leaves_its_row(
     [row] = rows(client_request_id=f"refused-{name}")
     assert (row.status, row.endpoint, row.model) == (status, path, model)
     assert row.api_key_id is not None and row.prompt_tokens is None and row.cost_usd is None
+    assert abs((row.created_at - timezone.now()).total_seconds()) < 3600  # its own time, not the epoch
 
 
 def test_a_long_model_name_is_cut_to_the_column(web: str, key: str) -> None:
