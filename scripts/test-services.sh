@@ -6,7 +6,8 @@
 # ../shared/FACTS.md), Debian's caddy (2.6.2), the HTTPS proxy tests/test_tls_proxy.py puts in front of Hearth,
 # Debian's docker-compose, which checks compose.yaml, the coding-agent CLIs from npm the agent tests drive
 # (scripts/install-agent-clis.sh), and npm's oidc-provider, the real OpenID provider tests/test_oidc.py signs in
-# through (under ~/.cache/hearth/npm). A second run finds everything and returns at once.
+# through (under ~/.cache/hearth/npm), and promtool (Debian's prometheus, unpacked under ~/.cache/hearth/prometheus).
+# A second run finds everything and returns at once.
 set -euo pipefail
 
 pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
@@ -42,4 +43,15 @@ NPM_PREFIX=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}/npm
 if ! grep -q '"version": "9.13.3"' "$NPM_PREFIX/lib/node_modules/oidc-provider/package.json" 2>/dev/null; then
   echo "test-services: installing $OIDC_PROVIDER under $NPM_PREFIX"
   npm install -g --prefix "$NPM_PREFIX" --no-fund --no-audit "$OIDC_PROVIDER" >/dev/null
+fi
+
+# promtool, which checks Prometheus's alert rules (scripts/monitoring/alerts.yml; tests/test_alert_rules_live.py):
+# Debian's prometheus package unpacked under the cache, not installed, so no Prometheus server starts here.
+PROMETHEUS_DIR=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}/prometheus
+if [ ! -x "$PROMETHEUS_DIR/usr/bin/promtool" ]; then
+  echo "test-services: unpacking Debian's prometheus (promtool) under $PROMETHEUS_DIR"
+  download=$(mktemp -d)
+  (cd "$download" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; })
+  dpkg-deb -x "$download"/prometheus_*.deb "$PROMETHEUS_DIR"
+  rm -rf "$download"
 fi

@@ -1,19 +1,22 @@
-"""Prometheus's alert rules for Hearth (scripts/monitoring/alerts.yml) name only what Hearth's /metrics exports:
-each series, each label a matcher or a ``by`` reads, each exact label value (a histogram bucket's bound, a state)
-is in a real scrape of a served simulator deployment after a request."""
+"""Prometheus's alert rules for Hearth (scripts/monitoring/alerts.yml) pass promtool and name only what /metrics
+exports: each series, each label a matcher or a ``by`` reads, each exact label value (a histogram bucket's bound,
+a state) is in a real scrape of a served simulator deployment after a request."""
 
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT
 from tests.simworld import Served, hearth_metrics
 
 RULES = ROOT / "scripts" / "monitoring" / "alerts.yml"
+PROMTOOL = settings.HEARTH_CACHE_DIR / "prometheus/usr/bin/promtool"  # scripts/test-services.sh unpacks it
 SELECTOR = re.compile(r"\b(hearth_[a-z0-9_]+)(?:\{([^}]*)\})?")
 MATCHER = re.compile(r'([a-z_]+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 
@@ -31,6 +34,12 @@ def test_every_rule_has_a_name_an_expression_a_severity_and_a_summary() -> None:
         assert rule["annotations"]["summary"], rule  # type: ignore[index]
     compose_rules = yaml.safe_load((ROOT / "scripts" / "monitoring" / "prometheus.yml").read_text())["rule_files"]
     assert compose_rules == ["/etc/prometheus/alerts.yml"]
+
+
+@pytest.mark.process
+def test_promtool_finds_the_rules_valid() -> None:
+    checked = subprocess.run([PROMTOOL, "check", "rules", RULES], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and f"SUCCESS: {len(rules())} rules found" in checked.stdout, checked.stderr
 
 
 def labels_seen(text: str) -> dict[str, dict[str, set[str]]]:
