@@ -2,6 +2,7 @@
 a task the worker registers, so a renamed task fails here, not silently in the queue."""
 
 from appliance.celery import app
+from console.alerts.tasks import EVALUATE
 from console.audit.tasks import PRUNE
 from console.deployments import dispatch
 from console.observability.tasks import CHECK_ACCOUNTING, MAINTAIN, PUBLISH_GPUS, SCRAPE
@@ -24,5 +25,5 @@ def test_the_pre_flight_and_scrape_tasks_are_registered_under_the_names_they_are
 def test_every_periodic_task_beat_sends_is_registered() -> None:
     app.finalize()
     schedule = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert schedule == {SCRAPE, dispatch.RECONCILE, PRUNE, PUBLISH_GPUS, MAINTAIN, CHECK_ACCOUNTING}
+    assert schedule == {SCRAPE, dispatch.RECONCILE, PRUNE, PUBLISH_GPUS, MAINTAIN, CHECK_ACCOUNTING, EVALUATE}
     assert schedule <= registered()
