@@ -4,6 +4,7 @@ Tests that talk to the live processes use ``@pytest.mark.django_db(transaction=T
 are committed and visible to those processes.
 """
 
+import importlib
 import itertools
 import os
 import signal
@@ -135,6 +136,17 @@ def clean_redis() -> None:
 def fresh_step_cache() -> None:
     """Each test's history starts unknown to this process (a rolled-back test's sample ids come back on SQLite)."""
     step_cache.clear()
+
+
+@pytest.fixture
+def seeded_gpu_prices(transactional_db: None) -> None:
+    """The $/GPU-hour rows migration observability 0005 seeds, made again where missing: a transactional test run
+    before this one on the same worker emptied every table, seeds too (a price-less box charges nothing)."""
+    from console.observability.models import PriceSetting
+
+    seeded = importlib.import_module("console.observability.migrations.0005_seed_mappings_and_prices")
+    for gpu, price, source in seeded.DEFAULT_PRICES:
+        PriceSetting.objects.get_or_create(gpu_model=gpu, defaults={"usd_per_gpu_hour": price, "source": source})
 
 
 @pytest.fixture(scope="session")

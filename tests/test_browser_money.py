@@ -21,6 +21,7 @@ from tests.test_panels import Engine, deployment
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.mark.usefixtures("seeded_gpu_prices")
 def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_up(
     browser: Browser,  # noqa: F811 - the fixture
     web: str,

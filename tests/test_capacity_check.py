@@ -47,6 +47,7 @@ def start(client: httpx.Client, dep_id: int, **check: Any) -> httpx.Response:
     return client.post(f"/api/deployments/{dep_id}/capacity-checks", json=body)
 
 
+@pytest.mark.usefixtures("seeded_gpu_prices")
 def test_a_check_measures_each_level_through_the_gateway_and_revokes_its_key(ready: Any, worker: Proc) -> None:
     client, dep_id = ready
     resp = start(client, dep_id, label="baseline")

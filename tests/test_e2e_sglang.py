@@ -12,6 +12,7 @@ import anthropic
 import openai
 import pytest
 from django.conf import settings
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import Proc, login
 from tests.simworld import CLAUDE_TOOLS, TOOLS, wait_for_logs
@@ -112,16 +113,20 @@ def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Proc, admin_user: 
     assert {r.model for r in logs} == {"smol-sglang"} and all(r.status == 200 and not r.truncated for r in logs)
     assert all(r.completion_tokens for r in logs) and logs[1].surface == "anthropic"
 
-    # A key's cap holds though SGLang generates "max_completion_tokens or max_tokens": a 0 in the first must not
-    # hand it the second (gateway.rewrite.cap_max_tokens caps both)
+    # A key's cap holds though SGLang generates "max_completion_tokens or max_tokens" (gateway.rewrite.cap_max_tokens
+    # caps both); a 0 in the first, which would hand SGLang the second, is refused before the engine (no API takes it)
     capped = client.post("/api/keys", json={"name": "capped", "max_tokens_cap": 3}).json()["key"]
-    reply = openai.OpenAI(base_url=f"{web}/v1", api_key=capped, max_retries=0).chat.completions.create(
-        model="smol-sglang",
-        messages=[{"role": "user", "content": "Count from 1 to 50."}],
-        max_completion_tokens=0,
-        max_tokens=200,
-    )
+    capped_client = openai.OpenAI(base_url=f"{web}/v1", api_key=capped, max_retries=0)
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Count from 1 to 50."}]
+    reply = capped_client.chat.completions.create(model="smol-sglang", messages=ask, max_tokens=200)
     assert reply.usage and 0 < reply.usage.completion_tokens <= 3, reply
+    with pytest.raises(openai.BadRequestError, match="'max_completion_tokens' must be 1 or more"):
+        capped_client.chat.completions.create(
+            model="smol-sglang",
+            messages=ask,
+            max_completion_tokens=0,
+            max_tokens=200,
+        )
 
     pid = int(Replica.objects.filter(deployment_id=dep_id).latest("id").handle)
     assert client.post(f"/api/deployments/{dep_id}/stop").status_code == 202

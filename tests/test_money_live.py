@@ -48,6 +48,7 @@ def cell(html: str, row_text: str, field: str) -> str:
     raise AssertionError(f"no {field} in a row with {row_text}")
 
 
+@pytest.mark.usefixtures("seeded_gpu_prices")
 def test_idle_busy_idle_the_charged_price_holds_and_a_keys_cost_is_one_figure(served: Served) -> None:
     dep = Deployment.objects.get(pk=served.dep_id)
     idle = price(served)

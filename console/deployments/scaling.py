@@ -150,12 +150,15 @@ def _remove(dep: Deployment, extra: list[Replica]) -> None:
 
 
 def _requests_on(dep: Deployment, replica: Replica) -> float:
-    """Requests the engine runs or queues now (its /metrics); 0 when it cannot say (not answering: nothing to wait
-    for; no such gauges: the drain is the settle alone)."""
+    """Requests the engine runs or queues now (its /metrics); 0 when it cannot say (not listening: nothing to wait
+    for; no such gauges: the drain is the settle alone); 1 when it answers too slowly to read (a loaded box: its
+    streams may still be running, so the drain goes on waiting, up to its deadline)."""
     try:
-        text = httpx.get(f"{replica.base_url}/metrics", timeout=2).text
+        text = httpx.get(f"{replica.base_url}/metrics", timeout=5).text
         flavor = choose_flavor(dep.engine, dep.engine_version, sample_names(text), DEFAULT_MAPPINGS)
         values = parse_metrics(text, flavor, time.time()).values if flavor else {}
+    except httpx.TimeoutException:
+        return 1.0
     except (httpx.HTTPError, ValueError, KeyError):
         return 0.0
     return values.get("requests_running", 0.0) + values.get("requests_waiting", 0.0)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("deployments", "0011_fit_max_tokens_on_by_default"),
+        ("deployments", "0001_initial"),  # its Deployment: a schema of older deployments migrations takes it too
         ("observability", "0012_request_log_client_request_id"),
     ]
 
