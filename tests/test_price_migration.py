@@ -7,7 +7,11 @@ import pytest
 from tests.migrating import migrate, schema_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
-BEFORE = [("capacity", "0001_initial"), ("observability", "0013_deployment_price")]
+BEFORE = [
+    ("capacity", "0001_initial"),
+    ("observability", "0013_deployment_price"),
+    ("deployments", "0011_fit_max_tokens_on_by_default"),
+]
 AFTER = [("capacity", "0002_price_from_last_check")]
 
 

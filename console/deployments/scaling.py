@@ -6,8 +6,9 @@ the deployment ready and sent SCALE): the replicas serving keep serving througho
   fails to start or to load is ended alone and the count goes back (``added_replica_failed``); the deployment stays
   ready on the others.
 - Fewer: the last replicas (the newest) leave the route first (the routing version bumped), SETTLE_SECONDS let every
-  gateway take the news, then each is stopped once its engine reads no request running or waiting (its /metrics, the
-  engine's own gauges), or after DRAIN_SECONDS whatever it still runs; each look is the scale's heartbeat.
+  gateway take the news, then each is stopped once its engine reads no request running or waiting for QUIET_SECONDS
+  (its /metrics, the engine's own gauges), or after DRAIN_SECONDS whatever it still runs; each look is the scale's
+  heartbeat.
 - A scale whose worker died (more or fewer replicas live than the count, or one never started, and no sign of life for
   HEARTH_STALE_AFTER seconds) is carried on by reconcile (``resume_stale_scales``).
 """
@@ -36,6 +37,9 @@ S = DeploymentState
 SETTLE_SECONDS = 2.0  # gateway.registry.RECHECK_EVERY: a gateway that missed the announcement has re-read by then
 DRAIN_SECONDS = 120.0  # seconds a removed replica's requests in flight get to end before it stops anyway
 POLL_EVERY = 0.5  # seconds between looks at a draining engine's requests
+# seconds a draining engine must show no request running or waiting, look after look, before it stops: a request a
+# gateway sent it before re-reading the route (or a stream the client was still opening) has reached it by then
+QUIET_SECONDS = 3.0
 
 
 def scale(deployment_id: int) -> None:
@@ -141,7 +145,15 @@ def _remove(dep: Deployment, extra: list[Replica]) -> None:
     deadline = time.monotonic() + DRAIN_SECONDS
     for replica in extra:
         replica.refresh_from_db()
-        while replica.running and _requests_on(dep, replica) and time.monotonic() < deadline:
+        quiet_since: float | None = None
+        while replica.running and time.monotonic() < deadline:
+            now = time.monotonic()
+            if _requests_on(dep, replica):
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= QUIET_SECONDS:
+                break
             dep.progress(dep.state_reason)  # the heartbeat resume_stale_scales reads
             time.sleep(POLL_EVERY)
         end_replica(replica, RuntimeStatus(running=replica.running), "")

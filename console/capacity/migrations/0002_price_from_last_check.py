@@ -40,6 +40,10 @@ def measured(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("capacity", "0001_initial"), ("observability", "0013_deployment_price")]
+    dependencies = [
+        ("capacity", "0001_initial"),
+        ("observability", "0013_deployment_price"),
+        ("deployments", "0011_fit_max_tokens_on_by_default"),  # the SLO fields it reads
+    ]
 
     operations = [migrations.RunPython(measured, migrations.RunPython.noop)]
