@@ -261,7 +261,13 @@ def test_the_chosen_range_is_remembered_charts_follow_the_theme_and_hovering_rea
     over = page.locator("[data-chart=tps] .u-over")
     box = over.bounding_box()
     assert box
-    over.hover(position={"x": box["width"] - 2, "y": box["height"] / 2})
+    # over the latest point, not the right edge: a 5 s update moves each chart's end to "now" one chart after
+    # another, and a moment by the edge can fall past the end of a chart not yet moved (its read-out hides)
+    last = page.evaluate(
+        """() => { const p = window.__plots.find((p) => document.contains(p.root) && p.root.parentElement.dataset.chart === "tps");
+                   return p.valToPos(p.data[0][p.data[0].length - 1], "x"); }"""
+    )
+    over.hover(position={"x": last, "y": box["height"] / 2})
     readout = page.locator("[data-chart=tps] .chart-readout")
     expect(readout).to_contain_text("generation: 19 tokens/s")
     expect(readout).to_contain_text(" UTC")
