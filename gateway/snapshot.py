@@ -68,6 +68,7 @@ class KeyEntry:
     quota: Quota = field(default_factory=Quota)
     grace_until: float | None = None  # Unix seconds: this is the previous secret, accepted until then
     revoked_at: float | None = None  # Unix seconds: the key was revoked then, and is refused saying so
+    priority: str = "standard"  # the key's effective class (console.access.models.ApiKey.effective_priority)
 
     def allows(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
@@ -103,6 +104,7 @@ def key_entries(key: ApiKey) -> list[KeyEntry]:
         _seconds(key.expires_at),
         quota,
         revoked_at=revoked,
+        priority=key.effective_priority,
     )
     if not (key.previous_prefix and key.previous_key_hash and key.previous_valid_until):
         return [current]
@@ -119,6 +121,7 @@ def key_entries(key: ApiKey) -> list[KeyEntry]:
             quota,
             grace_until=grace,
             revoked_at=revoked,
+            priority=current.priority,
         ),
     ]
 

@@ -23,6 +23,21 @@ class Role(models.TextChoices):
     VIEWER = "viewer"
 
 
+class Priority(models.TextChoices):
+    """A key's class under saturation (gateway.lanes): *interactive* is never held; *standard* is held while its
+    deployment is saturated; *batch* waits first and is charged at HEARTH_BATCH_PRICE_FACTOR of the price."""
+
+    INTERACTIVE = "interactive"
+    STANDARD = "standard"
+    BATCH = "batch"
+
+
+PRIORITY_HELP = (
+    "Interactive: never held. Standard: held while the deployment is saturated. "
+    "Batch: waits first, charged at the batch price factor."
+)
+
+
 class ApiKey(models.Model):
     """A long-lived key for people and their tools. Only its SHA-256 is stored (console.access.key_format);
     the key is shown once.
@@ -62,9 +77,24 @@ class ApiKey(models.Model):
     previous_valid_until = models.DateTimeField(
         null=True, blank=True, help_text="The previous secret is accepted until then (the rotation's grace)."
     )
+    priority = models.CharField(
+        max_length=12,
+        choices=Priority.choices,
+        blank=True,
+        default="",
+        help_text=f"Blank: the owner's default. {PRIORITY_HELP}",
+    )
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def effective_priority(self) -> str:
+        """The class this key's requests run at: its own, else its owner member's default, else standard."""
+        if self.priority:
+            return self.priority
+        member = getattr(self.owner, "member", None) if self.owner_id else None
+        return member.default_priority if member is not None else Priority.STANDARD.value
 
     def is_live(self, at: datetime | None = None) -> bool:
         """Neither revoked nor expired at ``at`` (default now)."""
@@ -112,6 +142,9 @@ class Member(models.Model):
         max_length=255, null=True, blank=True, unique=True, help_text="Their ``sub`` at the OpenID provider."
     )
     created_at = models.DateTimeField(default=timezone.now)
+    default_priority = models.CharField(
+        max_length=12, choices=Priority.choices, default=Priority.STANDARD, help_text=f"For their keys. {PRIORITY_HELP}"
+    )
 
     def __str__(self) -> str:
         return f"{self.user} ({self.role})"
