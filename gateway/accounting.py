@@ -94,6 +94,8 @@ class Outcome:
     client_request_id: str | None = None  # the client's x-request-id, when it sent a usable one (gateway.request_ids)
     woke_engine: bool = False  # held for its deployment's wake first (gateway.holding)
     wake_seconds: float | None = None  # how long it was held
+    priority: str = "standard"  # the class it ran at (gateway.relay_plan.RelayPlan.priority)
+    batch_id: str = ""  # the Batch (batch_...) it was a line of; "" otherwise
 
     def tokens(self) -> tuple[int | None, int | None, int | None]:
         """(prompt, completion, cached) from any of the three APIs' usage objects: OpenAI chat's

@@ -65,6 +65,8 @@ class RelayPlan:
     headers: tuple[Header, ...] = ()  # added to the response head: the caps and fits applied
     reserve: int = 0  # tokens held against the key's limits and budgets from admission to settlement
     hops: str = ""  # the hop header it is sent on with (gateway.loops); "" for the engines' default
+    priority: str = "standard"  # the class it runs at: its key's, or "batch" for a Batch API line
+    batch_id: str = ""  # the Batch's public id (batch_...) for a Batch API line; "" otherwise
 
     @property
     def model(self) -> str:
@@ -142,6 +144,7 @@ class Planner:
             headers=tuple(headers),
             reserve=reserve,
             hops=hops,
+            priority=key.priority,
         )
 
     async def fit(
