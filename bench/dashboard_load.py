@@ -2,7 +2,7 @@
 
 ``seed_console`` (in the benchmark process, after ``procs.seed``) gives the bench deployment's replica
 ``--history-hours`` of scrape-resolution history, the gateway's per-scrape counts and an hour of request-log
-rows (``dashboard_time.py``'s generators, 2 requests/s), rolls them up as the worker would, and logs a
+rows (``history_fill.py``'s generators, 2 requests/s), rolls them up as the worker would, and logs a
 superuser in. ``refresh`` then GETs what an open console asks for, the dashboard page ``/``, its htmx refresh
 ``/dashboard/live/`` and the deployment's panel ``/deployments/<id>/panel/``, once every ``period`` seconds
 (a refresh every second: twice as often as the htmx poll of 2 s), on the benchmark's own loop.
@@ -20,7 +20,7 @@ PERIOD = 1.0  # seconds between refreshes
 def seed_console(hours: float) -> tuple[dict[str, str], int]:
     """History for the "bench" deployment and a logged-in superuser: (the session cookie, the deployment's
     id). Needs Django set up on the benchmark's database (``procs.seed`` does it)."""
-    import dashboard_time
+    import history_fill
     from django.conf import settings
     from django.contrib.auth.models import User
     from django.test import Client
@@ -32,10 +32,10 @@ def seed_console(hours: float) -> tuple[dict[str, str], int]:
     now = time.time()
     if hours > 0:
         for replica in dep.replicas.all():
-            dashboard_time._history(replica, now, hours * 3600)
-        dashboard_time._gateway(dep, now, hours * 3600)
-        dashboard_time._requests(dep, now)
-        history.roll_up(now, dashboard_time.INTERVAL)
+            history_fill.fill_history(replica, now, hours * 3600)
+        history_fill.fill_gateway(dep, now, hours * 3600)
+        history_fill.fill_requests(dep, now)
+        history.roll_up(now, history_fill.INTERVAL)
     user = User.objects.create_superuser("bench-console", "", secrets.token_urlsafe(16))
     client = Client()
     client.force_login(user)  # django-axes wants a request for login()

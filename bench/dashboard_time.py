@@ -16,7 +16,6 @@ baseline measured in the same run (the login page). Goal (issue 12): p99 under 2
 
 import gc
 import os
-import random
 import statistics
 import sys
 import time
@@ -36,11 +35,9 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
-from django.db.models import F  # noqa: E402
 from django.test import Client  # noqa: E402
+from history_fill import DAY, INTERVAL, fill_gateway, fill_history, fill_requests, shift_to_now  # noqa: E402
 
-INTERVAL = 5.0
-DAY = 86400
 DEPLOYMENTS, REPLICAS = 4, 2
 
 
@@ -102,9 +99,9 @@ def build() -> list[int]:
                 engine_api_key="k",
                 running=True,
             )
-            _history(replica, now)
-        _gateway(dep, now)
-        _requests(dep, now)
+            fill_history(replica, now)
+        fill_gateway(dep, now)
+        fill_requests(dep, now)
     t0 = time.perf_counter()
     history.roll_up(now, INTERVAL)
     print(
@@ -112,174 +109,6 @@ def build() -> list[int]:
         f"{RequestLog.objects.count():,} request log rows"
     )
     return ids
-
-
-def _history(replica: object, now: float, span: float = DAY) -> None:
-    """Scrape-resolution samples every INTERVAL over the ``span`` seconds before ``now``."""
-    from console.observability.history import _encode_hist
-    from console.observability.models import MetricSample, ScrapeHealth
-    from engines.metrics import Histogram
-
-    ttft_b = (
-        0.001,
-        0.005,
-        0.01,
-        0.02,
-        0.04,
-        0.06,
-        0.08,
-        0.1,
-        0.25,
-        0.5,
-        0.75,
-        1.0,
-        2.5,
-        5.0,
-        7.5,
-        10.0,
-        20.0,
-        40.0,
-        80.0,
-        160.0,
-        640.0,
-        2560.0,
-    )
-    itl_b = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-    e2e_b = (
-        0.3,
-        0.5,
-        0.8,
-        1.0,
-        1.5,
-        2.0,
-        2.5,
-        5.0,
-        10.0,
-        15.0,
-        20.0,
-        30.0,
-        40.0,
-        50.0,
-        60.0,
-        120.0,
-        240.0,
-        480.0,
-        960.0,
-        1920.0,
-        7680.0,
-    )
-    rng = random.Random(replica.pk)  # type: ignore[attr-defined]
-    names = (
-        "prompt_tokens_total",
-        "generation_tokens_total",
-        "prefix_cache_queries_total",
-        "prefix_cache_hits_total",
-        "preemptions_total",
-        "cached_prompt_tokens_total",
-    )
-    counters = dict.fromkeys(names, 0.0)
-    hist = {
-        k: [0.0] * (len(b) + 1)
-        for k, b in (("ttft_seconds", ttft_b), ("itl_seconds", itl_b), ("e2e_seconds", e2e_b), ("queue_seconds", e2e_b))
-    }
-    bounds = {"ttft_seconds": ttft_b, "itl_seconds": itl_b, "e2e_seconds": e2e_b, "queue_seconds": e2e_b}
-    rows = []
-    steps = int(span / INTERVAL)
-    for k in range(steps):
-        at = now - span + k * INTERVAL
-        n = rng.randint(0, 12)
-        counters["prompt_tokens_total"] += n * 128
-        counters["generation_tokens_total"] += n * 64
-        counters["prefix_cache_queries_total"] += n * 128
-        counters["prefix_cache_hits_total"] += n * 40
-        for name, counts in hist.items():
-            first = rng.randint(3, 9) if name != "itl_seconds" else 1
-            for i in range(first, len(counts)):
-                counts[i] += n if name != "itl_seconds" else n * 63
-        values = {
-            "requests_running": float(n),
-            "requests_waiting": float(max(0, n - 10)),
-            "kv_cache_usage": n / 40,
-            "kv_cache_size_tokens": 454_880.0,
-            **counters,
-        }
-        encoded = {k: _encode_hist(Histogram(bounds[k], tuple(c), 0.1 * c[-1])) for k, c in hist.items()}
-        rows.append(
-            MetricSample(
-                deployment_id=replica.deployment_id,
-                replica=replica,  # type: ignore[attr-defined]
-                at=datetime.fromtimestamp(at, UTC),
-                values={"v": values, "h": encoded},
-            )
-        )
-    MetricSample.objects.bulk_create(rows, batch_size=2000)
-    ScrapeHealth.objects.create(
-        replica=replica, last_attempt_at=datetime.now(UTC), last_success_at=datetime.now(UTC), series=430, flavor="vllm"
-    )
-
-
-def _gateway(dep: object, now: float, span: float = DAY) -> None:
-    from console.observability.models import MetricSample
-
-    rows = []
-    for k in range(int(span / INTERVAL)):
-        at = now - span + k * INTERVAL
-        rows.append(
-            MetricSample(
-                deployment=dep,
-                replica=None,
-                at=datetime.fromtimestamp(at, UTC),
-                values={
-                    "d": {"success": 10, "requests": 10, "errors": 0, "prompt_tokens": 1280, "completion_tokens": 640},
-                    "e": {},
-                    "uh": {"ttft": {"14": 5, "15": 5}, "itl": {"3": 10}},
-                    "last_id": 0,
-                },
-            )
-        )
-    MetricSample.objects.bulk_create(rows, batch_size=2000)
-
-
-def _requests(dep: object, now: float) -> None:
-    from console.observability.models import RequestLog
-
-    rows = [
-        RequestLog(
-            created_at=datetime.fromtimestamp(now - k * 0.5, UTC),
-            model=dep.served_model_name,  # type: ignore[attr-defined]
-            surface="openai",
-            endpoint="/v1/chat/completions",
-            stream=True,
-            status=200,
-            finish_reason="stop",
-            prompt_tokens=128,
-            completion_tokens=64,
-            ttft_seconds=0.03 + (k % 7) / 100,
-            duration_seconds=0.8,
-        )
-        for k in range(7200)
-    ]
-    RequestLog.objects.bulk_create(rows, batch_size=2000)
-
-
-def shift_to_now() -> None:
-    """Move a kept history forward so that its newest sample is now (as if scraped until this moment)."""
-    from console.observability.models import MetricSample, RequestLog, ScrapeHealth
-
-    newest = MetricSample.objects.order_by("-at").values_list("at", flat=True).first()
-    if newest is None:
-        return
-    shift = datetime.now(UTC) - newest
-    MetricSample.objects.update(at=F("at") + shift)
-    RequestLog.objects.update(created_at=F("created_at") + shift)
-    ScrapeHealth.objects.update(last_attempt_at=datetime.now(UTC), last_success_at=datetime.now(UTC))
-    if connection.vendor == "postgresql":  # the update left a dead copy of every row, which scraping never does
-        with connection.cursor() as cur:
-            cur.execute("VACUUM ANALYZE observability_metricsample")
-            cur.execute("VACUUM ANALYZE observability_requestlog")
-    from django.core.cache import cache
-
-    cache.clear()
 
 
 def scrape_once() -> None:
