@@ -192,4 +192,6 @@ def row_of(o: Outcome) -> Row:
         "key_prefix": o.key_prefix,
         "woke_engine": o.woke_engine,
         "wake_seconds": o.wake_seconds,
+        "priority": o.priority,
+        "batch_id": o.batch_id,
     }

@@ -295,6 +295,8 @@ class Gateway:
             client_cancelled=state.client_gone,
             woke_engine=state.woke_engine,
             wake_seconds=state.wake_seconds,
+            priority=plan.priority,
+            batch_id=plan.batch_id,
         )
         if state.streamed and (state.client_gone or state.truncated or not state.usage):
             outcome.usage = await self._usage_so_far(plan, outcome, state.token_chunks)

@@ -26,10 +26,18 @@ MODEL_CHARS = 200  # RequestLog.model's length
 
 
 def refused(
-    key: KeyEntry, model: str, surface: str, endpoint: str, status: int, arrived: float, ids: RequestIds
+    key: KeyEntry,
+    model: str,
+    surface: str,
+    endpoint: str,
+    status: int,
+    arrived: float,
+    ids: RequestIds,
+    batch_id: str = "",
 ) -> Outcome:
     """The outcome of a request ``key`` sent to ``endpoint`` naming ``model``, refused with ``status``; its duration
-    runs from ``arrived`` (time.monotonic()) to now."""
+    runs from ``arrived`` (time.monotonic()) to now. Its class is the key's, or batch for a line of the Batch
+    ``batch_id``."""
     return Outcome(
         key.id,
         key.prefix,
@@ -42,6 +50,8 @@ def refused(
         request_id=ids.own,
         client_request_id=ids.client,
         ended_at=time.time(),
+        priority="batch" if batch_id else key.priority,
+        batch_id=batch_id,
     )
 
 

@@ -63,6 +63,15 @@ class RequestLog(models.Model):
     wake_seconds = models.FloatField(
         null=True, help_text="How long it was held for the wake (in its TTFT and duration too); None: not held."
     )
+    priority = models.CharField(
+        max_length=12,
+        default="standard",
+        db_index=True,
+        help_text="The class it ran at: interactive, standard or batch (console.access.models.Priority).",
+    )
+    batch_id = models.CharField(
+        max_length=40, blank=True, db_index=True, help_text="The Batch (batch_...) it was a line of; blank: none."
+    )
 
     class Meta:
         indexes = (models.Index(fields=["api_key", "created_at"]),)

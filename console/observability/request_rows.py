@@ -57,6 +57,8 @@ COLUMNS = (
     "woke_engine",
     "wake_seconds",
     "client_request_id",
+    "priority",
+    "batch_id",
 )
 
 
@@ -104,7 +106,7 @@ def _write_one(row: Row) -> int:
 def _mended(row: Row) -> Row:
     """The row without its key (deleted since), its strings cut to their columns' lengths."""
     mended = {**row, "api_key_id": None}
-    for name in ("model", "surface", "endpoint", "finish_reason", "key_prefix"):
+    for name in ("model", "surface", "endpoint", "finish_reason", "key_prefix", "batch_id"):
         limit = getattr(RequestLog._meta.get_field(name), "max_length", None)
         if isinstance(mended.get(name), str) and limit:
             mended[name] = mended[name][:limit]
@@ -125,7 +127,7 @@ def _values(row: Row) -> tuple[Any, ...]:
     created = ops.adapt_datetimefield_value(datetime.fromtimestamp(row["created_at"], UTC))
     cost = row.get("cost_usd")
     values = {**row, "created_at": created, "cost_usd": None if cost is None else Decimal(int(cost)) / NANO}
-    defaults = {"finish_reason": "", "key_prefix": "", "tool_call_failures": 0}
+    defaults = {"finish_reason": "", "key_prefix": "", "tool_call_failures": 0, "priority": "standard", "batch_id": ""}
     flags = ("stream", "truncated", "client_cancelled", "usage_estimated", "length_cut", "empty_answer", "woke_engine")
     for flag in flags:
         defaults[flag] = False
