@@ -61,8 +61,8 @@ VERSION_PATHS: dict[ExternalKind, tuple[str, ...]] = {
 }
 VERSION_FIELDS = {ExternalKind.LLAMA_CPP: "build_info"}  # the rest answer {"version": ...}
 
-# The engine family of engines.metrics.ENGINE_FAMILIES each kind's /metrics speaks; "" for an unknown server (any
-# family whose names it exposes). Ollama serves no Prometheus /metrics (its API is docs/api.md; no such route).
+# The engine family of engines.metric_mappings.ENGINE_FAMILIES each kind's /metrics speaks; "" for an unknown server
+# (any family whose names it exposes). Ollama serves no Prometheus /metrics (its API is docs/api.md; no such route).
 METRIC_ENGINES = {
     ExternalKind.VLLM: "vllm",
     ExternalKind.SGLANG: "sglang",

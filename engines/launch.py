@@ -36,7 +36,7 @@ GPU_ENGINES = frozenset({EngineKind.SIMULATOR, EngineKind.VLLM, EngineKind.SGLAN
 CONTAINER_ONLY_ENGINES = frozenset({EngineKind.VLLM, EngineKind.SGLANG})
 # Engines planned with engines.sizing.plan_cpu from a KV budget in GiB, run as local processes.
 CPU_ENGINES = frozenset({EngineKind.VLLM_CPU, EngineKind.SGLANG_CPU})
-# SGLang, as a container or a local CPU process: its /metrics names (engines.metrics "sglang" mapping) and its
+# SGLang, as a container or a local CPU process: its /metrics names (engines.metric_mappings "sglang" mapping) and its
 # version at GET /server_info (engines.engine_version.VERSION_PATHS["sglang"]).
 SGLANG_ENGINES = frozenset({EngineKind.SGLANG, EngineKind.SGLANG_CPU})
 # Engines whose /v1/messages Hearth relays as it is (vLLM since 0.11). SGLang serves one too from 0.5.9

@@ -1,5 +1,5 @@
 """The engine releases Hearth supports: those its adapters (engines.adapters), flag rules and dumped argument parsers
-(engines/argspecs/), metric maps (engines.metrics) and measurements were written and tested against, and the
+(engines/argspecs/), metric maps (engines.metric_mappings) and measurements were written and tested against, and the
 registry image of each that the Docker runtime launches by default.
 
 appliance.settings takes HEARTH_IMAGE_VLLM's and HEARTH_IMAGE_SGLANG's defaults from here; README's "On a GPU server"

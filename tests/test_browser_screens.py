@@ -264,7 +264,8 @@ def test_the_chosen_range_is_remembered_charts_follow_the_theme_and_hovering_rea
     # over the latest point, not the right edge: a 5 s update moves each chart's end to "now" one chart after
     # another, and a moment by the edge can fall past the end of a chart not yet moved (its read-out hides)
     last = page.evaluate(
-        """() => { const p = window.__plots.find((p) => document.contains(p.root) && p.root.parentElement.dataset.chart === "tps");
+        """() => { const p = window.__plots.find(
+                     (p) => document.contains(p.root) && p.root.parentElement.dataset.chart === "tps");
                    return p.valToPos(p.data[0][p.data[0].length - 1], "x"); }"""
     )
     over.hover(position={"x": last, "y": box["height"] / 2})

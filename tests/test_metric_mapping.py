@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from engines.metric_mappings import DEFAULT_MAPPINGS
 from engines.metrics import (
-    DEFAULT_MAPPINGS,
     Histogram,
     choose_flavor,
     counter_delta,

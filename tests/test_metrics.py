@@ -4,15 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.metrics import (
-    DEFAULT_MAPPINGS,
-    Scrape,
-    choose_flavor,
-    parse_metrics,
-    sample_names,
-    split_selector,
-    tokens_per_second,
-)
+from engines.metric_mappings import DEFAULT_MAPPINGS
+from engines.metrics import Scrape, choose_flavor, parse_metrics, sample_names, split_selector, tokens_per_second
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "vllm"  # real scrapes, see its README.md
 DATA = Path(__file__).resolve().parent / "data"  # the SGLang scrapes: their first line says how each was taken

@@ -21,7 +21,8 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 from appliance.runtimes.process import ProcessRuntime
 from engines.adapters import sglang_args
 from engines.launch import EngineKind
-from engines.metrics import DEFAULT_MAPPINGS, choose_flavor, parse_metrics, sample_names
+from engines.metric_mappings import DEFAULT_MAPPINGS
+from engines.metrics import choose_flavor, parse_metrics, sample_names
 from engines.modelconfig import parse_config
 from engines.planner import GpuPlan
 from engines.sglang import build_sglang_cpu_spec

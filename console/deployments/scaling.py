@@ -30,7 +30,8 @@ from console.deployments.lifecycle import end_replica, new_replica, start_replic
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.fanout import bump_routing_version
 from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME
-from engines.metrics import DEFAULT_MAPPINGS, choose_flavor, parse_metrics, sample_names
+from engines.metric_mappings import DEFAULT_MAPPINGS
+from engines.metrics import choose_flavor, parse_metrics, sample_names
 
 log = logging.getLogger(__name__)
 S = DeploymentState

@@ -1,7 +1,7 @@
 """Hearth's own /metrics, engine side: the canonical engine series of every serving replica's last good scrape,
 labelled ``deployment`` and ``replica``, beside the gateway's series (gateway.accounting). Served by
 gateway.metrics_endpoint's ``metrics_app``; names are ``hearth_engine_<canonical>``
-(engines.metrics.CANONICAL): gauges as gauges, counters as counters (``_total``), histograms with the
+(engines.metric_mappings.CANONICAL): gauges as gauges, counters as counters (``_total``), histograms with the
 engine's own buckets, plus
 ``hearth_engine_scrape_age_seconds`` (how old each replica's numbers are) and each deployment's
 ``hearth_deployment_usd_per_hour`` and ``hearth_deployment_tokens_per_second``.
@@ -29,7 +29,7 @@ from console.observability.models import MetricSample, Resolution
 from console.observability.panel import panels
 from console.observability.swaps import state_class, swaps
 from engines.external import EXTERNAL_ENGINE
-from engines.metrics import CANONICAL, COUNTER, HISTOGRAM
+from engines.metric_mappings import CANONICAL, COUNTER, HISTOGRAM
 
 LABELS = ["deployment", "replica"]
 

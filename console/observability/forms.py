@@ -9,7 +9,7 @@ from console.deployments.models import Deployment
 from console.observability.models import MetricMapping, PriceSetting, ServiceLevel
 from console.observability.outcomes import OUTCOMES
 from console.observability.service_level import out_of_range
-from engines.metrics import CANONICAL
+from engines.metric_mappings import CANONICAL
 
 
 class RequestFilter(forms.Form):

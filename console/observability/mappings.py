@@ -1,9 +1,9 @@
 """The metric mappings in force: the MetricMapping rows an admin can edit (seeded from
-engines.metrics.DEFAULT_MAPPINGS by migration 0005), as engines.metrics.MappingRow values, and the reason a
-canonical metric has no data under a flavor."""
+engines.metric_mappings.DEFAULT_MAPPINGS by migration 0005), as engines.metric_mappings.MappingRow values, and the
+reason a canonical metric has no data under a flavor."""
 
 from console.observability.models import MetricMapping
-from engines.metrics import CANONICAL, DEFAULT_MAPPINGS, MappingRow
+from engines.metric_mappings import CANONICAL, DEFAULT_MAPPINGS, MappingRow
 
 
 def mapping_rows() -> list[MappingRow]:

@@ -31,7 +31,8 @@ from console.observability.models import PriceSetting, Resolution, ScrapeHealth
 from console.observability.pricing import ChargedPrice, charged_price
 from console.observability.request_stats import RequestStats, window_stats
 from console.observability.swaps import Swaps, since_words, state_class, state_label, swaps
-from engines.metrics import RATIO_METRICS, MappingRow, Quantile, add_histograms, quantile
+from engines.metric_mappings import RATIO_METRICS, MappingRow
+from engines.metrics import Quantile, add_histograms, quantile
 from engines.room import asleep_bytes_per_gpu, awake_bytes_per_gpu, gib, gpus_words
 
 STALE_AFTER_SCRAPES = 3

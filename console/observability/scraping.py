@@ -24,7 +24,8 @@ from console.observability import history, pricing, request_stats
 from console.observability.mappings import mapping_rows
 from console.observability.models import PriceSetting, ScrapeHealth
 from engines.external import METRIC_ENGINES, NO_METRICS, ExternalKind
-from engines.metrics import MappingRow, Scrape, choose_flavor, parse_metrics, sample_names
+from engines.metric_mappings import MappingRow
+from engines.metrics import Scrape, choose_flavor, parse_metrics, sample_names
 
 log = logging.getLogger(__name__)
 S = DeploymentState

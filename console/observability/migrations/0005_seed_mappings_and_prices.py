@@ -1,4 +1,4 @@
-"""Seeds the editable metric mappings from engines.metrics.DEFAULT_MAPPINGS (each row citing its source) and
+"""Seeds the editable metric mappings from engines.metric_mappings.DEFAULT_MAPPINGS (each row citing its source) and
 default GPU prices, each with its source. Rows an admin already has are left as they are; reversing removes
 only rows still equal to a default."""
 
@@ -19,7 +19,7 @@ DEFAULT_PRICES = [
 
 
 def seed(apps: Any, schema_editor: Any) -> None:
-    from engines.metrics import DEFAULT_MAPPINGS
+    from engines.metric_mappings import DEFAULT_MAPPINGS
 
     MetricMapping = apps.get_model("observability", "MetricMapping")
     PriceSetting = apps.get_model("observability", "PriceSetting")
@@ -41,7 +41,7 @@ def seed(apps: Any, schema_editor: Any) -> None:
 
 
 def unseed(apps: Any, schema_editor: Any) -> None:
-    from engines.metrics import DEFAULT_MAPPINGS
+    from engines.metric_mappings import DEFAULT_MAPPINGS
 
     MetricMapping = apps.get_model("observability", "MetricMapping")
     PriceSetting = apps.get_model("observability", "PriceSetting")

@@ -9,7 +9,7 @@ from django.db import migrations
 
 
 def seed_missing(apps: Any, schema_editor: Any) -> None:
-    from engines.metrics import DEFAULT_MAPPINGS
+    from engines.metric_mappings import DEFAULT_MAPPINGS
 
     MetricMapping = apps.get_model("observability", "MetricMapping")
     for row in DEFAULT_MAPPINGS:
