@@ -274,6 +274,14 @@ HEARTH_METRICS_OPEN = envbool("HEARTH_METRICS_OPEN", False)  # true: /metrics an
 HEARTH_RECONCILE_INTERVAL = envfloat("HEARTH_RECONCILE_INTERVAL", 10.0)  # seconds
 # Seconds between beat's checks of the request accounting (the spool written, spending counters held to the log)
 HEARTH_ACCOUNTING_CHECK_INTERVAL = envfloat("HEARTH_ACCOUNTING_CHECK_INTERVAL", 30.0)
+# Batch-class requests (keys of class batch, Batch API lines) are charged the deployment's price times this factor, in
+# their reservations, charges and request-log cost alike (gateway.prices.price_factor); over 0 and at most 1.
+HEARTH_BATCH_PRICE_FACTOR = envfloat("HEARTH_BATCH_PRICE_FACTOR", 0.5)
+if not 0 < HEARTH_BATCH_PRICE_FACTOR <= 1:
+    raise ImproperlyConfigured(
+        f"HEARTH_BATCH_PRICE_FACTOR={os.environ.get('HEARTH_BATCH_PRICE_FACTOR')!r} must be a number over 0 and at "
+        "most 1: the share of the deployment's price a batch-class token is charged (e.g. 0.5, half; 1, full price)."
+    )
 HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # seconds without a byte
 # Web processes on one socket (appliance.web_server); default one per core, at most 8.
 HEARTH_WEB_WORKERS = envint("HEARTH_WEB_WORKERS", max(1, min(os.cpu_count() or 1, 8)))
