@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "console.usage",
     "console.capacity",
     "console.alerts",
+    "console.batches",
     "gateway",
     "axes",  # sign-in throttling: its tables, its middleware below, its backend first in AUTHENTICATION_BACKENDS
 ]
@@ -346,6 +347,13 @@ HEARTH_PORT = envint("HEARTH_PORT", 8000)  # the appliance's port (appliance.web
 HEARTH_GATEWAY_URL = envstr("HEARTH_GATEWAY_URL", f"http://127.0.0.1:{HEARTH_PORT}")
 HEARTH_CAPACITY_MAX_REQUESTS = envint("HEARTH_CAPACITY_MAX_REQUESTS", 2000)
 HEARTH_CAPACITY_MAX_SECONDS = envint("HEARTH_CAPACITY_MAX_SECONDS", 1800)
+# The Files and Batches API (console.batches, gateway.batch_api): an uploaded file's size limit (bytes, OpenAI's
+# 200 MB), the lines of one batch in flight at once, and whether a batch wakes a deployment put to sleep (off: its
+# lines wait, the batch in_progress, until something else wakes it). The runner reaches the gateway at
+# HEARTH_GATEWAY_URL.
+HEARTH_BATCH_FILE_MAX_BYTES = envint("HEARTH_BATCH_FILE_MAX_BYTES", 200 * 1000 * 1000)
+HEARTH_BATCH_CONCURRENCY = envint("HEARTH_BATCH_CONCURRENCY", 4)
+HEARTH_BATCH_WAKES_DEPLOYMENTS = envbool("HEARTH_BATCH_WAKES_DEPLOYMENTS", False)
 # Engines Hearth did not launch (appliance.address_policy): networks whose loopback, link-local or other refused
 # addresses an admin allows them at anyway (comma-separated, e.g. 127.0.0.0/8 for a test engine on this box).
 HEARTH_EXTERNAL_ALLOW = [n.strip() for n in envstr("HEARTH_EXTERNAL_ALLOW").split(",") if n.strip()]

@@ -1,0 +1,4 @@
+"""The OpenAI Files and Batches API's storage and runner: uploaded JSONL files and the files a batch writes
+(models.BatchFile, content in models.BatchFileChunk), batches and their lines (models.Batch, models.BatchLine), the
+checks of an uploaded file (files.py), the batch's life (batches.py) and the Celery runner (runner.py, tasks.py).
+The /v1 endpoints are gateway.batch_api's."""
