@@ -40,6 +40,7 @@ from console.deployments import activity
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_key, processes_key
 from gateway.accounting import Outcome, count, row_of
+from gateway.prices import price_factor
 from gateway.reaper import process_identity, reap
 from gateway.relay import RelayState
 from gateway.relay_plan import RelayPlan
@@ -144,6 +145,8 @@ class Ledger:
             "endpoint": plan.endpoint,
             "stream": plan.stream,
             "started": time.time() - (time.monotonic() - plan.arrived),
+            "priority": plan.priority,  # its price factor (gateway.prices.price_factor) and its row's class
+            "batch_id": plan.batch_id,
         }
         if ids.client is not None:
             fields["client_request_id"] = ids.client
@@ -155,7 +158,13 @@ class Ledger:
         """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals."""
         key = plan.key
         held = await self.reservations.admit(
-            key.id, key.quota, plan.route.deployment_id, plan.reserve, ticket.request_id, (self.notes, ticket.fields)
+            key.id,
+            key.quota,
+            plan.route.deployment_id,
+            plan.reserve,
+            ticket.request_id,
+            (self.notes, ticket.fields),
+            price_factor(plan.priority),
         )
         ticket.noted, ticket.held = True, held
         ticket.fields["held"] = [str(held.cost), held.price]
@@ -202,8 +211,9 @@ class Ledger:
         if not ticket.limited:
             f = ticket.fields
             charge = self.reservations.charge
+            factor = price_factor(f["priority"])
             outcome.cost_usd = await charge(
-                f["key_id"], f["owner_id"], f["deployment_id"], used, f["started"], prompt=prompt or 0
+                f["key_id"], f["owner_id"], f["deployment_id"], used, f["started"], prompt=prompt or 0, factor=factor
             )
         row = row_of(outcome)
         cost = row.pop("cost_usd")

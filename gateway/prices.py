@@ -7,15 +7,46 @@ and never longer than MAX_AGE seconds whatever was announced; while no watch is 
 charge reads the price of that moment, as before the cache. A read that began before an announcement is not
 kept. Admission and settlement of keys with limits read the price inside their own scripts
 (gateway.reservations), never from here.
+
+A batch-class request (gateway.relay_plan.RelayPlan.priority "batch") is charged the price times
+HEARTH_BATCH_PRICE_FACTOR (``price_factor``, ``scaled``); the scripts scale it the same way (SCALE_FUNCTION), in
+doubles, so a request costs the same nano-USD whichever path charges it.
 """
 
 import time
 
 import redis.asyncio as aioredis
+from django.conf import settings
 
 from console.observability.cost import price_per_token
 
 MAX_AGE = 2.0  # seconds a price is used without reading it again (gateway.registry's RECHECK_EVERY)
+BATCH = "batch"  # the class charged at the batch price factor (console.access.models.Priority.BATCH)
+
+# Lua: ``scaled(price, factor)`` as ``scaled`` below: a price ('' none; "input,output") times ``factor`` (nil or 1:
+# the price as it is), each part written with 17 significant digits (the same double once read again).
+SCALE_FUNCTION = """
+local function scaled(price, factor)
+  if price == '' or factor == nil or factor == 1 then return price end
+  local first, second = string.match(price, '^([^,]+),(.+)$')
+  if first then return string.format('%.17g,%.17g', tonumber(first) * factor, tonumber(second) * factor) end
+  return string.format('%.17g', tonumber(price) * factor)
+end
+"""
+
+
+def price_factor(priority: str) -> float:
+    """The share of its deployment's price a request of class ``priority`` is charged: HEARTH_BATCH_PRICE_FACTOR
+    (over 0, at most 1) for batch, 1 for the others."""
+    return float(settings.HEARTH_BATCH_PRICE_FACTOR) if priority == BATCH else 1.0
+
+
+def scaled(price: str, factor: float) -> str:
+    """``price`` (USD per token, a decimal string, or "input,output"; "" none) times ``factor``, as the scripts'
+    ``scaled`` computes it (in doubles); "" stays "", and a factor of 1 leaves the price as it is."""
+    if not price or factor == 1:
+        return price
+    return ",".join(repr(float(part) * factor) for part in price.split(","))
 
 
 class Prices:

@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import alive_key, notes_key, processes_key, text
+from gateway.prices import price_factor
 from gateway.reservations import counter_keys, finish_call, settlement
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ def cut(request_id: str, note: dict[str, Any], notes: str) -> tuple[list[str], l
         settle = settlement(keys, request_id, note["reserve"], used, int(cost), price, bool(note["owned"]))
     else:  # a key without limits: charged now, at the price of now
         keys = counter_keys(note["key_id"], owner, note["deployment_id"], note["started"])
-        settle = settlement(keys, "", 0, used, 0, "?", owner is not None)
+        factor = price_factor(note.get("priority", ""))
+        settle = settlement(keys, "", 0, used, 0, "?", owner is not None, factor=factor)
     return finish_call(notes, request_id, True, encode(row), "", settle, note["deployment_id"], None)
 
 
@@ -145,4 +147,6 @@ def cut_row(request_id: str, note: dict[str, Any]) -> Row:
         "truncated": status == 200,
         "usage_estimated": True,
         "key_prefix": note["prefix"],
+        "priority": note.get("priority") or "standard",
+        "batch_id": note.get("batch_id") or "",
     }

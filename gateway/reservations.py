@@ -15,9 +15,10 @@ not admitted through Redis and holds nothing to settle: its cost, at the price t
 (gateway.prices), is added to its USD counters in batches (gateway.charges).
 
 USD: counters in nano-USD; cost = tokens × USD per token (the deployment's steady price,
-console.observability.pricing; a price "input,output" reserves at the higher and charges the prompt tokens at the
-first), reserved rounded up and charged rounded to the nearest nano-USD, and that charge is what the request log's
-``cost_usd`` holds, so the day's counter is the sum of the day's logged costs (plus what requests in flight hold).
+console.observability.pricing, times HEARTH_BATCH_PRICE_FACTOR for a batch-class request: gateway.prices.scaled; a
+price "input,output" reserves at the higher and charges the prompt tokens at the first), reserved rounded up and
+charged rounded to the nearest nano-USD, and that charge is what the request log's ``cost_usd`` holds, so the day's
+counter is the sum of the day's logged costs (plus what requests in flight hold).
 No price published (a CPU deployment or no GPU price, and none set by an admin): the budgets cannot be judged; the
 request passes, is charged nothing and its log row's cost is None (the keys page says "no price").
 
@@ -55,7 +56,7 @@ from console.observability.request_spool import spool_key
 from console.observability.spent import DAY_TTL, MONTH_TTL, key_counters, periods, usd_counters
 from gateway import quotas
 from gateway.charges import Charges, nano_usd
-from gateway.prices import Prices
+from gateway.prices import SCALE_FUNCTION, Prices, scaled
 from gateway.quotas import NANO, Quota
 
 log = logging.getLogger(__name__)
@@ -70,11 +71,15 @@ TTL = {"minute": 120, "day": DAY_TTL, "month": MONTH_TTL}  # seconds each window
 # ARGV: 1 reservation id (the request's id), 2 now (Unix s), 3 tokens to reserve, 4-11 the limits of KEYS 1-8 (''
 #       none; USD in nano-USD), 12 1 when the key has an owner, 13-15 TTL of minute, day and month counters,
 #       16 SLOT_LAPSE, 17 the request's note (a JSON object; '' none): written with "held": [cost, price] added,
-#       18 activity.KEPT and 19 activity.LAPSE ('' both: the activity is not noted).
+#       18 activity.KEPT and 19 activity.LAPSE ('' both: the activity is not noted), 20 the price factor
+#       (gateway.prices.price_factor; '' or absent 1): the price is read times it, and returned so.
 # Returns {0, cost reserved (nano-USD), price ('' none)} or {index of the full counter (1-8), used, wanted}.
-ADMIT = """
+ADMIT = (
+    SCALE_FUNCTION
+    + """
 local now, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
 local price = redis.call('GET', KEYS[9])
+if price then price = scaled(price, tonumber(ARGV[20] or '1')) end
 local cost = 0
 if price then
   local first, second = string.match(price, '^([^,]+),(.+)$')
@@ -115,20 +120,24 @@ if ARGV[18] and ARGV[18] ~= '' then
 end
 return {0, string.format('%d', cost), price or ''}
 """
+)
 
 # The settlement, as a Lua function of its KEYS (K) and ARGV (A):
 # K: 1 tokens/minute, 2 tokens/day, 3 running, 4 key USD/day, 5 key USD/month, 6 owner USD/day,
 #    7 owner USD/month, 8 the deployment's USD per token.
 # A: 1 reservation id ('' none: nothing was reserved), 2 tokens reserved, 3 tokens used, 4 cost reserved,
 #    5 the price read at admission ('' none; '?' read it now), 6 1 when the key has an owner,
-#    7-8 TTL of day and month counters, 9 the prompt tokens among those used (charged at the input price).
+#    7-8 TTL of day and month counters, 9 the prompt tokens among those used (charged at the input price),
+#    10 the price factor a price read now ('?') is scaled by ('' or absent 1; a price read at admission is already).
 # Returns {cost charged (nano-USD), price ('' none)}. A price "input,output" charges the prompt tokens at the first,
 # the rest at the second (console.observability.pricing); gateway.charges.nano_usd rounds the same way.
-SETTLE_FUNCTION = """
+SETTLE_FUNCTION = (
+    SCALE_FUNCTION
+    + """
 local function settle(K, A)
   local reserved, used, reserved_cost = tonumber(A[2]), tonumber(A[3]), tonumber(A[4])
   local price = A[5]
-  if price == '?' then price = redis.call('GET', K[8]) or '' end
+  if price == '?' then price = scaled(redis.call('GET', K[8]) or '', tonumber(A[10] or '1')) end
   local cost = 0
   if price ~= '' then
     local first, second = string.match(price, '^([^,]+),(.+)$')
@@ -164,6 +173,7 @@ local function settle(K, A)
   return {string.format('%d', cost), price}
 end
 """
+)
 SETTLE = SETTLE_FUNCTION + "return settle(KEYS, ARGV)\n"  # KEYS and ARGV as K and A above
 
 # KEYS: 1 the process's notes, 2 the spool, 3 the deployment's last-request key, 4 its in-flight set (both
@@ -218,12 +228,20 @@ def counter_keys(key_id: int, owner_id: int | None, deployment_id: int, now: flo
 
 
 def settlement(
-    keys: tuple[str, ...], rid: str, reserved: int, used: int, cost: int, price: str, owned: bool, prompt: int = 0
+    keys: tuple[str, ...],
+    rid: str,
+    reserved: int,
+    used: int,
+    cost: int,
+    price: str,
+    owned: bool,
+    prompt: int = 0,
+    factor: float = 1.0,
 ) -> tuple[list[str], list[str | int]]:
     """The settlement's K and A (SETTLE, FINISH) for a request admitted with ADMIT's ``keys``: ``rid`` '' when
-    nothing was reserved, ``price`` '?' to read it in the script, ``prompt`` the prompt tokens among ``used``."""
+    nothing was reserved, ``price`` '?' to read it in the script (times ``factor``), ``prompt`` the prompt tokens."""
     args: list[str | int] = [rid, reserved, max(used, 0), cost, price, int(owned), TTL["day"], TTL["month"]]
-    args.append(max(prompt, 0))
+    args += [max(prompt, 0), repr(factor)]
     return list(keys[1:]), args
 
 
@@ -274,12 +292,14 @@ class Reservations:
         tokens: int,
         rid: str = "",
         note: tuple[str, dict[str, Any]] | None = None,
+        factor: float = 1.0,
     ) -> Reservation:
         """Reserve one request of ``tokens`` tokens (gateway.quotas.tokens_to_reserve) under the id ``rid`` (a
-        new one when ''); with ``note`` (the process's notes hash, the note's fields), note the request too, its
-        fields with ``admitted`` (Unix s), ``reserve`` and ``owned`` added; the request is in the deployment's
-        requests in flight once admitted (console.deployments.activity). Raises GatewayError 429 when a limit
-        or budget has no room for it (nothing counted or noted then), 503 when Redis does not answer."""
+        new one when ''), at the deployment's price times ``factor`` (gateway.prices.price_factor); with ``note``
+        (the process's notes hash, the note's fields), note the request too, its fields with ``admitted`` (Unix s),
+        ``reserve`` and ``owned`` added; the request is in the deployment's requests in flight once admitted
+        (console.deployments.activity). Raises GatewayError 429 when a limit or budget has no room for it (nothing
+        counted or noted then), 503 when Redis does not answer."""
         now = time.time()
         keys = counter_keys(key_id, quota.owner_id, deployment_id, now)
         limits = [
@@ -306,6 +326,7 @@ class Reservations:
             noted,
             activity.KEPT,
             activity.LAPSE,
+            repr(factor),
         ]
         busy = [activity.last_request_key(deployment_id), activity.in_flight_key(deployment_id)]
         try:
@@ -328,12 +349,13 @@ class Reservations:
         deployment_id: int,
         used: int,
         prompt: int = 0,
+        factor: float = 1.0,
     ) -> Decimal | None:
         """Settle ``held`` with the ``used`` tokens, or, for a key admitted without Redis (``held`` None),
-        charge their cost (gateway.charges); the USD charged, None when no price was known or Redis did not
-        answer (logged: a request already answered never fails here)."""
+        charge their cost at the price times ``factor`` (gateway.charges); the USD charged, None when no price was
+        known or Redis did not answer (logged: a request already answered never fails here)."""
         if held is None:
-            return await self.charge(key_id, owner_id, deployment_id, used, prompt=prompt)
+            return await self.charge(key_id, owner_id, deployment_id, used, prompt=prompt, factor=factor)
         keys, args = settlement(held.keys, held.rid, held.tokens, used, held.cost, held.price, held.owned, prompt)
         try:
             cost, price = await self._settle(keys=keys, args=args)
@@ -343,12 +365,19 @@ class Reservations:
         return Decimal(int(cost)) / NANO if price else None
 
     async def charge(
-        self, key_id: int, owner_id: int | None, deployment_id: int, used: int, at: float | None = None, prompt: int = 0
+        self,
+        key_id: int,
+        owner_id: int | None,
+        deployment_id: int,
+        used: int,
+        at: float | None = None,
+        prompt: int = 0,
+        factor: float = 1.0,
     ) -> Decimal | None:
         """Charge ``used`` tokens (``prompt`` of them the prompt's) of a key admitted without Redis in this process's
-        next batch (gateway.charges), to the day and month of ``at`` (Unix s: when the request started, as a
-        reservation is counted; default now); the USD charged, None when no price was known or Redis did not answer
-        (logged)."""
+        next batch (gateway.charges), at the price times ``factor`` (gateway.prices.price_factor), to the day and
+        month of ``at`` (Unix s: when the request started, as a reservation is counted; default now); the USD
+        charged, None when no price was known or Redis did not answer (logged)."""
         if used <= 0:
             return None
         try:
@@ -358,7 +387,7 @@ class Reservations:
             return None
         if not price:
             return None
-        cost = nano_usd(used, price, prompt)
+        cost = nano_usd(used, scaled(price, factor), prompt)
         when = time.time() if at is None else at
         counters = counter_keys(key_id, owner_id, deployment_id, when)[4 : 8 if owner_id is not None else 6]
         self.charges.charge(counters, [TTL["day"], TTL["month"]] * (len(counters) // 2), cost)
