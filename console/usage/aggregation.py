@@ -1,10 +1,11 @@
-"""Usage by UTC day and by key, member or model, from the request log (one GROUP BY query).
+"""Usage by UTC day, by key, member or model, and by class (interactive, standard, batch: the priority each request
+ran at, RequestLog.priority), from the request log (one GROUP BY query).
 
 Members see only their own keys' requests; admins and viewers everyone's. Errors are requests that
 answered 4xx/5xx or whose stream the engine ended without its terminal event. Cost: the sum of the request
 log's ``cost_usd`` (what the gateway charged: tokens × the deployment's steady price per token; the one
-definition of a key's cost, console.observability.cost); None when no request of the row had a price, shown as
-"no price".
+definition of a key's cost, console.observability.cost; batch-class requests at HEARTH_BATCH_PRICE_FACTOR of it);
+None when no request of the row had a price, shown as "no price".
 """
 
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate
 
+from console.access.models import Priority
 from console.access.roles import may_see_all
 from console.errors import ConsoleError
 from console.observability.models import RequestLog
@@ -22,6 +24,7 @@ from console.observability.models import RequestLog
 GROUPS = {"key": "api_key__name", "member": "api_key__owner__username", "model": "model"}
 MAX_DAYS = 366
 NO_PRICE = "no price"
+BATCH = Priority.BATCH.value
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,22 @@ class UsageRow:
     completion_tokens: int
     errors: int
     cost_usd: Decimal | None = None  # None: no request of the row had a price
+    priority: str = ""  # the class its requests ran at (console.access.models.Priority); "" for a total
+
+
+def totals(rows: list[UsageRow], day: date, label: str) -> UsageRow:
+    """The sums of ``rows`` as one row of ``day`` named ``label``; its cost None when none of them had one."""
+    costs = [r.cost_usd for r in rows if r.cost_usd is not None]
+    return UsageRow(
+        day,
+        label,
+        sum(r.requests for r in rows),
+        sum(r.prompt_tokens for r in rows),
+        sum(r.cached_tokens for r in rows),
+        sum(r.completion_tokens for r in rows),
+        sum(r.errors for r in rows),
+        sum(costs, Decimal(0)) if costs else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -72,13 +91,14 @@ def visible_requests(user: Any) -> QuerySet[RequestLog]:
 
 
 def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
-    """Rows by day (newest first) and group (by name). Raises ConsoleError for an unknown group."""
+    """Rows by day (newest first), group (by name) and class (by name). Raises ConsoleError for an unknown
+    group."""
     if group not in GROUPS:
         raise ConsoleError(f"Group by one of: {', '.join(GROUPS)}.")
     start, end = window.bounds()
     logs = visible_requests(user).filter(created_at__gte=start, created_at__lt=end)
     field = GROUPS[group]
-    names = [field, "api_key__prefix"] if group == "key" else [field]
+    names = [field, "api_key__prefix", "priority"] if group == "key" else [field, "priority"]
     rows = (
         logs.annotate(day=TruncDate("created_at", tzinfo=UTC))
         .values("day", *names)
@@ -94,7 +114,15 @@ def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
     )
     return [
         UsageRow(
-            r["day"], _label(group, r), r["requests"], r["prompt"], r["cached"], r["completion"], r["errors"], r["cost"]
+            r["day"],
+            _label(group, r),
+            r["requests"],
+            r["prompt"],
+            r["cached"],
+            r["completion"],
+            r["errors"],
+            r["cost"],
+            r["priority"],
         )
         for r in rows
     ]

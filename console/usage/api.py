@@ -1,4 +1,4 @@
-"""Usage's part of the JSON API: GET /api/usage, rows by UTC day and key, member or model."""
+"""Usage's part of the JSON API: GET /api/usage, rows by UTC day, key, member or model, and class."""
 
 from datetime import date
 
@@ -13,6 +13,7 @@ router = Router(tags=["usage"])
 class UsageOut(Schema):
     day: date
     group: str
+    priority: str  # the class its requests ran at: interactive, standard or batch
     requests: int
     prompt_tokens: int
     cached_tokens: int
@@ -23,6 +24,6 @@ class UsageOut(Schema):
 
 @router.get("/usage", response=list[UsageOut])
 def usage_rows(request: HttpRequest, group: str = "key", since: str = "", until: str = "") -> list[UsageRow]:
-    """``group``: key, member or model; ``since``/``until``: YYYY-MM-DD (UTC, both included; default the
-    last 30 days). Members get their own keys' usage only."""
+    """``group``: key, member or model, each split by class (``priority``); ``since``/``until``: YYYY-MM-DD (UTC,
+    both included; default the last 30 days). Members get their own keys' usage only."""
     return usage(request.user, group, Window.parse(since[:10], until[:10]))

@@ -1,15 +1,24 @@
-"""The usage page (by key, member or model, day by day) and its CSV export, with the same filters."""
+"""The usage page (by key, member or model, and class, day by day) and its CSV export, with the same filters."""
 
-from decimal import Decimal
-
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console.errors import ConsoleError
 from console.spreadsheet import csv_text
-from console.usage.aggregation import GROUPS, NO_PRICE, UsageRow, Window, usage
+from console.usage.aggregation import BATCH, GROUPS, NO_PRICE, Window, totals, usage
 
-COLUMNS = ("day", "group", "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "errors", "cost_usd")
+COLUMNS = (
+    "day",
+    "group",
+    "class",
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "errors",
+    "cost_usd",
+)
 
 
 def _query(request: HttpRequest) -> tuple[str, Window]:
@@ -23,12 +32,12 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         rows = usage(request.user, group, window)
     except ConsoleError as exc:
         return render(request, "usage/usage.html", {"error": str(exc), "groups": GROUPS}, status=400)
-    costs = [r.cost_usd for r in rows if r.cost_usd is not None]
-    sums = {f: sum(getattr(r, f) for r in rows) for f in COLUMNS[2:7]}
-    totals = UsageRow(window.until, "total", **sums, cost_usd=sum(costs, Decimal(0)) if costs else None)
+    batch = [r for r in rows if r.priority == BATCH]
     context = {
         "rows": rows,
-        "totals": totals,
+        "totals": totals(rows, window.until, "total"),
+        "batch_totals": totals(batch, window.until, BATCH) if batch else None,
+        "factor": settings.HEARTH_BATCH_PRICE_FACTOR,
         "group": group,
         "window": window,
         "groups": GROUPS,
@@ -39,7 +48,8 @@ def usage_page(request: HttpRequest) -> HttpResponse:
 
 
 def usage_export(request: HttpRequest) -> HttpResponse:
-    """The page's rows as CSV (``cost_usd`` in USD, empty for no price); 400 for a bad filter."""
+    """The page's rows as CSV (``class`` the requests' priority class; ``cost_usd`` in USD, empty for no price); 400
+    for a bad filter."""
     try:
         group, window = _query(request)
         rows = usage(request.user, group, window)
@@ -50,6 +60,7 @@ def usage_export(request: HttpRequest) -> HttpResponse:
         [
             r.day.isoformat(),
             r.group,
+            r.priority,
             r.requests,
             r.prompt_tokens,
             r.cached_tokens,
