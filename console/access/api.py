@@ -33,10 +33,12 @@ class KeyIn(Body):
     max_concurrent: Integer | None = None
     daily_budget_usd: Decimal | None = None
     monthly_budget_usd: Decimal | None = None
+    priority: str = ""  # interactive (admin-granted), standard or batch; "": the owner's default
 
 
 class KeyPatch(Body):
-    """The limits to change; one left out keeps its value, one given as null removes it."""
+    """The limits and class to change; one left out keeps its value, one given as null removes it (a class: back to
+    the owner's default)."""
 
     allowed_models: list[str] | None = None
     max_tokens_cap: Integer | None = None
@@ -47,6 +49,7 @@ class KeyPatch(Body):
     max_concurrent: Integer | None = None
     daily_budget_usd: Decimal | None = None
     monthly_budget_usd: Decimal | None = None
+    priority: str | None = None
 
 
 class KeyOut(Schema):
@@ -77,6 +80,8 @@ class KeyRow(Schema):
     max_concurrent: int | None
     daily_budget_usd: Decimal | None
     monthly_budget_usd: Decimal | None
+    priority: str  # the key's own class; "": its owner's default
+    effective_priority: str  # the class its requests run at: its own, else its owner's default, else standard
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
@@ -118,7 +123,10 @@ def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
 
 @router.patch("/keys/{pk}", response=KeyRow)
 def update_key(request: HttpRequest, pk: int, data: KeyPatch) -> ApiKey:
-    key = keys.set_key_limits(keys.manageable_key(request.user, pk), request.user, **data.dict(exclude_unset=True))
+    given = data.dict(exclude_unset=True)
+    if "priority" in given and given["priority"] is None:
+        given["priority"] = ""
+    key = keys.set_key_limits(keys.manageable_key(request.user, pk), request.user, **given)
     return with_activity(ApiKey.objects.filter(pk=key.pk)).get()
 
 
@@ -163,6 +171,7 @@ class MemberPatch(Body):
     max_keys: Integer | None = None
     daily_budget_usd: Decimal | None = None
     monthly_budget_usd: Decimal | None = None
+    default_priority: str | None = None  # their keys' default class; null: standard
 
 
 class MemberOut(Schema):

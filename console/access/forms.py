@@ -9,6 +9,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.validators import MaxLengthValidator
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
+from console.access.models import PRIORITY_HELP, Priority
 
 
 def usd_field(label: str, help_text: str) -> forms.DecimalField:
@@ -26,8 +27,17 @@ def split_models(text: str) -> list[str]:
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
+def priority_field(*, default_label: str | None, interactive: bool) -> forms.ChoiceField:
+    """A class (console.access.models.Priority) to choose, with ``default_label`` for "" (None: no such choice) and
+    interactive offered only where ``interactive``."""
+    choices = [(value, label) for value, label in Priority.choices if interactive or value != Priority.INTERACTIVE]
+    blank = [] if default_label is None else [("", default_label)]
+    return forms.ChoiceField(choices=blank + choices, required=False, label="Class", help_text=PRIORITY_HELP)
+
+
 class KeyLimitsFields(forms.Form):
-    """The limits a key shares between its creation and a later change."""
+    """The limits a key shares between its creation and a later change, and its class. Interactive is offered only
+    where ``interactive`` (an admin, or an owner an admin made interactive: console.access.keys.checked_priority)."""
 
     allowed_models = forms.CharField(
         required=False, max_length=2000, help_text="Served model names, comma-separated; empty: every model."
@@ -47,10 +57,14 @@ class KeyLimitsFields(forms.Form):
     daily_budget_usd = usd_field("Daily budget (USD)", "Per UTC day; empty: none.")
     monthly_budget_usd = usd_field("Monthly budget (USD)", "Per UTC calendar month; empty: none.")
 
+    def __init__(self, *args: Any, interactive: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["priority"] = priority_field(default_label="the owner's default", interactive=interactive)
+
     def limits(self) -> dict[str, Any]:
-        """The cleaned limits as console.access.keys takes them."""
+        """The cleaned limits and class as console.access.keys takes them."""
         data = self.cleaned_data
-        names = (*INT_NAMES, "daily_budget_usd", "monthly_budget_usd")
+        names = (*INT_NAMES, "daily_budget_usd", "monthly_budget_usd", "priority")
         return {"allowed_models": split_models(data["allowed_models"]), **{name: data[name] for name in names}}
 
 

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from console.access import keys, shown_once
 from console.access.forms import ApiKeyForm, KeyChangeForm, RotateForm
 from console.access.key_activity import NO_PRICE, spent_by, with_activity
-from console.access.models import ApiKey, Role
+from console.access.models import ApiKey, Priority, Role
 from console.access.roles import may_manage_key, role_of
 from console.errors import ConsoleError
 
@@ -46,7 +46,7 @@ def _page(request: HttpRequest, template: str, context: Mapping[str, object]) ->
 
 
 def keys_page(request: HttpRequest) -> HttpResponse:
-    form = ApiKeyForm(request.POST or None)
+    form = ApiKeyForm(request.POST or None, interactive=keys.may_choose_interactive(request.user, request.user))
     if request.method == "POST" and form.is_valid():
         try:
             with transaction.atomic():  # a secret Redis cannot keep leaves no key behind
@@ -67,7 +67,8 @@ def key_page(request: HttpRequest, pk: int) -> HttpResponse:
     rotation of an expired key is refused) and revoke."""
     key = keys.visible_keys(request.user).filter(pk=pk).first() or keys.manageable_key(request.user, pk)
     may_manage = may_manage_key(request.user, key)
-    form = KeyChangeForm(request.POST or None, initial=_initial(key))
+    interactive = key.priority == Priority.INTERACTIVE or keys.may_choose_interactive(request.user, key.owner)
+    form = KeyChangeForm(request.POST or None, initial=_initial(key), interactive=interactive)
     if request.method == "POST":
         key = keys.manageable_key(request.user, pk)
         if form.is_valid():
@@ -85,7 +86,7 @@ def key_page(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _initial(key: ApiKey) -> dict[str, object]:
     limits = keys.limits_of(key)
-    return limits | {"allowed_models": ", ".join(key.allowed_models)}
+    return limits | {"allowed_models": ", ".join(key.allowed_models), "priority": key.priority}
 
 
 @require_POST

@@ -3,7 +3,8 @@
 is recorded in the audit log, in the same transaction as the change.
 
 Every change bumps the routing version after it commits, so each gateway process sees it on its next
-request. A key's limits must lie within its owner's ceilings (console.access.key_limits).
+request. A key's limits must lie within its owner's ceilings (console.access.key_limits). Its class
+(console.access.models.Priority) is its owner's to choose, but interactive is admin-granted (``checked_priority``).
 """
 
 from datetime import timedelta
@@ -17,7 +18,7 @@ from django.utils import timezone
 
 from console.access import key_limits
 from console.access.key_format import new_key
-from console.access.models import ApiKey, Member
+from console.access.models import ApiKey, Member, Priority
 from console.access.roles import is_admin, may_manage_key, may_see_all
 from console.audit.recording import changed, record
 from console.errors import ConsoleError
@@ -33,6 +34,26 @@ def ceilings_for(owner: Any) -> Member | None:
     return Member.objects.filter(user=owner).first()
 
 
+def may_choose_interactive(actor: Any, owner: Any) -> bool:
+    """Whether ``actor`` may give a key of ``owner`` the interactive class: an admin always; anyone else only when an
+    admin made interactive the owner's member default."""
+    if is_admin(actor):
+        return True
+    return Member.objects.filter(user=owner, default_priority=Priority.INTERACTIVE).exists()
+
+
+def checked_priority(actor: Any, owner: Any, priority: str) -> str:
+    """``priority`` for a key of ``owner`` set by ``actor``: "" (the owner's default) or a class. Raises ConsoleError
+    for an unknown class, or interactive where ``may_choose_interactive`` says no."""
+    if priority not in ("", *Priority.values):
+        raise ConsoleError(
+            f"Unknown class {priority!r}; choose interactive, standard or batch (or empty for the owner's default)."
+        )
+    if priority == Priority.INTERACTIVE and not may_choose_interactive(actor, owner):
+        raise ConsoleError("Only an admin grants the interactive class; choose standard or batch.")
+    return priority
+
+
 def limits_of(key: ApiKey) -> dict[str, Any]:
     """The key's limits, as key_limits.LIMITS names them."""
     return {name: getattr(key, name) for name in key_limits.LIMITS}
@@ -44,13 +65,15 @@ def create_key(
     *,
     allowed_models: list[str] | None = None,
     expires_in_days: int | None = None,
+    priority: str = "",
     **limits: Any,
 ) -> tuple[ApiKey, str]:
     """A new API key owned by ``user``; returns (row, key). The key is in no row and no log: show it once.
 
     ``allowed_models`` (served model names; empty: all), ``expires_in_days``, and the limits of
-    key_limits.INT_LIMITS and BUDGETS (None: none) limit it, within the owner's ceilings. Raises
-    ConsoleError for a bad name or limit, or when the owner already holds their most live keys.
+    key_limits.INT_LIMITS and BUDGETS (None: none) limit it, within the owner's ceilings; ``priority`` is its
+    class ("" the owner's default; ``checked_priority``). Raises ConsoleError for a bad name, limit or class, or
+    when the owner already holds their most live keys.
     """
     name = _checked_name(name)
     if unknown := set(limits) - {*key_limits.INT_LIMITS, *key_limits.BUDGETS}:
@@ -59,6 +82,7 @@ def create_key(
     wanted["expires_at"] = key_limits.expiry(expires_in_days)
     member = ceilings_for(user)
     fields = key_limits.within_ceilings(member, key_limits.checked(wanted))
+    fields["priority"] = checked_priority(user, user, priority)
     key, prefix, digest = new_key()
     with transaction.atomic():
         if member is not None and member.max_keys is not None:
@@ -66,7 +90,9 @@ def create_key(
             if len(live) >= member.max_keys:
                 raise ConsoleError(f"You hold {len(live)} live keys, the most allowed for you; revoke one first.")
         row = ApiKey.objects.create(name=name, prefix=prefix, key_hash=digest, owner=user, **fields)
-        record(user, "key.create", row, {"prefix": prefix, **{k: v for k, v in fields.items() if v not in (None, [])}})
+        record(
+            user, "key.create", row, {"prefix": prefix, **{k: v for k, v in fields.items() if v not in (None, [], "")}}
+        )
         transaction.on_commit(bump_routing_version)
     return row, key
 
@@ -111,14 +137,17 @@ def rotate_key(key: ApiKey, actor: Any, grace_seconds: int) -> str:
     return secret
 
 
-def set_key_limits(key: ApiKey, actor: Any, **limits: Any) -> ApiKey:
+def set_key_limits(key: ApiKey, actor: Any, priority: str | None = None, **limits: Any) -> ApiKey:
     """Change some of ``key``'s limits (key_limits.LIMITS; ``expires_at`` a datetime or None), within its
-    owner's ceilings. Raises ConsoleError for a bad limit or a revoked key."""
+    owner's ceilings, and its class when ``priority`` is given ("" the owner's default; ``checked_priority``).
+    Raises ConsoleError for a bad limit or class or a revoked key."""
     if key.revoked_at is not None:
         raise ConsoleError(f"{key.name} is revoked; its limits no longer matter.")
-    before = limits_of(key)
-    wanted = key_limits.checked({**before, **limits}, held=before["allowed_models"])
+    before = limits_of(key) | {"priority": key.priority}
+    wanted = key_limits.checked({**limits_of(key), **limits}, held=before["allowed_models"])
     after = key_limits.within_ceilings(ceilings_for(key.owner), wanted)
+    if priority is not None and priority != key.priority:  # a class an admin granted is kept on other changes
+        after["priority"] = checked_priority(actor, key.owner, priority)
     with transaction.atomic():
         ApiKey.objects.filter(pk=key.pk).update(**after)
         key.refresh_from_db()
@@ -147,5 +176,5 @@ def manageable_key(user: Any, pk: int) -> ApiKey:
 
 def visible_keys(user: Any) -> QuerySet[ApiKey]:
     """The keys ``user`` may see: every key for admins and viewers, their own for members."""
-    keys = ApiKey.objects.select_related("owner")
+    keys = ApiKey.objects.select_related("owner__member")
     return keys if may_see_all(user) else keys.filter(owner=user)

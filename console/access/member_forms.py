@@ -6,7 +6,7 @@ from django import forms
 
 from console.access.forms import INT_NAMES, split_models, usd_field
 from console.access.key_limits import MAX_DAYS
-from console.access.models import Role
+from console.access.models import PRIORITY_HELP, Priority, Role
 
 
 class MemberAddForm(forms.Form):
@@ -41,9 +41,18 @@ class MemberForm(forms.Form):
     max_keys = forms.IntegerField(required=False, min_value=1, label="Live keys at once", help_text="Empty: any.")
     daily_budget_usd = usd_field("Daily budget (USD)", "All their keys together, per UTC day.")
     monthly_budget_usd = usd_field("Monthly budget (USD)", "All their keys together, per UTC month.")
+    default_priority = forms.ChoiceField(
+        choices=Priority.choices,
+        required=False,
+        initial=Priority.STANDARD,
+        label="Class of their keys",
+        help_text=f"Their keys' default. {PRIORITY_HELP}",
+    )
 
     def limits(self) -> dict[str, Any]:
-        """The cleaned limits as console.access.members.set_member_limits takes them."""
+        """The cleaned limits and default class (left out when not given) as console.access.members.set_member_limits
+        takes them."""
         data = self.cleaned_data
         names = (*INT_NAMES, "max_key_days", "max_keys", "daily_budget_usd", "monthly_budget_usd")
-        return {"allowed_models": split_models(data["allowed_models"]), **{name: data[name] for name in names}}
+        limits = {"allowed_models": split_models(data["allowed_models"]), **{name: data[name] for name in names}}
+        return limits | ({"default_priority": data["default_priority"]} if data["default_priority"] else {})

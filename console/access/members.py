@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from console.access import key_limits
 from console.access.keys import limits_of
-from console.access.models import ApiKey, Member, Role
+from console.access.models import ApiKey, Member, Priority, Role
 from console.access.roles import role_of
 from console.audit.recording import changed, record
 from console.errors import ConsoleError
@@ -22,7 +22,14 @@ from console.fanout import bump_routing_version
 from console.names import INT_MAX
 
 MAX_PASSWORD = 128  # as the members form takes it; hashing has no reason to take megabytes
-MEMBER_LIMITS = ("allowed_models", *key_limits.INT_LIMITS, "max_key_days", "max_keys", *key_limits.BUDGETS)
+MEMBER_LIMITS = (
+    "allowed_models",
+    *key_limits.INT_LIMITS,
+    "max_key_days",
+    "max_keys",
+    *key_limits.BUDGETS,
+    "default_priority",
+)
 
 
 def add_member(actor: Any, username: str, password: str, role: str) -> Any:
@@ -47,6 +54,14 @@ def add_member(actor: Any, username: str, password: str, role: str) -> Any:
     except IntegrityError:
         raise ConsoleError(f"A user named {username!r} already exists.") from None
     return user
+
+
+def _priority(value: str | None) -> str:
+    if value is None:
+        return Priority.STANDARD.value
+    if value not in Priority.values:
+        raise ConsoleError(f"Unknown class {value!r}; choose interactive, standard or batch.")
+    return value
 
 
 def _role(role: str) -> Role:
@@ -95,7 +110,8 @@ def set_active(actor: Any, user: Any, active: bool) -> None:
 
 
 def set_member_limits(actor: Any, user: Any, **limits: Any) -> Member:
-    """Set ``user``'s limits (MEMBER_LIMITS; None: none) and lower their live keys to fit them.
+    """Set ``user``'s limits (MEMBER_LIMITS; None: none) and lower their live keys to fit them; their keys' default
+    class too (``default_priority``: interactive, standard or batch; None: standard).
 
     Raises ConsoleError for a value out of range.
     """
@@ -105,6 +121,8 @@ def set_member_limits(actor: Any, user: Any, **limits: Any) -> Member:
     for name, value in extra.items():
         if value is not None and not 1 <= value <= (key_limits.MAX_DAYS if name == "max_key_days" else INT_MAX):
             raise ConsoleError(f"{name} must be from 1 to {key_limits.MAX_DAYS:,} (or empty for no limit).")
+    if "default_priority" in limits:
+        extra["default_priority"] = _priority(limits.pop("default_priority"))
     held = Member.objects.filter(user=user).values_list("allowed_models", flat=True).first() or []
     fields: dict[str, Any] = {**key_limits.checked(limits, held=held), **extra}
     with transaction.atomic():
