@@ -1,17 +1,18 @@
-"""What a gateway's streaming relay costs: the same load direct to an engine, through Hearth and through LiteLLM.
+"""What a gateway's streaming relay costs: the same load direct to an engine, through Hearth, LiteLLM and nginx.
 
-Usage: ``.venv/bin/python bench/gateway_overhead.py [--upstream simulator|fake] [--peers litellm|none]
+Usage: ``.venv/bin/python bench/gateway_overhead.py [--upstream simulator|fake] [--peers litellm,nginx|none]
 [--pattern steady|burst] [--streams 1,64,256] [--repeat 2] [--min-samples 16] [--hold 512] [--markdown]``
 
 Starts on 127.0.0.1 the engine (Hearth's simulator, or the lean ``fake_upstream.py``), the appliance's
 real web server (``uvicorn appliance.asgi:application`` with uvloop and httptools) on a throwaway SQLite
-database seeded with a ready deployment routed to the engine and an API key, and LiteLLM's proxy in its
-own venv (``litellm_peer.py``). First it measures each gateway's memory per 1,000 open streams, then for
-each concurrency level and repetition runs N concurrent streaming chats on every path, in an order that
-rotates per repetition: N clients in a closed loop (``steady``), or rounds of N sent at once (``burst``).
-The load generator runs here (``loadgen.py``), in no server's process. Prints a table and a verdict
-against the issue's targets (``report.py``); asserts nothing. Answers hold 64 chunks on average, or
-BENCH_ANSWER_CHUNKS (bench/procs.py). Needs Redis at 127.0.0.1:6379 (uses db 10
+database seeded with a ready deployment routed to the engine and an API key, LiteLLM's proxy in its
+own venv (``litellm_peer.py``) and nginx 1.22 from Debian's package (``nginx_peer.py``). First it
+measures each gateway's memory per 1,000 open streams, then for each concurrency level and repetition
+runs N concurrent streaming chats on every path, in an order that rotates per repetition: N clients in a
+closed loop (``steady``), or rounds of N sent at once (``burst``). The load generator runs here
+(``loadgen.py``), in no server's process. Prints a table and verdicts against the issues' targets
+(``report.py``: issue 17's, and with nginx issue 35's ratios to it); asserts nothing. Answers hold 64
+chunks on average, or BENCH_ANSWER_CHUNKS (bench/procs.py). Needs Redis at 127.0.0.1:6379 (uses db 10
 and flushes it at the end). Stops everything it started, even on error.
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 import aiohttp
 import dashboard_load
 import litellm_peer
+import nginx_peer
 import redis
 import report
 import uvloop
@@ -40,6 +42,7 @@ from procs import ROOT, engine_argv, free_port, seed, start, stop, web_argv
 
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the default of --redis-url
 DASHBOARD = "hearth+dashboard"  # the path measured while a console user refreshes the dashboard
+PEERS = ("litellm", "nginx")
 
 
 class Setup:
@@ -77,15 +80,18 @@ async def ready(setup: Setup, sessions: dict[str, aiohttp.ClientSession]) -> Non
     def has_bench(b: bytes) -> bool:
         return b"bench" in b
 
+    def answered(_: bytes) -> bool:
+        return True
+
     await wait_ready(sessions["direct"], setup.urls["direct"] + "/health", setup.procs["direct"], 60)
     await wait_ready(sessions["hearth"], setup.urls["hearth"] + "/v1/models", setup.procs["hearth"], 60, has_bench)
-    if "litellm" in setup.urls:
-        try:
-            await wait_ready(
-                sessions["litellm"], setup.urls["litellm"] + "/v1/models", setup.procs["litellm"], 180, has_bench
-            )
-        except RuntimeError as exc:
-            setup.drop("litellm", f"did not get ready: {exc}")
+    # LiteLLM answers /v1/models itself; nginx relays the engine's /health (the fake engine has no /v1/models)
+    for peer, page, wait, check in (("litellm", "/v1/models", 180, has_bench), ("nginx", "/health", 30, answered)):
+        if peer in setup.urls:
+            try:
+                await wait_ready(sessions[peer], setup.urls[peer] + page, setup.procs[peer], wait, check)
+            except RuntimeError as exc:
+                setup.drop(peer, f"did not get ready: {exc}")
 
 
 async def memory(
@@ -166,7 +172,9 @@ def with_dashboard(setup: Setup, viewers: int) -> Callable[[], Awaitable[list[fl
 
 def log_notes(name: str, log: Path) -> str:
     """A server's exceptions and relay warnings, counted, so errors and truncations show in the report."""
-    notable = re.compile(r"^[\w.]+(Error|Exception)\b|truncated stream|stream from .* broke|WARNING|ERROR")
+    notable = re.compile(
+        r"^[\w.]+(Error|Exception)\b|truncated stream|stream from .* broke|WARNING|ERROR|\[(warn|error|crit|alert)\]"
+    )
     lines = [ln[:200] for ln in log.read_text(errors="replace").splitlines() if notable.search(ln)]
     if not lines:
         return f"{name} log: no exceptions or warnings"
@@ -185,6 +193,28 @@ def start_litellm(setup: Setup, tmp: Path, engine_port: int) -> None:
         setup.add("litellm", port, key, start(argv, tmp / "litellm.log", env, cwd=tmp))
     except OSError as exc:
         setup.skipped["litellm"] = f"could not start: {exc}"
+
+
+def start_nginx(setup: Setup, tmp: Path, engine_port: int) -> None:
+    why = nginx_peer.ensure()
+    if why:
+        setup.skipped["nginx"] = why
+        return
+    port = free_port()
+    argv, env = nginx_peer.argv_env(tmp, engine_port, port)
+    try:
+        setup.add("nginx", port, "anything", start(argv, tmp / "nginx.log", env, cwd=tmp))
+    except OSError as exc:
+        setup.skipped["nginx"] = f"could not start: {exc}"
+
+
+def peers(text: str) -> list[str]:
+    """``--peers``: a comma-separated list of PEERS, or "none"."""
+    names = [] if text == "none" else [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer {', '.join(unknown)}: give {', '.join(PEERS)} or none")
+    return list(dict.fromkeys(names))
 
 
 def fresh_database(url: str) -> str:
@@ -211,7 +241,12 @@ def parse() -> argparse.Namespace:
         default="simulator",
         help="the engine: Hearth's simulator (default) or the lean fake_upstream.py",
     )
-    parser.add_argument("--peers", choices=["litellm", "none"], default="litellm", help="peer gateways to include")
+    parser.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        type=peers,
+        help=f"peer gateways to include, comma-separated: {', '.join(PEERS)} (default both), or none",
+    )
     parser.add_argument("--streams", default="1,64,256", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument(
         "--pattern",
@@ -290,11 +325,16 @@ def main() -> None:
         setup.add("hearth", web_port, key, web)
         if args.dashboard:
             setup.add(DASHBOARD, web_port, key, web)
-        if args.peers == "litellm":
+        if "litellm" in args.peers:
             start_litellm(setup, tmp, engine_port)
             if "litellm" in setup.procs:
                 all_procs.append(("litellm", setup.procs["litellm"]))
                 note(f"  LiteLLM {litellm_peer.version()} starting (it takes 10–30 s)")
+        if "nginx" in args.peers:
+            start_nginx(setup, tmp, engine_port)
+            if "nginx" in setup.procs:
+                all_procs.append(("nginx", setup.procs["nginx"]))
+                note(f"  nginx {nginx_peer.version()} starting")
         rows, held = uvloop.run(bench(args, setup))
         cells = report.pool(rows, setup.paths)
         print(
@@ -306,7 +346,9 @@ def main() -> None:
         print(report.table(cells, markdown=False))
         print("memory per 1,000 open streams (RSS with them open minus idle, scaled):")
         print("\n".join("  " + line for line in report.memory(held)))
-        print(report.verdict(cells, [p for p in setup.paths if p not in ("direct", "hearth", DASHBOARD)]))
+        print(report.verdict(cells, [p for p in setup.paths if p in PEERS]))
+        if "nginx" in args.peers:
+            print(report.nginx_verdict(cells))
         if args.dashboard:
             print(report.dashboard_verdict(cells, DASHBOARD, args.viewers))
         if args.markdown:
@@ -315,11 +357,14 @@ def main() -> None:
     finally:
         for _, proc in reversed(all_procs):
             stop(proc)
-        for name, log in (("web server", tmp / "web.log"), ("litellm", tmp / "litellm.log")):
+        logs = (("web server", "web.log"), ("litellm", "litellm.log"), ("nginx", "nginx/error.log"))
+        for name, log in ((name, tmp / file) for name, file in logs):
             if log.exists():
                 print(log_notes(name, log))
         if "litellm" in setup.skipped or "litellm" in setup.urls:
             print(f"LiteLLM: {litellm_peer.version()} from {litellm_peer.VENV}")
+        if "nginx" in setup.skipped or "nginx" in setup.urls:
+            print(f"nginx: {nginx_peer.version()} (Debian's package) from {nginx_peer.DIR}")
         redis.Redis.from_url(args.redis_url).flushdb()
         shutil.rmtree(tmp, ignore_errors=True)
 

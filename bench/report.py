@@ -15,6 +15,9 @@ ADDED_P50_MS, ADDED_P99_MS, TARGET_LEVEL = 2.0, 10.0, 64
 MIN_RATIO = 0.95
 VS_LITELLM = 3.0
 DASHBOARD_ADDED_P50_MS = 1.0  # issue 17: a dashboard refreshing every second adds at most this at 64 streams
+# Issue 35, against nginx in the same run: Hearth's CPU per chunk at most this many times nginx's at these levels;
+# at the last, throughput at least MIN_RATIO of direct and added TTFT p50 at most this many times nginx's
+VS_NGINX_CPU, VS_NGINX_LEVELS, VS_NGINX_ADDED = 1.5, (64, 256), 2.0
 
 
 @dataclass
@@ -165,7 +168,8 @@ def memory(held: dict[str, Held | str]) -> list[str]:
 
 
 def verdict(cells: list[Cell], peers: list[str]) -> str:
-    """One line against the issue's targets; a level that was not run is left out."""
+    """One line against issue 17's targets; a level that was not run is left out. Of ``peers``, only LiteLLM's
+    added TTFT is held to VS_LITELLM (nginx has its own line, ``nginx_verdict``)."""
     get = {(c.streams, c.path): c for c in cells}
     parts, misses = [], []
     hearth = get.get((TARGET_LEVEL, "hearth"))
@@ -185,7 +189,7 @@ def verdict(cells: list[Cell], peers: list[str]) -> str:
         listed = ", ".join(f"{c.streams}: {c.ratio:.2f}" for c in ratios)
         parts.append(f"throughput vs direct {listed} (≥ {MIN_RATIO:.2f} {judged})")
         misses += [f"throughput at {c.streams}" for c in low]
-    for peer in peers:
+    for peer in [p for p in peers if p == "litellm"]:
         pairs = [(h, get[(h.streams, peer)]) for h in ratios if (h.streams, peer) in get]
         if not pairs:
             continue
@@ -201,14 +205,58 @@ def verdict(cells: list[Cell], peers: list[str]) -> str:
             + f" (≥ {VS_LITELLM:g}× {'ok' if not bad else 'MISS at ' + ','.join(bad)})"
         )
         misses += [f"vs {peer} at {s}" for s in bad]
-    if not peers:
+    if "litellm" not in peers:
         parts.append("vs LiteLLM: NOT CHECKED (no LiteLLM in this run)")
     errors = sum(c.errors for c in cells if c.path == "hearth")
     parts.append(f"hearth errors {errors}")
     misses += [f"{errors} hearth errors"] if errors else []
-    met = "MEETS the issue's targets" if peers else "MEETS the targets it could check"
+    met = "MEETS the issue's targets" if "litellm" in peers else "MEETS the targets it could check"
     head = met if not misses else "MISSES " + ", ".join(misses)
     return f"verdict: {head}: " + "; ".join(parts)
+
+
+def nginx_verdict(cells: list[Cell], peer: str = "nginx") -> str:
+    """Issue 35's verdict, relative to nginx in the same run: a head line (MEETS or MISSES, and which), then
+    a line per level run: Hearth's CPU µs per relayed chunk over nginx's as a ratio (kernel shares in
+    brackets; judged ≤ VS_NGINX_CPU at VS_NGINX_LEVELS), both paths' throughput vs direct (Hearth's judged
+    ≥ MIN_RATIO at the last of those levels) and both added TTFT p50s in ms (Hearth's judged ≤
+    VS_NGINX_ADDED × nginx's there). One line saying so when ``peer`` was not run."""
+    get = {(c.streams, c.path): c for c in cells}
+    texts, misses, judged = [], [], set()
+    for h in [c for c in cells if c.path == "hearth"]:
+        n = get.get((h.streams, peer))
+        if n is None:
+            continue
+        cpu = h.cpu_us_per_chunk / n.cpu_us_per_chunk if n.cpu_us_per_chunk > 0 else math.nan
+        marks = ["", "", ""]
+        if h.streams in VS_NGINX_LEVELS:
+            judged.add(h.streams)
+            ok = cpu <= VS_NGINX_CPU
+            marks[0] = f" (≤ {VS_NGINX_CPU:g}× {'ok' if ok else 'MISS'})"
+            misses += [] if ok else [f"CPU at {h.streams}"]
+        if h.streams == VS_NGINX_LEVELS[-1]:
+            ok_rate = h.ratio >= MIN_RATIO
+            ok_ttft = h.added50 <= VS_NGINX_ADDED * max(n.added50, 0.0)
+            marks[1] = f" (≥ {MIN_RATIO:.2f} {'ok' if ok_rate else 'MISS'})"
+            marks[2] = f" (≤ {VS_NGINX_ADDED:g}× {'ok' if ok_ttft else 'MISS'})"
+            misses += [] if ok_rate else [f"throughput at {h.streams}"]
+            misses += [] if ok_ttft else [f"added TTFT at {h.streams}"]
+        texts.append(
+            f"  {h.streams} streams: CPU {h.cpu_us_per_chunk:.0f} / {n.cpu_us_per_chunk:.0f} µs per chunk = "
+            f"{cpu:.2f}×{marks[0]} (kernel {h.kernel_share * 100:.0f} % / {n.kernel_share * 100:.0f} %); "
+            f"vs direct {h.ratio:.2f}{marks[1]} / {n.ratio:.2f}; "
+            f"added TTFT p50 {h.added50:.1f} / {n.added50:.1f} ms{marks[2]}"
+        )
+    if not texts:
+        return f"vs {peer}: NOT CHECKED (no {peer} in this run)"
+    if misses:
+        head = "MISSES " + ", ".join(misses)
+    elif judged == set(VS_NGINX_LEVELS):
+        head = "MEETS issue 35's targets"
+    else:
+        head = "MEETS the targets it could check" if judged else "NOT JUDGED"
+        head += f" (judged at {', '.join(map(str, VS_NGINX_LEVELS))} streams)"
+    return "\n".join([f"verdict vs {peer} (hearth / {peer}): {head}", *texts])
 
 
 def dashboard_verdict(cells: list[Cell], path: str, viewers: int = 1) -> str:

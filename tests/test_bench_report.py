@@ -1,0 +1,110 @@
+"""The gateway bench's report and peers (bench/report.py, bench/nginx_peer.py, bench/gateway_overhead.py's
+``--peers``): issue 35's nginx verdict, issue 17's LiteLLM check left to LiteLLM, and nginx's configuration."""
+
+import argparse
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import gateway_overhead
+import nginx_peer
+import report
+
+
+def cell(streams: int, path: str, added50: float = 0.0, ratio: float = 1.0, cpu: float = math.nan) -> report.Cell:
+    return report.Cell(
+        streams, path, 100, 50.0, 60.0, added50, added50 * 2, 1000.0, ratio, ratio, ratio, 0, cpu, 0.4, 20.0
+    )
+
+
+def run(levels: dict[int, tuple[tuple[float, float, float], tuple[float, float, float]]]) -> list[report.Cell]:
+    """Cells for direct, hearth and nginx at each level from (CPU µs per chunk, vs direct, added p50 ms) pairs."""
+    cells = []
+    for n, (hearth, nginx) in levels.items():
+        cells.append(cell(n, "direct"))
+        cells.append(cell(n, "hearth", cpu=hearth[0], ratio=hearth[1], added50=hearth[2]))
+        cells.append(cell(n, "nginx", cpu=nginx[0], ratio=nginx[1], added50=nginx[2]))
+    return cells
+
+
+def test_nginx_verdict_prints_the_cpu_ratio_at_every_level_and_judges_issue_35s_targets() -> None:
+    cells = run(
+        {
+            1: ((280.0, 0.99, 0.5), (40.0, 1.0, 0.2)),
+            64: ((63.0, 0.99, 2.8), (28.0, 1.0, 0.5)),
+            256: ((29.0, 0.85, 98.5), (18.0, 0.98, 24.7)),
+        }
+    )
+    head, *levels = report.nginx_verdict(cells).splitlines()
+    assert head.startswith("verdict vs nginx (hearth / nginx): MISSES CPU at 64, CPU at 256, throughput at 256")
+    assert "added TTFT at 256" in head
+    assert [line.split(" streams")[0].strip() for line in levels] == ["1", "64", "256"]
+    assert "CPU 280 / 40 µs per chunk = 7.00×" in levels[0] and "MISS" not in levels[0]  # 1 stream: not judged
+    assert "CPU 63 / 28 µs per chunk = 2.25× (≤ 1.5× MISS)" in levels[1]
+    assert "vs direct 0.85 (≥ 0.95 MISS) / 0.98" in levels[2]
+    assert "added TTFT p50 98.5 / 24.7 ms (≤ 2× MISS)" in levels[2]
+
+
+def test_nginx_verdict_meets_when_hearth_is_within_the_ratios() -> None:
+    cells = run({64: ((40.0, 1.0, 0.6), (28.0, 1.0, 0.5)), 256: ((27.0, 0.96, 40.0), (18.0, 0.98, 24.7))})
+    head = report.nginx_verdict(cells).splitlines()[0]
+    assert head == "verdict vs nginx (hearth / nginx): MEETS issue 35's targets"
+    only_64 = [c for c in cells if c.streams == 64]
+    assert "MEETS the targets it could check" in report.nginx_verdict(only_64)
+
+
+def test_without_nginx_the_verdict_says_it_was_not_checked() -> None:
+    cells = [c for c in run({64: ((40.0, 1.0, 0.6), (28.0, 1.0, 0.5))}) if c.path != "nginx"]
+    assert report.nginx_verdict(cells) == "vs nginx: NOT CHECKED (no nginx in this run)"
+
+
+def test_litellms_3x_check_is_not_asked_of_nginx() -> None:
+    cells = run({64: ((40.0, 1.0, 0.6), (28.0, 1.0, 0.5))})
+    line = report.verdict(cells, ["nginx"])
+    assert "added p50 nginx" not in line and "vs LiteLLM: NOT CHECKED" in line
+    assert line.startswith("verdict: MEETS the targets it could check")
+    cells.append(cell(64, "litellm", added50=1800.0, ratio=0.2, cpu=1100.0))
+    assert "added p50 litellm vs hearth 64: 1800.0 vs 0.6 ms (3000×) (≥ 3× ok)" in report.verdict(cells, ["litellm"])
+
+
+def test_peers_default_to_litellm_and_nginx_and_none_is_none() -> None:
+    assert gateway_overhead.peers("litellm,nginx") == ["litellm", "nginx"]
+    assert gateway_overhead.peers("nginx") == ["nginx"]
+    assert gateway_overhead.peers("none") == []
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown peer envoy"):
+        gateway_overhead.peers("nginx,envoy")
+
+
+def test_nginx_config_is_a_foreground_streaming_proxy_under_the_runs_folder(tmp_path: Path) -> None:
+    argv, env = nginx_peer.argv_env(tmp_path, 8001, 8002)
+    config = (tmp_path / "nginx/nginx.conf").read_text()
+    for directive in (
+        "daemon off;",
+        "master_process on;",
+        "worker_processes 1;",
+        "proxy_buffering off;",
+        "proxy_http_version 1.1;",
+        'proxy_set_header Connection "";',
+        "server 127.0.0.1:8001;",
+        "listen 127.0.0.1:8002",
+        f"pid {tmp_path}/nginx/nginx.pid;",
+    ):
+        assert directive in config
+    assert "keepalive 1024;" in config and "proxy_read_timeout 3600s;" in config
+    prefix = tmp_path / "nginx"
+    assert argv[1:] == ["-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", str(prefix / "error.log")]
+    assert "REDIS_URL" not in env and "DATABASE_URL" not in env
+
+
+@pytest.mark.process
+@pytest.mark.skipif(not nginx_peer.EXE.exists(), reason="Debian's nginx is not unpacked (the bench does it once)")
+def test_debians_nginx_accepts_the_config(tmp_path: Path) -> None:
+    argv, env = nginx_peer.argv_env(tmp_path, 8001, 8002)
+    checked = subprocess.run([*argv, "-t"], env=env, capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    assert "test is successful" in checked.stderr
