@@ -6,7 +6,8 @@
 # ../shared/FACTS.md), Debian's caddy (2.6.2), the HTTPS proxy tests/test_tls_proxy.py puts in front of Hearth,
 # Debian's docker-compose, which checks compose.yaml, the coding-agent CLIs from npm the agent tests drive
 # (scripts/install-agent-clis.sh), and npm's oidc-provider, the real OpenID provider tests/test_oidc.py signs in
-# through (under ~/.cache/hearth/npm), and promtool (Debian's prometheus, unpacked under ~/.cache/hearth/prometheus).
+# through (under ~/.cache/hearth/npm), promtool (Debian's prometheus, unpacked under ~/.cache/hearth/prometheus) and
+# nginx (Debian's, unpacked under ~/.cache/hearth/nginx: the gateway bench's peer, bench/nginx_peer.py).
 # A second run finds everything and returns at once.
 set -euo pipefail
 
@@ -53,5 +54,16 @@ if [ ! -x "$PROMETHEUS_DIR/usr/bin/promtool" ]; then
   download=$(mktemp -d)
   (cd "$download" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; })
   dpkg-deb -x "$download"/prometheus_*.deb "$PROMETHEUS_DIR"
+  rm -rf "$download"
+fi
+
+# nginx, the gateway bench's streaming peer (bench/nginx_peer.py unpacks it the same way; tests/test_bench_report.py
+# checks its configuration with it): unpacked, not installed, so no nginx service starts here.
+NGINX_DIR=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}/nginx
+if [ ! -x "$NGINX_DIR/usr/sbin/nginx" ]; then
+  echo "test-services: unpacking Debian's nginx under $NGINX_DIR"
+  download=$(mktemp -d)
+  (cd "$download" && { apt-get download nginx >/dev/null 2>&1 || { apt-get update -qq && apt-get download nginx >/dev/null; }; })
+  dpkg-deb -x "$download"/nginx_*.deb "$NGINX_DIR"
   rm -rf "$download"
 fi

@@ -102,8 +102,8 @@ def test_nginx_config_is_a_foreground_streaming_proxy_under_the_runs_folder(tmp_
 
 
 @pytest.mark.process
-@pytest.mark.skipif(not nginx_peer.EXE.exists(), reason="Debian's nginx is not unpacked (the bench does it once)")
 def test_debians_nginx_accepts_the_config(tmp_path: Path) -> None:
+    """Debian's nginx, unpacked by scripts/test-services.sh (make test), takes the bench's configuration."""
     argv, env = nginx_peer.argv_env(tmp_path, 8001, 8002)
     checked = subprocess.run([*argv, "-t"], env=env, capture_output=True, text=True, timeout=30)
     assert checked.returncode == 0, checked.stderr
