@@ -60,4 +60,5 @@ def periodic_tasks() -> dict[str, float]:
         # the request log's spool written, spending counters held to the request log
         "console.observability.tasks.check_accounting": settings.HEARTH_ACCOUNTING_CHECK_INTERVAL,
         "console.alerts.tasks.evaluate_alerts": settings.HEARTH_ALERT_INTERVAL,  # alert rules (console.alerts)
+        "console.batches.tasks.sweep_batches": 10.0,  # a runner for each running batch without one
     }

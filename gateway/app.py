@@ -27,7 +27,8 @@ from typing import Any
 from django.conf import settings
 
 from appliance.hop_marker import marker
-from gateway import context_fit, count_tokens, errors, loops, probes, refusals, wrong_urls
+from console.batches.credential import LineCredential
+from gateway import batch_api, batch_lines, context_fit, count_tokens, errors, loops, probes, refusals, wrong_urls
 from gateway.accounting import Outcome, count_refusal
 from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.connect_policy import AddressGate
@@ -70,7 +71,8 @@ GET_ROUTES = (MODELS_PATH, MODELS_PATH + "/{model}")
 
 def is_endpoint(path: str) -> bool:
     """Whether ``path`` is one of the gateway's endpoints (POST_ROUTES, GET_ROUTES)."""
-    return path in POST_ROUTES or path == MODELS_PATH or path.startswith(MODELS_PATH + "/")
+    models = path == MODELS_PATH or path.startswith(MODELS_PATH + "/")
+    return path in POST_ROUTES or models or batch_api.is_endpoint(path)
 
 
 def misdirected(scope: Scope) -> bool:
@@ -162,7 +164,14 @@ class Gateway:
         key = scope.get("hearth.key")
         if key is not None:
             outcome = refusals.refused(
-                key, scope.get("hearth.model", ""), surface, endpoint, status, scope["hearth.arrived"], ids
+                key,
+                scope.get("hearth.model", ""),
+                surface,
+                endpoint,
+                status,
+                scope["hearth.arrived"],
+                ids,
+                scope.get("hearth.batch_id", ""),
             )
             await refusals.spool(self.reservations.redis, outcome)
 
@@ -184,8 +193,17 @@ class Gateway:
             name = path.removeprefix(MODELS_PATH + "/")
             found = await self.registry.resolve(arrived, lambda s: _model(s, authenticate(s, offered), name))
             await send_json(send, 200, json.dumps(found).encode())
+        elif method == "POST" and path in POST_ROUTES and (line := batch_lines.line_of(offered)) is not None:
+            scope["hearth.batch_id"] = line.batch_id  # a Batch API line (gateway.batch_lines), answered once
+
+            def relayed(answer: Send) -> Awaitable[None]:
+                return self._relay(path, offered, scope, batch_lines.kept(receive), answer, arrived, hops, ids, line)
+
+            await batch_lines.once(self.reservations.redis, line, send, relayed)
         elif method == "POST" and path in POST_ROUTES:
             await self._relay(path, offered, scope, receive, send, arrived, hops, ids)
+        elif batch_api.is_endpoint(path):
+            await batch_api.answer(method, path, scope, receive, send, entry)
         elif is_endpoint(path):
             allow = "POST" if path in POST_ROUTES else "GET"
             raise GatewayError(
@@ -204,17 +222,23 @@ class Gateway:
         arrived: float,
         hops: str,
         ids: RequestIds,
+        line: LineCredential | None = None,
     ) -> None:
         """Relay a POST to a replica of the body's model, as planned before its first byte (gateway.relay_plan:
         the request adjusted on its way, what it reserves, the settings that apply), with the hop header
         ``hops``, recorded under ``ids``. The body is decoded as its headers say (gateway.request_body); the model it
-        names is noted in ``scope`` for a refusal's row."""
+        names is noted in ``scope`` for a refusal's row. A Batch API ``line`` runs with its batch's id
+        (gateway.batch_lines)."""
         body = await read_body(receive, scope["headers"])
         request = parse_body(body, path)
         scope["hearth.model"] = request["model"] if isinstance(request.get("model"), str) else ""
         kind, surface = POST_ROUTES[path]
         key, route = await self.registry.resolve(arrived, lambda s: _key_and_route(s, offered, request))
+        if line is not None and route.asleep and not batch_lines.may_wake():
+            raise batch_lines.asleep(route.served_model_name)
+        batch_id = line.batch_id if line is not None else ""
         plan = await self.planner.plan(path, body, request, key, route, surface, kind, arrived, hops)
+        plan = replace(plan, batch_id=batch_id)
         relay = Relay(plan, self.engines, self.router)
         if not route.asleep:
             await self._serve(relay, ids, receive, send)
@@ -224,7 +248,8 @@ class Gateway:
             """Held for the wake (gateway.holding), then planned again on the ready route, from the body as sent."""
             ready = await self.holding.hold(relay.plan, relay.state, send)
             again = parse_body(body, path)
-            relay.plan = await self.planner.plan(path, body, again, key, ready, surface, kind, arrived, hops)
+            planned = await self.planner.plan(path, body, again, key, ready, surface, kind, arrived, hops)
+            relay.plan = replace(planned, batch_id=batch_id)
 
         await self._serve(relay, ids, receive, send, woken)
 
@@ -359,6 +384,8 @@ def authenticate(snapshot: Snapshot, offered: list[str]) -> KeyEntry:
     ANTHROPIC_AUTH_TOKEN set): the other one is ignored. Nothing else in the request names a key or a
     user (no identity header is believed). Raises GatewayError 401 when none authenticates, the most
     telling refusal first (expired or rotated out before wrong)."""
+    if (line := batch_lines.line_of(offered)) is not None:
+        return batch_lines.owner(snapshot, line)
     refusals = []
     for key in offered:
         try:

@@ -1,0 +1,179 @@
+"""A batch's life: created from a stored input file (its lines copied in the same transaction), its lines' answers
+recorded once each, cancelled, and ended with its output and error files written from the lines answered so far.
+The runner (console.batches.runner) drives it; the gateway (gateway.batch_api) creates, reads and cancels.
+"""
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from console.batches import files
+from console.batches.files import FileError
+from console.batches.models import ENDED, Batch, BatchFile, BatchLine, LineState, Purpose, Status
+
+WINDOWS = {"24h": timedelta(hours=24)}  # the completion windows accepted, as OpenAI's
+MAX_METADATA = 16  # key-value pairs, OpenAI's limit
+
+
+def _metadata(metadata: Any) -> dict[str, str]:
+    if metadata is None:
+        return {}
+    ok = isinstance(metadata, dict) and len(metadata) <= MAX_METADATA
+    if not ok or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 64 for k, v in metadata.items()):
+        raise FileError("'metadata' is up to 16 pairs of strings (keys up to 64 characters).", "metadata", None)
+    return dict(metadata)
+
+
+def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata: Any) -> Batch:
+    """A new batch of ``key_id`` over its file ``input_file_id``, every line of which must go to ``endpoint``;
+    status validating until the runner starts it. Raises FileError (400; 404 for a file the key does not own)."""
+    if endpoint not in files.ENDPOINTS:
+        raise FileError(f"Endpoint {endpoint!r} cannot be batched: one of {', '.join(files.ENDPOINTS)}.", "endpoint")
+    if window not in WINDOWS:
+        raise FileError("'completion_window' must be '24h'.", "completion_window", None)
+    extra = _metadata(metadata)
+    source = files.owned(key_id, input_file_id) if isinstance(input_file_id, str) else None
+    if source is None:
+        raise FileError(f"No such file: {input_file_id!r}.", "input_file_id", "not_found", 404)
+    if source.purpose != Purpose.BATCH:
+        raise FileError(f"File {input_file_id} has purpose {source.purpose!r}, not 'batch'.", "input_file_id")
+    lines = files.checked_lines(files.whole(source))
+    for number, line in enumerate(lines, start=1):
+        if line["url"] != endpoint:
+            raise FileError(f"Request {number} of the file goes to {line['url']}, not the batch's {endpoint}.", "url")
+    with transaction.atomic():
+        now = timezone.now()
+        batch = Batch.objects.create(
+            key_id=key_id,
+            endpoint=endpoint,
+            input_file_id=source.public_id,
+            completion_window=window,
+            metadata=extra,
+            total=len(lines),
+            created_at=now,
+            expires_at=now + WINDOWS[window],
+        )
+        BatchLine.objects.bulk_create(
+            (BatchLine(batch=batch, index=i, custom_id=x["custom_id"], url=x["url"], body=x["body"]))
+            for i, x in enumerate(lines)
+        )
+    return batch
+
+
+def owned(key_id: int, public_id: str) -> Batch | None:
+    """The batch ``public_id`` when ``key_id`` owns it, else None."""
+    return Batch.objects.select_related("output_file", "error_file").filter(key_id=key_id, public_id=public_id).first()
+
+
+def listed(key_id: int, after: str | None, limit: int) -> tuple[list[Batch], bool]:
+    """Up to ``limit`` batches of ``key_id``, newest first, after the batch ``after`` (OpenAI's cursor); and whether
+    more follow."""
+    query = Batch.objects.select_related("output_file", "error_file").filter(key_id=key_id)
+    if after:
+        cursor = query.filter(public_id=after).first()
+        if cursor is not None:
+            query = query.filter(id__lt=cursor.id)
+    page = list(query.order_by("-id")[: limit + 1])
+    return page[:limit], len(page) > limit
+
+
+def enter(batch_pk: int, status: Status, *, from_statuses: tuple[str, ...]) -> bool:
+    """Move the batch to ``status`` (its ``…_at`` time set now) when it is in one of ``from_statuses``; whether it
+    moved."""
+    fields = {"status": status, f"{status.value}_at": timezone.now()}
+    return Batch.objects.filter(pk=batch_pk, status__in=from_statuses).update(**fields) == 1
+
+
+def cancel(batch: Batch) -> Batch:
+    """Ask the batch to stop: cancelling (the runner stops within seconds and writes what finished), or cancelled
+    at once when it had not started. An ended batch is left as it is."""
+    if not enter(batch.pk, Status.CANCELLING, from_statuses=(Status.IN_PROGRESS, Status.FINALIZING)):
+        if enter(batch.pk, Status.CANCELLING, from_statuses=(Status.VALIDATING,)):
+            finish(batch.pk, Status.CANCELLED)
+    batch.refresh_from_db()
+    return batch
+
+
+def record(line_pk: int, batch_pk: int, ok: bool, answer: dict[str, Any]) -> bool:
+    """A line's answer stored, and the batch's request_counts raised, in one transaction, when the line was still
+    pending (a line is answered once: whether this call stored it)."""
+    state = LineState.DONE if ok else LineState.FAILED
+    with transaction.atomic():
+        stored = BatchLine.objects.filter(pk=line_pk, state=LineState.PENDING).update(
+            state=state, answer=answer, answered_at=timezone.now()
+        )
+        if stored:
+            counter = "completed" if ok else "failed"
+            Batch.objects.filter(pk=batch_pk).update(**{counter: F(counter) + 1})
+    return bool(stored)
+
+
+def _answers(batch: Batch, state: LineState) -> Iterator[bytes]:
+    for answer in batch.lines.filter(state=state).order_by("index").values_list("answer", flat=True).iterator():
+        yield json.dumps(answer, separators=(",", ":")).encode() + b"\n"
+
+
+def _write(batch: Batch, state: LineState, name: str) -> BatchFile | None:
+    """The file of the batch's lines in ``state`` (None when there is none)."""
+    data = b"".join(_answers(batch, state))
+    if not data:
+        return None
+    return files.store(batch.key_id, f"{batch.public_id}_{name}.jsonl", Purpose.BATCH_OUTPUT, data, data.count(b"\n"))
+
+
+def finish(batch_pk: int, status: Status) -> None:
+    """End the batch in ``status`` (completed, expired or cancelled), its output and error files written from the
+    lines answered, in one transaction; a batch already ended is left as it is."""
+    with transaction.atomic():
+        batch = Batch.objects.select_for_update().get(pk=batch_pk)
+        if batch.status in ENDED:
+            return
+        batch.output_file = _write(batch, LineState.DONE, "output")
+        batch.error_file = _write(batch, LineState.FAILED, "error")
+        batch.status = status
+        setattr(batch, f"{status.value}_at", timezone.now())
+        batch.save()
+
+
+def unix(at: datetime | None) -> int | None:
+    return int(at.timestamp()) if at is not None else None
+
+
+def file_object(stored: BatchFile) -> dict[str, Any]:
+    """OpenAI's file object."""
+    return {
+        "id": stored.public_id,
+        "object": "file",
+        "bytes": stored.bytes,
+        "created_at": unix(stored.created_at),
+        "expires_at": None,
+        "filename": stored.filename,
+        "purpose": stored.purpose,
+        "status": "processed",
+        "status_details": None,
+    }
+
+
+def batch_object(batch: Batch) -> dict[str, Any]:
+    """OpenAI's batch object."""
+    times = "created_at in_progress_at expires_at finalizing_at completed_at failed_at expired_at cancelling_at"
+    times += " cancelled_at"
+    return {
+        "id": batch.public_id,
+        "object": "batch",
+        "endpoint": batch.endpoint,
+        "errors": batch.errors,
+        "input_file_id": batch.input_file_id,
+        "completion_window": batch.completion_window,
+        "status": batch.status,
+        "output_file_id": batch.output_file.public_id if batch.output_file else None,
+        "error_file_id": batch.error_file.public_id if batch.error_file else None,
+        **{name: unix(getattr(batch, name)) for name in times.split()},
+        "request_counts": {"total": batch.total, "completed": batch.completed, "failed": batch.failed},
+        "metadata": batch.metadata or None,
+    }
