@@ -318,6 +318,12 @@ HEARTH_SSE_KEEPALIVE = envfloat("HEARTH_SSE_KEEPALIVE", 15.0)  # seconds of engi
 # CPU engine's relaunch), and seconds a deployment stays awake (ready) at least before it is put aside again.
 HEARTH_WAKE_TIMEOUT = envfloat("HEARTH_WAKE_TIMEOUT", 300.0)
 HEARTH_MIN_RESIDENCY = envfloat("HEARTH_MIN_RESIDENCY", 120.0)
+# Priority lanes (gateway.lanes): on by default ("off" sends every request on at once, as before, for comparisons);
+# seconds a held request waits at most before a 429 with Retry-After; the KV-cache use (0-1) over which a deployment
+# counts as saturated (its engine's own gauge), beside requests waiting in the engine.
+HEARTH_LANES = envbool("HEARTH_LANES", True)
+HEARTH_LANE_HOLD_TIMEOUT = envfloat("HEARTH_LANE_HOLD_TIMEOUT", 120.0)
+HEARTH_LANE_KV_THRESHOLD = envfloat("HEARTH_LANE_KV_THRESHOLD", 0.9)
 # Pre-flight (manage.py doctor): the weights cache's disk must hold the weights still to download plus this
 # margin, in GiB, for what engines write beside them (compile caches, logs); the console waits
 # HEARTH_DOCTOR_WAIT seconds for the worker to run the checks.

@@ -85,7 +85,7 @@ class Holding:
         route, began, since = plan.route, time.monotonic(), time.time()
         state.woke_engine = True
         ask = self._ask(route)
-        keeper = _KeepAlive(plan, state, send) if plan.stream else None
+        keeper = KeepAlive(plan, state, send) if plan.stream else None
         outcome = "failed"
         try:
             ready = await self._until_ready(plan, ask, began + settings.HEARTH_WAKE_TIMEOUT, since)
@@ -178,9 +178,9 @@ def _ready(snapshot: Snapshot, name: str, retry_after: int, since: float) -> Rou
     raise errors.not_ready(name, state, retry_after)
 
 
-class _KeepAlive:
+class KeepAlive:
     """A held stream's head, once its plan's keep-alive interval has passed, then a keep-alive each interval; each
-    sent from a timer's task, one at a time."""
+    sent from a timer's task, one at a time. Also what gateway.lanes keeps a stream held for room alive with."""
 
     def __init__(self, plan: RelayPlan, state: RelayState, send: Send) -> None:
         self.plan, self.state, self.send = plan, state, send

@@ -14,6 +14,7 @@ from django.db.models import F, OuterRef, Subquery
 
 from console.access.key_format import key_prefix, matches
 from console.access.models import ApiKey
+from console.deployments.engine_flags import schedules_by_priority
 from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, Replica
 from engines import external
 from engines.launch import speaks_anthropic, speaks_responses
@@ -49,6 +50,7 @@ class Route:
     fit_max_tokens: bool = False  # lower an output limit over the context left to what it leaves (context_fit)
     deployment_id: int = 0  # whose price per token the key's budgets are charged at (gateway.reservations)
     asleep: bool = False  # put aside (asleep, going to sleep, waking, stopped to save): no upstream until woken
+    priority_scheduling: bool = False  # its engine orders its queue by the request's priority field (gateway.lanes)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ def load_snapshot() -> Snapshot:
                 speaks_responses=all(_speaks(dep, r, anthropic=False) for r in ready),
                 fit_max_tokens=dep.fit_max_tokens,
                 deployment_id=dep.pk,
+                priority_scheduling=not dep.external and schedules_by_priority(dep.extra_args, dep.engine),
             )
             continue
         snap.reasons[dep.served_model_name] = dep.state_reason

@@ -98,3 +98,21 @@ def check_extra_args(extra_args: list[str], engine: str) -> None:
             f"{', '.join(planned)}: set {'it' if len(planned) == 1 else 'them'} in the deployment's fields, so the "
             "plan can check the value fits, not among the extra engine flags."
         )
+
+
+def schedules_by_priority(extra_args: list[str], engine: str) -> bool:
+    """Whether ``engine`` (an EngineKind value) launched with ``extra_args`` orders its queue by each request's
+    ``priority`` field, lower first, so that the gateway may pass a request's class in it (gateway.lanes'
+    ENGINE_PRIORITY): vLLM's (and the simulator's) ``--scheduling-policy priority`` (read in vLLM 0.32.0's
+    vllm/v1/core/sched/request_queue.py ``PriorityRequestQueue``), or SGLang's ``--enable-priority-scheduling``
+    together with ``--schedule-low-priority-values-first`` (without it SGLang runs higher values first;
+    sglang/srt/server_args.py, 0.5.15.post1). Hearth adds neither by default: an admin opts a deployment in among
+    its extra engine flags. False for flags the engine's parser refuses."""
+    try:
+        reading = user_flags(extra_args, engine)
+    except ValueError:
+        return False
+    if family(engine) == "sglang":
+        return reading.sets("--enable-priority-scheduling") and reading.sets("--schedule-low-priority-values-first")
+    dest = reading.spec.dest_of("--scheduling-policy")
+    return [g.value for g in reading.given if g.dest == dest][-1:] == ["priority"]

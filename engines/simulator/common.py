@@ -237,3 +237,10 @@ def usage(
     if reasoning_tokens is not None:
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return out
+
+
+def priority_of(body: dict[str, Any]) -> int:
+    """The request's ``priority`` (vLLM's extension to OpenAI's requests: an integer, lower runs first under the
+    priority policy); 0 when absent or not an integer."""
+    value = body.get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

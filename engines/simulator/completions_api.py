@@ -61,7 +61,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     max_tokens = budget(state.cfg, longest, body.get("max_tokens", 16), faults.context_length)  # OpenAI's default 16
     plans = [(text, ids, i) for text, ids in prompts for i in range(n)]
     outputs = [plan_text(state, body, text, i, max_tokens) for text, _, i in plans]
-    job = submit(state, [ids for _, ids, _ in plans], outputs)
+    job = submit(state, [ids for _, ids, _ in plans], outputs, body)
     prompt_tokens = sum(len(ids) for _, ids in prompts)
     head = {"id": new_id("cmpl-"), "object": "text_completion", "created": int(time.time()), "model": model}
     try:

@@ -95,6 +95,7 @@ class SimConfig:
     sleep_host_gb_per_s: float = 12.0  # GB/s (10^9 bytes) per GPU, host RAM <-> GPU
     sleep_disk_gb_per_s: float = 3.9  # GB/s, disk -> GPUs, all ranks together
     fault_wake_fails: int = 0  # wakes that fail before the rest succeed; -1: every one
+    scheduling_policy: str = "fcfs"  # vLLM's --scheduling-policy: "priority" orders the queue by request priority
 
     @property
     def served_model_name(self) -> str:
@@ -162,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reasoning-parser", default=None, help="answer with reasoning first, as vLLM with a parser")
     p.add_argument("--reasoning-tokens", type=int, default=8, help="reasoning tokens per answer, with a parser")
     p.add_argument("--disable-uvicorn-access-log", action="store_true", help="no log line per request, as in vLLM")
+    p.add_argument(
+        "--scheduling-policy",
+        choices=("fcfs", "priority"),
+        default="fcfs",
+        help="priority: the queue in order of the requests' priority field (lower first), as vLLM's",
+    )
     _sleep_flags(p)
     for flag in IGNORED_VALUE_FLAGS:
         p.add_argument(flag, *VLLM_SHORT_FLAGS.get(flag, ()), default=None, help=argparse.SUPPRESS)
@@ -265,4 +272,5 @@ def parse_config(argv: list[str]) -> SimConfig:
         sleep_host_gb_per_s=args.sleep_host_gb_per_s,
         sleep_disk_gb_per_s=args.sleep_disk_gb_per_s,
         fault_wake_fails=args.fault_wake_fails,
+        scheduling_policy=args.scheduling_policy,
     )

@@ -62,6 +62,7 @@ class Job:
 
     engine: Aborts
     arrival: float
+    priority: int = 0  # the request's priority field: lower goes first under the priority policy
     sequences: list[Sequence] = field(default_factory=list)
     queue: asyncio.Queue[Emission] = field(default_factory=asyncio.Queue)
     cut: dict[int, int] = field(default_factory=dict)

@@ -27,6 +27,7 @@ from engines.simulator.common import (
     last_user_text,
     new_id,
     paced,
+    priority_of,
     read_json,
     reply,
     request_faults,
@@ -84,9 +85,9 @@ def _tool_plan(body: dict[str, Any], messages: list[Any]) -> tuple[str, Any] | N
     return None if index is None else tools[index]
 
 
-def submit(state: SimState, prompts: list[list[int]], outputs: list[textgen.Output]) -> Job:
+def submit(state: SimState, prompts: list[list[int]], outputs: list[textgen.Output], body: dict[str, Any]) -> Job:
     reasons = [(o.tokens, "length" if o.finish == "length" else "stop") for o in outputs]
-    return state.engine.submit(prompts, reasons)
+    return state.engine.submit(prompts, reasons, priority_of(body))
 
 
 def _chat_output(state: SimState, body: dict[str, Any], prompt: str, index: int, max_tokens: int) -> textgen.Output:
@@ -126,7 +127,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     max_tokens = budget(state.cfg, len(ids), requested, faults.context_length)
     n = choice_count(body)
     outputs = [_chat_output(state, body, prompt, i, max_tokens) for i in range(n)]
-    job = submit(state, [ids] * n, outputs)
+    job = submit(state, [ids] * n, outputs, body)
     try:
         if body.get("stream"):
             return await _stream_chat(request, job, faults, outputs, model, len(ids), _stream_usage(body))

@@ -35,6 +35,7 @@ from engines.simulator.common import (
     check_model,
     new_id,
     paced,
+    priority_of,
     read_json,
     reply,
     request_faults,
@@ -155,7 +156,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     ids = tokenizer.encode(prompt)
     max_tokens = budget(state.cfg, len(ids), body.get("max_output_tokens"), faults.context_length)
     out = _plan(state, body, items, prompt, max_tokens, tools)
-    job = state.engine.submit([ids], [(out.tokens, "length" if out.finish == "length" else "stop")])
+    job = state.engine.submit([ids], [(out.tokens, "length" if out.finish == "length" else "stop")], priority_of(body))
     base = _response(body, model, max_tokens)
     try:
         if body.get("stream"):

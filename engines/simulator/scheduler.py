@@ -25,6 +25,10 @@ named, sizes in tokens):
   after they are freed until evicted; an admitted sequence skips the prefill of its longest cached
   block-aligned prefix, never the whole prompt (at least one token is computed). Queries and hits
   count tokens, at a sequence's first admission, as vLLM's counters do.
+- **Priority** (vLLM's ``--scheduling-policy priority``, vllm/v1/core/sched/request_queue.py
+  ``PriorityRequestQueue``): the queue is kept in order of the request's ``priority`` field (lower first), then of
+  arrival; a preempted sequence goes back in that order too, and the sequence preempted when KV runs out is the
+  running one latest in that order, not the most recently admitted. With the default ``fcfs`` the field is ignored.
 - **Pause** (vLLM's ``PauseState``, which sleep uses: engine.sleep). ``"new"``: waiting sequences are not
   admitted, running ones go on; ``"all"``: no step at all. ``abort_all`` ends every unfinished sequence with
   finished_reason "abort", as ``pause_scheduler(mode="abort")`` does.
@@ -65,15 +69,34 @@ class Engine:
         """KV blocks that ``tokens`` tokens occupy."""
         return math.ceil(tokens / self.cfg.block_size)
 
-    def submit(self, prompts: list[list[int]], outputs: list[tuple[int, str]]) -> Job:
-        """Queue one sequence per (prompt ids, (output tokens, finish reason "stop"|"length"))."""
-        job = Job(engine=self, arrival=time.monotonic())
+    def submit(self, prompts: list[list[int]], outputs: list[tuple[int, str]], priority: int = 0) -> Job:
+        """Queue one sequence per (prompt ids, (output tokens, finish reason "stop"|"length")), at ``priority``
+        (the request's field; only the priority policy reads it)."""
+        job = Job(engine=self, arrival=time.monotonic(), priority=priority)
         for index, (ids, (length, reason)) in enumerate(zip(prompts, outputs, strict=True)):
             hashes = block_hashes(ids, self.cfg.block_size) if self.cfg.enable_prefix_caching else []
             job.sequences.append(Sequence(index, ids, max(1, length), reason, job, hashes))
-        self.waiting.extend(job.sequences)
+            self._enqueue(job.sequences[-1])
         self._wake.set()
         return job
+
+    @property
+    def by_priority(self) -> bool:
+        return self.cfg.scheduling_policy == "priority"
+
+    def _enqueue(self, seq: Sequence, front: bool = False) -> None:
+        """Into the queue: at its end (or its ``front``: a preempted sequence) first come first served, else in
+        (priority, arrival) order."""
+        if not self.by_priority:
+            if front:
+                self.waiting.appendleft(seq)
+            else:
+                self.waiting.append(seq)
+            return
+        place = len(self.waiting)
+        while place and _order(self.waiting[place - 1]) > _order(seq):
+            place -= 1
+        self.waiting.insert(place, seq)
 
     def abort(self, job: Job) -> None:
         """Drop ``job``'s unfinished sequences, counting them as finished_reason "abort"."""
@@ -144,7 +167,7 @@ class Engine:
         """Recompute preemption: free ``seq``'s KV and put it first in the queue."""
         self._free(seq)
         seq.state, seq.computed = "waiting", 0
-        self.waiting.appendleft(seq)
+        self._enqueue(seq, front=True)
         self.metrics.count("preemptions")
 
     def _schedule_running(self, budget: int) -> tuple[dict[Sequence, int], bool]:
@@ -157,7 +180,7 @@ class Engine:
             seq = self.running[index]
             n = min(seq.num_tokens - seq.computed, budget)
             while self._cost(seq, seq.computed + n) > self.pool.free:
-                victim = self.running[-1]
+                victim = max(self.running, key=_order) if self.by_priority else self.running[-1]
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
@@ -278,3 +301,8 @@ class Engine:
             rate * 100,
         )
         self._window = {"prompt": 0, "generated": 0, "since": now}
+
+
+def _order(seq: Sequence) -> tuple[int, float, int]:
+    """Where a sequence stands under the priority policy: its request's priority, arrival, then its choice."""
+    return seq.job.priority, seq.job.arrival, seq.index

@@ -1,0 +1,265 @@
+"""Priority lanes without processes (gateway.lanes, gateway.fair_queue, gateway.engine_load): the fair order between
+keys, a lane that holds standard and batch requests while its replicas' readings say saturated and releases them as
+requests end, the engine's ``priority`` field, the readings of real engines' /metrics, the queue depth in Redis, and
+the simulator's priority queue. The replicas' readings come from a stand-in reader (the live tests read a real
+simulator); Redis is the run's."""
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+from django.test import override_settings
+
+from console.deployments.engine_flags import schedules_by_priority
+from console.observability.queue_depth import depth_key, queue_depth
+from engines.simulator.config import parse_config
+from engines.simulator.metrics import SimMetrics
+from engines.simulator.scheduler import Engine
+from gateway import lanes
+from gateway.answers import for_request
+from gateway.engine_load import Load, parse_load
+from gateway.errors import GatewayError, Surface
+from gateway.fair_queue import FairQueue
+from gateway.lanes import Lanes, Ticket, with_engine_priority
+from gateway.relay import Relay, RelayState
+from gateway.relay_plan import RelayPlan
+from gateway.snapshot import KeyEntry, Route, Upstream
+from gateway.sse import StreamKind
+
+DATA = Path(__file__).parent / "data"
+DEP = 73
+ROUTE = Route("lane", (Upstream(5, "http://127.0.0.1:9", "k"),), 8192, 0, deployment_id=DEP)
+
+
+def plan(key: int, priority: str, route: Route = ROUTE, body: bytes = b'{"model": "lane"}', **more: Any) -> RelayPlan:
+    request = {"model": "lane", "max_tokens": 100, **more}
+    return RelayPlan(
+        key=KeyEntry(key, f"hk-{key}", "", frozenset(), None, None, priority=priority),
+        route=route,
+        endpoint="/v1/chat/completions",
+        surface=Surface.OPENAI,
+        stream=False,
+        arrived=time.monotonic(),
+        engine_path="/v1/chat/completions",
+        body=body,
+        prefix=b"",
+        kind=StreamKind.CHAT,
+        request=request,
+        keepalive_every=15.0,
+        idle_timeout=600.0,
+        retry_after=10,
+        priority=priority,
+    )
+
+
+class Readings:
+    """The replicas as a test sets them, in place of gateway.engine_load.LoadReader."""
+
+    def __init__(self) -> None:
+        self.load = Load(0, 0, 0.0)
+        self.reads = 0
+
+    async def read(self, upstreams: tuple[Upstream, ...]) -> dict[int, Load]:
+        self.reads += 1
+        return {5: self.load}
+
+    async def close(self) -> None:
+        pass
+
+
+class Sent:
+    async def __call__(self, message: Any) -> None:
+        pass
+
+
+def relay_of(p: RelayPlan) -> Relay:
+    relay = Relay.__new__(Relay)
+    relay.plan = p
+    relay.state = RelayState(for_request(p.endpoint, p.request), quiet_since=time.monotonic())
+    return relay
+
+
+async def settled(readings: Readings, reads: int = 2) -> None:
+    """Until the lane has read the replicas ``reads`` more times (its loop: read, release, publish, sleep)."""
+    target = readings.reads + reads
+    while readings.reads < target:
+        await asyncio.sleep(0.01)
+
+
+def run(test: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(test(), 30))
+
+
+def test_one_keys_two_hundred_requests_do_not_starve_another_keys_one() -> None:
+    queue: FairQueue[tuple[str, int]] = FairQueue()
+    for i in range(200):
+        queue.push("flood", 300, ("flood", i))
+    queue.push("single", 300, ("single", 0))
+    order = [queue.pop() for _ in range(201)]
+    assert order.index(("single", 0)) <= 1 and queue.pop() is None and len(queue) == 0
+    for i in range(60):  # tokens, not requests, are shared: a key of 100-token requests goes 3 times as often
+        queue.push("long", 300, ("long", i))
+        queue.push("short", 100, ("short", i))
+    first = [queue.pop() for _ in range(40)]
+    assert sum(1 for item in first if item and item[0] == "short") == 30
+
+
+def test_an_entry_taken_out_is_never_handed_out() -> None:
+    queue: FairQueue[str] = FairQueue()
+    gone = queue.push("a", 10, "gone")
+    queue.push("a", 10, "stays")
+    queue.remove(gone)
+    assert len(queue) == 1 and queue.pop() == "stays" and queue.pop() is None
+
+
+@override_settings(HEARTH_LANES=True, HEARTH_LANE_HOLD_TIMEOUT=20.0)
+def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_as_requests_end() -> None:
+    async def test() -> None:
+        r = aioredis.Redis.from_url(settings.REDIS_URL)
+        gate, readings = Lanes(r), Readings()
+        gate.reader = readings  # type: ignore[assignment]
+        first = gate.ticket(relay_of(plan(1, "standard")), Sent())
+        await first.before()  # type: ignore[misc]
+        assert first.admitted
+        readings.load = Load(running=4, waiting=2, kv_usage=0.5)  # capacity learned: 4 running with 2 waiting
+        await settled(readings)
+        lane = gate._lanes[DEP]
+        assert lane.saturated() and lane.reading is not None and lane.reading.capacity == 4
+        held = ((2, "batch"), (3, "standard"), (3, "standard"))
+        tickets = [gate.ticket(relay_of(plan(k, c)), Sent()) for k, c in held]
+        waits = [asyncio.ensure_future(t.before()) for t in tickets]  # type: ignore[misc]
+        await asyncio.sleep(0.05)
+        assert not any(w.done() for w in waits) and lane.held == 3
+        urgent = gate.ticket(relay_of(plan(4, "interactive")), Sent())
+        await asyncio.wait_for(urgent.before(), 1)  # type: ignore[misc]
+        assert urgent.admitted  # never held, however saturated
+        readings.load = Load(running=4, waiting=0, kv_usage=0.5)  # drained to its capacity: still no room
+        await settled(readings)
+        assert lane.held == 3
+        readings.load = Load(running=2, waiting=0, kv_usage=0.3)  # room for two of 4: standard first
+        await settled(readings, 1)
+        assert [w.done() for w in waits] == [False, True, True] and lane.held == 1
+        readings.load = Load(running=4, waiting=0, kv_usage=0.4)  # the engine runs the two now
+        await settled(readings, 1)
+        assert lane.held == 1
+        urgent.done()  # a request ending makes room at once, before the next reading
+        await asyncio.wait_for(waits[0], 1)
+        for t in tickets:
+            t.done()
+        assert tickets[0].admitted and lane.held == 0 and lane.in_flight == 1
+        readings.load = Load(running=1, waiting=0, kv_usage=0.95)  # KV use over the threshold alone saturates
+        await settled(readings)
+        assert lane.saturated()
+        first.done()
+        while lane.watcher is not None:  # the last request ended: the lane stops reading
+            await asyncio.sleep(0.01)
+        await gate.close()
+        await r.aclose()
+
+    run(test)
+
+
+@override_settings(HEARTH_LANES=True, HEARTH_LANE_HOLD_TIMEOUT=0.3)
+def test_a_hold_past_its_timeout_is_a_429_with_retry_after_and_leaves_the_queue() -> None:
+    async def test() -> GatewayError:
+        r = aioredis.Redis.from_url(settings.REDIS_URL)
+        gate, readings = Lanes(r), Readings()
+        gate.reader = readings  # type: ignore[assignment]
+        busy = gate.ticket(relay_of(plan(1, "standard")), Sent())
+        await busy.before()  # type: ignore[misc]
+        readings.load = Load(running=1, waiting=1, kv_usage=None)
+        await settled(readings)
+        late = gate.ticket(relay_of(plan(2, "batch")), Sent())
+        try:
+            with pytest.raises(GatewayError) as refused:
+                await late.before()  # type: ignore[misc]
+            assert gate._lanes[DEP].held == 0 and not late.admitted
+            return refused.value
+        finally:
+            await gate.close()
+            await r.aclose()
+
+    error = run(test)
+    assert error.status == 429 and error.retry_after == lanes.RETRY_AFTER and error.code == "lane_hold_timeout"
+    assert json.loads(error.body(Surface.ANTHROPIC))["error"]["type"] == "rate_limit_error"
+    assert json.loads(error.body())["error"]["type"] == "rate_limit_error"
+
+
+@override_settings(HEARTH_LANES=False)
+def test_lanes_off_hold_nothing_and_read_nothing() -> None:
+    ticket = Lanes(aioredis.Redis.from_url(settings.REDIS_URL)).ticket(relay_of(plan(1, "batch")), Sent())
+    assert ticket.lane is None and ticket.before is None
+
+
+def test_the_class_goes_to_an_engine_that_schedules_by_priority_in_place_of_the_clients() -> None:
+    ordered = Route("lane", ROUTE.upstreams, 8192, 0, deployment_id=DEP, priority_scheduling=True)
+    sent = with_engine_priority(plan(1, "batch", ordered, b'{"model": "lane", "priority": -100}'))
+    assert json.loads(sent.body)["priority"] == lanes.ENGINE_PRIORITY["batch"] == 20
+    appended = with_engine_priority(plan(1, "interactive", ordered))
+    assert appended.body == b'{"model": "lane","priority": 0}'
+    assert with_engine_priority(plan(1, "batch")).body == b'{"model": "lane"}'  # an fcfs engine gets nothing
+    native = plan(1, "batch", ordered)
+    messages = RelayPlan(**{**{f: getattr(native, f) for f in native.__slots__}, "engine_path": "/v1/messages"})
+    assert with_engine_priority(messages).body == native.body
+
+
+def test_which_launch_flags_make_an_engine_schedule_by_priority() -> None:
+    assert schedules_by_priority(["--scheduling-policy", "priority"], "simulator")
+    assert schedules_by_priority(["--scheduling-policy=priority"], "vllm-cpu")
+    assert not schedules_by_priority(["--scheduling-policy", "fcfs"], "vllm")
+    assert not schedules_by_priority([], "vllm")
+    assert schedules_by_priority(["--enable-priority-scheduling", "--schedule-low-priority-values-first"], "sglang")
+    assert not schedules_by_priority(["--enable-priority-scheduling"], "sglang-cpu")  # higher first: not ours
+
+
+def test_engine_load_reads_real_engines_and_the_simulator() -> None:
+    assert parse_load((DATA / "vllm/vllm-0.32.0-cpu-metrics.txt").read_text()) == Load(0, 0, 0.0)
+    sglang = parse_load((DATA / "sglang-0.5.15.post1-cpu-metrics-under-load.txt").read_text())
+    assert sglang is not None and sglang.running == 4 and sglang.kv_usage == pytest.approx(0.01)
+    sim = SimMetrics("vllm", "lane", {})
+    sim.set_state(3, 7, 0.42, 100, 0.0)
+    read = parse_load(sim.render().decode())
+    assert read is not None and (read.running, read.waiting) == (3, 7) and read.kv_usage == pytest.approx(0.42)
+    assert parse_load("# nothing here\n") is None
+
+
+@pytest.mark.django_db
+def test_queue_depth_sums_living_processes_and_leaves_stale_ones_out() -> None:
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    now = time.time()
+    r.delete(depth_key(DEP), depth_key(DEP + 1))
+    r.hset(depth_key(DEP), "a:1", json.dumps({"standard": 3, "batch": 5, "at": now}))
+    r.hset(depth_key(DEP), "b:2", json.dumps({"standard": 1, "batch": 0, "at": now - 1}))
+    r.hset(depth_key(DEP), "c:3", json.dumps({"standard": 40, "batch": 40, "at": now - 600}))  # killed long ago
+    r.hset(depth_key(DEP), "d:4", "not json")
+    assert queue_depth([DEP, DEP + 1]) == {
+        DEP: {"interactive": 0, "standard": 4, "batch": 5},
+        DEP + 1: {"interactive": 0, "standard": 0, "batch": 0},
+    }
+    r.delete(depth_key(DEP))
+
+
+def test_the_simulator_under_the_priority_policy_runs_lower_priority_values_first() -> None:
+    async def test() -> list[int]:
+        cfg = parse_config(["--scheduling-policy", "priority", "--max-num-seqs", "1"])
+        engine = Engine(cfg, SimMetrics("vllm", "lane", {}))
+        engine.pause("new")
+        jobs = [engine.submit([[1, 2, 3]], [(2, "length")], priority=p) for p in (20, 10, 0, 10)]
+        return [jobs.index(seq.job) for seq in engine.waiting]
+
+    assert run(test) == [2, 1, 3, 0]
+    fcfs = parse_config([])
+    assert fcfs.scheduling_policy == "fcfs"
+
+
+def test_ticket_of_a_count_tokens_request_is_plain() -> None:
+    p = plan(1, "batch")
+    counting = RelayPlan(**{**{f: getattr(p, f) for f in p.__slots__}, "endpoint": "/v1/messages/count_tokens"})
+    ticket = Lanes(aioredis.Redis.from_url(settings.REDIS_URL)).ticket(relay_of(counting), Sent())
+    assert isinstance(ticket, Ticket) and ticket.lane is None
