@@ -34,6 +34,7 @@ from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.connect_policy import AddressGate
 from gateway.errors import GatewayError, Surface
 from gateway.holding import Holding
+from gateway.lanes import Lanes
 from gateway.ledger import Ledger
 from gateway.model_list import model_objects
 from gateway.prices import Prices
@@ -96,6 +97,7 @@ class Gateway:
         )
         self.planner = Planner(self.engines, self.router)
         self.holding = Holding(self.registry)
+        self.lanes = Lanes(self.reservations.redis)
 
     async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:
@@ -109,6 +111,7 @@ class Gateway:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.ledger.stop()
+                await self.lanes.close()
                 self.engines.close()
                 await self.registry.close()
                 await self.reservations.close()
@@ -266,16 +269,18 @@ class Gateway:
         ends, once (gateway.ledger: a refused request holds nothing and is charged nothing)."""
         plan, refused = relay.plan, None
         ticket = self.ledger.ticket(plan, relay.state, ids)
+        lane = self.lanes.ticket(relay, send, before)  # held while its deployment is saturated (gateway.lanes)
         try:
             if plan.key.quota.any:
                 await self.ledger.admit(ticket, plan)
             else:
                 self.ledger.note(ticket)
-            await self._answer(relay, receive, send, before)
+            await self._answer(relay, receive, send, lane.before)
         except GatewayError as exc:
             refused = exc.status  # refusals are logged and counted as errors, never as successes
             raise replace(exc, recorded=True) from None
         finally:
+            lane.done()
             await self.ledger.close(ticket, await self._outcome(relay, refused))
 
     async def _answer(
