@@ -23,4 +23,5 @@ urlpatterns = [
     path("", include("console.usage.urls")),
     path("", include("console.capacity.urls")),
     path("", include("console.alerts.urls")),
+    path("", include("console.batches.urls")),
 ]

@@ -10,13 +10,16 @@ hover read-out."""
 import json
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import openai
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect
 
+from console.batches.models import Batch
 from console.capacity.models import Tuning
 from console.deployments.models import Deployment
 from console.observability.models import PriceSetting
@@ -40,6 +43,7 @@ NOT_PAGES = {
     "deployments:remedy", "deployments:delete", "deployments:add-endpoint", "deployments:remove-endpoint",
     "observability:dashboard", "observability:dashboard_live", "observability:panel", "observability:series",
     "observability:slo", "preflight:checks", "weights:free", "alerts:rule", "alerts:destination",
+    "batches:table", "batches:progress", "batches:cancel", "batches:file",
 }  # fmt: skip
 # Chromium logs a 404 answer as a console error; the 404 page is that answer on purpose.
 EXPECTED_CONSOLE = {"not-found": "404"}
@@ -61,10 +65,10 @@ def url_names() -> set[str]:
     return names
 
 
-def pages(ids: dict[str, int]) -> dict[str, tuple[str, str]]:
+def pages(ids: dict[str, int | str]) -> dict[str, tuple[str, str]]:
     """Screenshot name → (URL name, path) for every console page, given the ids of what the test made."""
-    dep, key, member, run_a, run_b, tuning = (
-        ids[k] for k in ("dep", "key", "member", "run_a", "run_b", "tuning")
+    dep, key, member, run_a, run_b, tuning, batch = (
+        ids[k] for k in ("dep", "key", "member", "run_a", "run_b", "tuning", "batch")
     )  # fmt: skip
     return {
         "dashboard": ("home", "/"),
@@ -85,6 +89,8 @@ def pages(ids: dict[str, int]) -> dict[str, tuple[str, str]]:
         "costs": ("observability:costs", "/costs/"),
         "metric-mappings": ("observability:mappings", "/metric-mappings/"),
         "usage": ("usage:page", "/usage/"),
+        "batches": ("batches:list", "/batches/"),
+        "batch": ("batches:detail", f"/batches/{batch}/"),
         "doctor": ("preflight:page", "/doctor/"),
         "settings": ("preflight:settings", "/settings/"),
         "members": ("access:members", "/members/"),
@@ -117,9 +123,9 @@ def watch(page: Page, errors: list[str], where: list[str]) -> None:
     page.on("console", console)
 
 
-def content(web: str, django_user_model: type) -> dict[str, int]:
+def content(web: str, django_user_model: type) -> dict[str, int | str]:
     """A ready simulator deployment that has served requests (one refused), a key, a member, two capacity runs
-    and a tuning; returns their ids."""
+    and a tuning, a completed batch; returns their ids."""
     from console.access.models import Member
 
     client = login(web)
@@ -146,7 +152,13 @@ def content(web: str, django_user_model: type) -> dict[str, int]:
     run_a.tuning, run_a.tuning_value, run_b.tuning, run_b.tuning_value = tuning, 8, tuning, 16
     run_a.save()
     run_b.save()
+    now = timezone.now()
+    batch = Batch.objects.create(
+        key_id=made["id"], endpoint="/v1/chat/completions", input_file_id="file-0", status="completed", total=3,
+        completed=3, in_progress_at=now, completed_at=now, expires_at=now + timedelta(hours=24),
+    )  # fmt: skip
     return {
+        "batch": batch.public_id,
         "dep": dep_id,
         "key": made["id"],
         "member": user.pk,

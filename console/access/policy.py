@@ -81,6 +81,12 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "alerts:destination": (NOBODY, ADMINS),
     "usage:page": (ALL, NOBODY),  # members see their own keys' usage
     "usage:export_csv": (ALL, NOBODY),
+    "batches:list": (ALL, NOBODY),  # members see their own keys' batches (console.batches.views)
+    "batches:table": (ALL, NOBODY),
+    "batches:detail": (ALL, NOBODY),
+    "batches:progress": (ALL, NOBODY),
+    "batches:cancel": (NOBODY, KEY_HOLDERS),  # a member cancels their own keys' batches
+    "batches:file": (KEY_HOLDERS, NOBODY),  # the lines' content: the key's holder and admins, not viewers
     "capacity:deployment": (ALL, ADMINS),  # capacity checks (console.capacity): admins run them, all read them
     "capacity:slo": (NOBODY, ADMINS),
     "capacity:tune": (NOBODY, ADMINS),

@@ -52,6 +52,7 @@ ACTIONS = {
     "deployment.price": "deployment price per million tokens set (or back to the one from its capacity)",
     "mapping.set": "metric mapping saved",
     "accounting.mended": "spending counter mended to the request log",
+    "batch.cancel": "batch cancelled (on the Batches page)",
     "signin": "signed in",
     "signin.failed": "sign-in failed",
     "signin.lockout": "locked out after failed sign-ins",

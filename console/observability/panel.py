@@ -81,6 +81,7 @@ class Panel:
     age_seconds: float | None = None
     swaps: Swaps = field(default_factory=Swaps)
     woke_seconds: float | None = None  # since it became ready after a wake, while it is ready; else None
+    held_by_class: dict[str, int] | None = None  # held in the gateway's lanes, per class (queue_depth; None: unknown)
 
     @property
     def state(self) -> str:
@@ -111,6 +112,14 @@ class Panel:
         held = asleep_bytes_per_gpu(awake) if self.dep.state == DeploymentState.ASLEEP else awake
         where = gpus_words(plan.gpu_indices)
         return f"{gib(held)} on {where}" if len(plan.gpu_indices) == 1 else f"{gib(held)} on each of {where}"
+
+    @property
+    def held_words(self) -> str:
+        """The gateway's lanes' queue, in words: "3 standard · 12 batch held", "none held", or why it is unknown."""
+        if self.held_by_class is None:
+            return "held: unknown (no gateway count: Redis does not answer)"
+        held = [f"{n:,} {name}" for name, n in self.held_by_class.items() if n]
+        return f"{' · '.join(held)} held" if held else "none held"
 
     @property
     def ready(self) -> bool:

@@ -26,6 +26,7 @@ from console.observability.forms import MappingForm, RequestFilter, SloForm
 from console.observability.models import MetricMapping, RequestLog, ScrapeHealth, ServiceLevel
 from console.observability.outcomes import LENGTH_CUTS, outcome_of
 from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
+from console.observability.queue_depth import queue_depth
 from console.observability.request_log import cost_text, csv_lines, with_request_id
 
 COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
@@ -41,8 +42,12 @@ def _dashboard_context() -> dict[str, object]:
     silent = running and (scraper_age is None or scraper_age > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL)
     held = gpu_strip.holders()
     telemetry = shared.telemetry if shared else []
+    shown = panels(deps)
+    depth = queue_depth([p.dep.pk for p in shown if p.ready])
+    for p in shown:
+        p.held_by_class = depth.get(p.dep.pk)
     return {
-        "panels": panels(deps),
+        "panels": shown,
         "gpus": shared,
         "gpu_rows": [(g, held.get(g.index, [])) for g in telemetry],
         "gpu_age": gpu_age,
