@@ -2,12 +2,13 @@
 batch-class request is charged its tokens × the deployment's price × the factor on every path, each to the same
 nano-USD: the admission and settlement scripts, the unlimited keys' batched charges, and the charge-now of a request
 whose gateway process died (against the real Redis); and through a real gateway and the simulator, a batch-class
-key's requests are logged with class batch at that cost, a standard key's at the full price, and the key's USD
-counters equal its logged costs."""
+key's requests are logged with class batch at that cost, a standard key's at the full price, the key's USD
+counters equal its logged costs, and a Batch API line of a standard key is charged at the factor too."""
 
 import asyncio
 import csv
 import io
+import json
 import math
 import runpy
 import time
@@ -22,7 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from console.access.models import ApiKey
 from console.observability.cost import price_per_token
-from console.observability.models import PriceSetting
+from console.observability.models import PriceSetting, RequestLog
 from gateway.charges import nano_usd
 from gateway.prices import Prices, price_factor, scaled
 from gateway.quotas import Quota
@@ -117,3 +118,36 @@ def test_a_batch_keys_requests_are_logged_as_batch_and_charged_at_the_factor(ser
     want[ApiKey.objects.get(pk=standard_id).prefix] = "standard"
     shown = {p: (r["class"], r["requests"]) for r in table for p in want if f"({p}…)" in r["key"]}
     assert shown == {p: (c, "3") for p, c in want.items()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_api_line_of_a_standard_key_is_charged_at_the_factor(served: Served) -> None:
+    """The Batch API runs each line at class batch whatever its key's class: its row says batch and its batch's
+    id, at tokens × price × factor."""
+    _set_price(served)
+    factor = Decimal(repr(settings.HEARTH_BATCH_PRICE_FACTOR))
+    client = served.openai()
+    lines = [
+        {
+            "custom_id": f"line-{n}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "llama", "max_tokens": 6, "messages": [{"role": "user", "content": f"say {n}"}]},
+        }
+        for n in range(3)
+    ]
+    uploaded = client.files.create(file=("in.jsonl", "".join(json.dumps(x) + "\n" for x in lines)), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 120
+    while (state := client.batches.retrieve(batch.id)).status not in {"completed", "failed", "expired", "cancelled"}:
+        assert time.monotonic() < deadline, state
+        time.sleep(0.5)
+    assert state.status == "completed", state
+    deadline = time.monotonic() + 30
+    while len(rows := list(RequestLog.objects.filter(batch_id=batch.id))) < len(lines):
+        assert time.monotonic() < deadline, f"{len(rows)} rows of the batch"
+        time.sleep(0.3)
+    assert ApiKey.objects.get(prefix=rows[0].key_prefix).effective_priority == "standard"
+    for row in rows:
+        tokens = Decimal((row.prompt_tokens or 0) + (row.completion_tokens or 0))
+        assert row.priority == "batch" and row.cost_usd == tokens * PRICE * factor, row.cost_usd
