@@ -97,10 +97,10 @@ def signed_in(client: Client, username: str) -> Client:
 
 
 def test_a_member_sees_only_their_own_keys_batches_and_an_admin_sees_all(client: Client, world: dict[str, Any]) -> None:
-    page = signed_in(client, "mia").get("/batches/").content.decode()
+    page = signed_in(client, "mia").get("/batch-jobs/").content.decode()
     assert world["done"].public_id in page and world["other"].public_id not in page
-    assert signed_in(Client(), "mia").get("/batches/table/").content.decode().count("data-batch=") == 1
-    page = signed_in(Client(), "root").get("/batches/").content.decode()
+    assert signed_in(Client(), "mia").get("/batch-jobs/table/").content.decode().count("data-batch=") == 1
+    page = signed_in(Client(), "root").get("/batch-jobs/").content.decode()
     assert world["done"].public_id in page and world["other"].public_id in page
     assert ">Batches</a>" in page  # in the navigation
 
@@ -108,55 +108,55 @@ def test_a_member_sees_only_their_own_keys_batches_and_an_admin_sees_all(client:
 def test_another_members_batch_its_files_and_its_cancel_answer_404(client: Client, world: dict[str, Any]) -> None:
     other = world["other"].public_id
     signed_in(client, "mia")
-    for url in (f"/batches/{other}/", f"/batches/{other}/progress/", f"/batches/{other}/output.jsonl"):
+    for url in (f"/batch-jobs/{other}/", f"/batch-jobs/{other}/progress/", f"/batch-jobs/{other}/output.jsonl"):
         assert client.get(url).status_code == 404, url
-    assert client.post(f"/batches/{other}/cancel/").status_code == 404
-    assert client.get(f"/batches/{world['done'].public_id}/output.jsonl").status_code == 200  # her own
+    assert client.post(f"/batch-jobs/{other}/cancel/").status_code == 404
+    assert client.get(f"/batch-jobs/{world['done'].public_id}/output.jsonl").status_code == 200  # her own
 
 
 def test_a_viewer_reads_every_batch_but_neither_downloads_nor_cancels(client: Client, world: dict[str, Any]) -> None:
     running = a_batch(world["theirs"], Status.IN_PROGRESS)
     signed_in(client, "vic")
-    page = client.get("/batches/").content.decode()
+    page = client.get("/batch-jobs/").content.decode()
     assert world["other"].public_id in page and world["done"].public_id in page
     assert 'data-action="cancel"' not in page and 'data-action="output"' not in page
-    assert client.get(f"/batches/{world['other'].public_id}/output.jsonl").status_code == 403
-    assert client.post(f"/batches/{running.public_id}/cancel/").status_code == 403
+    assert client.get(f"/batch-jobs/{world['other'].public_id}/output.jsonl").status_code == 403
+    assert client.post(f"/batch-jobs/{running.public_id}/cancel/").status_code == 403
     assert Batch.objects.get(pk=running.pk).status == Status.IN_PROGRESS
 
 
 def test_downloads_are_the_files_content_as_jsonl_under_their_names(client: Client, world: dict[str, Any]) -> None:
     done = world["done"]
     signed_in(client, "mia")
-    out = client.get(f"/batches/{done.public_id}/output.jsonl")
+    out = client.get(f"/batch-jobs/{done.public_id}/output.jsonl")
     assert out["Content-Type"] == "application/jsonl"
     assert out["Content-Disposition"] == f'attachment; filename="{done.public_id}_output.jsonl"'
     assert b"".join(out.streaming_content) == OUTPUT  # type: ignore[attr-defined]
-    errors = client.get(f"/batches/{done.public_id}/errors.jsonl")
+    errors = client.get(f"/batch-jobs/{done.public_id}/errors.jsonl")
     assert errors["Content-Disposition"] == f'attachment; filename="{done.public_id}_error.jsonl"'
     assert b"".join(errors.streaming_content) == ERRORS  # type: ignore[attr-defined]
     no_errors = world["other"]
     admin = signed_in(Client(), "root")
-    assert admin.get(f"/batches/{no_errors.public_id}/errors.jsonl").status_code == 404  # it has none
-    assert admin.get(f"/batches/{done.public_id}/output.jsonl").status_code == 200  # an admin downloads anyone's
+    assert admin.get(f"/batch-jobs/{no_errors.public_id}/errors.jsonl").status_code == 404  # it has none
+    assert admin.get(f"/batch-jobs/{done.public_id}/output.jsonl").status_code == 200  # an admin downloads anyone's
 
 
 def test_cancel_from_the_page_stops_a_running_batch_and_is_audited(client: Client, world: dict[str, Any]) -> None:
     running, waiting = a_batch(world["mine"], Status.IN_PROGRESS), a_batch(world["mine"], Status.VALIDATING)
     signed_in(client, "mia")
-    page = client.get("/batches/").content.decode()
+    page = client.get("/batch-jobs/").content.decode()
     assert page.count('data-action="cancel"') == 2  # not on the completed one
-    answer = client.post(f"/batches/{running.public_id}/cancel/", follow=True)
+    answer = client.post(f"/batch-jobs/{running.public_id}/cancel/", follow=True)
     assert Batch.objects.get(pk=running.pk).status == Status.CANCELLING  # the runner ends it within seconds
     assert "is stopping" in answer.content.decode()
-    client.post(f"/batches/{waiting.public_id}/cancel/", {"next": "list"})
+    client.post(f"/batch-jobs/{waiting.public_id}/cancel/", {"next": "list"})
     assert Batch.objects.get(pk=waiting.pk).status == Status.CANCELLED  # not started: at once
     entries = AuditEntry.objects.filter(action="batch.cancel").order_by("id")
     assert [(e.actor_name, e.target_name, e.changes["status"]) for e in entries] == [
         ("mia", running.public_id, ["in_progress", "cancelling"]),
         ("mia", waiting.public_id, ["validating", "cancelled"]),
     ]
-    answer = client.post(f"/batches/{world['done'].public_id}/cancel/", follow=True)
+    answer = client.post(f"/batch-jobs/{world['done'].public_id}/cancel/", follow=True)
     assert "only a batch validating or in progress is cancelled" in answer.content.decode()
     assert Batch.objects.get(pk=world["done"].pk).status == Status.COMPLETED
 
@@ -166,10 +166,10 @@ def test_no_estimate_until_a_line_finished_then_an_eta_from_the_measured_rate(
 ) -> None:
     batch = a_batch(world["mine"], Status.IN_PROGRESS, total=100)
     signed_in(client, "mia")
-    live = client.get(f"/batches/{batch.public_id}/progress/").content.decode()
+    live = client.get(f"/batch-jobs/{batch.public_id}/progress/").content.decode()
     assert "no estimate yet" in live and "no line finished yet" in live and "lines/min" not in live
     answered(batch, done=8, failed=2)  # 10 lines in the 2 minutes since it started: 5 a minute, 90 left
-    live = client.get(f"/batches/{batch.public_id}/progress/").content.decode()
+    live = client.get(f"/batch-jobs/{batch.public_id}/progress/").content.decode()
     assert "about 18 min" in live and "8 done" in live and "2 failed" in live and "100 lines" in live
     assert batch.in_progress_at is not None
     now = batch.in_progress_at + timedelta(minutes=2)
@@ -199,16 +199,16 @@ def test_cost_so_far_is_the_request_logs_charge_of_the_batchs_lines(client: Clie
             batch_id=batch.public_id,
         )  # fmt: skip
     signed_in(client, "mia")
-    row = client.get("/batches/table/").content.decode().split(f'data-batch="{batch.public_id}"')[1]
+    row = client.get("/batch-jobs/table/").content.decode().split(f'data-batch="{batch.public_id}"')[1]
     assert "$0.0040" in row.split("</tr>")[0] and "2 of 3 logged requests priced" in row.split("</tr>")[0]
-    page = client.get(f"/batches/{world['done'].public_id}/").content.decode()
+    page = client.get(f"/batch-jobs/{world['done'].public_id}/").content.decode()
     assert '<span class="nodata">none</span>' in page and "$0" not in page  # no request logged: not "$0.00"
 
 
 def test_a_batchs_page_lists_its_times_and_failed_lines(client: Client, world: dict[str, Any]) -> None:
     batch = a_batch(world["mine"], Status.IN_PROGRESS, total=5)
     answered(batch, done=1, failed=2)
-    page = signed_in(client, "mia").get(f"/batches/{batch.public_id}/").content.decode()
+    page = signed_in(client, "mia").get(f"/batch-jobs/{batch.public_id}/").content.decode()
     assert "Times <small>(UTC)</small>" in page and "In progress" in page and "Expires" in page
     assert "Completed</th>" not in page  # not yet
     assert page.count("<code>line-") == 2 and 'hx-trigger="every 2s"' in page

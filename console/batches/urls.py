@@ -1,4 +1,5 @@
-"""The Batches pages' URLs (console.batches.views)."""
+"""The Batches pages' URLs (console.batches.views), under /batch-jobs/: /batches and /files outside /v1 are the
+gateway's (a client's base URL set without /v1 is answered there with the fix: gateway.wrong_urls)."""
 
 from django.urls import path
 
@@ -6,10 +7,10 @@ from console.batches import views
 
 app_name = "batches"
 urlpatterns = [
-    path("batches/", views.batch_list, name="list"),
-    path("batches/table/", views.batch_rows, name="table"),
-    path("batches/<str:public_id>/", views.batch_detail, name="detail"),
-    path("batches/<str:public_id>/progress/", views.batch_progress, name="progress"),
-    path("batches/<str:public_id>/cancel/", views.batch_cancel, name="cancel"),
-    path("batches/<str:public_id>/<str:which>.jsonl", views.batch_file, name="file"),
+    path("batch-jobs/", views.batch_list, name="list"),
+    path("batch-jobs/table/", views.batch_rows, name="table"),
+    path("batch-jobs/<str:public_id>/", views.batch_detail, name="detail"),
+    path("batch-jobs/<str:public_id>/progress/", views.batch_progress, name="progress"),
+    path("batch-jobs/<str:public_id>/cancel/", views.batch_cancel, name="cancel"),
+    path("batch-jobs/<str:public_id>/<str:which>.jsonl", views.batch_file, name="file"),
 ]
