@@ -174,3 +174,21 @@ def test_a_members_csv_holds_only_their_own_keys_requests(
     member.force_login(bob)
     text = b"".join(member.get("/requests/export.csv").streaming_content).decode()  # type: ignore[attr-defined]
     assert [r["request_id"] for r in csv.DictReader(io.StringIO(text))] == ["d" * 32]
+
+
+@pytest.mark.django_db
+def test_the_request_log_shows_each_requests_class_and_batch_and_picks_by_them(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    """A Batch API line's row says its class and links its batch's lines; the filters and the CSV pick by both."""
+    priced, _ = rows
+    RequestLog.objects.filter(pk=priced.pk).update(priority="batch", batch_id="batch_abc")
+    page = admin.get("/requests/").content.decode()
+    assert 'data-field="priority">batch · <a href="?batch=batch_abc">batch_abc</a>' in page
+    assert 'data-field="priority">standard</small>' in page
+    one = admin.get("/requests/", {"batch": "batch_abc"}).content.decode()
+    assert "(1 request)" in one and OURS in one
+    assert "(1 request)" in admin.get("/requests/", {"priority": "standard"}).content.decode()
+    resp = admin.get("/requests/export.csv", {"priority": "batch"})
+    table = list(csv.DictReader(io.StringIO(b"".join(resp.streaming_content).decode())))  # type: ignore[arg-type]
+    assert [(r["request_id"], r["priority"], r["batch_id"]) for r in table] == [(OURS, "batch", "batch_abc")]

@@ -5,6 +5,7 @@ from typing import ClassVar
 
 from django import forms
 
+from console.access.models import Priority
 from console.deployments.models import Deployment
 from console.observability.models import MetricMapping, PriceSetting, ServiceLevel
 from console.observability.outcomes import OUTCOMES
@@ -20,6 +21,8 @@ class RequestFilter(forms.Form):
         required=False, max_length=128, label="Request id", help_text="The gateway's x-request-id, or the client's."
     )
     outcome = forms.ChoiceField(required=False, choices=[("", "any")] + [(o, o) for o in OUTCOMES])
+    priority = forms.ChoiceField(required=False, choices=[("", "any"), *Priority.choices], label="Class")
+    batch = forms.CharField(required=False, max_length=40, label="Batch id", help_text="A Batch API batch's lines.")
     hours = forms.IntegerField(required=False, min_value=1, max_value=24 * 30, initial=24, label="Last hours")
 
 

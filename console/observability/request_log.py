@@ -19,7 +19,8 @@ from console.observability.outcomes import outcome_of
 from console.spreadsheet import safe_cell
 
 NO_PRICE = "—"
-# the export's header; times in UTC (ISO 8601), durations in seconds, cost in USD
+# the export's header; times in UTC (ISO 8601), durations in seconds, cost in USD; the class the request ran at
+# (console.access.models.Priority) and, for a Batch API line, its batch's id
 CSV_COLUMNS = (
     "time_utc",
     "request_id",
@@ -38,6 +39,8 @@ CSV_COLUMNS = (
     "ttft_seconds",
     "duration_seconds",
     "cost_usd",
+    "priority",
+    "batch_id",
 )
 
 
@@ -94,6 +97,8 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         r.ttft_seconds,
         r.duration_seconds,
         "" if r.cost_usd is None else format(r.cost_usd.normalize(), "f"),
+        r.priority,
+        r.batch_id,
     )
 
 

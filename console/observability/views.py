@@ -165,6 +165,10 @@ def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
         rows = rows.filter(status=data["status"])
     if data.get("request_id"):
         rows = with_request_id(rows, data["request_id"])
+    if data.get("priority"):
+        rows = rows.filter(priority=data["priority"])
+    if data.get("batch"):
+        rows = rows.filter(batch_id=data["batch"])
     outcome = data.get("outcome")
     if outcome == "cancelled":
         rows = rows.filter(client_cancelled=True)
