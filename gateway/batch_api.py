@@ -16,6 +16,7 @@ A whole upload is held in memory while it is checked (at most the size limit, pl
 
 import io
 import json
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,6 +26,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import MemoryFileUploadHandler
 from django.db import close_old_connections
 from django.http.multipartparser import MultiPartParser, MultiPartParserError
+from kombu.exceptions import OperationalError
 
 from console.batches import batches, dispatch, files
 from console.batches.files import FileError
@@ -33,6 +35,7 @@ from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.errors import GatewayError
 from gateway.registry import KeyEntry
 
+log = logging.getLogger(__name__)
 FILES, BATCHES = "/v1/files", "/v1/batches"
 WORKERS = 2
 FORM_OVERHEAD = 64 * 1024  # bytes of a multipart form beside the file's own
@@ -195,7 +198,10 @@ async def _create(receive: Receive, scope: Scope, key: KeyEntry) -> dict[str, An
         batch = await _db(batches.create, key.id, *args)
     except FileError as exc:
         raise _refused(exc) from None
-    await _db(dispatch.run, batch.pk)
+    try:
+        await _db(dispatch.run, batch.pk)
+    except OperationalError as exc:  # the broker is down: beat's sweep starts the batch once it is back
+        log.warning("batch %s stored but its runner could not be sent yet: %s", batch.public_id, exc)
     return await _db(lambda: batches.batch_object(batches.owned(key.id, batch.public_id) or batch))
 
 

@@ -69,7 +69,7 @@ def asleep(model: str) -> GatewayError:
         f"Model {model!r} is asleep and batches do not wake it (HEARTH_BATCH_WAKES_DEPLOYMENTS); the line waits.",
         type="server_error",
         code="deployment_asleep",
-        retry_after=30,
+        retry_after=10,
     )
 
 

@@ -15,6 +15,7 @@ import openai
 import pytest
 from django.contrib.auth.models import User
 from django.test import override_settings
+from django.utils import timezone
 
 from tests.conftest import Proc, _stop_engines_left_running, login, start_web, start_worker
 from tests.simworld import deploy, wait_state
@@ -278,3 +279,38 @@ def test_thousand_lines_exactly_once_across_two_worker_kills(llama: Llama) -> No
     output = read_lines(client, done.output_file_id)
     assert sorted(line["custom_id"] for line in output) == sorted(f"k-{i}" for i in range(1000))
     assert engine_requests(replica_url(llama.dep_id)) - before == 1000
+
+
+def test_expiry_keeps_what_finished(llama: Llama) -> None:
+    """A batch past its completion window ends expired, its finished lines in its output file."""
+    from console.batches.models import Batch
+
+    client = llama.openai()
+    data = jsonl([chat_line(f"late-{i}", max_tokens=150) for i in range(60)])
+    uploaded = client.files.create(file=("late.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 120
+    while client.batches.retrieve(batch.id).request_counts.completed < 2:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    Batch.objects.filter(public_id=batch.id).update(expires_at=timezone.now())  # its 24 h are up
+    done = wait_batch(client, batch.id, {"expired", "completed"}, within=60)
+    assert done.status == "expired" and done.expired_at is not None
+    output = read_lines(client, done.output_file_id)
+    assert 2 <= len(output) == done.request_counts.completed < 60
+
+
+def test_a_forged_line_credential_is_refused(llama: Llama) -> None:
+    """A line credential whose HMAC is not the appliance's authenticates nothing (401, OpenAI's shape)."""
+    from console.access.models import ApiKey
+    from console.batches.credential import LineCredential, sign
+
+    key_id = ApiKey.objects.latest("id").id
+    token = sign(LineCredential("batch_x", 0, key_id))  # signed under the test process's SECRET_KEY
+    forged = token[:-4] + ("0000" if not token.endswith("0000") else "1111")
+    body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for bearer in (forged, token.replace(".0.", ".1.", 1)):
+        resp = httpx.post(
+            f"{llama.box.base}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {bearer}"}
+        )
+        assert resp.status_code == 401 and resp.json()["error"]["type"], resp.text

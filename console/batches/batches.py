@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -51,6 +52,7 @@ def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata
         batch = Batch.objects.create(
             key_id=key_id,
             endpoint=endpoint,
+            instance=settings.HEARTH_INSTANCE,
             input_file_id=source.public_id,
             completion_window=window,
             metadata=extra,

@@ -98,6 +98,16 @@ class Batch(models.Model):
         ApiKey, on_delete=models.CASCADE, related_name="batches", help_text="The API key that owns and runs it."
     )
     endpoint = models.CharField(max_length=40, help_text="The /v1 endpoint every line goes to.")
+    instance = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="The HEARTH_INSTANCE that runs it: its Redis holds the runner's lease and the lines' kept answers, "
+        "so only that appliance's workers resume it (another adopts it once its runner_seen_at is ADOPT_SECONDS old).",
+    )
+    runner_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its runner last said it runs (every few seconds while it does)."
+    )
     input_file_id = models.CharField(max_length=40, help_text="The input file's public id (it may be deleted since).")
     completion_window = models.CharField(max_length=8, default="24h", help_text="Only '24h' is accepted.")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.VALIDATING, db_index=True)

@@ -40,6 +40,7 @@ from console.batches.models import ENDED, Batch, LineState, Status
 LEASE_SECONDS = 15
 TICK = 0.5  # seconds between looks at the batch's status (cancel, expiry)
 RETRY_SECONDS = 5.0
+SEEN_EVERY = 5.0  # seconds between the runner's notes that it runs (Batch.runner_seen_at)
 RETRIED = {409, 429, 503}
 
 
@@ -97,6 +98,7 @@ class _Runner:
     def __init__(self, batch_pk: int, client: aioredis.Redis) -> None:
         self.pk, self.redis = batch_pk, client
         self.waiting: list[tuple[float, Line]] = []  # lines to send again at their monotonic time
+        self.seen_next = 0.0  # monotonic time runner_seen_at is next written
 
     async def run(self) -> None:
         batch = await Batch.objects.aget(pk=self.pk)
@@ -108,7 +110,7 @@ class _Runner:
         timeout = httpx.Timeout(settings.HEARTH_STREAM_IDLE_TIMEOUT + 60, connect=10)
         async with httpx.AsyncClient(base_url=settings.HEARTH_GATEWAY_URL, timeout=timeout) as http:
             try:
-                while (end := await self._end(batch, pending, inflight)) is None:
+                while (end := await self._end(pending, inflight)) is None:
                     self._ready(pending)
                     while pending and len(inflight) < max(1, settings.HEARTH_BATCH_CONCURRENCY):
                         line = pending.popleft()
@@ -134,13 +136,16 @@ class _Runner:
         self.waiting = [(at, line) for at, line in self.waiting if at > now]
         pending.extendleft(reversed(ready))
 
-    async def _end(self, batch: Batch, pending: deque[Line], inflight: dict[Any, Line]) -> Status | None:
+    async def _end(self, pending: deque[Line], inflight: dict[Any, Line]) -> Status | None:
         """How the batch ends now (its lease renewed first), or None while it runs on."""
         await self.redis.expire(lease_key(self.pk), LEASE_SECONDS)
-        status = await Batch.objects.filter(pk=self.pk).values_list("status", flat=True).aget()
+        if time.monotonic() >= self.seen_next:
+            await Batch.objects.filter(pk=self.pk).aupdate(runner_seen_at=timezone.now())
+            self.seen_next = time.monotonic() + SEEN_EVERY
+        status, expires_at = await Batch.objects.filter(pk=self.pk).values_list("status", "expires_at").aget()
         if status == Status.CANCELLING or status in ENDED:
             return Status.CANCELLED
-        if timezone.now() >= batch.expires_at:
+        if timezone.now() >= expires_at:
             return Status.EXPIRED
         if pending or inflight or self.waiting:
             return None

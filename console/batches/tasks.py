@@ -1,17 +1,21 @@
 """The batch runner's Celery entry points: run one batch (acks late: a worker killed with it running leaves the
 message to be delivered again, and beat's sweep does not wait for that), and the sweep that starts a runner for
-every running batch without one (beat, every SWEEP_SECONDS, and once when a worker starts)."""
+every running batch without one (beat, every 10 s, and once when a worker starts)."""
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from console.batches import dispatch, runner
 from console.batches.models import RUNNING, Batch
 
-SWEEP_SECONDS = 10.0  # beat's period for sweep_batches (appliance.celery.periodic_tasks)
+ADOPT_SECONDS = 300  # a batch of another instance whose runner was not seen this long is adopted by the sweep
 
 
 @shared_task(name=dispatch.RUN, acks_late=True)
@@ -22,8 +26,16 @@ def run_batch(batch_pk: int) -> None:
 
 @shared_task(name=dispatch.SWEEP)
 def sweep_batches() -> None:
-    """Send run_batch for each batch validating, in progress, finalizing or cancelling whose runner's lease lapsed."""
-    for pk in Batch.objects.filter(status__in=RUNNING).values_list("pk", flat=True):
+    """Send run_batch for each of this appliance's batches (its HEARTH_INSTANCE's) validating, in progress,
+    finalizing or cancelling whose runner's lease lapsed; and adopt, then run, a running batch of another instance
+    whose runner was last seen ADOPT_SECONDS ago (its appliance was restored here from a backup, or renamed)."""
+    running = Batch.objects.filter(status__in=RUNNING)
+    lapsed = timezone.now() - timedelta(seconds=ADOPT_SECONDS)
+    orphans = running.exclude(instance=settings.HEARTH_INSTANCE).filter(
+        Q(runner_seen_at__lt=lapsed) | Q(runner_seen_at=None, created_at__lt=lapsed)
+    )
+    orphans.update(instance=settings.HEARTH_INSTANCE)
+    for pk in running.filter(instance=settings.HEARTH_INSTANCE).values_list("pk", flat=True):
         if not runner.lease_held(pk):
             dispatch.run(pk)
 
