@@ -186,6 +186,9 @@ def test_a_stalled_batch_and_an_ended_one_say_so_in_words(world: dict[str, Any])
     late, done = progress([stalled, ended], now)
     assert (late.rate, late.eta) == (None, "no estimate: none finished in the last 10 min")
     assert done.eta.startswith("done in ") and done.rate is not None
+    quick = a_batch(world["mine"], Status.COMPLETED, total=3, completed=3, in_progress_at=now, completed_at=now)
+    assert progress([quick], now)[0].rate_words == "too quick to measure"  # not 3 lines in "1 s": 180 a minute
+    assert progress([quick], now)[0].eta == "done in under a second"
     waiting = progress([a_batch(world["mine"], Status.VALIDATING)], now)[0]
     assert (waiting.rate, waiting.rate_words, waiting.eta) == (None, "not started", "no estimate yet")
 
@@ -211,7 +214,9 @@ def test_a_batchs_page_lists_its_times_and_failed_lines(client: Client, world: d
     page = signed_in(client, "mia").get(f"/batch-jobs/{batch.public_id}/").content.decode()
     assert "Times <small>(UTC)</small>" in page and "In progress" in page and "Expires" in page
     assert "Completed</th>" not in page  # not yet
-    assert page.count("<code>line-") == 2 and 'hx-trigger="every 2s"' in page
+    assert page.count("<code>line-") == 2 and 'hx-trigger="every 2s"' in page  # refreshed while it runs
+    ended = client.get(f"/batch-jobs/{world['done'].public_id}/progress/").content.decode()
+    assert 'id="batch-live"' in ended and "hx-trigger" not in ended  # the last refresh: it polls no more
 
 
 def held(deployment_id: int, **counts: int) -> None:

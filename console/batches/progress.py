@@ -80,7 +80,8 @@ def _ended_words(batch: Batch) -> str:
     end, start = _ended_at(batch), batch.in_progress_at
     if start is None or end is None:
         return "never ran"
-    took = duration_words((end - start).total_seconds())
+    seconds = (end - start).total_seconds()
+    took = duration_words(seconds) if seconds >= 1 else "under a second"
     return f"done in {took}" if batch.status == Status.COMPLETED else f"ran {took}"
 
 
@@ -100,7 +101,9 @@ def _rate(batch: Batch, recent: int, now: datetime) -> tuple[float | None, str]:
     finished = batch.completed + batch.failed
     if not finished or end is None:
         return None, "no line finished"
-    return finished / max((end - start).total_seconds(), 1.0) * 60, ""
+    if (end - start).total_seconds() < 1:
+        return None, "too quick to measure"
+    return finished / (end - start).total_seconds() * 60, ""
 
 
 def _eta(batch: Batch, rate: float | None, rate_words: str) -> str:
