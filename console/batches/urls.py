@@ -1,5 +1,5 @@
-"""The Batches pages' URLs (console.batches.views), under /batch-jobs/: /batches and /files outside /v1 are the
-gateway's (a client's base URL set without /v1 is answered there with the fix: gateway.wrong_urls)."""
+"""The Batches pages' URLs (console.batches.views), under /batch-jobs/: apart from /batches and /files, the paths a
+client whose base URL lacks /v1 asks for (which the gateway may answer with the fix: gateway.wrong_urls)."""
 
 from django.urls import path
 
