@@ -177,11 +177,11 @@ async def _content(send: Send, key: KeyEntry, public_id: str) -> None:
     stored = await _db(files.owned, key.id, public_id)
     if stored is None:
         raise _not_found("file", public_id)
-    chunks = await _db(lambda: list(files.content(stored)))
+    pieces = await _db(files.chunk_ids, stored)
     headers = [(b"content-type", b"application/octet-stream"), (b"content-length", str(stored.bytes).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    for chunk in chunks:
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    for pk in pieces:  # a chunk (1 MiB) in memory at a time
+        await send({"type": "http.response.body", "body": await _db(files.chunk, pk), "more_body": True})
     await send({"type": "http.response.body", "body": b""})
 
 

@@ -70,3 +70,13 @@ def test_content_in_chunks_and_in_the_backup(tmp_path: Path) -> None:
         rows = backup.member(tar, backup.DATA).read().decode()
     chunks = [r.object for r in deserialize("jsonl", rows) if isinstance(r.object, BatchFileChunk)]
     assert b"".join(bytes(c.data) for c in sorted(chunks, key=lambda c: c.index)) == data
+
+
+def test_the_runner_s_tasks_are_registered_and_beat_sweeps() -> None:
+    """The names the gateway sends (console.batches.dispatch) are the worker's tasks; beat runs the sweep."""
+    from appliance.celery import app, periodic_tasks
+    from console.batches import dispatch
+
+    app.loader.import_default_modules()
+    assert set(dispatch.NAMES) <= set(app.tasks)
+    assert dispatch.SWEEP in periodic_tasks()

@@ -129,11 +129,20 @@ def owned(key_id: int, public_id: str) -> BatchFile | None:
     return BatchFile.objects.filter(key_id=key_id, public_id=public_id).first()
 
 
+def chunk_ids(stored: BatchFile) -> list[int]:
+    """The ids of the file's chunks, in order."""
+    return list(stored.chunks.order_by("index").values_list("id", flat=True))
+
+
+def chunk(pk: int) -> bytes:
+    """One chunk's bytes."""
+    return bytes(BatchFileChunk.objects.values_list("data", flat=True).get(pk=pk))
+
+
 def content(stored: BatchFile) -> Iterator[bytes]:
     """The file's bytes, a chunk at a time (each read on its own query: memory holds one chunk)."""
-    ids = list(stored.chunks.order_by("index").values_list("id", flat=True))
-    for pk in ids:
-        yield bytes(BatchFileChunk.objects.values_list("data", flat=True).get(pk=pk))
+    for pk in chunk_ids(stored):
+        yield chunk(pk)
 
 
 def whole(stored: BatchFile) -> bytes:

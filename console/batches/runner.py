@@ -35,7 +35,7 @@ from django.utils import timezone
 from appliance.redis_keys import redis_key
 from console.batches import batches
 from console.batches.credential import LineCredential, answer_key, sign
-from console.batches.models import ENDED, Batch, LineState, Status
+from console.batches.models import ENDED, Batch, BatchLine, LineState, Status
 
 LEASE_SECONDS = 15
 TICK = 0.5  # seconds between looks at the batch's status (cancel, expiry)
@@ -54,7 +54,6 @@ class Line:
     credential: LineCredential
     custom_id: str
     url: str
-    body: dict[str, Any]
 
 
 def answer_line(line: Line, status: int, request_id: str, body: Any) -> tuple[bool, dict[str, Any]]:
@@ -73,8 +72,8 @@ def answer_line(line: Line, status: int, request_id: str, body: Any) -> tuple[bo
 def _pending(batch: Batch) -> list[Line]:
     rows = batch.lines.filter(state=LineState.PENDING).order_by("index")
     return [
-        Line(r.pk, LineCredential(batch.public_id, r.index, batch.key_id), r.custom_id, r.url, r.body)
-        for r in rows.only("pk", "index", "custom_id", "url", "body")
+        Line(pk, LineCredential(batch.public_id, index, batch.key_id), custom_id, url)
+        for pk, index, custom_id, url in rows.values_list("pk", "index", "custom_id", "url")
     ]
 
 
@@ -156,18 +155,19 @@ class _Runner:
         """Send ``line`` and store its answer; the seconds to wait before sending it again when not answered."""
         headers = {"authorization": f"Bearer {sign(line.credential)}", "x-request-id": line.credential.request_id}
         try:
-            response = await http.post(line.url, json=line.body, headers=headers)
+            body = await BatchLine.objects.values_list("body", flat=True).aget(pk=line.pk)  # read when sent
+            response = await http.post(line.url, json=body, headers=headers)
         except httpx.HTTPError:
             return RETRY_SECONDS
         if response.status_code in RETRIED:
             after = response.headers.get("retry-after", "")
             return float(after) if after.isdigit() else RETRY_SECONDS
         try:
-            body: Any = response.json()
+            answered: Any = response.json()
         except ValueError:
-            body = response.text
+            answered = response.text
         request_id = response.headers.get("x-request-id", line.credential.request_id)
-        ok, answer = answer_line(line, response.status_code, request_id, body)
+        ok, answer = answer_line(line, response.status_code, request_id, answered)
         await sync_to_async(batches.record)(line.pk, self.pk, ok, answer)
         await self.redis.delete(redis_key(answer_key(line.credential)))
         return None
