@@ -113,13 +113,19 @@ async def _read(receive: Receive, limit: int) -> bytes:
             return bytes(body)
 
 
-def _form(content_type: str, body: bytes) -> tuple[str, str, bytes]:
+class _InMemory(MemoryFileUploadHandler):
+    """Django's in-memory upload handler, whatever the upload's size (it steps aside past
+    FILE_UPLOAD_MAX_MEMORY_SIZE): the body is in memory already, within the file size limit."""
+
+    def handle_raw_input(self, *args: Any, **kwargs: Any) -> None:
+        self.activated = True
+
+
+def form(content_type: str, body: bytes) -> tuple[str, str, bytes]:
     """The upload's purpose, file name and file content from a multipart form. Raises FileError."""
     meta = {"CONTENT_TYPE": content_type, "CONTENT_LENGTH": str(len(body))}
     try:
-        handler = MemoryFileUploadHandler()
-        handler.activated = True  # held in memory whatever its size: the body is in memory already
-        fields, uploads = MultiPartParser(meta, io.BytesIO(body), [handler], "utf-8").parse()
+        fields, uploads = MultiPartParser(meta, io.BytesIO(body), [_InMemory()], "utf-8").parse()
     except (MultiPartParserError, ValueError) as exc:
         raise FileError(f"The upload is not a multipart form: {exc}", "file", "invalid_request") from None
     upload = uploads.get("file")
@@ -129,7 +135,7 @@ def _form(content_type: str, body: bytes) -> tuple[str, str, bytes]:
 
 
 def _uploaded(key_id: int, content_type: str, body: bytes) -> dict[str, Any]:
-    purpose, name, data = _form(content_type, body)
+    purpose, name, data = form(content_type, body)
     return batches.file_object(files.upload(key_id, name, purpose, data))
 
 

@@ -6,6 +6,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import httpx
 import pytest
 from django.core.serializers import deserialize
 from django.test import override_settings
@@ -80,3 +81,16 @@ def test_the_runner_s_tasks_are_registered_and_beat_sweeps() -> None:
     app.loader.import_default_modules()
     assert set(dispatch.NAMES) <= set(app.tasks)
     assert dispatch.SWEEP in periodic_tasks()
+
+
+def test_a_multipart_upload_is_read_whole_past_django_s_memory_size() -> None:
+    """The form as the openai SDK sends it (httpx's multipart), its file larger than FILE_UPLOAD_MAX_MEMORY_SIZE."""
+    from django.conf import settings
+
+    from gateway.batch_api import form
+
+    data = b"x" * (settings.FILE_UPLOAD_MAX_MEMORY_SIZE + 1000)
+    request = httpx.Request("POST", "http://h/v1/files", data={"purpose": "batch"}, files={"file": ("in.jsonl", data)})
+    assert form(request.headers["content-type"], request.read()) == ("batch", "in.jsonl", data)
+    with pytest.raises(FileError):
+        form("multipart/form-data; boundary=x", b"--x\r\nnot a part")
