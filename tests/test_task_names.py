@@ -4,6 +4,7 @@ a task the worker registers, so a renamed task fails here, not silently in the q
 from appliance.celery import app
 from console.alerts.tasks import EVALUATE
 from console.audit.tasks import PRUNE
+from console.batches.dispatch import SWEEP
 from console.deployments import dispatch
 from console.observability.tasks import CHECK_ACCOUNTING, MAINTAIN, PUBLISH_GPUS, SCRAPE
 from console.preflight.worker_report import RUN_PREFLIGHT
@@ -25,5 +26,5 @@ def test_the_pre_flight_and_scrape_tasks_are_registered_under_the_names_they_are
 def test_every_periodic_task_beat_sends_is_registered() -> None:
     app.finalize()
     schedule = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert schedule == {SCRAPE, dispatch.RECONCILE, PRUNE, PUBLISH_GPUS, MAINTAIN, CHECK_ACCOUNTING, EVALUATE}
+    assert schedule == {SCRAPE, dispatch.RECONCILE, PRUNE, PUBLISH_GPUS, MAINTAIN, CHECK_ACCOUNTING, EVALUATE, SWEEP}
     assert schedule <= registered()
