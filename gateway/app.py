@@ -13,7 +13,8 @@ was compressed (gateway.request_body); count_tokens is answered with an estimate
 (gateway.count_tokens); a request a wrong base URL sent (``/v1/v1/...``, an endpoint without ``/v1``) gets the fix
 (gateway.wrong_urls). Every answer's head carries the request's id (gateway.request_ids), added once, as it goes out.
 A request refused before an engine was chosen leaves its request-log row too, once its key authenticated
-(gateway.refusals).
+(gateway.refusals). The Files and Batches API is gateway.batch_api's; a Batch API line the worker's runner sends is
+served as its batch owner's key and answered once (gateway.batch_lines).
 """
 
 import gc
