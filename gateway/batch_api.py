@@ -5,7 +5,8 @@ runner is the worker's (console.batches.tasks, sent by name through console.batc
 - ``POST /v1/files``: multipart/form-data (what the openai SDK sends) with ``file`` and ``purpose`` (``batch``), at
   most HEARTH_BATCH_FILE_MAX_BYTES (413 ``file_too_large`` past it); a file that is not a batch input answers 400
   naming its first bad line (console.batches.files), and nothing is stored;
-- ``GET /v1/files``, ``GET /v1/files/{id}``, ``GET /v1/files/{id}/content`` (bytes), ``DELETE /v1/files/{id}``;
+- ``GET /v1/files`` (``purpose``, ``limit`` 1-10,000, default 10,000; ``after``: a file id), ``GET /v1/files/{id}``,
+  ``GET /v1/files/{id}/content`` (bytes), ``DELETE /v1/files/{id}``;
 - ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window`` "24h", ``metadata``),
   ``GET /v1/batches`` (``limit`` 1-100, default 20; ``after``: a batch id), ``GET /v1/batches/{id}``,
   ``POST /v1/batches/{id}/cancel``.
@@ -20,6 +21,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import unquote_plus
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -69,7 +71,7 @@ async def answer(method: str, path: str, scope: Scope, receive: Receive, send: S
     parts = path.split("/")[2:]  # ["files"], ["files", id], ["files", id, "content"], ["batches", id, "cancel"]
     routes: dict[tuple[str, int, str], Callable[[], Any]] = {
         ("POST", 1, "files"): lambda: _upload(scope, receive, key),
-        ("GET", 1, "files"): lambda: _file_list(key),
+        ("GET", 1, "files"): lambda: _file_list(scope, key),
         ("GET", 2, "files"): lambda: _file(key, parts[1]),
         ("DELETE", 2, "files"): lambda: _delete(key, parts[1]),
         ("POST", 1, "batches"): lambda: _create(receive, scope, key),
@@ -150,13 +152,32 @@ async def _upload(scope: Scope, receive: Receive, key: KeyEntry) -> dict[str, An
         raise _refused(exc) from None
 
 
-def _files_of(key_id: int) -> dict[str, Any]:
-    found = BatchFile.objects.filter(key_id=key_id).order_by("-id")[:10000]
-    return {"object": "list", "data": [batches.file_object(f) for f in found], "has_more": False}
+def _query(scope: Scope) -> dict[str, str]:
+    pairs = scope.get("query_string", b"").decode("latin-1").split("&")
+    return {name: unquote_plus(value) for name, _, value in (p.partition("=") for p in pairs) if value}
 
 
-async def _file_list(key: KeyEntry) -> dict[str, Any]:
-    return await _db(_files_of, key.id)
+def _limit(query: dict[str, str], default: int, most: int) -> int:
+    limit = query.get("limit", str(default))
+    if not limit.isdigit() or not 1 <= int(limit) <= most:
+        raise GatewayError(400, f"'limit' must be from 1 to {most:,}.", param="limit")
+    return int(limit)
+
+
+def _files_of(key_id: int, purpose: str | None, after: str | None, limit: int) -> dict[str, Any]:
+    """The key's files, newest first, of ``purpose`` when given, after the file ``after`` (OpenAI's cursor)."""
+    found = BatchFile.objects.filter(key_id=key_id).order_by("-id")
+    found = found.filter(purpose=purpose) if purpose else found
+    cursor = found.filter(public_id=after).first() if after else None
+    page = list((found.filter(id__lt=cursor.id) if cursor else found)[: limit + 1])
+    data = [batches.file_object(f) for f in page[:limit]]
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    return {"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": len(page) > limit}
+
+
+async def _file_list(scope: Scope, key: KeyEntry) -> dict[str, Any]:
+    query = _query(scope)
+    return await _db(_files_of, key.id, query.get("purpose"), query.get("after"), _limit(query, 10000, 10000))
 
 
 async def _file(key: KeyEntry, public_id: str) -> dict[str, Any]:
@@ -219,11 +240,8 @@ def _listed(key_id: int, after: str | None, limit: int) -> dict[str, Any]:
 
 
 async def _batch_list(scope: Scope, key: KeyEntry) -> dict[str, Any]:
-    query = dict(p.split("=", 1) for p in scope.get("query_string", b"").decode("latin-1").split("&") if "=" in p)
-    limit = query.get("limit", "20")
-    if not limit.isdigit() or not 1 <= int(limit) <= 100:
-        raise GatewayError(400, "'limit' must be from 1 to 100.", param="limit")
-    return await _db(_listed, key.id, query.get("after") or None, int(limit))
+    query = _query(scope)
+    return await _db(_listed, key.id, query.get("after"), _limit(query, 20, 100))
 
 
 def _found(key_id: int, public_id: str) -> dict[str, Any] | None:

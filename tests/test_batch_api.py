@@ -156,6 +156,8 @@ def test_openai_sdk_workflow(llama: Llama) -> None:
         assert line["response"]["status_code"] == 200 and line["response"]["request_id"]
         assert line["response"]["body"]["object"] == "chat.completion"
     assert done.id in [b.id for b in client.batches.list(limit=5).data]
+    assert [f.id for f in client.files.list(purpose="batch_output").data] == [done.output_file_id]
+    assert [f.id for f in client.files.list(purpose="batch").data] == [uploaded.id]
     from console.observability.models import RequestLog
 
     deadline = time.monotonic() + 30

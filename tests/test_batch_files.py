@@ -94,3 +94,20 @@ def test_a_multipart_upload_is_read_whole_past_django_s_memory_size() -> None:
     assert form(request.headers["content-type"], request.read()) == ("batch", "in.jsonl", data)
     with pytest.raises(FileError):
         form("multipart/form-data; boundary=x", b"--x\r\nnot a part")
+
+
+@pytest.mark.django_db
+def test_batches_are_listed_newest_first_a_page_at_a_time() -> None:
+    from django.utils import timezone
+
+    from console.batches import batches
+    from console.batches.models import Batch
+
+    key = ApiKey.objects.create(name="pages", prefix="hk-pages", key_hash="d" * 64)
+    made = [
+        Batch.objects.create(key=key, endpoint="/v1/embeddings", input_file_id="file-x", expires_at=timezone.now())
+        for _ in range(3)
+    ]
+    assert batches.listed(key.id, None, 2) == ([made[2], made[1]], True)
+    assert batches.listed(key.id, made[1].public_id, 2) == ([made[0]], False)
+    assert batches.listed(key.id + 1, None, 2) == ([], False)
