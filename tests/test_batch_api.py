@@ -94,6 +94,7 @@ def llama(box: Box) -> Iterator[Llama]:
 
 def chat_line(custom_id: str, model: str = "llama", max_tokens: int = 4, url: str = "/v1/chat/completions") -> bytes:
     body = {"model": model, "messages": [{"role": "user", "content": f"say {custom_id}"}], "max_tokens": max_tokens}
+    body |= {"ignore_eos": True} if max_tokens > 4 else {}  # a slow line: exactly max_tokens, 12 ms each
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}).encode()
 
 
@@ -316,3 +317,22 @@ def test_a_forged_line_credential_is_refused(llama: Llama) -> None:
             f"{llama.box.base}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {bearer}"}
         )
         assert resp.status_code == 401 and resp.json()["error"]["type"], resp.text
+
+
+def test_a_line_reaches_the_engine_once_whatever_its_runner_does(llama: Llama) -> None:
+    """gateway.batch_lines: a line whose runner went away mid-answer is finished and kept; the same line asked again
+    (while in flight, then after) is answered from what was kept, and the engine saw one request."""
+    from console.access.models import ApiKey
+    from console.batches.credential import LineCredential, sign
+
+    line = LineCredential("batch_" + secrets.token_hex(12), 0, ApiKey.objects.latest("id").id)
+    url, headers = f"{llama.box.base}/v1/chat/completions", {"authorization": f"Bearer {sign(line)}"}
+    body = {"model": "llama", "messages": [{"role": "user", "content": "count"}], "max_tokens": 100, "ignore_eos": True}
+    before = engine_requests(replica_url(llama.dep_id))
+    with pytest.raises(httpx.ReadTimeout):  # the runner dies while the engine answers (100 tokens, ~1.2 s)
+        httpx.post(url, json=body, headers=headers, timeout=httpx.Timeout(10, read=0.3))
+    first = httpx.post(url, json=body, headers=headers, timeout=30)  # in flight still: waits for the kept answer
+    again = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert first.status_code == again.status_code == 200 and first.json() == again.json()
+    assert first.json()["usage"]["completion_tokens"] == 100
+    assert engine_requests(replica_url(llama.dep_id)) - before == 1
