@@ -6,14 +6,21 @@ instead of piling onto the engine, and go on as it drains.
   held standard request (it goes only when no standard request waits).
 - **Saturated** means, at the latest reading of the deployment's replicas (gateway.engine_load, every READ_EVERY
   seconds while the deployment has traffic in this process, one reading shared by all its requests): KV-cache use
-  over HEARTH_LANE_KV_THRESHOLD (0.9 by default; the mean over replicas), or the engine's requests (running plus
-  waiting, plus those this process sent on since the reading, less those it saw end since) at its capacity less a
-  headroom kept for interactive requests (1/HEADROOM_SHARE of it: none under 16). The capacity is learned: the most
-  requests a replica ran at a reading that also had requests waiting in it (its ``max_num_seqs``, or what its KV cache
-  held); before a replica ever had requests waiting, saturated means requests waiting now. Counting the requests
-  this process sent on and saw end between readings releases one held request for each that ends, as the engine
-  drains, without waiting for the next reading. A reading older than STALE_AFTER seconds (replicas that do not
-  answer, or an endpoint Hearth did not launch, which is not read) holds nothing.
+  over HEARTH_LANE_KV_THRESHOLD (0.9 by default; the mean over replicas), or requests waiting in the engines (plus
+  those this process sent on since the reading, less those it saw end since), or, once a capacity is known, the
+  engines' requests (running plus waiting, with the same correction) at that capacity less a headroom kept for
+  interactive requests (1/HEADROOM_SHARE of it). The capacity is learned per replica: the most requests it ran at a
+  reading that had requests waiting in it, as the reading before did too (a queue that lasted, its ``max_num_seqs``
+  or what its KV cache held, not a request waiting for the next engine step); it is used only from HEADROOM_SHARE
+  requests up (below that the headroom would be none) and forgotten CAPACITY_TTL seconds after it was last seen, so
+  a capacity learned at a bad moment does not cap the engine for good (the engine then fills to a queue again, which
+  teaches it anew). Until a capacity is known, the requests sent on between two readings are at most as many as
+  the engines ran at the first (SLOW_START at least): the load doubles each reading rather than all at once. With no
+  fresh reading (the deployment's first request in a while) the first request goes on and the others wait for the
+  reading it starts. Counting the requests this process sent on and saw end between readings releases one held
+  request for each that ends, as the engine drains, without waiting for the next reading. A reading older than
+  STALE_AFTER seconds (replicas that do not answer, or an endpoint Hearth did not launch, which is not read) holds
+  nothing.
 - **Fairness within a class.** Held requests of one class go in weighted-fair order of tokens between keys
   (gateway.fair_queue), each costing its reservation (gateway.relay_plan's ``reserve``) or, for a key without token
   limits, the same estimate (its prompt at ~4 bytes a token plus the most it may generate, gateway.quotas): one
@@ -74,6 +81,8 @@ PRIORITY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embe
 READ_EVERY = 0.25  # seconds between readings of a busy deployment's replicas
 STALE_AFTER = 2.0  # seconds after which a reading holds nothing
 HEADROOM_SHARE = 16  # 1/16 of a learned capacity (rounded down) is kept for interactive requests
+CAPACITY_TTL = 60.0  # seconds a learned capacity is used after the queue that taught it
+SLOW_START = 4  # requests sent on between two readings at least, while no capacity is known
 RETRY_AFTER = 30  # seconds a request that waited too long is told to wait before it retries
 BYTES_PER_TOKEN = 4  # a prompt's tokens estimated from its body, for a key without token limits
 PUBLISH_EVERY = 2.0  # seconds between writes of an unchanged queue depth while busy
@@ -174,8 +183,10 @@ class Lane:
         self.queues: dict[str, FairQueue[tuple[asyncio.Future[None], Ticket]]] = {c: FairQueue() for c in HELD_CLASSES}
         self.in_flight = 0  # requests sent on and not ended
         self.admitted_since = self.ended_since = 0  # since the reading began
-        self.capacity: dict[int, int] = {}  # replica id → learned capacity
+        self.capacity: dict[int, tuple[int, float]] = {}  # replica id → learned capacity, when last seen (monotonic)
+        self.queued: set[int] = set()  # replicas whose last reading had requests waiting
         self.reading: Reading | None = None
+        self.unreadable = False  # the last reading got no replica's load: nothing is held until one answers
         self.watcher: asyncio.Task[None] | None = None
         self.published: tuple[dict[str, int], float] | None = None
 
@@ -187,13 +198,15 @@ class Lane:
         """Whether a standard or batch request must wait now (module docstring)."""
         r = self.reading
         if r is None or time.monotonic() - r.at > STALE_AFTER:
-            return False
+            return self.watcher is not None and not self.unreadable  # a first reading is on its way: wait for it
         if r.kv_usage is not None and r.kv_usage > settings.HEARTH_LANE_KV_THRESHOLD:
             return True
         sent_on = self.admitted_since - self.ended_since
-        if r.capacity is not None:
-            return r.running + r.waiting + sent_on >= max(1, r.capacity - r.capacity // HEADROOM_SHARE)
-        return r.waiting > 0 and r.waiting + sent_on > 0
+        if r.waiting > 0 and r.waiting + sent_on > 0:
+            return True
+        if r.capacity is None:  # slow start: at most as many again as the engines have, until the next reading
+            return sent_on >= max(SLOW_START, r.running)
+        return r.running + r.waiting + sent_on >= r.capacity - r.capacity // HEADROOM_SHARE
 
     def must_wait(self, priority: str) -> bool:
         if priority == INTERACTIVE:
@@ -270,6 +283,7 @@ class Lane:
                 loads = await self.lanes.reader.read(self.route.upstreams)
                 self.admitted_since -= admitted  # those sent on while it was read may be in it or not: counted
                 self.ended_since -= ended
+                self.unreadable = not loads
                 if loads:
                     self.reading = self._reading(loads)
                 self._release()
@@ -282,17 +296,21 @@ class Lane:
             await self._publish(gone=True)
 
     def _reading(self, loads: dict[int, Load]) -> Reading:
+        now = time.monotonic()
         for replica, load in loads.items():
-            if load.waiting > 0:
-                self.capacity[replica] = max(self.capacity.get(replica, 0), load.running)
+            if load.waiting > 0 and replica in self.queued:  # a queue that lasted a reading: at capacity
+                before, seen = self.capacity.get(replica, (0, -CAPACITY_TTL))
+                self.capacity[replica] = (max(before if now - seen < CAPACITY_TTL else 0, load.running), now)
+            self.queued = (self.queued | {replica}) if load.waiting > 0 else (self.queued - {replica})
         kvs = [load.kv_usage for load in loads.values() if load.kv_usage is not None]
-        learned = [self.capacity.get(replica) for replica in loads]
+        known = [self.capacity.get(replica, (0, -CAPACITY_TTL)) for replica in loads]
+        live = [c for c, at in known if now - at < CAPACITY_TTL and c >= HEADROOM_SHARE]
         return Reading(
             running=sum(load.running for load in loads.values()),
             waiting=sum(load.waiting for load in loads.values()),
             kv_usage=sum(kvs) / len(kvs) if kvs else None,
-            capacity=None if None in learned else sum(c for c in learned if c is not None),
-            at=time.monotonic(),
+            capacity=sum(live) if len(live) == len(known) else None,
+            at=now,
         )
 
     async def _publish(self, gone: bool = False) -> None:

@@ -127,10 +127,13 @@ def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_a
         first = gate.ticket(relay_of(plan(1, "standard")), Sent())
         await first.before()  # type: ignore[misc]
         assert first.admitted
-        readings.load = Load(running=4, waiting=2, kv_usage=0.5)  # capacity learned: 4 running with 2 waiting
-        await settled(readings)
+        readings.load = Load(running=1, waiting=1, kv_usage=0.1)  # one waiting for the next engine step
+        await settled(readings, 1)
         lane = gate._lanes[DEP]
-        assert lane.saturated() and lane.reading is not None and lane.reading.capacity == 4
+        assert lane.reading is not None and lane.reading.capacity is None  # taught nothing
+        readings.load = Load(running=32, waiting=2, kv_usage=0.5)  # a queue that lasts: 32 is its capacity
+        await settled(readings)
+        assert lane.saturated() and lane.reading is not None and lane.reading.capacity == 32
         held = ((2, "batch"), (3, "standard"), (3, "standard"))
         tickets = [gate.ticket(relay_of(plan(k, c)), Sent()) for k, c in held]
         waits = [asyncio.ensure_future(t.before()) for t in tickets]  # type: ignore[misc]
@@ -139,13 +142,13 @@ def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_a
         urgent = gate.ticket(relay_of(plan(4, "interactive")), Sent())
         await asyncio.wait_for(urgent.before(), 1)  # type: ignore[misc]
         assert urgent.admitted  # never held, however saturated
-        readings.load = Load(running=4, waiting=0, kv_usage=0.5)  # drained to its capacity: still no room
+        readings.load = Load(running=30, waiting=0, kv_usage=0.5)  # drained to its capacity less 32 // 16: no room
         await settled(readings)
         assert lane.held == 3
-        readings.load = Load(running=2, waiting=0, kv_usage=0.3)  # room for two of 4: standard first
+        readings.load = Load(running=28, waiting=0, kv_usage=0.3)  # room for two: standard first
         await settled(readings, 1)
         assert [w.done() for w in waits] == [False, True, True] and lane.held == 1
-        readings.load = Load(running=4, waiting=0, kv_usage=0.4)  # the engine runs the two now
+        readings.load = Load(running=30, waiting=0, kv_usage=0.4)  # the engine runs the two now
         await settled(readings, 1)
         assert lane.held == 1
         urgent.done()  # a request ending makes room at once, before the next reading
