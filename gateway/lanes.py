@@ -74,7 +74,8 @@ log = logging.getLogger(__name__)
 INTERACTIVE, STANDARD, BATCH = "interactive", "standard", "batch"
 HELD_CLASSES = (STANDARD, BATCH)  # in the order they are released
 # The engine's ``priority`` per class, lower first (vLLM; SGLang with --schedule-low-priority-values-first), 10 apart:
-# SGLang preempts a running request only for one at least --priority-scheduling-preemption-threshold (10) ahead.
+# SGLang preempts a running request only for one more than --priority-scheduling-preemption-threshold (10) ahead
+# (sglang/srt/managers/schedule_policy.py, 0.5.15.post1), so interactive preempts batch there, not standard.
 ENGINE_PRIORITY = {INTERACTIVE: 0, STANDARD: 10, BATCH: 20}
 # The engine endpoints whose body takes ``priority`` (vLLM 0.32.0's and SGLang 0.5.15's OpenAI protocol classes).
 PRIORITY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"})
