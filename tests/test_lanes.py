@@ -168,6 +168,43 @@ def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_a
     run(test)
 
 
+@override_settings(HEARTH_LANES=True, HEARTH_LANE_HOLD_TIMEOUT=20.0)
+def test_a_lane_releases_keys_fairly_not_in_arrival_order() -> None:
+    async def test() -> list[int]:
+        r = aioredis.Redis.from_url(settings.REDIS_URL)
+        gate, readings = Lanes(r), Readings()
+        gate.reader = readings  # type: ignore[assignment]
+        running = [gate.ticket(relay_of(plan(1, "standard")), Sent())]
+        await running[0].before()  # type: ignore[misc]
+        readings.load = Load(running=1, waiting=1, kv_usage=0.2)  # saturated: room only as requests end
+        await settled(readings)
+        released: list[int] = []
+
+        async def one(key: int) -> None:
+            ticket = gate.ticket(relay_of(plan(key, "standard")), Sent())
+            await ticket.before()  # type: ignore[misc]
+            released.append(key)
+            running.append(ticket)
+
+        waits = [asyncio.ensure_future(one(7)) for _ in range(6)]  # one key's burst first,
+        await asyncio.sleep(0.05)
+        waits.append(asyncio.ensure_future(one(8)))  # then another key's single request
+        await asyncio.sleep(0.05)
+        assert gate._lanes[DEP].held == 7
+        for count in range(1, 8):  # each request that ends makes room for the next held one
+            running.pop(0).done()
+            while len(released) < count:
+                await asyncio.sleep(0.01)
+        await asyncio.gather(*waits)
+        running.pop(0).done()
+        await gate.close()
+        await r.aclose()
+        return released
+
+    order = run(test)
+    assert sorted(order) == [7] * 6 + [8] and order.index(8) <= 1
+
+
 @override_settings(HEARTH_LANES=True, HEARTH_LANE_HOLD_TIMEOUT=0.3)
 def test_a_hold_past_its_timeout_is_a_429_with_retry_after_and_leaves_the_queue() -> None:
     async def test() -> GatewayError:
