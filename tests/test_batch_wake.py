@@ -1,8 +1,8 @@
 """A Batch API batch for a deployment asleep (issue 30 item 3): with HEARTH_BATCH_WAKES_DEPLOYMENTS off (the
 default) its lines wait, the batch in_progress and the deployment left asleep, each try refused 503
-``deployment_asleep`` in the request log under the batch's id; once something else wakes it (here the admin), the
-batch completes. With it on (a web server and worker of their own instance), the batch wakes the deployment itself.
-The simulator sleeps and wakes as vLLM does."""
+``deployment_asleep`` in the request log under the batch's id, while another batch for a deployment awake runs to its
+end; once something else wakes it (here the admin), the batch completes. With it on (a web server and worker of
+their own instance), the batch wakes the deployment itself. The simulator sleeps and wakes as vLLM does."""
 
 import json
 import secrets
@@ -31,11 +31,15 @@ def asleep_with_a_batch(web: str, name: str) -> tuple[httpx.Client, dict[str, An
     idle_for_an_hour(dep["id"])
     assert wait_state(client, dep["id"], {"asleep", "failed"}, within=RECONCILED)["state"] == "asleep"
     gpt = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0)
-    body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    return client, dep, gpt, batch_for(gpt, name)
+
+
+def batch_for(gpt: openai.OpenAI, model: str) -> Any:
+    """A new 3-line chat batch for ``model``."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
     lines = [{"custom_id": f"z-{i}", "method": "POST", "url": "/v1/chat/completions", "body": body} for i in range(3)]
     uploaded = gpt.files.create(file=("z.jsonl", "\n".join(json.dumps(x) for x in lines).encode()), purpose="batch")
-    batch = gpt.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
-    return client, dep, gpt, batch
+    return gpt.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
 
 
 def completed(gpt: openai.OpenAI, batch_id: str) -> Any:
@@ -53,6 +57,9 @@ def test_a_batch_waits_for_a_deployment_asleep_and_does_not_wake_it(web: str, wo
     while not RequestLog.objects.filter(batch_id=batch.id, status=503).exists():
         assert time.monotonic() < deadline, worker.output()[-3000:]
         time.sleep(0.5)
+    awake = launched(client, "waker")  # a batch for a deployment awake runs meanwhile: the one asleep holds up none
+    completed(gpt, batch_for(gpt, "waker").id)
+    client.post(f"/api/deployments/{awake['id']}/stop")
     waiting = gpt.batches.retrieve(batch.id)
     assert waiting.status == "in_progress" and waiting.request_counts.completed == 0  # type: ignore[union-attr]
     assert client.get(f"/api/deployments/{dep['id']}").json()["state"] == "asleep"

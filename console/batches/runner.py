@@ -1,11 +1,14 @@
-"""The batch runner: a batch's pending lines sent through the gateway's own /v1 endpoint, HEARTH_BATCH_CONCURRENCY at
-once, each as its owner key at the batch class (console.batches.credential), until every line is answered, the
-batch is cancelled or it expires; then its output and error files are written (console.batches.batches.finish).
+"""The batch runner: every running batch of this appliance (its HEARTH_INSTANCE) run by one Celery task, their
+pending lines sent through the gateway's own /v1 endpoint, HEARTH_BATCH_CONCURRENCY at once across them all (shared
+evenly among the batches with lines to send), each as its owner key at the batch class (console.batches.credential),
+until every line is answered, the batch is cancelled or it expires; then its output and error files are written
+(console.batches.batches.finish). One task for them all: batches take one of the worker's task slots however many
+run, and a batch waiting for a deployment asleep holds up no other.
 
 Exactly once, across restarts:
-- One runner per batch: a lease in Redis (``batch-runner:{id}``, LEASE_SECONDS, renewed each tick). A runner that
-  finds it held leaves; beat's sweep (console.batches.tasks) starts a runner for a running batch whose lease lapsed
-  (its worker died), and a worker's start sweeps too.
+- One runner per appliance: a lease in Redis (``batch-runner``, LEASE_SECONDS, renewed each tick). A task that finds
+  it held leaves; beat's sweep (console.batches.tasks) sends the task when a batch runs and no runner holds the lease
+  (its worker died), and a worker's start sweeps too; a new batch sends it at once.
 - A line is answered once in the database: its answer and the batch's request_counts are written in one transaction,
   only while the line is pending (batches.record); a resumed runner sends only pending lines, so none is skipped.
 - A line is sent to the engine once: the gateway keeps a line's relay going when the runner goes away, stores the
@@ -18,6 +21,7 @@ Exactly once, across restarts:
 """
 
 import asyncio
+import logging
 import secrets
 import time
 from collections import deque
@@ -35,8 +39,9 @@ from django.utils import timezone
 from appliance.redis_keys import redis_key
 from console.batches import batches
 from console.batches.credential import LineCredential, answer_key, sign
-from console.batches.models import ENDED, Batch, BatchLine, LineState, Status
+from console.batches.models import ENDED, RUNNING, Batch, BatchLine, LineState, Status
 
+log = logging.getLogger(__name__)
 LEASE_SECONDS = 15
 TICK = 0.5  # seconds between looks at the batch's status (cancel, expiry)
 RETRY_SECONDS = 5.0
@@ -44,8 +49,8 @@ SEEN_EVERY = 5.0  # seconds between the runner's notes that it runs (Batch.runne
 RETRIED = {409, 429, 503}
 
 
-def lease_key(batch_pk: int) -> str:
-    return redis_key(f"batch-runner:{batch_pk}")
+def lease_key() -> str:
+    return redis_key("batch-runner")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,25 +82,74 @@ def _pending(batch: Batch) -> list[Line]:
     ]
 
 
-async def run(batch_pk: int) -> None:
-    """Run batch ``batch_pk`` to its end, unless another runner holds its lease."""
+async def run() -> None:
+    """Run this appliance's running batches until none is left, unless another runner holds the lease."""
     client = aioredis.Redis.from_url(settings.REDIS_URL)
-    token = secrets.token_hex(8)
+    token = secrets.token_hex(8).encode()
     try:
-        if await client.set(lease_key(batch_pk), token, nx=True, ex=LEASE_SECONDS):
+        if await client.set(lease_key(), token, nx=True, ex=LEASE_SECONDS):
             try:
-                await _Runner(batch_pk, client).run()
+                await _run_all(client, token)
             finally:
-                if await client.get(lease_key(batch_pk)) == token.encode():
-                    await client.delete(lease_key(batch_pk))
+                if await client.get(lease_key()) == token:
+                    await client.delete(lease_key())
     finally:
         await client.aclose()
         await sync_to_async(connections.close_all)()
 
 
+def running() -> list[int]:
+    """The ids of this appliance's batches still running (oldest first)."""
+    mine = Batch.objects.filter(status__in=RUNNING, instance=settings.HEARTH_INSTANCE)
+    return list(mine.order_by("pk").values_list("pk", flat=True))
+
+
+class _Slots:
+    """The lines in flight across every batch, HEARTH_BATCH_CONCURRENCY at most, shared evenly among the batches
+    with lines to send (``wanting``)."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.free = size, size
+        self.wanting: dict[int, bool] = {}
+
+    def share(self) -> int:
+        return max(1, -(-self.size // max(1, sum(self.wanting.values()))))
+
+
+async def _run_all(client: aioredis.Redis, token: bytes) -> None:
+    """A _Runner for each running batch, new ones picked up each tick, while the lease is this runner's."""
+    slots = _Slots(max(1, settings.HEARTH_BATCH_CONCURRENCY))
+    runners: dict[int, asyncio.Task[None]] = {}
+    failed_until: dict[int, float] = {}  # a batch whose runner raised is started again after RETRY_SECONDS
+    timeout = httpx.Timeout(settings.HEARTH_STREAM_IDLE_TIMEOUT + 60, connect=10)
+    async with httpx.AsyncClient(base_url=settings.HEARTH_GATEWAY_URL, timeout=timeout) as http:
+        try:
+            while await client.get(lease_key()) == token:  # else it lapsed and another took it: leave it the work
+                await client.expire(lease_key(), LEASE_SECONDS)
+                for pk, task in list(runners.items()):
+                    if task.done():
+                        del runners[pk]
+                        slots.wanting.pop(pk, None)
+                        if not task.cancelled() and task.exception() is not None:
+                            log.error("batch %s's runner failed", pk, exc_info=task.exception())
+                            failed_until[pk] = time.monotonic() + RETRY_SECONDS
+                for pk in await sync_to_async(running)():
+                    if pk not in runners and failed_until.get(pk, 0) <= time.monotonic():
+                        runners[pk] = asyncio.ensure_future(_Runner(pk, client, http, slots).run())
+                if not runners:
+                    return
+                await asyncio.sleep(TICK)
+        finally:
+            for task in runners.values():
+                task.cancel()
+            await asyncio.gather(*runners.values(), return_exceptions=True)
+
+
 class _Runner:
-    def __init__(self, batch_pk: int, client: aioredis.Redis) -> None:
-        self.pk, self.redis = batch_pk, client
+    """One batch's lines until it ends, within the shared slots."""
+
+    def __init__(self, batch_pk: int, client: aioredis.Redis, http: httpx.AsyncClient, slots: _Slots) -> None:
+        self.pk, self.redis, self.http, self.slots = batch_pk, client, http, slots
         self.waiting: list[tuple[float, Line]] = []  # lines to send again at their monotonic time
         self.seen_next = 0.0  # monotonic time runner_seen_at is next written
 
@@ -106,26 +160,28 @@ class _Runner:
         await sync_to_async(batches.enter)(self.pk, Status.IN_PROGRESS, from_statuses=(Status.VALIDATING,))
         pending = deque(await sync_to_async(_pending)(batch))
         inflight: dict[asyncio.Task[float | None], Line] = {}
-        timeout = httpx.Timeout(settings.HEARTH_STREAM_IDLE_TIMEOUT + 60, connect=10)
-        async with httpx.AsyncClient(base_url=settings.HEARTH_GATEWAY_URL, timeout=timeout) as http:
-            try:
-                while (end := await self._end(pending, inflight)) is None:
-                    self._ready(pending)
-                    while pending and len(inflight) < max(1, settings.HEARTH_BATCH_CONCURRENCY):
-                        line = pending.popleft()
-                        inflight[asyncio.ensure_future(self._send(http, line))] = line
-                    if not inflight:
-                        await asyncio.sleep(TICK)
-                        continue
-                    done, _ = await asyncio.wait(inflight, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        line = inflight.pop(task)
-                        if (delay := task.result()) is not None:
-                            self.waiting.append((time.monotonic() + delay, line))
-            finally:
-                for task in inflight:  # cancelled or expired: lines in flight are left pending
-                    task.cancel()
-                await asyncio.gather(*inflight, return_exceptions=True)
+        try:
+            while (end := await self._end(pending, inflight)) is None:
+                self._ready(pending)
+                self.slots.wanting[self.pk] = bool(pending or inflight)
+                while pending and self.slots.free > 0 and len(inflight) < self.slots.share():
+                    line = pending.popleft()
+                    self.slots.free -= 1
+                    inflight[asyncio.ensure_future(self._send(line))] = line
+                if not inflight:
+                    await asyncio.sleep(TICK)
+                    continue
+                done, _ = await asyncio.wait(inflight, timeout=TICK, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    line = inflight.pop(task)
+                    self.slots.free += 1
+                    if (delay := task.result()) is not None:
+                        self.waiting.append((time.monotonic() + delay, line))
+        finally:
+            for task in inflight:  # cancelled, expired, or the runner stopped: lines in flight are left pending
+                task.cancel()
+            self.slots.free += len(inflight)
+            await asyncio.gather(*inflight, return_exceptions=True)
         await sync_to_async(batches.finish)(self.pk, end)  # a batch already ended is left as it is
 
     def _ready(self, pending: deque[Line]) -> None:
@@ -136,8 +192,7 @@ class _Runner:
         pending.extendleft(reversed(ready))
 
     async def _end(self, pending: deque[Line], inflight: dict[Any, Line]) -> Status | None:
-        """How the batch ends now (its lease renewed first), or None while it runs on."""
-        await self.redis.expire(lease_key(self.pk), LEASE_SECONDS)
+        """How the batch ends now, or None while it runs on."""
         if time.monotonic() >= self.seen_next:
             await Batch.objects.filter(pk=self.pk).aupdate(runner_seen_at=timezone.now())
             self.seen_next = time.monotonic() + SEEN_EVERY
@@ -151,12 +206,12 @@ class _Runner:
         await sync_to_async(batches.enter)(self.pk, Status.FINALIZING, from_statuses=(Status.IN_PROGRESS,))
         return Status.COMPLETED
 
-    async def _send(self, http: httpx.AsyncClient, line: Line) -> float | None:
+    async def _send(self, line: Line) -> float | None:
         """Send ``line`` and store its answer; the seconds to wait before sending it again when not answered."""
         headers = {"authorization": f"Bearer {sign(line.credential)}", "x-request-id": line.credential.request_id}
         try:
             body = await BatchLine.objects.values_list("body", flat=True).aget(pk=line.pk)  # read when sent
-            response = await http.post(line.url, json=body, headers=headers)
+            response = await self.http.post(line.url, json=body, headers=headers)
         except httpx.HTTPError:
             return RETRY_SECONDS
         if response.status_code in RETRIED:
@@ -173,10 +228,10 @@ class _Runner:
         return None
 
 
-def lease_held(batch_pk: int) -> bool:
-    """Whether a runner holds the batch's lease now (blocking: Redis)."""
+def lease_held() -> bool:
+    """Whether a runner holds the lease now (blocking: Redis)."""
     client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1.0, socket_timeout=1.0)
     try:
-        return bool(client.exists(lease_key(batch_pk)))
+        return bool(client.exists(lease_key()))
     finally:
         client.close()
