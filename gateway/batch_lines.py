@@ -10,8 +10,9 @@ so: it is answered 503 ``deployment_asleep`` and the runner sends it again later
 Once (``once``): the line's relay runs whatever the runner does (its disconnect cancels nothing, ``kept``), its
 answer is captured whole and kept in Redis for ANSWER_TTL seconds under ``batch-line:{batch}:{index}`` before it is
 sent, and a line asked again is answered from there without the engine. While a line's relay runs its in-flight
-mark (``…:running``) stands; the same line asked meanwhile waits for the answer up to WAIT_SECONDS, then 409 with
-Retry-After (the runner asks again). A refusal (GatewayError) keeps nothing: asking again is asked anew.
+mark (``…:running``, renewed while it runs, lapsing RUNNING_TTL after the gateway's process died) stands; the same
+line asked meanwhile waits for the answer up to WAIT_SECONDS, then 409 with Retry-After (the runner asks again).
+A refusal (GatewayError) keeps nothing: asking again is asked anew.
 """
 
 import asyncio
@@ -34,6 +35,7 @@ from gateway.registry import KeyEntry, Snapshot
 ANSWER_TTL = 48 * 3600  # seconds an answer is kept for a runner that did not store it (a batch's window is 24 h)
 WAIT_SECONDS = 10.0  # how long a line asked while in flight waits for the answer before 409
 POLL_SECONDS = 0.2
+RUNNING_TTL = 60  # seconds a line's in-flight mark outlives its last renewal (every third of it while it runs)
 
 
 def line_of(offered: list[str]) -> LineCredential | None:
@@ -119,13 +121,14 @@ async def once(redis: aioredis.Redis, line: LineCredential, send: Send, run: Cal
     key = redis_key(answer_key(line))
     running = key + ":running"
     deadline = time.monotonic() + WAIT_SECONDS
-    while not await redis.set(running, "1", nx=True, ex=int(settings.HEARTH_STREAM_IDLE_TIMEOUT) + 120):
+    while not await redis.set(running, "1", nx=True, ex=RUNNING_TTL):
         if (stored := await redis.get(key)) is not None:
             await _replay(send, stored)
             return
         if time.monotonic() > deadline:
             raise GatewayError(409, "This batch line is in flight; ask again.", code="line_in_flight", retry_after=5)
         await asyncio.sleep(POLL_SECONDS)
+    keeper = asyncio.ensure_future(_keep(redis, running))
     try:
         if (stored := await redis.get(key)) is not None:
             await _replay(send, stored)
@@ -137,5 +140,13 @@ async def once(redis: aioredis.Redis, line: LineCredential, send: Send, run: Cal
         stored = json.dumps(answer).encode()
         await redis.set(key, stored, ex=ANSWER_TTL)
     finally:
+        keeper.cancel()
         await redis.delete(running)
     await _replay(send, stored)
+
+
+async def _keep(redis: aioredis.Redis, running: str) -> None:
+    """The in-flight mark renewed while the relay runs (it lapses RUNNING_TTL after this process dies)."""
+    while True:
+        await asyncio.sleep(RUNNING_TTL / 3)
+        await redis.expire(running, RUNNING_TTL)

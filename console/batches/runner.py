@@ -14,7 +14,7 @@ Exactly once, across restarts:
 - A line is sent to the engine once: the gateway keeps a line's relay going when the runner goes away, stores the
   answer in Redis (gateway.batch_lines) and answers the same line's next request with it, without the engine. The
   runner deletes that answer once its own is stored. Not covered: the gateway's process dying with a line in flight
-  (the line is sent again when its in-flight mark lapses).
+  (the line is sent again when its in-flight mark lapses, a minute later).
 - Not answered, sent again after a while (Retry-After, else RETRY_SECONDS): 429 (limits, lanes), 503 (a deployment
   not ready, or asleep when HEARTH_BATCH_WAKES_DEPLOYMENTS is off: the batch waits in_progress), 409 (the line in
   flight from before a restart), and no answer at all (the gateway down).
