@@ -42,19 +42,22 @@ from console.batches.credential import LineCredential, answer_key, sign
 from console.batches.models import ENDED, RUNNING, Batch, BatchLine, LineState, Status
 
 log = logging.getLogger(__name__)
-LEASE_SECONDS = 15
+LEASE_SECONDS = 15  # the runner's lease outlives its last renewal (every tick) this long
 TICK = 0.5  # seconds between looks at the batch's status (cancel, expiry)
-RETRY_SECONDS = 5.0
+RETRY_SECONDS = 5.0  # seconds before a line not answered is sent again when no Retry-After says
 SEEN_EVERY = 5.0  # seconds between the runner's notes that it runs (Batch.runner_seen_at)
 RETRIED = {409, 429, 503}
 
 
 def lease_key() -> str:
+    """``hearth:<instance>:batch-runner``: held by the running runner (a random token), LEASE_SECONDS at a time."""
     return redis_key("batch-runner")
 
 
 @dataclass(frozen=True, slots=True)
 class Line:
+    """A pending line as the runner sends it (its body is read from the database when it is sent)."""
+
     pk: int
     credential: LineCredential
     custom_id: str
