@@ -147,7 +147,7 @@ def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_a
         assert lane.held == 3
         readings.load = Load(running=28, waiting=0, kv_usage=0.3)  # room for two: standard first
         await settled(readings, 1)
-        assert [w.done() for w in waits] == [False, True, True] and lane.held == 1
+        assert [t.admitted for t in tickets] == [False, True, True] and lane.held == 1  # set as released
         readings.load = Load(running=30, waiting=0, kv_usage=0.4)  # the engine runs the two now
         await settled(readings, 1)
         assert lane.held == 1
