@@ -111,3 +111,13 @@ def test_batches_are_listed_newest_first_a_page_at_a_time() -> None:
     assert batches.listed(key.id, None, 2) == ([made[2], made[1]], True)
     assert batches.listed(key.id, made[1].public_id, 2) == ([made[0]], False)
     assert batches.listed(key.id + 1, None, 2) == ([], False)
+
+
+@pytest.mark.django_db
+def test_a_file_written_line_by_line_is_chunked_as_one_stored_whole() -> None:
+    key = ApiKey.objects.create(name="lines", prefix="hk-lines", key_hash="e" * 64)
+    lines = [b'{"n": %d, "pad": "%s"}\n' % (i, b"z" * 3000) for i in range(800)]
+    written = files.store_lines(key.id, "out.jsonl", "batch_output", lines[:1], iter(lines[1:]))
+    whole = files.store(key.id, "same.jsonl", "batch_output", b"".join(lines), 800)
+    assert (written.bytes, written.lines, written.sha256) == (whole.bytes, whole.lines, whole.sha256)
+    assert files.whole(written) == b"".join(lines) and written.chunks.count() == whole.chunks.count() == 3

@@ -121,11 +121,12 @@ def _answers(batch: Batch, state: LineState) -> Iterator[bytes]:
 
 
 def _write(batch: Batch, state: LineState, name: str) -> BatchFile | None:
-    """The file of the batch's lines in ``state`` (None when there is none)."""
-    data = b"".join(_answers(batch, state))
-    if not data:
+    """The file of the batch's lines in ``state`` (None when there is none), written a chunk at a time."""
+    lines = _answers(batch, state)
+    first = next(lines, None)
+    if first is None:
         return None
-    return files.store(batch.key_id, f"{batch.public_id}_{name}.jsonl", Purpose.BATCH_OUTPUT, data, data.count(b"\n"))
+    return files.store_lines(batch.key_id, f"{batch.public_id}_{name}.jsonl", Purpose.BATCH_OUTPUT, [first], lines)
 
 
 def finish(batch_pk: int, status: Status) -> None:

@@ -8,8 +8,9 @@ lines. The first bad line is named in a FileError; the file is then not stored a
 """
 
 import hashlib
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,27 @@ def store(key_id: int, filename: str, purpose: str, data: bytes, lines: int) -> 
         BatchFileChunk(file=stored, index=i, data=data[start : start + CHUNK_BYTES])
         for i, start in enumerate(range(0, len(data), CHUNK_BYTES))
     )
+    return stored
+
+
+@transaction.atomic
+def store_lines(key_id: int, filename: str, purpose: str, *parts: Iterable[bytes]) -> BatchFile:
+    """A new file of ``key_id`` holding the JSONL lines of ``parts`` in turn (each ending in a newline), written a
+    chunk at a time (memory holds one chunk), its row and content in one transaction."""
+    stored = BatchFile.objects.create(key_id=key_id, filename=filename, purpose=purpose, bytes=0, sha256="")
+    digest, buffer, index = hashlib.sha256(), bytearray(), 0
+    for line in itertools.chain(*parts):
+        buffer += line
+        stored.bytes, stored.lines = stored.bytes + len(line), stored.lines + 1
+        digest.update(line)
+        while len(buffer) >= CHUNK_BYTES:
+            BatchFileChunk.objects.create(file=stored, index=index, data=bytes(buffer[:CHUNK_BYTES]))
+            del buffer[:CHUNK_BYTES]
+            index += 1
+    if buffer:
+        BatchFileChunk.objects.create(file=stored, index=index, data=bytes(buffer))
+    stored.sha256 = digest.hexdigest()
+    stored.save(update_fields=["bytes", "lines", "sha256"])
     return stored
 
 
