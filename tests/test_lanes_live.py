@@ -188,6 +188,7 @@ def test_a_hold_too_long_is_a_429_with_retry_after_or_an_error_event_and_a_clien
                 async for _ in stream:
                     pass
             cancelled = holds(world.base, "cancelled")
+            await until(lambda: world.held()["standard"] == 0, "the queue empty (each of the above timed out)")
             leaving = world.stream(client, "leaving", "standard", SHORT)
             await until(lambda: world.held()["standard"] >= 1, "the leaving stream held")
             await drop(leaving)
