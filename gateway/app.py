@@ -1,18 +1,18 @@
 """The /v1 gateway: a lean ASGI app (no Django request cycle, no DB query on the hot path).
 
 Upstream client: gateway.upstream (an asyncio protocol with httptools' parser), chosen by benchmark as
-../shared/FACTS.md asks (there, at 64 streams an httpx relay kept 0.30–0.46 of direct throughput and
-aiohttp 0.98–1.00; gateway.upstream's docstring has its own figures against aiohttp). Auth and routing
-read an in-process snapshot that Redis invalidates (gateway.registry); each relayed request is planned
-before its first byte (gateway.relay_plan), relayed (gateway.relay), and recorded however it ended
-(gateway.accounting). A request for a model put aside to share the GPUs waits for its wake first
-(gateway.holding). A client that goes away cancels the upstream request at once. A request that came back
-to this Hearth is refused before anything else (gateway.loops); a new connection to an endpoint Hearth did
-not launch goes only where the address policy allows (gateway.connect_policy). A request body comes decoded when it
-was compressed (gateway.request_body); count_tokens is answered with an estimate where the engine cannot count
+../shared/FACTS.md asks (there, at 64 streams an httpx relay kept 0.30–0.46 of direct throughput and aiohttp
+0.98–1.00; gateway.upstream's docstring has its own figures against aiohttp). Auth and routing read an in-process
+snapshot that Redis invalidates (gateway.registry; who a request is and where its model is: gateway.callers); each
+relayed request is planned before its first byte (gateway.relay_plan), relayed (gateway.relay), and recorded however
+it ended (gateway.accounting). A request for a model put aside to share the GPUs waits for its wake first
+(gateway.holding). A client that goes away cancels the upstream request at once. A request that came back to this
+Hearth is refused before anything else (gateway.loops); a new connection to an endpoint Hearth did not launch goes
+only where the address policy allows (gateway.connect_policy). A request body comes decoded when it was compressed
+(gateway.request_body); count_tokens is answered with an estimate where the engine cannot count
 (gateway.count_tokens); a request a wrong base URL sent (``/v1/v1/...``, an endpoint without ``/v1``) gets the fix
-(gateway.wrong_urls). Every answer's head carries the request's id (gateway.request_ids), added once, as it goes out.
-A request refused before an engine was chosen leaves its request-log row too, once its key authenticated
+(gateway.wrong_urls). Every answer's head carries the request's id (gateway.request_ids), added once, as it goes
+out. A request refused before an engine was chosen leaves its request-log row too, once its key authenticated
 (gateway.refusals). The Files and Batches API is gateway.batch_api's; a Batch API line the worker's runner sends is
 served as its batch owner's key and answered once (gateway.batch_lines).
 """
@@ -32,6 +32,7 @@ from console.batches.credential import LineCredential
 from gateway import batch_api, batch_lines, context_fit, count_tokens, errors, loops, probes, refusals, wrong_urls
 from gateway.accounting import Outcome, count_refusal
 from gateway.asgi_io import Receive, Scope, Send, send_json
+from gateway.callers import authenticate, key_and_route, model_object, offered_keys
 from gateway.connect_policy import AddressGate
 from gateway.errors import GatewayError, Surface
 from gateway.holding import Holding
@@ -47,8 +48,6 @@ from gateway.request_ids import HEADER, RequestIds, request_ids
 from gateway.reservations import Reservations
 from gateway.rewrite import tokenize_request
 from gateway.routing import Router
-from gateway.snapshot import KeyEntry, Route, Snapshot
-from gateway.snapshot import authenticate as authenticate_key
 from gateway.sse import StreamKind
 from gateway.upstream import Engines
 
@@ -182,7 +181,7 @@ class Gateway:
         self, scope: Scope, path: str, receive: Receive, send: Send, intended: str | None, ids: RequestIds
     ) -> None:
         hops = loops.hops_onward(scope["headers"])  # before anything else: a request that came back goes no further
-        method, arrived, offered = scope["method"], scope["hearth.arrived"], _api_keys(scope)
+        method, arrived, offered = scope["method"], scope["hearth.arrived"], offered_keys(scope)
         snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered)))
         scope["hearth.key"] = entry
         if intended is not None:
@@ -194,7 +193,7 @@ class Gateway:
             await send_json(send, 200, json.dumps({"object": "list", "data": model_objects(snapshot, entry)}).encode())
         elif method == "GET" and path.startswith(MODELS_PATH + "/"):
             name = path.removeprefix(MODELS_PATH + "/")
-            found = await self.registry.resolve(arrived, lambda s: _model(s, authenticate(s, offered), name))
+            found = await self.registry.resolve(arrived, lambda s: model_object(s, authenticate(s, offered), name))
             await send_json(send, 200, json.dumps(found).encode())
         elif method == "POST" and path in POST_ROUTES and (line := batch_lines.line_of(offered)) is not None:
             scope["hearth.batch_id"] = line.batch_id  # a Batch API line (gateway.batch_lines), answered once
@@ -236,7 +235,7 @@ class Gateway:
         request = parse_body(body, path)
         scope["hearth.model"] = request["model"] if isinstance(request.get("model"), str) else ""
         kind, surface = POST_ROUTES[path]
-        key, route = await self.registry.resolve(arrived, lambda s: _key_and_route(s, offered, request))
+        key, route = await self.registry.resolve(arrived, lambda s: key_and_route(s, offered, request))
         if line is not None and route.asleep and not batch_lines.may_wake():
             raise batch_lines.asleep(route.served_model_name)
         batch_id = line.batch_id if line is not None else ""
@@ -369,62 +368,3 @@ class _Tracked:
             header = (HEADER, self.request_id.encode("ascii"))
             message = {**message, "headers": [*message.get("headers", ()), header]}
         return self.send(message)
-
-
-def _api_keys(scope: Scope) -> list[str]:
-    """The keys offered in ``x-api-key`` and ``Authorization: Bearer``, in that order, empty ones left out.
-    Raises GatewayError 401 when there is none."""
-    headers: dict[bytes, bytes] = dict(scope["headers"])
-    auth = headers.get(b"authorization", b"").decode("latin-1")
-    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    keys = [k for k in (headers.get(b"x-api-key", b"").decode("latin-1").strip(), bearer) if k]
-    if not keys:
-        raise errors.missing_key()
-    return keys
-
-
-def authenticate(snapshot: Snapshot, offered: list[str]) -> KeyEntry:
-    """The live Hearth key among those the request offers (``_api_keys``): a client may send one header
-    with its Hearth key and the other with something else (Claude Code with both ANTHROPIC_API_KEY and
-    ANTHROPIC_AUTH_TOKEN set): the other one is ignored. Nothing else in the request names a key or a
-    user (no identity header is believed). Raises GatewayError 401 when none authenticates, the most
-    telling refusal first (expired or rotated out before wrong)."""
-    if (line := batch_lines.line_of(offered)) is not None:
-        return batch_lines.owner(snapshot, line)
-    refusals = []
-    for key in offered:
-        try:
-            return authenticate_key(snapshot, key)
-        except GatewayError as exc:
-            refusals.append(exc)
-    raise ([e for e in refusals if e != errors.invalid_key()] or refusals)[0]
-
-
-def _key_and_route(snapshot: Snapshot, offered: list[str], request: dict[str, Any]) -> tuple[KeyEntry, Route]:
-    entry = authenticate(snapshot, offered)
-    return entry, _route(request, snapshot, entry)
-
-
-def _model(snapshot: Snapshot, entry: KeyEntry, name: str) -> dict[str, object]:
-    """The model object of ``name`` when this key may see it ready. Raises GatewayError 404 otherwise."""
-    for model in model_objects(snapshot, entry):
-        if model["id"] == name:
-            return model
-    raise errors.unknown_model(name, [str(m["id"]) for m in model_objects(snapshot, entry)])
-
-
-def _route(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Route:
-    """The route of the body's model (one without upstreams for a model put aside: the request waits for its
-    wake). A model the key may not use is 403 whatever its state, so a key learns nothing of the models it cannot
-    use."""
-    model = request.get("model")
-    if not isinstance(model, str) or not model:
-        raise GatewayError(400, "The request body needs a 'model' string.", param="model")
-    if not entry.allows(model):
-        raise errors.model_not_allowed(model)
-    route = snapshot.routes.get(model) or snapshot.asleep.get(model)
-    if route is not None:
-        return route
-    if model in snapshot.states:
-        raise errors.not_ready(model, snapshot.states[model], max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
-    raise errors.unknown_model(model, [str(m["id"]) for m in model_objects(snapshot, entry)])
