@@ -71,8 +71,9 @@ GET_ROUTES = (MODELS_PATH, MODELS_PATH + "/{model}")
 
 
 def is_endpoint(path: str) -> bool:
-    """Whether ``path`` is one of the gateway's endpoints (POST_ROUTES, GET_ROUTES)."""
-    return path in POST_ROUTES or path == MODELS_PATH or path.startswith(MODELS_PATH + "/")
+    """Whether ``path`` is one of the gateway's endpoints (POST_ROUTES, GET_ROUTES, the Files and Batches API)."""
+    models = path == MODELS_PATH or path.startswith(MODELS_PATH + "/")
+    return path in POST_ROUTES or models or batch_api.is_endpoint(path)
 
 
 def misdirected(scope: Scope) -> bool:

@@ -9,8 +9,9 @@ authenticates (as any /v1 request: a request without a key gets the gateway's 40
 metrics and leaves a request-log row under its key, with no model, the path as it was sent and status 404, so the
 Requests page shows whose tool is set wrong.
 
-Outside /v1 the console serves its pages: of the paths without ``/v1`` only ``/models`` (and below) is one of the
-console's too, so that one is the gateway's only when the request offers an API key (a browser never sends one).
+Outside /v1 the console serves its pages: of the paths without ``/v1``, ``/models``, ``/files`` and ``/batches``
+(and below) are the console's pages or near them (its Batches page is ``/batch-jobs/``), so those are the gateway's
+only when the request offers an API key (a browser never sends one; the openai SDK always does).
 """
 
 import re
@@ -25,6 +26,7 @@ from gateway.request_ids import RequestIds
 from gateway.snapshot import KeyEntry
 
 V1 = "/v1"
+NEAR_CONSOLE = ("/models", "/files", "/batches")  # the gateway's without /v1 only with an API key offered
 HOST = re.compile(r"[A-Za-z0-9.\-]{1,253}(:\d{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](:\d{1,5})?")
 
 
@@ -42,10 +44,10 @@ def intended(path: str, known: Callable[[str], bool]) -> str | None:
 
 def outside_v1(path: str, headers: Iterable[tuple[bytes, bytes]], known: Callable[[str], bool]) -> bool:
     """Whether a request outside /v1 is the gateway's (module docstring): a path of one of its endpoints without
-    ``/v1``, the console's ``/models`` pages only with an API key offered."""
+    ``/v1``, those NEAR_CONSOLE only with an API key offered."""
     if intended(path.rstrip("/"), known) is None:
         return False
-    return not path.startswith("/models") or any(
+    return not path.startswith(NEAR_CONSOLE) or any(
         name == b"x-api-key" or (name == b"authorization" and value[:7].lower() == b"bearer ")
         for name, value in headers
     )

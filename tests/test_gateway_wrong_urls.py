@@ -57,6 +57,10 @@ def test_a_messages_path_with_a_wrong_base_url_is_anthropics_404_naming_the_fix(
         ("POST", "/completions"),
         ("POST", "/v1/v1/chat/completions"),
         ("GET", "/v1/v1/models"),
+        ("POST", "/files"),
+        ("GET", "/batches"),
+        ("GET", "/batches/batch_abc"),
+        ("POST", "/v1/v1/batches"),
     ],
 )
 def test_an_openai_path_with_a_wrong_base_url_is_openais_404_naming_the_fix(
@@ -79,12 +83,15 @@ def test_the_sdks_with_a_wrong_base_url_show_their_users_the_fix(web: str, key: 
     codex_like = openai.OpenAI(base_url=web, api_key=key, max_retries=0, timeout=30)
     with pytest.raises(openai.NotFoundError, match="add /v1 to the base URL"):
         codex_like.responses.create(model="m", input="Hi")
+    with pytest.raises(openai.NotFoundError, match="add /v1 to the base URL"):
+        codex_like.batches.list()
 
 
 def test_a_wrong_url_without_a_key_is_the_gateways_json_401_and_the_console_keeps_its_pages(web: str) -> None:
     resp = httpx.post(f"{web}/chat/completions", json={"model": "m", "messages": HI})
     assert resp.status_code == 401 and resp.json()["error"]["code"] == "missing_api_key", resp.text
-    page = httpx.get(f"{web}/models")  # a browser: the console's models page, behind its sign-in
-    assert page.status_code in (301, 302) and "application/json" not in page.headers.get("content-type", "")
+    for console in ("/models", "/batches", "/files"):  # a browser: the console's pages (or its HTML 404)
+        page = httpx.get(f"{web}{console}")
+        assert "application/json" not in page.headers.get("content-type", ""), (console, page.text)
     # no row of its own (the earlier tests' rows may still be arriving from the spool: only a 401's would be this one)
     assert not RequestLog.objects.filter(endpoint="/chat/completions", status=401).exists()
