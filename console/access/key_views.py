@@ -50,12 +50,12 @@ def keys_page(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             with transaction.atomic():  # a secret Redis cannot keep leaves no key behind
-                row, secret = keys.create_key(form.cleaned_data["name"], request.user, **form.limits())
+                _, secret = keys.create_key(form.cleaned_data["name"], request.user, **form.limits())
                 token = shown_once.keep(secret)
         except ConsoleError as exc:
             form.add_error(None, str(exc))
         else:
-            return redirect(f"{reverse('access:keys')}?shown={token}#key-{row.pk}")
+            return redirect(f"{reverse('access:keys')}?shown={token}")  # the page top: the key shown once
     live_first = F("revoked_at").desc(nulls_first=True)
     rows = with_activity(keys.visible_keys(request.user)).order_by(live_first, "-created_at")
     holder = role_of(request.user) != Role.VIEWER
