@@ -86,7 +86,11 @@ async def answer(method: str, path: str, scope: Scope, receive: Receive, send: S
             if parts[2] == "content":
                 await _content(send, key, parts[1])
                 return
-            await send_json(send, 200, json.dumps(await _db(_cancel, key.id, parts[1])).encode())
+            try:
+                cancelled = await _db(_cancel, key.id, parts[1])
+            except FileError as exc:
+                raise _refused(exc) from None
+            await send_json(send, 200, json.dumps(cancelled).encode())
             return
     handler = routes.get((method, len(parts), parts[0]))
     if handler is None:
@@ -129,10 +133,11 @@ def form(content_type: str, body: bytes) -> tuple[str, str, bytes]:
     try:
         fields, uploads = MultiPartParser(meta, io.BytesIO(body), [_InMemory()], "utf-8").parse()
     except (MultiPartParserError, ValueError) as exc:
-        raise FileError(f"The upload is not a multipart form: {exc}", "file", "invalid_request") from None
+        raise FileError(f"The upload is not a multipart form: {exc}", "file", "invalid_file") from None
     upload = uploads.get("file")
     if upload is None:
-        raise FileError("The form needs a 'file' part (the JSONL file) and a 'purpose' ('batch').", "file", None)
+        why = "The form needs a 'file' part (the JSONL file) and a 'purpose' ('batch')."
+        raise FileError(why, "file", "missing_required_parameter")
     return str(fields.get("purpose", "")), upload.name or "", upload.read()
 
 
@@ -144,7 +149,8 @@ def _uploaded(key_id: int, content_type: str, body: bytes) -> dict[str, Any]:
 async def _upload(scope: Scope, receive: Receive, key: KeyEntry) -> dict[str, Any]:
     content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
     if not content_type.startswith("multipart/form-data"):
-        raise GatewayError(400, "Upload a file as multipart/form-data with 'file' and 'purpose'.", param="file")
+        why = "Upload a file as multipart/form-data with 'file' and 'purpose'."
+        raise GatewayError(400, why, param="file", code="invalid_file")
     body = await _read(receive, settings.HEARTH_BATCH_FILE_MAX_BYTES + FORM_OVERHEAD)
     try:
         return await _db(_uploaded, key.id, content_type, body)
@@ -160,7 +166,7 @@ def _query(scope: Scope) -> dict[str, str]:
 def _limit(query: dict[str, str], default: int, most: int) -> int:
     limit = query.get("limit", str(default))
     if not limit.isdigit() or not 1 <= int(limit) <= most:
-        raise GatewayError(400, f"'limit' must be from 1 to {most:,}.", param="limit")
+        raise GatewayError(400, f"'limit' must be from 1 to {most:,}.", param="limit", code="invalid_value")
     return int(limit)
 
 
@@ -169,6 +175,8 @@ def _files_of(key_id: int, purpose: str | None, after: str | None, limit: int) -
     found = BatchFile.objects.filter(key_id=key_id).order_by("-id")
     found = found.filter(purpose=purpose) if purpose else found
     cursor = found.filter(public_id=after).first() if after else None
+    if after and cursor is None:
+        raise batches.unknown_cursor("file", after)
     page = list((found.filter(id__lt=cursor.id) if cursor else found)[: limit + 1])
     data = [batches.file_object(f) for f in page[:limit]]
     first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
@@ -177,7 +185,11 @@ def _files_of(key_id: int, purpose: str | None, after: str | None, limit: int) -
 
 async def _file_list(scope: Scope, key: KeyEntry) -> dict[str, Any]:
     query = _query(scope)
-    return await _db(_files_of, key.id, query.get("purpose"), query.get("after"), _limit(query, 10000, 10000))
+    limit = _limit(query, 10000, 10000)
+    try:
+        return await _db(_files_of, key.id, query.get("purpose"), query.get("after"), limit)
+    except FileError as exc:
+        raise _refused(exc) from None
 
 
 async def _file(key: KeyEntry, public_id: str) -> dict[str, Any]:
@@ -217,9 +229,9 @@ async def _create(receive: Receive, scope: Scope, key: KeyEntry) -> dict[str, An
     try:
         asked = json.loads(body)
     except ValueError:
-        raise GatewayError(400, "The request body is not JSON.") from None
+        raise GatewayError(400, "The request body is not JSON.", code="invalid_json") from None
     if not isinstance(asked, dict):
-        raise GatewayError(400, "The request body must be a JSON object.")
+        raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
     args = (asked.get("input_file_id"), asked.get("endpoint"), asked.get("completion_window"), asked.get("metadata"))
     try:
         batch = await _db(batches.create, key.id, *args)
@@ -241,7 +253,11 @@ def _listed(key_id: int, after: str | None, limit: int) -> dict[str, Any]:
 
 async def _batch_list(scope: Scope, key: KeyEntry) -> dict[str, Any]:
     query = _query(scope)
-    return await _db(_listed, key.id, query.get("after"), _limit(query, 20, 100))
+    limit = _limit(query, 20, 100)
+    try:
+        return await _db(_listed, key.id, query.get("after"), limit)
+    except FileError as exc:
+        raise _refused(exc) from None
 
 
 def _found(key_id: int, public_id: str) -> dict[str, Any] | None:

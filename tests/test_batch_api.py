@@ -18,7 +18,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from tests.conftest import Proc, _stop_engines_left_running, login, start_web, start_worker
-from tests.simworld import deploy, wait_state
+from tests.simworld import deploy, ensure_model, wait_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 INSTANCE = f"batch-{secrets.token_hex(4)}"
@@ -241,6 +241,13 @@ def test_another_key_sees_nothing(llama: Llama) -> None:
         assert _refused(call).status_code == 404
     assert other.batches.list().data == [] and other.files.list().data == []
     wait_batch(client, batch.id, {"completed"})
+    refused = _refused(lambda: client.batches.cancel(batch.id))
+    assert refused.status_code == 409 and refused.response.json()["error"]["message"] == (
+        f"Batch {batch.id} is completed; only a validating or in_progress batch can be cancelled."
+    )
+    for after in (lambda: client.batches.list(after="batch_nope"), lambda: client.files.list(after="file-nope")):
+        refused = _refused(after)
+        assert refused.status_code == 400 and "nope" in refused.response.json()["error"]["message"]
     assert client.files.delete(uploaded.id).deleted
     assert _refused(lambda: client.files.retrieve(uploaded.id)).status_code == 404
 
@@ -261,6 +268,13 @@ def test_cancel_stops_and_keeps_what_finished(llama: Llama) -> None:
     output = read_lines(client, done.output_file_id)
     assert 3 <= len(output) == done.request_counts.completed < 60
     assert all(line["response"]["status_code"] == 200 for line in output)
+    from console.observability.models import RequestLog
+
+    deadline = time.monotonic() + 30  # each line that ran (logged, charged) is in the files: none dropped in flight
+    while RequestLog.objects.filter(batch_id=batch.id).count() != done.request_counts.completed:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, (RequestLog.objects.filter(batch_id=batch.id).count(), done)
+        time.sleep(0.3)
+    assert client.batches.cancel(batch.id).status == "cancelled"  # idempotent
 
 
 def test_thousand_lines_exactly_once_across_two_worker_kills(llama: Llama) -> None:
@@ -336,3 +350,39 @@ def test_a_line_reaches_the_engine_once_whatever_its_runner_does(llama: Llama) -
     assert first.status_code == again.status_code == 200 and first.json() == again.json()
     assert first.json()["usage"]["completion_tokens"] == 100
     assert engine_requests(replica_url(llama.dep_id)) - before == 1
+
+
+def test_a_batch_for_a_deployment_not_ready_waits_unsent_and_says_why(llama: Llama) -> None:
+    """A line for a deployment never launched is not sent (no 503 in the request log), the batch says which
+    deployment it waits for (on the Batches page and the batch's page), and a line for a model that does not
+    exist fails at once; a UTF-8 BOM at the file's start is accepted."""
+    from console.batches.models import Batch
+    from console.observability.models import RequestLog
+
+    ensure_model()
+    plan = {"name": "unlaunched", "model": "llama-8b", "engine": "simulator", "max_model_len": 8192}
+    assert llama.client.post("/api/deployments", json=plan).status_code == 201
+    client = llama.openai()
+    data = b"\xef\xbb\xbf" + jsonl(
+        [chat_line(f"u-{i}", model="unlaunched") for i in range(3)] + [chat_line("x", "nosuch")]
+    )
+    uploaded = client.files.create(file=("bom.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 60
+    while (row := Batch.objects.get(public_id=batch.id)).failed < 1 or not row.waiting_reason:
+        assert time.monotonic() < deadline, (row.failed, row.waiting_reason, llama.box.worker.output()[-3000:])
+        time.sleep(0.3)
+    assert row.waiting_reason == "deployment unlaunched is stopped" and row.completed == 0
+    for page in ("/batch-jobs/", f"/batch-jobs/{batch.id}/"):
+        assert "waiting: deployment unlaunched is stopped" in llama.client.get(page).text
+    [failed] = [x for x in row.lines.all() if x.answer]
+    assert failed.custom_id == "x" and failed.answer["response"]["status_code"] == 404
+    while not RequestLog.objects.filter(batch_id=batch.id).exists():
+        assert time.monotonic() < deadline, "the missing model's row"
+        time.sleep(0.3)
+    time.sleep(3)  # the runner ran its ticks: a line sent would be logged by now
+    assert list(RequestLog.objects.filter(batch_id=batch.id).values_list("status", flat=True)) == [404]
+    assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
+    done = wait_batch(client, batch.id, {"cancelled"}, within=60)
+    assert (done.request_counts.completed, done.request_counts.failed) == (0, 1)  # type: ignore[union-attr]
+    assert Batch.objects.get(public_id=batch.id).waiting_reason == ""

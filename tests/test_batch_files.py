@@ -121,3 +121,100 @@ def test_a_file_written_line_by_line_is_chunked_as_one_stored_whole() -> None:
     whole = files.store(key.id, "same.jsonl", "batch_output", b"".join(lines), 800)
     assert (written.bytes, written.lines, written.sha256) == (whole.bytes, whole.lines, whole.sha256)
     assert files.whole(written) == b"".join(lines) and written.chunks.count() == whole.chunks.count() == 3
+
+
+def test_a_leading_byte_order_mark_is_skipped() -> None:
+    """A file saved by Excel or PowerShell starts with a UTF-8 BOM: its first line is read as any other."""
+    assert [x["custom_id"] for x in files.checked_lines(f"\ufeff{line('a')}\n{line('b')}\n".encode())] == ["a", "b"]
+
+
+@pytest.mark.django_db
+def test_each_refusal_has_a_code_and_its_param() -> None:
+    """A field's bad value is invalid_value naming the field; a bad line of the file, invalid_file (param file)."""
+    from console.batches import batches
+
+    key = ApiKey.objects.create(name="codes", prefix="hk-codes", key_hash="f" * 64)
+    stored = files.upload(key.id, "in.jsonl", "batch", line().encode())
+    cases = {
+        "endpoint": lambda: batches.create(key.id, stored.public_id, "/v1/models", "24h", None),
+        "completion_window": lambda: batches.create(key.id, stored.public_id, "/v1/embeddings", "1h", None),
+        "metadata": lambda: batches.create(key.id, stored.public_id, "/v1/embeddings", "24h", {"k": 1}),
+        "purpose": lambda: files.upload(key.id, "x.jsonl", "fine-tune", line().encode()),
+    }
+    for param, call in cases.items():
+        with pytest.raises(FileError) as refused:
+            call()
+        assert (refused.value.code, refused.value.param, refused.value.status) == ("invalid_value", param, 400)
+    with pytest.raises(FileError) as refused:
+        batches.create(key.id, stored.public_id, "/v1/chat/completions", "24h", None)  # its line is an embedding
+    assert (refused.value.code, refused.value.param) == ("invalid_value", "endpoint")
+    for data in (b"[1]", line(method="GET").encode(), b"\xff"):
+        with pytest.raises(FileError) as refused:
+            files.checked_lines(data)
+        assert (refused.value.code, refused.value.param) == ("invalid_file", "file")
+
+
+@pytest.mark.django_db
+def test_a_list_after_an_unknown_id_is_refused_naming_it() -> None:
+    from console.batches import batches
+    from gateway.batch_api import _files_of
+
+    key = ApiKey.objects.create(name="after", prefix="hk-after", key_hash="a" * 64)
+    for call in (lambda: batches.listed(key.id, "batch_nope", 20), lambda: _files_of(key.id, None, "file-nope", 20)):
+        with pytest.raises(FileError) as refused:
+            call()
+        assert refused.value.status == 400 and refused.value.param == "after" and "nope" in refused.value.message
+
+
+@pytest.mark.django_db
+def test_an_ended_batch_is_not_cancelled_and_a_cancelled_one_is_returned_as_it_is() -> None:
+    from django.utils import timezone
+
+    from console.batches import batches
+    from console.batches.models import Batch, Status
+
+    key = ApiKey.objects.create(name="cancel", prefix="hk-cancel", key_hash="b" * 64)
+    for status in (Status.COMPLETED, Status.FAILED, Status.EXPIRED):
+        ended = Batch.objects.create(key=key, endpoint="/v1/embeddings", input_file_id="f", expires_at=timezone.now())
+        Batch.objects.filter(pk=ended.pk).update(status=status)
+        ended.refresh_from_db()
+        with pytest.raises(FileError) as refused:
+            batches.cancel(ended)
+        assert refused.value.status == 409 and refused.value.code == "batch_not_cancellable"
+        assert refused.value.message == (
+            f"Batch {ended.public_id} is {status}; only a validating or in_progress batch can be cancelled."
+        )
+    for status in (Status.CANCELLING, Status.CANCELLED):
+        Batch.objects.filter(pk=ended.pk).update(status=status)
+        ended.refresh_from_db()
+        assert batches.cancel(ended).status == status
+
+
+def test_a_model_refused_for_the_moment_is_held_back_doubling_up_to_five_minutes() -> None:
+    """Each 429/503 met after the last hold-back ended doubles it (5 s, 10 s, … 300 s); one met during it (a line
+    sent before) does not; a longer Retry-After is obeyed."""
+    from console.batches import runner
+
+    held = runner._Runner(1, None, None, runner._Slots(1))  # type: ignore[arg-type]
+    delays = []
+    for _ in range(9):
+        held._hold_back("m", 0.0)
+        delays.append(held.backoff["m"])
+        held._hold_back("m", 0.0)  # during the hold-back: counts once
+        held.until["m"] = 0.0  # the hold-back is over
+    assert delays == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]
+    held._hold_back("other", 30.0)
+    assert held.backoff["other"] == 5.0 and held._held("other") and not held._held("m")
+
+
+def test_which_deployments_a_batch_sends_to_and_which_it_waits_for() -> None:
+    from console.batches.runner import Served
+
+    assert not Served("d", "ready", "serving").held and not Served("d", "ready", "serving").waits
+    for state in ("stopped", "failed", "pending", "loading"):
+        assert Served("d", state, "stopped").held and Served("d", state, "serving").waits
+    assert not Served("d", "asleep", "asleep").held and not Served("d", "stopped", "stopped_idle").held
+    with override_settings(HEARTH_BATCH_WAKES_DEPLOYMENTS=False):
+        assert Served("d", "asleep", "asleep").waits
+    with override_settings(HEARTH_BATCH_WAKES_DEPLOYMENTS=True):
+        assert not Served("d", "asleep", "asleep").waits

@@ -26,7 +26,9 @@ def _metadata(metadata: Any) -> dict[str, str]:
         return {}
     ok = isinstance(metadata, dict) and len(metadata) <= MAX_METADATA
     if not ok or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 64 for k, v in metadata.items()):
-        raise FileError("'metadata' is up to 16 pairs of strings (keys up to 64 characters).", "metadata", None)
+        raise FileError(
+            "'metadata' is up to 16 pairs of strings (keys up to 64 characters).", "metadata", "invalid_value"
+        )
     return dict(metadata)
 
 
@@ -34,19 +36,22 @@ def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata
     """A new batch of ``key_id`` over its file ``input_file_id``, every line of which must go to ``endpoint``;
     status validating until the runner starts it. Raises FileError (400; 404 for a file the key does not own)."""
     if endpoint not in files.ENDPOINTS:
-        raise FileError(f"Endpoint {endpoint!r} cannot be batched: one of {', '.join(files.ENDPOINTS)}.", "endpoint")
+        why = f"Endpoint {endpoint!r} cannot be batched: one of {', '.join(files.ENDPOINTS)}."
+        raise FileError(why, "endpoint", "invalid_value")
     if window not in WINDOWS:
-        raise FileError("'completion_window' must be '24h'.", "completion_window", None)
+        raise FileError("'completion_window' must be '24h'.", "completion_window", "invalid_value")
     extra = _metadata(metadata)
     source = files.owned(key_id, input_file_id) if isinstance(input_file_id, str) else None
     if source is None:
         raise FileError(f"No such file: {input_file_id!r}.", "input_file_id", "not_found", 404)
     if source.purpose != Purpose.BATCH:
-        raise FileError(f"File {input_file_id} has purpose {source.purpose!r}, not 'batch'.", "input_file_id")
+        why = f"File {input_file_id} has purpose {source.purpose!r}, not 'batch'."
+        raise FileError(why, "input_file_id", "invalid_value")
     lines = files.checked_lines(files.whole(source))
     for number, line in enumerate(lines, start=1):
         if line["url"] != endpoint:
-            raise FileError(f"Request {number} of the file goes to {line['url']}, not the batch's {endpoint}.", "url")
+            why = f"Request {number} of the file goes to {line['url']}, not the batch's {endpoint}."
+            raise FileError(why, "endpoint", "invalid_value")
     with transaction.atomic():
         now = timezone.now()
         batch = Batch.objects.create(
@@ -74,14 +79,22 @@ def owned(key_id: int, public_id: str) -> Batch | None:
 
 def listed(key_id: int, after: str | None, limit: int) -> tuple[list[Batch], bool]:
     """Up to ``limit`` batches of ``key_id``, newest first, after the batch ``after`` (OpenAI's cursor); and whether
-    more follow."""
+    more follow. Raises FileError (400 ``invalid_value``, param ``after``) when ``after`` is none of the key's."""
     query = Batch.objects.select_related("output_file", "error_file").filter(key_id=key_id)
     if after:
         cursor = query.filter(public_id=after).first()
-        if cursor is not None:
-            query = query.filter(id__lt=cursor.id)
+        if cursor is None:
+            raise unknown_cursor("batch", after)
+        query = query.filter(id__lt=cursor.id)
     page = list(query.order_by("-id")[: limit + 1])
     return page[:limit], len(page) > limit
+
+
+def unknown_cursor(kind: str, after: str) -> FileError:
+    """The refusal of a list ``after`` an id the key has no such object of."""
+    return FileError(
+        f"No {kind} {after!r} to list after: 'after' takes the id of one of your {kind}s.", "after", "invalid_value"
+    )
 
 
 def enter(batch_pk: int, status: Status, *, from_statuses: tuple[str, ...]) -> bool:
@@ -92,8 +105,12 @@ def enter(batch_pk: int, status: Status, *, from_statuses: tuple[str, ...]) -> b
 
 
 def cancel(batch: Batch) -> Batch:
-    """Ask the batch to stop: cancelling (the runner stops within seconds and writes what finished), or cancelled
-    at once when it had not started. An ended batch is left as it is."""
+    """Ask the batch to stop: cancelling (the runner sends no new line, waits for those in flight and writes what
+    finished), or cancelled at once when it had not started; one cancelling or cancelled already is returned as it
+    is. Raises FileError (409 ``batch_not_cancellable``) for one completed, failed or expired."""
+    if batch.status in (Status.COMPLETED, Status.FAILED, Status.EXPIRED):
+        why = f"Batch {batch.public_id} is {batch.status}; only a validating or in_progress batch can be cancelled."
+        raise FileError(why, None, "batch_not_cancellable", 409)
     if not enter(batch.pk, Status.CANCELLING, from_statuses=(Status.IN_PROGRESS, Status.FINALIZING)):
         if enter(batch.pk, Status.CANCELLING, from_statuses=(Status.VALIDATING,)):
             finish(batch.pk, Status.CANCELLED)
@@ -138,7 +155,7 @@ def finish(batch_pk: int, status: Status) -> None:
             return
         batch.output_file = _write(batch, LineState.DONE, "output")
         batch.error_file = _write(batch, LineState.FAILED, "error")
-        batch.status = status
+        batch.status, batch.waiting_reason = status, ""
         setattr(batch, f"{status.value}_at", timezone.now())
         batch.save()
 

@@ -4,7 +4,12 @@ with their content in one transaction (row and chunks together or neither), read
 A batch input is JSONL: each non-blank line a JSON object ``{"custom_id": str (unique in the file), "method":
 "POST", "url": one of ENDPOINTS, "body": {"model": str, ...}}``, at most HEARTH_MAX_BODY_BYTES (the gateway's
 body limit, as the line's request would meet it), no ``"stream": true`` (a batch answers whole), at most MAX_LINES
-lines. The first bad line is named in a FileError; the file is then not stored at all.
+lines; a leading UTF-8 byte order mark (Excel, PowerShell) is skipped. The first bad line is named in a FileError;
+the file is then not stored at all.
+
+Error codes: ``invalid_file`` for what is wrong with the file's content (param ``file``), or the line's own reason
+(``duplicate_custom_id``, ``line_too_large``, ``too_many_lines``); ``invalid_value`` for a field's value (param: the
+field); ``not_found`` (404); ``file_too_large`` (413).
 """
 
 import hashlib
@@ -28,13 +33,13 @@ class FileError(Exception):
     """Why a file or a batch was refused, in OpenAI's error fields (status: the HTTP status to answer)."""
 
     message: str
-    param: str | None = None
+    param: str | None = "file"
     code: str | None = "invalid_file"
     status: int = 400
     line: int | None = None  # the input line at fault, from 1
 
 
-def _line_error(number: int, why: str, code: str = "invalid_request") -> FileError:
+def _line_error(number: int, why: str, code: str = "invalid_file") -> FileError:
     return FileError(f"Line {number} of the file {why}", param="file", code=code, line=number)
 
 
@@ -42,7 +47,7 @@ def checked_lines(data: bytes) -> list[dict[str, Any]]:
     """The requests of a batch input ``data`` (module docstring), blank lines skipped. Raises FileError naming the
     first bad line (numbered from 1, as an editor shows it)."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise FileError(f"The file is not UTF-8 text (byte {exc.start}); a batch input is JSONL.") from None
     lines: list[dict[str, Any]] = []
@@ -52,7 +57,7 @@ def checked_lines(data: bytes) -> list[dict[str, Any]]:
             continue
         if len(raw.encode()) > settings.HEARTH_MAX_BODY_BYTES:
             raise _line_error(
-                number, f"is over the body limit ({settings.HEARTH_MAX_BODY_BYTES:,} bytes).", "too_large"
+                number, f"is over the body limit ({settings.HEARTH_MAX_BODY_BYTES:,} bytes).", "line_too_large"
             )
         try:
             line = json.loads(raw)
@@ -60,7 +65,7 @@ def checked_lines(data: bytes) -> list[dict[str, Any]]:
             raise _line_error(number, f"is not JSON ({exc.msg}); a batch input is JSONL, one object a line.") from None
         lines.append(_checked(number, line, seen))
         if len(lines) > MAX_LINES:
-            raise _line_error(number, f"is past the limit of {MAX_LINES:,} requests in a batch.", "too_many_requests")
+            raise _line_error(number, f"is past the limit of {MAX_LINES:,} requests in a batch.", "too_many_lines")
     if not lines:
         raise FileError("The file has no request: a batch input is JSONL, one request object a line.")
     return lines
@@ -131,7 +136,11 @@ def upload(key_id: int, filename: str, purpose: str, data: bytes) -> BatchFile:
     """An uploaded file stored once checked: ``purpose`` must be ``batch`` and ``data`` a batch input (at most
     HEARTH_BATCH_FILE_MAX_BYTES). Raises FileError (nothing stored)."""
     if purpose != Purpose.BATCH:
-        raise FileError(f"Purpose {purpose!r} is not served here; upload batch inputs with purpose 'batch'.", "purpose")
+        raise FileError(
+            f"Purpose {purpose!r} is not served here; upload batch inputs with purpose 'batch'.",
+            "purpose",
+            "invalid_value",
+        )
     if len(data) > settings.HEARTH_BATCH_FILE_MAX_BYTES:
         raise too_large()
     return store(key_id, filename or "upload.jsonl", purpose, data, len(checked_lines(data)))

@@ -118,6 +118,11 @@ class Batch(models.Model):
         BatchFile, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", help_text="Lines that failed."
     )
     metadata = models.JSONField(default=dict, blank=True, help_text="The client's metadata: up to 16 string pairs.")
+    waiting_reason = models.TextField(
+        blank=True,
+        default="",
+        help_text='Why its lines wait, written by the runner ("deployment llama is stopped"); blank while none waits.',
+    )
     errors = models.JSONField(null=True, blank=True, help_text="Why the batch failed: OpenAI's errors list object.")
     total = models.IntegerField(default=0, help_text="request_counts.total: lines in the batch.")
     completed = models.IntegerField(default=0, help_text="request_counts.completed: lines answered with a 2xx.")

@@ -15,16 +15,26 @@ Exactly once, across restarts:
   answer in Redis (gateway.batch_lines) and answers the same line's next request with it, without the engine. The
   runner deletes that answer once its own is stored. Not covered: the gateway's process dying with a line in flight
   (the line is sent again when its in-flight mark lapses, a minute later).
-- Not answered, sent again after a while (Retry-After, else RETRY_SECONDS): 429 (limits, lanes), 503 (a deployment
-  not ready, or asleep when HEARTH_BATCH_WAKES_DEPLOYMENTS is off: the batch waits in_progress), 409 (the line in
-  flight from before a restart), and no answer at all (the gateway down).
+- Not answered, sent again after a while: 429 (limits, lanes) and 503 (a deployment starting, or asleep when
+  HEARTH_BATCH_WAKES_DEPLOYMENTS is off) hold back every line of that model, BACKOFF_FIRST seconds doubling up to
+  BACKOFF_MOST (or the Retry-After when longer), until one is answered or its deployment's state changes; 409 (the
+  line in flight from before a restart) and no answer at all (the gateway down) send that line again after
+  RETRY_SECONDS.
+- A line whose model's deployment is not ready and will not be by a request (stopped, failed, never launched,
+  launching) is not sent: the deployments' states are read once a tick for the batch's models. A deployment asleep,
+  or stopped by its idle policy, is sent to as before (the gateway wakes it or answers 503 deployment_asleep, as
+  HEARTH_BATCH_WAKES_DEPLOYMENTS says). The batch's ``waiting_reason`` says which deployment it waits for.
+- Cancel: no new line is sent; the lines in flight are waited for up to CANCEL_GRACE seconds and their answers kept
+  (with any answer the gateway kept for a line of an earlier runner), and those still out then are recorded as
+  error lines ``batch_cancelled``; then the batch ends cancelled.
 """
 
 import asyncio
+import json
 import logging
 import secrets
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +50,7 @@ from appliance.redis_keys import redis_key
 from console.batches import batches
 from console.batches.credential import LineCredential, answer_key, sign
 from console.batches.models import ENDED, RUNNING, Batch, BatchLine, LineState, Status
+from console.deployments.models import Deployment, DeploymentState, DesiredState
 
 log = logging.getLogger(__name__)
 LEASE_SECONDS = 15  # the runner's lease outlives its last renewal (every tick) this long
@@ -47,6 +58,10 @@ TICK = 0.5  # seconds between looks at the batch's status (cancel, expiry)
 RETRY_SECONDS = 5.0  # seconds before a line not answered is sent again when no Retry-After says
 SEEN_EVERY = 5.0  # seconds between the runner's notes that it runs (Batch.runner_seen_at)
 RETRIED = {409, 429, 503}
+HELD_BACK = {429, 503}  # answers that hold back every line of the model (its deployment or its limits)
+BACKOFF_FIRST, BACKOFF_MOST = 5.0, 300.0  # seconds a model's lines are held back after a 429/503, doubling
+CANCEL_GRACE = 60.0  # seconds a cancelled batch waits for its lines in flight
+SENT = {DeploymentState.READY, DeploymentState.ASLEEP, DeploymentState.SLEEPING, DeploymentState.WAKING}
 
 
 def lease_key() -> str:
@@ -62,6 +77,7 @@ class Line:
     credential: LineCredential
     custom_id: str
     url: str
+    model: str
 
 
 def answer_line(line: Line, status: int, request_id: str, body: Any) -> tuple[bool, dict[str, Any]]:
@@ -80,9 +96,55 @@ def answer_line(line: Line, status: int, request_id: str, body: Any) -> tuple[bo
 def _pending(batch: Batch) -> list[Line]:
     rows = batch.lines.filter(state=LineState.PENDING).order_by("index")
     return [
-        Line(pk, LineCredential(batch.public_id, index, batch.key_id), custom_id, url)
-        for pk, index, custom_id, url in rows.values_list("pk", "index", "custom_id", "url")
+        Line(pk, LineCredential(batch.public_id, index, batch.key_id), custom_id, url, str(model))
+        for pk, index, custom_id, url, model in rows.values_list("pk", "index", "custom_id", "url", "body__model")
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The deployment serving a model, as the runner reads it: its name, state and desired state."""
+
+    name: str
+    state: str
+    desired: str
+
+    @property
+    def held(self) -> bool:
+        """Whether lines for it are not sent: not ready, and no request would bring it back (asleep or stopped by
+        its idle policy are sent to)."""
+        return self.state not in SENT and self.desired != DesiredState.STOPPED_IDLE
+
+    @property
+    def waits(self) -> bool:
+        """Whether the batch waits for it (held, or asleep when batches may not wake it)."""
+        asleep = self.state != DeploymentState.READY and not settings.HEARTH_BATCH_WAKES_DEPLOYMENTS
+        return self.held or asleep
+
+
+def served(models: list[str]) -> dict[str, Served]:
+    """Model name → the deployment serving it, for those of ``models`` a deployment serves (one query)."""
+    rows = Deployment.objects.filter(served_model_name__in=models)
+    return {m: Served(n, s, d) for m, n, s, d in rows.values_list("served_model_name", "name", "state", "desired")}
+
+
+def cancelled_in_flight(line: Line) -> dict[str, Any]:
+    """The error-file line of a line still in flight CANCEL_GRACE seconds after its batch was cancelled."""
+    why = f"cancelled while in flight: no answer within {CANCEL_GRACE:.0f} s of the cancel"
+    error = {"code": "batch_cancelled", "message": why}
+    return {"id": line.credential.request_id, "custom_id": line.custom_id, "response": None, "error": error}
+
+
+def kept_answer(line: Line, stored: bytes | str) -> tuple[bool, dict[str, Any]]:
+    """The output- or error-file line from an answer the gateway kept (gateway.batch_lines' JSON)."""
+    kept = json.loads(stored)
+    raw = kept["body"].encode("latin-1")
+    try:
+        body: Any = json.loads(raw)
+    except ValueError:
+        body = raw.decode("utf-8", "replace")
+    headers = {k.lower(): v for k, v in kept["headers"]}
+    return answer_line(line, kept["status"], headers.get("x-request-id", line.credential.request_id), body)
 
 
 async def run() -> None:
@@ -154,23 +216,32 @@ class _Runner:
     def __init__(self, batch_pk: int, client: aioredis.Redis, http: httpx.AsyncClient, slots: _Slots) -> None:
         self.pk, self.redis, self.http, self.slots = batch_pk, client, http, slots
         self.waiting: list[tuple[float, Line]] = []  # lines to send again at their monotonic time
+        self.parked: dict[str, list[Line]] = {}  # model → its lines not sent now (held back or not ready)
+        self.until: dict[str, float] = {}  # model → monotonic time its lines may be sent again (after a 429/503)
+        self.backoff: dict[str, float] = {}  # model → the seconds of its last hold-back
+        self.served: dict[str, Served] = {}
+        self.looked = 0.0  # monotonic time the deployments' states were last read
+        self.left: Counter[str] = Counter()  # model → its lines not answered yet
+        self.reason = ""  # the batch's waiting_reason as last written
         self.seen_next = 0.0  # monotonic time runner_seen_at is next written
+        self.cancel_by: float | None = None  # monotonic time the lines in flight at a cancel are given up
 
     async def run(self) -> None:
         batch = await Batch.objects.aget(pk=self.pk)
         if batch.status in ENDED:
             return
+        self.reason = batch.waiting_reason
         await sync_to_async(batches.enter)(self.pk, Status.IN_PROGRESS, from_statuses=(Status.VALIDATING,))
         pending = deque(await sync_to_async(_pending)(batch))
+        self.left.update(line.model for line in pending)
         inflight: dict[asyncio.Task[float | None], Line] = {}
         try:
             while (end := await self._end(pending, inflight)) is None:
-                self._ready(pending)
-                self.slots.wanting[self.pk] = bool(pending or inflight)
-                while pending and self.slots.free > 0 and len(inflight) < self.slots.share():
-                    line = pending.popleft()
-                    self.slots.free -= 1
-                    inflight[asyncio.ensure_future(self._send(line))] = line
+                if self.cancel_by is None:
+                    await self._look(pending)
+                    self._ready(pending)
+                    self._send_some(pending, inflight)
+                self.slots.wanting[self.pk] = bool(pending or inflight) and self.cancel_by is None
                 if not inflight:
                     await asyncio.sleep(TICK)
                     continue
@@ -181,11 +252,65 @@ class _Runner:
                     if (delay := task.result()) is not None:
                         self.waiting.append((time.monotonic() + delay, line))
         finally:
+            out = list(inflight.values())
             for task in inflight:  # cancelled, expired, or the runner stopped: lines in flight are left pending
                 task.cancel()
             self.slots.free += len(inflight)
             await asyncio.gather(*inflight, return_exceptions=True)
+        if end == Status.CANCELLED:
+            unsent = [
+                *pending,
+                *(line for _, line in self.waiting),
+                *(x for lines in self.parked.values() for x in lines),
+            ]
+            await self._collect(out, unsent)
         await sync_to_async(batches.finish)(self.pk, end)  # a batch already ended is left as it is
+
+    def _send_some(self, pending: deque[Line], inflight: dict[asyncio.Task[float | None], Line]) -> None:
+        """Lines of ``pending`` sent while the slots allow; those of a model not sent now parked."""
+        while pending and self.slots.free > 0 and len(inflight) < self.slots.share():
+            line = pending.popleft()
+            if self._held(line.model):
+                self.parked.setdefault(line.model, []).append(line)
+                continue
+            self.slots.free -= 1
+            inflight[asyncio.ensure_future(self._send(line))] = line
+
+    def _held(self, model: str) -> bool:
+        found = self.served.get(model)
+        return (found is not None and found.held) or self.until.get(model, 0.0) > time.monotonic()
+
+    async def _look(self, pending: deque[Line]) -> None:
+        """Once a tick: the deployments of the models with lines left read again (a change of state ends a model's
+        hold-back), parked lines no longer held put back in ``pending``, and the batch's waiting_reason written
+        when it changed."""
+        if time.monotonic() - self.looked < TICK:
+            return
+        self.looked = time.monotonic()
+        models = sorted(m for m, n in self.left.items() if n > 0)
+        now = await sync_to_async(served)(models)
+        for model, found in now.items():
+            if model in self.served and self.served[model] != found:
+                self.until.pop(model, None)
+                self.backoff.pop(model, None)
+        self.served = now
+        for model in [m for m in self.parked if not self._held(m)]:
+            pending.extendleft(reversed(self.parked.pop(model)))
+        waits = [f for m in models if (f := now.get(m)) is not None and f.waits]
+        reason = f"deployment {waits[0].name} is {waits[0].state}" if waits else ""
+        if reason != self.reason:
+            await Batch.objects.filter(pk=self.pk).aupdate(waiting_reason=reason)
+            self.reason = reason
+
+    def _hold_back(self, model: str, retry_after: float) -> None:
+        """Hold back every line of ``model`` after a 429/503: BACKOFF_FIRST seconds, doubled by each refusal met
+        after the last hold-back ended, at most BACKOFF_MOST (or ``retry_after`` when longer)."""
+        now = time.monotonic()
+        if self.until.get(model, 0.0) > now:
+            return  # a line sent before the hold-back: it counts once
+        delay = min(BACKOFF_MOST, self.backoff.get(model, BACKOFF_FIRST / 2) * 2)
+        self.backoff[model] = delay
+        self.until[model] = now + max(delay, retry_after)
 
     def _ready(self, pending: deque[Line]) -> None:
         """The lines whose wait is over back at the front of ``pending``."""
@@ -195,22 +320,42 @@ class _Runner:
         pending.extendleft(reversed(ready))
 
     async def _end(self, pending: deque[Line], inflight: dict[Any, Line]) -> Status | None:
-        """How the batch ends now, or None while it runs on."""
+        """How the batch ends now, or None while it runs on (a cancelled one while lines are in flight, up to
+        CANCEL_GRACE)."""
         if time.monotonic() >= self.seen_next:
             await Batch.objects.filter(pk=self.pk).aupdate(runner_seen_at=timezone.now())
             self.seen_next = time.monotonic() + SEEN_EVERY
         status, expires_at = await Batch.objects.filter(pk=self.pk).values_list("status", "expires_at").aget()
-        if status == Status.CANCELLING or status in ENDED:
+        if status in ENDED:
             return Status.CANCELLED
+        if status == Status.CANCELLING:
+            if self.cancel_by is None:
+                self.cancel_by = time.monotonic() + CANCEL_GRACE
+            return Status.CANCELLED if not inflight or time.monotonic() >= self.cancel_by else None
         if timezone.now() >= expires_at:
             return Status.EXPIRED
-        if pending or inflight or self.waiting:
+        if pending or inflight or self.waiting or self.parked:
             return None
         await sync_to_async(batches.enter)(self.pk, Status.FINALIZING, from_statuses=(Status.IN_PROGRESS,))
         return Status.COMPLETED
 
+    async def _collect(self, out: list[Line], unsent: list[Line]) -> None:
+        """At a cancel: the answers the gateway kept for these lines stored (a line of an earlier runner may have
+        one), and the lines still in flight (``out``) without one recorded as cancelled in flight."""
+        lines, in_flight = out + unsent, {line.pk for line in out}
+        for start in range(0, len(lines), 500):
+            part = lines[start : start + 500]
+            found = await self.redis.mget([redis_key(answer_key(line.credential)) for line in part])
+            for line, stored in zip(part, found, strict=True):
+                if stored is not None:
+                    await sync_to_async(batches.record)(line.pk, self.pk, *kept_answer(line, stored))
+                    await self.redis.delete(redis_key(answer_key(line.credential)))
+                elif line.pk in in_flight:
+                    await sync_to_async(batches.record)(line.pk, self.pk, False, cancelled_in_flight(line))
+
     async def _send(self, line: Line) -> float | None:
-        """Send ``line`` and store its answer; the seconds to wait before sending it again when not answered."""
+        """Send ``line`` and store its answer; the seconds to wait before sending it again when not answered (a
+        429/503 holds back the line's model too)."""
         headers = {"authorization": f"Bearer {sign(line.credential)}", "x-request-id": line.credential.request_id}
         try:
             body = await BatchLine.objects.values_list("body", flat=True).aget(pk=line.pk)  # read when sent
@@ -219,6 +364,9 @@ class _Runner:
             return RETRY_SECONDS
         if response.status_code in RETRIED:
             after = response.headers.get("retry-after", "")
+            if response.status_code in HELD_BACK:
+                self._hold_back(line.model, float(after) if after.isdigit() else 0.0)
+                return 0.0  # back in pending at once, parked there while its model is held back
             return float(after) if after.isdigit() else RETRY_SECONDS
         try:
             answered: Any = response.json()
@@ -228,6 +376,8 @@ class _Runner:
         ok, answer = answer_line(line, response.status_code, request_id, answered)
         await sync_to_async(batches.record)(line.pk, self.pk, ok, answer)
         await self.redis.delete(redis_key(answer_key(line.credential)))
+        self.left[line.model] -= 1
+        self.backoff.pop(line.model, None)
         return None
 
 
