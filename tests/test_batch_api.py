@@ -271,7 +271,7 @@ def test_cancel_stops_and_keeps_what_finished(llama: Llama) -> None:
     from console.observability.models import RequestLog
 
     deadline = time.monotonic() + 30  # each line that ran (logged, charged) is in the files: none dropped in flight
-    while RequestLog.objects.filter(batch_id=batch.id).count() != done.request_counts.completed:  # type: ignore[union-attr]
+    while RequestLog.objects.filter(batch_id=batch.id).count() != done.request_counts.completed:
         assert time.monotonic() < deadline, (RequestLog.objects.filter(batch_id=batch.id).count(), done)
         time.sleep(0.3)
     assert client.batches.cancel(batch.id).status == "cancelled"  # idempotent
@@ -376,7 +376,7 @@ def test_a_batch_for_a_deployment_not_ready_waits_unsent_and_says_why(llama: Lla
     for page in ("/batch-jobs/", f"/batch-jobs/{batch.id}/"):
         assert "waiting: deployment unlaunched is stopped" in llama.client.get(page).text
     [failed] = [x for x in row.lines.all() if x.answer]
-    assert failed.custom_id == "x" and failed.answer["response"]["status_code"] == 404
+    assert failed.custom_id == "x" and failed.answer is not None and failed.answer["response"]["status_code"] == 404
     while not RequestLog.objects.filter(batch_id=batch.id).exists():
         assert time.monotonic() < deadline, "the missing model's row"
         time.sleep(0.3)
@@ -384,5 +384,5 @@ def test_a_batch_for_a_deployment_not_ready_waits_unsent_and_says_why(llama: Lla
     assert list(RequestLog.objects.filter(batch_id=batch.id).values_list("status", flat=True)) == [404]
     assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
     done = wait_batch(client, batch.id, {"cancelled"}, within=60)
-    assert (done.request_counts.completed, done.request_counts.failed) == (0, 1)  # type: ignore[union-attr]
+    assert (done.request_counts.completed, done.request_counts.failed) == (0, 1)
     assert Batch.objects.get(public_id=batch.id).waiting_reason == ""

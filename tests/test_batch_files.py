@@ -4,6 +4,7 @@ the files back with their rows."""
 
 import json
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -135,7 +136,7 @@ def test_each_refusal_has_a_code_and_its_param() -> None:
 
     key = ApiKey.objects.create(name="codes", prefix="hk-codes", key_hash="f" * 64)
     stored = files.upload(key.id, "in.jsonl", "batch", line().encode())
-    cases = {
+    cases: dict[str, Callable[[], object]] = {
         "endpoint": lambda: batches.create(key.id, stored.public_id, "/v1/models", "24h", None),
         "completion_window": lambda: batches.create(key.id, stored.public_id, "/v1/embeddings", "1h", None),
         "metadata": lambda: batches.create(key.id, stored.public_id, "/v1/embeddings", "24h", {"k": 1}),
