@@ -219,3 +219,22 @@ def test_which_deployments_a_batch_sends_to_and_which_it_waits_for() -> None:
         assert Served("d", "asleep", "asleep").waits
     with override_settings(HEARTH_BATCH_WAKES_DEPLOYMENTS=True):
         assert not Served("d", "asleep", "asleep").waits
+
+
+def test_an_answer_the_gateway_kept_is_read_back_as_its_file_line() -> None:
+    """At a cancel the runner stores the answers the gateway kept (gateway.batch_lines' JSON: latin-1 body)."""
+    from console.batches.credential import LineCredential
+    from console.batches.runner import Line, cancelled_in_flight, kept_answer
+
+    one = Line(1, LineCredential("batch_k", 0, 1), "c-1", "/v1/embeddings", "m")
+    body = json.dumps({"object": "list", "data": [], "note": "é"}).encode().decode("latin-1")
+    kept = json.dumps({"status": 200, "headers": [["X-Request-Id", "req-9"]], "body": body})
+    ok, answer = kept_answer(one, kept.encode())
+    assert ok and answer["custom_id"] == "c-1" and answer["error"] is None
+    assert answer["response"] == {"status_code": 200, "request_id": "req-9", "body": json.loads(body.encode("latin-1"))}
+    refused = json.dumps(
+        {"status": 404, "headers": [], "body": '{"error": {"code": "model_not_found", "message": "x"}}'}
+    )
+    assert kept_answer(one, refused)[1]["error"] == {"code": "model_not_found", "message": "x"}
+    lost = cancelled_in_flight(one)
+    assert lost["error"]["code"] == "batch_cancelled" and "cancelled while in flight" in lost["error"]["message"]

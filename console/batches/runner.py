@@ -257,7 +257,7 @@ class _Runner:
                 task.cancel()
             self.slots.free += len(inflight)
             await asyncio.gather(*inflight, return_exceptions=True)
-        if end == Status.CANCELLED:
+        if end == Status.CANCELLED and self.cancel_by is not None:  # not one already ended: its files are written
             unsent = [
                 *pending,
                 *(line for _, line in self.waiting),
