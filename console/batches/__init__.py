@@ -3,5 +3,6 @@
 checks of an uploaded file (files.py), the batch's life (batches.py) and the Celery runner (runner.py, tasks.py).
 The /v1 endpoints are gateway.batch_api's; the console's Batches pages are views.py (progress.py: rate, ETA, cost).
 
-May import: console.observability, console.access, console.audit, engines, appliance and the shared modules.
+May import: console.observability, console.deployments (the runner reads a model's deployment state), console.access,
+console.audit, engines, appliance and the shared modules.
 """
