@@ -34,7 +34,7 @@ def test_every_spelling_of_a_path_under_v1_answers_the_gateways_json(web: str, p
 
 @pytest.mark.parametrize(
     ("path", "anthropic"),
-    [("//v1/models", False), ("/v1.json", False), ("/v1/files", False), ("/v1/messages/batches", True)],
+    [("//v1/models", False), ("/v1.json", False), ("/v1/fine_tuning/jobs", False), ("/v1/messages/batches", True)],
 )
 def test_an_unknown_path_under_v1_is_a_json_404_in_its_apis_shape(
     web: str, admin_user: object, path: str, anthropic: bool

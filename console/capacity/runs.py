@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.access.keys import create_key, revoke_key
+from console.access.models import ApiKey, Priority
 from console.capacity import engine_numbers, loadgen
 from console.capacity.models import CapacityResult, CapacityRun, RunState
 from console.deployments import dispatch
@@ -256,6 +257,8 @@ def run_check(run_id: int) -> None:
     if not run.move(RunState.RUNNING, started_at=now, heartbeat_at=now, progress_text="Calibrating prompt lengths…"):
         return
     row, secret = create_key(f"capacity check {run.pk}", run.created_by, allowed_models=[dep.served_model_name])
+    # interactive, whoever asked: the gateway's lanes never hold its load, so the check measures the engine's queue
+    ApiKey.objects.filter(pk=row.pk).update(priority=Priority.INTERACTIVE)
     CapacityRun.objects.filter(pk=run.pk).update(api_key=row)
     try:
         slo = _targets(dep)
