@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from django.conf import settings
 
 from console.access.keys import create_key
 from console.catalog.models import ModelSource
@@ -92,6 +93,12 @@ def world(
         running=True,
         ready_at=dep.created_at,
     )
+    # The session's Celery worker, when an earlier test on this xdist worker started it, reconciles every replica
+    # of the process runtime: the engine's pid file makes this one read as running, not as crashed (and restarted).
+    pidfile = settings.DATA_DIR / "engines" / "lane-engine.pid"
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    assert engine.proc is not None
+    pidfile.write_text(str(engine.proc.pid))
     keys = {c: create_key(c, admin_user, priority=c)[1] for c in ("interactive", "standard", "batch")}
     lanes = getattr(request, "param", "on")
     env = {**live_env, "HEARTH_LANES": lanes, "HEARTH_LANE_HOLD_TIMEOUT": "3", "HEARTH_SSE_KEEPALIVE": "0.5"}
@@ -100,6 +107,7 @@ def world(
         yield World(base, dep.pk, engine, keys)
     finally:
         web.stop()
+        pidfile.unlink(missing_ok=True)  # before the engine ends: no runtime ever stops it by its pid file
         engine.stop()
 
 
