@@ -132,3 +132,49 @@ def web_server(tls_folder: Path | None = None) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def ready_deployment(
+    name: str, engine: str, port: int, pid: int, engine_api_key: str, extra_args: list[str], max_model_len: int
+) -> Iterator[int]:
+    """A ready deployment ``name`` of ``engine`` whose one process-runtime replica is an engine the test started
+    itself (process ``pid``, listening on ``port``); yields the deployment's id. The session's Celery worker, when
+    an earlier test on this xdist worker started it, reconciles every process-runtime replica: the engine's pid file
+    makes this one read as running, not as crashed (and restarted). The pid file goes before the engine does, so no
+    runtime ever stops it by that file."""
+    from django.conf import settings
+
+    from console.catalog.models import ModelSource
+    from console.deployments.models import Deployment, DeploymentState, Replica
+
+    source = ModelSource.objects.create(name=name, kind="local", path="/nonexistent", config={}, weights_bytes=0)
+    dep = Deployment.objects.create(
+        name=name,
+        model=source,
+        engine=engine,
+        served_model_name=name,
+        max_model_len=max_model_len,
+        kv_space_gib=1.0,
+        plan={},
+        extra_args=extra_args,
+        state=DeploymentState.READY,
+    )
+    runtime_name = f"{name}-engine"  # no instance prefix: never one of the appliance's own (orphans are those)
+    Replica.objects.create(
+        deployment=dep,
+        runtime="process",
+        runtime_name=runtime_name,
+        host="127.0.0.1",
+        port=port,
+        engine_api_key=engine_api_key,
+        running=True,
+        ready_at=dep.created_at,
+    )
+    pidfile = settings.DATA_DIR / "engines" / f"{runtime_name}.pid"
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    pidfile.write_text(str(pid))
+    try:
+        yield dep.pk
+    finally:
+        pidfile.unlink(missing_ok=True)

