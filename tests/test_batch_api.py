@@ -111,6 +111,18 @@ def wait_batch(client: openai.OpenAI, batch_id: str, statuses: set[str], within:
     return batch
 
 
+def slow_batch_under_way(client: openai.OpenAI, prefix: str, done: int) -> Any:
+    """A batch of 60 lines of 150 tokens each, once ``done`` of them are answered (polled: no clock)."""
+    data = jsonl([chat_line(f"{prefix}-{i}", max_tokens=150) for i in range(60)])
+    uploaded = client.files.create(file=(f"{prefix}.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 120
+    while client.batches.retrieve(batch.id).request_counts.completed < done:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    return batch
+
+
 def read_lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
     """The JSONL lines of a file (none when there is no file)."""
     if file_id is None:
@@ -255,13 +267,7 @@ def test_another_key_sees_nothing(llama: Llama) -> None:
 def test_cancel_stops_and_keeps_what_finished(llama: Llama) -> None:
     """A cancelled batch stops (polled: no clock), its finished lines downloadable, the rest never answered."""
     client = llama.openai()
-    data = jsonl([chat_line(f"slow-{i}", max_tokens=150) for i in range(60)])
-    uploaded = client.files.create(file=("slow.jsonl", data), purpose="batch")
-    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
-    deadline = time.monotonic() + 120
-    while client.batches.retrieve(batch.id).request_counts.completed < 3:  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    batch = slow_batch_under_way(client, "slow", 3)
     assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
     done = wait_batch(client, batch.id, {"cancelled", "completed"}, within=60)
     assert done.status == "cancelled" and done.cancelled_at is not None
@@ -303,13 +309,7 @@ def test_expiry_keeps_what_finished(llama: Llama) -> None:
     from console.batches.models import Batch
 
     client = llama.openai()
-    data = jsonl([chat_line(f"late-{i}", max_tokens=150) for i in range(60)])
-    uploaded = client.files.create(file=("late.jsonl", data), purpose="batch")
-    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
-    deadline = time.monotonic() + 120
-    while client.batches.retrieve(batch.id).request_counts.completed < 2:  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    batch = slow_batch_under_way(client, "late", 2)
     Batch.objects.filter(public_id=batch.id).update(expires_at=timezone.now())  # its 24 h are up
     done = wait_batch(client, batch.id, {"expired", "completed"}, within=60)
     assert done.status == "expired" and done.expired_at is not None

@@ -4,25 +4,18 @@ the gateway's answer to a base URL without /v1) with its measured rate and ETA, 
 runner ends it cancelled with its finished lines in the output file the page serves."""
 
 import re
-import time
 
 import pytest
 
 from console.audit.models import AuditEntry
-from tests.test_batch_api import Llama, box, chat_line, jsonl, llama, wait_batch  # noqa: F401 - box, llama: fixtures
+from tests.test_batch_api import Llama, box, llama, slow_batch_under_way, wait_batch  # noqa: F401 - box, llama: fixtures
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.process]
 
 
 def test_a_running_batch_on_the_page_cancelled_from_it_keeps_its_finished_lines(llama: Llama) -> None:  # noqa: F811
     client = llama.openai()
-    data = jsonl([chat_line(f"slow-{i}", max_tokens=150) for i in range(60)])
-    uploaded = client.files.create(file=("slow.jsonl", data), purpose="batch")
-    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
-    deadline = time.monotonic() + 120
-    while client.batches.retrieve(batch.id).request_counts.completed < 3:  # type: ignore[union-attr]
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    batch = slow_batch_under_way(client, "slow", 3)
     console = llama.client  # the admin, signed in to the console
     table = console.get("/batch-jobs/table/")
     assert table.status_code == 200 and "text/html" in table.headers["content-type"]
