@@ -103,15 +103,19 @@ def processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
 def _flush_again_after_a_deadlock(teardown: Callable[[TransactionTestCase], None]) -> Callable[..., None]:
     """TransactionTestCase's teardown empties every table with one TRUNCATE while the session's Celery worker (its
     scrapes and reconciles every second or two) and a test's web server may be reading them: PostgreSQL can then
-    find a deadlock and end the TRUNCATE. It is tried again (three times in all); anything else is raised."""
+    find a deadlock and end the TRUNCATE. It is tried again after a growing pause, eight times in all (three
+    without a pause once failed in CI beside a browser test's polling page); anything else is raised, with the
+    database's own words."""
 
     def flush(case: TransactionTestCase) -> None:
-        for attempt in range(3):
+        for attempt in range(8):
             try:
                 return teardown(case)
             except (OperationalError, CommandError) as exc:
-                if "deadlock detected" not in str(exc.__cause__ or exc) or attempt == 2:
-                    raise
+                cause = str(exc.__cause__ or exc)
+                if "deadlock detected" not in cause or attempt == 7:
+                    raise AssertionError(f"the flush after the test failed (attempt {attempt + 1}): {cause}") from exc
+                time.sleep(0.2 * (attempt + 1))
         return None
 
     return flush

@@ -263,9 +263,11 @@ def run_check(run_id: int) -> None:
     try:
         slo = _targets(dep)
         levels = asyncio.run(_measure(run, dep, secret, slo))
+        revoke_key(row)  # before the run ends: whoever sees it ended finds its key revoked
         _finish(run, dep, levels, slo)
     except Exception as exc:
         log.exception("capacity run %s failed", run.pk)
+        revoke_key(row)
         run.move(RunState.FAILED, f"The check stopped: {exc}", finished_at=timezone.now())
     finally:
         revoke_key(row)
