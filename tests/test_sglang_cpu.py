@@ -70,15 +70,20 @@ PLAN = plan_cpu(CONFIG, 269_060_552, 0.25, 2048, engine=EngineKind.SGLANG_CPU)  
 
 
 def high_free_port() -> int:
-    """A free port above 55535, where SGLang's default gRPC port (port + 10000) is no TCP port."""
-    for port in range(56_000 + secrets.randbelow(4_000), 61_000):
+    """A free port above 55535, where SGLang's default gRPC port (port + 10000) is no TCP port, and above the
+    kernel's ephemeral range, where an outgoing connection may take it before SGLang binds it (a full run saw
+    SGLang's "address already in use" on 59992 with the range ending at 60999)."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    low = max(55_536, int(ephemeral[1]) + 1)
+    low = low if low < 65_000 else 56_000  # no room above the range: the race stays possible
+    for port in range(low + secrets.randbelow(max(65_535 - low, 1) // 2), 65_536):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free port above 56000")
+    raise RuntimeError(f"no free port above {low}")
 
 
 def cpu_spec(tmp_path: Path, user_args: tuple[str, ...] = (), port: int = 0):  # type: ignore[no-untyped-def]
