@@ -42,7 +42,7 @@ from procs import ROOT, engine_argv, free_port, seed, start, stop, web_argv
 
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the default of --redis-url
 DASHBOARD = "hearth+dashboard"  # the path measured while a console user refreshes the dashboard
-PEERS = ("litellm", "nginx")
+PEERS = ("litellm", "nginx", "splice")  # splice: not a gateway, the floor of a Python relay
 
 
 class Setup:
@@ -86,7 +86,8 @@ async def ready(setup: Setup, sessions: dict[str, aiohttp.ClientSession]) -> Non
     await wait_ready(sessions["direct"], setup.urls["direct"] + "/health", setup.procs["direct"], 60)
     await wait_ready(sessions["hearth"], setup.urls["hearth"] + "/v1/models", setup.procs["hearth"], 60, has_bench)
     # LiteLLM answers /v1/models itself; nginx relays the engine's /health (the fake engine has no /v1/models)
-    for peer, page, wait, check in (("litellm", "/v1/models", 180, has_bench), ("nginx", "/health", 30, answered)):
+    waits = (("litellm", "/v1/models", 180, has_bench), ("nginx", "/health", 30, answered))
+    for peer, page, wait, check in (*waits, ("splice", "/health", 30, answered)):
         if peer in setup.urls:
             try:
                 await wait_ready(sessions[peer], setup.urls[peer] + page, setup.procs[peer], wait, check)
@@ -208,6 +209,15 @@ def start_nginx(setup: Setup, tmp: Path, engine_port: int) -> None:
         setup.skipped["nginx"] = f"could not start: {exc}"
 
 
+def start_splice(setup: Setup, tmp: Path, engine_port: int) -> None:
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "bench/splice_peer.py"), str(port), str(engine_port)]
+    try:
+        setup.add("splice", port, "anything", start(argv, tmp / "splice.log", dict(os.environ)))
+    except OSError as exc:
+        setup.skipped["splice"] = f"could not start: {exc}"
+
+
 def peers(text: str) -> list[str]:
     """``--peers``: a comma-separated list of PEERS, or "none"."""
     names = [] if text == "none" else [p.strip() for p in text.split(",") if p.strip()]
@@ -243,9 +253,9 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument(
         "--peers",
-        default=",".join(PEERS),
+        default="litellm,nginx",
         type=peers,
-        help=f"peer gateways to include, comma-separated: {', '.join(PEERS)} (default both), or none",
+        help=f"peer gateways to include, comma-separated: {', '.join(PEERS)} (default litellm,nginx), or none",
     )
     parser.add_argument("--streams", default="1,64,256", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument(
@@ -335,6 +345,10 @@ def main() -> None:
             if "nginx" in setup.procs:
                 all_procs.append(("nginx", setup.procs["nginx"]))
                 note(f"  nginx {nginx_peer.version()} starting")
+        if "splice" in args.peers:
+            start_splice(setup, tmp, engine_port)
+            if "splice" in setup.procs:
+                all_procs.append(("splice", setup.procs["splice"]))
         rows, held = uvloop.run(bench(args, setup))
         cells = report.pool(rows, setup.paths)
         print(
@@ -349,6 +363,8 @@ def main() -> None:
         print(report.verdict(cells, [p for p in setup.paths if p in PEERS]))
         if "nginx" in args.peers:
             print(report.nginx_verdict(cells))
+        if "splice" in args.peers:
+            print(report.splice_floor(cells))
         if args.dashboard:
             print(report.dashboard_verdict(cells, DASHBOARD, args.viewers))
         if args.markdown:

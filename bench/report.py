@@ -259,6 +259,27 @@ def nginx_verdict(cells: list[Cell], peer: str = "nginx") -> str:
     return "\n".join([f"verdict vs {peer} (hearth / {peer}): {head}", *texts])
 
 
+def splice_floor(cells: list[Cell], peer: str = "nginx") -> str:
+    """What the uvloop splice (``splice_peer.py``, the least a relay on Python's event loop does per chunk) costs
+    beside ``peer`` and beside Hearth: a line per level with CPU µs per chunk of all three and the two ratios,
+    splice / ``peer`` (how near ``peer`` Python can get at all) and hearth / splice (what Hearth adds to that)."""
+    get = {(c.streams, c.path): c for c in cells}
+    lines = []
+    for s in [c for c in cells if c.path == "splice"]:
+        h, n = get.get((s.streams, "hearth")), get.get((s.streams, peer))
+        if h is None or n is None or s.cpu_us_per_chunk <= 0 or n.cpu_us_per_chunk <= 0:
+            continue
+        lines.append(
+            f"  {s.streams} streams: CPU µs per chunk hearth {h.cpu_us_per_chunk:.0f}, splice "
+            f"{s.cpu_us_per_chunk:.0f} (kernel {s.kernel_share * 100:.0f} %), {peer} {n.cpu_us_per_chunk:.0f}; "
+            f"splice / {peer} {s.cpu_us_per_chunk / n.cpu_us_per_chunk:.2f}×, "
+            f"hearth / splice {h.cpu_us_per_chunk / s.cpu_us_per_chunk:.2f}×"
+        )
+    if not lines:
+        return f"python floor: NOT CHECKED (needs splice and {peer} in the run)"
+    return "\n".join(["python floor (a uvloop TCP splice, splice_peer.py):", *lines])
+
+
 def dashboard_verdict(cells: list[Cell], path: str, viewers: int = 1) -> str:
     """What ``viewers`` console users refreshing the dashboard (``path``) added to Hearth's TTFT p50 at each
     level: the two paths' p50 difference, against issue 17's 1 ms at 64 streams (asked of one viewer)."""

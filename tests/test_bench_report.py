@@ -1,12 +1,19 @@
-"""The gateway bench's report and peers (bench/report.py, bench/nginx_peer.py, bench/gateway_overhead.py's
-``--peers``): issue 35's nginx verdict, issue 17's LiteLLM check left to LiteLLM, and nginx's configuration."""
+"""The gateway bench's report and peers (bench/report.py, bench/nginx_peer.py, bench/splice_peer.py,
+bench/gateway_overhead.py's ``--peers``): issue 35's nginx verdict, issue 17's LiteLLM check left to LiteLLM,
+nginx's configuration, and the Python floor (a uvloop splice) beside both."""
 
 import argparse
 import math
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -74,7 +81,7 @@ def test_litellms_3x_check_is_not_asked_of_nginx() -> None:
 
 def test_peers_default_to_litellm_and_nginx_and_none_is_none() -> None:
     assert gateway_overhead.peers("litellm,nginx") == ["litellm", "nginx"]
-    assert gateway_overhead.peers("nginx") == ["nginx"]
+    assert gateway_overhead.peers("nginx,splice") == ["nginx", "splice"]
     assert gateway_overhead.peers("none") == []
     with pytest.raises(argparse.ArgumentTypeError, match="unknown peer envoy"):
         gateway_overhead.peers("nginx,envoy")
@@ -108,3 +115,70 @@ def test_debians_nginx_accepts_the_config(tmp_path: Path) -> None:
     checked = subprocess.run([*argv, "-t"], env=env, capture_output=True, text=True, timeout=30)
     assert checked.returncode == 0, checked.stderr
     assert "test is successful" in checked.stderr
+
+
+def test_the_python_floor_line_sets_the_splice_beside_nginx_and_hearth() -> None:
+    cells = run({64: ((51.0, 1.0, 1.1), (16.0, 1.0, 0.1)), 256: ((36.0, 0.98, 18.2), (12.0, 1.0, 0.7))})
+    cells += [cell(64, "splice", cpu=15.0), cell(256, "splice", cpu=13.0)]
+    head, *levels = report.splice_floor(cells).splitlines()
+    assert head == "python floor (a uvloop TCP splice, splice_peer.py):"
+    assert "64 streams: CPU µs per chunk hearth 51, splice 15 (kernel 40 %), nginx 16" in levels[0]
+    assert "splice / nginx 0.94×, hearth / splice 3.40×" in levels[0]
+    assert "splice / nginx 1.08×, hearth / splice 2.77×" in levels[1]
+    without = [c for c in cells if c.path != "splice"]
+    assert report.splice_floor(without) == "python floor: NOT CHECKED (needs splice and nginx in the run)"
+
+
+class StreamedAnswer(BaseHTTPRequestHandler):
+    """An engine's streamed answer in three reads, chunked, on a kept-alive connection."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in (b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def engine() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StreamedAnswer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.process
+def test_the_splice_relays_streams_as_they_came_on_kept_alive_connections(engine: int) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    splice = gateway_overhead.ROOT / "bench/splice_peer.py"
+    proc = subprocess.Popen([sys.executable, str(splice), str(port), str(engine)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the splice did not start"
+                time.sleep(0.1)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+            for _ in range(2):  # the second on the same connection
+                with client.stream("POST", "/v1/chat/completions", json={"stream": True}) as answer:
+                    assert answer.headers["content-type"] == "text/event-stream"
+                    assert b"".join(answer.iter_bytes()) == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+    finally:
+        proc.terminate()
+        proc.wait(10)
