@@ -116,3 +116,12 @@ def test_the_pages_show_running_requests_and_their_ttft_before_any_ends(
     panel = admin.get(f"/deployments/{dep.pk}/panel/").content.decode()
     assert 'data-field="gateway_running">2 running' in panel and "(2 still running)" in panel
     assert 'data-field="user_ttft_p50">600 ms' in panel
+
+
+def test_the_dashboard_says_none_streamed_after_only_whole_answers_never_no_requests(admin: Client) -> None:
+    deployment()
+    for _ in range(3):
+        log_row("llama", ttft=None, stream=False)
+    row = admin.get("/").content.decode().split('data-field="user_ttft_q">')[1].split("</td>")[0]
+    assert "none streamed" in row and "3 finished" in row
+    assert "no requests" not in row and "no first token yet" not in row
