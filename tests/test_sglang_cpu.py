@@ -7,7 +7,6 @@ builds; the process runtime starts it serving SmolLM2-135M-Instruct; the openai 
 import json
 import os
 import secrets
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from django.conf import settings
 from openai.types.chat import ChatCompletionFunctionToolParam
 
-from appliance.runtimes.process import ProcessRuntime
+from appliance.runtimes.process import ProcessRuntime, engine_port
 from engines.adapters import sglang_args
 from engines.launch import EngineKind
 from engines.metric_mappings import DEFAULT_MAPPINGS
@@ -67,23 +66,6 @@ def sglang_parse(argv: list[str]) -> dict[str, object]:
 
 
 PLAN = plan_cpu(CONFIG, 269_060_552, 0.25, 2048, engine=EngineKind.SGLANG_CPU)  # 0.25 GiB // 23,040 B
-
-
-def high_free_port() -> int:
-    """A free port above 55535, where SGLang's default gRPC port (port + 10000) is no TCP port, and above the
-    kernel's ephemeral range, where an outgoing connection may take it before SGLang binds it (a full run saw
-    SGLang's "address already in use" on 59992 with the range ending at 60999)."""
-    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-    low = max(55_536, int(ephemeral[1]) + 1)
-    low = low if low < 65_000 else 56_000  # no room above the range: the race stays possible
-    for port in range(low + secrets.randbelow(max(65_535 - low, 1) // 2), 65_536):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port above {low}")
 
 
 def cpu_spec(tmp_path: Path, user_args: tuple[str, ...] = (), port: int = 0):  # type: ignore[no-untyped-def]
@@ -170,10 +152,11 @@ def wait_ready(runtime: ProcessRuntime, base: str) -> None:
 
 def test_it_serves_streams_reports_its_kv_pool_and_stops_leaving_no_process(tmp_path: Path) -> None:
     runtime = ProcessRuntime(tmp_path)
-    # Compact JSON keeps the 135M model's forced tool call short (llguidance honours this flag); the port is
-    # one SGLang refuses to start on unless told a gRPC port (engines.sglang.grpc_port).
+    # Compact JSON keeps the 135M model's forced tool call short (llguidance honours this flag); the port, above
+    # the ephemeral range as the console picks them (61000 and up here), is one SGLang refuses to start on unless
+    # told a gRPC port (engines.sglang.grpc_port).
     flags = ("--tool-call-parser", "pythonic", "--constrained-json-disable-any-whitespace")
-    spec = cpu_spec(tmp_path, user_args=flags, port=high_free_port())
+    spec = cpu_spec(tmp_path, user_args=flags, port=engine_port("127.0.0.1"))
     pid = int(runtime.start("sgl", spec).handle)
     base = f"http://127.0.0.1:{spec.port}"
     try:

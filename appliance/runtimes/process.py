@@ -14,9 +14,12 @@ in ``passed``, HEARTH_ENGINE_ENV), never the whole of it: no SECRET_KEY(_FILE), 
 """
 
 import contextlib
+import itertools
 import json
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -26,6 +29,32 @@ from pathlib import Path
 
 from appliance.runtimes.base import RuntimeError_, RuntimeStatus, Started
 from engines.launch import LaunchSpec
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def engine_port(host: str) -> int:
+    """A free TCP port on ``host`` for an engine this runtime starts. Above the kernel's ephemeral range where
+    there is room (EPHEMERAL_RANGE, e.g. 32768-60999 → 61000-65535): a port in that range can be taken by an
+    outgoing connection while the engine loads, before it binds it (SGLang binds its HTTP port only after
+    loading the model; a test run saw it fail so, then stop two minutes later). Else, or where the range cannot
+    be read, a port the kernel picks. Raises OSError when ``host`` is not an address of this machine."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[1]) + 1
+    except (OSError, ValueError, IndexError):
+        low = 65_536
+    first = low + secrets.randbelow(max(65_536 - low, 1))
+    for port in itertools.chain(range(first, 65_536), range(low, first)):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
 
 # What a local engine may take from the worker's environment: the basics of a process (where programs
 # and home are, language, time zone, temp folder), libraries and GPUs, network proxies and certificates,

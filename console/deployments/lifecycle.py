@@ -7,7 +7,6 @@ Side effects (runtimes, the database) live in the console and the gateway, never
 import dataclasses
 import functools
 import secrets
-import socket
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -17,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from appliance.runtimes import Runtime, RuntimeError_, RuntimeStatus, engine_name_prefix, get_runtime
+from appliance.runtimes.process import engine_port
 from console.deployments.agent_support import launch_parsers
 from console.deployments.models import Deployment, Replica
 from console.weights.for_launch import in_weights_volume, local_model
@@ -37,12 +37,6 @@ CONTAINER_MODELS = "/models"  # local model folders are bound read-only below th
 SIGKILL_CODES = {-9, 137}
 OOM_HINT_CPU = "It ran out of memory: lower the KV space or max_model_len, or give the engine more memory."
 OOM_HINT_GPU = "It ran out of GPU memory; the deployment page offers the known remedy."
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def image_ref(dep: Deployment) -> str:
@@ -107,7 +101,7 @@ ENGINE_KEY_PREFIX = "hek-"  # so a leaked engine key is found by its shape (test
 def new_replica(dep: Deployment, runtime: Runtime) -> Replica:
     """A new replica row of ``dep`` for ``runtime``, its address and engine key chosen, not started."""
     host = settings.HEARTH_ENGINE_HOST
-    port = CONTAINER_PORT if runtime.name == "docker" else _free_port(host)
+    port = CONTAINER_PORT if runtime.name == "docker" else engine_port(host)
     key = ENGINE_KEY_PREFIX + secrets.token_urlsafe(24)
     replica = Replica.objects.create(deployment=dep, runtime=runtime.name, host=host, port=port, engine_api_key=key)
     replica.runtime_name = f"{engine_name_prefix()}replica-{replica.pk}"
