@@ -103,9 +103,9 @@ def processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
 def _flush_again_after_a_deadlock(teardown: Callable[[TransactionTestCase], None]) -> Callable[..., None]:
     """TransactionTestCase's teardown empties every table with one TRUNCATE while the session's Celery worker (its
     scrapes and reconciles every second or two) and a test's web server may be reading them: PostgreSQL can then
-    find a deadlock and end the TRUNCATE. It is tried again after a growing pause, eight times in all (three
-    without a pause once failed in CI beside a browser test's polling page); anything else is raised, with the
-    database's own words."""
+    find a deadlock and end the TRUNCATE. It is tried again after a growing pause, eight times in all (a flush
+    failed in CI beside a browser test's polling page, when it was tried three times without a pause and the
+    cause went unprinted); anything else is raised, with the database's own words."""
 
     def flush(case: TransactionTestCase) -> None:
         for attempt in range(8):

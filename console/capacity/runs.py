@@ -270,7 +270,7 @@ def run_check(run_id: int) -> None:
         revoke_key(row)
         run.move(RunState.FAILED, f"The check stopped: {exc}", finished_at=timezone.now())
     finally:
-        revoke_key(row)
+        revoke_key(row)  # whatever stopped it, a worker's shutdown included (a revoked key is left as it is)
 
 
 def _finish(run: CapacityRun, dep: Deployment, levels: list[LevelResult], slo: Slo) -> None:
