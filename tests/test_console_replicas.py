@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions, dispatch
+from console.deployments import admin_actions, dispatch, reconciling
 from console.deployments.models import Deployment, Replica
 from console.deployments.scaling import added_replica_failed, resume_stale_scales
 from tests.simworld import ensure_model
@@ -175,3 +175,25 @@ def test_reconcile_resumes_a_change_of_count_whose_worker_died(monkeypatch: pyte
     assert sent == [(dispatch.SCALE, lost.pk)]
     resume_stale_scales()  # claimed: not sent twice while the resumed scale runs
     assert sent == [(dispatch.SCALE, lost.pk)]
+
+
+class _RuntimeAddingAReplica:
+    """A runtime whose listing comes as a replica is added: its row (with the engine's name) is saved and its engine
+    started while reconcile looks for orphans. Besides it runs one engine no replica owns."""
+
+    def __init__(self, dep: Deployment) -> None:
+        self.dep, self.stopped = dep, []
+
+    def names(self) -> set[str]:
+        Replica.objects.create(deployment=self.dep, runtime="process", host="h", port=2, runtime_name="hearth-x-new")
+        return {"hearth-x-new", "hearth-x-orphan"}
+
+    def stop(self, name: str) -> None:
+        self.stopped.append(name)
+
+
+def test_reconcile_never_stops_a_replica_added_while_it_looks_for_orphans(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = _RuntimeAddingAReplica(_running("live", [0]))
+    monkeypatch.setattr(reconciling, "get_runtime", lambda name=None: runtime)
+    reconciling._remove_orphans()
+    assert runtime.stopped == ["hearth-x-orphan"]

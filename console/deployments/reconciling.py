@@ -66,8 +66,13 @@ def _resume_stale_launches() -> None:
 
 
 def _remove_orphans() -> None:
+    """Stop the engines no live replica owns. The engines are listed before the replicas are read: a replica's row
+    is saved with its engine's name before the engine starts (console.deployments.lifecycle.new_replica), so an
+    engine listed has its row in the read that follows. Read the other way round, a replica added between the two
+    reads was stopped while it loaded (a full test run saw it)."""
     runtime = get_runtime()
+    running = runtime.names()
     owned = set(Replica.objects.filter(stopped_at__isnull=True).values_list("runtime_name", flat=True))
-    for name in runtime.names() - owned:
+    for name in running - owned:
         log.warning("removing engine %s: no replica owns it", name)
         runtime.stop(name)
