@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -24,32 +25,17 @@ from tests.test_external_live import CHAT, endpoint, stream_both, until
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(scope="module")
-def outside_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """vLLM CPU serving SmolLM2-135M as "outside-vllm" on a port of its own, started once for the module."""
+@contextmanager
+def vllm_by_hand(folder: Path, served_model_name: str, *flags: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """vLLM CPU (``make engine``) serving SmolLM2-135M as ``served_model_name`` with ``flags``, started as a team runs
+    it by hand, its log in ``folder``; yields its port and process once /health answers, and stops it after."""
     python = Path(settings.HEARTH_VLLM_CPU_PYTHON)
     if not python.exists() or not (MODEL_DIR / "config.json").exists():
         pytest.fail(f"the vLLM CPU engine is not built ({python}, {MODEL_DIR}); run make engine")
-    port, log = free_port(), tmp_path_factory.mktemp("outside-vllm") / "vllm.log"
-    argv = [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(MODEL_DIR),
-        "--served-model-name",
-        "outside-vllm",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "2048",
-        "--dtype",
-        "bfloat16",
-        "--enforce-eager",
-        "--disable-uvicorn-access-log",
-    ]
+    port, log = free_port(), folder / "vllm.log"
+    argv = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL_DIR)]
+    argv += ["--served-model-name", served_model_name, "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--max-model-len", "2048", "--dtype", "bfloat16", "--enforce-eager", "--disable-uvicorn-access-log"]
     env = {
         **os.environ,
         "VLLM_API_KEY": ENGINE_KEY,
@@ -57,20 +43,29 @@ def outside_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         "HF_HUB_OFFLINE": "1",
         "VLLM_CACHE_ROOT": str(settings.HEARTH_CACHE_DIR / "vllm"),
     }
-    proc = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + READY_WITHIN + 120
+    proc = subprocess.Popen(
+        [*argv, *flags], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+    deadline = time.monotonic() + READY_WITHIN + 120
     try:
         while True:
             try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(1)
-        yield base, proc
+        yield port, proc
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def outside_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """vLLM CPU serving SmolLM2-135M as "outside-vllm" on a port of its own, started once for the module."""
+    with vllm_by_hand(tmp_path_factory.mktemp("outside-vllm"), "outside-vllm") as (port, proc):
+        yield f"http://127.0.0.1:{port}", proc
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
