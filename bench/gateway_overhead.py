@@ -38,7 +38,7 @@ import redis
 import report
 import uvloop
 from loadgen import WARMUP, Held, hold, measure, one, wait_ready
-from procs import ROOT, engine_argv, free_port, seed, start, stop, web_argv
+from procs import ROOT, engine_argv, free_port, hearth_env, seed, start, stop, web_argv
 
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the default of --redis-url
 DASHBOARD = "hearth+dashboard"  # the path measured while a console user refreshes the dashboard
@@ -306,16 +306,9 @@ def parse() -> argparse.Namespace:
 def main() -> None:
     args = parse()
     tmp = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
-    env = {
-        **os.environ,
-        "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "REDIS_URL": args.redis_url,
-        "DATABASE_URL": fresh_database(args.database_url) or f"sqlite:///{tmp / 'bench.sqlite3'}",
-        "HEARTH_DATA_DIR": str(tmp),
-        "DJANGO_SETTINGS_MODULE": "appliance.settings",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = hearth_env(tmp, args.redis_url)
+    if args.database_url:
+        env["DATABASE_URL"] = fresh_database(args.database_url)
     os.environ.update(env)
     setup = Setup()
     all_procs: list[tuple[str, subprocess.Popen[bytes]]] = []

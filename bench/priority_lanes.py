@@ -35,7 +35,7 @@ from pathlib import Path
 import aiohttp
 import redis
 from loadgen import CONTENT_RE, pct
-from procs import ROOT, free_port, seed, start, stop, web_argv
+from procs import ROOT, free_port, hearth_env, seed, start, stop, web_argv
 
 ENGINE_FLAGS = [
     "--max-num-seqs",
@@ -187,16 +187,7 @@ def main() -> None:
     args.add_argument("--redis-url", default="redis://127.0.0.1:6379/11")
     opts = args.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hearth-lanes-bench-"))
-    env = {
-        **os.environ,
-        "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "REDIS_URL": opts.redis_url,
-        "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}",
-        "HEARTH_DATA_DIR": str(tmp),
-        "DJANGO_SETTINGS_MODULE": "appliance.settings",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = hearth_env(tmp, opts.redis_url)
     os.environ.update(env)
     procs: list[subprocess.Popen[bytes]] = []
     try:

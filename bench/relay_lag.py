@@ -15,7 +15,6 @@ check answers (over 2 s) and of relays uvicorn replaced. Asserts nothing. Flushe
 import argparse
 import asyncio
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import aiohttp
 import redis
 import uvloop
 from loadgen import MEASURED, one, pct, wait_ready
-from procs import ROOT, engine_argv, free_port, seed, start, stop, web_argv
+from procs import ROOT, engine_argv, free_port, hearth_env, seed, start, stop, web_argv
 
 
 async def load(url: str, headers: dict[str, str], streams: int, seconds: float) -> tuple[list[float], int, int]:
@@ -66,16 +65,7 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/10", help="Redis database to use and flush")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hearth-lag-"))
-    env = {
-        **os.environ,
-        "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "REDIS_URL": args.redis_url,
-        "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}",
-        "HEARTH_DATA_DIR": str(tmp),
-        "HEARTH_WEB_WORKERS": str(args.workers),
-        "DJANGO_SETTINGS_MODULE": "appliance.settings",
-    }
+    env = hearth_env(tmp, args.redis_url) | {"HEARTH_WEB_WORKERS": str(args.workers)}
     os.environ.update(env)
     procs: list[subprocess.Popen[bytes]] = []
     try:
