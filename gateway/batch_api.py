@@ -51,11 +51,16 @@ def is_endpoint(path: str) -> bool:
 
 
 async def _db[T](call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` on the database's thread pool. A FileError it raises is raised as the API's GatewayError."""
+
     def on_thread() -> T:
         close_old_connections()
         return call(*args)
 
-    return await sync_to_async(on_thread, thread_sensitive=False, executor=_pool)()
+    try:
+        return await sync_to_async(on_thread, thread_sensitive=False, executor=_pool)()
+    except FileError as exc:
+        raise _refused(exc) from None
 
 
 def _refused(exc: FileError) -> GatewayError:
@@ -87,11 +92,7 @@ async def answer(method: str, path: str, scope: Scope, receive: Receive, send: S
             if parts[2] == "content":
                 await _content(send, key, parts[1])
                 return
-            try:
-                cancelled = await _db(_cancel, key.id, parts[1])
-            except FileError as exc:
-                raise _refused(exc) from None
-            await send_json(send, 200, json.dumps(cancelled).encode())
+            await send_json(send, 200, json.dumps(await _db(_cancel, key.id, parts[1])).encode())
             return
     handler = routes.get((method, len(parts), parts[0]))
     if handler is None:
@@ -153,10 +154,7 @@ async def _upload(scope: Scope, receive: Receive, key: KeyEntry) -> dict[str, An
         why = "Upload a file as multipart/form-data with 'file' and 'purpose'."
         raise GatewayError(400, why, param="file", code="invalid_file")
     body = await _read(receive, settings.HEARTH_BATCH_FILE_MAX_BYTES + FORM_OVERHEAD)
-    try:
-        return await _db(_uploaded, key.id, content_type, body)
-    except FileError as exc:
-        raise _refused(exc) from None
+    return await _db(_uploaded, key.id, content_type, body)
 
 
 def _query(scope: Scope) -> dict[str, str]:
@@ -187,10 +185,7 @@ def _files_of(key_id: int, purpose: str | None, after: str | None, limit: int) -
 async def _file_list(scope: Scope, key: KeyEntry) -> dict[str, Any]:
     query = _query(scope)
     limit = _limit(query, 10000, 10000)
-    try:
-        return await _db(_files_of, key.id, query.get("purpose"), query.get("after"), limit)
-    except FileError as exc:
-        raise _refused(exc) from None
+    return await _db(_files_of, key.id, query.get("purpose"), query.get("after"), limit)
 
 
 async def _file(key: KeyEntry, public_id: str) -> dict[str, Any]:
@@ -234,10 +229,7 @@ async def _create(receive: Receive, scope: Scope, key: KeyEntry) -> dict[str, An
     if not isinstance(asked, dict):
         raise GatewayError(400, "The request body must be a JSON object.", code="invalid_json")
     args = (asked.get("input_file_id"), asked.get("endpoint"), asked.get("completion_window"), asked.get("metadata"))
-    try:
-        batch = await _db(batches.create, key.id, *args)
-    except FileError as exc:
-        raise _refused(exc) from None
+    batch = await _db(batches.create, key.id, *args)
     try:
         await _db(dispatch.run, batch.pk)
     except OperationalError as exc:  # the broker is down: beat's sweep starts the batch once it is back
@@ -255,10 +247,7 @@ def _listed(key_id: int, after: str | None, limit: int) -> dict[str, Any]:
 async def _batch_list(scope: Scope, key: KeyEntry) -> dict[str, Any]:
     query = _query(scope)
     limit = _limit(query, 20, 100)
-    try:
-        return await _db(_listed, key.id, query.get("after"), limit)
-    except FileError as exc:
-        raise _refused(exc) from None
+    return await _db(_listed, key.id, query.get("after"), limit)
 
 
 def _found(key_id: int, public_id: str) -> dict[str, Any] | None:
