@@ -79,7 +79,10 @@ def attempt(delivery_id: int) -> float | None:
     """Try a delivery once: None when done (sent, given up or gone), else seconds to wait before the next try
     (BACKOFF doubling). A failure is counted and kept in words on the row; the webhook's URL never in them."""
     with transaction.atomic():
-        d = Delivery.objects.select_for_update().select_related("alert__rule").filter(pk=delivery_id).first()
+        # the delivery's row only: locking its alert and rule too, two channels' deliveries of one alert tried at
+        # once (the worker's and another's) deadlocked on the rule's row (a full test run saw it)
+        deliveries = Delivery.objects.select_for_update(of=("self",)).select_related("alert__rule")
+        d = deliveries.filter(pk=delivery_id).first()
         if d is None or d.sent_at is not None or d.given_up:
             return None
         destination = Destination.current()
