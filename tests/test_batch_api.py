@@ -283,6 +283,31 @@ def test_cancel_stops_and_keeps_what_finished(llama: Llama) -> None:
     assert client.batches.cancel(batch.id).status == "cancelled"  # idempotent
 
 
+def test_expiry_keeps_what_ran_and_lists_the_rest(llama: Llama) -> None:
+    """A batch whose completion window ends mid-run (its expires_at moved back) stops sending, keeps the answers of
+    its lines in flight, and ends expired with every line in its files exactly once: answered in the output, the
+    rest in the error file as OpenAI's ``batch_expired``; the request counts add up to the total."""
+    from console.batches.models import Batch
+    from console.observability.models import RequestLog
+
+    client = llama.openai()
+    batch = slow_batch_under_way(client, "exp", 3)
+    Batch.objects.filter(public_id=batch.id).update(expires_at=timezone.now())
+    done = wait_batch(client, batch.id, {"expired", "completed"}, within=90)
+    assert done.status == "expired" and done.expired_at is not None
+    output, errors = read_lines(client, done.output_file_id), read_lines(client, done.error_file_id)
+    counts = done.request_counts
+    assert counts is not None and (counts.completed, counts.failed) == (len(output), len(errors))
+    assert 3 <= counts.completed < 60 and counts.completed + counts.failed == counts.total == 60
+    assert sorted(x["custom_id"] for x in output + errors) == sorted(f"exp-{i}" for i in range(60))
+    assert all(x["response"]["status_code"] == 200 for x in output)
+    assert all(x["response"] is None and x["error"]["code"] == "batch_expired" for x in errors)
+    deadline = time.monotonic() + 30  # each line that ran (logged, charged) is in the output: none dropped in flight
+    while RequestLog.objects.filter(batch_id=batch.id).count() != counts.completed:
+        assert time.monotonic() < deadline, (RequestLog.objects.filter(batch_id=batch.id).count(), done)
+        time.sleep(0.3)
+
+
 def test_thousand_lines_exactly_once_across_two_worker_kills(llama: Llama) -> None:
     """A 1,000-line batch whose worker is killed twice mid-run (SIGKILL, its whole group) resumes each time: every
     line answered exactly once in the output, and the engine finished exactly 1,000 requests for it."""
@@ -302,19 +327,6 @@ def test_thousand_lines_exactly_once_across_two_worker_kills(llama: Llama) -> No
     output = read_lines(client, done.output_file_id)
     assert sorted(line["custom_id"] for line in output) == sorted(f"k-{i}" for i in range(1000))
     assert engine_requests(replica_url(llama.dep_id)) - before == 1000
-
-
-def test_expiry_keeps_what_finished(llama: Llama) -> None:
-    """A batch past its completion window ends expired, its finished lines in its output file."""
-    from console.batches.models import Batch
-
-    client = llama.openai()
-    batch = slow_batch_under_way(client, "late", 2)
-    Batch.objects.filter(public_id=batch.id).update(expires_at=timezone.now())  # its 24 h are up
-    done = wait_batch(client, batch.id, {"expired", "completed"}, within=60)
-    assert done.status == "expired" and done.expired_at is not None
-    output = read_lines(client, done.output_file_id)
-    assert 2 <= len(output) == done.request_counts.completed < 60
 
 
 def test_a_forged_line_credential_is_refused(llama: Llama) -> None:

@@ -191,6 +191,30 @@ def test_an_ended_batch_is_not_cancelled_and_a_cancelled_one_is_returned_as_it_i
         assert batches.cancel(ended).status == status
 
 
+@pytest.mark.django_db
+def test_unanswered_lines_are_recorded_failed_once_and_counted() -> None:
+    """record_failed stores the error lines of the lines still pending only, and counts exactly those."""
+    from django.utils import timezone
+
+    from console.batches import batches
+    from console.batches.models import Batch, BatchLine, LineState
+
+    key = ApiKey.objects.create(name="late", prefix="hk-late", key_hash="c" * 64)
+    batch = Batch.objects.create(key=key, endpoint="/v1/embeddings", input_file_id="f", expires_at=timezone.now())
+    rows = [
+        BatchLine.objects.create(batch=batch, index=i, custom_id=f"c-{i}", url="/v1/embeddings", body={})
+        for i in range(3)
+    ]
+    assert batches.record(rows[0].pk, batch.pk, True, {"done": 0})
+    error = {"error": {"code": "batch_expired"}}
+    assert batches.record_failed(batch.pk, {row.pk: error for row in rows}) == 2
+    assert batches.record_failed(batch.pk, {row.pk: error for row in rows}) == 0
+    batch.refresh_from_db()
+    assert (batch.completed, batch.failed) == (1, 2)
+    states = list(batch.lines.order_by("index").values_list("state", "answer"))
+    assert states == [(LineState.DONE, {"done": 0}), (LineState.FAILED, error), (LineState.FAILED, error)]
+
+
 def test_a_model_refused_for_the_moment_is_held_back_doubling_up_to_five_minutes() -> None:
     """Each 429/503 met after the last hold-back ended doubles it (5 s, 10 s, … 300 s); one met during it (a line
     sent before) does not; a longer Retry-After is obeyed."""
@@ -224,7 +248,7 @@ def test_which_deployments_a_batch_sends_to_and_which_it_waits_for() -> None:
 def test_an_answer_the_gateway_kept_is_read_back_as_its_file_line() -> None:
     """At a cancel the runner stores the answers the gateway kept (gateway.batch_lines' JSON: latin-1 body)."""
     from console.batches.credential import LineCredential
-    from console.batches.runner import Line, cancelled_in_flight, kept_answer
+    from console.batches.file_lines import Line, cancelled_in_flight, expired, kept_answer
 
     one = Line(1, LineCredential("batch_k", 0, 1), "c-1", "/v1/embeddings", "m")
     body = json.dumps({"object": "list", "data": [], "note": "é"}).encode().decode("latin-1")
@@ -238,3 +262,7 @@ def test_an_answer_the_gateway_kept_is_read_back_as_its_file_line() -> None:
     assert kept_answer(one, refused)[1]["error"] == {"code": "model_not_found", "message": "x"}
     lost = cancelled_in_flight(one)
     assert lost["error"]["code"] == "batch_cancelled" and "cancelled while in flight" in lost["error"]["message"]
+    for in_flight in (False, True):
+        late = expired(one, in_flight)
+        assert late["response"] is None and late["custom_id"] == "c-1" and late["error"]["code"] == "batch_expired"
+        assert ("in flight" in late["error"]["message"]) == in_flight

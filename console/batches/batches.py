@@ -132,6 +132,21 @@ def record(line_pk: int, batch_pk: int, ok: bool, answer: dict[str, Any]) -> boo
     return bool(stored)
 
 
+def record_failed(batch_pk: int, answers: dict[int, dict[str, Any]]) -> int:
+    """Error-file lines (line pk → its line) stored for the lines still pending, and the batch's failed count
+    raised by as many, in one transaction: how many were stored."""
+    with transaction.atomic():
+        stored = sum(
+            BatchLine.objects.filter(pk=pk, state=LineState.PENDING).update(
+                state=LineState.FAILED, answer=answer, answered_at=timezone.now()
+            )
+            for pk, answer in answers.items()
+        )
+        if stored:
+            Batch.objects.filter(pk=batch_pk).update(failed=F("failed") + stored)
+    return stored
+
+
 def _answers(batch: Batch, state: LineState) -> Iterator[bytes]:
     for answer in batch.lines.filter(state=state).order_by("index").values_list("answer", flat=True).iterator():
         yield json.dumps(answer, separators=(",", ":")).encode() + b"\n"

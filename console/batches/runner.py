@@ -24,13 +24,14 @@ Exactly once, across restarts:
   launching) is not sent: the deployments' states are read once a tick for the batch's models. A deployment asleep,
   or stopped by its idle policy, is sent to as before (the gateway wakes it or answers 503 deployment_asleep, as
   HEARTH_BATCH_WAKES_DEPLOYMENTS says). The batch's ``waiting_reason`` says which deployment it waits for.
-- Cancel: no new line is sent; the lines in flight are waited for up to CANCEL_GRACE seconds and their answers kept
-  (with any answer the gateway kept for a line of an earlier runner), and those still out then are recorded as
-  error lines ``batch_cancelled``; then the batch ends cancelled.
+- Cancel, and the end of the completion window: no new line is sent; the lines in flight are waited for up to
+  STOP_GRACE seconds and their answers kept (with any answer the gateway kept for a line of an earlier runner), and
+  those still out then are recorded as error lines (``batch_cancelled``, ``batch_expired``); at an expiry every line
+  never answered is an error line ``batch_expired`` too, as OpenAI's are (console.batches.file_lines), so that the
+  files hold every line; then the batch ends cancelled or expired. A cancel during an expiry's wait ends it cancelled.
 """
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -49,6 +50,7 @@ from django.utils import timezone
 from appliance.redis_keys import redis_key
 from console.batches import batches
 from console.batches.credential import LineCredential, answer_key, sign
+from console.batches.file_lines import STOP_GRACE, Line, answer_line, cancelled_in_flight, expired, kept_answer
 from console.batches.models import ENDED, RUNNING, Batch, BatchLine, LineState, Status
 from console.deployments.models import Deployment, DeploymentState, DesiredState
 
@@ -60,37 +62,12 @@ SEEN_EVERY = 5.0  # seconds between the runner's notes that it runs (Batch.runne
 RETRIED = {409, 429, 503}
 HELD_BACK = {429, 503}  # answers that hold back every line of the model (its deployment or its limits)
 BACKOFF_FIRST, BACKOFF_MOST = 5.0, 300.0  # seconds a model's lines are held back after a 429/503, doubling
-CANCEL_GRACE = 60.0  # seconds a cancelled batch waits for its lines in flight
 SENT = {DeploymentState.READY, DeploymentState.ASLEEP, DeploymentState.SLEEPING, DeploymentState.WAKING}
 
 
 def lease_key() -> str:
     """``hearth:<instance>:batch-runner``: held by the running runner (a random token), LEASE_SECONDS at a time."""
     return redis_key("batch-runner")
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    """A pending line as the runner sends it (its body is read from the database when it is sent)."""
-
-    pk: int
-    credential: LineCredential
-    custom_id: str
-    url: str
-    model: str
-
-
-def answer_line(line: Line, status: int, request_id: str, body: Any) -> tuple[bool, dict[str, Any]]:
-    """Whether the line succeeded, and its output- or error-file line in OpenAI's shape."""
-    ok = 200 <= status < 300
-    error = None
-    if not ok:
-        found = body.get("error") if isinstance(body, dict) else None
-        detail: dict[str, Any] = found if isinstance(found, dict) else {}
-        code = detail.get("code") or detail.get("type") or f"http_{status}"
-        error = {"code": code, "message": detail.get("message") or f"The request was answered with HTTP {status}."}
-    response = {"status_code": status, "request_id": request_id, "body": body}
-    return ok, {"id": line.credential.request_id, "custom_id": line.custom_id, "response": response, "error": error}
 
 
 def _pending(batch: Batch) -> list[Line]:
@@ -126,25 +103,6 @@ def served(models: list[str]) -> dict[str, Served]:
     """Model name → the deployment serving it, for those of ``models`` a deployment serves (one query)."""
     rows = Deployment.objects.filter(served_model_name__in=models)
     return {m: Served(n, s, d) for m, n, s, d in rows.values_list("served_model_name", "name", "state", "desired")}
-
-
-def cancelled_in_flight(line: Line) -> dict[str, Any]:
-    """The error-file line of a line still in flight CANCEL_GRACE seconds after its batch was cancelled."""
-    why = f"cancelled while in flight: no answer within {CANCEL_GRACE:.0f} s of the cancel"
-    error = {"code": "batch_cancelled", "message": why}
-    return {"id": line.credential.request_id, "custom_id": line.custom_id, "response": None, "error": error}
-
-
-def kept_answer(line: Line, stored: bytes | str) -> tuple[bool, dict[str, Any]]:
-    """The output- or error-file line from an answer the gateway kept (gateway.batch_lines' JSON)."""
-    kept = json.loads(stored)
-    raw = kept["body"].encode("latin-1")
-    try:
-        body: Any = json.loads(raw)
-    except ValueError:
-        body = raw.decode("utf-8", "replace")
-    headers = {k.lower(): v for k, v in kept["headers"]}
-    return answer_line(line, kept["status"], headers.get("x-request-id", line.credential.request_id), body)
 
 
 async def run() -> None:
@@ -224,7 +182,8 @@ class _Runner:
         self.left: Counter[str] = Counter()  # model → its lines not answered yet
         self.reason = ""  # the batch's waiting_reason as last written
         self.seen_next = 0.0  # monotonic time runner_seen_at is next written
-        self.cancel_by: float | None = None  # monotonic time the lines in flight at a cancel are given up
+        self.stopping: Status | None = None  # how a cancel or an expiry ends the batch, once it began
+        self.stop_by = 0.0  # monotonic time the lines in flight at a cancel or an expiry are given up
 
     async def run(self) -> None:
         batch = await Batch.objects.aget(pk=self.pk)
@@ -237,11 +196,11 @@ class _Runner:
         inflight: dict[asyncio.Task[float | None], Line] = {}
         try:
             while (end := await self._end(pending, inflight)) is None:
-                if self.cancel_by is None:
+                if self.stopping is None:
                     await self._look(pending)
                     self._ready(pending)
                     self._send_some(pending, inflight)
-                self.slots.wanting[self.pk] = bool(pending or inflight) and self.cancel_by is None
+                self.slots.wanting[self.pk] = bool(pending or inflight) and self.stopping is None
                 if not inflight:
                     await asyncio.sleep(TICK)
                     continue
@@ -257,13 +216,13 @@ class _Runner:
                 task.cancel()
             self.slots.free += len(inflight)
             await asyncio.gather(*inflight, return_exceptions=True)
-        if end == Status.CANCELLED and self.cancel_by is not None:  # not one already ended: its files are written
+        if self.stopping is not None and end == self.stopping:  # not one already ended: its files are written
             unsent = [
                 *pending,
                 *(line for _, line in self.waiting),
                 *(x for lines in self.parked.values() for x in lines),
             ]
-            await self._collect(out, unsent)
+            await self._collect(out, unsent, end)
         await sync_to_async(batches.finish)(self.pk, end)  # a batch already ended is left as it is
 
     def _send_some(self, pending: deque[Line], inflight: dict[asyncio.Task[float | None], Line]) -> None:
@@ -320,8 +279,8 @@ class _Runner:
         pending.extendleft(reversed(ready))
 
     async def _end(self, pending: deque[Line], inflight: dict[Any, Line]) -> Status | None:
-        """How the batch ends now, or None while it runs on (a cancelled one while lines are in flight, up to
-        CANCEL_GRACE)."""
+        """How the batch ends now, or None while it runs on (a cancelled or expired one while lines are in flight, up
+        to STOP_GRACE: ``_stop``)."""
         if time.monotonic() >= self.seen_next:
             await Batch.objects.filter(pk=self.pk).aupdate(runner_seen_at=timezone.now())
             self.seen_next = time.monotonic() + SEEN_EVERY
@@ -329,29 +288,39 @@ class _Runner:
         if status in ENDED:
             return Status.CANCELLED
         if status == Status.CANCELLING:
-            if self.cancel_by is None:
-                self.cancel_by = time.monotonic() + CANCEL_GRACE
-            return Status.CANCELLED if not inflight or time.monotonic() >= self.cancel_by else None
-        if timezone.now() >= expires_at:
-            return Status.EXPIRED
+            return self._stop(Status.CANCELLED, inflight)
+        if self.stopping is not None or timezone.now() >= expires_at:
+            return self._stop(Status.EXPIRED, inflight)
         if pending or inflight or self.waiting or self.parked:
             return None
         await sync_to_async(batches.enter)(self.pk, Status.FINALIZING, from_statuses=(Status.IN_PROGRESS,))
         return Status.COMPLETED
 
-    async def _collect(self, out: list[Line], unsent: list[Line]) -> None:
-        """At a cancel: the answers the gateway kept for these lines stored (a line of an earlier runner may have
-        one), and the lines still in flight (``out``) without one recorded as cancelled in flight."""
+    def _stop(self, end: Status, inflight: dict[Any, Line]) -> Status | None:
+        """A cancel or an expiry (``end``): how the batch ends once its lines in flight are answered or STOP_GRACE
+        seconds have passed, None until then."""
+        if self.stopping != end:
+            self.stopping, self.stop_by = end, time.monotonic() + STOP_GRACE
+        return end if not inflight or time.monotonic() >= self.stop_by else None
+
+    async def _collect(self, out: list[Line], unsent: list[Line], end: Status) -> None:
+        """At a cancel or an expiry (``end``): the answers the gateway kept for these lines stored (a line of an
+        earlier runner may have one); the lines still in flight (``out``) without one recorded as cancelled or
+        expired in flight, and at an expiry the lines never sent (``unsent``) as expired."""
         lines, in_flight = out + unsent, {line.pk for line in out}
         for start in range(0, len(lines), 500):
             part = lines[start : start + 500]
             found = await self.redis.mget([redis_key(answer_key(line.credential)) for line in part])
+            unanswered: dict[int, dict[str, Any]] = {}
             for line, stored in zip(part, found, strict=True):
                 if stored is not None:
                     await sync_to_async(batches.record)(line.pk, self.pk, *kept_answer(line, stored))
                     await self.redis.delete(redis_key(answer_key(line.credential)))
+                elif end == Status.EXPIRED:
+                    unanswered[line.pk] = expired(line, line.pk in in_flight)
                 elif line.pk in in_flight:
-                    await sync_to_async(batches.record)(line.pk, self.pk, False, cancelled_in_flight(line))
+                    unanswered[line.pk] = cancelled_in_flight(line)
+            await sync_to_async(batches.record_failed)(self.pk, unanswered)
 
     async def _send(self, line: Line) -> float | None:
         """Send ``line`` and store its answer; the seconds to wait before sending it again when not answered (a
