@@ -161,8 +161,12 @@ def test_openai_sdk_workflow(llama: Llama) -> None:
     done = wait_batch(client, batch.id, {"completed", "failed", "expired", "cancelled"})
     assert done.status == "completed", done
     assert done.request_counts.total == 12 and done.request_counts.completed == 12 and done.request_counts.failed == 0
-    assert done.error_file_id is None and done.metadata == {"job": "t"}
+    assert done.error_file_id is None and done.metadata == {"job": "t"} and done.model == "llama"
     output = read_lines(client, done.output_file_id)
+    usage = [line["response"]["body"]["usage"] for line in output]
+    assert done.usage is not None and done.usage.input_tokens == sum(u["prompt_tokens"] for u in usage) > 0
+    assert done.usage.output_tokens == sum(u["completion_tokens"] for u in usage) > 0
+    assert done.usage.total_tokens == done.usage.input_tokens + done.usage.output_tokens
     assert sorted(line["custom_id"] for line in output) == sorted(ids)
     for line in output:
         assert line["id"].startswith("batch_req_") and line["error"] is None

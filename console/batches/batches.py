@@ -4,7 +4,7 @@ The runner (console.batches.runner) drives it; the gateway (gateway.batch_api) c
 """
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +19,7 @@ from console.batches.models import ENDED, Batch, BatchFile, BatchLine, LineState
 
 WINDOWS = {"24h": timedelta(hours=24)}  # the completion windows accepted, as OpenAI's
 MAX_METADATA = 16  # key-value pairs, OpenAI's limit
+USAGE = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")  # Batch's usage fields
 
 
 def _metadata(metadata: Any) -> dict[str, str]:
@@ -61,6 +62,7 @@ def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata
             input_file_id=source.public_id,
             completion_window=window,
             metadata=extra,
+            model=one_model(x["body"] for x in lines),
             total=len(lines),
             created_at=now,
             expires_at=now + WINDOWS[window],
@@ -70,6 +72,13 @@ def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata
             for i, x in enumerate(lines)
         )
     return batch
+
+
+def one_model(bodies: Iterable[Any]) -> str:
+    """The model every one of the lines' ``bodies`` names (Batch.model); "" when they name several, or not one."""
+    named = {body.get("model") if isinstance(body, dict) else None for body in bodies}
+    found = named.pop() if len(named) == 1 else None
+    return found if isinstance(found, str) else ""
 
 
 def owned(key_id: int, public_id: str) -> Batch | None:
@@ -128,8 +137,33 @@ def record(line_pk: int, batch_pk: int, ok: bool, answer: dict[str, Any]) -> boo
         )
         if stored:
             counter = "completed" if ok else "failed"
-            Batch.objects.filter(pk=batch_pk).update(**{counter: F(counter) + 1})
+            usage = {name: F(name) + n for name, n in zip(USAGE, usage_of(answer), strict=True) if n}
+            Batch.objects.filter(pk=batch_pk).update(**{counter: F(counter) + 1}, **usage)
     return bool(stored)
+
+
+def usage_of(answer: dict[str, Any]) -> tuple[int, int, int, int]:
+    """The tokens of an output- or error-file line's answer, in USAGE's order (input, cached, output, reasoning);
+    0 for each its body's ``usage`` does not give. Chat and completions name them ``prompt_tokens``,
+    ``completion_tokens`` and their ``…_details``; the Responses API ``input_tokens``, ``output_tokens`` and theirs;
+    embeddings give ``prompt_tokens`` alone."""
+    response = answer.get("response")
+    body = response.get("body") if isinstance(response, dict) else None
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0, 0, 0
+
+    def tokens(name: str, details: str = "") -> int:
+        within = usage.get(details) if details else usage
+        found = within.get(name) if isinstance(within, dict) else None
+        return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 0
+
+    return (
+        tokens("prompt_tokens") or tokens("input_tokens"),
+        tokens("cached_tokens", "prompt_tokens_details") or tokens("cached_tokens", "input_tokens_details"),
+        tokens("completion_tokens") or tokens("output_tokens"),
+        tokens("reasoning_tokens", "completion_tokens_details") or tokens("reasoning_tokens", "output_tokens_details"),
+    )
 
 
 def record_failed(batch_pk: int, answers: dict[int, dict[str, Any]]) -> int:
@@ -211,4 +245,12 @@ def batch_object(batch: Batch) -> dict[str, Any]:
         **{name: unix(getattr(batch, name)) for name in times.split()},
         "request_counts": {"total": batch.total, "completed": batch.completed, "failed": batch.failed},
         "metadata": batch.metadata or None,
+        "model": batch.model or None,
+        "usage": {
+            "input_tokens": batch.input_tokens,
+            "input_tokens_details": {"cached_tokens": batch.cached_tokens},
+            "output_tokens": batch.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": batch.reasoning_tokens},
+            "total_tokens": batch.input_tokens + batch.output_tokens,
+        },
     }

@@ -88,7 +88,8 @@ class Batch(models.Model):
     """One batch: the lines of ``input_file_id`` sent to ``endpoint`` as ``key``, at the batch priority class.
 
     ``total``, ``completed`` and ``failed`` are OpenAI's ``request_counts`` (lines in all, answered with a 2xx,
-    answered otherwise), kept by the runner in the same transaction as each line's answer. The ``…_at`` times are
+    answered otherwise), and the ``…_tokens`` its ``usage`` (summed from the answers' own usage), kept by the runner
+    in the same transaction as each line's answer. The ``…_at`` times are
     when the batch entered each status (None: not yet)."""
 
     public_id = models.CharField(
@@ -124,6 +125,13 @@ class Batch(models.Model):
         help_text='Why its lines wait, written by the runner ("deployment llama is stopped"); blank while none waits.',
     )
     errors = models.JSONField(null=True, blank=True, help_text="Why the batch failed: OpenAI's errors list object.")
+    model = models.CharField(
+        max_length=255, blank=True, default="", help_text="The model every line names; blank when they name several."
+    )
+    input_tokens = models.BigIntegerField(default=0, help_text="usage.input_tokens: prompt tokens of the answers.")
+    cached_tokens = models.BigIntegerField(default=0, help_text="usage.input_tokens_details.cached_tokens.")
+    output_tokens = models.BigIntegerField(default=0, help_text="usage.output_tokens: tokens the answers generated.")
+    reasoning_tokens = models.BigIntegerField(default=0, help_text="usage.output_tokens_details.reasoning_tokens.")
     total = models.IntegerField(default=0, help_text="request_counts.total: lines in the batch.")
     completed = models.IntegerField(default=0, help_text="request_counts.completed: lines answered with a 2xx.")
     failed = models.IntegerField(default=0, help_text="request_counts.failed: lines answered with an error.")
