@@ -219,6 +219,29 @@ def test_a_batchs_page_lists_its_times_and_failed_lines(client: Client, world: d
     assert 'id="batch-live"' in ended and "hx-trigger" not in ended  # the last refresh: it polls no more
 
 
+def test_a_batchs_page_shows_its_tokens_and_links_its_lines_in_the_request_log(
+    client: Client, world: dict[str, Any]
+) -> None:
+    batch = a_batch(world["mine"], input_tokens=1200, cached_tokens=200, output_tokens=345, completed=3)
+    fresh = a_batch(world["mine"])
+    for owner, model in ((batch, "in-this-batch"), (world["done"], "in-another-batch")):
+        RequestLog.objects.create(
+            created_at=datetime.now(UTC), api_key=world["mine"], model=model, surface="openai", endpoint="chat",
+            status=200, duration_seconds=0.1, priority="batch", batch_id=owner.public_id,
+        )  # fmt: skip
+    signed_in(client, "mia")
+    page = client.get(f"/batch-jobs/{batch.public_id}/").content.decode()
+    assert "1,200 in (200 cached) · 345 out" in page and "reasoning" not in page
+    assert f'href="/requests/?batch={batch.public_id}"' in page
+    assert (
+        '<span class="nodata">none answered yet</span>'
+        in client.get(f"/batch-jobs/{fresh.public_id}/").content.decode()
+    )
+    for asked in (batch.public_id, batch.public_id[:14]):  # whole, or its start as the Batches list shows it
+        log = client.get("/requests/", {"batch": asked}).content.decode()
+        assert "in-this-batch" in log and "in-another-batch" not in log
+
+
 def held(deployment_id: int, **counts: int) -> None:
     """A gateway process's entry in the lanes' Redis hash, as gateway.lanes writes it."""
     client = redis.Redis.from_url(settings.REDIS_URL)

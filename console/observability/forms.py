@@ -22,7 +22,12 @@ class RequestFilter(forms.Form):
     )
     outcome = forms.ChoiceField(required=False, choices=[("", "any")] + [(o, o) for o in OUTCOMES])
     priority = forms.ChoiceField(required=False, choices=[("", "any"), *Priority.choices], label="Class")
-    batch = forms.CharField(required=False, max_length=40, label="Batch id", help_text="A Batch API batch's lines.")
+    batch = forms.CharField(
+        required=False,
+        max_length=40,
+        label="Batch id",
+        help_text="A Batch API batch's lines: its id, or the start of it.",
+    )
     hours = forms.IntegerField(required=False, min_value=1, max_value=24 * 30, initial=24, label="Last hours")
 
 

@@ -168,7 +168,7 @@ def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
     if data.get("priority"):
         rows = rows.filter(priority=data["priority"])
     if data.get("batch"):
-        rows = rows.filter(batch_id=data["batch"])
+        rows = rows.filter(batch_id__startswith=data["batch"])  # the start of an id, as the Batches list shows it
     outcome = data.get("outcome")
     if outcome == "cancelled":
         rows = rows.filter(client_cancelled=True)
