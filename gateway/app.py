@@ -97,7 +97,7 @@ class Gateway:
         )
         self.planner = Planner(self.engines, self.router)
         self.holding = Holding(self.registry)
-        self.lanes = Lanes(self.reservations.redis)
+        self.lanes = Lanes(self.reservations.redis, self.engines)
 
     async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:

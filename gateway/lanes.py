@@ -68,6 +68,7 @@ from gateway.relay import Relay
 from gateway.relay_plan import RelayPlan
 from gateway.rewrite import with_fields
 from gateway.snapshot import Route
+from gateway.upstream import Engines
 
 log = logging.getLogger(__name__)
 
@@ -338,8 +339,8 @@ class Lane:
 class Lanes:
     """The lanes of every deployment this process relays to, on the gateway's Redis client (for queue depth)."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
-        self.redis, self.reader = redis, LoadReader()
+    def __init__(self, redis: aioredis.Redis, engines: Engines) -> None:
+        self.redis, self.reader = redis, LoadReader(engines)
         self._lanes: dict[int, Lane] = {}
 
     def ticket(self, relay: Relay, send: Send, wake: Callable[[], Awaitable[None]] | None = None) -> Ticket:
@@ -360,4 +361,3 @@ class Lanes:
                 lane.watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await lane.watcher
-        await self.reader.close()

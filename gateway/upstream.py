@@ -6,10 +6,10 @@ with an asyncio protocol feeding httptools' parser (the one uvicorn reads the cl
 per streamed chunk ~25 against ~18 µs. Engines are HTTP servers on the appliance's own network (vLLM and
 SGLang run uvicorn, the simulator aiohttp), or endpoints Hearth did not launch (engines.external), so this
 client does only what they need: http, or https checked against the system's CAs, below a base URL's path;
-POST, no proxy, no redirect, no compression asked for (the bytes are relayed as they come). Every request
-carries the hop header (appliance.hop_marker) that lets a Hearth refuse a request that came back to it. Before
-a connection to an endpoint Hearth did not launch, an ``Admit`` (gateway.connect_policy) gives the addresses
-the address policy lets it connect to now; only those are tried.
+POST (and GET, for gateway.engine_load's /metrics), no proxy, no redirect, no compression asked for (the bytes
+are relayed as they come). Every request carries the hop header (appliance.hop_marker) that lets a Hearth
+refuse a request that came back to it. Before a connection to an endpoint Hearth did not launch, an ``Admit``
+(gateway.connect_policy) gives the addresses the address policy lets it connect to now; only those are tried.
 
 Errors: ``UpstreamUnreachable`` when no answer began (connection refused or failed, or closed before the
 status line; ``UpstreamRefused``, one of them, when the address policy refuses where the endpoint is now);
@@ -310,15 +310,23 @@ class Engines:
         TLS handshake among the causes; UpstreamRefused by the address policy), or TimeoutError when the
         engine took the request and stayed silent."""
         key = target_of(base_url)
+        return await self._send(key, self._head("POST", key, path, api_key, hops, body) + body, external)
+
+    async def get(self, base_url: str, path: str, api_key: str) -> Answer:
+        """GET ``base_url + path`` of an engine Hearth launched (its /metrics), as ``post`` does, without a body."""
+        key = target_of(base_url)
+        return await self._send(key, self._head("GET", key, path, api_key, "", None), False)
+
+    def _head(self, method: str, key: Target, path: str, api_key: str, hops: str, body: bytes | None) -> bytes:
         host = f"[{key.host}]" if ":" in key.host else key.host  # an IPv6 address is bracketed in a URL and Host
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         hop = hops or self.hop
         hop_line = f"{HOP_HEADER}: {hop}\r\n" if hop else ""
-        head = (
-            f"POST {key.prefix}{path} HTTP/1.1\r\nHost: {host}:{key.port}\r\n{auth}{hop_line}"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        request = head.encode("latin-1") + body
+        framing = f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n" if body is not None else ""
+        head = f"{method} {key.prefix}{path} HTTP/1.1\r\nHost: {host}:{key.port}\r\n{auth}{hop_line}{framing}\r\n"
+        return head.encode("latin-1")
+
+    async def _send(self, key: Target, request: bytes, external: bool) -> Answer:
         connection = self._take_idle(key)
         if connection is not None:
             try:

@@ -23,7 +23,7 @@ from engines.simulator.metrics import SimMetrics
 from engines.simulator.scheduler import Engine
 from gateway import lanes
 from gateway.answers import for_request
-from gateway.engine_load import Load, parse_load
+from gateway.engine_load import READ_TIMEOUT, Load, LoadReader, parse_load
 from gateway.errors import GatewayError, Surface
 from gateway.fair_queue import FairQueue
 from gateway.lanes import Lanes, Ticket, with_engine_priority
@@ -31,6 +31,7 @@ from gateway.relay import Relay, RelayState
 from gateway.relay_plan import RelayPlan
 from gateway.snapshot import KeyEntry, Route, Upstream
 from gateway.sse import StreamKind
+from gateway.upstream import Engines
 
 DATA = Path(__file__).parent / "data"
 DEP = 73
@@ -122,7 +123,7 @@ def test_an_entry_taken_out_is_never_handed_out() -> None:
 def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_as_requests_end() -> None:
     async def test() -> None:
         r = aioredis.Redis.from_url(settings.REDIS_URL)
-        gate, readings = Lanes(r), Readings()
+        gate, readings = Lanes(r, Engines(1, 1)), Readings()
         gate.reader = readings  # type: ignore[assignment]
         first = gate.ticket(relay_of(plan(1, "standard")), Sent())
         await first.before()  # type: ignore[misc]
@@ -172,7 +173,7 @@ def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_a
 def test_a_lane_releases_keys_fairly_not_in_arrival_order() -> None:
     async def test() -> list[int]:
         r = aioredis.Redis.from_url(settings.REDIS_URL)
-        gate, readings = Lanes(r), Readings()
+        gate, readings = Lanes(r, Engines(1, 1)), Readings()
         gate.reader = readings  # type: ignore[assignment]
         running = [gate.ticket(relay_of(plan(1, "standard")), Sent())]
         await running[0].before()  # type: ignore[misc]
@@ -209,7 +210,7 @@ def test_a_lane_releases_keys_fairly_not_in_arrival_order() -> None:
 def test_a_hold_past_its_timeout_is_a_429_with_retry_after_and_leaves_the_queue() -> None:
     async def test() -> GatewayError:
         r = aioredis.Redis.from_url(settings.REDIS_URL)
-        gate, readings = Lanes(r), Readings()
+        gate, readings = Lanes(r, Engines(1, 1)), Readings()
         gate.reader = readings  # type: ignore[assignment]
         busy = gate.ticket(relay_of(plan(1, "standard")), Sent())
         await busy.before()  # type: ignore[misc]
@@ -233,7 +234,8 @@ def test_a_hold_past_its_timeout_is_a_429_with_retry_after_and_leaves_the_queue(
 
 @override_settings(HEARTH_LANES=False)
 def test_lanes_off_hold_nothing_and_read_nothing() -> None:
-    ticket = Lanes(aioredis.Redis.from_url(settings.REDIS_URL)).ticket(relay_of(plan(1, "batch")), Sent())
+    gate = Lanes(aioredis.Redis.from_url(settings.REDIS_URL), Engines(1, 1))
+    ticket = gate.ticket(relay_of(plan(1, "batch")), Sent())
     assert ticket.lane is None and ticket.before is None
 
 
@@ -269,6 +271,44 @@ def test_engine_load_reads_real_engines_and_the_simulator() -> None:
     assert parse_load("# nothing here\n") is None
 
 
+def test_the_reader_reads_each_launched_replica_over_http_and_skips_those_that_do_not_answer() -> None:
+    """LoadReader over real HTTP (an asyncio server here): a replica's /metrics read on one kept-alive connection,
+    with its engine key; a 404, a silent replica (given up after READ_TIMEOUT) and an external endpoint left out."""
+    text = (DATA / "vllm/vllm-0.32.0-cpu-metrics.txt").read_bytes()
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            seen.append(head)
+            if b"/silent/" in head:
+                await asyncio.sleep(READ_TIMEOUT + 5)
+            status, body = (b"404 Not Found", b"no") if b"/gone/" in head else (b"200 OK", text)
+            writer.write(b"HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body))
+            await writer.drain()
+
+    async def test() -> tuple[dict[int, Load], dict[int, Load]]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        engines = Engines(1, 30)
+        reader = LoadReader(engines)
+        replicas = (
+            Upstream(1, base, "engine-key"),
+            Upstream(2, f"{base}/gone", ""),
+            Upstream(3, f"{base}/silent", ""),
+            Upstream(4, base, "", external=True),
+        )
+        try:
+            return await reader.read(replicas), await reader.read(replicas[:1])
+        finally:
+            engines.close()
+            server.close()
+
+    first, again = run(test)
+    assert first == again == {1: Load(0, 0, 0.0)}
+    assert seen[0].startswith(b"GET /metrics HTTP/1.1\r\n") and b"Authorization: Bearer engine-key" in seen[0]
+    assert sorted(h.split(b" ")[1] for h in seen) == [b"/gone/metrics", b"/metrics", b"/metrics", b"/silent/metrics"]
+
+
 @pytest.mark.django_db
 def test_queue_depth_sums_living_processes_and_leaves_stale_ones_out() -> None:
     r = redis.Redis.from_url(settings.REDIS_URL)
@@ -301,5 +341,5 @@ def test_the_simulator_under_the_priority_policy_runs_lower_priority_values_firs
 def test_ticket_of_a_count_tokens_request_is_plain() -> None:
     p = plan(1, "batch")
     counting = RelayPlan(**{**{f: getattr(p, f) for f in p.__slots__}, "endpoint": "/v1/messages/count_tokens"})
-    ticket = Lanes(aioredis.Redis.from_url(settings.REDIS_URL)).ticket(relay_of(counting), Sent())
+    ticket = Lanes(aioredis.Redis.from_url(settings.REDIS_URL), Engines(1, 1)).ticket(relay_of(counting), Sent())
     assert isinstance(ticket, Ticket) and ticket.lane is None
