@@ -306,8 +306,9 @@ class _Stream:
         if state.ttft_seconds is None and watcher.token_seen:
             state.ttft_seconds = time.monotonic() - self.plan.arrived
         # A client that leaves once the terminal event went by is done, not cancelled (a converted stream's
-        # end is the converter's, sent by ``end``).
-        state.answered = converter is None and watcher.complete
+        # end is the converter's, sent by ``end``); so is one that leaves once the engine's error event went by
+        # (the openai SDK raises at it and closes): its request is the engine's failure, recorded as cut.
+        state.answered = converter is None and (watcher.complete or watcher.error is not None)
         if converter is not None:
             return converter.feed(chunk)
         chunk = self.scrubber.feed(chunk) if self.scrubber is not None else chunk
