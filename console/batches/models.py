@@ -89,8 +89,8 @@ class Batch(models.Model):
 
     ``total``, ``completed`` and ``failed`` are OpenAI's ``request_counts`` (lines in all, answered with a 2xx,
     answered otherwise), and the ``…_tokens`` its ``usage`` (summed from the answers' own usage), kept by the runner
-    in the same transaction as each line's answer. The ``…_at`` times are
-    when the batch entered each status (None: not yet)."""
+    in the same transaction as each line's answer. The ``…_at`` times are when the batch entered each status (None:
+    not yet)."""
 
     public_id = models.CharField(
         max_length=40, unique=True, default=batch_id, help_text="OpenAI's batch id, 'batch_' and 24 hex digits."
