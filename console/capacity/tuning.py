@@ -20,7 +20,7 @@ from console.capacity import runs
 from console.capacity.models import ACTIVE_RUN_STATES, CapacityRun, RunState, Tuning
 from console.deployments import dispatch
 from console.deployments.changes import apply_change, current_settings, preview_change
-from console.deployments.models import Deployment, DeploymentState
+from console.deployments.models import Deployment, DeploymentState, DesiredState
 from console.errors import ConsoleError
 
 log = logging.getLogger(__name__)
@@ -126,13 +126,15 @@ def start_tuning(dep: Deployment, user: Any, knob: str, values: list[Any], check
 
 
 def _wait_ready(dep: Deployment) -> str:
-    """Wait for the relaunch to end; "" when ready, else why not."""
+    """Wait for the relaunch to end; "" when ready, else why not. A recreate passes through stopped on its way
+    (console.deployments.stopping.recreate): stopped ends the wait only when it is wanted stopped."""
     deadline = time.monotonic() + settings.HEARTH_START_TIMEOUT + 120
     while time.monotonic() < deadline:
         dep.refresh_from_db()
         if dep.state == DeploymentState.READY:
             return ""
-        if dep.state in (DeploymentState.FAILED, DeploymentState.STOPPED):
+        wanted_stopped = dep.desired in (DesiredState.STOPPED, DesiredState.STOPPED_IDLE)
+        if dep.state == DeploymentState.FAILED or (dep.state == DeploymentState.STOPPED and wanted_stopped):
             return f"{dep.name} is {dep.state}: {dep.state_reason}"
         time.sleep(1)
     return f"{dep.name} did not become ready in time."
