@@ -17,6 +17,7 @@ out. A request refused before an engine was chosen leaves its request-log row to
 served as its batch owner's key and answered once (gateway.batch_lines).
 """
 
+import functools
 import gc
 import json
 import logging
@@ -273,6 +274,8 @@ class Gateway:
         try:
             if plan.key.quota.any:
                 await self.ledger.admit(ticket, plan)
+                if plan.key.quota.max_concurrent is not None:
+                    relay.before_end = functools.partial(self.ledger.free_slot, ticket)
             else:
                 self.ledger.note(ticket)
             await self._answer(relay, receive, send, lane.before)

@@ -170,6 +170,19 @@ class Ledger:
         ticket.fields["held"] = [str(held.cost), held.price]
         return held
 
+    async def free_slot(self, ticket: Ticket) -> None:
+        """Give back the concurrency slot an admitted request holds, once its answer is complete and before the
+        client sees its end (gateway.relay's ``before_end``): a client that sends its next request at once finds
+        the slot free (FINISH, which gives it back too, comes after the last bytes). Never raises: while Redis
+        does not answer, the slot is given back with the request's end (logged)."""
+        held = ticket.held
+        if held is None:
+            return
+        try:
+            await self.redis.zrem(held.keys[3], held.rid)  # gateway.reservations.counter_keys' running set
+        except (RedisError, OSError) as exc:
+            self._complain("concurrency slots are given back with the requests' ends", exc)
+
     def note(self, ticket: Ticket) -> None:
         """Note a request of a key without limits, with the others of this turn of the event loop (module
         docstring); while Redis does not answer they go unnoted (logged)."""

@@ -78,6 +78,9 @@ class Relay:
     def __init__(self, plan: RelayPlan, engines: Engines, router: Router) -> None:
         self.plan, self.engines, self.router = plan, engines, router
         self.state = RelayState(for_request(plan.endpoint, plan.request), quiet_since=time.monotonic())
+        # done once the answer is complete, before the client sees its end (the key's concurrency slot given
+        # back: gateway.ledger.free_slot); never raises
+        self.before_end: Callable[[], Awaitable[None]] | None = None
 
     async def serve(self, receive: Receive, send: Send, before: Callable[[], Awaitable[None]] | None = None) -> None:
         """``before`` (the wait of a request held for a wake, which may set ``plan``), then ``run``, stopped at
@@ -169,6 +172,8 @@ class Relay:
         elif whole is None:
             raise errors.upstream_not_json(plan.model)
         head = [(b"content-type", content_type), *plan.headers, *(errors.NO_RETRY if answer.status == 508 else ())]
+        if self.before_end is not None:
+            await self.before_end()
         await send({"type": "http.response.start", "status": answer.status, "headers": head})
         await send({"type": "http.response.body", "body": body})
         self.state.answered = True
@@ -190,7 +195,7 @@ class Relay:
         """A streamed answer, every byte of it sent through ``_Stream``, in this order: the head; the engine's
         pieces as they arrive, with keep-alives while it is silent; the last bytes, with the in-stream error of
         a stream cut short. A client that left ends it at once (the CancelledError goes on to ``serve``)."""
-        stream = _Stream(self.plan, self.state, send, answer)
+        stream = _Stream(self.plan, self.state, send, answer, self.before_end)
         await stream.head(answer.status, answer.content_type)
         cut = StreamCut.CLOSED
         try:
@@ -231,10 +236,18 @@ class _Stream:
     sink): it cut the relay's user CPU per chunk from 38–41 to 30–35 µs at 64 streams (bench/README.md). When
     the client reads slower than it is sent to, the send cannot finish there: push stops, and ``pull``, in the
     relay's task, finishes that send and relays the next pieces until the task waits again. An error in push is
-    raised by the next pull. Keep-alives come from one timer per stream, not a task."""
+    raised by the next pull. Keep-alives come from one timer per stream, not a task. The bytes that end the
+    answer for its client wait for ``before_end`` (Relay.before_end), in pull."""
 
-    def __init__(self, plan: RelayPlan, state: RelayState, send: Send, answer: Answer) -> None:
-        self.plan, self.state, self.send, self.answer = plan, state, send, answer
+    def __init__(
+        self,
+        plan: RelayPlan,
+        state: RelayState,
+        send: Send,
+        answer: Answer,
+        before_end: Callable[[], Awaitable[None]] | None,
+    ) -> None:
+        self.plan, self.state, self.send, self.answer, self.before_end = plan, state, send, answer, before_end
         self.ends, self.watcher = LineEnds(), StreamWatcher(plan.kind, state.tally)
         self.events = DataEvents() if plan.kind == StreamKind.CHAT else None
         self.stripper = UsageStripper() if plan.strip_usage else None
@@ -245,6 +258,7 @@ class _Stream:
         self.start_usage = MessageStartUsage() if native_messages else None  # both cache fields in message_start
         self.pending: PendingSend | None = None  # a pushed send waiting on the client
         self.pending_ends_event = False
+        self.held = b""  # the bytes that end the answer, held by push for pull to send after before_end
         self.failed: Exception | None = None
         self.keepalive_timer: asyncio.TimerHandle | None = None
         self.keepalive: asyncio.Future[None] | None = None  # a keep-alive being sent
@@ -260,7 +274,10 @@ class _Stream:
         """A piece, in the engine connection's read callback."""
         try:
             out = self._out(raw)
-            if out:
+            if out and self.before_end is not None and self._ends():
+                self.held = out
+                self.answer.stop_sink()
+            elif out:
                 state = self.state
                 state.streamed += len(out)
                 state.at_boundary = False  # a keep-alive now could split it
@@ -283,12 +300,24 @@ class _Stream:
             pending, self.pending = self.pending, None
             await pending
             state.at_boundary = self.pending_ends_event
-        out = self._out(raw) if raw else b""
+        out, self.held = self.held + (self._out(raw) if raw else b""), b""
         if out:
+            if self.before_end is not None and self._ends():
+                await self._before_end()
             state.streamed += len(out)
             state.at_boundary = False
             await self.send({"type": "http.response.body", "body": out, "more_body": True})
             state.at_boundary = out.endswith(b"\n\n")
+
+    def _ends(self) -> bool:
+        """Whether the bytes for the client so far end its answer (its terminal event, the engine's error event,
+        or a converted stream's end)."""
+        return self.state.answered or (self.converter is not None and self.converter.complete)
+
+    async def _before_end(self) -> None:
+        before_end, self.before_end = self.before_end, None
+        if before_end is not None:
+            await before_end()
 
     def _out(self, raw: bytes) -> bytes:
         """The client's bytes for ``raw``; b"" when there is nothing to send yet."""
@@ -371,6 +400,7 @@ class _Stream:
         # translated stream has neither: its client never sees the engine's OpenAI events).
         if state.truncated and (converter is not None or not (watcher.done or watcher.error)):
             tail += self._error_event(cut)
+        await self._before_end()
         await self.send({"type": "http.response.body", "body": tail, "more_body": False})
         state.answered = True
 

@@ -1,9 +1,13 @@
 """API key limits through the gateway: allowed models, max_tokens caps, expiry and quotas."""
 
 import anthropic
+import httpx
 import openai
 import pytest
+import redis
+from django.conf import settings
 
+from console.observability.spent import key_counters
 from tests.conftest import Proc, login, serving
 from tests.quotaworld import room_in_minute
 from tests.simworld import (
@@ -101,6 +105,39 @@ def test_a_key_limited_to_one_request_at_once_is_refused_a_second(served: Served
         sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
     assert list(slow)[-1].choices[0].finish_reason == "length"
     sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)  # freed
+
+
+def test_a_key_limited_to_one_request_at_once_may_send_the_next_as_soon_as_an_answer_ends(served: Served) -> None:
+    """The slot is free before the client sees its answer's end ([DONE], message_stop, response.completed, a
+    whole body): a tool that sends its next request at once is never refused (the slot used to be freed with
+    the request's row, after the last bytes, and the openai SDK closes at [DONE])."""
+    made = served.client.post("/api/keys", json={"name": "one", "max_concurrent": 1}).json()
+    key, running = made["key"], f"{key_counters(made['id'])}:running"  # gateway.reservations.counter_keys
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
+    claude = anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0)
+    url, auth = f"{served.web}/v1/chat/completions", {"Authorization": f"Bearer {key}"}
+    ask = {"model": "llama", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
+    counters = redis.Redis.from_url(settings.REDIS_URL)
+    with httpx.Client(headers=auth) as reader, httpx.Client(headers=auth) as next_one:
+        next_one.post(url, json=ask).raise_for_status()  # its connection open before the race
+        for _ in range(30):  # the next request sent the moment [DONE] is read, before the stream's last bytes
+            with reader.stream("POST", url, json={**ask, "stream": True}) as stream:
+                for line in stream.iter_lines():
+                    if line == "data: [DONE]":
+                        assert counters.zcard(running) == 0
+                        assert next_one.post(url, json=ask).status_code == 200
+                        assert counters.zcard(running) == 0  # a whole answer's slot too
+    for _ in range(10):  # each client's own way to read an answer to its end
+        hi = "Hi"
+        streamed = sdk.chat.completions.create(
+            model="llama", max_tokens=2, stream=True, messages=[{"role": "user", "content": hi}]
+        )
+        assert [chunk.choices[0].finish_reason for chunk in streamed if chunk.choices][-1] == "length"
+        sdk.chat.completions.create(model="llama", max_tokens=2, messages=[{"role": "user", "content": hi}])
+        with claude.messages.stream(model="llama", max_tokens=2, messages=[{"role": "user", "content": hi}]) as events:
+            assert events.get_final_message().stop_reason == "max_tokens"
+        responses = sdk.responses.create(model="llama", max_output_tokens=2, input=hi, stream=True)
+        assert [event.type for event in responses][-1] == "response.completed"
 
 
 def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Proc, admin_user: object) -> None:
