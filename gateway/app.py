@@ -284,6 +284,7 @@ class Gateway:
             raise replace(exc, recorded=True) from None
         finally:
             lane.done()
+            await relay.ending()  # a client that left, or one refused, may send its next request at once
             await self.ledger.close(ticket, await self._outcome(relay, refused))
 
     async def _answer(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from appliance import address_policy
-from gateway.upstream import UpstreamRefused, UpstreamUnreachable
+from gateway.upstream_errors import UpstreamRefused, UpstreamUnreachable
 
 log = logging.getLogger(__name__)
 TTL = 5.0  # seconds a host's verdict is kept

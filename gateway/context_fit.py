@@ -17,7 +17,8 @@ import logging
 from typing import Any
 
 from gateway.registry import Upstream
-from gateway.upstream import Engines, UpstreamBroken, UpstreamUnreachable
+from gateway.upstream import Engines
+from gateway.upstream_errors import UpstreamBroken, UpstreamUnreachable
 
 log = logging.getLogger(__name__)
 COUNT_TIMEOUT = 5.0  # seconds a /tokenize call may take before the count is given up

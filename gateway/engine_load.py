@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from engines.metric_mappings import DEFAULT_MAPPINGS
 from engines.metrics import choose_flavor, parse_metrics
 from gateway.snapshot import Upstream
-from gateway.upstream import Engines, UpstreamBroken, UpstreamUnreachable
+from gateway.upstream import Engines
+from gateway.upstream_errors import UpstreamBroken, UpstreamUnreachable
 
 WATCHED = ("requests_running", "requests_waiting", "kv_cache_usage")
 ROWS = [r for r in DEFAULT_MAPPINGS if r.canonical in WATCHED]

@@ -39,8 +39,9 @@ from gateway import errors
 from gateway.asgi_io import Send
 from gateway.errors import COMING_STATES
 from gateway.registry import Registry
-from gateway.relay import SSE_HEADERS, RelayState
 from gateway.relay_plan import RelayPlan
+from gateway.relay_state import RelayState
+from gateway.relay_stream import SSE_HEADERS
 from gateway.snapshot import Route, Snapshot
 
 log = logging.getLogger(__name__)

@@ -42,8 +42,8 @@ from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_
 from gateway.accounting import Outcome, count, row_of
 from gateway.prices import price_factor
 from gateway.reaper import process_identity, reap
-from gateway.relay import RelayState
 from gateway.relay_plan import RelayPlan
+from gateway.relay_state import RelayState
 from gateway.request_ids import RequestIds
 from gateway.reservations import Reservation, Reservations, finish_call, settlement
 from gateway.spool_writer import SpoolWriter
@@ -172,9 +172,10 @@ class Ledger:
 
     async def free_slot(self, ticket: Ticket) -> None:
         """Give back the concurrency slot an admitted request holds, once its answer is complete and before the
-        client sees its end (gateway.relay's ``before_end``): a client that sends its next request at once finds
-        the slot free (FINISH, which gives it back too, comes after the last bytes). Never raises: while Redis
-        does not answer, the slot is given back with the request's end (logged)."""
+        client sees its end, or once it ended otherwise (gateway.relay.Relay.before_end): a client that sends its
+        next request at once finds the slot free (FINISH, which gives it back too, comes after the last bytes and
+        the count of what a cancelled request was sent). Never raises: while Redis does not answer, the slot is
+        given back with the request's end (logged)."""
         held = ticket.held
         if held is None:
             return

@@ -5,7 +5,7 @@ spelling, lowered to the key's or the deployment's cap (gateway.rewrite), fitted
 deployment says so (gateway.context_fit), usage asked for on the client's behalf, or a translation to the
 chat API for an engine that does not speak the client's API; it counts what the request reserves against the
 key's limits and budgets (gateway.quotas), and reads the settings the relay needs. The plan is frozen: what
-changes while the answer is relayed is gateway.relay.RelayState.
+changes while the answer is relayed is gateway.relay_state.RelayState.
 """
 
 import json

@@ -11,12 +11,12 @@ are relayed as they come). Every request carries the hop header (appliance.hop_m
 refuse a request that came back to it. Before a connection to an endpoint Hearth did not launch, an ``Admit``
 (gateway.connect_policy) gives the addresses the address policy lets it connect to now; only those are tried.
 
-Errors: ``UpstreamUnreachable`` when no answer began (connection refused or failed, or closed before the
-status line; ``UpstreamRefused``, one of them, when the address policy refuses where the endpoint is now);
-``TimeoutError`` after ``read_timeout`` seconds without a byte, before the status line (the engine has the
-request and may be running it: a non-streamed answer's head comes only at its end, so the request must not be
-sent again elsewhere) or while the relay was reading; once an answer began, ``UpstreamBroken`` when it is cut
-(closed early, or bytes that are not HTTP).
+Errors (gateway.upstream_errors): ``UpstreamUnreachable`` when no answer began (connection refused or failed, or
+closed before the status line; ``UpstreamRefused``, one of them, when the address policy refuses where the endpoint
+is now); ``TimeoutError`` after ``read_timeout`` seconds without a byte, before the status line (the engine has the
+request and may be running it: a non-streamed answer's head comes only at its end, so the request must not be sent
+again elsewhere) or while the relay was reading; once an answer began, ``UpstreamBroken`` when it is cut (closed
+early, or bytes that are not HTTP).
 """
 
 import asyncio
@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from appliance.hop_marker import HEADER as HOP_HEADER
+from gateway.upstream_errors import UpstreamBroken, UpstreamUnreachable
 
 HIGH_WATER = 256 * 1024  # bytes of an answer buffered unread before its connection stops being read
 IDLE_KEEP = 4.0  # seconds an idle connection is kept: under the 5 s keep-alive of uvicorn (vLLM, SGLang)
@@ -53,18 +54,6 @@ def target_of(base_url: str) -> Target:
     parts = urlsplit(base_url)
     tls = parts.scheme == "https"
     return Target(parts.hostname or "", parts.port or (443 if tls else 80), tls, parts.path.rstrip("/"))
-
-
-class UpstreamUnreachable(Exception):
-    """No answer began: see the module docstring."""
-
-
-class UpstreamRefused(UpstreamUnreachable):
-    """The address policy refuses where an external endpoint is now (its words): nothing was sent there."""
-
-
-class UpstreamBroken(Exception):
-    """An answer was cut before its end."""
 
 
 # Where an external endpoint's host:port may be connected to now: its admitted addresses, in order. Raises
@@ -226,6 +215,11 @@ class Answer:
     def mimetype(self) -> str:
         """The content type without its parameters, lower case ("text/event-stream")."""
         return self.content_type.partition(";")[0].strip().lower()
+
+    @property
+    def complete(self) -> bool:
+        """The whole body has arrived (what ``chunks`` has not yielded yet aside)."""
+        return self._connection.complete
 
     async def chunks(self, sink: Callable[[bytes], None] | None = None) -> AsyncIterator[bytes]:
         """The body as it arrives, each piece what came since the previous one.

@@ -27,8 +27,8 @@ from gateway.prices import Prices
 from gateway.quotas import Quota
 from gateway.reaper import reap
 from gateway.registry import KeyEntry
-from gateway.relay import RelayState
 from gateway.relay_plan import RelayPlan
+from gateway.relay_state import RelayState
 from gateway.request_ids import request_ids
 from gateway.reservations import Reservations
 from tests.test_gateway_ledger import plan as ledger_plan

@@ -357,3 +357,33 @@ def test_a_client_leaving_while_a_pushed_send_waits_cancels_the_stream() -> None
             assert stuck.is_set()  # the waiting send was ended, not left behind
 
     run(test)
+
+
+def test_the_engines_last_piece_goes_out_with_the_streams_end_in_one_send() -> None:
+    events = numbered(4)
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(SSE)
+        for event in events[:-1]:
+            writer.write(chunk(event))
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        writer.write(chunk(events[-1]) + b"0\r\n\r\n")  # the last event and the end of the answer in one read
+        await writer.drain()
+        await reader.read()
+
+    class Sends(Client):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sends: list[tuple[bytes, bool]] = []
+
+        async def __call__(self, message: Mapping[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                self.sends.append((message["body"], message.get("more_body", False)))
+            await super().__call__(message)
+
+    client = Sends()
+    relay = relayed_to(client, script)
+    assert client.body == b"".join(events) and not relay.state.truncated
+    assert client.sends[-1] == (events[-1], False) and len(client.sends) == len(events)

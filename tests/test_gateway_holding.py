@@ -20,8 +20,8 @@ from gateway.answers import for_request
 from gateway.errors import GatewayError, Surface
 from gateway.holding import Holding
 from gateway.registry import Registry
-from gateway.relay import RelayState
 from gateway.relay_plan import KEEPALIVE, RelayPlan
+from gateway.relay_state import RelayState
 from gateway.snapshot import KeyEntry, Route, Snapshot, Upstream
 from gateway.sse import StreamKind
 

@@ -109,8 +109,9 @@ def test_a_key_limited_to_one_request_at_once_is_refused_a_second(served: Served
 
 def test_a_key_limited_to_one_request_at_once_may_send_the_next_as_soon_as_an_answer_ends(served: Served) -> None:
     """The slot is free before the client sees its answer's end ([DONE], message_stop, response.completed, a
-    whole body): a tool that sends its next request at once is never refused (the slot used to be freed with
-    the request's row, after the last bytes, and the openai SDK closes at [DONE])."""
+    whole body), or once it left: a tool that sends its next request at once is not refused (the slot used to be
+    freed with the request's row, after the last bytes, and the openai SDK closes at [DONE]; after a client left,
+    after the engine's /tokenize counted what it had been sent)."""
     made = served.client.post("/api/keys", json={"name": "one", "max_concurrent": 1}).json()
     key, running = made["key"], f"{key_counters(made['id'])}:running"  # gateway.reservations.counter_keys
     sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
@@ -127,6 +128,10 @@ def test_a_key_limited_to_one_request_at_once_may_send_the_next_as_soon_as_an_an
                         assert counters.zcard(running) == 0
                         assert next_one.post(url, json=ask).status_code == 200
                         assert counters.zcard(running) == 0  # a whole answer's slot too
+        for _ in range(10):  # a client that leaves mid-stream, and sends its next request at once
+            with reader.stream("POST", url, json={**ask, "max_tokens": 50, "stream": True}) as stream:
+                next(line for line in stream.iter_lines() if line.startswith("data: {"))
+            assert next_one.post(url, json=ask).status_code == 200
     for _ in range(10):  # each client's own way to read an answer to its end
         hi = "Hi"
         streamed = sdk.chat.completions.create(

@@ -34,8 +34,8 @@ from gateway.prices import Prices
 from gateway.quotas import Quota
 from gateway.reaper import gone_here, process_identity, reap
 from gateway.registry import KeyEntry, Route, Upstream
-from gateway.relay import RelayState
 from gateway.relay_plan import RelayPlan
+from gateway.relay_state import RelayState
 from gateway.request_ids import request_ids
 from gateway.reservations import Reservations, counter_keys
 from gateway.spool_writer import SpoolWriter

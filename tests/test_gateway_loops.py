@@ -15,7 +15,8 @@ from gateway.connect_policy import AddressGate
 from gateway.errors import GatewayError, Surface
 from gateway.loops import hops_onward
 from gateway.registry import Route, Upstream
-from gateway.upstream import Engines, UpstreamRefused
+from gateway.upstream import Engines
+from gateway.upstream_errors import UpstreamRefused
 from tests.test_gateway_exchange import Client, Script, exchange, run
 from tests.test_gateway_upstream import Server, request
 

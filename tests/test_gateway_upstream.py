@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.upstream import HIGH_WATER, Engines, UpstreamBroken, UpstreamUnreachable
+from gateway.upstream import HIGH_WATER, Engines
+from gateway.upstream_errors import UpstreamBroken, UpstreamUnreachable
 from tests.outside import self_signed
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -27,8 +27,9 @@ from gateway.engine_load import READ_TIMEOUT, Load, LoadReader, parse_load
 from gateway.errors import GatewayError, Surface
 from gateway.fair_queue import FairQueue
 from gateway.lanes import Lanes, Ticket, with_engine_priority
-from gateway.relay import Relay, RelayState
+from gateway.relay import Relay
 from gateway.relay_plan import RelayPlan
+from gateway.relay_state import RelayState
 from gateway.snapshot import KeyEntry, Route, Upstream
 from gateway.sse import StreamKind
 from gateway.upstream import Engines
