@@ -115,7 +115,8 @@ class Outcome:
 
 
 def count_refusal(surface: str, status: int) -> None:
-    """Count a request the gateway refused before choosing an engine (bad key, unknown model, ...)."""
+    """Count a request the gateway refused before choosing an engine (bad key, unknown model, ...), or whose
+    client left before its body was whole (499)."""
     REQUESTS.labels("", surface, str(status)).inc()
 
 

@@ -44,7 +44,7 @@ from gateway.prices import Prices
 from gateway.registry import Registry
 from gateway.relay import Relay
 from gateway.relay_plan import Planner, RelayPlan
-from gateway.request_body import parse_body, read_body
+from gateway.request_body import CLIENT_LEFT, ClientLeft, parse_body, read_body
 from gateway.request_ids import HEADER, RequestIds, request_ids
 from gateway.reservations import Reservations
 from gateway.rewrite import tokenize_request
@@ -148,6 +148,10 @@ class Gateway:
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
             allow = [(b"allow", exc.allow.encode())] if exc.allow else []
             await send_json(tracked, exc.status, exc.body(surface), [*retry, *allow, *exc.headers])
+        except ClientLeft:  # nothing to answer: its row says it was cancelled
+            log.info("client left before its request body was whole (%s)", path)
+            count_refusal(surface, CLIENT_LEFT)
+            await self._log_refusal(scope, intended or path, surface, CLIENT_LEFT, ids)
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
             if not tracked.started:
                 count_refusal(surface, 400)

@@ -37,6 +37,7 @@ from console.batches.models import BatchFile
 from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.errors import GatewayError
 from gateway.registry import KeyEntry
+from gateway.request_body import ClientLeft
 
 log = logging.getLogger(__name__)
 FILES, BATCHES = "/v1/files", "/v1/batches"
@@ -110,10 +111,13 @@ def _wrong_method(scope: Scope, allow: str) -> GatewayError:
 
 
 async def _read(receive: Receive, limit: int) -> bytes:
-    """The request body, refused with 413 past ``limit`` bytes."""
+    """The request body, refused with 413 past ``limit`` bytes; ClientLeft when the client left before its end
+    (never a file of what came)."""
     body = bytearray()
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientLeft
         body += message.get("body", b"")
         if len(body) > limit:
             raise _refused(files.too_large())

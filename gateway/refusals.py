@@ -5,7 +5,8 @@ a Content-Encoding it does not decode, a body over the limit, an unknown model o
 (gateway.wrong_urls), a bug's 500) never reaches gateway.ledger, so it is spooled here: the key's, the model its body
 named (cut to the column's length; "" when none), the endpoint as sent, its status and request ids, no tokens and
 no cost (console.observability.request_spool writes it). A request without a key that authenticates leaves no row:
-there is no one to show it to; the metrics count it (gateway.accounting.count_refusal).
+there is no one to show it to; the metrics count it (gateway.accounting.count_refusal). A request whose client left
+before its body was whole is logged so too, cancelled, with status 499 (gateway.request_body.CLIENT_LEFT).
 """
 
 import logging
@@ -17,6 +18,7 @@ from redis.exceptions import RedisError
 from console.observability.request_rows import encode
 from console.observability.request_spool import spool_key
 from gateway.accounting import Outcome, row_of
+from gateway.request_body import CLIENT_LEFT
 from gateway.request_ids import RequestIds
 from gateway.snapshot import KeyEntry
 
@@ -52,6 +54,7 @@ def refused(
         ended_at=time.time(),
         priority="batch" if batch_id else key.priority,
         batch_id=batch_id,
+        client_cancelled=status == CLIENT_LEFT,
     )
 
 

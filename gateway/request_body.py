@@ -4,7 +4,6 @@ limit, so a small body that inflates to gigabytes stops at the limit), and parse
 the gateway itself reads are checked (the engine checks the rest). Errors are GatewayError 400, 413 or 415, in
 the API's shape (gateway.errors)."""
 
-import asyncio
 import json
 import zlib
 from collections.abc import Iterable
@@ -14,6 +13,13 @@ from django.conf import settings
 
 from gateway.asgi_io import Receive
 from gateway.errors import GatewayError
+
+CLIENT_LEFT = 499  # the logged status of a request whose client left before its body was whole (nginx's own)
+
+
+class ClientLeft(Exception):
+    """The client left before its request body was whole."""
+
 
 # Fields the gateway itself reads or changes, checked before it does (the engine checks the rest).
 FIELD_TYPES = (
@@ -52,13 +58,13 @@ def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
 async def read_body(receive: Receive, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes:
     """The whole body, decoded as the request's ``headers`` say (``Content-Encoding``). Raises GatewayError 413
     past HEARTH_MAX_BODY_BYTES (as sent or decoded), 415 for a coding other than gzip or deflate, 400 for a body
-    that is not what its coding says; CancelledError when the client left."""
+    that is not what its coding says; ClientLeft when the client left before the body's end."""
     codings = content_codings(headers)
     body = bytearray()
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise ClientLeft
         body += message.get("body", b"")
         if len(body) > settings.HEARTH_MAX_BODY_BYTES:
             raise _too_large("")

@@ -2,9 +2,13 @@
 chosen (gateway.refusals): a body that is not JSON, an unknown model, a Content-Encoding it does not decode, a bad
 gzip body, a wrong method, an unknown endpoint. Each row holds the key, the model its body named, the endpoint, the
 status and the request's id, with no tokens and no cost; the answer is the API's own error. A request without a key
-that authenticates leaves none. Against a real web process and tests/test_stream_defects_replay.py's engine."""
+that authenticates leaves none. A client that leaves before its body is whole leaves a cancelled row (499) and no
+error in the web log. Against a real web process and tests/test_stream_defects_replay.py's engine."""
 
 import json
+import socket
+import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -67,3 +71,33 @@ def test_an_unknown_model_s_404_names_the_models_the_key_can_use(web: str, key: 
     error = answer.json()["error"]
     assert answer.status_code == 404 and error["code"] == "model_not_found"
     assert error["message"].endswith(f"Models this key can use: {MODEL}.")
+
+
+def test_a_client_that_leaves_before_its_body_is_whole_leaves_a_cancelled_row_and_no_error(
+    web: str, key: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    address = urlsplit(web)
+    head = f"POST {CHAT} HTTP/1.1\r\nHost: {address.netloc}\r\nx-api-key: {key}\r\nx-request-id: left-mid-body\r\n"
+    with socket.create_connection((address.hostname, address.port)) as client:
+        client.sendall(f'{head}Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"model": "'.encode())
+        time.sleep(0.3)  # the web read the first piece; then the client goes
+    [row] = rows(client_request_id="left-mid-body")
+    assert (row.status, row.client_cancelled, row.endpoint, row.prompt_tokens) == (499, True, CHAT, None)
+    logs = "".join(log.read_text() for log in tmp_path_factory.getbasetemp().glob("web*/web.log"))
+    assert "client left before its request body was whole" in logs
+    assert "Exception in ASGI application" not in logs  # was uvicorn's ERROR, with a CancelledError's traceback
+
+
+def test_an_upload_cut_before_its_end_leaves_no_file(web: str, key: str) -> None:
+    address, boundary = urlsplit(web), "cut"
+    part = f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--{boundary}\r\n'
+    part += 'Content-Disposition: form-data; name="file"; filename="cut.jsonl"\r\n\r\n{"custom_id": "a"'
+    head = f"POST /v1/files HTTP/1.1\r\nHost: {address.netloc}\r\nx-api-key: {key}\r\nx-request-id: cut-upload\r\n"
+    head += f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: 100000\r\n\r\n"
+    with socket.create_connection((address.hostname, address.port)) as client:
+        client.sendall((head + part).encode())
+        time.sleep(0.3)
+    [row] = rows(client_request_id="cut-upload")
+    assert (row.status, row.client_cancelled) == (499, True)  # was logged a 400, for a form never finished
+    listed = httpx.get(f"{web}/v1/files", headers={"x-api-key": key}, timeout=30).json()["data"]
+    assert "cut.jsonl" not in [file["filename"] for file in listed]
