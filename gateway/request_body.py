@@ -27,6 +27,7 @@ FIELD_TYPES = (
     ("stream_options", dict, "an object"),
     ("max_tokens", int, "an integer"),
     ("max_completion_tokens", int, "an integer"),
+    ("messages", list, "an array"),  # read to estimate and count the prompt, translated on the way
 )
 TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")
 

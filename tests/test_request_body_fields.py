@@ -18,6 +18,8 @@ from gateway.request_body import parse_body
         (b'{"max_tokens": "ten"}', "/v1/chat/completions", "'max_tokens' must be an integer."),
         (b'{"max_tokens": true}', "/v1/chat/completions", "'max_tokens' must be an integer."),
         (b'{"stream": "yes"}', "/v1/chat/completions", "'stream' must be true or false."),
+        (b'{"messages": "hi"}', "/v1/chat/completions", "'messages' must be an array."),
+        (b'{"messages": {"role": "user"}}', "/v1/messages", "'messages' must be an array."),
         (b"[1, 2]", "/v1/chat/completions", "must be a JSON object"),
     ],
 )
