@@ -290,6 +290,18 @@ def test_the_costs_page_says_when_no_key_was_charged_rather_than_showing_an_empt
     assert "No request in the last 7 days." in admin.get("/costs/").text
 
 
+def test_a_keys_refused_requests_leave_no_row_in_the_cost_per_key() -> None:
+    from console.access.models import ApiKey
+
+    deployment()
+    key = ApiKey.objects.create(name="laptop", prefix="hk-laptop00", key_hash="x")
+    log_row("llama", api_key=key, prompt_tokens=10, completion_tokens=5)
+    for model in ("gpt-4o", "", "llama"):  # a model no deployment serves, none named, and a refusal on llama
+        log_row(model, api_key=key, status=404, prompt_tokens=None, completion_tokens=None, ttft=None)
+    costs = cost.key_costs(datetime.now(UTC).date())
+    assert [(k.deployment, k.key_name, k.tokens) for k in costs] == [("llama", "laptop", 15)]
+
+
 def test_a_member_sees_their_own_keys_usage_by_name_and_everyone_elses_only_as_a_sum(
     admin: Client, django_user_model: type
 ) -> None:

@@ -55,7 +55,7 @@ def deployments_page(request: HttpRequest) -> HttpResponse:
 def plan_preview(request: HttpRequest) -> HttpResponse:
     """The plan for the deployment form's current values, before anything is created (htmx)."""
     form = DeploymentForm(request.POST)
-    plan, error, note, room = None, "", "", ""
+    plan, error, note, room, hint = None, "", "", "", ""
     if form.is_valid():
         data = form.cleaned_data
         try:
@@ -67,11 +67,11 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
         if data["model"].kind == ModelSource.Kind.DEMO and data["engine"] != EngineKind.SIMULATOR:
             note = demo_refusal(data["model"])
     elif "model" in form.errors or "engine" in form.errors:
-        error = "Pick a model and an engine to see the plan."
+        hint = "Pick a model and an engine to see the plan."  # a form not filled in yet is not an error
     else:
         problems = [(form.fields[f].label or f, " ".join(str(m) for m in e)) for f, e in form.errors.items()]
         error = " ".join(f"{label}: {text}" for label, text in problems if label != "name")
-    context = {"plan": plan, "error": error, "note": note, "room": room}
+    context = {"plan": plan, "error": error, "note": note, "room": room, "hint": hint}
     return render(request, "deployments/deployments.html#plan", context)
 
 

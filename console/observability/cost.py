@@ -178,7 +178,9 @@ def visible_to(costs: list[KeyCost], own: set[int] | None) -> list[KeyCost]:
 
 def key_costs(day: date, only: Deployment | None = None) -> list[KeyCost]:
     """Every key's tokens and cost per deployment (or ``only`` that one) on ``day`` (UTC), largest first: the cost
-    is what its requests were charged (module docstring), its share its part of the deployment's tokens."""
+    is what its requests were charged (module docstring), its share its part of the deployment's tokens. A key
+    whose requests there used and were charged nothing (all refused, or for a model no deployment serves) has no
+    row."""
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     logs = RequestLog.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1))
     if only is not None:
@@ -191,6 +193,8 @@ def key_costs(day: date, only: Deployment | None = None) -> list[KeyCost]:
         totals[row["model"]] = totals.get(row["model"], 0) + row["tokens"]
     out = []
     for row in rows:
+        if not row["tokens"] and not row["usd"]:  # refused (a model it does not serve too): nothing used or charged
+            continue
         total = totals[row["model"]]
         name = row["api_key__name"] or "(deleted key)"
         share = row["tokens"] / total if total else 0.0
