@@ -1,5 +1,6 @@
-"""The usage page and GET /api/usage: requests, prompt, cached and completion tokens and errors by UTC day and
-by key, member or model, from the request log; members see their own keys only; CSV export."""
+"""The usage page and GET /api/usage: requests, prompt, cached and completion tokens, errors and refusals (as the
+dashboard counts them) by UTC day and by key, member or model, from the request log; members see their own keys
+only; CSV export."""
 
 import csv
 import io
@@ -29,6 +30,8 @@ def logs(django_user_model: Any) -> dict[str, Any]:
         (ops, DAY, "smol", 200, 10, 4, 5, False, "0.0015"),
         (ops, DAY + timedelta(hours=11, minutes=59), "smol", 200, 20, None, 7, False, "0.0027"),
         (ops, DAY, "big", 429, None, None, None, False, None),
+        (ops, DAY, "big", 502, None, None, None, False, None),
+        (ops, DAY, "big", 499, None, None, None, False, None),  # left before its body was whole: cancelled
         (laptop, DAY, "smol", 200, 1, 0, 2, True, None),
         (laptop, DAY - timedelta(days=1), "smol", 200, 100, 50, 50, False, None),
         (laptop, DAY + timedelta(hours=12), "smol", 200, 1000, 0, 1000, False, None),  # the next UTC day
@@ -45,6 +48,7 @@ def logs(django_user_model: Any) -> dict[str, Any]:
             cached_tokens=cached,
             completion_tokens=completion,
             truncated=truncated,
+            client_cancelled=status == 499,
             duration_seconds=0.1,
             cost_usd=cost,
         )
@@ -68,14 +72,15 @@ def test_usage_by_key_by_utc_day_counts_tokens_and_errors(client: Client, logs: 
             r["cached_tokens"],
             r["completion_tokens"],
             r["errors"],
+            r["refused"],
             r["cost_usd"],
         )
         for r in rows
     ]
     assert got == [
-        ("2026-11-30", laptop, 1, 1, 0, 2, 1, None),  # a stream the engine cut short is an error
-        ("2026-11-30", ops, 3, 30, 4, 12, 1, 0.0042),  # the 429 is an error with no tokens and no cost
-        ("2026-11-29", laptop, 1, 100, 50, 50, 0, None),
+        ("2026-11-30", laptop, 1, 1, 0, 2, 1, 0, None),  # a stream the engine cut short is an error
+        ("2026-11-30", ops, 5, 30, 4, 12, 1, 1, 0.0042),  # the 429 is refused, the 502 an error, the 499 neither
+        ("2026-11-29", laptop, 1, 100, 50, 50, 0, 0, None),
     ]
     page = client.get("/usage/?group=key&since=2026-11-29&until=2026-11-30").content.decode()
     assert "$0.0042</td>" in page and "no price</span>" in page and "$0.0042</th>" in page  # a row, another, the total
@@ -84,11 +89,11 @@ def test_usage_by_key_by_utc_day_counts_tokens_and_errors(client: Client, logs: 
 def test_usage_by_member_and_by_model(client: Client, logs: dict[str, Any]) -> None:
     signed_in(client, "root")
     by_member = client.get("/api/usage?group=member&since=2026-11-30&until=2026-11-30").json()
-    assert [(r["group"], r["requests"]) for r in by_member] == [("mia", 1), ("root", 3)]
+    assert [(r["group"], r["requests"]) for r in by_member] == [("mia", 1), ("root", 5)]
     by_model = client.get("/api/usage?group=model&since=2026-11-30&until=2026-12-01").json()
     assert [(r["day"], r["group"], r["requests"]) for r in by_model] == [
         ("2026-12-01", "smol", 1),
-        ("2026-11-30", "big", 1),
+        ("2026-11-30", "big", 3),
         ("2026-11-30", "smol", 3),
     ]
 
@@ -104,10 +109,14 @@ def test_the_csv_export_holds_the_pages_rows(client: Client, logs: dict[str, Any
     resp = signed_in(client, "root").get("/usage/export.csv?group=model&since=2026-11-29&until=2026-11-30")
     assert resp["Content-Disposition"] == 'attachment; filename="usage-by-model-2026-11-29-2026-11-30.csv"'
     rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
-    assert [(r["day"], r["model"], r["requests"], r["completion_tokens"], r["cost_usd"]) for r in rows] == [
-        ("2026-11-30", "big", "1", "0", ""),
-        ("2026-11-30", "smol", "3", "14", "0.0042"),
-        ("2026-11-29", "smol", "1", "50", ""),
+    got = [
+        (r["day"], r["model"], r["requests"], r["completion_tokens"], r["errors"], r["refused"], r["cost_usd"])
+        for r in rows
+    ]
+    assert got == [
+        ("2026-11-30", "big", "3", "0", "1", "1", ""),
+        ("2026-11-30", "smol", "3", "14", "1", "0", "0.0042"),
+        ("2026-11-29", "smol", "1", "50", "0", "0", ""),
     ]
 
 

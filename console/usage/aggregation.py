@@ -25,6 +25,10 @@ GROUPS = {"key": "api_key__name", "member": "api_key__owner__username", "model":
 MAX_DAYS = 366
 NO_PRICE = "no price"
 BATCH = Priority.BATCH.value
+# How a request ended, as console.observability.outcomes.outcome_of says: "error" and "refused" (a cancelled one is
+# neither, whatever its status).
+ERRORS = Q(client_cancelled=False) & (Q(truncated=True) | Q(status__gte=500) | Q(status=0))
+REFUSED = Q(client_cancelled=False, truncated=False, status__gte=400, status__lt=500)
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,8 @@ class UsageRow:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
-    errors: int
+    errors: int  # the service's failures: engine errors, 5xx, streams cut short (as the dashboard counts them)
+    refused: int  # 4xx: a key, a quota, a bad request, the client's to fix (a client that left is neither)
     cost_usd: Decimal | None = None  # None: no request of the row had a price
     priority: str = ""  # the class its requests ran at (console.access.models.Priority); "" for a total
 
@@ -51,6 +56,7 @@ def totals(rows: list[UsageRow], day: date, label: str) -> UsageRow:
         sum(r.cached_tokens for r in rows),
         sum(r.completion_tokens for r in rows),
         sum(r.errors for r in rows),
+        sum(r.refused for r in rows),
         sum(costs, Decimal(0)) if costs else None,
     )
 
@@ -107,7 +113,8 @@ def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
             prompt=Coalesce(Sum("prompt_tokens"), 0),
             cached=Coalesce(Sum("cached_tokens"), 0),
             completion=Coalesce(Sum("completion_tokens"), 0),
-            errors=Count("id", filter=Q(status__gte=400) | Q(truncated=True)),
+            errors=Count("id", filter=ERRORS),
+            refused=Count("id", filter=REFUSED),
             cost=Sum("cost_usd"),
         )
         .order_by("-day", *names)
@@ -121,6 +128,7 @@ def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
             r["cached"],
             r["completion"],
             r["errors"],
+            r["refused"],
             r["cost"],
             r["priority"],
         )

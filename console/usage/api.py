@@ -18,7 +18,8 @@ class UsageOut(Schema):
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
-    errors: int
+    errors: int  # the service's failures: engine errors, 5xx, streams the engine cut short
+    refused: int  # 4xx answers: a key, a quota, a bad request (a request whose client left is neither)
     cost_usd: float | None  # USD the gateway charged; None: no request of the row had a price
 
 

@@ -17,6 +17,7 @@ COLUMNS = (
     "cached_tokens",
     "completion_tokens",
     "errors",
+    "refused",
     "cost_usd",
 )
 
@@ -66,6 +67,7 @@ def usage_export(request: HttpRequest) -> HttpResponse:
             r.cached_tokens,
             r.completion_tokens,
             r.errors,
+            r.refused,
             "" if r.cost_usd is None else format(r.cost_usd.normalize(), "f"),
         ]
         for r in rows
