@@ -370,8 +370,8 @@ def test_a_line_reaches_the_engine_once_whatever_its_runner_does(llama: Llama) -
 
 def test_a_batch_for_a_deployment_not_ready_waits_unsent_and_says_why(llama: Llama) -> None:
     """A line for a deployment never launched is not sent (no 503 in the request log), the batch says which
-    deployment it waits for (on the Batches page and the batch's page), and a line for a model that does not
-    exist fails at once; a UTF-8 BOM at the file's start is accepted."""
+    deployment it waits for (on the Batches page, the batch's page and in its API object), and a line for a model
+    that does not exist fails at once; a UTF-8 BOM at the file's start is accepted."""
     from console.batches.models import Batch
     from console.observability.models import RequestLog
 
@@ -391,6 +391,7 @@ def test_a_batch_for_a_deployment_not_ready_waits_unsent_and_says_why(llama: Lla
     assert row.waiting_reason == "deployment unlaunched is stopped" and row.completed == 0
     for page in ("/batch-jobs/", f"/batch-jobs/{batch.id}/"):
         assert "waiting: deployment unlaunched is stopped" in llama.client.get(page).text
+    assert getattr(client.batches.retrieve(batch.id), "waiting_reason", None) == "deployment unlaunched is stopped"
     [failed] = [x for x in row.lines.all() if x.answer]
     assert failed.custom_id == "x" and failed.answer is not None and failed.answer["response"]["status_code"] == 404
     while not RequestLog.objects.filter(batch_id=batch.id).exists():

@@ -56,7 +56,9 @@ def test_the_batch_object_gives_its_model_and_usage_summed_as_lines_are_answered
         for i in range(3)
     ]
     empty = batches.batch_object(batch)
-    assert empty["model"] == "llama" and empty["usage"]["total_tokens"] == 0
+    assert empty["model"] == "llama" and empty["usage"]["total_tokens"] == 0 and empty["waiting_reason"] is None
+    batch.waiting_reason = "deployment llama is stopped"
+    assert batches.batch_object(batch)["waiting_reason"] == "deployment llama is stopped"
     assert batches.record(rows[0].pk, batch.pk, True, answered(CHAT))
     assert batches.record(rows[1].pk, batch.pk, True, answered(RESPONSES))
     assert not batches.record(rows[1].pk, batch.pk, True, answered(RESPONSES))  # once

@@ -229,7 +229,8 @@ def file_object(stored: BatchFile) -> dict[str, Any]:
 
 
 def batch_object(batch: Batch) -> dict[str, Any]:
-    """OpenAI's batch object."""
+    """OpenAI's batch object, with Hearth's ``waiting_reason``: what the batch's unsent lines wait for ("deployment
+    <name> is <state>"), None when nothing holds them (the SDKs keep fields they do not know)."""
     times = "created_at in_progress_at expires_at finalizing_at completed_at failed_at expired_at cancelling_at"
     times += " cancelled_at"
     return {
@@ -246,6 +247,7 @@ def batch_object(batch: Batch) -> dict[str, Any]:
         "request_counts": {"total": batch.total, "completed": batch.completed, "failed": batch.failed},
         "metadata": batch.metadata or None,
         "model": batch.model or None,
+        "waiting_reason": batch.waiting_reason or None,
         "usage": {
             "input_tokens": batch.input_tokens,
             "input_tokens_details": {"cached_tokens": batch.cached_tokens},
