@@ -206,7 +206,9 @@ class StreamedAnswer:
             state.truncated = status == 200 and not converter.complete
             if converter.error and cut == StreamCut.CLOSED:
                 cut = StreamCut.ENGINE_ERROR
-        tail, self.held = self.held + last + tail, b""
+        held, self.held = self.held, b""
+        state.streamed += len(held)  # the engine's own bytes: a stream whose every piece came with its end is one
+        tail = held + last + tail
         if state.truncated:
             elapsed = time.monotonic() - self.plan.arrived
             log.warning("truncated stream from %s after %.1f s (%s)", self.plan.model, elapsed, cut.value)

@@ -387,3 +387,4 @@ def test_the_engines_last_piece_goes_out_with_the_streams_end_in_one_send() -> N
     relay = relayed_to(client, script)
     assert client.body == b"".join(events) and not relay.state.truncated
     assert client.sends[-1] == (events[-1], False) and len(client.sends) == len(events)
+    assert relay.state.streamed == len(b"".join(events))  # counted as streamed: its usage is estimated if none came
