@@ -271,6 +271,13 @@ def upstream_refused(name: str) -> GatewayError:
     )
 
 
+def gateway_restarting() -> GatewayError:
+    """A request still held (for a wake or in a lane) when the web process stopped: a 503 before its head went out,
+    the in-stream error event after (gateway.app)."""
+    message = stream_cut_message(StreamCut.RESTART, 0)
+    return GatewayError(503, message, type="server_error", code=StreamCut.RESTART.value, retry_after=1)
+
+
 def upstream_broke(name: str) -> GatewayError:
     return GatewayError(
         502, f"The engine serving '{name}' broke off its answer.", type="server_error", code="upstream_truncated"

@@ -388,3 +388,30 @@ def test_the_engines_last_piece_goes_out_with_the_streams_end_in_one_send() -> N
     assert client.body == b"".join(events) and not relay.state.truncated
     assert client.sends[-1] == (events[-1], False) and len(client.sends) == len(events)
     assert relay.state.streamed == len(b"".join(events))  # counted as streamed: its usage is estimated if none came
+
+
+def test_a_request_held_when_the_web_process_stops_is_told_the_gateway_restarts() -> None:
+    """uvicorn cancels what is still open HEARTH_DRAIN_SECONDS after a stop; a request held for a wake or in a lane
+    then gets gateway_restarting (gateway.app sends it as the in-stream error of a held stream whose head went out),
+    where it ended in an unhandled CancelledError and a silent cut (a full run's web restart test)."""
+
+    async def test() -> None:
+        relay = exchange(Engines(1, 5), route("http://127.0.0.1:1"))
+        held = asyncio.Event()
+
+        async def before() -> None:
+            held.set()
+            await asyncio.Event().wait()  # held until the stop
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()  # the client stays
+            return {}
+
+        serving = asyncio.ensure_future(relay.serve(receive, Client(), before))
+        await held.wait()
+        serving.cancel()
+        with pytest.raises(GatewayError) as stopped:
+            await serving
+        assert (stopped.value.status, stopped.value.code, stopped.value.retry_after) == (503, "gateway_restarting", 1)
+
+    run(test)
