@@ -58,25 +58,20 @@ class Relay:
         """``before`` (the wait of a request held for a wake, which may set ``plan``, or in a lane), then ``run``,
         stopped at once when the client disconnects before its answer is complete (the engine's request is aborted
         with its connection). A side task waits for the disconnect, so the relay itself starts without a task
-        switch. A wait the web process's stop cancels raises errors.gateway_restarting: a held stream whose head
-        went out ends with its error event, never silently."""
+        switch. Cancelled otherwise (uvicorn cancels what is still open HEARTH_DRAIN_SECONDS after a stop), it raises
+        errors.gateway_restarting: a held stream whose head went out ends with its error event, never silently (a
+        stream being relayed ends with its own, gateway.relay_stream)."""
         relay = asyncio.current_task()
         assert relay is not None  # called from a request's task
         watch = asyncio.ensure_future(self._cancel_when_gone(receive, relay))
         try:
             if before is not None:
-                try:
-                    await before()
-                except asyncio.CancelledError:
-                    if self.state.client_gone:
-                        raise
-                    relay.uncancel()  # uvicorn cancels what is still open HEARTH_DRAIN_SECONDS after a stop
-                    raise errors.gateway_restarting() from None
+                await before()
             await self.run(send)
         except asyncio.CancelledError:
-            if not self.state.client_gone:
-                raise
             relay.uncancel()
+            if not self.state.client_gone:
+                raise errors.gateway_restarting() from None
             log.info("client left; upstream request to %s aborted", self.plan.model)
         finally:
             watch.cancel()
