@@ -92,8 +92,9 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
         for n in (1, 2)
     ]
     now = time.time()
-    start = (now - 1800) // 300 * 300  # three phases of 10 minutes, in whole 5-minute periods, ending before now
     midnight = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    now = max(now, midnight + 3600)  # its half hour in one UTC day (at 00:13 the charges fell after the phases)
+    start = (now - 1800) // 300 * 300  # three phases of 10 minutes, in whole 5-minute periods, ending before now
     prices, at_use, per_5_minutes = [], [], []
     for phase, busy in enumerate((False, True, False)):
         for step in range(200):  # a scrape every 3 s: the panels difference no wider gap
