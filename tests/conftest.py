@@ -8,7 +8,6 @@ import importlib
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from django.db import OperationalError, connection
 from django.test import TransactionTestCase
 
 from console.observability import step_cache
+from tests.ports import free_port
 
 if TYPE_CHECKING:
     from django.test import Client
@@ -32,12 +32,6 @@ if TYPE_CHECKING:
     from tests.simworld import Served
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # Fixtures that start processes (a web server, a Celery worker, simulators): a test using one is marked

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,14 @@ import httpx
 import openai
 import pytest
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sim-test-key"
 MODEL = "sim-model"
 # The flags Hearth adds for vLLM, plus one nobody knows: all must be accepted.
 VLLM_FLAGS = ["--dtype", "bfloat16", "--enforce-eager", "--tensor-parallel-size", "1", "--kv-cache-dtype", "auto"]
 VLLM_FLAGS += ["--gpu-memory-utilization", "0.92", "--bogus-flag", "7"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Sim:
