@@ -70,7 +70,11 @@ start web "$PY" -m appliance.web_server --host "${HEARTH_HOST:-127.0.0.1}" --por
 for i in $(seq 1 61); do
   [ "$i" = 61 ] && fail "the web server did not answer" "$DATA/logs/web.log"
   # the web server started here must be the one answering (not one a killed run left holding the port)
-  kill -0 "$(cat "$DATA/web.pid")" 2>/dev/null || fail "the web server exited" "$DATA/logs/web.log"
+  if ! kill -0 "$(cat "$DATA/web.pid")" 2>/dev/null; then
+    tail -20 "$DATA/logs/web.log" | grep -qi "address already in use" &&
+      echo "up: port $PORT is taken by another program; set HEARTH_PORT to use another" >&2
+    fail "the web server exited" "$DATA/logs/web.log"
+  fi
   "$PY" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/login/', timeout=1)" 2>/dev/null && break
   sleep 0.5
 done

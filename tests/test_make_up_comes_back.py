@@ -249,6 +249,7 @@ def test_a_make_up_that_fails_stops_what_it_started(tmp_path: Path) -> None:
         done = script("up.sh", env, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "up: the web server exited" in done.stderr
+    assert f"up: port {port} is taken by another program; set HEARTH_PORT to use another" in done.stderr
     assert "up: failed; stopping what this run started" in done.stderr
     assert "starting redis-server" in done.stdout
     assert processes_of(tmp_path) == []  # no web server, worker or beat left
