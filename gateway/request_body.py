@@ -30,13 +30,16 @@ FIELD_TYPES = (
     ("messages", list, "an array"),  # read to estimate and count the prompt, translated on the way
 )
 TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")
+# Fields an endpoint's API requires that the engine may not ask for: Anthropic's Messages API refuses a request
+# without max_tokens, and vLLM's own /v1/messages answers one with its validator's dump.
+REQUIRED = {"/v1/messages": ("max_tokens", "the most tokens the answer may have")}
 
 
 def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
     """The body as a JSON object. Raises GatewayError 400 for what is not one: invalid JSON or text, or JSON
     nested deeper than the parser's recursion limit (~1,000 levels in CPython); and for a field the gateway reads
-    of the wrong type, or a token limit under 1 (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a
-    prompt), as OpenAI's and Anthropic's APIs refuse them."""
+    of the wrong type, a field ``endpoint`` requires that is missing (REQUIRED), or a token limit under 1 (under 0
+    on ``/v1/completions``, where 0 with ``echo`` scores a prompt), as OpenAI's and Anthropic's APIs refuse them."""
     try:
         request = json.loads(body)
     except ValueError:
@@ -49,6 +52,9 @@ def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
         value = request.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise GatewayError(400, f"'{name}' must be {what}.", param=name)
+    if endpoint in REQUIRED and request.get(REQUIRED[endpoint][0]) is None:
+        name, meaning = REQUIRED[endpoint]
+        raise GatewayError(400, f"'{name}' is required: {meaning}.", param=name)
     least = 0 if endpoint == "/v1/completions" else 1
     for name in TOKEN_LIMITS:
         if isinstance(request.get(name), int) and request[name] < least:

@@ -1,6 +1,7 @@
 """The fields the gateway reads in a request body are checked before it reads them (gateway.request_body): a wrong
-type, or a token limit no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt),
-is the gateway's own 400 naming the field, where the engine answered with its validator's dump."""
+type, a token limit no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), or
+Anthropic's max_tokens missing is the gateway's own 400 naming the field, where the engine answered with its
+validator's dump (or, translated for a chat engine, ran to the context's end where Anthropic's API refuses)."""
 
 import pytest
 
@@ -21,6 +22,8 @@ from gateway.request_body import parse_body
         (b'{"messages": "hi"}', "/v1/chat/completions", "'messages' must be an array."),
         (b'{"messages": {"role": "user"}}', "/v1/messages", "'messages' must be an array."),
         (b"[1, 2]", "/v1/chat/completions", "must be a JSON object"),
+        (b'{"messages": []}', "/v1/messages", "'max_tokens' is required: the most tokens the answer may have."),
+        (b'{"max_tokens": null}', "/v1/messages", "'max_tokens' is required"),
     ],
 )
 def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str, message: str) -> None:
@@ -31,7 +34,13 @@ def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str
 
 @pytest.mark.parametrize(
     ("body", "endpoint"),
-    [(b'{"max_tokens": 0, "echo": true}', "/v1/completions"), (b'{"max_tokens": 1}', "/v1/messages"), (b"{}", "")],
+    [
+        (b'{"max_tokens": 0, "echo": true}', "/v1/completions"),
+        (b'{"max_tokens": 1}', "/v1/messages"),
+        (b'{"messages": []}', "/v1/messages/count_tokens"),  # counting asks for no answer
+        (b'{"messages": []}', "/v1/chat/completions"),  # OpenAI's APIs have no required limit
+        (b"{}", ""),
+    ],
 )
 def test_limits_the_apis_accept_pass(body: bytes, endpoint: str) -> None:
     assert isinstance(parse_body(body, endpoint), dict)
