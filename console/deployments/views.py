@@ -23,6 +23,7 @@ from console.deployments import (
     scaling,
     state_caveats,
 )
+from console.deployments.agent_settings import agent_settings
 from console.deployments.forms import ChangeForm, DeploymentForm, EndpointForm, ExternalForm
 from console.deployments.idle_settings import idle_settings, merged, policy_words, set_idle_settings
 from console.deployments.models import Deployment, DeploymentState
@@ -78,7 +79,11 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
 @login_required
 def deployment_page(request: HttpRequest, pk: int) -> HttpResponse:
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    return render(request, "deployments/deployment.html", _deployment_context(dep))
+    context = _deployment_context(dep)
+    if not dep.external:  # the Coding agents tab's settings, with the base URL this page was reached at
+        base = f"{request.scheme}://{request.get_host()}"
+        context["agent_settings"] = agent_settings(base, dep.served_model_name, dep.stored_plan.max_model_len)
+    return render(request, "deployments/deployment.html", context)
 
 
 @login_required

@@ -1,0 +1,133 @@
+"""The settings that point each coding agent at a deployment through Hearth, as the deployment page's "Coding
+agents" tab shows them: the blocks of docs/agents.md with this Hearth's base URL, the deployment's served model
+name and its context filled in (tests/test_agent_settings.py holds the two to the same text).
+
+The API key stays ``hk-…``: keys are shown once, when made, and the page says where to make one.
+"""
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from string import Template
+
+KEY = "hk-…"
+# OpenCode compacts its conversation by the context it is told: told a small one (8K–16K) it compacts after every
+# answer and never ends (docs/agents.md, measured), so below this many tokens it is told none and asks for 32,000
+# output tokens, which fitting lowers to what is left.
+OPENCODE_TOLD_FROM = 32_768
+OPENCODE_OUTPUT = 4096  # the output limit OpenCode is told with the context
+_PLAIN_YAML = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """One agent's settings: its ``name``, ``where`` they go (a file or the environment), the block's
+    ``language`` (sh, toml, json, yaml) and ``text``, and ``then``, how to run it with them ("" when the block
+    runs it)."""
+
+    name: str
+    where: str
+    language: str
+    text: str
+    then: str
+
+
+CLAUDE_CODE = Template("""\
+export ANTHROPIC_BASE_URL=$base
+export ANTHROPIC_AUTH_TOKEN=$key            # or ANTHROPIC_API_KEY; with both set, the Hearth key is used
+export ANTHROPIC_MODEL=$model_sh          # the served model name
+export ANTHROPIC_SMALL_FAST_MODEL=$model_sh ANTHROPIC_DEFAULT_HAIKU_MODEL=$model_sh
+export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+claude""")
+CODEX = Template("""\
+model = $model_json                 # the served model name
+model_provider = "hearth"
+
+[model_providers.hearth]
+name = "Hearth"
+base_url = "$base/v1"
+env_key = "HEARTH_API_KEY"            # the variable that holds the key
+wire_api = "responses\"""")
+OPENCODE = Template("""\
+{
+  "$$schema": "https://opencode.ai/config.json",
+  "provider": {
+    "hearth": {
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "Hearth",
+      "options": { "baseURL": "$base/v1", "apiKey": "{env:HEARTH_API_KEY}" },
+      "models": { $model_json: { "name": $model_json$limit } }
+    }
+  },
+  "model": $opencode_model
+}""")
+CONTINUE = Template("""\
+name: Hearth
+version: 1.0.0
+schema: v1
+models:
+  - name: $model_yaml
+    provider: openai
+    model: $model_yaml
+    apiBase: $base/v1
+    apiKey: $key
+    roles: [chat, edit, apply]
+    capabilities: [tool_use]""")
+AIDER = Template("""\
+aider --model $aider_model --openai-api-base $base/v1 --openai-api-key $key \\
+  --no-show-model-warnings FILES...""")
+LLM = Template("""\
+- model_id: hearth
+  model_name: $model_yaml
+  api_base: $base/v1
+  api_key_name: hearth
+  supports_tools: true""")
+
+
+def _yaml(text: str) -> str:
+    """``text`` as a YAML scalar: as it is where it is plain, else double-quoted (JSON's strings are YAML's)."""
+    return text if _PLAIN_YAML.fullmatch(text) else json.dumps(text)
+
+
+def agent_settings(base_url: str, model: str, context: int) -> list[AgentSettings]:
+    """Each agent's settings for a deployment served as ``model`` (its served model name) by the Hearth at
+    ``base_url`` (scheme and host, no path: ``http://HOST:8000``), whose context is ``context`` tokens (its
+    max_model_len; 0 where unknown, then OpenCode is told none). In docs/agents.md's order."""
+    limit = ""
+    if context >= OPENCODE_TOLD_FROM:
+        limit = f', "limit": {{ "context": {context}, "output": {OPENCODE_OUTPUT} }}'
+    values = {
+        "base": base_url,
+        "key": KEY,
+        "model_sh": shlex.quote(model),
+        "model_json": json.dumps(model),
+        "model_yaml": _yaml(model),
+        "aider_model": shlex.quote(f"openai/{model}"),
+        "opencode_model": json.dumps(f"hearth/{model}"),
+        "limit": limit,
+    }
+    return [
+        AgentSettings(
+            "Claude Code", "the environment; the base URL has no /v1", "sh", CLAUDE_CODE.substitute(values), ""
+        ),
+        AgentSettings("Codex", "~/.codex/config.toml", "toml", CODEX.substitute(values), f"HEARTH_API_KEY={KEY} codex"),
+        AgentSettings(
+            "OpenCode",
+            "opencode.json in the project, or ~/.config/opencode/opencode.json",
+            "json",
+            OPENCODE.substitute(values),
+            f'HEARTH_API_KEY={KEY} opencode run "TASK"',
+        ),
+        AgentSettings(
+            "Continue (cn)", "~/.continue/config.yaml", "yaml", CONTINUE.substitute(values), 'cn -p "TASK" --auto'
+        ),
+        AgentSettings("aider", "its command line", "sh", AIDER.substitute(values), ""),
+        AgentSettings(
+            "llm",
+            'extra-openai-models.yaml in llm\'s folder: dirname "$(llm logs path)"',
+            "yaml",
+            LLM.substitute(values),
+            'llm keys set hearth && llm -m hearth "Hi"',  # keys set asks for the key
+        ),
+    ]
