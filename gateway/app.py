@@ -336,15 +336,19 @@ class Gateway:
             priority=plan.priority,
             batch_id=plan.batch_id,
         )
-        if state.streamed and (state.client_gone or state.truncated or not state.usage):
+        # a client that left once the engine had its request: a whole answer, or a stream before its first event
+        if (state.streamed or (state.client_gone and state.asked_engine)) and (
+            state.client_gone or state.truncated or not state.usage
+        ):
             outcome.usage = await self._usage_so_far(plan, outcome, state.token_chunks)
         outcome.counts = state.tally.result(outcome.finish_reason)
         return outcome
 
     async def _usage_so_far(self, plan: RelayPlan, outcome: Outcome, token_chunks: int) -> dict[str, Any]:
         """The usage of a stream that went out in part, or without the engine's own count (the client left,
-        or the engine cut it): what the engine reported so far, its output raised to the ``token_chunks``
-        generated events sent (each at least one token), and a missing prompt count asked of the engine's
+        or the engine cut it), or of a request whose client left before any of its answer: what the engine
+        reported so far, its output raised to the ``token_chunks`` generated events sent (each at least one
+        token; 0 for a whole answer, whose output is unknown), and a missing prompt count asked of the engine's
         /tokenize, so a cancelled request is billed and counted against the key's quotas."""
         usage = dict(outcome.usage)
         prompt, completion, _ = outcome.tokens()

@@ -86,6 +86,7 @@ class Relay:
         for upstream in self.router.order(plan.route, plan.prefix):
             self.router.started(upstream, plan.prefix)
             tried += 1
+            self.state.asked_engine = True
             try:
                 try:
                     answer = await self.engines.post(
@@ -97,6 +98,7 @@ class Relay:
                         upstream.external,
                     )
                 except UpstreamUnreachable as exc:
+                    self.state.asked_engine = False
                     refused += isinstance(exc, UpstreamRefused)
                     log.warning("replica %s of %s unreachable: %s", upstream.replica_id, plan.model, exc)
                     continue

@@ -14,6 +14,7 @@ class RelayState:
 
     tally: AnswerTally  # what the answer holds (gateway.answers)
     quiet_since: float  # monotonic seconds of the last bytes sent to the client (the engine's, or a keep-alive)
+    asked_engine: bool = False  # the request went to an engine, which may have begun its prefill
     status: int = 0  # the engine's answer's HTTP status; 0 before its head came
     streamed: int = 0  # bytes of the engine's stream handed to the client (keep-alives and the gateway's own end aside)
     at_boundary: bool = True  # the bytes sent so far end between two events: a keep-alive may go now

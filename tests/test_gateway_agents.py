@@ -136,6 +136,26 @@ def test_a_client_that_cancels_a_stream_is_billed_for_what_it_was_sent_on_every_
         assert row.completion_tokens and row.completion_tokens >= 3 and row.prompt_tokens, row.endpoint
 
 
+def test_a_client_that_leaves_before_any_of_its_answer_is_counted_its_prompt(served: Served) -> None:
+    """A whole answer the client gave up on while the engine generated it, and a stream closed at its head while
+    the engine ran the prefill of a long prompt: each engine had the prompt, so the row has its prompt tokens
+    (counted by the engine's /tokenize) and is counted against the key's quotas, where both rows had none."""
+    headers = {"x-api-key": served.key}
+    whole = {"model": "llama", "max_tokens": 2000, "ignore_eos": True, "messages": HI}  # ~24 s of decode here
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{served.web}/v1/chat/completions", json=whole, headers=headers, timeout=1)
+    long = [{"role": "user", "content": "Tell me about the sea. " * 600}]  # ~0.5 s of prefill at 5,000 tokens/s
+    body = {"model": "llama", "stream": True, "max_tokens": 5, "messages": long}
+    with httpx.stream("POST", f"{served.web}/v1/chat/completions", json=body, headers=headers, timeout=30) as resp:
+        assert resp.status_code == 200  # its head; closed at once
+    rows = wait_for_logs(2)
+    assert [(r.stream, r.client_cancelled, r.usage_estimated) for r in rows] == [
+        (False, True, True),
+        (True, True, True),
+    ]
+    assert rows[0].prompt_tokens and rows[1].prompt_tokens and rows[1].prompt_tokens > 3000, rows
+
+
 def test_engine_refusals_keep_their_code_and_the_body_is_checked_in_each_apis_shape(served: Served) -> None:
     sdk = served.openai()
     with pytest.raises(openai.BadRequestError) as chat:
