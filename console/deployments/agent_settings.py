@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from string import Template
 
 KEY = "hk-…"
+# Codex and llm ask for no output limit: the engine then generates up to the context's end, minutes of output on a
+# small model that rambles (a fresh user's trial: Codex printed nothing for 119 s on SmolLM2-135M's 8K context).
+NO_LIMIT = (
+    "It asks for no output limit, so an answer may run to the context's end: give its key a max_tokens cap "
+    "(API keys, the key's page), and the gateway sets that limit on each of its requests."
+)
 # OpenCode compacts its conversation by the context it is told: told a small one (8K–16K) it compacts after every
 # answer and never ends (docs/agents.md, measured), so below this many tokens it is told none and asks for 32,000
 # output tokens, which fitting lowers to what is left.
@@ -23,14 +29,15 @@ _PLAIN_YAML = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 @dataclass(frozen=True)
 class AgentSettings:
     """One agent's settings: its ``name``, ``where`` they go (a file or the environment), the block's
-    ``language`` (sh, toml, json, yaml) and ``text``, and ``then``, how to run it with them ("" when the block
-    runs it)."""
+    ``language`` (sh, toml, json, yaml) and ``text``, ``then``, how to run it with them ("" when the block runs
+    it), and a ``note`` on what to watch for ("" when none)."""
 
     name: str
     where: str
     language: str
     text: str
     then: str
+    note: str = ""
 
 
 CLAUDE_CODE = Template("""\
@@ -111,7 +118,9 @@ def agent_settings(base_url: str, model: str, context: int) -> list[AgentSetting
         AgentSettings(
             "Claude Code", "the environment; the base URL has no /v1", "sh", CLAUDE_CODE.substitute(values), ""
         ),
-        AgentSettings("Codex", "~/.codex/config.toml", "toml", CODEX.substitute(values), f"HEARTH_API_KEY={KEY} codex"),
+        AgentSettings(
+            "Codex", "~/.codex/config.toml", "toml", CODEX.substitute(values), f"HEARTH_API_KEY={KEY} codex", NO_LIMIT
+        ),
         AgentSettings(
             "OpenCode",
             "opencode.json in the project, or ~/.config/opencode/opencode.json",
@@ -129,5 +138,6 @@ def agent_settings(base_url: str, model: str, context: int) -> list[AgentSetting
             "yaml",
             LLM.substitute(values),
             'llm keys set hearth && llm -m hearth "Hi"',  # keys set asks for the key
+            NO_LIMIT.replace("It asks for", "Without -o max_tokens N it asks for"),
         ),
     ]
