@@ -10,7 +10,9 @@ import pytest
 
 from console.access.models import ApiKey
 from console.observability.models import RequestLog, ServiceLevel
+from console.observability.outcomes import OUTCOMES, outcome_of
 from console.observability.request_stats import window_stats
+from console.observability.request_stats_sql import OUTCOME_WHERE
 from tests.test_panels import deployment
 
 pytestmark = pytest.mark.django_db
@@ -68,3 +70,14 @@ def test_postgresql_aggregates_equal_the_rows_counted_in_python() -> None:
                 assert sql.quantiles(which)[q] == pytest.approx(value, abs=1e-9), (dep.name, which, q)
     assert in_db[a.pk].met_slo > 0 and in_db[b.pk].met_slo > 0 and in_db[a.pk].errors > 0
     assert in_db[idle.pk].total == 0 and in_db[idle.pk].ttft_q == {"p50": None, "p90": None, "p99": None}
+
+
+def test_each_outcomes_condition_finds_the_rows_outcome_of_names_and_no_other() -> None:
+    """OUTCOME_WHERE is what the request log's outcome filter and Usage's Errors and Refused columns read."""
+    rows("where", 600, random.Random(7), [None])
+    named: dict[str, set[int]] = {outcome: set() for outcome in OUTCOMES}
+    for r in RequestLog.objects.all():
+        named[outcome_of(r.status, r.finish_reason, r.truncated, r.client_cancelled, r.completion_tokens)].add(r.pk)
+    assert set(OUTCOME_WHERE) == set(OUTCOMES) and all(named.values()), {k: len(v) for k, v in named.items()}
+    for outcome, where in OUTCOME_WHERE.items():
+        assert set(RequestLog.objects.filter(where).values_list("pk", flat=True)) == named[outcome], outcome

@@ -5,8 +5,9 @@ The same numbers request_stats.RequestStats.add counts row by row in Python, wit
 a panel refresh moves a few rows per deployment instead of every request of the window into the web process
 (64 streams make ~90 requests/s: ~27,000 rows in 5 minutes, ~300 ms of Python holding the GIL the relay needs).
 
-``OUTCOME`` and ``ITL`` say in SQL what console.observability.outcomes' ``outcome_of`` and
-``inter_token_seconds`` say in Python; tests/test_request_stats_sql.py holds the two paths to the same answers.
+``OUTCOME`` (one condition per outcome, ``OUTCOME_WHERE``) and ``ITL`` say in SQL what
+console.observability.outcomes' ``outcome_of`` and ``inter_token_seconds`` say in Python;
+tests/test_request_stats_sql.py holds the two paths to the same answers.
 
 May import: console.observability's models and outcomes, Django.
 """
@@ -25,14 +26,21 @@ from console.observability.outcomes import ERRORS, LENGTH_CUTS, REFUSALS, SERVED
 
 QUANTILES = (0.5, 0.9, 0.99)
 
+_ENDED = Q(client_cancelled=False, truncated=False)
+_SERVED = _ENDED & Q(status__gt=0, status__lt=400)
+_LENGTH = Q(finish_reason__in=LENGTH_CUTS)
+# Each outcome's rows, one condition each, no row in two: the request log's filter and Usage's columns read them.
+OUTCOME_WHERE = {
+    "cancelled": Q(client_cancelled=True),
+    "truncated": Q(client_cancelled=False, truncated=True),
+    "refused": _ENDED & Q(status__gte=400, status__lt=500),
+    "error": _ENDED & (Q(status__gte=500) | Q(status=0)),
+    "length": _SERVED & _LENGTH,
+    "empty": _SERVED & ~_LENGTH & Q(completion_tokens=0),
+    "success": _SERVED & ~_LENGTH & ~Q(completion_tokens=0),
+}
 OUTCOME = Case(
-    When(client_cancelled=True, then=Value("cancelled")),
-    When(truncated=True, then=Value("truncated")),
-    When(status__gte=400, status__lt=500, then=Value("refused")),
-    When(Q(status__gte=500) | Q(status=0), then=Value("error")),
-    When(finish_reason__in=LENGTH_CUTS, then=Value("length")),
-    When(completion_tokens=0, then=Value("empty")),
-    default=Value("success"),
+    *(When(where, then=Value(outcome)) for outcome, where in OUTCOME_WHERE.items()),
     output_field=CharField(),
 )
 ITL = Case(

@@ -24,10 +24,11 @@ from console.deployments.models import Deployment, DeploymentState
 from console.observability import charts, cost, gpu_strip
 from console.observability.forms import MappingForm, RequestFilter, SloForm
 from console.observability.models import MetricMapping, RequestLog, ScrapeHealth, ServiceLevel
-from console.observability.outcomes import LENGTH_CUTS, outcome_of
+from console.observability.outcomes import outcome_of
 from console.observability.panel import LATENCY_WINDOW, STALE_AFTER_SCRAPES, live_panel, panels
 from console.observability.queue_depth import queue_depth
 from console.observability.request_log import cost_text, csv_lines, with_request_id
+from console.observability.request_stats_sql import OUTCOME_WHERE
 
 COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
 SCRAPED = (DeploymentState.LOADING, DeploymentState.READY)  # the states whose engines the scraper reads
@@ -169,20 +170,8 @@ def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
         rows = rows.filter(priority=data["priority"])
     if data.get("batch"):
         rows = rows.filter(batch_id__startswith=data["batch"])  # the start of an id, as the Batches list shows it
-    outcome = data.get("outcome")
-    if outcome == "cancelled":
-        rows = rows.filter(client_cancelled=True)
-    elif outcome == "truncated":
-        rows = rows.filter(truncated=True, client_cancelled=False)
-    elif outcome == "refused":
-        rows = rows.filter(status__gte=400, status__lt=500, truncated=False, client_cancelled=False)
-    elif outcome == "error":
-        rows = rows.filter(Q(status__gte=500) | Q(status=0), truncated=False, client_cancelled=False)
-    elif outcome in ("success", "length", "empty"):
-        rows = rows.filter(status__lt=400, status__gt=0, truncated=False, client_cancelled=False)
-        long = Q(finish_reason__in=LENGTH_CUTS)
-        rows = rows.filter(long) if outcome == "length" else rows.exclude(long)
-        rows = rows.filter(completion_tokens=0) if outcome == "empty" else rows.exclude(completion_tokens=0)
+    if data.get("outcome") in OUTCOME_WHERE:
+        rows = rows.filter(OUTCOME_WHERE[data["outcome"]])
     return rows
 
 

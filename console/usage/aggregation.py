@@ -19,16 +19,18 @@ from django.db.models.functions import Coalesce, TruncDate
 from console.access.models import Priority
 from console.access.roles import may_see_all
 from console.errors import ConsoleError
+from console.observability import outcomes
 from console.observability.models import RequestLog
+from console.observability.request_stats_sql import OUTCOME_WHERE
 
 GROUPS = {"key": "api_key__name", "member": "api_key__owner__username", "model": "model"}
 MAX_DAYS = 366
 NO_PRICE = "no price"
 BATCH = Priority.BATCH.value
-# How a request ended, as console.observability.outcomes.outcome_of says: "error" and "refused" (a cancelled one is
-# neither, whatever its status).
-ERRORS = Q(client_cancelled=False) & (Q(truncated=True) | Q(status__gte=500) | Q(status=0))
-REFUSED = Q(client_cancelled=False, truncated=False, status__gte=400, status__lt=500)
+# How a request ended, as console.observability.outcomes.outcome_of says: the service's failures (ERRORS) and the
+# refusals (REFUSALS); a cancelled one is neither, whatever its status.
+ERRORS = Q(*(OUTCOME_WHERE[outcome] for outcome in outcomes.ERRORS), _connector=Q.OR)
+REFUSED = Q(*(OUTCOME_WHERE[outcome] for outcome in outcomes.REFUSALS), _connector=Q.OR)
 
 
 @dataclass(frozen=True)
