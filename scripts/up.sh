@@ -94,3 +94,11 @@ for i in $(seq 1 121); do
 done
 echo "Hearth is up: open http://127.0.0.1:$PORT/ (while no admin exists, the first visit creates one)."
 echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"
+# where its state lives (credentials left out): a Redis database another program also uses is seen here
+"$PY" - <<'WHERE'
+import os, urllib.parse
+redis = urllib.parse.urlsplit(os.environ["REDIS_URL"])
+db = redis.path.strip("/") or "0"
+database = "PostgreSQL" if os.environ.get("DATABASE_URL") else f"SQLite in {os.environ['HEARTH_DATA_DIR']}"
+print(f"Database: {database}. Redis: {redis.hostname}:{redis.port or 6379}, database {db} (set REDIS_URL for another).")
+WHERE

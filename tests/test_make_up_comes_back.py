@@ -92,7 +92,8 @@ class Appliance:
         self.data, self.port = data, free_port()
         self.env = environment(data, self.port, settings.REDIS_URL)
         self.base = f"http://127.0.0.1:{self.port}"
-        script("up.sh", self.env)
+        said = script("up.sh", self.env).stdout
+        assert f"Database: SQLite in {data}. Redis: 127.0.0.1:" in said, said  # where its state lives
         shell = {**self.env, "SECRET_KEY_FILE": str(data / "secret_key")}
         subprocess.run([self.env["PY"], "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=shell, check=True)
         self.client = login(self.base)
