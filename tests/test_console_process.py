@@ -215,6 +215,28 @@ def test_stopping_the_web_server_leaves_no_console_behind(web_server: WebServer)
     assert not Path(f"/proc/{pid}").exists() and not folder.exists()
 
 
+def test_a_stop_signal_to_the_whole_process_group_ends_it_with_no_error_and_no_console_started_again(
+    live_env: dict[str, str], tmp_path: Path
+) -> None:
+    """docker stop, systemd and Ctrl-C signal every process of the group at once: the console, drained, ends on
+    SIGTERM while the web server drains its relays (HEARTH_DRAIN_SECONDS at most, its default here). It logged an
+    ERROR and started the console again."""
+    env = {
+        **live_env,
+        "HEARTH_WEB_WORKERS": "2",
+        "HEARTH_CONSOLE_WORKERS": "1",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+    }
+    proc, base = start_web(env, tmp_path / "web.log")
+    web = WebServer(proc, base)
+    pid = web.console_pid()
+    os.killpg(proc.proc.pid, signal.SIGTERM)
+    assert proc.proc.wait(60) == 0, proc.output()[-3000:]
+    said = proc.output()
+    assert " ERROR " not in said and "starting it again" not in said, said[-3000:]
+    assert not _alive(pid)
+
+
 def test_what_a_killed_web_server_left_in_the_temp_folder_is_removed_and_nothing_else(tmp_path: Path) -> None:
     stale, starting, other = tmp_path / "hearth-console-a", tmp_path / "hearth-console-b", tmp_path / "unrelated"
     for folder in (stale, starting, other):
