@@ -57,6 +57,10 @@ def test_a_good_endpoint_becomes_a_ready_deployment_with_its_version_and_its_key
     assert ENGINE_KEY not in str(entry.changes) and entry.changes["engine_api_key"] == "set"
     page = admin.get(f"/deployments/{dep['id']}/").content.decode()
     assert sim.base in page and "up" in page and ENGINE_KEY not in page and "Launch" not in page
+    # the Coding agents tab: no plan to show, each agent's settings for the name it is served as
+    assert (
+        'data-tab="agents"' in page and 'data-tab="plan"' not in page and "export ANTHROPIC_MODEL=outside-model" in page
+    )
     pages = ["status/", "logs/", "panel/", "series/", "export/", "change/", "endpoints/add/", "capacity/"]
     for path in [
         "/",
