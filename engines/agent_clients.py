@@ -149,7 +149,8 @@ class Verdict:
 def agents_verdict(agents: Sequence[Served], max_model_len: int, refuses_tools: bool) -> Verdict | None:
     """The plan's verdict on ``agents`` in one sentence: which are served, and, for those that are not, the one
     reason: an engine that ``refuses_tools`` (no tool-call parser: every agent sends tools), else the context
-    each needs against ``max_model_len`` tokens. None without agents (a plan that did not judge them)."""
+    each needs against ``max_model_len`` tokens, with what would serve them. None without agents (a plan that did
+    not judge them)."""
     if not agents:
         return None
     served = [a.name for a in agents if a.serves]
@@ -157,14 +158,21 @@ def agents_verdict(agents: Sequence[Served], max_model_len: int, refuses_tools: 
     if not missed:
         return Verdict(f"{_names(served)} {_is(served)} served.", True)
     if refuses_tools:
-        why = "without a tool-call parser this engine refuses every request that carries tools, which agents send"
+        why = (
+            "without a tool-call parser this engine refuses every request that carries tools, which agents send; "
+            "choosing one serves them"
+        )
     else:
         first, *rest = missed
         needs = " and ".join(
             [f"{first.name}'s first request needs about {first.needed:,} tokens of context"]
             + [f"{a.name}'s about {a.needed:,}" for a in rest]
         )
-        why = f"{needs}, more than the {max_model_len:,} this plan has"
+        most, them = max(a.needed for a in missed), "them" if rest else "it"
+        why = (
+            f"{needs}, more than the {max_model_len:,} this plan has; a max_model_len of {most:,} or more serves "
+            f"{them}, where the model's context and the memory allow"
+        )
     if served:
         missing = [a.name for a in missed]
         return Verdict(f"{_names(served)} {_is(served)} served; {_names(missing)} {_is(missing)} not: {why}.", False)

@@ -153,7 +153,7 @@ def test_the_console_shows_the_parsers_the_warning_and_the_agents_before_anythin
     ).content.decode()
     assert 'data-field="parser-warning"' not in html and "Claude Code: not served." in html  # llama3_json chosen
     verdict = 'data-field="agent-verdict">No coding agent is served: Claude Code&#x27;s first request needs about'
-    assert verdict in html and "more than the 8,192 this plan has." in html
+    assert verdict in html and "more than the 8,192 this plan has; a max_model_len of" in html
     resp = admin.post(
         "/api/deployments",
         {

@@ -156,21 +156,23 @@ def fact(name: str, serves: bool, needed: int) -> AgentFact:
             [fact("Claude Code", False, 47385), fact("Codex", True, 13687)],
             False,
             "Codex is served; Claude Code is not: Claude Code's first request needs about 47,385 tokens of context, "
-            "more than the 32,768 this plan has.",
+            "more than the 32,768 this plan has; a max_model_len of 47,385 or more serves it, where the model's "
+            "context and the memory allow.",
             False,
         ),
         (
             [fact("Claude Code", False, 47385), fact("Codex", False, 13687)],
             False,
             "No coding agent is served: Claude Code's first request needs about 47,385 tokens of context and "
-            "Codex's about 13,687, more than the 32,768 this plan has.",
+            "Codex's about 13,687, more than the 32,768 this plan has; a max_model_len of 47,385 or more serves them, "
+            "where the model's context and the memory allow.",
             False,
         ),
         (
             [fact("Claude Code", False, 19481), fact("Codex", False, 13687)],
             True,
             "No coding agent is served: without a tool-call parser this engine refuses every request that carries "
-            "tools, which agents send.",
+            "tools, which agents send; choosing one serves them.",
             False,
         ),
     ],
