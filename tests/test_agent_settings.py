@@ -54,6 +54,6 @@ def test_the_deployment_page_shows_each_agents_settings_with_the_url_it_was_reac
     assert "base_url = &quot;http://127.0.0.1:8000/v1&quot;" in page
     assert "&quot;limit&quot;: { &quot;context&quot;: 65536, &quot;output&quot;: 4096 }" in page
     assert "Then run <code>HEARTH_API_KEY=hk-… codex</code>." in page
-    assert page.count('data-field="agent-note">') == 2  # Codex and llm, which ask for no output limit
-    assert "give its key a max_tokens cap" in page
+    assert 'data-field="agents-cap">' in page and "give the agent's key a max_tokens cap" in page
+    assert page.count('data-field="agent-note">') == 1 and "is an error to Claude Code" in page
     assert 'href="/keys/"' in page

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from string import Template
 
 KEY = "hk-…"
-# Codex and llm ask for no output limit: the engine then generates up to the context's end, minutes of output on a
-# small model that rambles (a fresh user's trial: Codex printed nothing for 119 s on SmolLM2-135M's 8K context).
-NO_LIMIT = (
-    "It asks for no output limit, so an answer may run to the context's end: give its key a max_tokens cap "
-    "(API keys, the key's page), and the gateway sets that limit on each of its requests."
+# A key's max_tokens cap bounds the answers of a model that does not end them (the deployment page says so above
+# the blocks); Claude Code alone takes an answer cut at the cap for an error (a trial: SmolLM2 behind a 200-token
+# cap gave "API Error: Claude's response exceeded the 200 output token maximum" after 41 s).
+CAPPED_CLAUDE = (
+    "An answer cut at its key's max_tokens cap is an error to Claude Code (\"Claude's response exceeded the N "
+    'output token maximum"): give its key no cap, and it a model that ends its answers.'
 )
 # OpenCode compacts its conversation by the context it is told: told a small one (8K–16K) it compacts after every
 # answer and never ends (docs/agents.md, measured), so below this many tokens it is told none and asks for 32,000
@@ -116,11 +117,14 @@ def agent_settings(base_url: str, model: str, context: int) -> list[AgentSetting
     }
     return [
         AgentSettings(
-            "Claude Code", "the environment; the base URL has no /v1", "sh", CLAUDE_CODE.substitute(values), ""
+            "Claude Code",
+            "the environment; the base URL has no /v1",
+            "sh",
+            CLAUDE_CODE.substitute(values),
+            "",
+            CAPPED_CLAUDE,
         ),
-        AgentSettings(
-            "Codex", "~/.codex/config.toml", "toml", CODEX.substitute(values), f"HEARTH_API_KEY={KEY} codex", NO_LIMIT
-        ),
+        AgentSettings("Codex", "~/.codex/config.toml", "toml", CODEX.substitute(values), f"HEARTH_API_KEY={KEY} codex"),
         AgentSettings(
             "OpenCode",
             "opencode.json in the project, or ~/.config/opencode/opencode.json",
@@ -138,6 +142,5 @@ def agent_settings(base_url: str, model: str, context: int) -> list[AgentSetting
             "yaml",
             LLM.substitute(values),
             'llm keys set hearth && llm -m hearth "Hi"',  # keys set asks for the key
-            NO_LIMIT.replace("It asks for", "Without -o max_tokens N it asks for"),
         ),
     ]
