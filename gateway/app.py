@@ -44,7 +44,7 @@ from gateway.prices import Prices
 from gateway.registry import Registry
 from gateway.relay import Relay
 from gateway.relay_plan import Planner, RelayPlan
-from gateway.request_body import CLIENT_LEFT, ClientLeft, parse_body, read_body
+from gateway.request_body import CLIENT_LEFT, ClientLeft, check_fields, decode_body, parse_body, read_body
 from gateway.request_ids import HEADER, RequestIds, request_ids
 from gateway.reservations import Reservations
 from gateway.rewrite import tokenize_request
@@ -238,8 +238,9 @@ class Gateway:
         names is noted in ``scope`` for a refusal's row. A Batch API ``line`` runs with its batch's id
         (gateway.batch_lines)."""
         body = await read_body(receive, scope["headers"])
-        request = parse_body(body, path)
+        request = decode_body(body)
         scope["hearth.model"] = request["model"] if isinstance(request.get("model"), str) else ""
+        check_fields(request, path)  # after the model is noted: a refusal's row names it
         kind, surface = POST_ROUTES[path]
         key, route = await self.registry.resolve(arrived, lambda s: key_and_route(s, offered, request))
         if line is not None and route.asleep and not batch_lines.may_wake():

@@ -36,10 +36,16 @@ REQUIRED = {"/v1/messages": ("max_tokens", "the most tokens the answer may have"
 
 
 def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
+    """The body as a JSON object, its fields checked: ``decode_body`` then ``check_fields``, whose errors it
+    raises."""
+    request = decode_body(body)
+    check_fields(request, endpoint)
+    return request
+
+
+def decode_body(body: bytes) -> dict[str, Any]:
     """The body as a JSON object. Raises GatewayError 400 for what is not one: invalid JSON or text, or JSON
-    nested deeper than the parser's recursion limit (~1,000 levels in CPython); and for a field the gateway reads
-    of the wrong type, a field ``endpoint`` requires that is missing (REQUIRED), or a token limit under 1 (under 0
-    on ``/v1/completions``, where 0 with ``echo`` scores a prompt), as OpenAI's and Anthropic's APIs refuse them."""
+    nested deeper than the parser's recursion limit (~1,000 levels in CPython)."""
     try:
         request = json.loads(body)
     except ValueError:
@@ -48,6 +54,13 @@ def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
         raise GatewayError(400, "The request body is JSON nested too deeply.") from None
     if not isinstance(request, dict):
         raise GatewayError(400, "The request body must be a JSON object.")
+    return request
+
+
+def check_fields(request: dict[str, Any], endpoint: str) -> None:
+    """Raises GatewayError 400 for a field the gateway reads of the wrong type, a field ``endpoint`` requires that
+    is missing (REQUIRED), or a token limit under 1 (under 0 on ``/v1/completions``, where 0 with ``echo`` scores
+    a prompt), as OpenAI's and Anthropic's APIs refuse them."""
     for name, kind, what in FIELD_TYPES:
         value = request.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
@@ -59,7 +72,6 @@ def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
     for name in TOKEN_LIMITS:
         if isinstance(request.get(name), int) and request[name] < least:
             raise GatewayError(400, f"'{name}' must be {least} or more; it is {request[name]}.", param=name)
-    return request
 
 
 async def read_body(receive: Receive, headers: Iterable[tuple[bytes, bytes]] = ()) -> bytes:

@@ -1,9 +1,10 @@
-"""Every request a key sends leaves a request-log row, also one the gateway refuses itself before an engine is
-chosen (gateway.refusals): a body that is not JSON, an unknown model, a Content-Encoding it does not decode, a bad
-gzip body, a wrong method, an unknown endpoint. Each row holds the key, the model its body named, the endpoint, the
-status and the request's id, with no tokens and no cost; the answer is the API's own error. A request without a key
-that authenticates leaves none. A client that leaves before its body is whole leaves a cancelled row (499) and no
-error in the web log. Against a real web process and tests/test_stream_defects_replay.py's engine."""
+"""Every request a key sends leaves a request-log row, also one the gateway refuses itself before an engine is chosen
+(gateway.refusals): a body that is not JSON, an unknown model, a Content-Encoding it does not decode, a bad gzip
+body, a field of the wrong type or missing, a wrong method, an unknown endpoint. Each row holds the key, the model
+its body named, the endpoint, the status and the request's id, with no tokens and no cost; the answer is the API's
+own error. A request without a key that authenticates leaves none. A client that leaves before its body is whole
+leaves a cancelled row (499) and no error in the web log. Against a real web process and
+tests/test_stream_defects_replay.py's engine."""
 
 import json
 import socket
@@ -29,6 +30,8 @@ REFUSED = [
     ("brotli", "POST", CHAT, json.dumps(ASK).encode(), {"content-encoding": "br"}, 415, ""),
     ("bad-gzip", "POST", CHAT, b"not gzip at all", {"content-encoding": "gzip"}, 400, ""),
     ("no-model", "POST", CHAT, json.dumps({"messages": []}).encode(), {}, 400, ""),
+    ("bad-field", "POST", CHAT, json.dumps({**ASK, "messages": "Hi"}).encode(), {}, 400, MODEL),  # its model named
+    ("no-max-tokens", "POST", "/v1/messages", json.dumps(ASK).encode(), {}, 400, MODEL),
     ("wrong-method", "GET", CHAT, b"", {}, 405, ""),
     ("unknown-endpoint", "POST", "/v1/nothing-here", json.dumps(ASK).encode(), {}, 404, ""),
 ]
