@@ -71,7 +71,7 @@ for i in $(seq 1 61); do
   [ "$i" = 61 ] && fail "the web server did not answer" "$DATA/logs/web.log"
   # the web server started here must be the one answering (not one a killed run left holding the port)
   if ! kill -0 "$(cat "$DATA/web.pid")" 2>/dev/null; then
-    tail -20 "$DATA/logs/web.log" | grep -qi "address already in use" &&
+    tail -20 "$DATA/logs/web.log" | grep -i "address already in use" >/dev/null &&
       echo "up: port $PORT is taken by another program; set HEARTH_PORT to use another" >&2
     fail "the web server exited" "$DATA/logs/web.log"
   fi
