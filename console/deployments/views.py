@@ -79,14 +79,12 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
 @login_required
 def deployment_page(request: HttpRequest, pk: int) -> HttpResponse:
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    context = _deployment_context(dep)
+    plan = dep.stored_plan
     # the Coding agents tab's settings, with the address this page was reached at; the context the plan gives (an
     # engine Hearth did not launch has none: the one set on the deployment, if any)
-    base, context_tokens = (
-        f"{request.scheme}://{request.get_host()}",
-        dep.stored_plan.max_model_len or dep.max_model_len,
-    )
-    context["agent_settings"] = agent_settings(base, dep.served_model_name, context_tokens)
+    base = f"{request.scheme}://{request.get_host()}"
+    agents = agent_settings(base, dep.served_model_name, plan.max_model_len or dep.max_model_len)
+    context = _deployment_context(dep) | {"plan": plan, "agent_settings": agents}
     return render(request, "deployments/deployment.html", context)
 
 
