@@ -72,8 +72,8 @@ def pull(dep: Deployment) -> None:
             dep.move(S.FAILED, str(exc))
             return
     gpus = gpus_in_words(dep.stored_plan) if dep.engine in GPU_ENGINES else "CPU"
-    pin = {"engine_image": pinned, "engine_image_ref": image_ref(dep) if pinned else ""}
-    if dep.move(S.STARTING, "Starting the engine.", gpu_model=gpus[:100], **pin):
+    ref = image_ref(dep) if pinned else ""
+    if dep.move(S.STARTING, "Starting the engine.", gpu_model=gpus[:100], engine_image=pinned, engine_image_ref=ref):
         start(dep)
 
 

@@ -37,9 +37,9 @@ health-checked by reconcile (console.deployments.external): up while ``ready_at`
 ``down_reason`` otherwise, never started, stopped or restarted.
 """
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from console.catalog.models import ModelSource
@@ -94,6 +94,16 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 def sources_of(target: str) -> list[str]:
     """The states from which ``target`` may be entered."""
     return [state for state, targets in TRANSITIONS.items() if target in targets]
+
+
+class EventNote(NamedTuple):
+    """A DeploymentEvent to record with a move (Deployment.move): its kind (DeploymentEvent.Kind), seconds, sleep
+    level and reason."""
+
+    kind: str
+    seconds: float | None
+    level: int | None = None
+    reason: str = ""
 
 
 class Deployment(models.Model):
@@ -225,28 +235,34 @@ class Deployment(models.Model):
         launched = self.model_id is not None and not self.external  # one Hearth launches (it has a model)
         return launched and self.state == S.STOPPED and self.desired == DesiredState.SERVING
 
-    def move(self, target: str, reason: str = "", **fields: Any) -> bool:
+    def move(self, target: str, reason: str = "", event: EventNote | None = None, **fields: Any) -> bool:
         """Claim the transition to ``target`` with a conditional UPDATE; False if another got there first.
 
         Only states that TRANSITIONS allows into ``target`` are matched, so two workers never both win. The move to
         ready or failed ends a wake under way (as this object read ``wake_started_at``): its DeploymentEvent, a wake
         with its seconds or a failed wake with ``reason``, is recorded; a move to stopping ends it without one.
+        ``event`` (a kind, its seconds, its level) is recorded with the move. The move and its event are one
+        transaction: no reader sees the new state without its event.
         """
         now = timezone.now()
         woke_from = self.wake_started_at
         if target in (S.READY, S.FAILED, S.STOPPING):
             fields.setdefault("wake_started_at", None)
-        updated = Deployment.objects.filter(pk=self.pk, state__in=sources_of(target)).update(
-            state=target, state_reason=reason, updated_at=now, state_since=now, **fields
-        )
-        if updated:
-            self.state, self.state_reason, self.state_since = target, reason, now
-            for key, value in fields.items():
-                setattr(self, key, value)
+        with transaction.atomic():
+            updated = Deployment.objects.filter(pk=self.pk, state__in=sources_of(target)).update(
+                state=target, state_reason=reason, updated_at=now, state_since=now, **fields
+            )
+            if not updated:
+                return False
             if woke_from is not None and target in (S.READY, S.FAILED):
                 kind = DeploymentEvent.Kind.WAKE if target == S.READY else DeploymentEvent.Kind.WAKE_FAILED
                 DeploymentEvent.note(self, kind, (now - woke_from).total_seconds(), reason=reason)
-        return bool(updated)
+            if event is not None:
+                DeploymentEvent.note(self, event.kind, event.seconds, level=event.level, reason=event.reason)
+        self.state, self.state_reason, self.state_since = target, reason, now
+        for key, value in fields.items():
+            setattr(self, key, value)
+        return True
 
     def progress(self, reason: str) -> bool:
         """Say how the current state is going (it is also the task's heartbeat, ``updated_at``), only

@@ -26,7 +26,14 @@ from console.audit.recording import record
 from console.deployments import activity, engine_sleep, wakeups
 from console.deployments.admin_actions import launch
 from console.deployments.lifecycle import end_all
-from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState, Replica
+from console.deployments.models import (
+    Deployment,
+    DeploymentEvent,
+    DeploymentState,
+    DesiredState,
+    EventNote,
+    Replica,
+)
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
 
@@ -95,8 +102,8 @@ def sleep(deployment_id: int, reason: str) -> None:
         fail(dep, f"The sleep failed: {exc} Its engine was stopped; launch it again.")
         return
     seconds = time.monotonic() - started
-    if dep.move(S.ASLEEP, f"Asleep at level {level}: {reason}"):
-        DeploymentEvent.note(dep, DeploymentEvent.Kind.SLEEP, seconds, level=level, reason=reason)
+    slept = EventNote(DeploymentEvent.Kind.SLEEP, seconds, level, reason)
+    if dep.move(S.ASLEEP, f"Asleep at level {level}: {reason}", event=slept):
         log.info("deployment %s: asleep at level %s in %.2f s (%s)", dep.name, level, seconds, reason)
 
 
@@ -109,8 +116,8 @@ def stop_to_save(deployment_id: int, reason: str) -> None:
     started = time.monotonic()
     end_all(dep)
     seconds = time.monotonic() - started
-    if dep.move(S.STOPPED, f"Stopped to save: {reason} The next request launches it again."):
-        DeploymentEvent.note(dep, DeploymentEvent.Kind.STOP_IDLE, seconds, reason=reason)
+    stopped = EventNote(DeploymentEvent.Kind.STOP_IDLE, seconds, reason=reason)
+    dep.move(S.STOPPED, f"Stopped to save: {reason} The next request launches it again.", event=stopped)
 
 
 def wake(deployment_id: int, reason: str, audited: bool = False) -> None:
