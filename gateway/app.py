@@ -17,6 +17,7 @@ out. A request refused before an engine was chosen leaves its request-log row to
 served as its batch owner's key and answered once (gateway.batch_lines).
 """
 
+import asyncio
 import functools
 import gc
 import json
@@ -55,6 +56,10 @@ from gateway.upstream import Engines
 log = logging.getLogger(__name__)
 # answered by the gateway alone (400: a bad body; 415: a Content-Encoding it does not decode)
 REFUSED_BEFORE_RELAY = {400, 401, 403, 404, 405, 413, 415, 503, 508}
+# seconds a request uvicorn cancelled at its stop (HEARTH_DRAIN_SECONDS after it) is given to end: to send its error
+# event, which waits for the client to read when the socket is full, and to note its row
+ENDING_SECONDS = 10.0
+FLUSH_SECONDS = 0.5  # then for what the last sends left in their connections' buffers to go out
 
 # POST endpoints relayed to the engine serving the body's model: path → (stream kind, error surface).
 POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
@@ -99,6 +104,7 @@ class Gateway:
         self.planner = Planner(self.engines, self.router)
         self.holding = Holding(self.registry)
         self.lanes = Lanes(self.reservations.redis, self.engines)
+        self.requests: set[asyncio.Task[Any]] = set()  # the requests under way (``_let_requests_end``)
 
     async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:
@@ -111,6 +117,7 @@ class Gateway:
                 self.ledger.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await self._let_requests_end()
                 await self.ledger.stop()
                 await self.lanes.close()
                 self.engines.close()
@@ -118,6 +125,21 @@ class Gateway:
                 await self.reservations.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _let_requests_end(self) -> None:
+        """At the stop, before the ledger stops: uvicorn asks for the lifespan's shutdown as soon as it has cancelled
+        the requests still open HEARTH_DRAIN_SECONDS after the stop, and the process exits after it. A cancelled
+        stream still has to send its error event (gateway.relay), which waits for the client to read when its
+        socket is full, and each request to note its row: they are given ENDING_SECONDS, then FLUSH_SECONDS for
+        their last bytes to leave the process (a send does not wait for that)."""
+        ending = [task for task in self.requests if not task.done()]
+        if ending:
+            _, left = await asyncio.wait(ending, timeout=ENDING_SECONDS)
+            if left:
+                log.warning(
+                    "%d requests had not ended %g s after they were cancelled at the stop", len(left), ENDING_SECONDS
+                )
+            await asyncio.sleep(FLUSH_SECONDS)
 
     async def probe(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``/health`` or ``/ready`` (gateway.probes), with its request id."""
@@ -129,6 +151,10 @@ class Gateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["hearth.arrived"] = time.monotonic()  # user-visible TTFT and duration count from here
+        task = asyncio.current_task()
+        if task is not None:  # uvicorn runs each request in its own task
+            self.requests.add(task)
+            task.add_done_callback(self.requests.discard)
         path = scope["path"].rstrip("/")
         intended = wrong_urls.intended(path, is_endpoint)  # the endpoint a wrong base URL meant
         surface = wrong_urls.surface_of(intended or path)
