@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 REFUSED_BEFORE_RELAY = {400, 401, 403, 404, 405, 413, 415, 503, 508}
 # seconds a request uvicorn cancelled at its stop (HEARTH_DRAIN_SECONDS after it) is given to end: to send its error
 # event, which waits for the client to read when the socket is full, and to note its row
-ENDING_SECONDS = 10.0
+ENDING_SECONDS = 3.0  # within the 5 s scripts/down.sh and compose's stop_grace_period give beyond the drain
 FLUSH_SECONDS = 0.5  # then for what the last sends left in their connections' buffers to go out
 
 # POST endpoints relayed to the engine serving the body's model: path → (stream kind, error surface).
