@@ -23,7 +23,9 @@ the same. What Redis has not taken by the process's stop is left to beat's accou
 
 A Redis server that restarts without persistence (compose's) loses what its spool held. So the process keeps
 the rows it spooled in the last RECENT_SECONDS, and when Redis stops answering it writes them to the database
-directly too (``unwritten``): those a spool writer had written already are skipped.
+directly too (``unwritten``): those a spool writer had written already are skipped. It loses this process's
+registration and notes too: the loop finds the process gone from the set of noting processes (``PROGRESS``) and
+notes its requests in flight again.
 """
 
 import asyncio
@@ -55,12 +57,15 @@ RETRY_MAX = 10.0  # seconds at most between tries of what Redis did not take
 COMPLAIN_EVERY = 10.0  # seconds between two log lines about Redis not taking notes or ends
 RECENT_SECONDS = 10.0  # seconds a spooled row is kept here, to be written directly should Redis go away
 
-# KEYS: 1 the process's notes, 2 its alive key. ARGV: 1 the alive key's TTL (s), then request id, note pairs.
+# KEYS: 1 the process's notes, 2 its alive key, 3 the set of noting processes. ARGV: 1 the alive key's TTL (s),
+# 2 the process, then request id, note pairs. Returns 1 when the process was not in the set: Redis lost it.
 PROGRESS = """
+local lost = redis.call('SADD', KEYS[3], ARGV[2])
 redis.call('SET', KEYS[2], '1', 'EX', ARGV[1])
-for i = 2, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
+return lost
 """
 
 # The notes of the requests started in one turn of the event loop, with their deployments' activity.
@@ -302,7 +307,8 @@ class Ledger:
                 await asyncio.sleep(TICK)
 
     async def _renew(self) -> None:
-        """The alive key renewed and the notes of requests whose progress changed rewritten."""
+        """The alive key renewed, this process in the set of noting processes, and the notes of requests whose
+        progress changed rewritten; when Redis had lost this process, the requests in flight noted again."""
         now, changed = time.time(), []
         for ticket in self.open.values():
             state = ticket.state
@@ -311,7 +317,22 @@ class Ledger:
                 ticket.said = said
                 progress = {"chunks": said[0], "status": said[1], "ttft": state.ttft_seconds, "updated": now}
                 changed += [ticket.request_id, json.dumps({**ticket.fields, **progress})]
-        await self._progress(keys=[self.notes, alive_key(self.process)], args=[ALIVE_SECONDS, *changed])
+        keys = [self.notes, alive_key(self.process), processes_key()]
+        if await self._progress(keys=keys, args=[ALIVE_SECONDS, self.process, *changed]):
+            self._note_again()
+
+    def _note_again(self) -> None:
+        """Note again the requests in flight whose notes were written, with their deployments' activity: Redis
+        lost them with this process's registration (a restart without persistence, as compose's Redis), and
+        without them the panels read no request running, the idle policy could put a deployment with streams
+        in flight aside, and the reaper would not know this process."""
+        again = [ticket for ticket in self.open.values() if ticket.noted]
+        log.warning(
+            "Redis had lost this process and its notes (restarted?): %d requests in flight noted again", len(again)
+        )
+        for ticket in again:
+            ticket.said = (0, 0)  # the next round rewrites its progress
+            self.note(ticket)
 
     async def _retry(self) -> None:
         """Try again the ends Redis did not take, in order (while Redis still does not answer, wait longer before

@@ -21,6 +21,7 @@ from django.test import override_settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from console.access.keys import create_key
+from console.deployments import activity
 from console.observability import request_spool
 from console.observability.cost import price_per_token
 from console.observability.models import RequestLog
@@ -211,6 +212,7 @@ def test_the_requests_of_a_gone_process_are_recorded_as_cut_with_what_they_were_
             await ledger.admit(tickets[1], plan(budget, reserve=100))
             for ticket, chunks in zip(tickets, (4, 7), strict=True):
                 ticket.state.status, ticket.state.token_chunks = 200, chunks
+            await ledger._register()  # as its loop does first
             await ledger._renew()  # the progress its loop writes every TICK seconds
             r.sadd(processes_key(), dead, elsewhere, ledger.process)
             r.set(alive_key(dead), "1", ex=60)  # alive by its key, gone by its PID
@@ -236,6 +238,46 @@ def test_the_requests_of_a_gone_process_are_recorded_as_cut_with_what_they_were_
             assert {p.decode() for p in r.smembers(processes_key())} == {elsewhere, ledger.process}
             assert r.hlen(notes_key(elsewhere)) == 1 and r.hlen(notes_key(ledger.process)) == 1
             assert await reap(ledger.redis, ledger.reservations.finish, ledger.process) == 0  # recorded once
+        finally:
+            await ledger.reservations.close()
+
+    asyncio.run(check())
+
+
+def test_a_redis_that_lost_everything_gets_the_process_and_its_requests_in_flight_back(
+    own_instance: redis.Redis,
+) -> None:
+    """compose's Redis keeps nothing across a restart: the panels read the requests running from the noting
+    processes' notes, and the idle policy reads the deployments' requests in flight."""
+    r = own_instance
+    free, budget = key_entry(live_key("free"), Quota()), key_entry(live_key("budget"), Quota(daily_usd=Decimal(10)))
+
+    async def check() -> None:
+        ledger = Ledger(Reservations(Prices()))
+        try:
+            await ledger._register()
+            tickets = [
+                ledger.ticket(plan(free), state(), request_ids([])),
+                ledger.ticket(plan(budget, reserve=100), state(), request_ids([])),
+            ]
+            ledger.note(tickets[0])
+            await tickets[0].noting
+            await ledger.admit(tickets[1], plan(budget, reserve=100))
+            tickets[0].state.status, tickets[0].state.token_chunks = 200, 5
+            await ledger._renew()
+            assert r.hlen(ledger.notes) == 2
+            r.unlink(*r.keys(f"hearth:{settings.HEARTH_INSTANCE}:*"))  # the restart
+            await ledger._renew()  # its next round
+            await asyncio.gather(*(t.noting for t in tickets if t.noting is not None))
+            assert {p.decode() for p in r.smembers(processes_key())} == {ledger.process}
+            assert {k.decode() for k in r.hkeys(ledger.notes)} == {t.request_id for t in tickets}
+            in_flight = {m.decode() for m in r.zrange(activity.in_flight_key(DEPLOYMENT), 0, -1)}
+            assert in_flight == {t.request_id for t in tickets}
+            await ledger._renew()  # the progress rewritten
+            assert json.loads(r.hget(ledger.notes, tickets[0].request_id) or "{}")["chunks"] == 5
+            for ticket, key in zip(tickets, (free, budget), strict=True):
+                await ledger.close(ticket, ended(key, 9, 11))
+            assert r.hlen(ledger.notes) == 0 and r.zcard(activity.in_flight_key(DEPLOYMENT)) == 0
         finally:
             await ledger.reservations.close()
 
