@@ -23,6 +23,7 @@ from gateway.answers import AnswerCounts
 
 log = logging.getLogger(__name__)
 
+ERROR_CHARS = 500  # RequestLog.error's length
 REQUESTS = Counter("hearth_gateway_requests", "Gateway requests", ["model", "surface", "status"])
 TRUNCATED = Counter(
     "hearth_gateway_truncated_streams", "Streams the engine ended without their terminal event", ["model"]
@@ -96,6 +97,7 @@ class Outcome:
     wake_seconds: float | None = None  # how long it was held
     priority: str = "standard"  # the class it ran at (gateway.relay_plan.RelayPlan.priority)
     batch_id: str = ""  # the Batch (batch_...) it was a line of; "" otherwise
+    error: str = ""  # why it failed, as its client was told (gateway.errors' message); "" when it did not
 
     def tokens(self) -> tuple[int | None, int | None, int | None]:
         """(prompt, completion, cached) from any of the three APIs' usage objects: OpenAI chat's
@@ -195,4 +197,5 @@ def row_of(o: Outcome) -> Row:
         "wake_seconds": o.wake_seconds,
         "priority": o.priority,
         "batch_id": o.batch_id,
+        "error": o.error[:ERROR_CHARS],
     }

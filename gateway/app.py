@@ -170,7 +170,7 @@ class Gateway:
             if exc.status in REFUSED_BEFORE_RELAY and not exc.recorded:  # the rest gateway.accounting counted
                 count_refusal(surface, exc.status)
             if not exc.recorded:
-                await self._log_refusal(scope, intended or path, surface, exc.status, ids)
+                await self._log_refusal(scope, intended or path, surface, exc.status, ids, exc.message)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
             allow = [(b"allow", exc.allow.encode())] if exc.allow else []
             await send_json(tracked, exc.status, exc.body(surface), [*retry, *allow, *exc.headers])
@@ -180,21 +180,24 @@ class Gateway:
             await self._log_refusal(scope, intended or path, surface, CLIENT_LEFT, ids)
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
             if not tracked.started:
-                count_refusal(surface, 400)
-                await self._log_refusal(scope, intended or path, surface, 400, ids)
                 nested = GatewayError(400, "The request body is JSON nested too deeply.")
+                count_refusal(surface, 400)
+                await self._log_refusal(scope, intended or path, surface, 400, ids, nested.message)
                 await send_json(tracked, 400, nested.body(surface))
         except Exception:  # a bug must still answer in the API's shape, never a plain-text 500
             log.exception("unexpected error on %s (request id %s, ours %s)", path, ids.answered, ids.own)
             if not tracked.started:
-                count_refusal(surface, 500)
-                await self._log_refusal(scope, intended or path, surface, 500, ids)
                 error = GatewayError(500, "The gateway failed on this request; it is logged.", type="server_error")
+                count_refusal(surface, 500)
+                await self._log_refusal(scope, intended or path, surface, 500, ids, error.message)
                 await send_json(tracked, 500, error.body(surface))
 
-    async def _log_refusal(self, scope: Scope, endpoint: str, surface: str, status: int, ids: RequestIds) -> None:
-        """The request-log row of a request answered with ``status`` before an engine was chosen, when its key
-        authenticated (``hearth.key``, set by ``_dispatch``), with the model its body named (``hearth.model``)."""
+    async def _log_refusal(
+        self, scope: Scope, endpoint: str, surface: str, status: int, ids: RequestIds, error: str = ""
+    ) -> None:
+        """The request-log row of a request answered with ``status`` and the message ``error`` before an engine
+        was chosen, when its key authenticated (``hearth.key``, set by ``_dispatch``), with the model its body
+        named (``hearth.model``)."""
         key = scope.get("hearth.key")
         if key is not None:
             outcome = refusals.refused(
@@ -206,6 +209,7 @@ class Gateway:
                 scope["hearth.arrived"],
                 ids,
                 scope.get("hearth.batch_id", ""),
+                error,
             )
             await refusals.spool(self.reservations.redis, outcome)
 
@@ -312,6 +316,7 @@ class Gateway:
             await self._answer(relay, receive, send, lane.before)
         except GatewayError as exc:
             refused = exc.status  # refusals are logged and counted as errors, never as successes
+            relay.state.error = exc.message
             raise replace(exc, recorded=True) from None
         finally:
             lane.done()
@@ -336,7 +341,7 @@ class Gateway:
             if not count_tokens.cannot_count(held.status):
                 await held.release(send)
                 return
-        relay.state.status = 200
+        relay.state.status, relay.state.error = 200, ""  # answered: the engine's refusal was not the client's
         headers = [count_tokens.ESTIMATED_HEADER, *relay.plan.headers]
         await send_json(send, 200, count_tokens.estimated_body(relay.plan.request), headers)
 
@@ -362,6 +367,7 @@ class Gateway:
             wake_seconds=state.wake_seconds,
             priority=plan.priority,
             batch_id=plan.batch_id,
+            error=state.error,
         )
         # a client that left once the engine had its request: a whole answer, or a stream before its first event
         if (state.streamed or (state.client_gone and state.asked_engine)) and (

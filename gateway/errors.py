@@ -300,16 +300,12 @@ CONTEXT_LENGTH = re.compile(
 PARAM = re.compile(r"[a-z_][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,64}|\[\d{1,6}\]){0,8}")  # messages[0].content
 
 
-def reshape(status: int, body: bytes, surface: Surface) -> bytes:
-    """An engine's error body in the API's own shape, keeping its status and its message (vLLM's carries the
-    real numbers of a context-length error) as gateway.engine_messages.clean leaves it: at most 500 characters,
-    without what looks like a secret or a traceback; its ``param`` only when it names a request field. A 400
-    whose message says the prompt does not fit the context gets OpenAI's code ``context_length_exceeded``."""
-    return engine_error(status, body).body(surface)
-
-
 def engine_error(status: int, body: bytes) -> GatewayError:
-    """An engine's error answer (``status``, ``body``) as the GatewayError ``reshape`` describes."""
+    """An engine's error answer (``status``, ``body``) as a GatewayError whose ``body(surface)`` is the API's own
+    shape, keeping its status and its message (vLLM's carries the real numbers of a context-length error) as
+    gateway.engine_messages.clean leaves it: at most 500 characters, without what looks like a secret or a
+    traceback; its ``param`` only when it names a request field. A 400 whose message says the prompt does not fit
+    the context gets OpenAI's code ``context_length_exceeded``."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):

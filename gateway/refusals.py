@@ -36,10 +36,11 @@ def refused(
     arrived: float,
     ids: RequestIds,
     batch_id: str = "",
+    error: str = "",
 ) -> Outcome:
-    """The outcome of a request ``key`` sent to ``endpoint`` naming ``model``, refused with ``status``; its duration
-    runs from ``arrived`` (time.monotonic()) to now. Its class is the key's, or batch for a line of the Batch
-    ``batch_id``."""
+    """The outcome of a request ``key`` sent to ``endpoint`` naming ``model``, refused with ``status`` and the
+    message ``error`` its client was told; its duration runs from ``arrived`` (time.monotonic()) to now. Its class
+    is the key's, or batch for a line of the Batch ``batch_id``."""
     return Outcome(
         key.id,
         key.prefix,
@@ -55,6 +56,7 @@ def refused(
         priority="batch" if batch_id else key.priority,
         batch_id=batch_id,
         client_cancelled=status == CLIENT_LEFT,
+        error=error,
     )
 
 

@@ -28,3 +28,4 @@ class RelayState:
     woke_engine: bool = False  # held for its deployment's wake first (gateway.holding)
     wake_seconds: float | None = None  # how long it was held
     head_sent: bool = False  # a held stream's head went out while it waited: the engine's answer continues it
+    error: str = ""  # why it failed, as its client was told: an error answered, or the error event ending a stream

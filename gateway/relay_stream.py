@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from gateway import errors
 from gateway.asgi_io import PendingSend, Send, send_now
-from gateway.engine_messages import StreamScrubber
+from gateway.engine_messages import StreamScrubber, clean
 from gateway.errors import StreamCut
 from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
@@ -216,6 +216,8 @@ class StreamedAnswer:
         # translated stream has neither: its client never sees the engine's OpenAI events).
         if state.truncated and (converter is not None or not (watcher.done or watcher.error)):
             tail += self._error_event(cut)
+        elif watcher.error is not None:  # the engine's own error event, cleaned as the client's copy was
+            state.error = clean(watcher.error, f"an error event from {self.plan.model}")
         await self._ending()
         await self.send({"type": "http.response.body", "body": tail, "more_body": False})
         state.answered = True
@@ -225,6 +227,7 @@ class StreamedAnswer:
         converter = self.converter
         engine_error = converter.error if converter is not None else None
         message = errors.stream_cut_message(cut, self.plan.idle_timeout, engine_error)
+        self.state.error = message
         responses = self.plan.kind == StreamKind.RESPONSES or isinstance(converter, ChatStreamToResponses)
         response_id = (converter.response_id if isinstance(converter, ChatStreamToResponses) else "") or ""
         return errors.stream_error_event(

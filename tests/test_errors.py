@@ -4,18 +4,18 @@ import json
 
 import pytest
 
-from gateway.errors import Surface, reshape
+from gateway.errors import Surface, engine_error
 
 
 def test_a_fastapi_detail_becomes_the_message() -> None:
-    body = json.loads(reshape(404, b'{"detail":"Not Found"}', Surface.OPENAI))
+    body = json.loads(engine_error(404, b'{"detail":"Not Found"}').body(Surface.OPENAI))
     assert body["error"]["message"] == "The engine serving this model does not offer this endpoint."
     assert body["error"]["type"] == "invalid_request_error"
 
 
 def test_vllms_error_keeps_its_message_and_param() -> None:
     raw = b'{"error": {"message": "maximum context length is 2048 tokens", "type": "BadRequestError", "code": 400}}'
-    error = json.loads(reshape(400, raw, Surface.OPENAI))["error"]
+    error = json.loads(engine_error(400, raw).body(Surface.OPENAI))["error"]
     assert error == {
         "message": "maximum context length is 2048 tokens",
         "type": "invalid_request_error",
@@ -44,25 +44,29 @@ def test_every_context_length_refusal_gets_context_length_exceeded(message: str,
         "fastapi": json.dumps({"detail": message}),
         "plain": message,
     }[shape].encode()
-    error = json.loads(reshape(400, raw, Surface.OPENAI))["error"]
+    error = json.loads(engine_error(400, raw).body(Surface.OPENAI))["error"]
     assert error["code"] == "context_length_exceeded" and error["message"] == message
-    anthropic = json.loads(reshape(400, raw, Surface.ANTHROPIC))["error"]
+    anthropic = json.loads(engine_error(400, raw).body(Surface.ANTHROPIC))["error"]
     assert anthropic == {"type": "invalid_request_error", "message": message}
 
 
 @pytest.mark.parametrize("message", ["max_tokens must be at least 1, got 0.", "Unknown tool choice", "bad stop"])
 def test_other_refusals_carry_no_context_length_code(message: str) -> None:
     raw = json.dumps({"error": {"message": message}}).encode()
-    assert json.loads(reshape(400, raw, Surface.OPENAI))["error"]["code"] is None
+    assert json.loads(engine_error(400, raw).body(Surface.OPENAI))["error"]["code"] is None
     assert (
-        json.loads(reshape(500, json.dumps({"detail": CONTEXT_REFUSALS[0]}).encode(), Surface.OPENAI))["error"]["code"]
+        json.loads(engine_error(500, json.dumps({"detail": CONTEXT_REFUSALS[0]}).encode()).body(Surface.OPENAI))[
+            "error"
+        ]["code"]
         is None
     )  # a server error is not the client's context
 
 
 def test_a_body_that_is_not_json_is_quoted_and_an_empty_one_explained() -> None:
-    assert json.loads(reshape(502, b"Bad Gateway", Surface.ANTHROPIC)) == {
+    assert json.loads(engine_error(502, b"Bad Gateway").body(Surface.ANTHROPIC)) == {
         "type": "error",
         "error": {"type": "api_error", "message": "Bad Gateway"},
     }
-    assert json.loads(reshape(500, b"", Surface.OPENAI))["error"]["message"] == "The engine answered HTTP 500."
+    assert (
+        json.loads(engine_error(500, b"").body(Surface.OPENAI))["error"]["message"] == "The engine answered HTTP 500."
+    )

@@ -6,7 +6,8 @@ from decimal import Decimal
 import pytest
 
 from console.observability.models import RequestLog
-from gateway.accounting import COLUMNS, Outcome, write
+from console.observability.request_rows import write_rows
+from gateway.accounting import COLUMNS, Outcome, row_of, write
 
 
 def test_the_batch_writer_fills_every_column() -> None:
@@ -72,3 +73,12 @@ def test_a_batch_becomes_rows_with_the_outcomes_values() -> None:
     )
     assert second.truncated and second.client_cancelled and second.api_key_id is None
     assert (first.cost_usd, second.cost_usd) == (Decimal("0.000005810"), None)
+
+
+@pytest.mark.django_db
+def test_an_error_s_message_is_kept_cut_to_its_column_and_a_row_spooled_without_one_is_written() -> None:
+    refused = Outcome(None, "hk-abcdefgh", "m", "openai", "/v1/chat/completions", False, 400, error="x" * 600)
+    served = row_of(Outcome(None, "hk-abcdefgh", "m", "openai", "/v1/chat/completions", False, 200))
+    del served["error"]  # as a gateway from before the column spools it
+    assert write([refused]) == 1 and write_rows([served]) == 1
+    assert sorted(RequestLog.objects.values_list("status", "error")) == [(200, ""), (400, "x" * 500)]

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from gateway.engine_messages import MAX_CHARS, StreamScrubber, clean
-from gateway.errors import GatewayError, Surface, reshape
+from gateway.errors import GatewayError, Surface, engine_error
 from gateway.rewrite import Translation
 from gateway.sse import StreamKind
 from gateway.upstream import Engines
@@ -99,7 +99,7 @@ def test_a_long_message_is_cut_to_500_characters_with_a_reference(caplog: pytest
     ids=["openai", "fastapi", "plain"],
 )
 def test_an_error_body_is_reshaped_without_its_secret(surface: Surface, body: str) -> None:
-    shaped = reshape(500, body.encode(), surface)
+    shaped = engine_error(500, body.encode()).body(surface)
     assert SECRET not in shaped.decode() and "Traceback" not in shaped.decode()
     error = json.loads(shaped)["error"]
     assert error["message"].startswith("Internal error: connecting to the cache failed") and REF.search(
@@ -108,7 +108,10 @@ def test_an_error_body_is_reshaped_without_its_secret(surface: Surface, body: st
     if surface == Surface.OPENAI:
         assert error["type"] == "server_error" and error["param"] is None  # only a request field's name passes
         named = {"error": {"message": "bad", "param": "messages[0].content"}}
-        assert json.loads(reshape(400, json.dumps(named).encode(), surface))["error"]["param"] == "messages[0].content"
+        assert (
+            json.loads(engine_error(400, json.dumps(named).encode()).body(surface))["error"]["param"]
+            == "messages[0].content"
+        )
 
 
 def test_a_stream_is_passed_on_in_whole_events_its_error_events_cleaned() -> None:

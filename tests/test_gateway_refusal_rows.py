@@ -1,7 +1,8 @@
 """Every request a key sends leaves a request-log row, also one the gateway refuses itself before an engine is chosen
 (gateway.refusals): a body that is not JSON, an unknown model, a Content-Encoding it does not decode, a bad gzip
 body, a field of the wrong type or missing, a wrong method, an unknown endpoint. Each row holds the key, the model
-its body named, the endpoint, the status and the request's id, with no tokens and no cost; the answer is the API's
+its body named, the endpoint, the status, the request's id and the error message its client got, with no tokens
+and no cost; the answer is the API's
 own error. A request without a key that authenticates leaves none. A client that leaves before its body is whole
 leaves a cancelled row (499) and no error in the web log. Against a real web process and
 tests/test_stream_defects_replay.py's engine."""
@@ -47,6 +48,7 @@ def test_a_refused_request_of_a_key_leaves_its_row(
     assert "error" in answer.json()  # the API's own error shape, not a page
     [row] = rows(client_request_id=f"refused-{name}")
     assert (row.status, row.endpoint, row.model) == (status, path, model)
+    assert row.error == answer.json()["error"]["message"] and row.error  # why, as the client was told
     assert row.api_key_id is not None and row.prompt_tokens is None and row.cost_usd is None
     assert abs((row.created_at - timezone.now()).total_seconds()) < 3600  # its own time, not the epoch
 
@@ -85,7 +87,7 @@ def test_a_client_that_leaves_before_its_body_is_whole_leaves_a_cancelled_row_an
         client.sendall(f'{head}Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"model": "'.encode())
         time.sleep(0.3)  # the web read the first piece; then the client goes
     [row] = rows(client_request_id="left-mid-body")
-    assert (row.status, row.client_cancelled, row.endpoint, row.prompt_tokens) == (499, True, CHAT, None)
+    assert (row.status, row.client_cancelled, row.endpoint, row.prompt_tokens, row.error) == (499, True, CHAT, None, "")
     logs = "".join(log.read_text() for log in tmp_path_factory.getbasetemp().glob("web*/web.log"))
     assert "client left before its request body was whole" in logs
     assert "Exception in ASGI application" not in logs  # was uvicorn's ERROR, with a CancelledError's traceback

@@ -194,6 +194,7 @@ def test_an_engines_200_with_an_error_body_is_an_error_on_messages_and_responses
         error: Any = caught.value
         assert error.status_code == status and words in str(error), error
     assert [r.status for r in logged(5)] == [status] * 5
+    assert all(words in r.error for r in logged(5))  # the request log says why
 
 
 def test_lines_without_data_are_dropped_on_chat_so_the_openai_sdk_reads_the_stream(
@@ -234,7 +235,7 @@ def test_vllms_flat_error_mid_stream_reaches_chat_and_messages_in_the_engines_wo
         with claude_sdk(web, key).messages.stream(model=MODEL, max_tokens=20, messages=ASK) as stream:  # type: ignore[arg-type]
             stream.get_final_message()
     assert "CUDA out of memory" in str(claude_error.value)
-    assert all(row.truncated for row in logged(2))
+    assert all(row.truncated and "CUDA out of memory" in row.error for row in logged(2))
 
 
 def test_message_start_carries_the_prompt_and_cache_counts_on_a_translated_route(

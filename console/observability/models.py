@@ -72,6 +72,14 @@ class RequestLog(models.Model):
     batch_id = models.CharField(
         max_length=40, blank=True, db_index=True, help_text="The Batch (batch_...) it was a line of; blank: none."
     )
+    error = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=(
+            "Why it failed, as its client was told: the gateway's message or the engine's (gateway.errors, at most"
+            " 500 characters, nothing that looks like a secret); blank: it did not fail."
+        ),
+    )
 
     class Meta:
         indexes = (models.Index(fields=["api_key", "created_at"]),)

@@ -20,7 +20,7 @@ from console.spreadsheet import safe_cell
 
 NO_PRICE = "—"
 # the export's header; times in UTC (ISO 8601), durations in seconds, cost in USD; the class the request ran at
-# (console.access.models.Priority) and, for a Batch API line, its batch's id
+# (console.access.models.Priority) and, for a Batch API line, its batch's id; why it failed, as its client was told
 CSV_COLUMNS = (
     "time_utc",
     "request_id",
@@ -41,6 +41,7 @@ CSV_COLUMNS = (
     "cost_usd",
     "priority",
     "batch_id",
+    "error",
 )
 
 
@@ -99,6 +100,7 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         "" if r.cost_usd is None else format(r.cost_usd.normalize(), "f"),
         r.priority,
         r.batch_id,
+        r.error,
     )
 
 

@@ -59,6 +59,7 @@ COLUMNS = (
     "client_request_id",
     "priority",
     "batch_id",
+    "error",
 )
 
 
@@ -106,7 +107,7 @@ def _write_one(row: Row) -> int:
 def _mended(row: Row) -> Row:
     """The row without its key (deleted since), its strings cut to their columns' lengths."""
     mended = {**row, "api_key_id": None}
-    for name in ("model", "surface", "endpoint", "finish_reason", "key_prefix", "batch_id"):
+    for name in ("model", "surface", "endpoint", "finish_reason", "key_prefix", "batch_id", "error"):
         limit = getattr(RequestLog._meta.get_field(name), "max_length", None)
         if isinstance(mended.get(name), str) and limit:
             mended[name] = mended[name][:limit]
@@ -128,6 +129,7 @@ def _values(row: Row) -> tuple[Any, ...]:
     cost = row.get("cost_usd")
     values = {**row, "created_at": created, "cost_usd": None if cost is None else Decimal(int(cost)) / NANO}
     defaults = {"finish_reason": "", "key_prefix": "", "tool_call_failures": 0, "priority": "standard", "batch_id": ""}
+    defaults["error"] = ""  # a row an older gateway spooled
     flags = ("stream", "truncated", "client_cancelled", "usage_estimated", "length_cut", "empty_answer", "woke_engine")
     for flag in flags:
         defaults[flag] = False
