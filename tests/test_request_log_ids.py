@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client
 from django.urls import path
 from django.utils import timezone
+from django.utils.html import escape
 
 import console.urls
 from console.access import policy
@@ -192,3 +193,18 @@ def test_the_request_log_shows_each_requests_class_and_batch_and_picks_by_them(
     resp = admin.get("/requests/export.csv", {"priority": "batch"})
     table = list(csv.DictReader(io.StringIO(b"".join(resp.streaming_content).decode())))  # type: ignore[arg-type]
     assert [(r["request_id"], r["priority"], r["batch_id"]) for r in table] == [(OURS, "batch", "batch_abc")]
+
+
+@pytest.mark.django_db
+def test_a_failed_request_shows_why_on_the_page_and_in_the_csv(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    why = "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens " + "x" * 100
+    _, failed = rows
+    RequestLog.objects.filter(pk=failed.pk).update(status=400, error=why)
+    page = admin.get("/requests/").content.decode()
+    shown = f'title="{escape(why)}" data-field="error">{escape(why[:139])}…</small>'
+    assert shown in page and page.count('data-field="error"') == 1  # the whole message in its title
+    resp = admin.get("/requests/export.csv")
+    table = {r["request_id"]: r for r in csv.DictReader(io.StringIO(b"".join(resp.streaming_content).decode()))}  # type: ignore[arg-type]
+    assert (table["b" * 32]["error"], table[OURS]["error"]) == (why, "")
