@@ -23,6 +23,7 @@ from django.core.management.base import CommandError
 from django.db import OperationalError, connection
 from django.test import TransactionTestCase
 
+from appliance.redis_keys import instance_prefix
 from console.observability import step_cache
 from tests.ports import free_port
 
@@ -122,11 +123,12 @@ TransactionTestCase._fixture_teardown = _flush_again_after_a_deadlock(  # type: 
 
 @pytest.fixture(autouse=True, scope="session")
 def clean_redis() -> None:
-    """The session's Redis database emptied, key by key: a FLUSHDB is announced to every client tracking keys on
-    the server (RESP3 client-side caching), so the gateways of other sessions and xdist workers would all read
-    their keys and routes again."""
+    """The session's Hearth instance's keys removed (appliance.redis_keys), key by key: a FLUSHDB is announced to
+    every client tracking keys on the server (RESP3 client-side caching), so the gateways of other sessions and
+    xdist workers would all read their keys and routes again. Only this instance's: a pytest run without xdist
+    shares Redis database 15 with a full run's first worker, whose keys it once removed mid-run."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    for batch in itertools.batched(client.scan_iter(count=1000), 1000):
+    for batch in itertools.batched(client.scan_iter(match=f"{instance_prefix()}*", count=1000), 1000):
         client.unlink(*batch)
 
 
