@@ -14,10 +14,10 @@ only where the address policy allows (gateway.connect_policy). A request body co
 (gateway.wrong_urls). Every answer's head carries the request's id (gateway.request_ids), added once, as it goes
 out. A request refused before an engine was chosen leaves its request-log row too, once its key authenticated
 (gateway.refusals). The Files and Batches API is gateway.batch_api's; a Batch API line the worker's runner sends is
-served as its batch owner's key and answered once (gateway.batch_lines).
+served as its batch owner's key and answered once (gateway.batch_lines). At the stop, the requests uvicorn
+cancelled are waited for before the ledger stops (gateway.open_requests).
 """
 
-import asyncio
 import functools
 import gc
 import json
@@ -41,6 +41,7 @@ from gateway.holding import Holding
 from gateway.lanes import Lanes
 from gateway.ledger import Ledger
 from gateway.model_list import model_objects
+from gateway.open_requests import OpenRequests
 from gateway.prices import Prices
 from gateway.registry import Registry
 from gateway.relay import Relay
@@ -56,10 +57,6 @@ from gateway.upstream import Engines
 log = logging.getLogger(__name__)
 # answered by the gateway alone (400: a bad body; 415: a Content-Encoding it does not decode)
 REFUSED_BEFORE_RELAY = {400, 401, 403, 404, 405, 413, 415, 503, 508}
-# seconds a request uvicorn cancelled at its stop (HEARTH_DRAIN_SECONDS after it) is given to end: to send its error
-# event, which waits for the client to read when the socket is full, and to note its row
-ENDING_SECONDS = 3.0  # within the 5 s scripts/down.sh and compose's stop_grace_period give beyond the drain
-FLUSH_SECONDS = 0.5  # then for what the last sends left in their connections' buffers to go out
 
 # POST endpoints relayed to the engine serving the body's model: path → (stream kind, error surface).
 POST_ROUTES: dict[str, tuple[StreamKind, Surface]] = {
@@ -104,7 +101,7 @@ class Gateway:
         self.planner = Planner(self.engines, self.router)
         self.holding = Holding(self.registry)
         self.lanes = Lanes(self.reservations.redis, self.engines)
-        self.requests: set[asyncio.Task[Any]] = set()  # the requests under way (``_let_requests_end``)
+        self.open = OpenRequests()  # the requests under way, waited for at the stop
 
     async def lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:
@@ -117,7 +114,7 @@ class Gateway:
                 self.ledger.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self._let_requests_end()
+                await self.open.let_end()  # before the ledger and the Redis clients stop
                 await self.ledger.stop()
                 await self.lanes.close()
                 self.engines.close()
@@ -125,21 +122,6 @@ class Gateway:
                 await self.reservations.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-    async def _let_requests_end(self) -> None:
-        """At the stop, before the ledger stops: uvicorn asks for the lifespan's shutdown as soon as it has cancelled
-        the requests still open HEARTH_DRAIN_SECONDS after the stop, and the process exits after it. A cancelled
-        stream still has to send its error event (gateway.relay), which waits for the client to read when its
-        socket is full, and each request to note its row: they are given ENDING_SECONDS, then FLUSH_SECONDS for
-        their last bytes to leave the process (a send does not wait for that)."""
-        ending = [task for task in self.requests if not task.done()]
-        if ending:
-            _, left = await asyncio.wait(ending, timeout=ENDING_SECONDS)
-            if left:
-                log.warning(
-                    "%d requests had not ended %g s after they were cancelled at the stop", len(left), ENDING_SECONDS
-                )
-            await asyncio.sleep(FLUSH_SECONDS)
 
     async def probe(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``/health`` or ``/ready`` (gateway.probes), with its request id."""
@@ -151,10 +133,7 @@ class Gateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["hearth.arrived"] = time.monotonic()  # user-visible TTFT and duration count from here
-        task = asyncio.current_task()
-        if task is not None:  # uvicorn runs each request in its own task
-            self.requests.add(task)
-            task.add_done_callback(self.requests.discard)
+        self.open.add()
         path = scope["path"].rstrip("/")
         intended = wrong_urls.intended(path, is_endpoint)  # the endpoint a wrong base URL meant
         surface = wrong_urls.surface_of(intended or path)
