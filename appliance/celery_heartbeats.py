@@ -44,6 +44,9 @@ from engines.room import duration_words
 log = logging.getLogger(__name__)
 STARVED_SLACK = 5.0  # seconds: a heartbeat this late is still no alarm (a 2-core box under load, README)
 TIMEOUT = 1.0  # seconds a note or a read waits on Redis: a worker's heartbeat runs on its event loop
+# seconds after Redis's start when a process never seen may only not have noted itself since: compose's Redis keeps
+# nothing across a restart, and "never run here" showed for a few seconds with the worker and beat running
+REDIS_FRESH = 15.0
 
 
 @dataclass(frozen=True)
@@ -68,17 +71,24 @@ class Heartbeat:
 @dataclass(frozen=True)
 class Liveness:
     """Beat's and the workers' heartbeats as read at ``now`` (epoch seconds); ``unreadable`` says why they could not
-    be read (Redis), and then both are unknown (None)."""
+    be read (Redis), and then both are unknown (None). ``redis_up_for``: seconds since the Redis server started
+    (None: not known); under REDIS_FRESH, one never seen is not called stopped yet."""
 
     now: float
     beat: Heartbeat | None
     worker: Heartbeat | None
     unreadable: str = ""
+    redis_up_for: float | None = None
+
+    def _too_soon(self, heartbeat: Heartbeat) -> bool:
+        """Whether ``heartbeat`` was never seen on a Redis that started too recently to tell."""
+        fresh = self.redis_up_for is not None and self.redis_up_for < REDIS_FRESH
+        return heartbeat.at is None and fresh
 
     def beat_stopped(self) -> str:
         """Why beat is taken for stopped ("Celery beat has not run for 47 s, since 18:40:12 UTC"), "" while it runs
         or while that cannot be told."""
-        if self.beat is None or self.beat.running(self.now):
+        if self.beat is None or self.beat.running(self.now) or self._too_soon(self.beat):
             return ""
         silence = _silence(self.beat, self.now)
         return f"Celery beat has not run {silence}" if silence else "Celery beat has never run here"
@@ -86,7 +96,7 @@ class Liveness:
     def worker_stopped(self) -> str:
         """Why no worker is taken for running ("no worker has answered for 47 s, since 18:40:12 UTC"; "the last
         worker stopped 3 min ago, at …"), "" while one runs or while that cannot be told."""
-        if self.worker is None or self.worker.running(self.now):
+        if self.worker is None or self.worker.running(self.now) or self._too_soon(self.worker):
             return ""
         if self.worker.stopped and self.worker.at is not None:
             ago = duration_words(self.now - self.worker.at)
@@ -115,20 +125,23 @@ def limit_for(every: float) -> float:
 
 
 def read(host: str = "") -> Liveness:
-    """Beat's heartbeat and the freshest worker's (of host ``host`` only, when given), in one round trip; never
-    raises (``unreadable`` says why)."""
+    """Beat's heartbeat and the freshest worker's (of host ``host`` only, when given), with how long Redis has run
+    (INFO's ``uptime_in_seconds``), in one round trip; never raises (``unreadable`` says why)."""
     now = time.time()
     try:
         with _client().pipeline(transaction=False) as pipe:
             pipe.get(redis_key("beat-heartbeat"))
             pipe.hgetall(redis_key("celery-workers"))
-            beat_raw, workers_raw = pipe.execute()
+            pipe.info("server")
+            beat_raw, workers_raw, server = pipe.execute()
     except (redis.RedisError, OSError) as exc:
         return Liveness(now, None, None, f"Redis did not answer ({type(exc).__name__})")
+    up_for = server.get("uptime_in_seconds")
     beat = _decode(beat_raw) if beat_raw else None
     prefix = f"{host} pid ".encode()
     workers = [_decode(raw) for field, raw in workers_raw.items() if not host or field.startswith(prefix)]
-    return Liveness(now, beat or Heartbeat(None, 0.0), _freshest(workers, now))
+    up = float(up_for) if isinstance(up_for, int | float) else None
+    return Liveness(now, beat or Heartbeat(None, 0.0), _freshest(workers, now), redis_up_for=up)
 
 
 def stopped_here(process: str) -> str:

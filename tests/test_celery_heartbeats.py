@@ -54,6 +54,17 @@ def test_the_words_say_which_stopped_for_how_long_and_since_when() -> None:
     assert unknown.beat_stopped() == unknown.worker_stopped() == ""
 
 
+def test_one_never_seen_is_not_called_stopped_on_a_redis_that_just_started() -> None:
+    """compose's Redis keeps nothing across a restart: "never run here" showed for seconds, the worker running."""
+    fresh = Liveness(NOW, Heartbeat(None, 0.0), Heartbeat(None, 0.0), redis_up_for=4.0)
+    assert fresh.beat_stopped() == fresh.worker_stopped() == ""
+    later = Liveness(NOW, Heartbeat(None, 0.0), Heartbeat(None, 0.0), redis_up_for=15.0)
+    assert later.worker_stopped() == "no worker has ever run here"
+    silent = Liveness(NOW, Heartbeat(NOW - 60.0, 5.0), Heartbeat(None, 0.0), redis_up_for=4.0)
+    assert silent.beat_stopped().startswith("Celery beat has not run for 1 min")  # seen, then silent: said at once
+    assert celery_heartbeats.read().redis_up_for is not None  # the real Redis's INFO
+
+
 def _dep(state: str, since: float, now: float) -> Deployment:
     return Deployment(name="d", state=state, state_since=datetime.fromtimestamp(now - since, UTC))
 
