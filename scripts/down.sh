@@ -9,8 +9,8 @@ PY=${PY:-.venv/bin/python}
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
 export HEARTH_DATA_DIR=$DATA
 
-stop() {  # name [seconds to wait, default 10]: the process in $DATA/NAME.pid
-  local pidfile=$DATA/$1.pid pid
+stop() {  # name [seconds to wait, default 10] [what it finishes meanwhile]: the process in $DATA/NAME.pid
+  local pidfile=$DATA/$1.pid pid wait=${2:-10} tick
   [ -f "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
   if ! kill "$pid" 2>/dev/null; then
@@ -19,7 +19,12 @@ stop() {  # name [seconds to wait, default 10]: the process in $DATA/NAME.pid
     return 0
   fi
   echo "down: stopped $1 ($pid)"
-  for _ in $(seq 1 $((${2:-10} * 5))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  for tick in $(seq 1 $((wait * 5))); do
+    kill -0 "$pid" 2>/dev/null || break
+    # said after 2 s, so a stop that waits is not taken for a hang
+    [ "$tick" = 10 ] && echo "down: waiting up to $wait s for $1 to end${3:+: $3}"
+    sleep 0.2
+  done
   rm -f "$pidfile"
 }
 
@@ -60,7 +65,7 @@ if [ ! -d "$DATA" ]; then  # a data folder make up never had: say so rather than
   exit 1
 fi
 mkdir -p "$DATA/logs"
-stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5))  # its open streams get HEARTH_DRAIN_SECONDS to finish
+stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5)) "its open streams get ${HEARTH_DRAIN_SECONDS:-30} s (HEARTH_DRAIN_SECONDS) to finish"
 stop beat
 stop worker  # before the engines: its reconcile would restart them
 engines
