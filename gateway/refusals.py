@@ -3,10 +3,11 @@
 README says every request is logged. A request the gateway answers itself with an error (a body that is not JSON,
 a Content-Encoding it does not decode, a body over the limit, an unknown model or endpoint, a wrong base URL
 (gateway.wrong_urls), a bug's 500) never reaches gateway.ledger, so it is spooled here: the key's, the model its body
-named (cut to the column's length; "" when none), the endpoint as sent, its status and request ids, no tokens and
-no cost (console.observability.request_spool writes it). A request without a key that authenticates leaves no row:
-there is no one to show it to; the metrics count it (gateway.accounting.count_refusal). A request whose client left
-before its body was whole is logged so too, cancelled, with status 499 (gateway.request_body.CLIENT_LEFT).
+named (cut to the column's length; "" when none), the endpoint as sent, its status, request ids and the error's
+message, no tokens and no cost (console.observability.request_spool writes it). A request without a key that
+authenticates leaves no row: there is no one to show it to; the metrics count it (gateway.accounting.count_refusal).
+A request whose client left before its body was whole is logged so too, cancelled, with status 499
+(gateway.request_body.CLIENT_LEFT).
 """
 
 import logging
