@@ -159,7 +159,7 @@ class Gateway:
             await self._log_refusal(scope, intended or path, surface, CLIENT_LEFT, ids)
         except RecursionError:  # JSON that parsed but is nested too deeply to encode again or digest
             if not tracked.started:
-                nested = GatewayError(400, "The request body is JSON nested too deeply.")
+                nested = errors.nested_too_deeply()
                 count_refusal(surface, 400)
                 await self._log_refusal(scope, intended or path, surface, 400, ids, nested.message)
                 await send_json(tracked, 400, nested.body(surface))

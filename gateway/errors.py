@@ -58,6 +58,10 @@ class GatewayError(Exception):
         ).encode()
 
 
+def nested_too_deeply() -> GatewayError:
+    return GatewayError(400, "The request body is JSON nested too deeply.")
+
+
 def missing_key() -> GatewayError:
     return GatewayError(
         401, "No API key given. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", code="missing_api_key"

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
+from gateway import errors
 from gateway.asgi_io import Receive
 from gateway.errors import GatewayError
 
@@ -51,7 +52,7 @@ def decode_body(body: bytes) -> dict[str, Any]:
     except ValueError:
         raise GatewayError(400, "The request body is not valid JSON.") from None
     except RecursionError:
-        raise GatewayError(400, "The request body is JSON nested too deeply.") from None
+        raise errors.nested_too_deeply() from None
     if not isinstance(request, dict):
         raise GatewayError(400, "The request body must be a JSON object.")
     return request
