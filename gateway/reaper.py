@@ -12,7 +12,8 @@ its deployment's requests in flight (console.deployments.activity); FINISH does 
 process recorded first, and the row's request id keeps it one row whoever writes it. A note says
 what its process last wrote: the output tokens counted then (gateway.ledger renews notes every TICK seconds),
 the engine's status and TTFT; the prompt's tokens are not known (None). The row ends at the note's last
-renewal, status 200 and truncated when the answer's head had gone out, else 502.
+renewal, status 200 and truncated when the answer's head had gone out, else 502; its error (``PROCESS_GONE``) says
+why, since its client was told nothing: its connection just closed.
 """
 
 import hashlib
@@ -30,6 +31,11 @@ from gateway.prices import price_factor
 from gateway.reservations import counter_keys, finish_call, settlement
 
 log = logging.getLogger(__name__)
+PROCESS_GONE = (
+    "The Hearth web process relaying this request stopped (killed or crashed) before the request ended; "
+    "the client's connection closed without an error. Recorded from its last note: the output tokens "
+    "counted then, the prompt's not known."
+)
 
 
 def process_identity(pid: int | None = None) -> str:
@@ -149,4 +155,5 @@ def cut_row(request_id: str, note: dict[str, Any]) -> Row:
         "key_prefix": note["prefix"],
         "priority": note.get("priority") or "standard",
         "batch_id": note.get("batch_id") or "",
+        "error": PROCESS_GONE,
     }

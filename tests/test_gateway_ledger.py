@@ -33,7 +33,7 @@ from gateway.errors import Surface
 from gateway.ledger import Ledger
 from gateway.prices import Prices
 from gateway.quotas import Quota
-from gateway.reaper import gone_here, process_identity, reap
+from gateway.reaper import PROCESS_GONE, gone_here, process_identity, reap
 from gateway.registry import KeyEntry, Route, Upstream
 from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
@@ -232,6 +232,7 @@ def test_the_requests_of_a_gone_process_are_recorded_as_cut_with_what_they_were_
                     None,
                 )
                 assert cost == str(chunks * 1000).encode()
+                assert row["error"] == PROCESS_GONE  # the Requests page says why; its client was told nothing
             day = counter_keys(budget.id, None, DEPLOYMENT, time.time())
             assert [int(r.get(day[4]) or 0), int(r.get(day[2]) or 0), r.zcard(day[3])] == [7000, 7, 0]
             assert int(r.get(counter_keys(free.id, None, DEPLOYMENT, time.time())[4]) or 0) == 4000
