@@ -30,6 +30,7 @@ from engines.capacity.results import LevelResult, Slo
 from engines.planner import GpuPlan
 from engines.stored_plan import StoredPlan
 from gateway.charges import nano_usd
+from gateway.prices import price_factor, scaled
 from tests.test_panels import Engine, deployment
 
 pytestmark = pytest.mark.django_db
@@ -57,10 +58,14 @@ def published(dep: Deployment) -> str:
     return value.decode()
 
 
-def charge(dep: Deployment, key: ApiKey, at: float, prompt: int, completion: int) -> RequestLog:
-    """A request that ended at ``at``, charged as the gateway charges it at the price published now."""
-    nano = nano_usd(prompt + completion, published(dep))
+def charge(
+    dep: Deployment, key: ApiKey, at: float, prompt: int, completion: int, priority: str = "standard"
+) -> RequestLog:
+    """A request that ended at ``at``, charged as the gateway charges it at the price published now (times the
+    batch price factor for a batch-class one)."""
+    nano = nano_usd(prompt + completion, scaled(published(dep), price_factor(priority)))
     return RequestLog.objects.create(
+        priority=priority,
         created_at=datetime.fromtimestamp(at, UTC),
         api_key=key,
         model=dep.served_model_name,
@@ -154,7 +159,9 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
         assert sum(Decimal(r["cost_usd"]) for r in log_csv if r["key_name"] == key.name) == charged
 
 
-def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_and_idle_time(admin: Client) -> None:
+def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_a_batch_discount_and_idle_time(
+    admin: Client,
+) -> None:
     dep = deployment(gpus=2)  # $6.00 an hour
     DeploymentPrice.objects.create(deployment=dep, measured_tokens_per_second=1234.5, measured_run_id=3)
     engine = Engine(dep.replicas.get())
@@ -176,14 +183,28 @@ def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_and_idle_time
     assert r.charged_usd + r.idle_usd == r.gpu_usd and r.idle_usd > 0
     assert r.idle_hours == pytest.approx(float(r.idle_usd) / 6)
 
+    assert (
+        r.batch_discount_usd == 0
+        and 'data-row="batch_discount"' not in admin.get(f"/costs/?day={day.isoformat()}").text
+    )
+
+    # a batch line's tokens took the GPU time their full price pays for: what it was let off is the batch
+    # discount, not idle time
+    batch = charge(dep, keys[1], ten + 900, 2_000_000, 500_000, priority="batch")
+    idle_before = r.idle_usd
+    r = reconcile(dep, day)
+    assert r is not None and settings.HEARTH_BATCH_PRICE_FACTOR == 0.5
+    assert batch.cost_usd is not None and r.batch_discount_usd == batch.cost_usd.quantize(Decimal("0.01"))
+    assert r.charged_usd + r.batch_discount_usd + r.idle_usd == r.gpu_usd
+    assert idle_before - r.idle_usd == pytest.approx(2 * batch.cost_usd, abs=Decimal("0.02"))
+
     html = admin.get(f"/costs/?day={day.isoformat()}").text
     table = re.search(rf'data-table="reconciliation" data-deployment="{dep.name}".*?</table>', html, re.S)
-    assert table is not None
-    shown = [
-        Decimal(v.replace(",", "")) for v in re.findall(r'data-field="(?:charged|idle)">\$([\d,.]+)<', table.group(0))
-    ]
+    assert table is not None and "batch requests charged 50 % of the price" in table.group(0)
+    fields = r'data-field="(?:charged|batch_discount|idle)">\$([\d,.]+)<'
+    shown = [Decimal(v.replace(",", "")) for v in re.findall(fields, table.group(0))]
     total = re.search(r'data-field="gpu_cost"><strong>\$([\d,.]+)<', table.group(0))
-    assert len(shown) == 4 and total is not None and sum(shown) == Decimal(total.group(1)) == Decimal("12.00")
+    assert len(shown) == 5 and total is not None and sum(shown) == Decimal(total.group(1)) == Decimal("12.00")
 
 
 def test_a_deployment_on_a_gpu_plan_charges_the_plans_estimate_until_a_check_runs_and_then_the_checks() -> None:

@@ -4,6 +4,7 @@ reconciliation per deployment (console.observability.reconcile)."""
 
 from datetime import UTC, date, datetime, timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
@@ -60,6 +61,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         "previous_day": day - timedelta(days=1),
         "next_day": day + timedelta(days=1) if day < today else None,
         "reconciliations": reconcile_all(day, own),
+        "batch_factor_pct": f"{settings.HEARTH_BATCH_PRICE_FACTOR * 100:g} %",
     }
     return render(request, "observability/costs.html", context, status=400 if price_form.errors else 200)
 

@@ -1,20 +1,25 @@
-"""A day's reconciliation of one deployment, to the cent: what its keys were charged, plus the GPU time no key's
-tokens paid for (idle), equals its GPU cost for the day.
+"""A day's reconciliation of one deployment, to the cent: what its keys were charged, plus what batch-class requests
+were let off (the batch discount), plus the GPU time no key's tokens paid for (idle), equals its GPU cost for the day.
 
 GPU cost = $/hour × the hours of the day (UTC) it was up (console.observability.cost.hours_up). Each key's charge
 is the sum of its requests' ``cost_usd`` that day (console.observability.cost's one definition of a key's cost).
 Each is rounded to the cent (half up); idle is the GPU cost less the keys' charges as shown, so the table's rows
 add up to its total exactly. At the price from capacity a key pays for the GPU time its tokens take at full load,
 so idle is the rest; a negative one (an admin's price above the GPU cost, or more load than the check held) reads
-"charged beyond the GPU cost". Requests with no price are counted apart, charged nothing.
+"charged beyond the GPU cost". Batch-class requests (gateway.prices.price_factor) are charged
+HEARTH_BATCH_PRICE_FACTOR of the price: their tokens took GPU time worth charge ÷ factor, so the rest of it is the
+batch discount, not idle time (at the factor set now: a factor changed during the day makes it approximate).
+Requests with no price are counted apart, charged nothing.
 """
 
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 
+from console.access.models import Priority
 from console.deployments.models import Deployment
 from console.observability.cost import hourly_cost, hours_up
 from console.observability.models import PriceSetting, RequestLog
@@ -25,8 +30,9 @@ OTHER_KEYS = "other keys"
 
 @dataclass(frozen=True)
 class Reconciliation:
-    """One deployment's day: ``keys`` (name, USD charged, to the cent), ``idle_usd`` (the GPU cost no key paid
-    for), ``gpu_usd`` (their sum), ``idle_hours`` (idle_usd at its $/hour), ``unpriced`` requests charged nothing."""
+    """One deployment's day: ``keys`` (name, USD charged, to the cent), ``batch_discount_usd`` (the GPU time batch
+    requests took beyond what they were charged), ``idle_usd`` (the GPU cost no key paid for), ``gpu_usd`` (their
+    sum), ``idle_hours`` (idle_usd at its $/hour), ``unpriced`` requests charged nothing."""
 
     deployment: Deployment
     day: date
@@ -36,6 +42,7 @@ class Reconciliation:
     keys: list[tuple[str, Decimal]] = field(default_factory=list)
     idle_usd: Decimal = Decimal(0)
     unpriced: int = 0
+    batch_discount_usd: Decimal = Decimal(0)
 
     @property
     def charged_usd(self) -> Decimal:
@@ -64,21 +71,28 @@ def reconcile(dep: Deployment, day: date, own: set[int] | None = None) -> Reconc
     )
     by_key = (
         logs.values("api_key_id", "api_key__name")
-        .annotate(usd=Sum("cost_usd"), unpriced=Count("id", filter=Q(cost_usd__isnull=True)))
+        .annotate(
+            usd=Sum("cost_usd"),
+            batch_usd=Sum("cost_usd", filter=Q(priority=Priority.BATCH)),
+            unpriced=Count("id", filter=Q(cost_usd__isnull=True)),
+        )
         .order_by("api_key__name")
     )
     keys: dict[str, Decimal] = {}
-    unpriced = 0
+    unpriced, batch_charged = 0, Decimal(0)
     for row in by_key:
         unpriced += row["unpriced"]
+        batch_charged += row["batch_usd"] or 0
         if row["usd"] is None:
             continue
         mine = own is None or row["api_key_id"] in own
         name = (row["api_key__name"] or "(deleted key)") if mine else OTHER_KEYS
         keys[name] = keys.get(name, Decimal(0)) + row["usd"]
     shown = sorted(((name, cents(usd)) for name, usd in keys.items()), key=lambda k: (k[0] == OTHER_KEYS, k[0]))
-    idle = gpu - sum((usd for _, usd in shown), Decimal(0))
-    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced)
+    factor = Decimal(str(settings.HEARTH_BATCH_PRICE_FACTOR))
+    discount = cents(batch_charged / factor - batch_charged)
+    idle = gpu - sum((usd for _, usd in shown), Decimal(0)) - discount
+    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount)
 
 
 def reconcile_all(day: date, own: set[int] | None = None) -> list[Reconciliation]:
