@@ -23,6 +23,11 @@ OOM_MARKERS = (
     "Cannot allocate memory",
     "out of memory",
 )
+# uvicorn's line when the engine's port is taken ("[Errno 98] error while attempting to bind on address ('127.0.0.1',
+# 61202): address already in use", uvicorn/server.py). SGLang (0.5.15.post1 on the CPU, seen here) logs it once its
+# model is loaded and then hangs in its shutdown for minutes instead of exiting
+# (tests/data/sglang-0.5.15.post1-cpu-port-taken.log).
+LISTEN_FAILED = re.compile(r"(\[Errno \d+\] error while attempting to bind on address .+)$")
 MAX_CAUSE_CHARS = 400
 # A line logged below ERROR is never the cause: vLLM warns at every start about errors that may come
 # ("Found ulimit of ... can cause fd limit errors like `OSError: [Errno 24] Too many open files`").
@@ -45,6 +50,9 @@ def scan(log: str) -> LogFindings:
         line = raw.strip()
         if any(g in line for g in GENERIC) or NOT_AN_ERROR.match(line):
             continue
+        if taken := LISTEN_FAILED.search(line):
+            cause = taken.group(1)
+            continue
         match = ERROR_LINE.search(line)
         if match:
             cause = (f"{match.group(1)}: {match.group(2)}" if match.group(1) else f"error: {match.group(3)}").strip()
@@ -54,6 +62,16 @@ def scan(log: str) -> LogFindings:
     if cause and len(cause) > MAX_CAUSE_CHARS:
         cause = cause[: MAX_CAUSE_CHARS - 1].rsplit(" ", 1)[0] + "…"
     return LogFindings(cause, oom)
+
+
+def listen_failure(log: str) -> str | None:
+    """uvicorn's message in an engine log's text when the engine could not listen on its port (``LISTEN_FAILED``),
+    the last one; None when there is none."""
+    found = None
+    for line in log.splitlines():
+        if taken := LISTEN_FAILED.search(line):
+            found = taken.group(1).strip()
+    return found
 
 
 def _message(line: str) -> str:

@@ -4,6 +4,7 @@ form error and nothing changed, and an added replica that fails to load set back
 live 1 → 2 → 1 with real engines is tests/test_replica_scaling_live.py."""
 
 import re
+import socket
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions, dispatch, reconciling
+from console.deployments.lifecycle import restart_port
 from console.deployments.models import Deployment, Replica
 from console.deployments.scaling import added_replica_failed, resume_stale_scales
 from tests.simworld import ensure_model
@@ -197,3 +199,19 @@ def test_reconcile_never_stops_a_replica_added_while_it_looks_for_orphans(monkey
     monkeypatch.setattr(reconciling, "get_runtime", lambda name=None: runtime)
     reconciling._remove_orphans()
     assert runtime.stopped == ["hearth-x-orphan"]
+
+
+def test_a_local_engine_restarts_on_a_port_chosen_again_and_a_container_keeps_its_own() -> None:
+    """While a crashed local engine waits out its backoff its port is free for any process to take."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        local = Replica(runtime="process", host="127.0.0.1", port=port)
+        restart_port(local)
+        assert local.port != port
+        with socket.socket() as again:
+            again.bind(("127.0.0.1", local.port))  # free
+    container = Replica(runtime="docker", host="hearth-replica-1", port=8000)
+    restart_port(container)
+    assert container.port == 8000

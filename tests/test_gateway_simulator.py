@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from appliance.runtimes import get_runtime
 from console.deployments.models import Replica
 from console.observability.models import ScrapeHealth
 from tests.conftest import Proc, login
@@ -200,6 +201,22 @@ def test_an_engine_that_runs_out_of_memory_at_start_fails_with_the_remedy(
     assert "torch.OutOfMemoryError: CUDA out of memory" in dep["state_reason"]
     assert "It ran out of GPU memory; the deployment page offers the known remedy." in dep["state_reason"]
     assert [c["name"] for c in dep["remedy"]] == ["gpu_memory_utilization", "PYTORCH_CUDA_ALLOC_CONF", "max_num_seqs"]
+
+
+def test_an_engine_that_cannot_listen_on_its_port_fails_its_launch_at_once_saying_so(
+    web: str, worker: Proc, admin_user: object
+) -> None:
+    """SGLang logs uvicorn's bind error and hangs for minutes (tests/data/sglang-0.5.15.post1-cpu-port-taken.log):
+    the launch fails at the next poll, not after HEARTH_START_TIMEOUT (1,800 s here), and no engine is left."""
+    client = login(web)
+    dep_id = deploy(web, client, "port-taken", ["--fault-port-taken"])
+    dep = wait_state(client, dep_id, {"ready", "failed"}, within=30)
+    assert dep["state"] == "failed"
+    assert "The engine could not listen on its port ([Errno 98] error while attempting to bind" in dep["state_reason"]
+    assert "address already in use): another process holds it." in dep["state_reason"]
+    replica = Replica.objects.get(deployment_id=dep_id)
+    assert not replica.running and replica.stopped_at is not None
+    assert not get_runtime(replica.runtime).status(replica.runtime_name).running
 
 
 def test_slow_engine_metrics_show_no_numbers_rather_than_old_or_zero_ones(

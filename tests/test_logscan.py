@@ -1,6 +1,8 @@
 """Root causes found in real engine logs."""
 
-from engines.logscan import scan
+from pathlib import Path
+
+from engines.logscan import listen_failure, scan
 
 VLLM_KV_TOO_BIG = """(EngineCore pid=1) ERROR 11-30 01:50:02 [core.py:700] EngineCore failed to start.
 (EngineCore pid=1) ERROR 11-30 01:50:02 [core.py:700] Traceback (most recent call last):
@@ -44,3 +46,11 @@ validation error for ModelConfig
 def test_a_long_cause_is_cut_at_a_word_with_an_ellipsis() -> None:
     cause = scan("RuntimeError: " + "word " * 200).cause
     assert cause is not None and cause.endswith("…") and len(cause) <= 400 and "wor…" not in cause
+
+
+def test_an_engine_that_could_not_listen_on_its_port_is_found_in_sglangs_log() -> None:
+    log = (Path(__file__).parent / "data" / "sglang-0.5.15.post1-cpu-port-taken.log").read_text()
+    said = "[Errno 98] error while attempting to bind on address ('127.0.0.1', 61202): address already in use"
+    assert listen_failure(log) == said
+    assert scan(log).cause == said  # the "Ignore import error" lines above it are no cause
+    assert listen_failure(log.replace("ERROR:    [Errno 98]", "ERROR:    nothing")) is None

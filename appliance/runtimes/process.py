@@ -37,8 +37,9 @@ def engine_port(host: str) -> int:
     """A free TCP port on ``host`` for an engine this runtime starts. Above the kernel's ephemeral range where
     there is room (EPHEMERAL_RANGE, e.g. 32768-60999 → 61000-65535): a port in that range can be taken by an
     outgoing connection while the engine loads, before it binds it (SGLang binds its HTTP port only after
-    loading the model; a test run saw it fail so, then stop two minutes later). Else, or where the range cannot
-    be read, a port the kernel picks. Raises OSError when ``host`` is not an address of this machine."""
+    loading the model; a test run saw it fail so, then hang for minutes: console.deployments.watching ends such an
+    engine at its next poll, from its log). Else, or where the range cannot be read, a port the kernel picks.
+    Raises OSError when ``host`` is not an address of this machine."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[1]) + 1
     except (OSError, ValueError, IndexError):

@@ -22,7 +22,7 @@ from console.deployments.models import Deployment, Replica
 from console.weights.for_launch import in_weights_volume, local_model
 from engines import adapters
 from engines.launch import CONTAINER_ONLY_ENGINES, GPU_ENGINES, EngineKind, LaunchSpec, image_version
-from engines.logscan import scan
+from engines.logscan import listen_failure, scan
 from engines.planner import GpuPlan
 from engines.sglang import build_sglang_cpu_spec
 from engines.sglang_launcher import launcher_program
@@ -119,6 +119,14 @@ def start_replica(replica: Replica, slot: int, runtime: Runtime | None = None) -
     replica.started_at, replica.sleep_mode = timezone.now(), sleep_mode_on(spec)
     fields = ["handle", "host", "port", "running", "ready_at", "restart_at", "started_at", "sleep_mode"]
     replica.save(update_fields=fields)
+
+
+def restart_port(replica: Replica) -> None:
+    """Choose the port of a local engine's replica again before it restarts (not saved: start_replica saves it):
+    while it was down its port was free for any process to take, and an engine that cannot listen on its port
+    restarts in vain. A container keeps CONTAINER_PORT on its own network."""
+    if replica.runtime != "docker":
+        replica.port = engine_port(replica.host)
 
 
 def launch_spec(dep: Deployment, replica: Replica, slot: int = 0) -> LaunchSpec:
@@ -243,6 +251,11 @@ def _read_end(replica: Replica, status: RuntimeStatus) -> tuple[str, RuntimeStat
 
 
 def _explain(dep: Deployment, exit_code: int | None, oom: bool, cause: str, when: str) -> str:
+    if listen_failure(cause):  # it had not exited: Hearth stopped it (console.deployments.watching)
+        return (
+            f"The engine could not listen on its port ({cause}): another process holds it. Hearth stopped the "
+            "engine; a new launch, or a restart, takes another port."
+        )
     code = "an unknown code" if exit_code is None else f"code {exit_code}"
     reason = f"The engine exited {when} with {code}" + (f": {cause.rstrip('.')}." if cause else ".")
     if oom:

@@ -1,7 +1,9 @@
-"""Replicas after their start: ready when /health answers (the deployment when all are); an engine that
-exits fails a first launch (one added to a ready deployment is ended alone: console.deployments.scaling), and a
-replica that crashed after serving restarts with a backoff that doubles with each crash in a row, up to
-HEARTH_MAX_RESTARTS. A deployment stays ready while one replica serves.
+"""Replicas after their start: ready when /health answers (the deployment when all are); an engine that exits,
+or says in its log that it could not listen on its port (engines.logscan.listen_failure: SGLang then hangs for
+minutes, and what answers on that port is another process), fails a first launch (one added to a ready deployment
+is ended alone: console.deployments.scaling), and a replica that crashed after serving restarts with a backoff that
+doubles with each crash in a row, up to HEARTH_MAX_RESTARTS, on a port chosen again (lifecycle.restart_port). A
+deployment stays ready while one replica serves.
 """
 
 from datetime import timedelta
@@ -13,14 +15,16 @@ from django.utils import timezone
 from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
 from console.deployments import dispatch
 from console.deployments.launching import WATCH_EVERY
-from console.deployments.lifecycle import end_all, end_replica, note_crash, start_replica
+from console.deployments.lifecycle import end_all, end_replica, note_crash, restart_port, start_replica
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.deployments.scaling import added_replica_failed
 from console.fanout import bump_routing_version
 from engines.engine_version import VERSION_PATHS, version_from_engine
 from engines.launch import SGLANG_ENGINES
+from engines.logscan import listen_failure
 
 S = DeploymentState
+LISTEN_LINES = 200  # the log's last lines read at each poll for a failure to listen (SGLang logs nothing after it)
 STABLE_AFTER = 600.0  # seconds a restarted replica must serve before its crash count starts again
 
 
@@ -30,8 +34,12 @@ def watch(replica_id: int) -> None:
     if replica is None or replica.deployment.state not in (S.LOADING, S.READY):
         return
     dep = replica.deployment
-    status = get_runtime(replica.runtime).status(replica.runtime_name)
+    runtime = get_runtime(replica.runtime)
+    status = runtime.status(replica.runtime_name)
     if not status.running:
+        engine_ended(replica, status)
+        return
+    if listen_failure(runtime.logs(replica.runtime_name, LISTEN_LINES)):  # SGLang hangs on: ended here (logscan)
         engine_ended(replica, status)
         return
     try:
@@ -132,6 +140,7 @@ def restart(replica_id: int) -> None:
         return
     dep = replica.deployment
     slot = list(dep.replicas.launched().filter(stopped_at__isnull=True).order_by("pk")).index(replica)
+    restart_port(replica)
     try:
         start_replica(replica, slot)
     except RuntimeError_ as exc:

@@ -24,7 +24,9 @@ last user message (the prompt for /v1/completions). An unknown name is a 400 tha
 Instance faults (flags): ``--fault-oom-at-start`` (a CUDA OOM traceback on stderr, exit 1, after
 ``--load-seconds``), ``--fault-oom-above-utilization RATIO`` (that OOM only when
 ``--gpu-memory-utilization`` is above RATIO, as when other processes hold part of the GPU),
-``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), ``--fault-wake-fails [COUNT]``
+``--fault-metrics-delay SECONDS`` (every /metrics answers that much later), ``--fault-port-taken`` (after
+``--load-seconds``, uvicorn's "address already in use" error on stderr, then it hangs without listening, as SGLang
+does when its port is taken), ``--fault-wake-fails [COUNT]``
 (the first COUNT wakes, or every one, fail with a CUDA OOM: a 500, the engine stays asleep), and
 ``--load-seconds SECONDS`` (everything, /health included, answers 503 until loaded).
 

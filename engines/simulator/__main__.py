@@ -65,6 +65,13 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(OOM_TRACEBACK)
         sys.stderr.flush()
         return 1
+    if cfg.fault_port_taken:  # SGLang 0.5.15's way (tests/data/sglang-0.5.15.post1-cpu-port-taken.log)
+        time.sleep(cfg.load_seconds)
+        address = (cfg.host, cfg.port)
+        log.error("[Errno 98] error while attempting to bind on address %r: address already in use", address)
+        log.info("Waiting for application shutdown.")
+        while True:
+            time.sleep(3600)
     error = startup_error(cfg)
     if error:
         sys.stderr.write(error + "\n")

@@ -79,6 +79,7 @@ class SimConfig:
     load_seconds: float
     fault_oom_at_start: bool
     fault_metrics_delay: float
+    fault_port_taken: bool = False
     no_anthropic: bool = False
     no_responses: bool = False
     agent_mode: bool = True
@@ -152,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the OOM at start when --gpu-memory-utilization is above this, 0–1",
     )
     p.add_argument("--fault-metrics-delay", type=float, default=0.0, help="delay every /metrics, seconds")
+    p.add_argument(
+        "--fault-port-taken",
+        action="store_true",
+        help="as SGLang when its port is taken: uvicorn's bind error, then it hangs without listening",
+    )
     p.add_argument("--no-anthropic", action="store_true", help="no /v1/messages routes (404), as SGLang serves")
     p.add_argument("--no-responses", action="store_true", help="no /v1/responses route (404), as SGLang serves")
     p.add_argument(
@@ -256,6 +262,7 @@ def parse_config(argv: list[str]) -> SimConfig:
         load_seconds=args.load_seconds,
         fault_oom_at_start=args.fault_oom_at_start or args.gpu_memory_utilization > args.fault_oom_above_utilization,
         fault_metrics_delay=args.fault_metrics_delay,
+        fault_port_taken=args.fault_port_taken,
         no_anthropic=args.no_anthropic,
         no_responses=args.no_responses,
         agent_mode=args.agent_mode,

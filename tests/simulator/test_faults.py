@@ -10,6 +10,8 @@ import httpx
 import openai
 import pytest
 
+from engines.logscan import listen_failure
+from tests.conftest import free_port
 from tests.simulator.simproc import MODEL, ROOT, Sim, SimFactory, auth, stream_events
 
 
@@ -105,6 +107,30 @@ def test_oom_at_start_exits_1_with_the_cuda_oom_line() -> None:
     )
     assert done.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB." in done.stderr
+
+
+@pytest.mark.process
+def test_port_taken_says_so_as_sglang_does_and_hangs_without_listening() -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "engines.simulator", "--fault-port-taken", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        lines = iter(proc.stderr.readline, "")
+        said = next(line for line in lines if "bind" in line)
+        address = f"('127.0.0.1', {port})"
+        assert (
+            listen_failure(said)
+            == f"[Errno 98] error while attempting to bind on address {address}: address already in use"
+        )
+        assert "Waiting for application shutdown." in next(lines)
+        time.sleep(1)
+        assert proc.poll() is None  # hangs, as SGLang 0.5.15 does
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.process
