@@ -3,16 +3,16 @@
 Usage: ``python bench/fake_upstream.py PORT`` (listens on 127.0.0.1 only; SIGTERM stops it).
 
 ``POST /v1/chat/completions`` with ``"stream": true`` waits FIRST_CHUNK_DELAY, then sends CHUNKS content
-chunks CHUNK_INTERVAL apart (on an absolute schedule, so a late wake-up does not push back the rest), a
-``finish_reason`` chunk, a usage chunk when ``stream_options.include_usage`` asks for one, and
-``data: [DONE]``, as vLLM's OpenAI server does. Any Bearer key is accepted.
-The pacing is the one FACTS.md's relay measurements used. ``max_tokens`` (up to MAX_CHUNKS) sets the number
-of chunks, and a
+chunks CHUNK_INTERVAL apart (10 ms, or BENCH_CHUNK_INTERVAL seconds; on an absolute schedule, so a late wake-up
+does not push back the rest), a ``finish_reason`` chunk, a usage chunk when ``stream_options.include_usage`` asks
+for one, and ``data: [DONE]``, as vLLM's OpenAI server does. Any Bearer key is accepted. The pacing is the one
+FACTS.md's relay measurements used. ``max_tokens`` (up to MAX_CHUNKS) sets the number of chunks, and a
 ``[[sim:stall-between=SECONDS]]`` marker in the body (the simulator's) spaces them that far apart instead.
 """
 
 import asyncio
 import json
+import os
 import re
 import sys
 import time
@@ -24,7 +24,7 @@ from aiohttp import web
 FIRST_CHUNK_DELAY = 0.050  # seconds to the first chunk
 CHUNKS = 64  # content chunks per answer without max_tokens
 MAX_CHUNKS = 4 * CHUNKS  # the most content chunks an answer can have
-CHUNK_INTERVAL = 0.010  # seconds between content chunks
+CHUNK_INTERVAL = float(os.environ.get("BENCH_CHUNK_INTERVAL", "0.010"))  # seconds between content chunks
 CREATED = int(time.time())
 STALL_RE = re.compile(r"\[\[sim:stall-between=([0-9.]+)\]\]")
 

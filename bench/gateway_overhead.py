@@ -42,7 +42,8 @@ from procs import ROOT, engine_argv, free_port, hearth_env, seed, start, stop, w
 
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the default of --redis-url
 DASHBOARD = "hearth+dashboard"  # the path measured while a console user refreshes the dashboard
-PEERS = ("litellm", "nginx", "splice")  # splice: not a gateway, the floor of a Python relay
+# splice: not a gateway, the floor of a Python relay; splice-watch: that floor with the stream read as Hearth must
+PEERS = ("litellm", "nginx", "splice", "splice-watch")
 
 
 class Setup:
@@ -87,7 +88,8 @@ async def ready(setup: Setup, sessions: dict[str, aiohttp.ClientSession]) -> Non
     await wait_ready(sessions["hearth"], setup.urls["hearth"] + "/v1/models", setup.procs["hearth"], 60, has_bench)
     # LiteLLM answers /v1/models itself; nginx relays the engine's /health (the fake engine has no /v1/models)
     waits = (("litellm", "/v1/models", 180, has_bench), ("nginx", "/health", 30, answered))
-    for peer, page, wait, check in (*waits, ("splice", "/health", 30, answered)):
+    splices = (("splice", "/health", 30, answered), ("splice-watch", "/health", 30, answered))
+    for peer, page, wait, check in (*waits, *splices):
         if peer in setup.urls:
             try:
                 await wait_ready(sessions[peer], setup.urls[peer] + page, setup.procs[peer], wait, check)
@@ -209,13 +211,15 @@ def start_nginx(setup: Setup, tmp: Path, engine_port: int) -> None:
         setup.skipped["nginx"] = f"could not start: {exc}"
 
 
-def start_splice(setup: Setup, tmp: Path, engine_port: int) -> None:
+def start_splice(setup: Setup, tmp: Path, engine_port: int, name: str = "splice") -> None:
+    """``name`` "splice", or "splice-watch" (``splice_peer.py --watch``)."""
     port = free_port()
     argv = [sys.executable, str(ROOT / "bench/splice_peer.py"), str(port), str(engine_port)]
+    argv += ["--watch"] if name == "splice-watch" else []
     try:
-        setup.add("splice", port, "anything", start(argv, tmp / "splice.log", dict(os.environ)))
+        setup.add(name, port, "anything", start(argv, tmp / f"{name}.log", dict(os.environ)))
     except OSError as exc:
-        setup.skipped["splice"] = f"could not start: {exc}"
+        setup.skipped[name] = f"could not start: {exc}"
 
 
 def peers(text: str) -> list[str]:
@@ -338,10 +342,11 @@ def main() -> None:
             if "nginx" in setup.procs:
                 all_procs.append(("nginx", setup.procs["nginx"]))
                 note(f"  nginx {nginx_peer.version()} starting")
-        if "splice" in args.peers:
-            start_splice(setup, tmp, engine_port)
-            if "splice" in setup.procs:
-                all_procs.append(("splice", setup.procs["splice"]))
+        for splice in ("splice", "splice-watch"):
+            if splice in args.peers:
+                start_splice(setup, tmp, engine_port, splice)
+                if splice in setup.procs:
+                    all_procs.append((splice, setup.procs[splice]))
         rows, held = uvloop.run(bench(args, setup))
         cells = report.pool(rows, setup.paths)
         print(
@@ -356,7 +361,7 @@ def main() -> None:
         print(report.verdict(cells, [p for p in setup.paths if p in PEERS]))
         if "nginx" in args.peers:
             print(report.nginx_verdict(cells))
-        if "splice" in args.peers:
+        if "splice" in args.peers or "splice-watch" in args.peers:
             print(report.splice_floor(cells))
         if args.dashboard:
             print(report.dashboard_verdict(cells, DASHBOARD, args.viewers))

@@ -275,6 +275,15 @@ def splice_floor(cells: list[Cell], peer: str = "nginx") -> str:
             f"splice / {peer} {s.cpu_us_per_chunk / n.cpu_us_per_chunk:.2f}×, "
             f"hearth / splice {h.cpu_us_per_chunk / s.cpu_us_per_chunk:.2f}×"
         )
+    for w in [c for c in cells if c.path == "splice-watch"]:
+        s, n = get.get((w.streams, "splice")), get.get((w.streams, peer))
+        if s is None or n is None or s.cpu_us_per_chunk <= 0 or n.cpu_us_per_chunk <= 0:
+            continue
+        lines.append(
+            f"  {w.streams} streams: the stream read as Hearth must (splice-watch) {w.cpu_us_per_chunk:.0f} µs per "
+            f"chunk = splice + {w.cpu_us_per_chunk - s.cpu_us_per_chunk:.0f}; splice-watch / {peer} "
+            f"{w.cpu_us_per_chunk / n.cpu_us_per_chunk:.2f}×"
+        )
     if not lines:
         return f"python floor: NOT CHECKED (needs splice and {peer} in the run)"
     return "\n".join(["python floor (a uvloop TCP splice, splice_peer.py):", *lines])

@@ -7,14 +7,47 @@ the same run, says how near nginx a Python relay can get at all (issue 35: compi
 acceptable "if the measurement shows Python cannot get there"). Flow control: a side whose peer cannot take more
 stops being read until it can. It is not a gateway anyone should run.
 
-Usage: ``python bench/splice_peer.py LISTEN_PORT ENGINE_PORT`` (both on 127.0.0.1; runs until killed).
+With ``--watch`` (the ``splice-watch`` peer) the engine side also does, per read, the per-chunk work Hearth's relay
+cannot leave out for an OpenAI chat stream, as Hearth does it: httptools reads the answer's framing (one ``on_body``
+a chunk), and the body goes through gateway.sse's ``LineEnds``, ``DataEvents`` and ``StreamWatcher`` and
+gateway.engine_messages' ``StreamScrubber`` (gateway.relay_stream.StreamedAnswer._out), the read itself still written
+on as it came. Its CPU per chunk less the plain splice's is what that Python costs inside a busy relay process, not
+in a hot loop (issue 35: the measurement that says whether Python can get there).
+
+Usage: ``python bench/splice_peer.py LISTEN_PORT ENGINE_PORT [--watch]`` (both on 127.0.0.1; runs until killed).
 """
 
 import asyncio
 import socket
 import sys
+import time
+from pathlib import Path
 
+import httptools
 import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the gateway's modules, for --watch
+from gateway.engine_messages import StreamScrubber
+from gateway.sse import DataEvents, LineEnds, StreamKind, StreamWatcher
+
+WATCH = "--watch" in sys.argv[3:]
+
+
+class Watch:
+    """The engine's answers on one connection as Hearth's relay reads them (module docstring), one at a time."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.on_message_begin()
+
+    def on_message_begin(self) -> None:
+        self.ends, self.events = LineEnds(), DataEvents()
+        self.watcher, self.scrubber = StreamWatcher(StreamKind.CHAT), StreamScrubber("bench", nest_flat=True)
+
+    def on_body(self, body: bytes) -> None:
+        self.watcher.feed(self.events.feed(self.ends.feed(body)))
+        self.scrubber.feed(body)
+        time.monotonic()  # as the relay notes the client's last bytes
 
 
 class Side(asyncio.Protocol):
@@ -24,6 +57,7 @@ class Side(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: Side | None = None
         self.early: list[bytes] = []  # what came before the peer connected
+        self.watch: Watch | None = None  # the engine side's, with --watch
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -34,6 +68,8 @@ class Side(asyncio.Protocol):
         if peer is None or peer.transport is None:
             self.early.append(data)
         else:
+            if self.watch is not None:
+                self.watch.parser.feed_data(data)
             peer.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -68,6 +104,7 @@ class Client(Side):
                 self.transport.close()
             return
         engine.peer, self.peer = self, engine
+        engine.watch = Watch() if WATCH else None
         for data in self.early:
             engine.transport.write(data)  # type: ignore[union-attr]
         self.early.clear()
