@@ -127,6 +127,12 @@ def test_the_python_floor_line_sets_the_splice_beside_nginx_and_hearth() -> None
     assert "splice / nginx 1.08×, hearth / splice 2.77×" in levels[1]
     without = [c for c in cells if c.path != "splice"]
     assert report.splice_floor(without) == "python floor: NOT CHECKED (needs splice and nginx in the run)"
+    cells.append(cell(64, "splice-watch", cpu=24.0))
+    watched = report.splice_floor(cells).splitlines()[-1]
+    assert watched == (
+        "  64 streams: the stream read as Hearth must (splice-watch) 24 µs per chunk = splice + 9; "
+        "splice-watch / nginx 1.50×"
+    )
 
 
 class StreamedAnswer(BaseHTTPRequestHandler):
@@ -159,12 +165,13 @@ def engine() -> Iterator[int]:
 
 
 @pytest.mark.process
-def test_the_splice_relays_streams_as_they_came_on_kept_alive_connections(engine: int) -> None:
+@pytest.mark.parametrize("watch", [[], ["--watch"]], ids=["splice", "splice-watch"])
+def test_the_splice_relays_streams_as_they_came_on_kept_alive_connections(engine: int, watch: list[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     splice = gateway_overhead.ROOT / "bench/splice_peer.py"
-    proc = subprocess.Popen([sys.executable, str(splice), str(port), str(engine)])
+    proc = subprocess.Popen([sys.executable, str(splice), str(port), str(engine), *watch], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -181,4 +188,5 @@ def test_the_splice_relays_streams_as_they_came_on_kept_alive_connections(engine
                     assert b"".join(answer.iter_bytes()) == b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
     finally:
         proc.terminate()
-        proc.wait(10)
+        _, errors = proc.communicate(timeout=10)
+    assert b"Traceback" not in errors, errors.decode()  # the watch read both answers
