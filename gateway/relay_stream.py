@@ -144,6 +144,8 @@ class StreamedAnswer:
     def _events(self, chunk: bytes) -> bytes:
         """The client's bytes for ``chunk``, bytes of the engine's events with LF line ends."""
         state, watcher, converter = self.state, self.watcher, self.converter
+        if self.scrubber is not None:  # the watcher reads the client's copy: an engine's error cleaned once, one ref
+            chunk = self.scrubber.feed(chunk)
         watcher.feed(chunk)
         state.token_chunks = watcher.token_chunks  # live: a note of the request says how far it got (gateway.ledger)
         if state.ttft_seconds is None and watcher.token_seen:
@@ -154,7 +156,6 @@ class StreamedAnswer:
         state.answered = converter is None and (watcher.complete or watcher.error is not None)
         if converter is not None:
             return converter.feed(chunk)
-        chunk = self.scrubber.feed(chunk) if self.scrubber is not None else chunk
         chunk = chunk if self.start_usage is None else self.start_usage.feed(chunk)
         return chunk if self.stripper is None else self.stripper.feed(chunk)
 
@@ -195,8 +196,9 @@ class StreamedAnswer:
         converted stream's end is its converter's)."""
         state, watcher, converter = self.state, self.watcher, self.converter
         last = self._events(self.events.flush()) if self.events is not None else b""  # an event left unended
-        state.truncated = status == 200 and not watcher.complete
         tail = self.scrubber.flush() if self.scrubber is not None else b""
+        watcher.feed(tail)  # what the scrubber held, unread by the watcher so far
+        state.truncated = status == 200 and not watcher.complete
         if self.start_usage is not None:
             tail = self.start_usage.feed(tail) + self.start_usage.flush()
         if self.stripper is not None:
@@ -216,8 +218,9 @@ class StreamedAnswer:
         # translated stream has neither: its client never sees the engine's OpenAI events).
         if state.truncated and (converter is not None or not (watcher.done or watcher.error)):
             tail += self._error_event(cut)
-        elif watcher.error is not None:  # the engine's own error event, cleaned as the client's copy was
-            state.error = clean(watcher.error, f"an error event from {self.plan.model}")
+        elif watcher.error is not None:  # the engine's own error event: the client's copy, or cleaned as it would be
+            error = watcher.error
+            state.error = error if self.scrubber is not None else clean(error, f"an error event from {self.plan.model}")
         await self._ending()
         await self.send({"type": "http.response.body", "body": tail, "more_body": False})
         state.answered = True

@@ -169,11 +169,15 @@ ENGINE_ERROR = json.dumps({"error": {"message": TRACEBACK, "code": 500}}).encode
     ids=["passed-on", "translated"],
 )
 def test_an_error_event_in_a_stream_reaches_the_client_without_its_secret(
-    surface: Surface, translation: Translation
+    surface: Surface, translation: Translation, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The request log's error is what the client was told, under the one reference the web log has."""
     relay, body = relayed(stream(TEXT, b"data: " + ENGINE_ERROR + b"\n\n"), surface, translation)
     assert relay.state.truncated and SECRET not in body and "Traceback" not in body
     assert "Internal error: connecting to the cache failed" in body and REF.search(body)
+    [ref] = set(REF.findall(body))
+    assert SECRET in logged_under(ref, caplog) and ref in relay.state.error and SECRET not in relay.state.error
+    assert len([r for r in caplog.records if "(ref " in r.getMessage()]) == 1
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
