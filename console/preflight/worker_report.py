@@ -47,7 +47,9 @@ class Report:
 
 
 def _key(run_id: str) -> str:
-    return f"hearth:preflight:{run_id}"
+    """The report's cache key: Redis holds it as ``hearth:<instance>:1:preflight:<run id>`` (the cache's
+    KEY_PREFIX, appliance.settings), under the appliance's prefix as every key is."""
+    return f"preflight:{run_id}"
 
 
 def report_here() -> Report:
