@@ -15,7 +15,8 @@ from console.alerts.evaluate import evaluate
 from console.alerts.models import AlertRule, Destination
 from console.alerts.rules import rules
 from tests.alert_receivers import Webhook, webhook
-from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the module's Chromium
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
+from tests.test_browser_panels import keep
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 __all__ = ["webhook"]

@@ -21,7 +21,8 @@ from console.batches import files
 from console.batches.models import Batch, BatchLine, LineState, Purpose, Status
 from console.observability.models import RequestLog
 from console.observability.queue_depth import depth_key
-from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the module's Chromium
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
+from tests.test_browser_panels import keep
 from tests.test_console_display import a_deployment
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

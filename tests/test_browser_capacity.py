@@ -5,29 +5,17 @@ and to $HEARTH_SCREENSHOT_DIR when set (capacity-*.png)."""
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.conftest import Proc, login
 from tests.simworld import deploy, wait_state
-from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 FAST = ["--decode-ms-per-token", "4", "--decode-ms-per-seq", "0.2"]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is not installed (apt-get install chromium); .ci/run installs it")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # see test_browser_console.browser
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 def shot(page: Page, folder: Path, name: str) -> None:
@@ -50,7 +38,11 @@ def start_check(page: Page, levels: str, requests: str, label: str, shared: bool
 
 
 def test_start_watch_cancel_complete_and_compare_checks_from_the_console(
-    browser: Browser, web: str, worker: Proc, admin_user: object, tmp_path: Path
+    browser: Browser,  # noqa: F811 - the fixture
+    web: str,
+    worker: Proc,
+    admin_user: object,
+    tmp_path: Path,
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "browse", FAST)

@@ -17,7 +17,8 @@ from playwright.sync_api import Browser, Page, Route
 from console.capacity.models import CapacityResult, CapacityRun
 from console.deployments.models import Deployment
 from console.observability.charts import SERIES
-from tests.test_console_display import KEEP_PLOTS, a_deployment, browser  # noqa: F401 - browser: the fixture
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
+from tests.test_console_display import KEEP_PLOTS, a_deployment
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 X_LABELS = """() => window.__plots.filter((p) => document.contains(p.root)).map((p) => p.axes[0]._values || [])"""

@@ -1,45 +1,21 @@
 """The console in headless Chromium (Debian's chromium, driven by Playwright): first run, and the demo walk."""
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 from django.conf import settings
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
+
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Without the background-networking flags Chromium keeps dialling out, and this machine's network refuses it.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SMOLLM2 = settings.HEARTH_CACHE_DIR / "models" / "SmolLM2-135M-Instruct"
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is not installed (apt-get install chromium); .ci/run installs it")
-    # Playwright's sync API keeps an event loop in this thread; Django's test database work here stays
-    # synchronous, which its async-safety check cannot tell (Django docs, "Async safety").
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
-
-
 @pytest.fixture
-def page(browser: Browser, web: str) -> Iterator[Page]:
+def page(browser: Browser, web: str) -> Iterator[Page]:  # noqa: F811 - the fixture
     context = browser.new_context(base_url=web)
     page = context.new_page()
     yield page

@@ -13,7 +13,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from console.access.keys import create_key
 from console.observability.models import RequestLog
-from tests.test_browser_console import browser
+from tests.chromium import browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 __all__ = ["browser"]  # the fixture this module takes from test_browser_console

@@ -11,9 +11,10 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 from console.access.keys import create_key
 from console.observability.models import PriceSetting
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.conftest import Proc, login
 from tests.simworld import deploy, wait_state
-from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the module's Chromium
+from tests.test_browser_panels import keep
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 WIDTH, HEIGHT = 1280, 800

@@ -11,10 +11,11 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, expect
 
+from tests.chromium import browser
 from tests.conftest import Proc, login
 from tests.gatewayworld import within
 from tests.simworld import deploy, wait_state
-from tests.test_browser_panels import browser, shot
+from tests.test_browser_panels import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 __all__ = ["browser"]  # the fixture, shared with the other panels' browser test

@@ -14,7 +14,8 @@ from playwright.sync_api import Browser, expect
 
 from console.access.models import ApiKey, Member
 from console.observability.models import DeploymentPrice
-from tests.test_browser_panels import browser, keep, shot  # noqa: F401 - browser: the module's Chromium
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
+from tests.test_browser_panels import keep, shot
 from tests.test_money import charge
 from tests.test_panels import Engine, deployment
 

@@ -8,19 +8,18 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from console.deployments.models import Replica
 from console.observability.models import PriceSetting
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.conftest import Proc, login
 from tests.gatewayworld import within
 from tests.simworld import ensure_model, wait_state
-from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SCREENSHOTS = os.environ.get("HEARTH_SCREENSHOTS", "")  # a folder to copy each screenshot into; none when unset
@@ -34,15 +33,6 @@ def keep(path: Path) -> None:
 
 
 PROMPT = "Tell me a long story about a lighthouse keeper and the sea. " * 60  # ~700 tokens: KV use shows
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API keeps an event loop in this thread
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
 
 
 class Load:
@@ -85,7 +75,11 @@ def shot(page: Page, tmp_path: Path, name: str) -> None:
 
 
 def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_stale(
-    browser: Browser, web: str, worker: Proc, admin_user: object, tmp_path: Path
+    browser: Browser,  # noqa: F811 - the fixture
+    web: str,
+    worker: Proc,
+    admin_user: object,
+    tmp_path: Path,
 ) -> None:
     client = login(web)
     ensure_model()

@@ -9,8 +9,9 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from console.deployments.models import Replica
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.simworld import Served
-from tests.test_browser_panels import browser, shot  # noqa: F401 - browser: the module's Chromium
+from tests.test_browser_panels import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -23,10 +23,11 @@ from console.batches.models import Batch
 from console.capacity.models import Tuning
 from console.deployments.models import Deployment
 from console.observability.models import PriceSetting
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.conftest import MEMBER_PASSWORD, Proc, login
 from tests.simworld import deploy, wait_state
 from tests.test_browser_chart_shapes import a_run, log_in, series
-from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the fixture
+from tests.test_browser_panels import keep
 from tests.test_console_display import a_deployment
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, expect
 
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.conftest import start_web
-from tests.test_browser_panels import browser, keep  # noqa: F401 - browser: the module's Chromium
+from tests.test_browser_panels import keep
 from tests.test_readme_settings import settings_table
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

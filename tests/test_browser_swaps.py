@@ -15,9 +15,9 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
 from console.observability.models import PriceSetting
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.conftest import Proc, login
 from tests.simworld import ensure_model, wait_state
-from tests.test_browser_panels import browser  # noqa: F401 (the module's Chromium)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SLOW_COPY = ["--sleep-host-gb-per-s", "2"]  # 16 GB of Llama-3.1-8B weights: 8 s to sleep, 8 s to wake

@@ -3,16 +3,14 @@ error pages inside the console's layout (JSON under /api/ and /v1/), the Costs p
 singular counts ("1 request"), and the Configuration table (docs/configuration.md) naming each setting once, truly."""
 
 import json
-import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.test import Client, RequestFactory
-from playwright.sync_api import Browser, Page, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Route
 
 from appliance.settings import DEFAULT_HOSTS
 from console import error_pages
@@ -22,9 +20,9 @@ from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
 from console.observability.charts import SERIES
 from gateway.quotas import LIMITS, refusal
+from tests.chromium import browser  # noqa: F401 - the module's Chromium
 from tests.docs import section
 from tests.simworld import ensure_model
-from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
 from tests.test_browser_panels import keep
 from tests.test_panels import log_row
 from tests.test_readme_settings import settings_table
@@ -146,17 +144,6 @@ def assert_labels_say_their_ticks(axes: list[dict[str, list[float | None]]]) -> 
     return shown
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Chromium is not installed (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API keeps an event loop in this thread
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield browser
-        browser.close()
-
-
 def shot(page: Page, tmp_path: Path, name: str, part: str = "#charts") -> Path:
     """``part`` of the page as a PNG in the test's folder (and HEARTH_SCREENSHOTS: tests/test_browser_panels.keep)."""
     path = tmp_path / f"{name}.png"
@@ -168,7 +155,10 @@ def shot(page: Page, tmp_path: Path, name: str, part: str = "#charts") -> Path:
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_chart_tick_labels_say_their_ticks_value_to_the_steps_precision_and_counts_are_whole(
-    browser: Browser, web: str, admin_user: object, tmp_path: Path
+    browser: Browser,  # noqa: F811 - the fixture
+    web: str,
+    admin_user: object,
+    tmp_path: Path,
 ) -> None:
     dep = a_deployment("quiet")
     context = browser.new_context(base_url=web, viewport={"width": 1440, "height": 900})

@@ -27,9 +27,9 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
+from tests.chromium import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import ROOT, Proc, free_port, start_web
 from tests.simworld import Served
-from tests.test_browser_console import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.process, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 CADDY = "/usr/bin/caddy"  # Debian's package (scripts/test-services.sh installs it)
