@@ -183,15 +183,16 @@ def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_a_batch_disco
     assert r.charged_usd + r.idle_usd == r.gpu_usd and r.idle_usd > 0
     assert r.idle_hours == pytest.approx(float(r.idle_usd) / 6)
 
-    assert (
-        r.batch_discount_usd == 0
-        and 'data-row="batch_discount"' not in admin.get(f"/costs/?day={day.isoformat()}").text
-    )
+    assert not r.batch_charged and 'data-row="batch_discount"' not in admin.get(f"/costs/?day={day.isoformat()}").text
 
     # a batch line's tokens took the GPU time their full price pays for: what it was let off is the batch
-    # discount, not idle time
-    batch = charge(dep, keys[1], ten + 900, 2_000_000, 500_000, priority="batch")
+    # discount, not idle time; a discount under half a cent still has its row, at $0.00, as a key's charge does
     idle_before = r.idle_usd
+    charge(dep, keys[1], ten + 800, 5, 5, priority="batch")
+    r = reconcile(dep, day)
+    assert r is not None and r.batch_charged and r.batch_discount_usd == 0
+    assert 'data-field="batch_discount">$0.00<' in admin.get(f"/costs/?day={day.isoformat()}").text
+    batch = charge(dep, keys[1], ten + 900, 2_000_000, 500_000, priority="batch")
     r = reconcile(dep, day)
     assert r is not None and settings.HEARTH_BATCH_PRICE_FACTOR == 0.5
     assert batch.cost_usd is not None and r.batch_discount_usd == batch.cost_usd.quantize(Decimal("0.01"))

@@ -31,8 +31,9 @@ OTHER_KEYS = "other keys"
 @dataclass(frozen=True)
 class Reconciliation:
     """One deployment's day: ``keys`` (name, USD charged, to the cent), ``batch_discount_usd`` (the GPU time batch
-    requests took beyond what they were charged), ``idle_usd`` (the GPU cost no key paid for), ``gpu_usd`` (their
-    sum), ``idle_hours`` (idle_usd at its $/hour), ``unpriced`` requests charged nothing."""
+    requests took beyond what they were charged; ``batch_charged``: there were any), ``idle_usd`` (the GPU cost no
+    key paid for), ``gpu_usd`` (their sum), ``idle_hours`` (idle_usd at its $/hour), ``unpriced`` requests charged
+    nothing."""
 
     deployment: Deployment
     day: date
@@ -43,6 +44,7 @@ class Reconciliation:
     idle_usd: Decimal = Decimal(0)
     unpriced: int = 0
     batch_discount_usd: Decimal = Decimal(0)
+    batch_charged: bool = False  # batch-class requests were charged that day (their discount may round to $0.00)
 
     @property
     def charged_usd(self) -> Decimal:
@@ -92,7 +94,7 @@ def reconcile(dep: Deployment, day: date, own: set[int] | None = None) -> Reconc
     factor = Decimal(str(settings.HEARTH_BATCH_PRICE_FACTOR))
     discount = cents(batch_charged / factor - batch_charged)
     idle = gpu - sum((usd for _, usd in shown), Decimal(0)) - discount
-    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount)
+    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount, batch_charged > 0)
 
 
 def reconcile_all(day: date, own: set[int] | None = None) -> list[Reconciliation]:
