@@ -1,6 +1,7 @@
 """The deployment page's "Coding agents" tab gives each agent's settings (console.deployments.agent_settings): the
 blocks of docs/agents.md, which the tests give the real CLIs, with this Hearth's base URL, the served model name and
-the context filled in; a name that needs quoting is quoted in each language; OpenCode is told no small context."""
+the context filled in; a name that needs quoting is quoted in each language; OpenCode and Codex are told no small
+context."""
 
 import json
 import re
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from django.test import Client
 
-from console.deployments.agent_settings import OPENCODE_TOLD_FROM, agent_settings
+from console.deployments.agent_settings import CONTEXT_TOLD_FROM, agent_settings
 from tests.test_agent_support import hf_model, simulated
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "agents.md"
@@ -38,10 +39,16 @@ def test_a_name_that_needs_quoting_is_quoted_in_each_language_and_each_block_rea
     assert yaml.safe_load(llm.text)[0]["model_name"] == name
 
 
-@pytest.mark.parametrize("context", [0, 8192, OPENCODE_TOLD_FROM - 1])
-def test_opencode_is_told_no_context_under_32k_and_asks_what_fitting_lowers(context: int) -> None:
-    opencode = agent_settings("http://h", "m", context)[2]
+@pytest.mark.parametrize("context", [0, 8192, CONTEXT_TOLD_FROM - 1])
+def test_opencode_and_codex_are_told_no_context_under_32k(context: int) -> None:
+    _, codex, opencode, *_ = agent_settings("http://h", "m", context)
     assert "limit" not in json.loads(opencode.text)["provider"]["hearth"]["models"]["m"]
+    assert "model_context_window" not in tomllib.loads(codex.text)
+
+
+def test_codex_is_told_the_context_from_32k_at_its_config_files_top_level() -> None:
+    codex = agent_settings("http://h", "m", CONTEXT_TOLD_FROM)[1]
+    assert tomllib.loads(codex.text)["model_context_window"] == CONTEXT_TOLD_FROM
 
 
 @pytest.mark.django_db

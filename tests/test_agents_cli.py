@@ -10,11 +10,13 @@ translation to chat completions (``--no-responses``). Non-essential traffic off,
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.agentworld import NPM_BIN, TASK, Agents, agents, assert_copied, cli, run, workdir
+from console.deployments.agent_settings import agent_settings
+from tests.agentworld import CONTEXT, NPM_BIN, TASK, Agents, agents, assert_copied, cli, run, workdir
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["agents"]  # the fixture, used by name
@@ -58,13 +60,12 @@ def claude(
 
 
 def codex(agents: Agents, model: str, tmp_path: Path, task: str = TASK) -> tuple[Path, str]:
+    """Codex with the deployment page's settings (console.deployments.agent_settings, CONTEXT as the deployment's
+    max_model_len) and no retries, in a throwaway HOME (tmp_path/home)."""
     work, home = workdir(tmp_path), tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
-    (home / ".codex/config.toml").write_text(
-        f'model = "{model}"\nmodel_provider = "hearth"\n\n[model_providers.hearth]\nname = "Hearth"\n'
-        f'base_url = "{agents.web}/v1"\nenv_key = "HEARTH_API_KEY"\nwire_api = "responses"\n'
-        "request_max_retries = 0\nstream_max_retries = 0\n"
-    )
+    settings = agent_settings(agents.web, model, CONTEXT)[1].text  # the provider's table is the block's last
+    (home / ".codex/config.toml").write_text(settings + "\nrequest_max_retries = 0\nstream_max_retries = 0\n")
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "HEARTH_API_KEY": agents.key}
     argv = [cli(NPM_BIN / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", task]
     return work, run(argv, work, env)
@@ -77,8 +78,12 @@ def test_claude_code_with_both_keys_set_reads_and_writes_a_file_through_hearth(a
 
 
 def test_codex_over_the_responses_api_reads_and_writes_a_file_through_hearth(agents: Agents, tmp_path: Path) -> None:
+    """Codex takes the context the settings tell it: its session log counts 95 % of it (Codex 0.169)."""
     work, output = codex(agents, agents.deploy("agent-responses", []), tmp_path)
     assert_copied(work, output)
+    [session] = (tmp_path / "home/.codex/sessions").rglob("rollout-*.jsonl")
+    windows = set(re.findall(r'"model_context_window":(\d+)', session.read_text()))
+    assert windows == {str(CONTEXT * 95 // 100)}, windows
 
 
 def test_codex_works_through_the_translation_for_an_engine_without_responses(agents: Agents, tmp_path: Path) -> None:

@@ -19,10 +19,11 @@ CAPPED_CLAUDE = (
     "An answer cut at its key's max_tokens cap is an error to Claude Code (\"Claude's response exceeded the N "
     'output token maximum"): give its key no cap, and it a model that ends its answers.'
 )
-# OpenCode compacts its conversation by the context it is told: told a small one (8K–16K) it compacts after every
-# answer and never ends (docs/agents.md, measured), so below this many tokens it is told none and asks for 32,000
-# output tokens, which fitting lowers to what is left.
-OPENCODE_TOLD_FROM = 32_768
+# OpenCode and Codex compact their conversations by the context they are told: told a small one they compact after
+# every answer and never end (docs/agents.md, measured: OpenCode at 8K–16K; Codex 0.169 told 8,000, below its own
+# ~7,700-token prompt, sent 280 requests in 180 s and wrote nothing). Below this many tokens neither is told one:
+# OpenCode then asks for 32,000 output tokens, which fitting lowers to what is left, and Codex keeps its default.
+CONTEXT_TOLD_FROM = 32_768
 OPENCODE_OUTPUT = 4096  # the output limit OpenCode is told with the context
 _PLAIN_YAML = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 
@@ -50,7 +51,7 @@ export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
 claude""")
 CODEX = Template("""\
 model = $model_json                 # the served model name
-model_provider = "hearth"
+model_provider = "hearth"$codex_context
 
 [model_providers.hearth]
 name = "Hearth"
@@ -101,10 +102,13 @@ def _yaml(text: str) -> str:
 def agent_settings(base_url: str, model: str, context: int) -> list[AgentSettings]:
     """Each agent's settings for a deployment served as ``model`` (its served model name) by the Hearth at
     ``base_url`` (scheme and host, no path: ``http://HOST:8000``), whose context is ``context`` tokens (its
-    max_model_len; 0 where unknown, then OpenCode is told none). In docs/agents.md's order."""
-    limit = ""
-    if context >= OPENCODE_TOLD_FROM:
+    max_model_len; 0 where unknown): OpenCode and Codex are told it from CONTEXT_TOLD_FROM. In docs/agents.md's
+    order."""
+    limit, codex_context = "", ""
+    if context >= CONTEXT_TOLD_FROM:
         limit = f', "limit": {{ "context": {context}, "output": {OPENCODE_OUTPUT} }}'
+        window = f"model_context_window = {context}".ljust(38)
+        codex_context = f"\n{window}# max_model_len: Codex compacts before it is full"
     values = {
         "base": base_url,
         "key": KEY,
@@ -114,6 +118,7 @@ def agent_settings(base_url: str, model: str, context: int) -> list[AgentSetting
         "aider_model": shlex.quote(f"openai/{model}"),
         "opencode_model": json.dumps(f"hearth/{model}"),
         "limit": limit,
+        "codex_context": codex_context,
     }
     return [
         AgentSettings(
