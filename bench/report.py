@@ -263,30 +263,34 @@ def splice_floor(cells: list[Cell], peer: str = "nginx") -> str:
     """What the uvloop splice (``splice_peer.py``, the least a relay on Python's event loop does per chunk) costs
     beside ``peer`` and beside Hearth: a line per level with CPU µs per chunk of all three and the two ratios,
     splice / ``peer`` (how near ``peer`` Python can get at all) and hearth / splice (what Hearth adds to that)."""
-    get = {(c.streams, c.path): c for c in cells}
-    lines = []
-    for s in [c for c in cells if c.path == "splice"]:
-        h, n = get.get((s.streams, "hearth")), get.get((s.streams, peer))
-        if h is None or n is None or s.cpu_us_per_chunk <= 0 or n.cpu_us_per_chunk <= 0:
-            continue
-        lines.append(
-            f"  {s.streams} streams: CPU µs per chunk hearth {h.cpu_us_per_chunk:.0f}, splice "
-            f"{s.cpu_us_per_chunk:.0f} (kernel {s.kernel_share * 100:.0f} %), {peer} {n.cpu_us_per_chunk:.0f}; "
-            f"splice / {peer} {s.cpu_us_per_chunk / n.cpu_us_per_chunk:.2f}×, "
-            f"hearth / splice {h.cpu_us_per_chunk / s.cpu_us_per_chunk:.2f}×"
-        )
-    for w in [c for c in cells if c.path == "splice-watch"]:
-        s, n = get.get((w.streams, "splice")), get.get((w.streams, peer))
-        if s is None or n is None or s.cpu_us_per_chunk <= 0 or n.cpu_us_per_chunk <= 0:
-            continue
-        lines.append(
-            f"  {w.streams} streams: the stream read as Hearth must (splice-watch) {w.cpu_us_per_chunk:.0f} µs per "
-            f"chunk = splice + {w.cpu_us_per_chunk - s.cpu_us_per_chunk:.0f}; splice-watch / {peer} "
-            f"{w.cpu_us_per_chunk / n.cpu_us_per_chunk:.2f}×"
-        )
+    lines = [
+        f"  {s.streams} streams: CPU µs per chunk hearth {h.cpu_us_per_chunk:.0f}, splice "
+        f"{s.cpu_us_per_chunk:.0f} (kernel {s.kernel_share * 100:.0f} %), {peer} {n.cpu_us_per_chunk:.0f}; "
+        f"splice / {peer} {s.cpu_us_per_chunk / n.cpu_us_per_chunk:.2f}×, "
+        f"hearth / splice {h.cpu_us_per_chunk / s.cpu_us_per_chunk:.2f}×"
+        for s, h, n in _measured_beside(cells, "splice", "hearth", peer)
+    ]
+    lines += [
+        f"  {w.streams} streams: the stream read as Hearth must (splice-watch) {w.cpu_us_per_chunk:.0f} µs per "
+        f"chunk = splice + {w.cpu_us_per_chunk - s.cpu_us_per_chunk:.0f}; splice-watch / {peer} "
+        f"{w.cpu_us_per_chunk / n.cpu_us_per_chunk:.2f}×"
+        for w, s, n in _measured_beside(cells, "splice-watch", "splice", peer)
+    ]
     if not lines:
         return f"python floor: NOT CHECKED (needs splice and {peer} in the run)"
     return "\n".join(["python floor (a uvloop TCP splice, splice_peer.py):", *lines])
+
+
+def _measured_beside(cells: list[Cell], path: str, other: str, peer: str) -> list[tuple[Cell, Cell, Cell]]:
+    """``path``'s cell at each level with ``other``'s and ``peer``'s there, where all three ran and ``path``'s and
+    ``peer``'s CPU per chunk were measured."""
+    get = {(c.streams, c.path): c for c in cells}
+    found = []
+    for cell in [c for c in cells if c.path == path]:
+        beside, against = get.get((cell.streams, other)), get.get((cell.streams, peer))
+        if beside is not None and against is not None and cell.cpu_us_per_chunk > 0 and against.cpu_us_per_chunk > 0:
+            found.append((cell, beside, against))
+    return found
 
 
 def dashboard_verdict(cells: list[Cell], path: str, viewers: int = 1) -> str:
