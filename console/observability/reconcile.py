@@ -81,10 +81,10 @@ def reconcile(dep: Deployment, day: date, own: set[int] | None = None) -> Reconc
         .order_by("api_key__name")
     )
     keys: dict[str, Decimal] = {}
-    unpriced, batch_charged = 0, Decimal(0)
+    unpriced, batch_usd = 0, Decimal(0)
     for row in by_key:
         unpriced += row["unpriced"]
-        batch_charged += row["batch_usd"] or 0
+        batch_usd += row["batch_usd"] or 0
         if row["usd"] is None:
             continue
         mine = own is None or row["api_key_id"] in own
@@ -92,9 +92,9 @@ def reconcile(dep: Deployment, day: date, own: set[int] | None = None) -> Reconc
         keys[name] = keys.get(name, Decimal(0)) + row["usd"]
     shown = sorted(((name, cents(usd)) for name, usd in keys.items()), key=lambda k: (k[0] == OTHER_KEYS, k[0]))
     factor = Decimal(str(settings.HEARTH_BATCH_PRICE_FACTOR))
-    discount = cents(batch_charged / factor - batch_charged)
+    discount = cents(batch_usd / factor - batch_usd)
     idle = gpu - sum((usd for _, usd in shown), Decimal(0)) - discount
-    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount, batch_charged > 0)
+    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount, batch_usd > 0)
 
 
 def reconcile_all(day: date, own: set[int] | None = None) -> list[Reconciliation]:
