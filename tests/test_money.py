@@ -26,6 +26,7 @@ from console.observability import cost, pricing, scraping
 from console.observability.models import DeploymentPrice, RequestLog
 from console.observability.panel import live_panel
 from console.observability.reconcile import reconcile
+from console.observability.request_log import cost_text
 from engines.capacity.results import LevelResult, Slo
 from engines.planner import GpuPlan
 from engines.stored_plan import StoredPlan
@@ -143,7 +144,7 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
     for key in keys:
         charged = sum((r.cost_usd for r in RequestLog.objects.filter(api_key=key)), Decimal(0))
         assert charged == 10 * nano_usd(9000, prices[0]) / NANO
-        shown = f"${charged:.4f}"
+        shown = cost_text(charged)
         assert amount(usage, key.prefix, "cost_usd") == shown
         assert amount(costs, key.name, "key_cost") == shown
         assert amount(panel, key.name, "key_cost") == shown
@@ -253,10 +254,27 @@ def test_a_members_day_and_month_spending_shows_beside_their_budgets(admin: Clie
         ApiKey.objects.create(name=f"mia {n}", prefix=f"hk-miamia{n:02d}", key_hash="x", owner=member) for n in (1, 2)
     ]
     rows = [charge(dep, key, time.time() - 5, 40_000, 20_000) for key in keys]
-    spent = f"${sum((r.cost_usd for r in rows), Decimal(0)):.4f}"
+    spent = cost_text(sum((r.cost_usd for r in rows), Decimal(0)))
     page = admin.get(f"/members/{member.pk}/").text
     assert f'data-field="spent_today">{spent}<' in page and "of $2.00 a day" in page
     assert f'data-field="spent_month">{spent}<' in page and "of $30.00 a month" in page
     own = Client()
     own.force_login(member)
     assert f"spent {spent} today, {spent} this month (UTC)" in own.get("/keys/").text
+
+
+def test_a_charge_below_a_hundredth_of_a_cent_keeps_its_digits_on_every_page_that_shows_it(
+    admin: Client, member: Any
+) -> None:
+    """The usage table, the costs and panel per-key tables, the key's and the member's pages: "$0.000012", not the
+    "$0.0000" that reads as nothing charged (a small prompt on a cheap deployment costs so little)."""
+    dep = deployment()
+    measured(dep)
+    key = ApiKey.objects.create(name="tiny", prefix="hk-tinytiny0", key_hash="x", owner=member)
+    row = charge(dep, key, time.time() - 5, 10, 2)
+    RequestLog.objects.filter(pk=row.pk).update(cost_usd=Decimal("0.0000123"))
+    assert amount(admin.get("/usage/?group=key").text, key.prefix, "cost_usd") == "$0.000012"
+    assert amount(admin.get("/costs/").text, key.name, "key_cost") == "$0.000012"
+    assert amount(admin.get(f"/deployments/{dep.pk}/panel/").text, key.name, "key_cost") == "$0.000012"
+    assert 'data-field="cost_today">$0.000012<' in admin.get(f"/keys/{key.pk}/").text
+    assert 'data-field="spent_today">$0.000012<' in admin.get(f"/members/{member.pk}/").text

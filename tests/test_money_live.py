@@ -18,6 +18,7 @@ from django.conf import settings
 from console.deployments.models import Deployment
 from console.observability import cost
 from console.observability.models import RequestLog
+from console.observability.request_log import cost_text
 from gateway.charges import nano_usd
 from tests.simworld import Served
 
@@ -79,7 +80,7 @@ def test_idle_busy_idle_the_charged_price_holds_and_a_keys_cost_is_one_figure(se
     key = rows[0].api_key
     assert key is not None and all(r.api_key_id == key.pk for r in rows)
     total = sum((r.cost_usd for r in rows if r.cost_usd is not None), Decimal(0))
-    shown = f"${total:.4f}"
+    shown = cost_text(total)
 
     panel = served.client.get(f"/deployments/{dep.pk}/panel/").text
     now = cost.use_costs(dep, datetime.now(UTC), hourly)[0]
