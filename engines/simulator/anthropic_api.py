@@ -24,6 +24,7 @@ from engines.simulator.common import (
     agent_output,
     budget,
     check_model,
+    check_sampling,
     last_user_text,
     new_id,
     paced,
@@ -128,6 +129,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     if body.get("max_tokens") is None:
         raise APIError(400, "max_tokens: Field required", param="max_tokens")
     model = check_model(state, body.get("model"))
+    check_sampling(body)
     faults = request_faults(request, last_user_text(msgs))
     ids = tokenizer.encode(prompt)
     max_tokens = budget(state.cfg, len(ids), body.get("max_tokens"), faults.context_length)

@@ -13,6 +13,7 @@ from engines.simulator.common import (
     Dropped,
     budget,
     check_model,
+    check_sampling,
     new_id,
     paced,
     read_json,
@@ -54,6 +55,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     body = await read_json(request)
     model = check_model(state, body.get("model"))
+    check_sampling(body)
     prompts = _prompts(body)
     faults = request_faults(request, prompts[-1][0])
     n = choice_count(body)

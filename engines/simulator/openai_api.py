@@ -24,6 +24,7 @@ from engines.simulator.common import (
     agent_output,
     budget,
     check_model,
+    check_sampling,
     last_user_text,
     new_id,
     paced,
@@ -119,6 +120,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise APIError(400, "messages must be a non-empty list of message objects.", param="messages")
     model = check_model(state, body.get("model"))
+    check_sampling(body)
     faults = request_faults(request, last_user_text(messages))
     prompt = tokenizer.render_chat(messages, tools=body.get("tools"))
     ids = tokenizer.encode(prompt)

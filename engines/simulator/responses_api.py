@@ -33,6 +33,7 @@ from engines.simulator.common import (
     agent_output,
     budget,
     check_model,
+    check_sampling,
     new_id,
     paced,
     priority_of,
@@ -143,6 +144,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     body = await read_json(request)
     model = check_model(state, body.get("model"))
+    check_sampling(body)
     if body.get("previous_response_id"):
         raise APIError(404, f"Response with id '{body['previous_response_id']}' not found.", "NotFoundError")
     items = _items(body)

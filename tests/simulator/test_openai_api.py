@@ -194,6 +194,24 @@ def test_a_too_long_request_gets_vllms_context_length_error(sim: Sim) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("temperature", -1, "temperature must be non-negative, got -1.0."),
+        ("temperature", 2.5, "temperature must be in [0, 2], got 2.5."),
+        ("top_p", 0, "top_p must be in (0, 1], got 0.0."),
+        ("presence_penalty", 3, "presence_penalty must be in [-2, 2], got 3.0."),
+    ],
+)
+def test_a_sampling_field_out_of_its_range_gets_vllms_400_naming_it(
+    sim: Sim, field: str, value: float, message: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        sim.openai().chat.completions.create(model=MODEL, messages=user("Hi"), max_tokens=2, **{field: value})
+    body: Any = caught.value.body
+    assert (body["message"], body["param"], body["code"]) == (message, field, 400)
+
+
 def test_an_unknown_model_is_a_404(sim: Sim) -> None:
     with pytest.raises(openai.NotFoundError):
         sim.openai().chat.completions.create(model="nope", messages=user("Hi"))

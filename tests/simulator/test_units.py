@@ -3,6 +3,7 @@
 import pytest
 
 from engines.simulator import textgen, tokenizer
+from engines.simulator.common import APIError, check_sampling
 from engines.simulator.config import parse_config
 from engines.simulator.faults import FaultError, parse_faults
 
@@ -66,3 +67,18 @@ def test_text_is_deterministic_per_seed_and_index() -> None:
 def test_flags_are_read_as_vllm_reads_them() -> None:
     config = parse_config(["--max_model_len", "2048", "-tp", "2", "--max-num-seqs=8"])
     assert (config.max_model_len, config.max_num_seqs) == (2048, 8)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"temperature": "hot"}, {"temperature": True}, {"temperature": float("nan")}, {"top_p": 1.5}, {"temperature": 3}],
+)
+def test_a_sampling_field_not_a_number_in_its_range_is_refused(body: dict[str, object]) -> None:
+    with pytest.raises(APIError) as caught:
+        check_sampling(body)
+    assert caught.value.status == 400 and caught.value.param == next(iter(body))
+
+
+def test_sampling_fields_in_range_or_absent_pass() -> None:
+    check_sampling({"temperature": 0, "top_p": 1, "presence_penalty": -2, "frequency_penalty": 2.0})
+    check_sampling({"temperature": None})
