@@ -30,6 +30,7 @@ from tests.ports import free_port
 if TYPE_CHECKING:
     from django.test import Client
 
+    from appliance.runtimes.process import ProcessRuntime
     from tests.simworld import Served
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,13 +263,30 @@ def worker(live_env: dict[str, str], web: str, tmp_path_factory: pytest.TempPath
     _stop_engines_left_running()
 
 
-def _stop_engines_left_running() -> None:
-    """A failed test can leave an engine running: end every process-runtime engine of this test run."""
+def _engines() -> "ProcessRuntime":
     from appliance.runtimes.process import ProcessRuntime
 
-    runtime = ProcessRuntime(settings.DATA_DIR / "engines")
-    for pidfile in runtime.root.glob("*.pid"):
-        runtime.stop(pidfile.stem, grace_seconds=5)
+    return ProcessRuntime(settings.DATA_DIR / "engines")
+
+
+def _stop_engines_left_running(kept: frozenset[str] = frozenset()) -> None:
+    """A failed test can leave an engine running: end every process-runtime engine of this test run but ``kept``."""
+    runtime = _engines()
+    for name in runtime.names() - kept:
+        runtime.stop(name, grace_seconds=5)
+
+
+@pytest.fixture(autouse=True)
+def engines_end_with_their_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The engines an ``engine`` test started (not its module's) end with it: one that failed waiting for its
+    engine to load left it loading beside the next test's, which then missed its bound too (CI, one failed vLLM
+    start and then every engine test after it)."""
+    if request.node.get_closest_marker("engine") is None:
+        yield
+        return
+    before = frozenset(_engines().names())
+    yield
+    _stop_engines_left_running(kept=before)
 
 
 def login(base: str, username: str = "admin", password: str = "admin-password-1") -> httpx.Client:
