@@ -118,20 +118,20 @@ def last_user_text(messages: list[Any]) -> str:
     return ""
 
 
-# vLLM 0.32's SamplingParams._verify_args (vllm/sampling_params.py): each field's range, and its words for a value
-# outside it (a 400 naming the field); an absent or null field takes vLLM's default, which is in range
-SAMPLING_RANGES = (
-    ("temperature", lambda v: 0.0 <= v <= 2.0, "temperature must be in [0, 2], got {}."),
-    ("top_p", lambda v: 0.0 < v <= 1.0, "top_p must be in (0, 1], got {}."),
-    ("presence_penalty", lambda v: -2.0 <= v <= 2.0, "presence_penalty must be in [-2, 2], got {}."),
-    ("frequency_penalty", lambda v: -2.0 <= v <= 2.0, "frequency_penalty must be in [-2, 2], got {}."),
-)
+# vLLM 0.32's SamplingParams._verify_args (vllm/sampling_params.py): each field's range as its words write it, (low
+# excluded, [low included; an absent or null field takes vLLM's default, which is in range
+SAMPLING_RANGES = {
+    "temperature": (0.0, 2.0, "[0, 2]"),
+    "top_p": (0.0, 1.0, "(0, 1]"),
+    "presence_penalty": (-2.0, 2.0, "[-2, 2]"),
+    "frequency_penalty": (-2.0, 2.0, "[-2, 2]"),
+}
 
 
 def check_sampling(body: dict[str, Any]) -> None:
-    """Raises APIError 400, with vLLM's words, for a sampling field out of its range (SAMPLING_RANGES) or not a
-    number (vLLM: "temperature must be non-negative, got -1.0." below 0)."""
-    for name, holds, words in SAMPLING_RANGES:
+    """Raises APIError 400, with vLLM's words ("top_p must be in (0, 1], got 1.5."; "temperature must be
+    non-negative, got -1.0." below 0), for a sampling field out of its range (SAMPLING_RANGES) or not a number."""
+    for name, (low, high, words) in SAMPLING_RANGES.items():
         value = body.get(name)
         if value is None:
             continue
@@ -139,8 +139,8 @@ def check_sampling(body: dict[str, Any]) -> None:
             raise APIError(400, f"{name} must be a finite number, got {value!r}.", param=name)
         if name == "temperature" and value < 0:
             raise APIError(400, f"temperature must be non-negative, got {float(value)}.", param=name)
-        if not holds(float(value)):
-            raise APIError(400, words.format(float(value)), param=name)
+        if not (value > low if words.startswith("(") else value >= low) or value > high:
+            raise APIError(400, f"{name} must be in {words}, got {float(value)}.", param=name)
 
 
 def budget(cfg: SimConfig, prompt_tokens: int, requested: Any, forced: bool) -> int:
