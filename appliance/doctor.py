@@ -214,7 +214,7 @@ def disk_check(cache_dir: Path, measured_at: Path, free_bytes: int, total_bytes:
     """Room on the weights cache's filesystem (measured at ``measured_at``: the cache folder, or its nearest
     existing parent before it is created) for ``need``: the weights still to download plus its margin. GiB
     are 2^30 bytes, as vLLM reports memory."""
-    where = str(cache_dir) if measured_at == cache_dir else f"{cache_dir} (measured at {measured_at}: not created yet)"
+    where = str(cache_dir) if measured_at == cache_dir else f"{cache_dir} (not created yet: measured on {measured_at})"
     margin = f"{need.margin_gib:g} GiB margin (HEARTH_DOCTOR_MIN_FREE_GIB)"
     wanted = (
         f"{need.bytes / GIB:.1f} GiB wanted: {need.weights_bytes / GIB:.1f} GiB of weights to download "

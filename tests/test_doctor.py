@@ -205,7 +205,7 @@ def test_the_disk_is_measured_on_the_nearest_existing_folder(tmp_path: Path) -> 
     cache = tmp_path / "cache" / "hearth"
     assert nearest_existing(cache) == tmp_path
     check = read_disk(cache, DiskNeed(margin_gib=0))
-    assert check.status == PASS and f"at {cache} (measured at {tmp_path}: not created yet); " in check.detail
+    assert check.status == PASS and f"at {cache} (not created yet: measured on {tmp_path}); " in check.detail
     cache.mkdir(parents=True)
     assert f"GiB at {cache}; no weights to download" in read_disk(cache, DiskNeed(margin_gib=0)).detail
 
