@@ -11,6 +11,7 @@ number goes, or ``1`` or ``"yes"`` where a boolean goes, is a 400 naming the fie
 
 import json
 import logging
+from collections.abc import Sequence
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
@@ -76,8 +77,18 @@ def console_error(request: HttpRequest, exc: ConsoleError) -> HttpResponse:
 @api.exception_handler(ValidationError)
 def invalid_input(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     """Malformed input answers like any other fixable error: 400 with one readable sentence."""
-    problems = [f"{'.'.join(str(p) for p in e.get('loc', [])[1:])}: {e.get('msg')}" for e in exc.errors]
+    problems = [f"{_field(e.get('loc', ()))}{e.get('msg')}" for e in exc.errors]
     return api.create_response(request, {"detail": "; ".join(problems) or "Invalid input."}, status=400)
+
+
+def _field(loc: Sequence[object]) -> str:
+    """The field an error is about as the client wrote it, with a colon: ``("body", "data", "tags", 0)`` →
+    "tags.0: " (django-ninja's where, "body", and the endpoint's argument, "data", are ours, not the client's);
+    "" for the body as a whole."""
+    parts = list(loc[1:])
+    if loc and loc[0] == "body":
+        parts = parts[1:]
+    return f"{'.'.join(str(p) for p in parts)}: " if parts else ""
 
 
 @api.exception_handler(HttpError)

@@ -312,6 +312,24 @@ def test_out_of_range_and_mistyped_input_is_a_400_not_a_500(
     assert resp.status_code == 400 and detail in resp.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"name": "d"}, "model: Field required"),
+        (
+            {"name": "d", "max_model_len": "2k"},
+            "model: Field required; max_model_len: Input should be a whole number, not a string",
+        ),
+        ([1, 2], "The body must be a JSON object."),
+    ],
+)
+def test_a_malformed_body_names_the_field_as_the_client_wrote_it(
+    admin: Client, smollm2: ModelSource, body: object, detail: str
+) -> None:
+    resp = admin.post("/api/deployments", body, content_type="application/json")
+    assert resp.status_code == 400 and resp.json() == {"detail": detail}
+
+
 def test_stopped_deployments_and_unused_models_can_be_deleted(admin: Client, smollm2: ModelSource) -> None:
     dep = admin.post(
         "/api/deployments",
