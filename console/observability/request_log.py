@@ -8,7 +8,6 @@ never "$0", which would claim a price of nothing; the CSV leaves the cell empty 
 
 import csv
 import io
-import math
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 
@@ -17,6 +16,7 @@ from django.db.models import Q, QuerySet
 from console.observability.models import RequestLog
 from console.observability.outcomes import outcome_of
 from console.spreadsheet import safe_cell
+from console.templatetags.usd_amounts import usd_text
 
 NO_PRICE = "—"
 # the export's header; times in UTC (ISO 8601), durations in seconds, cost in USD; the class the request ran at
@@ -51,17 +51,9 @@ def with_request_id(rows: QuerySet[RequestLog], request_id: str) -> QuerySet[Req
 
 
 def cost_text(cost_usd: Decimal | None) -> str:
-    """A request's cost as the page shows it: "$0.0123", small amounts with two significant digits
-    ("$0.000067", not "$0.00"), exact zero as "$0.00"; NO_PRICE for None (no price applied)."""
-    if cost_usd is None:
-        return NO_PRICE
-    value = float(cost_usd)
-    if value == 0 or abs(value) >= 1:
-        return f"${value:,.2f}"
-    if abs(value) >= 0.01:
-        return f"${value:.4f}"
-    digits = min(9, 1 - math.floor(math.log10(abs(value))))  # nano-USD is the column's resolution
-    return f"${value:.{digits}f}"
+    """A request's cost as the page shows it (console.templatetags.usd_amounts.usd_text: "$0.0123", "$0.000067",
+    exact zero as "$0.00"); NO_PRICE for None (no price applied)."""
+    return NO_PRICE if cost_usd is None else usd_text(cost_usd)
 
 
 def csv_lines(rows: Iterable[RequestLog]) -> Iterator[str]:

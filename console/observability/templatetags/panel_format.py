@@ -5,7 +5,6 @@ from typing import Any
 
 from django import template
 
-from console.observability.request_log import cost_text
 from engines.metrics import Quantile
 
 register = template.Library()
@@ -54,13 +53,6 @@ def usd(value: Any, digits: int = 2) -> str:
     if 0 < abs(v) < 0.01:
         return f"${v:.4f}"
     return f"${v:,.{digits}f}"
-
-
-@register.filter
-def charged(value: Any) -> str:
-    """USD charged as the request log shows it (request_log.cost_text): "$1.23", "$0.0123", two significant digits
-    below a cent ("$0.000067", never "$0.0000"), "$0.00" for exactly nothing; None → "no price"."""
-    return "no price" if _missing(value) else cost_text(value)
 
 
 @register.filter
