@@ -158,7 +158,7 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     row, _ = keys.create_key("laptop", member)
     now = timezone.now()
     page = mia.get("/keys/").content.decode()
-    assert "no price" in page and 'data-field="cost"' not in page
+    assert 'data-field="cost_none">no requests this month<' in page and "no price" not in page  # unused: not unpriced
     for when, prompt, completion, cost in [
         (now, 10, 5, "0.0015"),
         (now, 3, None, None),
@@ -185,6 +185,12 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     page = mia.get("/keys/").content.decode()
     assert 'data-field="today">2 req, 18 tok</td>' in page
     assert 'data-field="cost_today">$0.0015</span> today' in page and 'data-field="cost_month">$0.0015</span>' in page
+    desk, _ = keys.create_key("desk", member)
+    RequestLog.objects.create(
+        created_at=now, api_key=desk, model="smol", surface="openai", endpoint="chat", status=200, prompt_tokens=3,
+        duration_seconds=0.1, cost_usd=None,
+    )  # fmt: skip
+    assert "no price" in mia.get("/keys/").content.decode()  # used, and nothing of it priced
 
 
 def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:
