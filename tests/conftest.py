@@ -71,6 +71,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
 
 
 ENGINES_QUEUE = "engines"
+# Seconds a real CPU engine gets to be ready: a bound for CI's slowest box beside three busy workers, not a target.
+# Alone on an idle 2-core box vLLM is ready in ~30 s and SGLang in 28-151 s; a CI box ~2.5× slower than that one
+# missed 180 and 300 s once an engine left loading by a failed test shared the cores (engines_end_with_their_test).
+ENGINE_READY_WITHIN = 600
 
 
 def xdist_group(item: pytest.Item) -> str:

@@ -7,12 +7,12 @@ import time
 import openai
 import pytest
 
-from tests.conftest import Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, engine_built, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 __all__ = ["engine_built"]  # the module fixture that fails the tests when the engine is not built
-READY_WITHIN = 300  # seconds for vLLM (CPU) to launch beside the rest of the suite (tests/test_e2e_vllm.py)
+READY_WITHIN = ENGINE_READY_WITHIN
 
 
 def test_a_batch_runs_on_vllm_cpu_through_the_openai_sdk(web: str, worker: Proc, admin_user: object) -> None:

@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 
 from console.deployments.models import Deployment
-from tests.conftest import ROOT, Proc, login, start_worker
+from tests.conftest import ENGINE_READY_WITHIN, ROOT, Proc, login, start_worker
 from tests.simworld import deploy, ensure_model, wait_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -298,7 +298,7 @@ def test_the_real_vllm_cpu_engine_in_a_container(
     assert resp.status_code == 201, resp.text
     dep_id = resp.json()["id"]
     client.post(f"/api/deployments/{dep_id}/launch")
-    dep = wait_state(client, dep_id, {"ready", "failed"}, within=300)
+    dep = wait_state(client, dep_id, {"ready", "failed"}, within=ENGINE_READY_WITHIN)
     assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
     assert dep["engine_version"].startswith("0.32")
     (container,) = containers(daemon, dep_id)

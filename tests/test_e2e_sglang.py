@@ -14,12 +14,12 @@ import pytest
 from django.conf import settings
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.conftest import Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Proc, login
 from tests.simworld import CLAUDE_TOOLS, TOOLS, wait_for_logs
 from tests.test_e2e_vllm import MODEL_DIR, panel_number, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
-READY_WITHIN = 300  # seconds; 28-151 s seen here on 2 shared cores (scripts/sglang-cpu.md)
+READY_WITHIN = ENGINE_READY_WITHIN
 
 
 @pytest.fixture(scope="module", autouse=True)

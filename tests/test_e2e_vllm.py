@@ -16,12 +16,12 @@ import openai
 import pytest
 from django.conf import settings
 
-from tests.conftest import Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Proc, login
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 
 MODEL_DIR = Path(os.environ.get("HEARTH_SMOLLM2_DIR", settings.HEARTH_CACHE_DIR / "models/SmolLM2-135M-Instruct"))
-READY_WITHIN = 300  # seconds: ~40 s alone here; 180 s (the first issue's bound) was missed in CI beside 3 workers
+READY_WITHIN = ENGINE_READY_WITHIN
 
 
 @pytest.fixture(scope="module", autouse=True)

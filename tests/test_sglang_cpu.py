@@ -27,14 +27,14 @@ from engines.planner import GpuPlan
 from engines.sglang import build_sglang_cpu_spec
 from engines.sglang_launcher import API_KEY_ENV, launcher_program
 from engines.sizing import plan_cpu
-from tests.conftest import free_port
+from tests.conftest import ENGINE_READY_WITHIN, free_port
 
 pytestmark = pytest.mark.engine
 
 PYTHON = Path(settings.HEARTH_SGLANG_CPU_PYTHON)
 MODEL_DIR = Path(os.environ.get("HEARTH_SMOLLM2_DIR", settings.HEARTH_CACHE_DIR / "models/SmolLM2-135M-Instruct"))
 CONFIG = parse_config(json.loads((Path(__file__).parent / "data" / "smollm2-135m-config.json").read_text()))
-READY_WITHIN = 300  # seconds; 28-107 s seen here on 2 shared cores
+READY_WITHIN = ENGINE_READY_WITHIN
 # Parses argv with the installed SGLang's own parser (ServerArgs.add_cli_args) and prints what it read.
 PARSE = (
     "import argparse, json, sys\n"

@@ -29,13 +29,13 @@ from django.utils import timezone
 from console.deployments import activity
 from console.deployments.models import Deployment
 from console.observability.models import RequestLog
-from tests.conftest import Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Proc, login
 from tests.test_e2e_vllm import MODEL_DIR, engine_built, wait_for
 from tests.test_sleep_live import engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 __all__ = ["engine_built"]  # the module fixture that fails the tests when the engine is not built
-READY_WITHIN = 300  # seconds for vLLM (CPU) to launch beside the rest of the suite (tests/test_e2e_vllm.py)
+READY_WITHIN = ENGINE_READY_WITHIN
 STOPPED_WITHIN = 90  # seconds: a few reconcile periods, then the engine's stop
 MESSAGES: list[Any] = [{"role": "user", "content": "Name three colours."}]
 
