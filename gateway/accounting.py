@@ -98,6 +98,7 @@ class Outcome:
     priority: str = "standard"  # the class it ran at (gateway.relay_plan.RelayPlan.priority)
     batch_id: str = ""  # the Batch (batch_...) it was a line of; "" otherwise
     error: str = ""  # why it failed, as its client was told (gateway.errors' message); "" when it did not
+    max_tokens_fitted: int | None = None  # the output limit sent, lowered to fit the context; None: as asked
 
     def tokens(self) -> tuple[int | None, int | None, int | None]:
         """(prompt, completion, cached) from any of the three APIs' usage objects: OpenAI chat's
@@ -198,4 +199,5 @@ def row_of(o: Outcome) -> Row:
         "priority": o.priority,
         "batch_id": o.batch_id,
         "error": o.error[:ERROR_CHARS],
+        "max_tokens_fitted": o.max_tokens_fitted,
     }

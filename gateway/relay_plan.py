@@ -67,6 +67,7 @@ class RelayPlan:
     hops: str = ""  # the hop header it is sent on with (gateway.loops); "" for the engines' default
     priority: str = "standard"  # the class it runs at: its key's, or "batch" for a Batch API line
     batch_id: str = ""  # the Batch's public id (batch_...) for a Batch API line; "" otherwise
+    max_tokens_fitted: int | None = None  # the output limit lowered to fit the context (``fit``); None: as asked
 
     @property
     def model(self) -> str:
@@ -105,6 +106,7 @@ class Planner:
         fields |= capped
         # the prompt-prefix digest only matters where there is a replica to choose
         prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
+        fitted: dict[str, int] = {}
         if route.fit_max_tokens:
             fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix)
             fields, headers = fields | fitted, headers + fit_headers
@@ -145,6 +147,7 @@ class Planner:
             reserve=reserve,
             hops=hops,
             priority=key.priority,
+            max_tokens_fitted=next(iter(fitted.values()), None),
         )
 
     async def fit(

@@ -16,6 +16,7 @@ from django.test import Client
 from console.access import keys as apikeys
 from console.deployments.models import Deployment
 from console.fanout import bump_routing_version
+from console.observability.models import RequestLog
 from tests.test_gateway_request_defects import HI, EngineServer
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]  # the web reads the test database
@@ -72,6 +73,15 @@ def key(web: str, admin: Client, admin_user: object, engine: EngineServer) -> st
 @pytest.mark.parametrize(
     ("path", "field", "rest"), ASKED, ids=["chat", "chat-completion-tokens", "messages", "responses"]
 )
+def row_of(resp: httpx.Response) -> RequestLog:
+    """The answer's request log row, once the web process's spool writer wrote it."""
+    deadline = time.monotonic() + 60  # seconds: a bound for a loaded box, not a target
+    while (row := RequestLog.objects.filter(request_id=resp.headers["x-request-id"]).first()) is None:
+        assert time.monotonic() < deadline, "no row"
+        time.sleep(0.2)
+    return row
+
+
 def test_a_new_deployment_fits_an_over_long_limit_and_every_api_says_so(
     web: str, key: str, engine: EngineServer, path: str, field: str, rest: dict[str, object], stream: bool
 ) -> None:
@@ -82,6 +92,7 @@ def test_a_new_deployment_fits_an_over_long_limit_and_every_api_says_so(
         text = resp.read().decode()
         assert resp.status_code == 200, text
         assert resp.headers["x-hearth-max-tokens-fitted"] == FITTED
+    assert row_of(resp).max_tokens_fitted == 8185  # the Requests page says so too
     limits = [{k: b[k] for k in LIMITS if k in b} for b in engine.seen if LIMITS & set(b)]  # not /tokenize's
     assert [list(limit.values()) for limit in limits] == [[8185]], engine.seen
     assert ("data:" in text) == stream
@@ -93,6 +104,7 @@ def test_a_limit_that_fits_is_left_alone_and_says_nothing(web: str, key: str, en
     assert resp.status_code == 200, resp.text
     assert "x-hearth-max-tokens-fitted" not in resp.headers
     assert engine.seen[-1]["max_tokens"] == 100
+    assert row_of(resp).max_tokens_fitted is None
 
 
 def test_the_model_list_gives_the_context_and_the_output_limit_under_the_names_clients_read(

@@ -113,6 +113,17 @@ def test_the_csv_export_has_the_ids_and_cost_in_usd_empty_where_no_price_applied
 
 
 @pytest.mark.django_db
+def test_a_limit_the_gateway_fitted_to_the_context_shows_on_the_page_and_in_the_csv(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    RequestLog.objects.filter(request_id=OURS).update(max_tokens_fitted=1200)
+    page = admin.get("/requests/").content.decode()
+    assert page.count('data-field="max-tokens-fitted"') == 1 and "max_tokens fitted to 1,200 tokens" in page
+    table = csv.DictReader(io.StringIO(b"".join(admin.get("/requests/export.csv").streaming_content).decode()))  # type: ignore[attr-defined]
+    assert {r["request_id"]: r["max_tokens_fitted"] for r in table} == {OURS: "1200", "b" * 32: ""}
+
+
+@pytest.mark.django_db
 def test_a_client_id_a_spreadsheet_would_run_is_exported_as_text(admin: Client, admin_user: object) -> None:
     RequestLog.objects.create(
         created_at=timezone.now(), duration_seconds=1.0, request_id="c" * 32, client_request_id="=1+2", **FIELDS

@@ -72,6 +72,13 @@ class RequestLog(models.Model):
     batch_id = models.CharField(
         max_length=40, blank=True, db_index=True, help_text="The Batch (batch_...) it was a line of; blank: none."
     )
+    max_tokens_fitted = models.PositiveIntegerField(
+        null=True,
+        help_text=(
+            "The output limit (tokens) the gateway sent after lowering the client's to fit the context left "
+            "(gateway.context_fit; the answer said so in x-hearth-max-tokens-fitted); None: sent as asked."
+        ),
+    )
     error = models.CharField(
         max_length=500,
         blank=True,

@@ -42,6 +42,7 @@ CSV_COLUMNS = (
     "priority",
     "batch_id",
     "error",
+    "max_tokens_fitted",
 )
 
 
@@ -93,6 +94,7 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         r.priority,
         r.batch_id,
         r.error,
+        "" if r.max_tokens_fitted is None else r.max_tokens_fitted,
     )
 
 

@@ -60,6 +60,7 @@ COLUMNS = (
     "priority",
     "batch_id",
     "error",
+    "max_tokens_fitted",
 )
 
 
