@@ -278,3 +278,7 @@ def test_a_charge_below_a_hundredth_of_a_cent_keeps_its_digits_on_every_page_tha
     assert amount(admin.get(f"/deployments/{dep.pk}/panel/").text, key.name, "key_cost") == "$0.000012"
     assert 'data-field="cost_today">$0.000012<' in admin.get(f"/keys/{key.pk}/").text
     assert 'data-field="spent_today">$0.000012<' in admin.get(f"/members/{member.pk}/").text
+
+
+def test_the_costs_page_says_so_when_there_is_no_deployment_yet(admin: Client) -> None:
+    assert '<td colspan="5" class="muted">No deployments yet.</td>' in admin.get("/costs/").text

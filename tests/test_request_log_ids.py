@@ -84,6 +84,8 @@ def test_the_request_log_shows_both_ids_and_each_cost_or_a_dash_where_no_price_a
     assert f'data-field="request-id">{OURS}<' in page and f'data-field="request-id">{"b" * 32}<' in page
     assert f'data-field="client-request-id">{THEIRS}<' in page
     assert "$0.000067" in page and f">{NO_PRICE}</span>" in page and "$0.00<" not in page
+    assert page.count('title="Not streamed: the whole answer came at once (its Duration)">—<') == 2  # no TTFT
+    assert "no data" not in page
     assert "Cost (USD)" in page
 
 

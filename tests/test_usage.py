@@ -98,6 +98,17 @@ def test_usage_by_member_and_by_model(client: Client, logs: dict[str, Any]) -> N
     ]
 
 
+def test_requests_refused_before_their_model_was_read_are_a_row_that_says_so(
+    client: Client, logs: dict[str, Any]
+) -> None:
+    RequestLog.objects.create(
+        created_at=DAY, api_key=logs["ops"], model="", surface="openai", endpoint="chat", status=400,
+        duration_seconds=0.01,
+    )  # fmt: skip
+    rows = signed_in(client, "root").get("/api/usage?group=model&since=2026-11-30&until=2026-11-30").json()
+    assert [(r["group"], r["requests"]) for r in rows] == [("(no model)", 1), ("big", 3), ("smol", 3)]
+
+
 def test_a_member_sees_only_their_own_keys_usage(client: Client, logs: dict[str, Any]) -> None:
     rows = signed_in(client, "mia").get("/api/usage?group=member&since=2026-11-01&until=2026-12-01").json()
     assert {r["group"] for r in rows} == {"mia"}

@@ -139,6 +139,8 @@ def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
 
 
 def _label(group: str, row: dict[str, Any]) -> str:
+    """The group's name as the page shows it; a row with none says why: "(no key)", "(no owner)", and "(no model)"
+    for requests refused before their model was read (a malformed body)."""
     if group == "key":
         return f"{row['api_key__name']} ({row['api_key__prefix']}…)" if row["api_key__prefix"] else "(no key)"
-    return row[GROUPS[group]] or ("(no owner)" if group == "member" else "")
+    return row[GROUPS[group]] or f"(no {'owner' if group == 'member' else group})"

@@ -44,8 +44,16 @@ from engines.simulator.jobs import Job
 
 
 def choice_count(body: dict[str, Any]) -> int:
-    n = body.get("n") or 1
-    if not isinstance(n, int) or not 1 <= n <= 128:
+    """The choices asked for (``n``; absent or null: 1). Raises APIError 400 in vLLM 0.32's words
+    (SamplingParams' _verify_num_sequences) for one below 1, and above 128 (this simulator's own bound)."""
+    n = body.get("n")
+    if n is None:
+        return 1
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise APIError(400, f"n must be an int, but is of type {type(n)}", param="n")
+    if n < 1:
+        raise APIError(400, f"n must be at least 1, got {n}.", param="n")
+    if n > 128:
         raise APIError(400, f"n must be between 1 and 128, got {n}.", param="n")
     return n
 

@@ -201,6 +201,7 @@ def test_a_too_long_request_gets_vllms_context_length_error(sim: Sim) -> None:
         ("temperature", 2.5, "temperature must be in [0, 2], got 2.5."),
         ("top_p", 0, "top_p must be in (0, 1], got 0.0."),
         ("presence_penalty", 3, "presence_penalty must be in [-2, 2], got 3.0."),
+        ("n", 0, "n must be at least 1, got 0."),
     ],
 )
 def test_a_sampling_field_out_of_its_range_gets_vllms_400_naming_it(
