@@ -13,6 +13,7 @@ the text. A long path or a long model id may look like a secret too: hidden the 
 away in the log.
 """
 
+import ast
 import json
 import logging
 import re
@@ -64,6 +65,37 @@ def clean(text: str, what: str) -> str:
     if ref:
         log.warning("%s (ref %s), as the engine sent it: %r", what, ref, text)
     return shown
+
+
+# vLLM's words for a request its pydantic model refused ("2 validation errors:\n  {'type': 'missing', 'loc':
+# 'body.messages', 'msg': 'Field required', 'input': ...}\n  {...}", param "body.messages": each error one Python dict
+# on its line; tests/data/vllm-0.32.0-cpu-validation-errors.json), and the suffix its own checks add to a message
+# that names its parameter ("temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)")
+VALIDATION_ERRORS = re.compile(r"\d+ validation errors?:\n")
+PARAMETER_SUFFIX = re.compile(r" \(parameter=[A-Za-z_][\w.]*, value=[^()]*\)$")
+
+
+def readable(message: str, param: object) -> tuple[str, object]:
+    """An engine's error ``message`` and ``param`` as a client reads them: vLLM's dump of pydantic errors as one
+    sentence per field, named as the client wrote it ("messages: Field required; temperature: Input should be a
+    valid number, unable to parse string as a number", param "messages"), its parameter suffix dropped (the
+    param says it); any other message as it was. A param is named as the client wrote it ("body.x" → "x")."""
+    param = param.removeprefix("body.") if isinstance(param, str) else param
+    if VALIDATION_ERRORS.match(message):
+        found = []
+        for line in message.splitlines()[1:]:
+            try:
+                error = ast.literal_eval(line.strip())
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return message, param
+            if not isinstance(error, dict) or not isinstance(error.get("msg"), str):
+                return message, param
+            found.append((str(error.get("loc", "")).removeprefix("body").lstrip("."), error["msg"]))
+        if not found:
+            return message, param
+        fields = [f"{where}: {msg}" if where else msg for where, msg in found]
+        return "; ".join(fields), found[0][0] or None
+    return PARAMETER_SUFFIX.sub("", message), param
 
 
 class StreamScrubber:

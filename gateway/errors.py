@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.engine_messages import LOGGED_CHARS, clean
+from gateway.engine_messages import LOGGED_CHARS, clean, readable
 
 
 class Surface(StrEnum):
@@ -306,10 +306,10 @@ PARAM = re.compile(r"[a-z_][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,64}|\[\d{1,6}\]){0,8}
 
 def engine_error(status: int, body: bytes) -> GatewayError:
     """An engine's error answer (``status``, ``body``) as a GatewayError whose ``body(surface)`` is the API's own
-    shape, keeping its status and its message (vLLM's carries the real numbers of a context-length error) as
-    gateway.engine_messages.clean leaves it: at most 500 characters, without what looks like a secret or a
-    traceback; its ``param`` only when it names a request field. A 400 whose message says the prompt does not fit
-    the context gets OpenAI's code ``context_length_exceeded``."""
+    shape, keeping its status and its message (vLLM's has the real numbers of a context-length error) as
+    gateway.engine_messages' readable and clean leave it: vLLM's dump of validation errors one "field: why" each,
+    at most 500 characters, nothing like a secret or a traceback; its ``param`` only when it names a request field.
+    A 400 whose message says the prompt does not fit the context gets OpenAI's code ``context_length_exceeded``."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -324,6 +324,7 @@ def engine_error(status: int, body: bytes) -> GatewayError:
         message, param = text or f"The engine answered HTTP {status}.", None
     if status == 404 and message == "Not Found":
         message = "The engine serving this model does not offer this endpoint."
+    message, param = readable(message[:LOGGED_CHARS], param)
     message = clean(message, f"An engine's HTTP {status} answer")
     if not isinstance(param, str) or not PARAM.fullmatch(param):
         param = None  # a request field's name or nothing: the engine's own words go in the message only

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from gateway.errors import Surface, engine_error
+from tests.conftest import ROOT
 
 
 def test_a_fastapi_detail_becomes_the_message() -> None:
@@ -70,3 +71,37 @@ def test_a_body_that_is_not_json_is_quoted_and_an_empty_one_explained() -> None:
     assert (
         json.loads(engine_error(500, b"").body(Surface.OPENAI))["error"]["message"] == "The engine answered HTTP 500."
     )
+
+
+# vLLM 0.32's own answers to malformed requests (tests/data: each request and what it answered)
+VLLM_REFUSALS = json.loads((ROOT / "tests/data/vllm-0.32.0-cpu-validation-errors.json").read_text())["cases"]
+NOT_A_NUMBER = "Input should be a valid number, unable to parse string as a number"
+NOT_AN_INTEGER = "Input should be a valid integer, unable to parse string as an integer"
+
+
+@pytest.mark.parametrize(
+    ("case", "message", "param"),
+    [
+        ("temperature_not_a_number", f"temperature: {NOT_A_NUMBER}", "temperature"),
+        ("messages_missing", "messages: Field required", "messages"),
+        ("messages_not_a_list", "messages: Input should be a valid list", "messages"),
+        ("max_tokens_not_a_number", f"max_tokens: {NOT_AN_INTEGER}", "max_tokens"),
+        ("two_errors", f"messages: Field required; temperature: {NOT_A_NUMBER}", "messages"),
+        ("temperature_negative", "temperature must be non-negative, got -1.0.", "temperature"),
+        ("top_p_zero", "top_p must be in (0, 1], got 0.0.", "top_p"),
+        ("presence_penalty_3", "presence_penalty must be in [-2, 2], got 3.0.", None),
+        ("n_zero", "n must be at least 1, got 0.", None),
+    ],
+)  # fmt: skip
+def test_vllms_validation_errors_read_as_one_sentence_a_field_named_as_the_client_wrote_it(
+    case: str, message: str, param: str | None
+) -> None:
+    answered = VLLM_REFUSALS[case]
+    error = json.loads(engine_error(answered["status"], json.dumps(answered["body"]).encode()).body(Surface.OPENAI))
+    assert (error["error"]["message"], error["error"]["param"]) == (message, param)
+
+
+def test_a_dump_that_is_not_vllms_shape_is_passed_on_as_it_came() -> None:
+    raw = json.dumps({"error": {"message": "1 validation error:\n  not a dict at all", "param": "body.x"}})
+    error = json.loads(engine_error(400, raw.encode()).body(Surface.OPENAI))["error"]
+    assert error["message"] == "1 validation error:\n  not a dict at all" and error["param"] == "x"

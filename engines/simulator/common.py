@@ -3,6 +3,7 @@
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -119,28 +120,48 @@ def last_user_text(messages: list[Any]) -> str:
 
 
 # vLLM 0.32's SamplingParams._verify_args (vllm/sampling_params.py): each field's range as its words write it, (low
-# excluded, [low included; an absent or null field takes vLLM's default, which is in range
+# excluded, [low included, and whether its refusal names the field (param, and the message's "(parameter=…)" suffix);
+# an absent or null field takes vLLM's default, which is in range (tests/data/vllm-0.32.0-cpu-validation-errors.json)
 SAMPLING_RANGES = {
-    "temperature": (0.0, 2.0, "[0, 2]"),
-    "top_p": (0.0, 1.0, "(0, 1]"),
-    "presence_penalty": (-2.0, 2.0, "[-2, 2]"),
-    "frequency_penalty": (-2.0, 2.0, "[-2, 2]"),
+    "temperature": (0.0, 2.0, "[0, 2]", True),
+    "top_p": (0.0, 1.0, "(0, 1]", True),
+    "presence_penalty": (-2.0, 2.0, "[-2, 2]", False),
+    "frequency_penalty": (-2.0, 2.0, "[-2, 2]", False),
 }
+NOT_A_NUMBER = "Input should be a valid number, unable to parse string as a number"
+
+
+def validation_error(name: str, kind: str, msg: str, value: Any) -> APIError:
+    """vLLM's 400 for a field its request model refused (pydantic, in lax mode): ``1 validation error:`` and the
+    error as a Python dict on its own line, param ``body.<name>``."""
+    error = {"type": kind, "loc": f"body.{name}", "msg": msg, "input": value}
+    return APIError(400, f"1 validation error:\n  {error!r}", "Bad Request", f"body.{name}")
 
 
 def check_sampling(body: dict[str, Any]) -> None:
-    """Raises APIError 400, with vLLM's words ("top_p must be in (0, 1], got 1.5."; "temperature must be
-    non-negative, got -1.0." below 0), for a sampling field out of its range (SAMPLING_RANGES) or not a number."""
-    for name, (low, high, words) in SAMPLING_RANGES.items():
+    """Raises APIError 400, in vLLM's words, for a sampling field out of its range (SAMPLING_RANGES: "top_p must be
+    in (0, 1], got 1.5. (parameter=top_p, value=1.5)"; below 0, "temperature must be non-negative, got -1.0.") or
+    not a number (pydantic's dump; a boolean is a number to it, as True is 1.0)."""
+    for name, (low, high, words, named) in SAMPLING_RANGES.items():
         value = body.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-            raise APIError(400, f"{name} must be a finite number, got {value!r}.", param=name)
-        if name == "temperature" and value < 0:
-            raise APIError(400, f"temperature must be non-negative, got {float(value)}.", param=name)
-        if not (value > low if words.startswith("(") else value >= low) or value > high:
-            raise APIError(400, f"{name} must be in {words}, got {float(value)}.", param=name)
+        if not isinstance(value, int | float):
+            raise validation_error(
+                name, "float_parsing" if isinstance(value, str) else "float_type", NOT_A_NUMBER, value
+            )
+        number = float(value)
+        if name == "temperature" and not math.isfinite(number):
+            message = f"temperature must be a finite number, got {number}."
+        elif name == "temperature" and number < 0:
+            message = f"temperature must be non-negative, got {number}."
+        elif not (number > low if words.startswith("(") else number >= low) or number > high:
+            message = f"{name} must be in {words}, got {number}."
+        else:
+            continue
+        raise APIError(
+            400, f"{message} (parameter={name}, value={number})" if named else message, param=name if named else None
+        )
 
 
 def budget(cfg: SimConfig, prompt_tokens: int, requested: Any, forced: bool) -> int:

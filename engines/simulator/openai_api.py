@@ -38,6 +38,7 @@ from engines.simulator.common import (
     strike,
     thought,
     usage,
+    validation_error,
 )
 from engines.simulator.faults import Faults
 from engines.simulator.jobs import Job
@@ -49,13 +50,13 @@ def choice_count(body: dict[str, Any]) -> int:
     n = body.get("n")
     if n is None:
         return 1
-    if not isinstance(n, int) or isinstance(n, bool):
-        raise APIError(400, f"n must be an int, but is of type {type(n)}", param="n")
+    if not isinstance(n, int):
+        raise validation_error("n", "int_parsing", "Input should be a valid integer", n)
     if n < 1:
-        raise APIError(400, f"n must be at least 1, got {n}.", param="n")
+        raise APIError(400, f"n must be at least 1, got {n}.")
     if n > 128:
         raise APIError(400, f"n must be between 1 and 128, got {n}.", param="n")
-    return n
+    return int(n)
 
 
 def _stops(value: Any) -> list[str]:

@@ -194,23 +194,36 @@ def test_a_too_long_request_gets_vllms_context_length_error(sim: Sim) -> None:
     )
 
 
+# what vLLM 0.32 answers each (tests/data/vllm-0.32.0-cpu-validation-errors.json)
 @pytest.mark.parametrize(
-    ("field", "value", "message"),
+    ("field", "value", "message", "param"),
     [
-        ("temperature", -1, "temperature must be non-negative, got -1.0."),
-        ("temperature", 2.5, "temperature must be in [0, 2], got 2.5."),
-        ("top_p", 0, "top_p must be in (0, 1], got 0.0."),
-        ("presence_penalty", 3, "presence_penalty must be in [-2, 2], got 3.0."),
-        ("n", 0, "n must be at least 1, got 0."),
+        (
+            "temperature",
+            -1,
+            "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",
+            "temperature",
+        ),
+        ("temperature", 3, "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)", "temperature"),
+        ("top_p", 0, "top_p must be in (0, 1], got 0.0. (parameter=top_p, value=0.0)", "top_p"),
+        ("presence_penalty", 3, "presence_penalty must be in [-2, 2], got 3.0.", None),
+        ("n", 0, "n must be at least 1, got 0.", None),
+        (
+            "temperature",
+            "hot",
+            "1 validation error:\n  {'type': 'float_parsing', 'loc': 'body.temperature', 'msg': 'Input should be a "
+            "valid number, unable to parse string as a number', 'input': 'hot'}",
+            "body.temperature",
+        ),
     ],
 )
-def test_a_sampling_field_out_of_its_range_gets_vllms_400_naming_it(
-    sim: Sim, field: str, value: float, message: str
+def test_a_sampling_field_out_of_its_range_gets_vllms_400_in_its_words(
+    sim: Sim, field: str, value: object, message: str, param: str | None
 ) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        sim.openai().chat.completions.create(model=MODEL, messages=user("Hi"), max_tokens=2, **{field: value})
+        sim.openai().chat.completions.create(model=MODEL, messages=user("Hi"), max_tokens=2, **{field: value})  # type: ignore[call-overload]
     body: Any = caught.value.body
-    assert (body["message"], body["param"], body["code"]) == (message, field, 400)
+    assert (body["message"], body["param"], body["code"]) == (message, param, 400)
 
 
 def test_an_unknown_model_is_a_404(sim: Sim) -> None:
