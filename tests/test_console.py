@@ -380,3 +380,14 @@ def test_a_key_never_widens_by_accident(admin: Client, body: dict[str, object], 
     resp = admin.post("/api/keys", {"name": "k"} | body, content_type="application/json")
     assert resp.status_code == 400 and error in resp.json()["detail"]
     assert not ApiKey.objects.exists()
+
+
+def test_a_new_deployment_whose_name_is_taken_is_told_which_one(admin: Client, smollm2: ModelSource) -> None:
+    def create(**names: str) -> Any:
+        fields = {"model": smollm2.name, "max_model_len": 2048, **names}
+        return admin.post("/api/deployments", fields, content_type="application/json")
+
+    assert create(name="smol").status_code == 201
+    assert create(name="smol").json()["detail"] == "A deployment named 'smol' exists already; pick another name."
+    clash = create(name="other", served_model_name="smol").json()["detail"]
+    assert clash == "Deployment 'smol' serves the model name 'smol' already; pick another served model name."

@@ -136,10 +136,21 @@ def create_deployment(
                 },
             )
     except IntegrityError:
-        raise ConsoleError("A deployment with that name or served model name already exists.") from None
+        raise ConsoleError(_clash(name, served)) from None
     if make_room and planned.room is not None:
         launch(dep, make_room=True)
     return dep
+
+
+def _clash(name: str, served: str) -> str:
+    """Which of a new deployment's names another deployment holds already, in words."""
+    taken = Deployment.objects.filter(name=name).first()
+    if taken is not None:
+        return f"A deployment named '{name}' exists already; pick another name."
+    holder = Deployment.objects.filter(served_model_name=served).values_list("name", flat=True).first()
+    if holder is not None:
+        return f"Deployment '{holder}' serves the model name '{served}' already; pick another served model name."
+    return "A deployment with that name or served model name exists already."
 
 
 def launch(deployment: Deployment, make_room: bool = False, why: str = "") -> None:
