@@ -55,6 +55,13 @@ def test_a_bad_model_path_is_explained_and_nothing_is_saved(admin: Client, path:
     assert not ModelSource.objects.exists()
 
 
+@pytest.mark.parametrize("source", [{"path": "/models/smollm2"}, {"repo_id": "HuggingFaceTB/SmolLM2-135M-Instruct"}])
+def test_a_model_added_without_a_name_is_told_the_field(admin: Client, source: dict[str, str]) -> None:
+    resp = admin.post("/api/models", source, content_type="application/json")
+    assert resp.status_code == 400 and resp.json()["detail"].startswith("name: Field required")
+    assert not ModelSource.objects.exists()
+
+
 def test_the_plan_is_shown_before_launch_with_vllms_own_numbers(admin: Client, smollm2: ModelSource) -> None:
     resp = admin.post(
         "/deployments/plan/",

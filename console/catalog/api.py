@@ -63,6 +63,8 @@ def list_demo_models(request: HttpRequest) -> list[dict[str, object]]:
 def add_model(request: HttpRequest, data: ModelIn) -> Status[ModelSource]:
     if sum(map(bool, (data.path, data.repo_id, data.demo))) > 1:
         raise ConsoleError("Give one of a local path, a Hugging Face repo_id or a demo catalog entry, not several.")
+    if (data.path or data.repo_id) and not data.name.strip():
+        raise ConsoleError("name: Field required (the name deployments pick the model by, e.g. smollm2)")
     if data.path:
         return Status(201, sources.add_local_model(data.name, data.path))
     if data.repo_id:
