@@ -139,6 +139,12 @@ def test_a_metric_the_engine_does_not_expose_says_so(admin: Client) -> None:
     assert 'data-field="kv_cache_size_tokens">no data<' in html and number(html, "kv_cache_usage") == "10.0 %"
 
 
+def test_a_panel_before_any_scrape_says_its_throughput_has_no_data_yet_once(admin: Client) -> None:
+    dep = deployment(gpus=2)
+    html = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert "prompt and generation: no data yet" in html and "generation_tokens_per_second" not in html
+
+
 def number(html: str, field: str) -> str:
     match = re.search(rf'data-field="{field}">([^<]*)<', html)
     assert match, f"no {field}"
