@@ -183,6 +183,10 @@ def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_a_batch_disco
         assert usd == exact.quantize(Decimal("0.01")) and usd.as_tuple().exponent == -2
     assert r.charged_usd + r.idle_usd == r.gpu_usd and r.idle_usd > 0
     assert r.idle_hours == pytest.approx(float(r.idle_usd) / 6)
+    assert r.below_a_cent == {"team 3"}  # 12 tokens: charged, and $0.00 to the cent, which the page says
+    page = admin.get(f"/costs/?day={day.isoformat()}").text
+    under = r"team 3 <small[^>]*>\(charged\)</small></th><td [^>]*><span [^>]*>\$0\.00</span> <small[^>]*>\(under a"
+    assert re.search(under, page)
 
     assert not r.batch_charged and 'data-row="batch_discount"' not in admin.get(f"/costs/?day={day.isoformat()}").text
 

@@ -45,6 +45,7 @@ class Reconciliation:
     unpriced: int = 0
     batch_discount_usd: Decimal = Decimal(0)
     batch_charged: bool = False  # batch-class requests were charged that day (their discount may round to $0.00)
+    below_a_cent: frozenset[str] = frozenset()  # the keys charged something that rounds to $0.00
 
     @property
     def charged_usd(self) -> Decimal:
@@ -94,7 +95,8 @@ def reconcile(dep: Deployment, day: date, own: set[int] | None = None) -> Reconc
     factor = Decimal(str(settings.HEARTH_BATCH_PRICE_FACTOR))
     discount = cents(batch_usd / factor - batch_usd)
     idle = gpu - sum((usd for _, usd in shown), Decimal(0)) - discount
-    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount, batch_usd > 0)
+    below = frozenset(name for name, usd in keys.items() if usd > 0 and not cents(usd))
+    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount, batch_usd > 0, below)
 
 
 def reconcile_all(day: date, own: set[int] | None = None) -> list[Reconciliation]:
