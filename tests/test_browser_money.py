@@ -4,12 +4,13 @@ the deployment page's cost card, the charged price apart from the cost at today'
 test's folder (and HEARTH_SCREENSHOTS, when set)."""
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 from playwright.sync_api import Browser, expect
 
 from console.access.models import ApiKey, Member
@@ -33,10 +34,18 @@ def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_u
     dep = deployment(name="money", gpus=2)  # $6.00 an hour
     DeploymentPrice.objects.create(deployment=dep, measured_tokens_per_second=1234.5, measured_run_id=3)
     engine = Engine(dep.replicas.get())
-    day = datetime.now(UTC).date() - timedelta(days=1)
-    ten = datetime(day.year, day.month, day.day, 10, tzinfo=UTC).timestamp()
-    for minute in range(120):
-        engine.step(ten + minute * 60, 0, 0, running=0, kv=0.0)
+    # two hours of one UTC day, closed and within RAW_KEEP (24 h), written in one transaction: a session's Celery
+    # worker (tests.conftest.worker, alive from an earlier test on this xdist worker) prunes raw samples older than
+    # that (yesterday's 10:00-12:00, read at 10:55, had lost its first half hour: $9.00 of GPU time for $12.00) and
+    # rolls up closed periods, which midway would have left the rest out
+    end = int(time.time() // 300 * 300) - 300
+    if datetime.fromtimestamp(end - 7200, UTC).date() != datetime.fromtimestamp(end - 1, UTC).date():
+        end = int(datetime.fromtimestamp(end, UTC).replace(hour=0, minute=0, second=0).timestamp())  # to midnight
+    start = end - 7200
+    day = datetime.fromtimestamp(start, UTC).date()
+    with transaction.atomic():
+        for minute in range(120):
+            engine.step(start + minute * 60, 0, 0, running=0, kv=0.0)
     mia = django_user_model.objects.create_user("mia", "", "mia-password-1")
     Member.objects.create(user=mia, role="member", daily_budget_usd=Decimal("10"), monthly_budget_usd=Decimal("100"))
     budgets = {"owner": mia, "daily_budget_usd": Decimal("5"), "monthly_budget_usd": Decimal("50")}
@@ -47,7 +56,7 @@ def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_u
     for n, (key, prompt, completion) in enumerate(
         [(keys[0], 923_457, 98_765), (keys[1], 3_111_111, 333_333), (keys[2], 7, 5)]
     ):
-        charge(dep, key, ten + 600 + n * 60, prompt, completion)
+        charge(dep, key, start + 600 + n * 60, prompt, completion)
 
     page = browser.new_context(base_url=web, viewport={"width": 1280, "height": 900}).new_page()
     errors: list[str] = []
