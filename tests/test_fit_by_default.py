@@ -69,10 +69,6 @@ def key(web: str, admin: Client, admin_user: object, engine: EngineServer) -> st
     return secret
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-@pytest.mark.parametrize(
-    ("path", "field", "rest"), ASKED, ids=["chat", "chat-completion-tokens", "messages", "responses"]
-)
 def row_of(resp: httpx.Response) -> RequestLog:
     """The answer's request log row, once the web process's spool writer wrote it."""
     deadline = time.monotonic() + 60  # seconds: a bound for a loaded box, not a target
@@ -82,6 +78,10 @@ def row_of(resp: httpx.Response) -> RequestLog:
     return row
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    ("path", "field", "rest"), ASKED, ids=["chat", "chat-completion-tokens", "messages", "responses"]
+)
 def test_a_new_deployment_fits_an_over_long_limit_and_every_api_says_so(
     web: str, key: str, engine: EngineServer, path: str, field: str, rest: dict[str, object], stream: bool
 ) -> None:
