@@ -2,8 +2,10 @@
 field, a typo such as ``max_token_cap`` among them, is a 400 naming it, never ignored), and whole numbers as
 JSON Schema's "integer" means them (Integer: a JSON number with no fraction, ``4096`` or ``4096.0``, never
 ``true`` or a string of digits, which pydantic's lax int would read as 1 or 4096). pydantic's StrictFloat and
-StrictBool already mean a JSON number and a JSON boolean. Imports ninja and pydantic only."""
+StrictBool already mean a JSON number and a JSON boolean; Flags takes engine flags as an array or as one string
+(split as a shell would). Imports ninja and pydantic only."""
 
+import shlex
 from typing import Annotated
 
 from ninja import Schema
@@ -24,6 +26,22 @@ def _a_json_number(value: object) -> object:
 
 Integer = Annotated[int, BeforeValidator(_a_json_number)]
 """An int field of a body: a JSON number with no fraction; pydantic then refuses 1.5 as "a valid integer"."""
+
+
+def _flags(value: object) -> object:
+    """A string of engine flags split as a shell would (``"--enable-prefix-caching --max-num-batched-tokens 8192"``,
+    as the console's form takes them); a list as it is. A string a shell could not split is pydantic's value_error
+    "Cannot read these flags: No closing quotation"."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise PydanticCustomError("value_error", "Cannot read these flags: {why}", {"why": str(exc)}) from None
+
+
+Flags = Annotated[list[str], BeforeValidator(_flags)]
+"""An engine's extra flags: a JSON array of strings, or one string of them as the form takes it."""
 
 
 class Body(Schema):

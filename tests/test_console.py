@@ -212,6 +212,24 @@ def test_flags_the_plan_or_hearth_own_are_refused_among_extra_engine_flags(
     assert not Deployment.objects.exists()
 
 
+def test_extra_engine_flags_come_as_an_array_or_as_one_string_as_the_form_takes_them(
+    admin: Client, smollm2: ModelSource
+) -> None:
+    def create(name: str, flags: object) -> Any:
+        fields = {"name": name, "model": smollm2.name, "max_model_len": 2048, "extra_args": flags}
+        return admin.post("/api/deployments", fields, content_type="application/json")
+
+    assert create("a", "--enable-prefix-caching --seed '7'").json()["extra_args"] == [
+        "--enable-prefix-caching",
+        "--seed",
+        "7",
+    ]
+    assert create("b", ["--seed", "7"]).json()["extra_args"] == ["--seed", "7"]
+    refused = create("c", "--seed 'unclosed")
+    assert refused.status_code == 400
+    assert refused.json()["detail"] == "extra_args: Cannot read these flags: No closing quotation"
+
+
 @override_settings(HEARTH_GPU_INVENTORY="sim:2xA100-80GB")
 def test_gpus_held_by_a_running_deployment_are_not_planned_again(admin: Client, smollm2: ModelSource) -> None:
     def create(name: str) -> Any:

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool, StrictFloat
 
-from console.api_bodies import Body, Integer
+from console.api_bodies import Body, Flags, Integer
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions, changes, cluster_export, external, idle_actions, remedy_actions
 from console.deployments.api_schemas import DeploymentOut, IdleChange, IdleCreate
@@ -53,7 +53,7 @@ class PlanIn(Body):
 class DeploymentIn(PlanIn, IdleCreate):
     name: str
     served_model_name: str = ""
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: Flags = Field(default_factory=list)
     replica_count: Integer = 1
     max_tokens_cap: Integer | None = None
     make_room: StrictBool = Field(
@@ -191,7 +191,7 @@ class ChangeIn(Body, IdleChange):
     gpu_memory_utilization: StrictFloat | None = None
     tensor_parallel_size: Integer | None = None
     max_num_seqs: Integer | None = None
-    extra_args: list[str] | None = None
+    extra_args: Flags | None = None
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     fit_max_tokens: StrictBool | None = None
