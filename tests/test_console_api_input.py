@@ -1,0 +1,73 @@
+"""The console's JSON API on malformed or clashing input: a 400 whose detail names the field as the client wrote it,
+says which deployment holds a taken name, and takes engine flags as the form does; nothing saved."""
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from console.catalog.models import ModelSource
+from tests.test_console import smollm2  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("source", [{"path": "/models/smollm2"}, {"repo_id": "HuggingFaceTB/SmolLM2-135M-Instruct"}])
+def test_a_model_added_without_a_name_is_told_the_field(admin: Client, source: dict[str, str]) -> None:
+    resp = admin.post("/api/models", source, content_type="application/json")
+    assert resp.status_code == 400 and resp.json()["detail"].startswith("name: Field required")
+    assert not ModelSource.objects.exists()
+
+
+def test_extra_engine_flags_come_as_an_array_or_as_one_string_as_the_form_takes_them(
+    admin: Client,
+    smollm2: ModelSource,  # noqa: F811 - the fixture
+) -> None:
+    def create(name: str, flags: object) -> Any:
+        fields = {"name": name, "model": smollm2.name, "max_model_len": 2048, "extra_args": flags}
+        return admin.post("/api/deployments", fields, content_type="application/json")
+
+    assert create("a", "--enable-prefix-caching --seed '7'").json()["extra_args"] == [
+        "--enable-prefix-caching",
+        "--seed",
+        "7",
+    ]
+    assert create("b", ["--seed", "7"]).json()["extra_args"] == ["--seed", "7"]
+    refused = create("c", "--seed 'unclosed")
+    assert refused.status_code == 400
+    assert refused.json()["detail"] == "extra_args: Cannot read these flags: No closing quotation"
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"name": "d"}, "model: Field required"),
+        (
+            {"name": "d", "max_model_len": "2k"},
+            "model: Field required; max_model_len: Input should be a whole number, not a string",
+        ),
+        ([1, 2], "The body must be a JSON object."),
+    ],
+)
+def test_a_malformed_body_names_the_field_as_the_client_wrote_it(
+    admin: Client,
+    smollm2: ModelSource,  # noqa: F811 - the fixture
+    body: object,
+    detail: str,
+) -> None:
+    resp = admin.post("/api/deployments", body, content_type="application/json")
+    assert resp.status_code == 400 and resp.json() == {"detail": detail}
+
+
+def test_a_new_deployment_whose_name_is_taken_is_told_which_one(
+    admin: Client,
+    smollm2: ModelSource,  # noqa: F811 - the fixture
+) -> None:
+    def create(**names: str) -> Any:
+        fields = {"model": smollm2.name, "max_model_len": 2048, **names}
+        return admin.post("/api/deployments", fields, content_type="application/json")
+
+    assert create(name="smol").status_code == 201
+    assert create(name="smol").json()["detail"] == "A deployment named 'smol' exists already; pick another name."
+    clash = create(name="other", served_model_name="smol").json()["detail"]
+    assert clash == "Deployment 'smol' serves the model name 'smol' already; pick another served model name."
