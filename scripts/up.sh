@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+case $PY in /*) ;; */*) PY=$PWD/$PY ;; esac  # a path from the clone made whole: ps then shows whose processes they are
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
 PORT=${HEARTH_PORT:-8000}
 export HEARTH_DATA_DIR=$DATA REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
