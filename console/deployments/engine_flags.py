@@ -75,12 +75,16 @@ def user_flags(extra_args: list[str], engine: str) -> Reading:
 
 def check_extra_args(extra_args: list[str], engine: str) -> None:
     """Refuse extra engine flags for ``engine`` (an EngineKind value) that its parser would refuse (an
-    ambiguous prefix, a flag without its value), that Hearth sets itself, that take GPUs behind the plan's back,
-    or that the plan decides. Raises ConsoleError naming them."""
+    ambiguous prefix, a flag without its value, a value before any flag), that Hearth sets itself, that take GPUs
+    behind the plan's back, or that the plan decides. Raises ConsoleError naming them."""
     if len(extra_args) > MAX_EXTRA_ARGS or sum(map(len, extra_args)) > MAX_EXTRA_ARGS_CHARS:
         raise ConsoleError(f"At most {MAX_EXTRA_ARGS} extra engine flags, {MAX_EXTRA_ARGS_CHARS:,} characters in all.")
     if not all(arg.isprintable() for arg in extra_args):
         raise ConsoleError("Extra engine flags must be printable text (no control characters).")
+    if extra_args and not extra_args[0].startswith("-"):
+        raise ConsoleError(
+            f"Extra engine flags start with a flag (--name), not {extra_args[0]!r}: a value must follow its flag."
+        )
     name = family(engine)
     try:
         flags = user_flags(extra_args, engine).flags()
