@@ -144,8 +144,7 @@ def create_deployment(
 
 def _clash(name: str, served: str) -> str:
     """Which of a new deployment's names another deployment holds already, in words."""
-    taken = Deployment.objects.filter(name=name).first()
-    if taken is not None:
+    if Deployment.objects.filter(name=name).exists():
         return f"A deployment named '{name}' exists already; pick another name."
     holder = Deployment.objects.filter(served_model_name=served).values_list("name", flat=True).first()
     if holder is not None:
