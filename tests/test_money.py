@@ -27,6 +27,7 @@ from console.observability.models import DeploymentPrice, RequestLog
 from console.observability.panel import live_panel
 from console.observability.reconcile import reconcile
 from console.observability.request_log import cost_text
+from console.observability.templatetags.panel_format import usd
 from engines.capacity.results import LevelResult, Slo
 from engines.planner import GpuPlan
 from engines.stored_plan import StoredPlan
@@ -286,3 +287,17 @@ def test_a_charge_below_a_hundredth_of_a_cent_keeps_its_digits_on_every_page_tha
 
 def test_the_costs_page_says_so_when_there_is_no_deployment_yet(admin: Client) -> None:
     assert '<td colspan="5" class="muted">No deployments yet.</td>' in admin.get("/costs/").text
+
+
+def test_a_price_below_a_cent_keeps_two_significant_digits_on_the_panels() -> None:
+    """A price of $0.00004 per token read "$0.0000" on the panels, which looks like free."""
+    assert [usd(v) for v in (None, "", 0, 0.00004, 0.0012, 0.05, 2.5, 1234.5)] == [
+        "no price",
+        "no price",
+        "$0.00",
+        "$0.000040",
+        "$0.0012",
+        "$0.05",
+        "$2.50",
+        "$1,234.50",
+    ]

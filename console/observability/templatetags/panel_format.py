@@ -5,6 +5,7 @@ from typing import Any
 
 from django import template
 
+from console.templatetags.usd_amounts import usd_text
 from engines.metrics import Quantile
 
 register = template.Library()
@@ -45,14 +46,13 @@ def gib_number(value: Any) -> str:
 
 
 @register.filter
-def usd(value: Any, digits: int = 2) -> str:
-    """USD with ``digits`` decimals (more for small amounts, so a price per token never reads $0.00)."""
+def usd(value: Any) -> str:
+    """USD with two decimals, and below a cent two significant digits as ``usd_text`` writes them (so a price per
+    token never reads $0.00 or $0.0000); None or "" → "no price"."""
     if _missing(value):
         return "no price"
     v = float(value)
-    if 0 < abs(v) < 0.01:
-        return f"${v:.4f}"
-    return f"${v:,.{digits}f}"
+    return usd_text(v) if 0 < abs(v) < 0.01 else f"${v:,.2f}"
 
 
 @register.filter
