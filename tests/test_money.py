@@ -21,13 +21,13 @@ from django.conf import settings
 from django.test import Client
 
 from console.access.models import ApiKey, Member
-from console.deployments.models import Deployment
+from console.deployments.models import Deployment, DeploymentState, DesiredState
 from console.observability import cost, pricing, scraping
 from console.observability.models import DeploymentPrice, RequestLog
 from console.observability.panel import live_panel
 from console.observability.reconcile import reconcile
 from console.observability.request_log import cost_text
-from console.observability.templatetags.panel_format import usd
+from console.observability.templatetags import panel_format
 from engines.capacity.results import LevelResult, Slo
 from engines.planner import GpuPlan
 from engines.stored_plan import StoredPlan
@@ -291,7 +291,7 @@ def test_the_costs_page_says_so_when_there_is_no_deployment_yet(admin: Client) -
 
 def test_a_price_below_a_cent_keeps_two_significant_digits_on_the_panels() -> None:
     """A price of $0.00004 per token read "$0.0000" on the panels, which looks like free."""
-    assert [usd(v) for v in (None, "", 0, 0.00004, 0.0012, 0.05, 2.5, 1234.5)] == [
+    assert [panel_format.usd(v) for v in (None, "", 0, 0.00004, 0.0012, 0.05, 2.5, 1234.5)] == [
         "no price",
         "no price",
         "$0.00",
@@ -301,3 +301,22 @@ def test_a_price_below_a_cent_keeps_two_significant_digits_on_the_panels() -> No
         "$2.50",
         "$1,234.50",
     ]
+
+
+def test_a_deployment_asleep_or_stopped_to_save_keeps_its_price_for_the_requests_that_wake_it() -> None:
+    """A request held for a wake is priced when admitted: with only ready deployments' prices kept, the price had
+    lapsed while it slept, and the requests that woke it were charged nothing (past their key's budget too)."""
+    dep = deployment()
+    measured(dep)
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    reachable = {
+        (DeploymentState.ASLEEP, DesiredState.ASLEEP): True,
+        (DeploymentState.WAKING, DesiredState.SERVING): True,
+        (DeploymentState.STOPPED, DesiredState.STOPPED_IDLE): True,  # a request launches it again
+        (DeploymentState.STOPPED, DesiredState.STOPPED): False,  # an admin stopped it: requests are refused
+    }
+    for (state, desired), priced in reachable.items():
+        r.delete(cost.price_per_token(dep.pk))
+        Deployment.objects.filter(pk=dep.pk).update(state=state, desired=desired)
+        scraping.scrape_all()
+        assert (r.get(cost.price_per_token(dep.pk)) is not None) is priced, (state, desired)

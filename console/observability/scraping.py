@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 import httpx
 from django.conf import settings
 from django.db import IntegrityError
-from django.db.models import F
+from django.db.models import F, Q
 
 from appliance.runtimes import get_runtime
 from console.deployments import probing
 from console.deployments.lifecycle import LOG_LINES
-from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, DesiredState, Replica
 from console.observability import history, pricing, request_stats
 from console.observability.mappings import mapping_rows
 from console.observability.models import PriceSetting, ScrapeHealth
@@ -88,7 +88,7 @@ def scrape_all() -> int:
         request_stats.record_requests(deployments, datetime.now(UTC))
     except IntegrityError:  # the Redis cursor stays: the next scrape counts these rows without that deployment
         log.info("a deployment was deleted while its requests were counted; counted again at the next scrape")
-    _publish_prices(deployments)
+    _publish_prices(list(Deployment.objects.filter(Q(state__in=ACTIVE_STATES) | Q(desired=DesiredState.STOPPED_IDLE))))
     return good
 
 
@@ -119,7 +119,9 @@ def _record(replica: Replica, result: tuple[float, str] | Exception, rows: list[
 
 
 def _publish_prices(deployments: list[Deployment]) -> None:
-    """Each ready deployment's steady price per token for the gateway (console.observability.pricing)."""
+    """The steady price per token (console.observability.pricing) of each deployment a request can reach: serving,
+    loading, asleep or waking, or stopped to save (a request launches it again). A request held for a wake is
+    priced when admitted, before the wake, and was charged nothing when only ready deployments' prices were kept."""
     prices = list(PriceSetting.objects.all())
     for dep in deployments:
         pricing.publish_price(dep, prices)
