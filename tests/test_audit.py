@@ -199,7 +199,7 @@ def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
     accounting check: tests/test_charge_check.py; deployment.sleep, .idle_policy by tests/test_idle_settings.py,
     deployment.wake and .stop_idle by the worker: tests/test_sleep_live.py; deployment.make_room by the worker:
     tests/test_room_live.py; weights.free by tests/test_weights_cache.py; deployment.price by tests/test_money.py;
-    batch.cancel by tests/test_batches_page.py."""
+    batch.cancel by tests/test_batches_page.py; alerts.rule and .destination by tests/test_alert_conditions.py."""
     tested = {
         "key.create",
         "key.limits",
@@ -238,6 +238,8 @@ def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
         "deployment.make_room",
         "weights.free",
         "batch.cancel",
+        "alerts.rule",
+        "alerts.destination",
     }
     assert set(ACTIONS) == tested
 

@@ -37,14 +37,12 @@ def deployment_failed(rule: AlertRule, now: float) -> Holding:
     for r in replicas.filter(Q(restarts__gte=max(1, int(rule.threshold))) | Q(oom_killed=True)):
         subject = f"deployment {r.deployment.name}"
         if r.oom_killed:
-            out.setdefault(
-                subject, f"{r.deployment.name}: replica {r.runtime_name} was OOM-killed (exit {r.exit_code})"
-            )
+            out.setdefault(subject, f"{r.deployment.name}: replica {r.runtime_name} was OOM-killed ({_exit(r)})")
         else:
             out.setdefault(
                 subject,
                 f"{r.deployment.name}: replica {r.runtime_name} is crash-looping "
-                f"({r.restarts} restarts in a row, last exit {r.exit_code})",
+                f"({r.restarts} restarts in a row, last {_exit(r)})",
             )
     return out
 
@@ -60,14 +58,21 @@ def replica_not_ready(rule: AlertRule, now: float) -> Holding:
     )
     out = {}
     for r in replicas:
-        why = "loading" if r.running else f"not running (exit {r.exit_code}, restart due {_clock(r.restart_at)})"
+        why = "loading" if r.running else f"not running ({_exit(r)}, restart due {_clock(r.restart_at)})"
         out[f"replica {r.runtime_name}"] = f"{r.deployment.name}: replica {r.runtime_name} is not ready: {why}"
     return out
 
 
+def _exit(r: Replica) -> str:
+    """How its engine last ended, in words: a crashed one's exit is kept as the previous run's until it restarts."""
+    code = r.exit_code if r.exit_code is not None else r.previous_exit_code
+    return "exit code not known" if code is None else f"exit {code}"
+
+
 def monitoring_stale(rule: AlertRule, now: float) -> Holding:
     """Beat not running (appliance.celery_heartbeats), else ready replicas without a good scrape for ``threshold``
-    scrape intervals (since their last good one, or since they became ready)."""
+    scrape intervals: since their last good one, or since they or their deployment last became ready (a wake:
+    nothing is scraped while a deployment sleeps, and its first scrape after the wake comes within an interval)."""
     liveness = celery_heartbeats.read()
     if liveness.unreadable:
         return {"celery beat": f"Cannot tell whether Celery beat runs: {liveness.unreadable}"}
@@ -75,14 +80,17 @@ def monitoring_stale(rule: AlertRule, now: float) -> Holding:
         return {"celery beat": f"{stopped}: nothing is scraped, reconciled or checked"}
     limit = rule.threshold * settings.HEARTH_SCRAPE_INTERVAL
     out = {}
-    for r in Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY):
+    replicas = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
+    for r in replicas.select_related("deployment"):
         health = ScrapeHealth.objects.filter(replica=r).first()
-        last = health.last_success_at if health and health.last_success_at else r.ready_at
-        if last is not None and now - last.timestamp() > limit:
+        since = [r.ready_at, r.deployment.state_since, health.last_success_at if health else None]
+        last = max(at for at in since if at is not None)
+        if now - last.timestamp() > limit:
             error = f" (last error: {health.last_error})" if health and health.last_error else ""
             out[f"scrapes of {r.runtime_name}"] = (
-                f"No good scrape of replica {r.runtime_name}'s /metrics for {now - last.timestamp():.0f} s, "
-                f"over {rule.threshold:g} intervals of {settings.HEARTH_SCRAPE_INTERVAL:g} s{error}"
+                f"No good scrape of replica {r.runtime_name}'s /metrics ({r.deployment.name}) for "
+                f"{now - last.timestamp():.0f} s, over {rule.threshold:g} intervals of "
+                f"{settings.HEARTH_SCRAPE_INTERVAL:g} s{error}"
             )
     return out
 

@@ -6,6 +6,10 @@ from django import forms
 from django.core.validators import validate_email
 
 from console.alerts.models import AlertRule, Destination
+from console.alerts.rules import KINDS
+
+# the longest a condition may be asked to hold (the window of a rate) and the longest between repeats, minutes
+MOST_MINUTES = {"for_minutes": (1440.0, "a day"), "repeat_minutes": (10080.0, "a week")}
 
 
 class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -20,6 +24,12 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
                 self.add_error(name, "Must be 0 or more.")
         if data.get("repeat_minutes") is not None and data["repeat_minutes"] < 1:
             self.add_error("repeat_minutes", "Repeat at most once a minute (1 or more).")
+        most = KINDS[self.instance.kind].most if self.instance.kind in KINDS else None
+        if most is not None and data.get("threshold") is not None and data["threshold"] > most:
+            self.add_error("threshold", f"At most {most:g}: the threshold is a {KINDS[self.instance.kind].unit}.")
+        for name, (minutes, words) in MOST_MINUTES.items():
+            if data.get(name) is not None and data[name] > minutes:
+                self.add_error(name, f"At most {minutes:,.0f} minutes ({words}).")
         return data
 
 

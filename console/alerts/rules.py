@@ -11,7 +11,8 @@ from console.alerts.models import AlertRule
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of alert: its title, what its threshold means (``unit``; "" for none) and its defaults."""
+    """A kind of alert: its title, what its threshold means (``unit``; "" for none), its defaults and the highest
+    threshold that means something (``most``; None: no bound but 0)."""
 
     title: str
     unit: str
@@ -19,6 +20,7 @@ class Kind:
     for_minutes: float
     repeat_minutes: float
     what: str
+    most: float | None = None
 
 
 KINDS: dict[str, Kind] = {
@@ -53,6 +55,7 @@ KINDS: dict[str, Kind] = {
         5,
         60,
         "A replica's KV-cache use at or over this share, at every scrape for the rule's minutes.",
+        most=1,
     ),
     "requests_waiting": Kind(
         "Requests waiting",
@@ -78,6 +81,7 @@ KINDS: dict[str, Kind] = {
         10,
         60,
         "Over the last rule's minutes, the share of a deployment's requests answered with a 5xx is at or over this.",
+        most=1,
     ),
     "budget": Kind(
         "Budget spent",

@@ -4,6 +4,7 @@ alerts go (the webhook shown as scheme and host only) and the deliveries that fa
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -12,6 +13,7 @@ from console.alerts.delivery import shown_url
 from console.alerts.forms import DestinationForm, RuleForm
 from console.alerts.models import Alert, Delivery, Destination
 from console.alerts.rules import KINDS, rules
+from console.audit.recording import form_changes, record
 
 RECENT = 20  # resolved alerts and failed deliveries listed
 
@@ -44,13 +46,14 @@ def tune_rule(request: HttpRequest, kind: str) -> HttpResponse:
     rule = rules()[kind]
     form = RuleForm(request.POST, instance=rule, prefix=kind)
     if form.is_valid():
-        form.save()
+        with transaction.atomic():
+            record(None, "alerts.rule", form.save(), form_changes(form))
         messages.success(request, f"Rule “{KINDS[kind].title}” saved.")
     else:
         messages.error(
             request,
             f"Rule “{KINDS[kind].title}” not saved: "
-            + "; ".join(f"{name}: {' '.join(str(e) for e in errs)}" for name, errs in form.errors.items()),
+            + " ".join(f"{name}: {' '.join(str(e) for e in errs)}" for name, errs in form.errors.items()),
         )
     return redirect("alerts:page")
 
@@ -65,10 +68,14 @@ def set_destination(request: HttpRequest) -> HttpResponse:
         data["webhook_url"] = destination.webhook_url
     form = DestinationForm(data, instance=destination)
     if form.is_valid():
-        form.save()
+        changes = form_changes(form)
+        if "webhook_url" in changes:  # a secret: whether it was set, never what
+            changes["webhook_url"] = [shown_url(url) or "none" for url in changes["webhook_url"]]
+        with transaction.atomic():
+            record(None, "alerts.destination", form.save(), changes)
         messages.success(request, "Alert destinations saved.")
     else:
         messages.error(
-            request, "Not saved: " + "; ".join(" ".join(str(e) for e in errs) for errs in form.errors.values())
+            request, "Not saved: " + " ".join(" ".join(str(e) for e in errs) for errs in form.errors.values())
         )
     return redirect("alerts:page")

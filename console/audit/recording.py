@@ -53,6 +53,8 @@ ACTIONS = {
     "mapping.set": "metric mapping saved",
     "accounting.mended": "spending counter mended to the request log",
     "batch.cancel": "batch cancelled (on the Batches page)",
+    "alerts.rule": "alert rule tuned",
+    "alerts.destination": "alert destinations changed (a webhook shown as its scheme and host only)",
     "signin": "signed in",
     "signin.failed": "sign-in failed",
     "signin.lockout": "locked out after failed sign-ins",

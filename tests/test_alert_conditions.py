@@ -1,0 +1,85 @@
+"""What an alert rule may be tuned to, who tuned it, and conditions that must not fire on what is not wrong (a
+fresh user's trial: a stale-monitoring alert after every wake, a crashed replica's exit read "None", a KV-cache
+rule at 5 with 1e308 minutes saved). The conditions against live engines: tests/test_alerts_live.py."""
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import Client
+
+from appliance import celery_heartbeats
+from console.alerts import conditions
+from console.alerts.models import AlertRule
+from console.alerts.rules import rules
+from console.audit.models import AuditEntry
+from console.deployments.models import Deployment, DesiredState, Replica
+from console.observability.models import ScrapeHealth
+from tests.test_panels import deployment
+
+pytestmark = pytest.mark.django_db
+
+
+def at(seconds_ago: float) -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=seconds_ago)
+
+
+def test_monitoring_is_not_stale_after_a_wake_until_a_scrape_is_late_from_it() -> None:
+    celery_heartbeats.note_beat(5.0)  # as beat does for each task it sends
+    dep = deployment("nap")
+    replica = dep.replicas.get()
+    Replica.objects.filter(pk=replica.pk).update(ready_at=at(3600))
+    ScrapeHealth.objects.create(replica=replica, last_success_at=at(600))  # its last scrape before it slept
+    rule = rules()["monitoring_stale"]
+    Deployment.objects.filter(pk=dep.pk).update(state_since=at(2))  # woke 2 s ago
+    assert conditions.monitoring_stale(rule, time.time()) == {}
+    Deployment.objects.filter(pk=dep.pk).update(state_since=at(600))  # awake 10 minutes, and not scraped since
+    [message] = conditions.monitoring_stale(rule, time.time()).values()
+    assert message.startswith(f"No good scrape of replica {replica.runtime_name}'s /metrics (nap) for 600 s")
+
+
+def test_a_crashed_replica_waiting_to_restart_says_how_its_engine_ended() -> None:
+    dep = deployment("crashy")
+    Deployment.objects.filter(pk=dep.pk).update(desired=DesiredState.SERVING)
+    replica = dep.replicas.get()
+    Replica.objects.filter(pk=replica.pk).update(
+        running=False, ready_at=None, exit_code=None, previous_exit_code=-9, restart_at=at(-10)
+    )
+    [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
+    assert "not running (exit -9, restart due" in message
+    Replica.objects.filter(pk=replica.pk).update(previous_exit_code=None)
+    [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
+    assert "not running (exit code not known, restart due" in message
+
+
+def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each_change_is_audited(
+    admin: Client,
+) -> None:
+    def tune(**fields: str) -> str:
+        form = {f"kv_cache_high-{k}": v for k, v in fields.items()}
+        return admin.post("/alerts/rules/kv_cache_high/", form, follow=True).content.decode()
+
+    page = tune(enabled="on", threshold="5", for_minutes="1e308", repeat_minutes="1e9")
+    assert "not saved" in page
+    assert "At most 1: the threshold is a ratio 0–1." in page
+    assert "At most 1,440 minutes (a day)." in page and "At most 10,080 minutes (a week)." in page
+    assert ".;" not in page
+    assert not AuditEntry.objects.filter(action="alerts.rule").exists()
+    tune(enabled="on", threshold="0.95", for_minutes="10", repeat_minutes="60")
+    rule = AlertRule.objects.get(kind="kv_cache_high")
+    assert (rule.threshold, rule.for_minutes, rule.repeat_minutes) == (0.95, 10, 60)
+    [entry] = AuditEntry.objects.filter(action="alerts.rule")
+    assert entry.changes == {"threshold": [0.9, 0.95], "for_minutes": [5.0, 10.0]} and entry.actor_name == "admin"
+
+
+def test_a_destination_change_is_audited_without_the_webhooks_secret(admin: Client) -> None:
+    url = "https://hooks.slack.com/services/T000/B000/XXXXsecretXXXX"
+    admin.post("/alerts/destination/", {"webhook_url": url, "email_to": "ops@example.com"})
+    [entry] = AuditEntry.objects.filter(action="alerts.destination")
+    assert entry.changes == {
+        "webhook_url": ["none", "https://hooks.slack.com/…"],
+        "email_to": ["", "ops@example.com"],
+    }
+    assert "secret" not in str(entry.changes)
+    page = admin.post("/alerts/destination/", {"email_to": "ops@"}, follow=True).content.decode()
+    assert "Not saved: ops@ is not an email address." in page
