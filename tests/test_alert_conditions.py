@@ -10,7 +10,7 @@ from django.test import Client
 
 from appliance import celery_heartbeats
 from console.alerts import conditions
-from console.alerts.models import AlertRule
+from console.alerts.models import Alert, AlertRule
 from console.alerts.rules import rules
 from console.audit.models import AuditEntry
 from console.deployments.models import Deployment, DesiredState, Replica
@@ -83,3 +83,20 @@ def test_a_destination_change_is_audited_without_the_webhooks_secret(admin: Clie
     assert "secret" not in str(entry.changes)
     page = admin.post("/alerts/destination/", {"email_to": "ops@"}, follow=True).content.decode()
     assert "Not saved: ops@ is not an email address." in page
+
+
+def test_the_alerts_page_names_firing_and_resolved_alerts_by_their_titles(admin: Client) -> None:
+    found = rules()
+    Alert.objects.create(rule=found["replica_not_ready"], subject="replica r-1", message="m", fired_at=at(60))
+    Alert.objects.create(
+        rule=found["kv_cache_high"],
+        subject="kv",
+        message="m",
+        fired_at=at(600),
+        resolved_at=at(5),
+        resolved_message="r",
+    )
+    page = admin.get("/alerts/").content.decode()
+    assert "<td>Replica not ready</td><td>replica r-1</td>" in page
+    assert "<td>KV cache nearly full</td><td>kv</td>" in page
+    assert "<td>kv_cache_high</td>" not in page and "<td>replica_not_ready</td>" not in page

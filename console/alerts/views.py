@@ -5,6 +5,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -24,10 +25,8 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
     destination = Destination.current()
     context = {
         "interval": settings.HEARTH_ALERT_INTERVAL,
-        "open": Alert.objects.filter(resolved_at=None, fired_at__isnull=False)
-        .select_related("rule")
-        .order_by("-fired_at"),
-        "resolved": Alert.objects.exclude(resolved_at=None).select_related("rule").order_by("-resolved_at")[:RECENT],
+        "open": _titled(Alert.objects.filter(resolved_at=None, fired_at__isnull=False).order_by("-fired_at")),
+        "resolved": _titled(Alert.objects.exclude(resolved_at=None).order_by("-resolved_at")[:RECENT]),
         "rules": [(KINDS[k], rule, RuleForm(instance=rule, prefix=k)) for k, rule in found.items()],
         "webhook_shown": shown_url(destination.webhook_url),
         "email_to": destination.email_to,
@@ -36,6 +35,13 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         .order_by("-created_at")[:RECENT],
     }
     return render(request, "alerts/alerts.html", context)
+
+
+def _titled(alerts: QuerySet[Alert]) -> list[tuple[str, Alert]]:
+    """Each alert with its kind's title, as the rules table names it."""
+    return [
+        (KINDS[a.rule.kind].title if a.rule.kind in KINDS else a.rule.kind, a) for a in alerts.select_related("rule")
+    ]
 
 
 @login_required
