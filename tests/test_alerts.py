@@ -100,6 +100,7 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
         )
         [mail] = box.messages
         assert mail["To"] == "ops@example.com" and mail["Subject"].startswith("[Hearth] FIRING: Budget spent")
+        assert body["console_url"] == "" and "Console:" not in str(mail.get_payload())  # no HEARTH_HOSTNAME to link
         assert sent(now + 30) == [] and sent(now + 59 * 60) == []  # nothing twice within the repeat interval
         assert [d.event for d in sent(now + 60 * 60)] == ["repeated", "repeated"]
         spend(key.pk, "1.20", now)

@@ -122,8 +122,9 @@ def _send(d: Delivery, destination: Destination) -> None:
         "",
         f"Subject: {alert['subject']}",
         f"Since: {alert['since']}",
-        f"Console: {payload['console_url']}",
     ]
+    if payload["console_url"]:
+        lines.append(f"Console: {payload['console_url']}")
     send_mail(str(payload["text"])[:200], "\n".join(lines), None, to)
 
 
