@@ -179,7 +179,7 @@ def _files_of(key_id: int, purpose: str | None, after: str | None, limit: int) -
     found = found.filter(purpose=purpose) if purpose else found
     cursor = found.filter(public_id=after).first() if after else None
     if after and cursor is None:
-        raise batches.unknown_cursor("file", after)
+        raise batches.unknown_cursor("file", "files", after)
     page = list((found.filter(id__lt=cursor.id) if cursor else found)[: limit + 1])
     data = [batches.file_object(f) for f in page[:limit]]
     first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)

@@ -148,7 +148,8 @@ def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> Gatew
         return GatewayError(
             400,
             f"This request needs up to {wanted:,} tokens (its prompt and output limit), more "
-            f"than this API key's limit of {limit:,} {what}; ask for fewer output tokens.",
+            f"than this API key's limit of {limit:,} {what}; ask for fewer output tokens (max_tokens) or send a "
+            "shorter prompt.",
             code="exceeds_key_limit",
         )
     retry = seconds_to_turn(window, now)
@@ -176,7 +177,11 @@ def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> 
     if used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
         return GatewayError(400, message, code="exceeds_key_budget")
-    left = "" if used >= limit else f": {usd_text(limit - used)} is left, this request may cost {usd_text(wanted)}"
+    left = (
+        ""
+        if used >= limit
+        else f" for this request: {usd_text(limit - used)} is left, and it may cost up to {usd_text(wanted)}"
+    )
     message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s{_at(now, retry)}."
     return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota", retry_after=retry)
 

@@ -165,6 +165,7 @@ def test_a_list_after_an_unknown_id_is_refused_naming_it() -> None:
         with pytest.raises(FileError) as refused:
             call()
         assert refused.value.status == 400 and refused.value.param == "after" and "nope" in refused.value.message
+        assert refused.value.message.endswith(("one of your batches.", "one of your files."))
 
 
 @pytest.mark.django_db

@@ -303,6 +303,20 @@ def test_a_limit_of_one_says_one_request_not_one_requests() -> None:
     assert "limit of 1 request per minute is reached" in refusal(0, 1, 1, 1, time.time()).message
 
 
+def test_a_refusal_says_what_a_caller_can_change() -> None:
+    """A fresh user's trial: a prompt alone over the key's tokens per minute was told to ask for fewer output
+    tokens, and a budget was "spent: $0.0007 is left" at once."""
+    big = refusal(1, 200, 0, 516, time.time())
+    assert big.status == 400 and big.message.endswith(
+        "ask for fewer output tokens (max_tokens) or send a shorter prompt."
+    )
+    nano = 10**9
+    partly = refusal(len(LIMITS), nano // 100, nano // 100 - 714_400, 1_200_000, time.time()).message
+    assert partly.startswith(
+        "This key's daily budget of $0.01 is spent for this request: $0.0007144 is left, and it may cost up to $0.0012;"
+    )
+
+
 @pytest.mark.django_db
 def test_one_logged_request_reads_1_request(admin: Client) -> None:
     dep = a_deployment("llama")

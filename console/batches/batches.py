@@ -93,16 +93,16 @@ def listed(key_id: int, after: str | None, limit: int) -> tuple[list[Batch], boo
     if after:
         cursor = query.filter(public_id=after).first()
         if cursor is None:
-            raise unknown_cursor("batch", after)
+            raise unknown_cursor("batch", "batches", after)
         query = query.filter(id__lt=cursor.id)
     page = list(query.order_by("-id")[: limit + 1])
     return page[:limit], len(page) > limit
 
 
-def unknown_cursor(kind: str, after: str) -> FileError:
-    """The refusal of a list ``after`` an id the key has no such object of."""
+def unknown_cursor(kind: str, kinds: str, after: str) -> FileError:
+    """The refusal of a list ``after`` an id the key has no such object of (``kind``, plural ``kinds``)."""
     return FileError(
-        f"No {kind} {after!r} to list after: 'after' takes the id of one of your {kind}s.", "after", "invalid_value"
+        f"No {kind} {after!r} to list after: 'after' takes the id of one of your {kinds}.", "after", "invalid_value"
     )
 
 
