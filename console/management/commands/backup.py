@@ -1,9 +1,11 @@
 """``manage.py backup FILE``: this appliance's database, SECRET_KEY and sealed engine keys in one archive, mode 0600
 (console.backup says what it holds and why); FILE ``-`` writes it to stdout (``docker compose exec -T web ...``)."""
 
+from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from console.backup import backup
 
@@ -18,7 +20,16 @@ class Command(BaseCommand):
         parser.add_argument("file", help="the archive to write, e.g. hearth-backup.tar.gz; '-': stdout")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        manifest = backup(opts["file"])
+        folder = Path(opts["file"]).resolve().parent
+        if opts["file"] != "-" and not folder.is_dir():
+            raise CommandError(f"cannot write {opts['file']}: there is no folder {folder}; make it or name another")
+        try:
+            manifest = backup(opts["file"])
+        except OSError as exc:  # a full disk, a folder it may not write to
+            raise CommandError(f"cannot write {opts['file']}: {exc.strerror or exc}") from exc
+        except DatabaseError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise CommandError(f"cannot read the database ({first}); has `manage.py migrate` run?") from exc
         # on stderr: stdout may be the archive itself
         self.stderr.write(
             f"backup: {manifest.objects} rows of the {manifest.database} database, {len(manifest.migrations)} "

@@ -1,0 +1,31 @@
+"""``manage.py`` refusals a person reads: a setting refused before any command runs, and a backup to a folder that
+is not there, each one line saying what to do, without a traceback (a fresh user's trial found both as tracebacks).
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.conftest import ROOT
+
+
+@pytest.mark.django_db
+def test_a_backup_to_a_folder_that_is_not_there_says_so(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match=r"^cannot write .*/x.tar.gz: there is no folder .*/nowhere; make it or"):
+        call_command("backup", str(tmp_path / "nowhere" / "x.tar.gz"))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.process
+def test_a_command_without_a_secret_key_says_why_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "SECRET_KEY_FILE")}
+    env["HEARTH_DATA_DIR"] = str(tmp_path)  # a fresh data folder: no secret_key file
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("manage.py: SECRET_KEY is empty or a placeholder.") and done.stdout == ""
