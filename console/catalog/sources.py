@@ -69,11 +69,14 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
 
 
 def add_demo_model(name: str) -> ModelSource:
-    """Add the demo catalog's entry ``name`` (e.g. ``llama-3.1-70b``) under that name; the model already
-    added from it when there is one. Raises ConsoleError for an unknown entry or a name another model has."""
+    """Add the demo catalog's entry ``name`` (e.g. ``llama-3.1-70b``, or its repo id) under its own name; the model
+    already added from it when there is one. Raises ConsoleError for an unknown entry or a name another model has."""
     entry = demo_model(name)
     if entry is None:
-        raise ConsoleError(f"The demo catalog has no model {name!r}.")
+        raise ConsoleError(
+            f"The demo catalog has no model {name!r}: name one of GET /api/models/demo's names (e.g. qwen3-8b) or "
+            "repo ids (Qwen/Qwen3-8B)."
+        )
     existing = ModelSource.objects.filter(name=entry.name).first()
     if existing is not None and existing.kind == ModelSource.Kind.DEMO and existing.repo_id == entry.repo_id:
         return existing
