@@ -11,11 +11,13 @@ number goes, or ``1`` or ``"yes"`` where a boolean goes, is a 400 naming the fie
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, ValidationError
 from ninja.parser import Parser
@@ -97,6 +99,16 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     cause = exc.__cause__
     detail = str(cause) if isinstance(cause, BodyError) else str(exc)
     return api.create_response(request, {"detail": detail}, status=exc.status_code)
+
+
+@api.exception_handler(Http404)
+def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    """404 naming what is not there: get_object_or_404's "No ApiKey matches the given query." as "No api key with
+    the id in /api/keys/999." (it answered a bare "Not Found")."""
+    found = re.fullmatch(r"No (\w+) matches the given query\.", str(exc))
+    model = next((m for m in apps.get_models() if found and m.__name__ == found.group(1)), None)
+    what = model._meta.verbose_name if model else "such object"
+    return api.create_response(request, {"detail": f"No {what} with the id in {request.path}."}, status=404)
 
 
 @api.exception_handler(RequestDataTooBig)

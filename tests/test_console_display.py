@@ -232,6 +232,8 @@ def test_api_and_v1_404s_stay_json(admin: Client) -> None:
         resp = admin.get(path)
         assert resp.status_code == 404 and resp["Content-Type"].startswith("application/json"), path
         assert "detail" in resp.json() and NAV not in resp.content.decode()
+    assert admin.get("/api/deployments/9999").json()["detail"] == "No deployment with the id in /api/deployments/9999."
+    assert admin.delete("/api/keys/9999").json()["detail"] == "No api key with the id in /api/keys/9999."
     resp = admin.get("/v1/no-such-endpoint")  # gateway.app answers /v1 before Django; should one reach it anyway
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "unknown_url"
 
