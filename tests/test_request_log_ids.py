@@ -126,6 +126,15 @@ def test_a_limit_the_gateway_fitted_to_the_context_shows_on_the_page_and_in_the_
 
 
 @pytest.mark.django_db
+def test_a_request_held_for_its_engines_wake_says_how_long_in_the_csv(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    RequestLog.objects.filter(request_id=OURS).update(woke_engine=True, wake_seconds=0.9)
+    table = csv.DictReader(io.StringIO(b"".join(admin.get("/requests/export.csv").streaming_content).decode()))  # type: ignore[attr-defined]
+    assert {r["request_id"]: r["wake_seconds"] for r in table} == {OURS: "0.9", "b" * 32: ""}
+
+
+@pytest.mark.django_db
 def test_a_client_id_a_spreadsheet_would_run_is_exported_as_text(admin: Client, admin_user: object) -> None:
     RequestLog.objects.create(
         created_at=timezone.now(), duration_seconds=1.0, request_id="c" * 32, client_request_id="=1+2", **FIELDS

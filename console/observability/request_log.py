@@ -20,7 +20,8 @@ from console.templatetags.usd_amounts import usd_text
 
 NO_PRICE = "—"
 # the export's header; times in UTC (ISO 8601), durations in seconds, cost in USD; the class the request ran at
-# (console.access.models.Priority) and, for a Batch API line, its batch's id; why it failed, as its client was told
+# (console.access.models.Priority) and, for a Batch API line, its batch's id; why it failed, as its client was told;
+# the max_tokens the gateway fitted it to; the seconds it was held for its engine's wake (empty: none)
 CSV_COLUMNS = (
     "time_utc",
     "request_id",
@@ -43,6 +44,7 @@ CSV_COLUMNS = (
     "batch_id",
     "error",
     "max_tokens_fitted",
+    "wake_seconds",
 )
 
 
@@ -95,6 +97,7 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         r.batch_id,
         r.error,
         "" if r.max_tokens_fitted is None else r.max_tokens_fitted,
+        r.wake_seconds if r.woke_engine and r.wake_seconds is not None else "",
     )
 
 
