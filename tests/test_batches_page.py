@@ -193,6 +193,15 @@ def test_a_stalled_batch_and_an_ended_one_say_so_in_words(world: dict[str, Any])
     assert (waiting.rate, waiting.rate_words, waiting.eta) == (None, "not started", "no estimate yet")
 
 
+def test_a_cancelled_batch_counts_the_lines_it_never_ran(client: Client, world: dict[str, Any]) -> None:
+    """A fresh user's trial: "9 done · 0 failed · 40 lines" for a batch cancelled with 31 lines unsent."""
+    cut = a_batch(world["mine"], Status.CANCELLED, total=40, cancelled_at=timezone.now())
+    answered(cut, done=9, failed=0)
+    assert [p.not_run for p in progress([cut, world["done"]], timezone.now())] == [31, 0]
+    page = signed_in(client, "mia").get("/batch-jobs/").content.decode()
+    assert '9 done</span> · <span>0 failed</span> · <span data-field="not-run">31 not run (cancelled)</span>' in page
+
+
 def test_cost_so_far_is_the_request_logs_charge_of_the_batchs_lines(client: Client, world: dict[str, Any]) -> None:
     batch = a_batch(world["mine"], Status.IN_PROGRESS)
     for cost in ("0.0015", "0.0025", None):

@@ -52,6 +52,12 @@ class Progress:
         return self.batch.completed + self.batch.failed
 
     @property
+    def not_run(self) -> int:
+        """Lines a cancelled or expired batch left unsent (0 for any other)."""
+        ended = self.batch.status in (Status.CANCELLED, Status.EXPIRED)
+        return max(0, self.batch.total - self.finished) if ended else 0
+
+    @property
     def estimated(self) -> bool:
         """Whether ``eta`` is an estimate or an ended batch's duration (not words for none)."""
         return not self.eta.startswith("no estimate")
