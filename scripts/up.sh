@@ -93,7 +93,14 @@ for i in $(seq 1 121); do
   if tail -c +$((worker_log_size + 1)) "$DATA/logs/worker.log" | grep -E "celery@[^ ]+ ready\." >/dev/null; then break; fi
   sleep 0.5
 done
-echo "Hearth is up: open http://127.0.0.1:$PORT/ (while no admin exists, the first visit creates one)."
+# /login/ sends a first visit to the set-up page while no one can sign in
+first=$("$PY" -c "import httpx; print(httpx.get('http://127.0.0.1:$PORT/login/', timeout=10).headers.get('location'))" \
+  2>/dev/null || true)
+if [ "$first" = "/setup/" ]; then
+  echo "Hearth is up: open http://127.0.0.1:$PORT/ (no admin exists yet: the first visit creates one)."
+else
+  echo "Hearth is up: open http://127.0.0.1:$PORT/ and sign in."
+fi
 echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"
 # where its state lives (credentials left out): a Redis database another program also uses is seen here
 "$PY" - <<'WHERE'
