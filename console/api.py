@@ -104,11 +104,11 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 @api.exception_handler(Http404)
 def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     """404 naming what is not there: get_object_or_404's "No ApiKey matches the given query." as "No api key with
-    the id in /api/keys/999." (it answered a bare "Not Found")."""
+    the id in /api/keys/999." (it answered a bare "Not Found"); any other Http404 with its own words."""
     found = re.fullmatch(r"No (\w+) matches the given query\.", str(exc))
     model = next((m for m in apps.get_models() if found and m.__name__ == found.group(1)), None)
-    what = model._meta.verbose_name if model else "such object"
-    return api.create_response(request, {"detail": f"No {what} with the id in {request.path}."}, status=404)
+    detail = f"No {model._meta.verbose_name} with the id in {request.path}." if model else str(exc)
+    return api.create_response(request, {"detail": detail or f"Nothing at {request.path}."}, status=404)
 
 
 @api.exception_handler(RequestDataTooBig)
