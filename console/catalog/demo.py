@@ -84,4 +84,4 @@ def demo_models() -> tuple[DemoModel, ...]:
 def demo_model(name: str) -> DemoModel | None:
     """The entry called ``name`` (a file stem, e.g. ``llama-3.1-70b``) or whose Hugging Face repo id it is, in any
     case (``Qwen/Qwen3-0.6B``, as the Models page shows it), or None."""
-    return next((m for m in demo_models() if name in (m.name, m.repo_id) or name.lower() == m.repo_id.lower()), None)
+    return next((m for m in demo_models() if name == m.name or name.lower() == m.repo_id.lower()), None)
