@@ -83,6 +83,8 @@ def test_a_destination_change_is_audited_without_the_webhooks_secret(admin: Clie
     assert "secret" not in str(entry.changes)
     page = admin.post("/alerts/destination/", {"email_to": "ops@"}, follow=True).content.decode()
     assert "Not saved: ops@ is not an email address." in page
+    page = admin.post("/alerts/destination/", {"webhook_url": "http://127.0.0.1:99999/x"}, follow=True).content
+    assert "Not saved: A webhook URL&#x27;s port is 1 to 65535." in page.decode()
 
 
 def test_the_alerts_page_names_firing_and_resolved_alerts_by_their_titles(admin: Client) -> None:

@@ -2,5 +2,6 @@
 fired once, repeated at its rule's interval while it holds and resolved with a message, delivered to a webhook
 (JSON with a Slack-compatible ``text``), by email (Django's SMTP settings) and to the console's header.
 
-May import: console.observability, console.deployments, console.access, appliance and the shared modules.
+May import: console.observability, console.deployments, console.access, console.audit (rule and destination changes
+are audited), appliance and the shared modules.
 """

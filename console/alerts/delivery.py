@@ -36,7 +36,7 @@ WORDS = {Event.FIRED: "FIRING", Event.REPEATED: "STILL FIRING", Event.RESOLVED: 
 def shown_url(url: str) -> str:
     """``https://hooks.slack.com/…``: a webhook URL as it may be logged or shown (scheme and host only)."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}/…" if url else ""
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if url else ""  # (no user:password@)
 
 
 def _iso(at: datetime | None) -> str | None:

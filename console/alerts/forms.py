@@ -1,6 +1,7 @@
 """The Alerts page's forms: one rule's tuning, and where alerts go."""
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.core.validators import validate_email
@@ -41,6 +42,14 @@ class DestinationForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Destination
         fields = ("webhook_url", "email_to")
+
+    def clean_webhook_url(self) -> str:
+        url = self.cleaned_data["webhook_url"]
+        try:
+            _ = urlsplit(url).port
+        except ValueError as exc:  # Django's URLValidator takes any 5 digits
+            raise forms.ValidationError("A webhook URL's port is 1 to 65535.") from exc
+        return str(url)
 
     def clean_email_to(self) -> str:
         addresses = [a.strip() for a in self.cleaned_data["email_to"].split(",") if a.strip()]
