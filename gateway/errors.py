@@ -119,12 +119,9 @@ def model_not_allowed(name: str) -> GatewayError:
 
 
 def upstream_timeout(name: str) -> GatewayError:
-    return GatewayError(
-        504,
-        f"The engine serving '{name}' went silent for longer than HEARTH_STREAM_IDLE_TIMEOUT.",
-        type="server_error",
-        code="upstream_timeout",
-    )
+    why = "an answer not streamed comes whole once done, so stream it or ask for fewer max_tokens"
+    silent = f"The engine serving '{name}' sent nothing for longer than HEARTH_STREAM_IDLE_TIMEOUT ({why})."
+    return GatewayError(504, silent, type="server_error", code="upstream_timeout")
 
 
 COMING_STATES = frozenset({"pending", "pulling", "starting", "loading", "ready"})  # may serve without an admin

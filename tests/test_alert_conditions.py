@@ -61,8 +61,9 @@ def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each
 
     page = tune(enabled="on", threshold="5", for_minutes="1e308", repeat_minutes="1e9")
     assert "not saved" in page
-    assert "At most 1: the threshold is a ratio 0–1." in page
-    assert "At most 1,440 minutes (a day)." in page and "At most 10,080 minutes (a week)." in page
+    assert "Threshold: At most 1: the threshold is a ratio 0–1." in page
+    assert "Holds for (min): At most 1,440 minutes (a day)." in page
+    assert "Repeats every (min): At most 10,080 minutes (a week)." in page
     assert ".;" not in page
     assert not AuditEntry.objects.filter(action="alerts.rule").exists()
     tune(enabled="on", threshold="0.95", for_minutes="10", repeat_minutes="60")

@@ -17,6 +17,7 @@ from console.alerts.rules import KINDS, rules
 from console.audit.recording import form_changes, record
 
 RECENT = 20  # resolved alerts and failed deliveries listed
+COLUMNS = {"threshold": "Threshold", "for_minutes": "Holds for (min)", "repeat_minutes": "Repeats every (min)"}
 
 
 @login_required
@@ -59,7 +60,9 @@ def tune_rule(request: HttpRequest, kind: str) -> HttpResponse:
         messages.error(
             request,
             f"Rule “{KINDS[kind].title}” not saved: "
-            + " ".join(f"{name}: {' '.join(str(e) for e in errs)}" for name, errs in form.errors.items()),
+            + " ".join(
+                f"{COLUMNS.get(name, name)}: {' '.join(str(e) for e in errs)}" for name, errs in form.errors.items()
+            ),
         )
     return redirect("alerts:page")
 
