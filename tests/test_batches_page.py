@@ -103,6 +103,7 @@ def test_a_member_sees_only_their_own_keys_batches_and_an_admin_sees_all(client:
     page = signed_in(Client(), "root").get("/batch-jobs/").content.decode()
     assert world["done"].public_id in page and world["other"].public_id in page
     assert ">Batches</a>" in page  # in the navigation
+    assert signed_in(Client(), "mia").get("/batches", follow=True).redirect_chain[-1][0] == "/batch-jobs/"  # a guess
 
 
 def test_another_members_batch_its_files_and_its_cancel_answer_404(client: Client, world: dict[str, Any]) -> None:

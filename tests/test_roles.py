@@ -98,6 +98,7 @@ PAGES = {
     "usage:page": ("AMV", ""),
     "usage:export_csv": ("AMV", ""),
     "batches:list": ("AMV", ""),
+    "batches:guessed": ("AMV", ""),
     "batches:table": ("AMV", ""),
     "batches:detail": ("AMV", ""),
     "batches:progress": ("AMV", ""),

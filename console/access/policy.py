@@ -82,6 +82,7 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "usage:page": (ALL, NOBODY),  # members see their own keys' usage
     "usage:export_csv": (ALL, NOBODY),
     "batches:list": (ALL, NOBODY),  # members see their own keys' batches (console.batches.views)
+    "batches:guessed": (ALL, NOBODY),  # /batches/, sent on to batches:list
     "batches:table": (ALL, NOBODY),
     "batches:detail": (ALL, NOBODY),
     "batches:progress": (ALL, NOBODY),
