@@ -31,18 +31,23 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         "rules": [(KINDS[k], rule, RuleForm(instance=rule, prefix=k)) for k, rule in found.items()],
         "webhook_shown": shown_url(destination.webhook_url),
         "email_to": destination.email_to,
-        "failures": Delivery.objects.exclude(last_error="")
-        .select_related("alert__rule")
-        .order_by("-created_at")[:RECENT],
+        "failures": [
+            (_title(d.alert.rule.kind), d)
+            for d in Delivery.objects.exclude(last_error="")
+            .select_related("alert__rule")
+            .order_by("-created_at")[:RECENT]
+        ],
     }
     return render(request, "alerts/alerts.html", context)
 
 
+def _title(kind: str) -> str:
+    """A kind's title, as the rules table names it (the kind's key for one no longer known)."""
+    return KINDS[kind].title if kind in KINDS else kind
+
+
 def _titled(alerts: QuerySet[Alert]) -> list[tuple[str, Alert]]:
-    """Each alert with its kind's title, as the rules table names it."""
-    return [
-        (KINDS[a.rule.kind].title if a.rule.kind in KINDS else a.rule.kind, a) for a in alerts.select_related("rule")
-    ]
+    return [(_title(a.rule.kind), a) for a in alerts.select_related("rule")]
 
 
 @login_required
