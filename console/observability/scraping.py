@@ -83,12 +83,12 @@ def scrape_all() -> int:
             good += _record(replica, result, rows)
         except IntegrityError:  # its deployment was deleted since the query above
             log.info("replica %s was deleted while scraped; its scrape is dropped", replica.pk)
-    deployments = list(Deployment.objects.filter(state=S.READY))
+    reachable = list(Deployment.objects.filter(Q(state__in=ACTIVE_STATES) | Q(desired=DesiredState.STOPPED_IDLE)))
     try:
-        request_stats.record_requests(deployments, datetime.now(UTC))
+        request_stats.record_requests([d for d in reachable if d.state == S.READY], datetime.now(UTC))
     except IntegrityError:  # the Redis cursor stays: the next scrape counts these rows without that deployment
         log.info("a deployment was deleted while its requests were counted; counted again at the next scrape")
-    _publish_prices(list(Deployment.objects.filter(Q(state__in=ACTIVE_STATES) | Q(desired=DesiredState.STOPPED_IDLE))))
+    _publish_prices(reachable)
     return good
 
 
