@@ -381,16 +381,17 @@ class _Tracked:
     """The server's ``send``, noting whether anything was sent (``started``) and adding the header
     ``x-request-id: request_id`` to the response head, the first message, whichever module sends it. A plain
     callable returning the server's awaitable rather than a coroutine of its own: it is called for every relayed
-    chunk, which costs one attribute test, as before the header (issue 35: no work per chunk)."""
+    chunk, which costs one attribute test, as before the header (issue 35: no work per chunk). ``wrapped`` is the
+    server's ``send`` (gateway.asgi_io.body_writer)."""
 
     def __init__(self, send: Send, request_id: str) -> None:
-        self.send, self.started, self.request_id = send, False, request_id
+        self.wrapped, self.started, self.request_id = send, False, request_id
 
     def __call__(self, message: Mapping[str, Any]) -> Awaitable[None]:
         if self.started:
-            return self.send(message)
+            return self.wrapped(message)
         self.started = True
         if message["type"] == "http.response.start":
             header = (HEADER, self.request_id.encode("ascii"))
             message = {**message, "headers": [*message.get("headers", ()), header]}
-        return self.send(message)
+        return self.wrapped(message)

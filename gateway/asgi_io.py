@@ -1,9 +1,12 @@
-"""The ASGI shapes the gateway's modules share (scope, receive, send), its one way to answer JSON, and a way
-to send outside a task (``send_now``)."""
+"""The ASGI shapes the gateway's modules share (scope, receive, send), its one way to answer JSON, a way to send
+outside a task (``send_now``), and a streamed body's pieces written straight to the server's connection
+(``body_writer``)."""
 
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import CoroutineType
 from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -63,3 +66,33 @@ class PendingSend:
     def close(self) -> None:
         """When it will never be awaited: the send is abandoned where it waits."""
         self.coroutine.close()
+
+
+class BodyWriter:
+    """A streamed answer's pieces written to the client's connection as uvicorn's ``send`` writes them (httptools'
+    protocol, uvicorn/protocols/http/httptools_impl.py ``RequestResponseCycle.send``: a chunk of the chunked
+    encoding, one ``transport.write``), without its coroutine and message (issue 35: the relay's CPU per chunk).
+    Only a piece that is not the body's last: the end still goes through ``send``, which completes the response."""
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self.cycle = cycle
+
+    def write(self, body: bytes) -> bool:
+        """Write ``body`` (not empty) now; False, having written nothing, when ``send`` must: the client reads
+        slower than it is sent to (``send`` waits for it), it left, or the head is not out in chunked encoding."""
+        cycle = self.cycle
+        if cycle.flow.write_paused or cycle.disconnected or cycle.response_complete or not cycle.chunked_encoding:
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+
+def body_writer(send: Send) -> BodyWriter | None:
+    """The ``BodyWriter`` of the server connection ``send`` ends at (through wrappers that name what they wrap
+    ``wrapped``), once its response head is out; None for a server other than uvicorn's httptools protocol."""
+    while (wrapped := getattr(send, "wrapped", None)) is not None:
+        send = wrapped
+    cycle = getattr(send, "__self__", None)
+    if type(cycle) is not RequestResponseCycle or not cycle.response_started:
+        return None
+    return BodyWriter(cycle)

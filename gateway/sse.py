@@ -333,6 +333,16 @@ def _plain(data: bytes) -> bool:
     return data.count(b'"reasoning') == reasoning and data.count(b'"tool_calls"') == data.count(b'"tool_calls":null')
 
 
+def plain_events(chunk: bytes) -> int:
+    """How many events ``chunk`` holds when it is whole chat events of one ``data:`` line each (``_data_lines_only``),
+    with LF line ends, no error and content deltas only (``_plain``): what every reader of the stream
+    (``LineEnds``, ``DataEvents``, ``StreamWatcher``, ``UsageStripper``, gateway.engine_messages.StreamScrubber)
+    passes on unchanged, the watcher counting each event as one token chunk. 0 for any other chunk."""
+    if chunk.find(b"\r") >= 0 or chunk.find(b'"error"') >= 0 or not _data_lines_only(chunk) or not _plain(chunk):
+        return 0
+    return chunk.count(b"\n\ndata:") + 1
+
+
 def _may_hold_usage(data: bytes) -> bool:
     return data.find(b'"usage"') >= 0 or data.find(b"\\u") >= 0  # the key, spelled literally or with an escape
 

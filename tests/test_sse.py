@@ -1,9 +1,20 @@
 """The gateway's side-copy stream watcher: split reads, CRLF, no space after data:, each API's terminal event; and
-DataEvents, which leaves a chat stream one data: line per event; MessageStartUsage's cache fields."""
+DataEvents, which leaves a chat stream one data: line per event; MessageStartUsage's cache fields; the pieces
+plain_events lets the relay write straight to the client."""
 
 import json
 
-from gateway.sse import CACHE_FIELDS, DataEvents, LineEnds, MessageStartUsage, StreamKind, StreamWatcher, UsageStripper
+from gateway.engine_messages import StreamScrubber
+from gateway.sse import (
+    CACHE_FIELDS,
+    DataEvents,
+    LineEnds,
+    MessageStartUsage,
+    StreamKind,
+    StreamWatcher,
+    UsageStripper,
+    plain_events,
+)
 from tests.conftest import ROOT
 
 
@@ -169,3 +180,48 @@ def test_message_start_gets_both_cache_fields_however_the_stream_is_split() -> N
         usage = json.loads(first.split(b"data: ", 1)[1])["message"]["usage"]
         assert usage == {"input_tokens": 23, "output_tokens": 0, **dict.fromkeys(CACHE_FIELDS, 0)}
         assert rest == raw.split(b"\n\n", 1)[1]  # the events after it as they came
+
+
+STREAMS = ROOT / "tests/data/streams"
+NOT_PLAIN = [
+    chunk("Hel").replace(b"\n", b"\r\n"),  # CRLF line ends
+    chunk("Hel")[:-1],  # an event not ended yet
+    chunk("Hel")[:20],
+    b": a comment\n\n" + chunk("Hel"),
+    b"id: 7\n" + chunk("Hel"),
+    chunk("lo", "stop"),
+    b"data: [DONE]\n\n",
+    b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n',
+    b'data: {"error": {"message": "CUDA error", "code": 500}}\n\n',
+    b'data: {"object": "error", "message": "flat"}\n\n',
+    b'data: {"choices": [{"index": 0, "delta": {"content": "\\u00e9"}, "finish_reason": null}]}\n\n',
+    b'data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}, "finish_reason": null}]}\n\n',
+    b'data: {"choices": [{"index": 0, "delta": {"reasoning": "hm"}, "finish_reason": null}]}\n\n',
+]
+
+
+def events_of(raw: bytes) -> list[bytes]:
+    """``raw``'s events one by one, and every run of two and of three events, as an engine's reads may carry them."""
+    events = [event + b"\n\n" for event in raw.split(b"\n\n") if event]
+    return [b"".join(events[at : at + n]) for n in (1, 2, 3) for at in range(len(events) - n + 1)]
+
+
+def test_plain_events_are_what_every_reader_passes_on_as_it_is_counted_as_token_chunks() -> None:
+    """The relay writes a piece that gateway.sse.plain_events counts straight to the client (issue 35): each reader
+    of gateway.relay_stream must then pass it on unchanged, holding nothing, and the watcher count each event."""
+    pieces = [chunk("Hel"), chunk("lo") + chunk(", data: \\n\\ndata:"), *NOT_PLAIN]
+    for path in sorted(STREAMS.glob("*.sse")):
+        pieces += events_of(path.read_bytes())
+    plain = [piece for piece in pieces if plain_events(piece)]
+    assert 2 <= len(plain) < len(pieces) and not any(plain_events(piece) for piece in NOT_PLAIN)
+    for piece in plain:
+        ends, events, stripper = LineEnds(), DataEvents(), UsageStripper()
+        scrubber = StreamScrubber("an engine", nest_flat=True)
+        assert stripper.feed(scrubber.feed(events.feed(ends.feed(piece)))) == piece
+        assert events.flush() == scrubber.flush() == stripper.flush() == b""
+        watcher = StreamWatcher()
+        watcher.feed(chunk("first"))
+        watcher.feed(piece)
+        assert watcher.token_chunks == 1 + plain_events(piece) and watcher.usage is None and watcher.error is None
+        assert watcher.finish_reason is None and not watcher.done
+        assert plain_events(piece) == piece.count(b"\n\n")  # JSON escapes a newline in a string
