@@ -2,16 +2,17 @@
 
 Streams are relayed as the engine sends them (line ends made LF, gateway.sse.LineEnds; an OpenAI chat or completions
 stream as one ``data:`` line per event, gateway.sse.DataEvents), in the engine connection's read callback while the
-client keeps up (``StreamedAnswer.push``), watched on the side (gateway.sse); a stream that ends without its terminal
-event gets an in-stream error saying why: the engine closed it (``upstream_truncated``), it went silent for
-HEARTH_STREAM_IDLE_TIMEOUT seconds (``upstream_timeout``), or, on a translated stream, the engine sent an error (its
-own text). From the response head on, while the engine is silent (a model thinking before its first token) the
-client gets a keep-alive every HEARTH_SSE_KEEPALIVE seconds, between events only (the interval counts from the last
-bytes the client was sent): a blank line for OpenAI clients, Anthropic's own ``ping`` event for Anthropic clients,
-before the first event too (the SDKs skip pings wherever they come). A blank line, not an SSE comment: ``vllm bench
-serve`` strips each network read before it splits events, so a comment that arrived alone swallowed the rest of its
-stream ("Never received a valid chunk"), while an empty line is dropped whole by it, skipped by the SDKs and AIPerf,
-and legal SSE. What an engine says in an error event reaches the client only as gateway.engine_messages leaves it.
+client keeps up (``StreamedAnswer.push``; a piece of plain content written straight to its connection), watched on the
+side (gateway.sse); a stream that ends without its terminal event gets an in-stream error saying why: the engine closed
+it (``upstream_truncated``), it went silent for HEARTH_STREAM_IDLE_TIMEOUT seconds (``upstream_timeout``), or, on a
+translated stream, the engine sent an error (its own text). From the response head on, while the engine is silent (a
+model thinking before its first token) the client gets a keep-alive every HEARTH_SSE_KEEPALIVE seconds, between events
+only (the interval counts from the last bytes the client was sent): a blank line for OpenAI clients, Anthropic's own
+``ping`` event for Anthropic clients, before the first event too (the SDKs skip pings wherever they come). A blank line,
+not an SSE comment: ``vllm bench serve`` strips each network read before it splits events, so a comment that arrived
+alone swallowed the rest of its stream ("Never received a valid chunk"), while an empty line is dropped whole by it,
+skipped by the SDKs and AIPerf, and legal SSE. What an engine says in an error event reaches the client only as
+gateway.engine_messages leaves it.
 The engine's last piece goes out with the stream's own last bytes, in one write.
 """
 
@@ -49,7 +50,10 @@ class StreamedAnswer:
     side, converted or stripped of usage, sent; keep-alives between them while the engine is silent.
 
     ``push`` does it in the engine connection's read callback, with no task switch per piece (Answer.chunks'
-    sink): it cut the relay's user CPU per chunk from 38–41 to 30–35 µs at 64 streams (bench/README.md). When
+    sink): it cut the relay's user CPU per chunk from 38–41 to 30–35 µs at 64 streams (bench/README.md). Most
+    pieces of an OpenAI stream, whole events of content that every reader would pass on as they are, are written
+    straight to the client's connection (``_plain``, gateway.asgi_io.BodyWriter), with none of that work: 44 to
+    35–38 µs of CPU a chunk at 64 streams (bench/README.md, 2026-12-05). When
     the client reads slower than it is sent to, the send cannot finish there: push stops, and ``pull``, in the
     relay's task, finishes that send and relays the next pieces until the task waits again. An error in push is
     raised by the next pull. Keep-alives come from one timer per stream, not a task. The bytes that end the
