@@ -93,11 +93,21 @@ def _field(loc: Sequence[object]) -> str:
     return f"{'.'.join(str(p) for p in parts)}: " if parts else ""
 
 
+# django-ninja's words for a session request that changes data without the CSRF token (ninja/security/apikey.py)
+NINJA_CSRF_FAILED = "CSRF check Failed"
+CSRF_FAILED = (
+    "CSRF check failed: with the console's session, a request that changes data sends the csrftoken cookie's value "
+    "in an X-CSRFToken header (docs/api.md)."
+)
+
+
 @api.exception_handler(HttpError)
 def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    """ninja's HTTP errors; a body the parser refused says why rather than "Cannot parse request body"."""
+    """ninja's HTTP errors; a body the parser refused says why rather than "Cannot parse request body", and a
+    failed CSRF check names the header that passes it."""
     cause = exc.__cause__
     detail = str(cause) if isinstance(cause, BodyError) else str(exc)
+    detail = CSRF_FAILED if exc.status_code == 403 and detail == NINJA_CSRF_FAILED else detail
     return api.create_response(request, {"detail": detail}, status=exc.status_code)
 
 

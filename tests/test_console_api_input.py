@@ -1,5 +1,6 @@
 """The console's JSON API on malformed or clashing input: a 400 whose detail names the field as the client wrote it,
-says which deployment holds a taken name, and takes engine flags as the form does; nothing saved."""
+says which deployment holds a taken name, and takes engine flags as the form does; nothing saved. A session request
+without its CSRF token is told the header that passes the check."""
 
 from typing import Any
 
@@ -71,3 +72,14 @@ def test_a_new_deployment_whose_name_is_taken_is_told_which_one(
     assert create(name="smol").json()["detail"] == "A deployment named 'smol' exists already; pick another name."
     clash = create(name="other", served_model_name="smol").json()["detail"]
     assert clash == "Deployment 'smol' serves the model name 'smol' already; pick another served model name."
+
+
+def test_a_session_request_without_its_csrf_token_is_told_the_header(admin_user: object) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)  # type: ignore[arg-type]
+    resp = client.post("/api/keys", {"name": "ci"}, content_type="application/json")
+    assert resp.status_code == 403 and "X-CSRFToken header" in resp.json()["detail"]
+    client.get("/login/")  # sets the csrftoken cookie, as the console's pages do
+    token = client.cookies["csrftoken"].value
+    resp = client.post("/api/keys", {"name": "ci"}, content_type="application/json", headers={"X-CSRFToken": token})
+    assert resp.status_code == 201, resp.content
