@@ -109,6 +109,8 @@ def test_the_api_lists_and_adds_catalog_entries(admin: Client) -> None:
     ).items()
     resp = admin.post("/api/models", {"demo": "gpt-oss-20b"}, content_type="application/json")
     assert resp.status_code == 201 and resp.json()["kind"] == "demo" and resp.json()["name"] == "gpt-oss-20b"
+    again = admin.post("/api/models", {"demo": "gpt-oss-20b"}, content_type="application/json")
+    assert again.status_code == 200 and again.json()["id"] == resp.json()["id"]  # added once, not created again
     resp = admin.post("/api/models", {"demo": "gpt-5"}, content_type="application/json")
     assert resp.status_code == 400 and resp.json()["detail"].startswith("The demo catalog has no model 'gpt-5': name")
     resp = admin.post("/api/models", {"demo": "Qwen/Qwen3-0.6B"}, content_type="application/json")  # as shown

@@ -59,8 +59,10 @@ def list_demo_models(request: HttpRequest) -> list[dict[str, object]]:
     ]
 
 
-@router.post("/models", response={201: ModelOut})
+@router.post("/models", response={200: ModelOut, 201: ModelOut})
 def add_model(request: HttpRequest, data: ModelIn) -> Status[ModelSource]:
+    """201 with the model added; 200 with the one a demo entry added before (the demo catalog's entries are added
+    once)."""
     if sum(map(bool, (data.path, data.repo_id, data.demo))) > 1:
         raise ConsoleError("Give one of a local path, a Hugging Face repo_id or a demo catalog entry, not several.")
     if (data.path or data.repo_id) and not data.name.strip():
@@ -70,7 +72,8 @@ def add_model(request: HttpRequest, data: ModelIn) -> Status[ModelSource]:
     if data.repo_id:
         return Status(201, sources.add_hf_model(data.name, data.repo_id, data.revision))
     if data.demo:
-        return Status(201, sources.add_demo_model(data.demo))
+        model, added = sources.add_demo_model(data.demo)
+        return Status(201 if added else 200, model)
     raise ConsoleError("Give a local path, a Hugging Face repo_id, or a demo catalog entry (demo).")
 
 

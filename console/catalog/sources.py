@@ -68,9 +68,10 @@ def add_hf_model(name: str, repo_id: str, revision: str) -> ModelSource:
     )
 
 
-def add_demo_model(name: str) -> ModelSource:
-    """Add the demo catalog's entry ``name`` (e.g. ``llama-3.1-70b``, or its repo id) under its own name; the model
-    already added from it when there is one. Raises ConsoleError for an unknown entry or a name another model has."""
+def add_demo_model(name: str) -> tuple[ModelSource, bool]:
+    """Add the demo catalog's entry ``name`` (e.g. ``llama-3.1-70b``, or its repo id) under its own name: the model,
+    and whether it was added now (False: the one already added from it). Raises ConsoleError for an unknown entry or
+    a name another model has."""
     entry = demo_model(name)
     if entry is None:
         raise ConsoleError(
@@ -79,14 +80,15 @@ def add_demo_model(name: str) -> ModelSource:
         )
     existing = ModelSource.objects.filter(name=entry.name).first()
     if existing is not None and existing.kind == ModelSource.Kind.DEMO and existing.repo_id == entry.repo_id:
-        return existing
-    return _save_model(
+        return existing, False
+    model = _save_model(
         name=entry.name,
         kind=ModelSource.Kind.DEMO,
         repo_id=entry.repo_id,
         config=entry.config,
         weights_bytes=entry.weights_bytes,
     )
+    return model, True
 
 
 def _save_model(**fields: Any) -> ModelSource:

@@ -55,7 +55,7 @@ def demo_plan(request: HttpRequest, name: str) -> HttpResponse:
     """Add the demo catalog's entry ``name`` (once) and open the deployment form on it, on the Simulator at
     the model's own context (max_model_len 0), so its plan on this box shows at once."""
     try:
-        model = sources.add_demo_model(name)
+        model, _ = sources.add_demo_model(name)
     except ConsoleError as exc:
         messages.error(request, str(exc))
         return redirect("catalog:models")
