@@ -1,7 +1,9 @@
 """``manage.py`` refusals a person reads: a setting refused before any command runs, and a backup to a folder that
-is not there, each one line saying what to do, without a traceback (a fresh user's trial found both as tracebacks).
+is not there, each one line saying what to do, without a traceback (a fresh user's trial found both as tracebacks);
+and a backup that replaced an earlier archive says so.
 """
 
+import io
 import os
 import subprocess
 import sys
@@ -18,6 +20,15 @@ def test_a_backup_to_a_folder_that_is_not_there_says_so(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match=r"^cannot write .*/x.tar.gz: there is no folder .*/nowhere; make it or"):
         call_command("backup", str(tmp_path / "nowhere" / "x.tar.gz"))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.django_db(transaction=True)  # the backup's snapshot sets its own transaction's isolation
+def test_a_backup_over_an_earlier_archive_says_it_replaced_it(tmp_path: Path) -> None:
+    archive, said = tmp_path / "x.tar.gz", io.StringIO()
+    call_command("backup", str(archive), stderr=said)
+    assert said.getvalue().startswith("backup: ") and "replaced" not in said.getvalue()
+    call_command("backup", str(archive), stderr=said)
+    assert said.getvalue().rstrip().endswith(f"to {archive} (it replaced the archive that was there)")
 
 
 @pytest.mark.process

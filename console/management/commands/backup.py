@@ -21,6 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         folder = Path(opts["file"]).resolve().parent
+        replaced = opts["file"] != "-" and Path(opts["file"]).exists()
         if opts["file"] != "-" and not folder.is_dir():
             raise CommandError(f"cannot write {opts['file']}: there is no folder {folder}; make it or name another")
         try:
@@ -33,5 +34,5 @@ class Command(BaseCommand):
         # on stderr: stdout may be the archive itself
         self.stderr.write(
             f"backup: {manifest.objects} rows of the {manifest.database} database, {len(manifest.migrations)} "
-            f"migrations applied, to {opts['file']}"
+            f"migrations applied, to {opts['file']}" + (" (it replaced the archive that was there)" if replaced else "")
         )
