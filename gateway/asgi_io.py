@@ -89,7 +89,8 @@ class BodyWriter:
 
 def body_writer(send: Send) -> BodyWriter | None:
     """The ``BodyWriter`` of the server connection ``send`` ends at (through wrappers that name what they wrap
-    ``wrapped``), once its response head is out; None for a server other than uvicorn's httptools protocol."""
+    ``wrapped``), once its response head is out; None for a server other than uvicorn's httptools protocol, and for
+    a subclass of its cycle, which may frame a body otherwise (appliance.http_protocol's HTTP/1.0 cycle)."""
     while (wrapped := getattr(send, "wrapped", None)) is not None:
         send = wrapped
     cycle = getattr(send, "__self__", None)
