@@ -22,6 +22,7 @@ from console.observability.mappings import mapping_rows
 from console.observability.models import (
     DeploymentPrice,
     MetricSample,
+    PriceSetting,
     RequestLog,
     Resolution,
     ScrapeHealth,
@@ -176,7 +177,7 @@ def test_a_stopped_deployment_on_priced_gpus_shows_no_hourly_cost_on_the_dashboa
     assert 'title="$6.00 an hour while it runs">not running<' in html and "$6.00</td>" not in html
 
 
-def test_the_price_per_token_is_published_for_the_gateway_with_a_ttl() -> None:
+def test_the_price_per_token_is_published_for_the_gateway_and_deleted_once_gone() -> None:
     dep = deployment()
     assert pricing.publish_price(dep) is None  # no capacity measured, no estimate from this plan: nothing, never $0
     DeploymentPrice.objects.create(deployment=dep, measured_tokens_per_second=1200.0, measured_run_id=1)
@@ -187,7 +188,9 @@ def test_the_price_per_token_is_published_for_the_gateway_with_a_ttl() -> None:
     )
     r = redis.Redis.from_url(settings.REDIS_URL)
     assert r.get(cost.price_per_token(dep.pk)) == written.encode()
-    assert 0 < r.ttl(cost.price_per_token(dep.pk)) <= pricing.PRICE_TTL_SCRAPES * INTERVAL + 1
+    assert pricing.PRICE_TTL - 5 < r.ttl(cost.price_per_token(dep.pk)) <= pricing.PRICE_TTL  # outlives a busy worker
+    PriceSetting.objects.all().delete()  # the GPU's price removed: charged nothing from the next scrape
+    assert pricing.publish_price(dep) is None and r.get(cost.price_per_token(dep.pk)) is None
 
 
 def test_a_deployment_on_a_gpu_without_a_price_has_no_cost_not_zero() -> None:
@@ -222,7 +225,7 @@ def test_under_auto_the_workers_published_inventory_is_planned_against() -> None
     with override_settings(HEARTH_GPU_INVENTORY="auto"):  # this process has no NVML
         found = hardware.current_inventory()
     assert len(found.devices) == 8 and found.source == "sim:8xH100-80GB"
-    assert found.origin.startswith("the worker on ") and "2 s ago" in found.provenance(time.time())
+    assert found.origin.startswith("the worker on ") and re.search(r"\b[2-9] s ago", found.provenance(time.time()))
 
 
 def test_an_old_published_inventory_is_still_shown_with_its_age_when_nothing_else_is_readable(admin: Client) -> None:
@@ -230,7 +233,8 @@ def test_an_old_published_inventory_is_still_shown_with_its_age_when_nothing_els
     hardware.publish(box.__class__(box.source, box.devices, read_at=time.time() - 600), [])
     with override_settings(HEARTH_GPU_INVENTORY="auto"):
         html = admin.get("/deployments/").text
-    assert "8× NVIDIA H100" in html and "600 s ago" in html and 'class="inventory stale"' in html
+    # 600 s, or a few more when the box is busy while the page is made
+    assert "8× NVIDIA H100" in html and re.search(r"\b60\d s ago", html) and 'class="inventory stale"' in html
 
 
 def log_row(model: str, status: int = 200, ttft: float | None = 0.05, **fields: object) -> RequestLog:
