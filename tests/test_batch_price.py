@@ -22,8 +22,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from console.access.models import ApiKey
+from console.deployments.models import Deployment
+from console.observability import pricing
 from console.observability.cost import price_per_token
-from console.observability.models import PriceSetting, RequestLog
+from console.observability.models import RequestLog
 from gateway.charges import nano_usd
 from gateway.prices import Prices, price_factor, scaled
 from gateway.quotas import Quota
@@ -87,10 +89,10 @@ def test_every_charging_path_charges_a_batch_request_the_same_at_the_factor(pric
 
 
 def _set_price(served: Served) -> None:
-    """The deployment's USD per token, where the scraper publishes it; with no GPU price left, the worker publishes
-    none of its own meanwhile (as tests/test_gateway_budgets.py)."""
-    PriceSetting.objects.all().delete()
-    redis.Redis.from_url(settings.REDIS_URL).set(price_per_token(served.dep_id), str(PRICE), ex=600)
+    """The deployment's USD per token as an admin's price, published at once and by every scrape after (as
+    tests/test_gateway_budgets.py)."""
+    pricing.set_price(Deployment.objects.get(pk=served.dep_id), PRICE * 1_000_000, PRICE * 1_000_000)
+    assert redis.Redis.from_url(settings.REDIS_URL).get(price_per_token(served.dep_id)) == str(PRICE).encode()
 
 
 @pytest.mark.django_db(transaction=True)

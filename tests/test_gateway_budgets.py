@@ -16,6 +16,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from console.deployments.models import Deployment
+from console.observability import pricing
 from console.observability.cost import price_per_token
 from console.observability.models import PriceSetting, RequestLog
 from gateway.app import POST_ROUTES
@@ -40,14 +42,13 @@ def gateways(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
 
 
 def set_price(served: Served, price: Decimal | None) -> None:
-    """The deployment's USD per token where the scraper publishes it (None: none). With no GPU price left in
-    the database, the session worker's scraper publishes no measured price of its own meanwhile."""
+    """The deployment's USD per token as an admin's price, published at once and by every scrape after (None: none,
+    no GPU price left either, so the scrapes delete it)."""
     PriceSetting.objects.all().delete()
-    r = redis.Redis.from_url(settings.REDIS_URL)
-    if price is None:
-        r.delete(price_per_token(served.dep_id))
-    else:
-        r.set(price_per_token(served.dep_id), str(price), ex=600)
+    per_million = None if price is None else price * 1_000_000
+    pricing.set_price(Deployment.objects.get(pk=served.dep_id), per_million, per_million)
+    published = redis.Redis.from_url(settings.REDIS_URL).get(price_per_token(served.dep_id))
+    assert published == (None if price is None else str(price).encode())
 
 
 def test_a_burst_on_a_keys_daily_budget_spends_within_one_request_of_it(

@@ -320,3 +320,15 @@ def test_a_deployment_asleep_or_stopped_to_save_keeps_its_price_for_the_requests
         Deployment.objects.filter(pk=dep.pk).update(state=state, desired=desired)
         scraping.scrape_all()
         assert (r.get(cost.price_per_token(dep.pk)) is not None) is priced, (state, desired)
+
+
+def test_the_price_of_a_deployment_no_request_can_reach_is_deleted_at_the_next_scrape() -> None:
+    """Prices outlive a busy worker (an hour's TTL), so one that goes away is deleted, not left to lapse."""
+    dep = deployment()
+    measured(dep)
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    scraping.scrape_all()
+    assert r.get(cost.price_per_token(dep.pk)) is not None
+    Deployment.objects.filter(pk=dep.pk).update(state=DeploymentState.FAILED, desired=DesiredState.SERVING)
+    scraping.scrape_all()
+    assert r.get(cost.price_per_token(dep.pk)) is None

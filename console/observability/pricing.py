@@ -16,8 +16,11 @@ Without a $/hour (CPU, no GPU price: console.observability.cost.hourly_cost) and
 the gateway then charges nothing and the request log's cost is None ("no price"), never $0.
 
 Contract with the gateway: after each scrape (and when a price is set) Redis key
-``console.observability.cost.price_per_token(id)`` holds the USD per token as a decimal string, with a TTL of
-PRICE_TTL_SCRAPES scrape intervals. It is the input price; the output price when it differs follows a comma
+``console.observability.cost.price_per_token(id)`` holds the USD per token as a decimal string, while a request can
+reach the deployment and it has a price; the scrape deletes it otherwise (``publish_price``, ``unpublish_prices``).
+Its TTL, PRICE_TTL, is a backstop for a worker that stopped altogether: a worker kept busy for a while by other tasks
+leaves the last price in place (with a TTL of a few scrape intervals, the requests of such a gap were charged
+nothing). It is the input price; the output price when it differs follows a comma
 (``"0.0000005,0.0000015"``): the gateway reserves at the higher and charges prompt tokens at the first, completion
 tokens at the second (gateway.reservations, gateway.charges). A request's charge is known the moment it ends.
 """
@@ -34,7 +37,7 @@ from console.observability.cost import MILLION, hourly_cost, price_per_token
 from console.observability.models import DeploymentPrice, PriceSetting
 from engines.capacity.results import LevelResult, Slo
 
-PRICE_TTL_SCRAPES = 4
+PRICE_TTL = 3600  # seconds a published price outlives the last scrape that wrote it (module docstring)
 # HBM bandwidth per GPU, bytes/s, from the vendors' data sheets; longest name matched first
 BANDWIDTH = {
     "H100 80GB HBM3": 3.35e12,  # H100 SXM5
@@ -151,13 +154,21 @@ def set_price(dep: Deployment, input_per_million: Decimal | None, output_per_mil
 
 def publish_price(dep: Deployment, prices: list[PriceSetting] | None = None) -> str | None:
     """Write ``dep``'s USD per token for the gateway (module docstring); returns what was written. Without a price
-    nothing is written: the last one lapses with its TTL."""
+    (its GPU price or its admin's was removed) the one published before is deleted: requests are charged nothing
+    from then on, and logged with no price."""
     value = charged_price(dep, prices).per_token
+    client = redis.Redis.from_url(settings.REDIS_URL)
     if value is None:
+        client.delete(price_per_token(dep.pk))
         return None
-    ttl = max(1, round(PRICE_TTL_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL))
-    redis.Redis.from_url(settings.REDIS_URL).set(price_per_token(dep.pk), value, ex=ttl)
+    client.set(price_per_token(dep.pk), value, ex=PRICE_TTL)
     return value
+
+
+def unpublish_prices(deployment_ids: list[int]) -> None:
+    """Delete the published prices of deployments no request can reach (stopped by an admin, failed)."""
+    if deployment_ids:
+        redis.Redis.from_url(settings.REDIS_URL).delete(*(price_per_token(pk) for pk in deployment_ids))
 
 
 def _per_million(usd_per_hour: Decimal, tokens_per_second: float) -> Decimal:

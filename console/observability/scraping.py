@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import httpx
 from django.conf import settings
 from django.db import IntegrityError
-from django.db.models import F, Q
+from django.db.models import F
 
 from appliance.runtimes import get_runtime
 from console.deployments import probing
@@ -83,12 +83,15 @@ def scrape_all() -> int:
             good += _record(replica, result, rows)
         except IntegrityError:  # its deployment was deleted since the query above
             log.info("replica %s was deleted while scraped; its scrape is dropped", replica.pk)
-    reachable = list(Deployment.objects.filter(Q(state__in=ACTIVE_STATES) | Q(desired=DesiredState.STOPPED_IDLE)))
+    deployments = list(Deployment.objects.all())
+    reachable = [d for d in deployments if d.state in ACTIVE_STATES or d.desired == DesiredState.STOPPED_IDLE]
     try:
         request_stats.record_requests([d for d in reachable if d.state == S.READY], datetime.now(UTC))
     except IntegrityError:  # the Redis cursor stays: the next scrape counts these rows without that deployment
         log.info("a deployment was deleted while its requests were counted; counted again at the next scrape")
     _publish_prices(reachable)
+    priced = {d.pk for d in reachable}
+    pricing.unpublish_prices([d.pk for d in deployments if d.pk not in priced])
     return good
 
 
