@@ -277,6 +277,13 @@ def test_the_request_log_page_filters_by_outcome(admin: Client) -> None:
     assert cut.count('data-field="outcome">length') == 1 and "/v1/responses" in cut
 
 
+def test_a_request_whose_client_left_before_any_answer_shows_no_status_not_zero(admin: Client) -> None:
+    log_row("llama", status=0, ttft=None, completion_tokens=None, finish_reason="", client_cancelled=True)
+    page = admin.get("/requests/?outcome=cancelled").text
+    assert re.search(r'data-field="status"><span class="muted" title="No answer had begun[^"]*">—<', page)
+    assert 'data-field="outcome">cancelled' in page
+
+
 def test_an_admin_adds_a_metric_mapping_in_the_console_and_scrapes_use_it(admin: Client) -> None:
     resp = admin.post(
         "/metric-mappings/",
