@@ -38,7 +38,7 @@ def test_monitoring_is_not_stale_after_a_wake_until_a_scrape_is_late_from_it() -
     assert message.startswith(f"No good scrape of replica {replica.runtime_name}'s /metrics (nap) for 600 s")
 
 
-def test_a_crashed_replica_waiting_to_restart_says_how_its_engine_ended() -> None:
+def test_a_crashed_replica_waiting_to_restart_or_loading_again_says_how_its_engine_ended() -> None:
     dep = deployment("crashy")
     Deployment.objects.filter(pk=dep.pk).update(desired=DesiredState.SERVING)
     replica = dep.replicas.get()
@@ -50,6 +50,12 @@ def test_a_crashed_replica_waiting_to_restart_says_how_its_engine_ended() -> Non
     Replica.objects.filter(pk=replica.pk).update(previous_exit_code=None)
     [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
     assert "not running (exit code not known, restart due" in message
+    Replica.objects.filter(pk=replica.pk).update(running=True, restarts=1, previous_exit_code=-9)  # relaunched
+    [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
+    assert message.endswith("is not ready: loading again after its engine ended (exit -9)")
+    Replica.objects.filter(pk=replica.pk).update(restarts=0)  # a first launch
+    [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
+    assert message.endswith("is not ready: loading")
 
 
 def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each_change_is_audited(

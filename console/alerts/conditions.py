@@ -58,7 +58,12 @@ def replica_not_ready(rule: AlertRule, now: float) -> Holding:
     )
     out = {}
     for r in replicas:
-        why = "loading" if r.running else f"not running ({_exit(r)}, restart due {_clock(r.restart_at)})"
+        if not r.running:
+            why = f"not running ({_exit(r)}, restart due {_clock(r.restart_at)})"
+        elif r.restarts:  # relaunched after a crash before the alert's first look: the crash is still the news
+            why = f"loading again after its engine ended ({_exit(r)})"
+        else:
+            why = "loading"
         out[f"replica {r.runtime_name}"] = f"{r.deployment.name}: replica {r.runtime_name} is not ready: {why}"
     return out
 
