@@ -194,7 +194,7 @@ class DataEvents:
 
     def feed(self, chunk: bytes) -> bytes:
         """The whole events in what has arrived so far, as the class says; b"" while none is complete."""
-        if not self._held and _data_lines_only(chunk):
+        if not self._held and _data_events(chunk):
             return chunk
         data = self._held + chunk
         end = data.rfind(b"\n\n")
@@ -210,14 +210,14 @@ class DataEvents:
         return _data_event(held.rstrip(b"\n"))
 
 
-def _data_lines_only(chunk: bytes) -> bool:
-    """True when ``chunk`` is whole events of one ``data:`` line each: every newline is either the last two or one
-    of a ``\\n\\ndata:`` pair (the pattern cannot overlap itself), so no other line is there. Two scans."""
-    return (
-        chunk.startswith(b"data:")
-        and chunk.endswith(b"\n\n")
-        and chunk.count(b"\n") == 2 * chunk.count(b"\n\ndata:") + 2
-    )
+def _data_events(chunk: bytes) -> int:
+    """How many events ``chunk`` is when it is whole events of one ``data:`` line each, else 0: every newline is
+    either the last two or one of a ``\\n\\ndata:`` pair (the pattern cannot overlap itself), so no other line is
+    there. Two scans."""
+    if not (chunk.startswith(b"data:") and chunk.endswith(b"\n\n")):
+        return 0
+    events = chunk.count(b"\n\ndata:") + 1
+    return events if chunk.count(b"\n") == 2 * events else 0
 
 
 def _data_event(block: bytes) -> bytes:
@@ -334,13 +334,14 @@ def _plain(data: bytes) -> bool:
 
 
 def plain_events(chunk: bytes) -> int:
-    """How many events ``chunk`` holds when it is whole chat events of one ``data:`` line each (``_data_lines_only``),
+    """How many events ``chunk`` holds when it is whole chat events of one ``data:`` line each (``_data_events``),
     with LF line ends, no error and content deltas only (``_plain``): what every reader of the stream
     (``LineEnds``, ``DataEvents``, ``StreamWatcher``, ``UsageStripper``, gateway.engine_messages.StreamScrubber)
     passes on unchanged, the watcher counting each event as one token chunk. 0 for any other chunk."""
-    if chunk.find(b"\r") >= 0 or chunk.find(b'"error"') >= 0 or not _data_lines_only(chunk) or not _plain(chunk):
+    events = _data_events(chunk)
+    if not events or chunk.find(b"\r") >= 0 or chunk.find(b'"error"') >= 0 or not _plain(chunk):
         return 0
-    return chunk.count(b"\n\ndata:") + 1
+    return events
 
 
 def _may_hold_usage(data: bytes) -> bool:
