@@ -3,10 +3,10 @@ against an in-process snapshot (registry), reserves and settles the key's limits
 reservations; a key without limits is charged in batches at a price the process keeps: charges, prices),
 routes to a replica (routing), relays or translates the stream (relay, upstream, sse, translate,
 translate_stream), and accounts for it (accounting: Prometheus metrics and console.observability's request
-log, each request noted at its start and recorded once at its end through a Redis spool: ledger, spool_writer,
-and by another process when its own died: reaper); answers count_tokens where the engine cannot count
-(count_tokens) and a request a wrong base URL sent with the fix (wrong_urls); and the open probes /health and
-/ready (probes).
+log, each request noted at its start and recorded once at its end through a Redis spool: ledger, finishes,
+spool_writer, and by another process when its own died: reaper); answers count_tokens where the engine cannot
+count (count_tokens) and a request a wrong base URL sent with the fix (wrong_urls); and the open probes /health
+and /ready (probes).
 
 May import: engines, appliance.redis_keys, and of the console only its domain models and shared modules
 (the models of console.access, console.deployments and console.observability, console.access.key_format,

@@ -1,16 +1,16 @@
 """One gateway process's accounting of its requests, from their start to their RequestLog row, kept through the
 death of the process and through outages of Redis and the database.
 
-Per request, one Redis round trip at its start and one at its end. At its start the request is noted in the
-process's notes hash (console.observability.request_spool): by admission itself for a key with limits
-(gateway.reservations.ADMIT, with what it reserved), otherwise by one script call (``NOTE``) for all the requests
-started in the same turn of the event loop, which the request does not wait for (it cost 2.5 ms of TTFT at 64
-streams when each request waited for its own). Either also notes the request in its deployment's activity
-(console.deployments.activity: the idle policy never puts aside a deployment with a request in flight), as
-FINISH ends it there. At its end one FINISH call
-(gateway.reservations) removes the note, settles the reservation and adds the row to the spool, which
-gateway.spool_writer and beat write to the database; a key without limits is charged in batches
-(gateway.charges) and its row carries that cost.
+Per request, one Redis round trip at its start and one at its end, each shared by the requests of a batch. At
+its start the request is noted in the process's notes hash (console.observability.request_spool): by admission
+itself for a key with limits (gateway.reservations.ADMIT, with what it reserved), otherwise by one script call
+(``NOTE``) for all the requests started in the same turn of the event loop, or while the previous call was on its
+way, which the request does not wait for (it cost 2.5 ms of TTFT at 64 streams when each request waited for its
+own). Either also notes the request in its deployment's activity (console.deployments.activity: the idle policy
+never puts aside a deployment with a request in flight), as FINISH ends it there. At its end its FINISH
+(gateway.reservations, sent in batches the same way: gateway.finishes) removes the note, settles the reservation
+and adds the row to the spool, which gateway.spool_writer and beat write to the database; a key without limits
+is charged in batches (gateway.charges) and its row carries that cost.
 
 A loop, every TICK seconds: renews the process's alive key and writes the notes of the requests whose progress
 changed (output tokens sent, the engine's status, TTFT), only where the note is still there (``PROGRESS``), so a
@@ -42,6 +42,7 @@ from console.deployments import activity
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_key, processes_key
 from gateway.accounting import Outcome, count, row_of
+from gateway.finishes import Finishes
 from gateway.prices import price_factor
 from gateway.reaper import process_identity, reap
 from gateway.relay_plan import RelayPlan
@@ -68,7 +69,8 @@ end
 return lost
 """
 
-# The notes of the requests started in one turn of the event loop, with their deployments' activity.
+# The notes of the requests started in one turn of the event loop (or while the previous call was on its way),
+# with their deployments' activity.
 # KEYS: 1 the process's notes, then each deployment's last-request key and in-flight set (console.deployments.
 #       activity), a pair per deployment. ARGV: 1 now (Unix s), 2 activity.KEPT, 3 activity.LAPSE, 4 the notes'
 #       count N, then N triples: request id, its note (JSON), its deployment's pair (1: KEYS 2-3, 2: KEYS 4-5, ...).
@@ -107,7 +109,7 @@ class Ticket:
     state: RelayState
     limited: bool  # its key has limits or budgets: admitted through Redis
     noted: bool = False
-    noting: "asyncio.Task[None] | None" = None  # its note on its way (a key without limits)
+    noting: "asyncio.Future[None] | None" = None  # done once its note's call answered (a key without limits)
     held: Reservation | None = None
     said: tuple[int, int] = (0, 0)  # (output token events, status) its note says
 
@@ -124,8 +126,10 @@ class Ledger:
         self.recent: deque[tuple[float, Row]] = deque()  # (monotonic s, row with its cost) spooled lately
         self.unwritten: list[Row] = []  # rows spooled before Redis went away, owed a direct write
         self.writer = SpoolWriter(self.process)
-        self._noting: dict[str, Ticket] = {}  # the requests the next HSET notes
-        self._notes: asyncio.Task[None] | None = None  # that HSET, sent at the event loop's next turn
+        self.finishes = Finishes(self.redis)
+        self._noting: dict[str, Ticket] = {}  # the requests the next NOTE call notes
+        self._noted: asyncio.Future[None] | None = None  # done once that call answered
+        self._notes: asyncio.Task[None] | None = None  # the task sending NOTE calls, while there are notes to send
         self._progress = self.redis.register_script(PROGRESS)
         self._note = self.redis.register_script(NOTE)
         self._loop: asyncio.Task[None] | None = None
@@ -193,13 +197,28 @@ class Ledger:
         """Note a request of a key without limits, with the others of this turn of the event loop (module
         docstring); while Redis does not answer they go unnoted (logged)."""
         self._noting[ticket.request_id] = ticket
+        if self._noted is None:
+            self._noted = asyncio.get_running_loop().create_future()
+        ticket.noting = self._noted
         if self._notes is None:
             self._notes = asyncio.ensure_future(self._send_notes())
-        ticket.noting = self._notes
 
     async def _send_notes(self) -> None:
-        """The notes of the requests started in this turn, and their deployments' activity: one NOTE call."""
-        noting, self._noting, self._notes = self._noting, {}, None  # later requests go with the next call
+        """The notes waiting, one NOTE call at a time: those of the requests started in this turn of the event
+        loop, then those started while that call was on its way (under load, fewer and larger calls)."""
+        try:
+            while self._noting:
+                noting, noted, self._noting, self._noted = self._noting, self._noted, {}, None
+                try:
+                    await self._note_batch(noting)
+                finally:
+                    if noted is not None:
+                        noted.set_result(None)
+        finally:
+            self._notes = None
+
+    async def _note_batch(self, noting: dict[str, Ticket]) -> None:
+        """The notes of ``noting``, and their deployments' activity: one NOTE call."""
         keys, pairs = [self.notes], dict[int, int]()
         args: list[str | int] = [repr(time.time()), activity.KEPT, activity.LAPSE, len(noting)]
         for rid, ticket in noting.items():
@@ -220,8 +239,8 @@ class Ledger:
         """Count the request in the metrics and end it: settled or charged, its row spooled (module docstring).
         Never raises: what Redis does not take now is tried again later."""
         self.open.pop(ticket.request_id, None)
-        if ticket.noting is not None:
-            await ticket.noting  # whether it was noted decides how FINISH ends it
+        if ticket.noting is not None:  # whether it was noted decides how FINISH ends it
+            await asyncio.shield(ticket.noting)  # shared with its batch: not cancelled with this request
         outcome.request_id = ticket.request_id
         outcome.client_request_id = ticket.fields.get("client_request_id")
         count(outcome)
@@ -251,7 +270,7 @@ class Ledger:
             time.time(),
         )
         try:
-            done = await self.reservations.finish(keys=keys, args=args)
+            done = await self.finishes.finish(keys, args)
         except (RedisError, OSError) as exc:
             self._complain("request ends are kept in memory until it does", exc)
             self.unsent.append(Unsent(keys, args, {**row, "cost_usd": cost}))

@@ -176,29 +176,33 @@ end
 )
 SETTLE = SETTLE_FUNCTION + "return settle(KEYS, ARGV)\n"  # KEYS and ARGV as K and A above
 
-# KEYS: 1 the process's notes, 2 the spool, 3 the deployment's last-request key, 4 its in-flight set (both
-#       optional), 5-12 the settlement's K (when settling).
-# ARGV: 1 the request's id, 2 1 when the request was noted, 3 its log row (JSON), 4 its cost (nano-USD, '' none)
-#       when not settling, 5 1 to settle, 6 now (Unix s: the last request's time; '' leaves it), 7 activity.KEPT,
-#       8-16 the settlement's A.
+# A request's end, as a Lua function of its KEYS (K) and ARGV (A):
+# K: 1 the process's notes, 2 the spool, 3 the deployment's last-request key, 4 its in-flight set (both
+#    optional), 5-12 the settlement's K (when settling).
+# A: 1 the request's id, 2 1 when the request was noted, 3 its log row (JSON), 4 its cost (nano-USD, '' none)
+#    when not settling, 5 1 to settle, 6 now (Unix s: the last request's time; '' leaves it), 7 activity.KEPT,
+#    8-17 the settlement's A.
 # Returns {1, the cost charged (nano-USD, '' none)}, or 0 when the request was noted and its note is gone (it was
 # recorded elsewhere: nothing done but its activity's end).
-FINISH = (
+FINISH_FUNCTION = (
     SETTLE_FUNCTION
     + """
-if KEYS[4] then redis.call('ZREM', KEYS[4], ARGV[1]) end
-if KEYS[3] and ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[6], 'EX', ARGV[7]) end
-if ARGV[2] == '1' and redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-local cost = ARGV[4]
-if ARGV[5] == '1' then
-  local settled = settle({unpack(KEYS, 5)}, {unpack(ARGV, 8)})
-  cost = ''
-  if settled[2] ~= '' then cost = settled[1] end
+local function finish(K, A)
+  if K[4] then redis.call('ZREM', K[4], A[1]) end
+  if K[3] and A[6] ~= '' then redis.call('SET', K[3], A[6], 'EX', A[7]) end
+  if A[2] == '1' and redis.call('HDEL', K[1], A[1]) == 0 then return 0 end
+  local cost = A[4]
+  if A[5] == '1' then
+    local settled = settle({unpack(K, 5)}, {unpack(A, 8)})
+    cost = ''
+    if settled[2] ~= '' then cost = settled[1] end
+  end
+  redis.call('XADD', K[2], '*', 'row', A[3], 'cost', cost)
+  return {1, cost}
 end
-redis.call('XADD', KEYS[2], '*', 'row', ARGV[3], 'cost', cost)
-return {1, cost}
 """
 )
+FINISH = FINISH_FUNCTION + "return finish(KEYS, ARGV)\n"  # one request's end (gateway.finishes sends them in batches)
 
 
 @dataclass(frozen=True)

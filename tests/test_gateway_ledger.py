@@ -146,7 +146,7 @@ def test_while_redis_is_away_rows_go_to_the_database_directly_and_ends_are_settl
         ledger = Ledger(Reservations(Prices()))
         finish = ledger.reservations.finish
 
-        async def refused(**kwargs: Any) -> int:
+        async def refused(*args: Any, **kwargs: Any) -> int:
             raise RedisConnectionError("down")
 
         try:
@@ -155,7 +155,8 @@ def test_while_redis_is_away_rows_go_to_the_database_directly_and_ends_are_settl
             await ledger.close(early, ended(budget, 9, 1))  # spooled just before Redis goes away
             ticket = ledger.ticket(plan(budget, reserve=100), state(), request_ids([]))
             await ledger.admit(ticket, plan(budget, reserve=100))
-            monkeypatch.setattr(ledger.reservations, "finish", refused)
+            monkeypatch.setattr(ledger.reservations, "finish", refused)  # the tries again
+            monkeypatch.setattr(ledger.finishes, "finish", refused)  # the ends' batches
             await ledger.close(ticket, ended(budget, 9, 3))
             await ledger._retry()  # Redis still away: both rows go to the database directly
             assert [end.written for end in ledger.unsent] == [True] and ledger.unwritten == []
