@@ -1,7 +1,8 @@
 """What a gateway's streaming relay costs: the same load direct to an engine, through Hearth, LiteLLM and nginx.
 
 Usage: ``.venv/bin/python bench/gateway_overhead.py [--upstream simulator|fake] [--peers litellm,nginx|none]
-[--pattern steady|burst] [--streams 1,64,256] [--repeat 2] [--min-samples 16] [--hold 512] [--markdown]``
+[--pattern steady|burst] [--streams 1,64,256] [--repeat 2] [--min-samples 16] [--hold 512] [--compare DIR]
+[--markdown]``
 
 Starts on 127.0.0.1 the engine (Hearth's simulator, or the lean ``fake_upstream.py``), the appliance's
 real web server (``uvicorn appliance.asgi:application`` with uvloop and httptools) on a throwaway SQLite
@@ -42,6 +43,7 @@ from procs import ROOT, engine_argv, free_port, hearth_env, seed, start, stop, w
 
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the default of --redis-url
 DASHBOARD = "hearth+dashboard"  # the path measured while a console user refreshes the dashboard
+BASE = "hearth@base"  # --compare: Hearth from another checkout, the same run's baseline for a change
 # splice: not a gateway, the floor of a Python relay; splice-watch: that floor with the stream read as Hearth must
 PEERS = ("litellm", "nginx", "splice", "splice-watch")
 
@@ -298,6 +300,12 @@ def parse() -> argparse.Namespace:
         help="0: one uvicorn process (default); N: appliance.web_server, N workers",
     )
     parser.add_argument(
+        "--compare",
+        type=Path,
+        help="another checkout of Hearth (a git worktree of the commit before a change): its web server runs beside "
+        "this one's, on the same database, Redis and engine, as the path 'hearth@base', measured in the same run",
+    )
+    parser.add_argument(
         "--database-url",
         default="",
         help="a PostgreSQL database whose name has 'bench' in it, dropped and made again (default: "
@@ -332,6 +340,11 @@ def main() -> None:
         setup.add("hearth", web_port, key, web)
         if args.dashboard:
             setup.add(DASHBOARD, web_port, key, web)
+        if args.compare:
+            base_port = free_port()
+            base = start(web_argv(base_port), tmp / "web-base.log", env, cwd=args.compare.resolve())
+            all_procs.append(("web@base", base))
+            setup.add(BASE, base_port, key, base)
         if "litellm" in args.peers:
             start_litellm(setup, tmp, engine_port)
             if "litellm" in setup.procs:
@@ -371,7 +384,8 @@ def main() -> None:
     finally:
         for _, proc in reversed(all_procs):
             stop(proc)
-        logs = (("web server", "web.log"), ("litellm", "litellm.log"), ("nginx", "nginx/error.log"))
+        logs = (("web server", "web.log"), ("base web server", "web-base.log"), ("litellm", "litellm.log"))
+        logs += (("nginx", "nginx/error.log"),)
         for name, log in ((name, tmp / file) for name, file in logs):
             if log.exists():
                 print(log_notes(name, log))
