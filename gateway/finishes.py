@@ -5,7 +5,7 @@ of the event loop, and those that come while the previous batch is on its way, g
 (``FINISH_MANY``): at most one call is in flight, so under load the batches grow, and alone an end goes at the
 next turn. One FINISH call cost the gateway ~137 µs of CPU, mostly redis-py's plumbing and the socket's; in
 batches of 3 and 8, 85 and 48 µs an end (bench/README.md, 2026-12-05: with 1-chunk answers at 64 streams,
-half the script calls and 7 % less CPU a request).
+half the script calls and 4–7 % less CPU a request).
 
 Every end keeps its own answer: FINISH's, or the error Redis raised for it alone (one end's error does not
 undo or stop the others', as separate calls would not), or, when the call itself failed (Redis away, a
