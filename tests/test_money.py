@@ -10,6 +10,7 @@ rounded to the nano-dollar (gateway.charges.nano_usd)."""
 import csv
 import io
 import re
+import socket
 import time
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -332,3 +333,24 @@ def test_the_price_of_a_deployment_no_request_can_reach_is_deleted_at_the_next_s
     Deployment.objects.filter(pk=dep.pk).update(state=DeploymentState.FAILED, desired=DesiredState.SERVING)
     scraping.scrape_all()
     assert r.get(cost.price_per_token(dep.pk)) is None
+
+
+def test_a_redis_that_does_not_answer_fails_the_price_write_in_its_timeout_not_the_scrape_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prices go through one client per process with a timeout: a Redis that accepts and never answers raises."""
+    dep = deployment()
+    measured(dep)
+    silent = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setattr(pricing, "REDIS_TIMEOUT", 0.3)
+    url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+    monkeypatch.setattr(settings, "REDIS_URL", url)
+    try:
+        began = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            pricing.publish_price(dep)
+        assert time.monotonic() - began < 5
+        assert pricing._client(url) is pricing._client(url)
+    finally:
+        pricing._client.cache_clear()
+        silent.close()

@@ -25,6 +25,7 @@ nothing). It is the input price; the output price when it differs follows a comm
 tokens at the second (gateway.reservations, gateway.charges). A request's charge is known the moment it ends.
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -38,6 +39,7 @@ from console.observability.models import DeploymentPrice, PriceSetting
 from engines.capacity.results import LevelResult, Slo
 
 PRICE_TTL = 3600  # seconds a published price outlives the last scrape that wrote it (module docstring)
+REDIS_TIMEOUT = 5.0  # seconds a write of prices may take: a Redis that hangs must not hold the scrape
 # HBM bandwidth per GPU, bytes/s, from the vendors' data sheets; longest name matched first
 BANDWIDTH = {
     "H100 80GB HBM3": 3.35e12,  # H100 SXM5
@@ -157,7 +159,7 @@ def publish_price(dep: Deployment, prices: list[PriceSetting] | None = None) -> 
     (its GPU price or its admin's was removed) the one published before is deleted: requests are charged nothing
     from then on, and logged with no price."""
     value = charged_price(dep, prices).per_token
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    client = _client(settings.REDIS_URL)
     if value is None:
         client.delete(price_per_token(dep.pk))
         return None
@@ -168,7 +170,14 @@ def publish_price(dep: Deployment, prices: list[PriceSetting] | None = None) -> 
 def unpublish_prices(deployment_ids: list[int]) -> None:
     """Delete the published prices of deployments no request can reach (stopped by an admin, failed)."""
     if deployment_ids:
-        redis.Redis.from_url(settings.REDIS_URL).delete(*(price_per_token(pk) for pk in deployment_ids))
+        _client(settings.REDIS_URL).delete(*(price_per_token(pk) for pk in deployment_ids))
+
+
+@functools.lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    """One client (and its connection pool) per Redis URL and process: a scrape publishes each deployment's
+    price, and a client made per price was a connection made per deployment per scrape, without a timeout."""
+    return redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT)
 
 
 def _per_million(usd_per_hour: Decimal, tokens_per_second: float) -> Decimal:
