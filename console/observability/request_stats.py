@@ -37,6 +37,7 @@ USER_BOUNDS: tuple[float, ...] = tuple(round(0.001 * 1.2**k, 6) for k in range(8
 # relay's GIL) crosses over sooner, at ~2,000 rows (17 ms of Django building the 5 queries against ~8 µs a row
 # here), but on a box of 2 cores PostgreSQL's own CPU competes with the relay just the same: the total decides.
 SQL_FROM_ROWS = 4000
+REDIS_TIMEOUT = 5.0  # seconds a read or write of the cursor may take: a Redis that hangs must not hold the scrape
 FIELDS = (
     "id",
     "model",
@@ -287,7 +288,7 @@ def record_requests(deployments: Sequence[Deployment], at: datetime, batch: int 
     """Count the request log rows written since the last call into one history sample per deployment that had
     any; returns the rows counted. The position is kept in Redis; without it, counting starts at the rows
     of the last scrape interval."""
-    r = redis.Redis.from_url(settings.REDIS_URL)
+    r = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT)
     raw = r.get(cursor_key())
     if raw is None:
         since = datetime.fromtimestamp(at.timestamp() - settings.HEARTH_SCRAPE_INTERVAL, at.tzinfo)
