@@ -197,11 +197,7 @@ class Gateway:
     ) -> None:
         hops = loops.hops_onward(scope["headers"])  # before anything else: a request that came back goes no further
         method, arrived, offered = scope["method"], scope["hearth.arrived"], offered_keys(scope)
-        # a relayed request looks again once its body is read (_relay), and lets the watch read first only then
-        relayed = method == "POST" and path in POST_ROUTES and intended is None
-        snapshot, entry = await self.registry.resolve(
-            arrived, lambda s: (s, authenticate(s, offered)), let_watch_read=not relayed
-        )
+        snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered)))
         scope["hearth.key"] = entry
         if intended is not None:
             await wrong_urls.record(self.reservations.redis, entry, scope["path"], intended, arrived, ids)

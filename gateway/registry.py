@@ -86,16 +86,13 @@ class Registry:
         """A snapshot was read from the database at least once."""
         return self._loaded_at > float("-inf")
 
-    async def current(self, let_watch_read: bool = True) -> Snapshot:
+    async def current(self) -> Snapshot:
         """The snapshot, after a reload when a change was announced since it was read (or, while no watch is
         live, when it is older than UNWATCHED_MAX_AGE). Raises GatewayError 503 when the database cannot be
-        read and a reload is needed. First the event loop turns once (``let_watch_read``), so that the watch
-        reads an announcement that came in with the request: a request's first look; a later one that did not
-        wait meanwhile would find none, and each turn is a wait behind every other connection's reads."""
+        read and a reload is needed."""
         if not self._tasks:
             self._tasks = [asyncio.ensure_future(self._keep_watching()), asyncio.ensure_future(self._keep_rechecking())]
-        if let_watch_read:
-            await asyncio.sleep(0)
+        await asyncio.sleep(0)  # let the watch read an announcement that came in with this request
         need = self._changed_at
         if not self._watching:
             need = max(need, time.monotonic() - UNWATCHED_MAX_AGE)
@@ -106,11 +103,11 @@ class Registry:
         the database cannot be read."""
         return await self._read_after(since)
 
-    async def resolve(self, arrived: float, decide: Callable[[Snapshot], T], let_watch_read: bool = True) -> T:
-        """``decide`` on the current snapshot (``current``'s ``let_watch_read``); when it refuses (GatewayError with
-        a status in RECHECKED) and the snapshot was read before the request ``arrived`` (monotonic seconds), decide
-        again on one read after. Raises what ``decide`` raises the last time."""
-        snapshot = await self.current(let_watch_read)
+    async def resolve(self, arrived: float, decide: Callable[[Snapshot], T]) -> T:
+        """``decide`` on the current snapshot; when it refuses (GatewayError with a status in RECHECKED) and
+        the snapshot was read before the request ``arrived`` (monotonic seconds), decide again on one read
+        after. Raises what ``decide`` raises the last time."""
+        snapshot = await self.current()
         try:
             return decide(snapshot)
         except GatewayError as exc:
