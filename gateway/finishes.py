@@ -4,8 +4,9 @@ Each end is its own FINISH (its note removed, its reservation settled, its row s
 of the event loop, and those that come while the previous batch is on its way, go in one script call
 (``FINISH_MANY``): at most one call is in flight, so under load the batches grow, and alone an end goes at the
 next turn. One FINISH call cost the gateway ~137 µs of CPU, mostly redis-py's plumbing and the socket's; in
-batches of 3 and 8, 85 and 48 µs an end (bench/README.md, 2026-12-05: with 1-chunk answers at 64 streams,
-half the script calls and 4–7 % less CPU a request).
+batches of 3 and 8, 85 and 48 µs an end. In the bench (bench/README.md, 2026-12-05; 1-chunk answers at 64
+streams) half the script calls, and with the process saturated +0.06 to +0.09 of direct throughput and 4.5 to
+7.3 ms less added TTFT; the CPU a request moved within the runs' noise (+0.6 to −7 %).
 
 Every end keeps its own answer: FINISH's, or the error Redis raised for it alone (one end's error does not
 undo or stop the others', as separate calls would not), or, when the call itself failed (Redis away, a
