@@ -8,7 +8,7 @@ itself for a key with limits (gateway.reservations.ADMIT, with what it reserved)
 way, which the request does not wait for (it cost 2.5 ms of TTFT at 64 streams when each request waited for its
 own). Either also notes the request in its deployment's activity (console.deployments.activity: the idle policy
 never puts aside a deployment with a request in flight), as FINISH ends it there. At its end its FINISH
-(gateway.reservations, sent in batches the same way: gateway.finishes) removes the note, settles the reservation
+(gateway.finishes, sent in batches the same way) removes the note, settles the reservation
 and adds the row to the spool, which gateway.spool_writer and beat write to the database; a key without limits
 is charged in batches (gateway.charges) and its row carries that cost.
 
@@ -42,13 +42,13 @@ from console.deployments import activity
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_key, processes_key
 from gateway.accounting import Outcome, count, row_of
-from gateway.finishes import Finishes
+from gateway.finishes import Finishes, finish_call
 from gateway.prices import price_factor
 from gateway.reaper import process_identity, reap
 from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
 from gateway.request_ids import RequestIds
-from gateway.reservations import Reservation, Reservations, finish_call, settlement
+from gateway.reservations import Reservation, Reservations, settlement
 from gateway.spool_writer import SpoolWriter
 
 log = logging.getLogger(__name__)
@@ -304,7 +304,7 @@ class Ledger:
                 await self._renew()
                 if time.monotonic() - reaped_at >= REAP_EVERY:
                     reaped_at = time.monotonic()
-                    await reap(self.redis, self.reservations.finish, self.process)
+                    await reap(self.redis, self.finishes.one, self.process)
             except (RedisError, OSError) as exc:
                 self._complain("notes are not renewed", exc)
                 self._redis_away()
@@ -359,7 +359,7 @@ class Ledger:
         while self.unsent:
             end = self.unsent[0]
             try:
-                await self.reservations.finish(keys=end.keys, args=end.args)
+                await self.finishes.one(keys=end.keys, args=end.args)
             except (RedisError, OSError):
                 self._retry_delay = min(max(self._retry_delay * 2, TICK), RETRY_MAX)
                 self._retry_at = time.monotonic() + self._retry_delay

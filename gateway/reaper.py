@@ -6,7 +6,7 @@ for console.observability.request_spool.ALIVE_SECONDS: the process is dead, wher
 host and PID namespace, at once when no process with its PID and start time runs (a relay killed and restarted
 by uvicorn's supervisor is seen within a few seconds). Every gateway process looks (gateway.ledger's loop).
 
-A dead process's notes become rows through FINISH (gateway.reservations), which settles each request's
+A dead process's notes become rows through FINISH (gateway.finishes), which settles each request's
 reservation, or charges a key without limits, for the tokens the note says were sent, and takes the request out of
 its deployment's requests in flight (console.deployments.activity); FINISH does nothing more for a note another
 process recorded first, and the row's request id keeps it one row whoever writes it. A note says
@@ -27,8 +27,9 @@ import redis.asyncio as aioredis
 
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import alive_key, notes_key, processes_key, text
+from gateway.finishes import finish_call
 from gateway.prices import price_factor
-from gateway.reservations import counter_keys, finish_call, settlement
+from gateway.reservations import counter_keys, settlement
 
 log = logging.getLogger(__name__)
 PROCESS_GONE = (

@@ -27,7 +27,8 @@ the USD counters' names in console.observability.spent, which beat's accounting 
 appliances sharing one Redis never share counters.
 
 Each request is noted (gateway.ledger): admission writes a noted request's note in the same script, with what it
-reserved; ``FINISH`` ends it: it removes the note, settles what was reserved, and adds the request's log row to
+reserved; ``FINISH`` (gateway.finishes, with the settlement of this module's ``SETTLE_FUNCTION``) ends it: it
+removes the note, settles what was reserved, and adds the request's log row to
 the spool (console.observability.request_spool), all at once, and does nothing when the note is gone already
 (another process recorded the request when its relay's process died).
 
@@ -52,7 +53,6 @@ from redis.exceptions import RedisError
 
 from console.deployments import activity
 from console.observability.cost import price_per_token
-from console.observability.request_spool import spool_key
 from console.observability.spent import DAY_TTL, MONTH_TTL, key_counters, periods, usd_counters
 from gateway import quotas
 from gateway.charges import Charges, nano_usd
@@ -176,34 +176,6 @@ end
 )
 SETTLE = SETTLE_FUNCTION + "return settle(KEYS, ARGV)\n"  # KEYS and ARGV as K and A above
 
-# A request's end, as a Lua function of its KEYS (K) and ARGV (A):
-# K: 1 the process's notes, 2 the spool, 3 the deployment's last-request key, 4 its in-flight set (both
-#    optional), 5-12 the settlement's K (when settling).
-# A: 1 the request's id, 2 1 when the request was noted, 3 its log row (JSON), 4 its cost (nano-USD, '' none)
-#    when not settling, 5 1 to settle, 6 now (Unix s: the last request's time; '' leaves it), 7 activity.KEPT,
-#    8-17 the settlement's A.
-# Returns {1, the cost charged (nano-USD, '' none)}, or 0 when the request was noted and its note is gone (it was
-# recorded elsewhere: nothing done but its activity's end).
-FINISH_FUNCTION = (
-    SETTLE_FUNCTION
-    + """
-local function finish(K, A)
-  if K[4] then redis.call('ZREM', K[4], A[1]) end
-  if K[3] and A[6] ~= '' then redis.call('SET', K[3], A[6], 'EX', A[7]) end
-  if A[2] == '1' and redis.call('HDEL', K[1], A[1]) == 0 then return 0 end
-  local cost = A[4]
-  if A[5] == '1' then
-    local settled = settle({unpack(K, 5)}, {unpack(A, 8)})
-    cost = ''
-    if settled[2] ~= '' then cost = settled[1] end
-  end
-  redis.call('XADD', K[2], '*', 'row', A[3], 'cost', cost)
-  return {1, cost}
-end
-"""
-)
-FINISH = FINISH_FUNCTION + "return finish(KEYS, ARGV)\n"  # one request's end (gateway.finishes sends them in batches)
-
 
 @dataclass(frozen=True)
 class Reservation:
@@ -249,26 +221,6 @@ def settlement(
     return list(keys[1:]), args
 
 
-def finish_call(
-    notes: str,
-    request_id: str,
-    noted: bool,
-    row: str,
-    cost: str,
-    settle: tuple[list[str], list[str | int]],
-    deployment_id: int,
-    now: float | None,
-) -> tuple[list[str], list[str | int]]:
-    """FINISH's KEYS and ARGV: the request ``request_id`` of the notes hash ``notes`` (``noted``: its note was
-    written) ended with its log ``row`` (encoded) and ``cost`` (nano-USD, '' none, when not settling), settled by
-    ``settle`` (``settlement``'s K and A; both empty: nothing to settle), taken out of ``deployment_id``'s requests
-    in flight, and ``now`` (Unix s; None: left as it is) its last request's time."""
-    keys = [notes, spool_key(), activity.last_request_key(deployment_id), activity.in_flight_key(deployment_id)]
-    args: list[str | int] = [request_id, int(noted), row, cost, int(bool(settle[0]))]
-    args += ["" if now is None else repr(now), activity.KEPT, *settle[1]]
-    return keys + settle[0], args
-
-
 class Reservations:
     """One gateway process's client for the counters (its own pool, short timeouts and no retries: a
     reservation sent twice would be counted twice, and an outage should answer at once). ``prices`` is the
@@ -285,7 +237,6 @@ class Reservations:
         )
         self.redis = aioredis.Redis(connection_pool=pool)
         self._admit, self._settle = self.redis.register_script(ADMIT), self.redis.register_script(SETTLE)
-        self.finish = self.redis.register_script(FINISH)
         self.prices, self.charges = prices, Charges(self.redis)
 
     async def admit(

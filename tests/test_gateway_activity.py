@@ -144,7 +144,7 @@ def test_the_requests_of_a_gone_process_leave_their_deployment_s_requests_in_fli
             await ticket.noting
             assert activity.in_flight(r, dep.pk) == 1
             r.sadd(processes_key(), ledger.process)
-            assert await reap(ledger.redis, ledger.reservations.finish, "me") == 1
+            assert await reap(ledger.redis, ledger.finishes.one, "me") == 1
             assert activity.in_flight(r, dep.pk) == 0
         finally:
             await ledger.reservations.close()

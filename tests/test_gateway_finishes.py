@@ -16,8 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from console.observability.request_spool import spool_key
-from gateway.finishes import Finishes
-from gateway.reservations import finish_call
+from gateway.finishes import Finishes, finish_call
 from tests.ports import free_port
 
 DEPLOYMENT = 90_003  # no deployment of the suite has this id

@@ -128,7 +128,7 @@ def test_a_request_is_noted_at_its_start_and_ended_once_with_its_row_and_charge(
             assert [int(r.get(day[4]) or 0), int(r.get(day[2]) or 0), r.zcard(day[3])] == [20_000, 20, 0]
             assert int(r.get(counter_keys(free.id, None, DEPLOYMENT, time.time())[4]) or 0) == 20_000
             keys, args = [ledger.notes, spool_key()], [tickets[0].request_id, 1, "{}", "", 0]
-            assert await ledger.reservations.finish(keys=keys, args=args) == 0  # ended already: nothing done
+            assert await ledger.finishes.one(keys=keys, args=args) == 0  # ended already: nothing done
             assert len(spooled(r)) == 2
         finally:
             await ledger.reservations.close()
@@ -144,7 +144,7 @@ def test_while_redis_is_away_rows_go_to_the_database_directly_and_ends_are_settl
 
     async def check() -> None:
         ledger = Ledger(Reservations(Prices()))
-        finish = ledger.reservations.finish
+        finish = ledger.finishes.one
 
         async def refused(*args: Any, **kwargs: Any) -> int:
             raise RedisConnectionError("down")
@@ -155,7 +155,7 @@ def test_while_redis_is_away_rows_go_to_the_database_directly_and_ends_are_settl
             await ledger.close(early, ended(budget, 9, 1))  # spooled just before Redis goes away
             ticket = ledger.ticket(plan(budget, reserve=100), state(), request_ids([]))
             await ledger.admit(ticket, plan(budget, reserve=100))
-            monkeypatch.setattr(ledger.reservations, "finish", refused)  # the tries again
+            monkeypatch.setattr(ledger.finishes, "one", refused)  # the tries again
             monkeypatch.setattr(ledger.finishes, "finish", refused)  # the ends' batches
             await ledger.close(ticket, ended(budget, 9, 3))
             await ledger._retry()  # Redis still away: both rows go to the database directly
@@ -164,7 +164,7 @@ def test_while_redis_is_away_rows_go_to_the_database_directly_and_ends_are_settl
             assert await asyncio.to_thread(written, early.request_id)  # lost with a Redis that restarts empty
             day = counter_keys(budget.id, None, DEPLOYMENT, time.time())[4]
             assert int(r.get(day) or 0) == 110_000 and r.hlen(ledger.notes) == 1  # one reserved, not settled yet
-            monkeypatch.setattr(ledger.reservations, "finish", finish)
+            monkeypatch.setattr(ledger.finishes, "one", finish)
             await ledger._retry()
             assert ledger.unsent == [] and r.hlen(ledger.notes) == 0 and int(r.get(day) or 0) == 22_000
             assert await asyncio.to_thread(drained) == 2  # spooled too: written once all the same
@@ -221,7 +221,7 @@ def test_the_requests_of_a_gone_process_are_recorded_as_cut_with_what_they_were_
             r.hset(notes_key(elsewhere), "abc", json.dumps({"key_id": free.id}))
             r.set(alive_key(ledger.process), "1", ex=60)
             r.hset(notes_key(ledger.process), "mine", "{}")
-            assert await reap(ledger.redis, ledger.reservations.finish, ledger.process) == 2
+            assert await reap(ledger.redis, ledger.finishes.one, ledger.process) == 2
             rows = {row["request_id"]: (row, cost) for row, cost in spooled(r)}
             assert set(rows) == {t.request_id for t in tickets}
             for ticket, chunks in zip(tickets, (4, 7), strict=True):
@@ -239,7 +239,7 @@ def test_the_requests_of_a_gone_process_are_recorded_as_cut_with_what_they_were_
             assert int(r.get(counter_keys(free.id, None, DEPLOYMENT, time.time())[4]) or 0) == 4000
             assert {p.decode() for p in r.smembers(processes_key())} == {elsewhere, ledger.process}
             assert r.hlen(notes_key(elsewhere)) == 1 and r.hlen(notes_key(ledger.process)) == 1
-            assert await reap(ledger.redis, ledger.reservations.finish, ledger.process) == 0  # recorded once
+            assert await reap(ledger.redis, ledger.finishes.one, ledger.process) == 0  # recorded once
         finally:
             await ledger.reservations.close()
 
