@@ -39,7 +39,7 @@ import redis
 import report
 import uvloop
 from loadgen import WARMUP, Held, hold, measure, one, wait_ready
-from procs import ROOT, engine_argv, free_port, hearth_env, seed, start, stop, web_argv
+from procs import ROOT, engine_argv, free_port, fresh_database, hearth_env, seed, start, stop, web_argv
 
 REDIS_URL = "redis://127.0.0.1:6379/10"  # the default of --redis-url
 DASHBOARD = "hearth+dashboard"  # the path measured while a console user refreshes the dashboard
@@ -231,22 +231,6 @@ def peers(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown peer {', '.join(unknown)}: give {', '.join(PEERS)} or none")
     return list(dict.fromkeys(names))
-
-
-def fresh_database(url: str) -> str:
-    """``url`` (postgres://…/NAME) after dropping and creating NAME again, or "" for no URL. Raises SystemExit
-    for a name without "bench" in it: this drops the database."""
-    if not url:
-        return ""
-    base, _, name = url.rpartition("/")
-    if "bench" not in name:
-        raise SystemExit(f"--database-url: {name!r} has no 'bench' in its name; it would be dropped")
-    import psycopg
-
-    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return url
 
 
 def parse() -> argparse.Namespace:

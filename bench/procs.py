@@ -1,4 +1,5 @@
-"""Processes for ``gateway_overhead.py``: the engine (simulator or fake), Hearth's web server, /proc readings.
+"""Processes for ``gateway_overhead.py``: the engine (simulator or fake), Hearth's web server and its database,
+/proc readings.
 
 Every process is started with ``start`` and must be ended with ``stop``; the caller keeps the list.
 """
@@ -203,3 +204,19 @@ def seed(upstream_port: int) -> str:
     _, key = create_key("bench", None)
     bump_routing_version()
     return str(key)
+
+
+def fresh_database(url: str) -> str:
+    """``url`` (postgres://…/NAME) after dropping and creating NAME again, or "" for no URL. Raises SystemExit
+    for a name without "bench" in it: this drops the database."""
+    if not url:
+        return ""
+    base, _, name = url.rpartition("/")
+    if "bench" not in name:
+        raise SystemExit(f"--database-url: {name!r} has no 'bench' in its name; it would be dropped")
+    import psycopg
+
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url

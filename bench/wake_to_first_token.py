@@ -35,10 +35,9 @@ from pathlib import Path
 import httpx
 import openai
 from capacity_vs_clients import MODEL_DIR, VLLM_PYTHON, stop_engines
-from gateway_overhead import fresh_database
 from loadgen import pct
 from panel_vs_clients import deploy, hearth_env, login, routed, stop_all, up
-from procs import ROOT, stop
+from procs import ROOT, fresh_database, stop
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]
 MAX_TOKENS = 16
