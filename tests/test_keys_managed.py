@@ -3,6 +3,7 @@ and revoked; a new secret shown once, never kept readable in the session or Redi
 
 import json
 import re
+import socket
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -15,7 +16,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from appliance.redis_keys import redis_key
-from console.access import key_format, keys, members
+from console.access import key_format, keys, members, shown_once
 from console.access.models import ApiKey, Member
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
@@ -151,6 +152,23 @@ def test_a_new_key_is_shown_once_and_never_readable_in_the_session_or_redis(mia:
 def test_with_redis_unreachable_no_key_is_made_and_the_page_says_why(mia: Client) -> None:
     resp = mia.post("/keys/", {"name": "laptop"})
     assert resp.status_code == 200 and "Redis cannot be reached, so no key was made" in resp.content.decode()
+    assert not ApiKey.objects.exists()
+
+
+def test_with_redis_silent_no_key_is_made_and_the_page_answers_in_its_timeout(
+    mia: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis that accepts and never answers (hung, or a network that drops): the key's page says so once the
+    timeout passes, rather than hanging; the page that shows a secret finds none."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setattr(shown_once, "REDIS_TIMEOUT", 0.3)
+    try:
+        with override_settings(REDIS_URL=f"redis://127.0.0.1:{silent.getsockname()[1]}/0"):
+            resp = mia.post("/keys/", {"name": "laptop"})
+            assert resp.status_code == 200 and "Redis cannot be reached, so no key was made" in resp.content.decode()
+            assert shown_once.take("x" * 43) is None
+    finally:
+        silent.close()
     assert not ApiKey.objects.exists()
 
 

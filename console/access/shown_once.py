@@ -19,6 +19,11 @@ from appliance.redis_keys import redis_key
 from console.errors import ConsoleError
 
 SHOWN_TTL = 120  # seconds between the POST and its redirected page
+REDIS_TIMEOUT = 5.0  # seconds to connect, and for an answer: a Redis that hangs fails the page, not holds it for ever
+
+
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT)
 
 
 def _redis_key(token: str) -> str:
@@ -28,13 +33,13 @@ def _redis_key(token: str) -> str:
 def keep(secret: str) -> str:
     """Keep ``secret`` for one showing; returns the token for the page's URL (43 URL-safe characters).
 
-    Raises ConsoleError when Redis cannot be reached.
+    Raises ConsoleError when Redis cannot be reached or does not answer within REDIS_TIMEOUT seconds.
     """
     raw = secrets.token_bytes(32)
     token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
     sealed = Fernet(base64.urlsafe_b64encode(raw)).encrypt(secret.encode())
     try:
-        redis.Redis.from_url(settings.REDIS_URL).set(_redis_key(token), sealed, ex=SHOWN_TTL)
+        _client().set(_redis_key(token), sealed, ex=SHOWN_TTL)
     except redis.RedisError:
         raise ConsoleError("Redis cannot be reached, so no key was made; try again in a moment.") from None
     return token
@@ -45,7 +50,7 @@ def take(token: str) -> str | None:
     if not 40 <= len(token) <= 50:
         return None
     try:
-        sealed = redis.Redis.from_url(settings.REDIS_URL).getdel(_redis_key(token))
+        sealed = _client().getdel(_redis_key(token))
         raw = base64.urlsafe_b64decode(token + "=")
     except (redis.RedisError, ValueError):
         return None
