@@ -21,15 +21,17 @@ from console.alerts import delivery
 from console.alerts.evaluate import evaluate
 from console.alerts.models import Alert, AlertRule, Delivery, Destination
 from console.alerts.rules import KINDS, rules
+from console.audit.models import AuditEntry
 from console.deployments.models import Deployment
 from console.observability.models import RequestLog, ServiceLevel
 from console.observability.spent import key_counters, periods
 from tests.alert_receivers import Mailbox, Webhook, smtp, webhook
-from tests.conftest import serving
+from tests.conftest import free_port, serving
 
 pytestmark = pytest.mark.django_db
 __all__ = ["smtp", "webhook"]  # fixtures
 SECRET = "T000/B000/XXXXsecretXXXX"
+TO = "o@p.co"
 
 
 def sent(now: float) -> list[Delivery]:
@@ -222,6 +224,50 @@ def test_the_destination_keeps_its_webhook_unless_told_and_refuses_a_bad_address
     assert "not an address is not an email address." in page and SECRET not in page
     admin.post("/alerts/destination/", {"clear_webhook": "1", "email_to": ""})
     assert Destination.current().webhook_url == ""
+
+
+def test_an_admin_sends_a_test_to_each_destination_and_the_page_says_what_each_did(
+    admin: Client, client: Client, member: object, webhook: Webhook, smtp: tuple[Mailbox, int]
+) -> None:
+    """The Alerts page's "Send a test": the webhook gets a hearth.alert/1 body with the event "test", the mailbox a
+    message saying so; no alert or delivery is made, and the audit log has the outcome."""
+    box, port = smtp
+    page = admin.get("/alerts/").content.decode()
+    assert "Send a test" not in page  # nothing set up to test
+    assert "Nothing to test" in admin.post("/alerts/test/", follow=True).content.decode()
+    Destination.objects.update_or_create(pk=1, defaults={"webhook_url": f"{webhook.url}/{SECRET}", "email_to": TO})
+    assert "Send a test" in admin.get("/alerts/").content.decode()
+    with email_settings(port):
+        page = admin.post("/alerts/test/", follow=True).content.decode()
+    assert f"Test sent by webhook ({webhook.url}/…): it was accepted." in page
+    assert "Test sent by email (o@p.co): the SMTP server accepted it." in page
+    [(path, body)] = webhook.posts
+    assert path == f"/{SECRET}" and body["schema"] == "hearth.alert/1" and body["event"] == "test"
+    assert body["alert"]["kind"] == "test" and body["text"].startswith("[Hearth] TEST: ")
+    [mail] = box.messages
+    assert mail["To"] == "o@p.co" and str(mail["Subject"]).startswith("[Hearth] TEST: ")
+    assert not Alert.objects.exists() and not Delivery.objects.exists()
+    entry = AuditEntry.objects.filter(action="alerts.test").get()
+    assert entry.changes == {"webhook": "sent", "email": "sent"} and SECRET not in page
+    client.force_login(member)  # type: ignore[arg-type]
+    assert client.post("/alerts/test/").status_code == 403 and len(webhook.posts) == 1
+
+
+def test_a_test_that_fails_says_why_without_the_webhooks_secret(
+    admin: Client, webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    Destination.objects.update_or_create(pk=1, defaults={"webhook_url": f"{webhook.url}/{SECRET}", "email_to": TO})
+    webhook.failures = [500]
+    closed = free_port()  # no SMTP server there
+    with email_settings(closed), caplog.at_level(logging.WARNING):
+        page = admin.post("/alerts/test/", follow=True).content.decode()
+    assert f"The test by webhook ({webhook.url}/…) failed: {webhook.url}/… answered 500" in page
+    assert f"The test by email (o@p.co) failed at the SMTP server 127.0.0.1:{closed}: ConnectionRefusedError" in page
+    assert webhook.failures == [] and not Delivery.objects.exists()
+    changes = AuditEntry.objects.get(action="alerts.test").changes
+    assert changes["webhook"] == f"{webhook.url}/… answered 500" and changes["email"].startswith("ConnectionRefused")
+    for said in (page, caplog.text, json.dumps(changes)):
+        assert SECRET not in said
 
 
 def test_the_header_lists_what_fires_on_every_page_until_it_resolves(admin: Client) -> None:

@@ -199,7 +199,8 @@ def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
     accounting check: tests/test_charge_check.py; deployment.sleep, .idle_policy by tests/test_idle_settings.py,
     deployment.wake and .stop_idle by the worker: tests/test_sleep_live.py; deployment.make_room by the worker:
     tests/test_room_live.py; weights.free by tests/test_weights_cache.py; deployment.price by tests/test_money.py;
-    batch.cancel by tests/test_batches_page.py; alerts.rule and .destination by tests/test_alert_conditions.py."""
+    batch.cancel by tests/test_batches_page.py; alerts.rule and .destination by tests/test_alert_conditions.py;
+    alerts.test by tests/test_alerts.py."""
     tested = {
         "key.create",
         "key.limits",
@@ -240,6 +241,7 @@ def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
         "batch.cancel",
         "alerts.rule",
         "alerts.destination",
+        "alerts.test",
     }
     assert set(ACTIONS) == tested
 

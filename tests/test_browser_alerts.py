@@ -1,6 +1,7 @@
 """The Alerts page and the header's alert list in headless Chromium, from the session's real web server: a firing
 alert listed in every page's header, the page's tables (firing, rules, a failed delivery), an admin tuning a rule
-through its form, the webhook shown as scheme and host only, and nothing the Content-Security-Policy refuses.
+through its form, a test sent to the destinations, the webhook shown as scheme and host only, and nothing the
+Content-Security-Policy refuses.
 Screenshots go to the test's folder (and HEARTH_SCREENSHOTS, when set)."""
 
 import time
@@ -68,8 +69,15 @@ def test_the_header_lists_a_firing_alert_and_the_page_shows_rules_failures_and_n
         assert AlertRule.objects.get(kind="kv_cache_high").threshold == 0.75
         shot = tmp_path / "alerts.png"
         page.screenshot(path=str(shot), full_page=True)
+        posts = len(webhook.posts)
+        page.get_by_role("button", name="Send a test").click()
+        expect(page.get_by_text(f"Test sent by webhook ({webhook.url}/…): it was accepted.")).to_be_visible()
+        expect(page.get_by_text("The test by email (ops@example.com) failed at the SMTP server")).to_be_visible()
+        assert webhook.bodies()[posts:][0]["event"] == "test"
+        page.screenshot(path=str(tmp_path / "alerts-test.png"))
         keep(shot)
         keep(tmp_path / "alerts-header.png")
+        keep(tmp_path / "alerts-test.png")
         assert SECRET not in page.content() and "hooks" not in page.content()
         assert errors == []
     finally:

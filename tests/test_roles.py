@@ -95,6 +95,7 @@ PAGES = {
     "alerts:page": ("AMV", ""),
     "alerts:rule": ("", "A"),
     "alerts:destination": ("", "A"),
+    "alerts:test": ("", "A"),
     "usage:page": ("AMV", ""),
     "usage:export_csv": ("AMV", ""),
     "batches:list": ("AMV", ""),

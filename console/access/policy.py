@@ -79,6 +79,7 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "alerts:page": (ALL, NOBODY),  # what fires, the rules and where alerts go (the webhook as scheme and host)
     "alerts:rule": (NOBODY, ADMINS),
     "alerts:destination": (NOBODY, ADMINS),
+    "alerts:test": (NOBODY, ADMINS),  # a test sent to the destinations set up
     "usage:page": (ALL, NOBODY),  # members see their own keys' usage
     "usage:export_csv": (ALL, NOBODY),
     "batches:list": (ALL, NOBODY),  # members see their own keys' batches (console.batches.views)

@@ -4,12 +4,13 @@ are ever logged, stored in an error or shown (``shown_url``).
 
 The webhook body (schema version 1, stable: fields are only ever added)::
 
-    {"schema": "hearth.alert/1", "event": "fired" | "repeated" | "resolved",
+    {"schema": "hearth.alert/1", "event": "fired" | "repeated" | "resolved" | "test",
      "alert": {"id": int, "kind": str, "title": str, "subject": str, "message": str,
                "since": ISO 8601, "fired_at": ISO 8601 | null, "resolved_at": ISO 8601 | null},
      "console_url": str ("" without HEARTH_HOSTNAME), "text": str}
 
-``text`` is one line for a Slack or Mattermost incoming webhook, which post it as it is.
+``text`` is one line for a Slack or Mattermost incoming webhook, which post it as it is. A test an admin sends from
+the Alerts page (``send_test``) has the event "test", an alert of kind "test" with id 0, and is tried once, at once.
 """
 
 import logging
@@ -103,9 +104,47 @@ def attempt(delivery_id: int) -> float | None:
     return BACKOFF * 2.0 ** (int(d.attempts) - 1)
 
 
+def body_for_test() -> dict[str, object]:
+    """The webhook's JSON body for a test of the destinations (module docstring): no alert fired."""
+    now = _iso(timezone.now())
+    console = f"https://{settings.HEARTH_HOSTNAME}/alerts/" if settings.HEARTH_HOSTNAME else ""
+    said = "A test sent from the Alerts page: this destination gets Hearth's alerts. No alert fired."
+    alert = {"id": 0, "kind": "test", "title": "Test", "subject": "alert destinations", "message": said}
+    return {
+        "schema": SCHEMA,
+        "event": "test",
+        "alert": {**alert, "since": now, "fired_at": now, "resolved_at": None},
+        "console_url": console,
+        "text": f"[Hearth] TEST: {said}",
+    }
+
+
+def send_test(destination: Destination) -> list[tuple[str, str]]:
+    """Send a test (``body_for_test``) to each channel set up, once each, now (a webhook answers within TIMEOUT seconds;
+    an SMTP server within EMAIL_TIMEOUT): ``[(channel, "")]`` for a channel that took it, ``[(channel, why)]`` for one
+    that did not, the reason in words without the webhook's secret. Nothing is kept but the caller's audit entry."""
+    payload, results = body_for_test(), []
+    for channel, on in ((Channel.WEBHOOK, destination.webhook_url), (Channel.EMAIL, destination.email_to)):
+        if not on:
+            continue
+        try:
+            _deliver(channel, payload, destination)
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            log.warning("a test of the alert destinations by %s failed: %s", channel, _words(exc, destination))
+            results.append((str(channel), _words(exc, destination)))
+        else:
+            results.append((str(channel), ""))
+    return results
+
+
 def _send(d: Delivery, destination: Destination) -> None:
-    payload = body(d)
-    if d.channel == Channel.WEBHOOK:
+    _deliver(Channel(d.channel), body(d), destination)
+
+
+def _deliver(channel: Channel, payload: dict[str, object], destination: Destination) -> None:
+    """``payload`` (``body`` or ``body_for_test``) to ``channel``; raises what the webhook or SMTP server raised, or
+    ValueError for a webhook answering 3xx to 5xx or a channel no longer set up."""
+    if channel == Channel.WEBHOOK:
         if not destination.webhook_url:
             raise ValueError("no webhook URL is set any more")
         resp = httpx.post(destination.webhook_url, json=payload, timeout=TIMEOUT, follow_redirects=False)

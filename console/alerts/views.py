@@ -1,5 +1,6 @@
 """The Alerts page: what fires now and what resolved lately, each rule with its default (admins tune them), where
-alerts go (the webhook shown as scheme and host only) and the deliveries that failed."""
+alerts go (the webhook shown as scheme and host only; admins set them and send a test) and the deliveries that
+failed."""
 
 from django.conf import settings
 from django.contrib import messages
@@ -10,7 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from console.alerts.delivery import shown_url
+from console.alerts.delivery import send_test, shown_url
 from console.alerts.forms import DestinationForm, RuleForm
 from console.alerts.models import Alert, Delivery, Destination
 from console.alerts.rules import KINDS, rules
@@ -92,4 +93,28 @@ def set_destination(request: HttpRequest) -> HttpResponse:
         messages.error(
             request, "Not saved: " + " ".join(" ".join(str(e) for e in errs) for errs in form.errors.values())
         )
+    return redirect("alerts:page")
+
+
+@login_required
+@require_POST
+def send_test_alert(request: HttpRequest) -> HttpResponse:
+    """Send a test to each destination set up, now, and say on the page what each did with it."""
+    destination = Destination.current()
+    if not destination.webhook_url and not destination.email_to:
+        messages.error(request, "Nothing to test: set a webhook URL or an email address first.")
+        return redirect("alerts:page")
+    results = send_test(destination)
+    shown = {"webhook": shown_url(destination.webhook_url), "email": destination.email_to}
+    record(None, "alerts.test", destination, {channel: why or "sent" for channel, why in results})
+    for channel, why in results:
+        if why and channel == "email":
+            server = f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+            messages.error(request, f"The test by email ({shown[channel]}) failed at the SMTP server {server}: {why}")
+        elif why:
+            messages.error(request, f"The test by webhook ({shown[channel]}) failed: {why}")
+        elif channel == "webhook":
+            messages.success(request, f"Test sent by webhook ({shown[channel]}): it was accepted.")
+        else:
+            messages.success(request, f"Test sent by email ({shown[channel]}): the SMTP server accepted it.")
     return redirect("alerts:page")

@@ -55,6 +55,7 @@ ACTIONS = {
     "batch.cancel": "batch cancelled (on the Batches page)",
     "alerts.rule": "alert rule tuned",
     "alerts.destination": "alert destinations changed (a webhook shown as its scheme and host only)",
+    "alerts.test": "a test sent to the alert destinations (each channel: sent, or why not)",
     "signin": "signed in",
     "signin.failed": "sign-in failed",
     "signin.lockout": "locked out after failed sign-ins",
