@@ -222,8 +222,16 @@ def test_the_destination_keeps_its_webhook_unless_told_and_refuses_a_bad_address
     assert found.webhook_url.endswith(SECRET) and found.email_to == "a@b.co, c@d.co"
     page = admin.post("/alerts/destination/", {"email_to": "not an address"}, follow=True).content.decode()
     assert "not an address is not an email address." in page and SECRET not in page
+    admin.post("/alerts/destination/", {"webhook_url": "https://hooks.example.com/T1/B1/other", "email_to": ""})
     admin.post("/alerts/destination/", {"clear_webhook": "1", "email_to": ""})
     assert Destination.current().webhook_url == ""
+    said = [e.changes.get("webhook_url") for e in AuditEntry.objects.filter(action="alerts.destination").order_by("pk")]
+    assert said == [
+        ["none", "https://hooks.example.com/…"],
+        None,  # kept (the refused address after it is not recorded)
+        ["https://hooks.example.com/…", "https://hooks.example.com/… (another path)"],  # the secret changed, unsaid
+        ["https://hooks.example.com/…", "none"],
+    ]
 
 
 def test_an_admin_sends_a_test_to_each_destination_and_the_page_says_what_each_did(

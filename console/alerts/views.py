@@ -85,7 +85,8 @@ def set_destination(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         changes = form_changes(form)
         if "webhook_url" in changes:  # a secret: whether it was set, never what
-            changes["webhook_url"] = [shown_url(url) or "none" for url in changes["webhook_url"]]
+            before, after = (shown_url(url or "") or "none" for url in changes["webhook_url"])
+            changes["webhook_url"] = [before, f"{after} (another path)" if after == before else after]
         with transaction.atomic():
             record(None, "alerts.destination", form.save(), changes)
         messages.success(request, "Alert destinations saved.")
