@@ -69,33 +69,90 @@ def clean(text: str, what: str) -> str:
 
 # vLLM's words for a request its pydantic model refused ("2 validation errors:\n  {'type': 'missing', 'loc':
 # 'body.messages', 'msg': 'Field required', 'input': ...}\n  {...}", param "body.messages": each error one Python dict
-# on its line; tests/data/vllm-0.32.0-cpu-validation-errors.json), and the suffix its own checks add to a message
-# that names its parameter ("temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)")
+# on its line, ten at most and then "...and 9 more errors"; tests/data/vllm-0.32.0-cpu-validation-errors.json), or
+# pydantic's own text for a part it validated inside ("7 validation errors for ValidatorIterator\n0.File.type\n  Input
+# should be 'file' [type=literal_error, …]\n    For further information visit …"), and the suffix its own checks add
+# to a message that names its parameter ("temperature must be non-negative, got -1.0. (parameter=temperature,
+# value=-1.0)"). A field that takes one of several shapes (a union: a message is a developer, system, user …
+# message) has its errors under each shape's class name in the location (``messages.0.ChatCompletionUserMessageParam
+# .content``; tests/data/vllm-0.32.0-cpu-union-errors.json).
 VALIDATION_ERRORS = re.compile(r"\d+ validation errors?:\n")
-PARAMETER_SUFFIX = re.compile(r" \(parameter=[A-Za-z_][\w.]*, value=[^()]*\)$")
+PYDANTIC_ERRORS = re.compile(r"\d+ validation errors? for \w+\n")
+MORE_ERRORS = re.compile(r"\.\.\.and \d+ more errors?$")
+UNION_MEMBER = re.compile(r"[A-Z]\w*$")  # a shape's class name in a location; OpenAI's fields are snake_case
+PARAMETER_SUFFIX = re.compile(r" \(parameter=[A-Za-z_][\w.]*(?:, value=[^()]*)?\)$")
+Refusal = tuple[list[str], str, str]  # one error: its location's parts, its words, its pydantic type
 
 
 def readable(message: str, param: object) -> tuple[str, object]:
     """An engine's error ``message`` and ``param`` as a client reads them: vLLM's dump of pydantic errors as one
     sentence per field, named as the client wrote it ("messages: Field required; temperature: Input should be a
     valid number, unable to parse string as a number", param "messages"), its parameter suffix dropped (the
-    param says it); any other message as it was. A param is named as the client wrote it ("body.x" → "x")."""
+    param says it); any other message as it was. A param is named as the client wrote it ("body.x" → "x").
+
+    A union's errors are condensed: the shapes that refused the field that tells them apart (a ``role`` or
+    ``type`` of another value: a ``literal_error``) are left out, the shapes' class names dropped from the
+    locations, and each location's words said once ("messages.0.content: Input should be a valid string, or Input
+    should be iterable" for a user message with a null content, against vLLM's 19 errors)."""
     param = param.removeprefix("body.") if isinstance(param, str) else param
     if VALIDATION_ERRORS.match(message):
-        found = []
-        for line in message.splitlines()[1:]:
-            try:
-                error = ast.literal_eval(line.strip())
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                return message, param
-            if not isinstance(error, dict) or not isinstance(error.get("msg"), str):
-                return message, param
-            found.append((str(error.get("loc", "")).removeprefix("body").lstrip("."), error["msg"]))
-        if not found:
-            return message, param
-        fields = [f"{where}: {msg}" if where else msg for where, msg in found]
-        return "; ".join(fields), found[0][0] or None
-    return PARAMETER_SUFFIX.sub("", message), param
+        refusals = _listed(message)
+    elif PYDANTIC_ERRORS.match(message):
+        refusals = _pydantic_text(message)
+    else:
+        return PARAMETER_SUFFIX.sub("", message), param
+    if not refusals:
+        return message, param
+    fields = _condensed(refusals)
+    return "; ".join(f"{where}: {words}" if where else words for where, words in fields), fields[0][0] or None
+
+
+def _listed(message: str) -> list[Refusal] | None:
+    """vLLM's dump, one error a line; None when a line is not one (the message is then passed on as it came)."""
+    found = []
+    for line in message.splitlines()[1:]:
+        if MORE_ERRORS.match(line.strip()):
+            continue
+        try:
+            error = ast.literal_eval(line.strip())
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if not isinstance(error, dict) or not isinstance(error.get("msg"), str):
+            return None
+        where = str(error.get("loc", "")).removeprefix("body").lstrip(".")
+        found.append((where.split(".") if where else [], error["msg"], str(error.get("type", ""))))
+    return found
+
+
+def _pydantic_text(message: str) -> list[Refusal] | None:
+    """pydantic's text: a location's line, its error's words indented two spaces (``… [type=kind, …]``), a link
+    indented four; None when the text is not that."""
+    found: list[Refusal] = []
+    where: list[str] | None = None
+    for line in message.splitlines()[1:]:
+        if not line.startswith(" "):
+            where = line.strip().split(".")
+        elif not line.startswith("   ") and where is not None:
+            words, _, kind = line.strip().partition(" [type=")
+            found.append((where, words, kind.partition(",")[0]))
+    return found or None
+
+
+def _condensed(refusals: list[Refusal]) -> list[tuple[str, str]]:
+    """Each location (without the union's class names) with its words once, in order: the errors of a shape that
+    refused the field telling the shapes apart are left out, unless every error is such a shape's."""
+
+    def shapes(where: list[str]) -> list[tuple[str, ...]]:
+        return [tuple(where[: at + 1]) for at, part in enumerate(where) if UNION_MEMBER.match(part)]
+
+    refused = {shape for where, _, kind in refusals if kind == "literal_error" for shape in shapes(where)}
+    kept = [error for error in refusals if not refused.intersection(shapes(error[0]))] or refusals
+    said: dict[str, list[str]] = {}
+    for where, words, _ in kept:
+        listed = said.setdefault(".".join(part for part in where if not UNION_MEMBER.match(part)), [])
+        if not any(words.startswith(other) for other in listed):
+            listed.append(words)
+    return [(where, ", or ".join(words)) for where, words in said.items()]
 
 
 class StreamScrubber:

@@ -101,6 +101,31 @@ def test_vllms_validation_errors_read_as_one_sentence_a_field_named_as_the_clien
     assert (error["error"]["message"], error["error"]["param"]) == (message, param)
 
 
+VLLM_UNION_REFUSALS = json.loads((ROOT / "tests/data/vllm-0.32.0-cpu-union-errors.json").read_text())["cases"]
+NOT_A_STRING = "Input should be a valid string"
+
+
+@pytest.mark.parametrize(
+    ("case", "message", "param"),
+    [
+        ("content_null", f"messages.0.content: {NOT_A_STRING}, or Input should be iterable", "messages.0.content"),
+        ("message_not_an_object", "messages.0: Input should be a valid dictionary", "messages.0"),
+        ("content_part_without_text", "0.text: Field required", None),  # a part's place, not a request field
+        ("completions_prompt_a_number", f"prompt: Input should be a valid list, or {NOT_A_STRING}", "prompt"),
+        ("tool_choice_a_number", "When using `tool_choice`, `tools` must be set.", "tool_choice"),
+        ("completions_prompt_missing", "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"),
+    ],
+)  # fmt: skip
+def test_vllms_errors_for_a_field_of_several_shapes_are_said_once_for_the_shape_the_client_meant(
+    case: str, message: str, param: str | None
+) -> None:
+    """A user message with a null content: vLLM's 19 errors (each message shape's, ten shown and "...and 9 more
+    errors") read as the one field's two; the shapes whose ``role`` or ``type`` differs are left out."""
+    answered = VLLM_UNION_REFUSALS[case]
+    error = json.loads(engine_error(answered["status"], json.dumps(answered["body"]).encode()).body(Surface.OPENAI))
+    assert (error["error"]["message"], error["error"]["param"]) == (message, param)
+
+
 def test_a_dump_that_is_not_vllms_shape_is_passed_on_as_it_came() -> None:
     raw = json.dumps({"error": {"message": "1 validation error:\n  not a dict at all", "param": "body.x"}})
     error = json.loads(engine_error(400, raw.encode()).body(Surface.OPENAI))["error"]
