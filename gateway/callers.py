@@ -24,7 +24,8 @@ def offered_keys(scope: Scope) -> list[str]:
     bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
     keys = [k for k in (headers.get(b"x-api-key", b"").decode("latin-1").strip(), bearer) if k]
     if not keys:
-        raise errors.missing_key()
+        scheme = auth.split(None, 1)[:1]
+        raise errors.missing_key(unschemed=bool(scheme) and scheme[0].lower() != "bearer")
     return keys
 
 

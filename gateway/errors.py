@@ -62,9 +62,12 @@ def nested_too_deeply() -> GatewayError:
     return GatewayError(400, "The request body is JSON nested too deeply.")
 
 
-def missing_key() -> GatewayError:
+def missing_key(unschemed: bool = False) -> GatewayError:
+    """No key offered; ``unschemed``: an Authorization header came without its ``Bearer`` scheme (the key pasted
+    alone), which the message says, without its value."""
+    said = "An Authorization header came without 'Bearer ' before the key." if unschemed else "No API key given."
     return GatewayError(
-        401, "No API key given. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", code="missing_api_key"
+        401, f"{said} Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", code="missing_api_key"
     )
 
 
