@@ -275,6 +275,10 @@ def test_the_request_log_page_filters_by_outcome(admin: Client) -> None:
     assert admin.get("/requests/").text.count('data-field="outcome"') == 4
     cut = admin.get("/requests/?outcome=length").text
     assert cut.count('data-field="outcome">length') == 1 and "/v1/responses" in cut
+    assert '<small class="muted">max_output_tokens</small>' in cut  # the API's own word, beside the outcome
+    log_row("llama", finish_reason="length")
+    cut = admin.get("/requests/?outcome=length").text
+    assert cut.count('data-field="outcome">length</td>') == 1  # not "length length" (a fresh user's trial)
 
 
 def test_a_request_whose_client_left_before_any_answer_shows_no_status_not_zero(admin: Client) -> None:

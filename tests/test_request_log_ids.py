@@ -129,11 +129,14 @@ def test_a_limit_the_gateway_fitted_to_the_context_shows_on_the_page_and_in_the_
 def test_a_request_held_for_its_engines_wake_says_how_long_on_the_page_and_in_the_csv(
     admin: Client, rows: tuple[RequestLog, RequestLog]
 ) -> None:
-    RequestLog.objects.filter(request_id=OURS).update(woke_engine=True, wake_seconds=0.9)
+    RequestLog.objects.filter(request_id=OURS).update(woke_engine=True, wake_seconds=0.9, duration_seconds=65.86557259)
     page = admin.get("/requests/").content.decode()
     assert page.count('data-field="woke"') == 1 and "held 900 ms for its engine's wake" in page
     table = csv.DictReader(io.StringIO(b"".join(admin.get("/requests/export.csv").streaming_content).decode()))  # type: ignore[attr-defined]
-    assert {r["request_id"]: r["wake_seconds"] for r in table} == {OURS: "0.9", "b" * 32: ""}
+    assert {r["request_id"]: (r["wake_seconds"], r["duration_seconds"]) for r in table} == {
+        OURS: ("0.9", "65.866"),  # to the millisecond (a fresh user's trial found the float's 17 digits)
+        "b" * 32: ("", "0.5"),
+    }
 
 
 @pytest.mark.django_db

@@ -19,9 +19,9 @@ from console.spreadsheet import safe_cell
 from console.templatetags.usd_amounts import usd_text
 
 NO_PRICE = "—"
-# the export's header; times in UTC (ISO 8601), durations in seconds, cost in USD; the class the request ran at
-# (console.access.models.Priority) and, for a Batch API line, its batch's id; why it failed, as its client was told;
-# the max_tokens the gateway fitted it to; the seconds it was held for its engine's wake (empty: none)
+# the export's header; times in UTC (ISO 8601), durations in seconds to the millisecond, cost in USD; the class the
+# request ran at (console.access.models.Priority) and, for a Batch API line, its batch's id; why it failed, as its
+# client was told; the max_tokens the gateway fitted it to; the seconds it was held for its engine's wake (empty: none)
 CSV_COLUMNS = (
     "time_utc",
     "request_id",
@@ -90,15 +90,20 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         r.prompt_tokens,
         r.completion_tokens,
         r.cached_tokens,
-        r.ttft_seconds,
-        r.duration_seconds,
+        _seconds(r.ttft_seconds),
+        _seconds(r.duration_seconds),
         "" if r.cost_usd is None else format(r.cost_usd.normalize(), "f"),
         r.priority,
         r.batch_id,
         r.error,
         "" if r.max_tokens_fitted is None else r.max_tokens_fitted,
-        r.wake_seconds if r.woke_engine and r.wake_seconds is not None else "",
+        _seconds(r.wake_seconds) if r.woke_engine else "",
     )
+
+
+def _seconds(value: float | None) -> float | str:
+    """Seconds to the millisecond ("65.866", not the float's "65.86557259200026"); "" for none."""
+    return "" if value is None else round(value, 3)
 
 
 def _taken(out: io.StringIO) -> str:
