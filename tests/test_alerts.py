@@ -244,7 +244,11 @@ def test_an_admin_sends_a_test_to_each_destination_and_the_page_says_what_each_d
     assert "Send a test" not in page  # nothing set up to test
     assert "Nothing to test" in admin.post("/alerts/test/", follow=True).content.decode()
     Destination.objects.update_or_create(pk=1, defaults={"webhook_url": f"{webhook.url}/{SECRET}", "email_to": TO})
-    assert "Send a test" in admin.get("/alerts/").content.decode()
+    page = admin.get("/alerts/").content.decode()
+    assert "Send a test" in page and f"through the SMTP server <code>{settings.EMAIL_HOST}:" in page
+    assert "Messages carry no link to this page while <code>HEARTH_HOSTNAME</code> is unset" in page
+    with override_settings(HEARTH_HOSTNAME="hearth.example.com"):
+        assert 'data-field="no-console-url"' not in admin.get("/alerts/").content.decode()
     with email_settings(port):
         page = admin.post("/alerts/test/", follow=True).content.decode()
     assert f"Test sent by webhook ({webhook.url}/…): it was accepted." in page
@@ -270,7 +274,8 @@ def test_a_test_that_fails_says_why_without_the_webhooks_secret(
     with email_settings(closed), caplog.at_level(logging.WARNING):
         page = admin.post("/alerts/test/", follow=True).content.decode()
     assert f"The test by webhook ({webhook.url}/…) failed: {webhook.url}/… answered 500" in page
-    assert f"The test by email (o@p.co) failed at the SMTP server 127.0.0.1:{closed}: ConnectionRefusedError" in page
+    server = f"the SMTP server 127.0.0.1:{closed} (EMAIL_HOST and EMAIL_PORT in .env; docs/alerts.md)"
+    assert f"The test by email (o@p.co) failed at {server}: ConnectionRefusedError" in page
     assert webhook.failures == [] and not Delivery.objects.exists()
     changes = AuditEntry.objects.get(action="alerts.test").changes
     assert changes["webhook"] == f"{webhook.url}/… answered 500" and changes["email"].startswith("ConnectionRefused")

@@ -32,6 +32,8 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         "rules": [(KINDS[k], rule, RuleForm(instance=rule, prefix=k)) for k, rule in found.items()],
         "webhook_shown": shown_url(destination.webhook_url),
         "email_to": destination.email_to,
+        "smtp_server": f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}",
+        "console_url": settings.HEARTH_HOSTNAME,
         "failures": [
             (_title(d.alert.rule.kind), d)
             for d in Delivery.objects.exclude(last_error="")
@@ -111,7 +113,11 @@ def send_test_alert(request: HttpRequest) -> HttpResponse:
     for channel, why in results:
         if why and channel == "email":
             server = f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
-            messages.error(request, f"The test by email ({shown[channel]}) failed at the SMTP server {server}: {why}")
+            messages.error(
+                request,
+                f"The test by email ({shown[channel]}) failed at the SMTP server {server} (EMAIL_HOST and EMAIL_PORT "
+                f"in .env; docs/alerts.md): {why}",
+            )
         elif why:
             messages.error(request, f"The test by webhook ({shown[channel]}) failed: {why}")
         elif channel == "webhook":
