@@ -5,7 +5,7 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
-from django.contrib.auth.password_validation import validate_password
+from django.contrib.auth.password_validation import password_validators_help_text_html, validate_password
 from django.core.validators import MaxLengthValidator
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
@@ -46,8 +46,12 @@ class KeyLimitsFields(forms.Form):
         required=False, min_value=1, label="max_tokens cap", help_text="Tokens per request; empty: no cap."
     )
     requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: unlimited.")
-    tokens_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion.")
-    tokens_per_day = forms.IntegerField(required=False, min_value=1, help_text="Prompt + completion, per UTC day.")
+    tokens_per_minute = forms.IntegerField(
+        required=False, min_value=1, help_text="Prompt + completion. Empty: unlimited."
+    )
+    tokens_per_day = forms.IntegerField(
+        required=False, min_value=1, help_text="Prompt + completion, per UTC day. Empty: unlimited."
+    )
     max_concurrent = forms.IntegerField(
         required=False,
         min_value=1,
@@ -121,7 +125,12 @@ class LoginForm(AuthenticationForm):
 
 class SetupForm(forms.Form):
     username = forms.CharField(max_length=150)
-    password = forms.CharField(widget=forms.PasswordInput, min_length=8, max_length=128)
+    password = forms.CharField(
+        widget=forms.PasswordInput,
+        min_length=8,
+        max_length=128,
+        help_text=password_validators_help_text_html(),  # the rules, as the password page lists them
+    )
 
     def clean_password(self) -> str:
         password: str = self.cleaned_data["password"]

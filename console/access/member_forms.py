@@ -8,6 +8,8 @@ from console.access.forms import INT_NAMES, split_models, usd_field
 from console.access.key_limits import MAX_DAYS
 from console.access.models import PRIORITY_HELP, Priority, Role
 
+UNLIMITED = "Empty: unlimited."
+
 
 class MemberAddForm(forms.Form):
     username = forms.CharField(max_length=150)
@@ -25,15 +27,24 @@ class MemberForm(forms.Form):
     allowed_models = forms.CharField(
         required=False, max_length=2000, help_text="Served model names their keys may use, comma-separated; empty: any."
     )
-    max_tokens_cap = forms.IntegerField(required=False, min_value=1, label="max_tokens cap per key")
-    requests_per_minute = forms.IntegerField(required=False, min_value=1, label="Requests per minute per key")
-    tokens_per_minute = forms.IntegerField(required=False, min_value=1, label="Tokens per minute per key")
-    tokens_per_day = forms.IntegerField(required=False, min_value=1, label="Tokens per day per key")
+    max_tokens_cap = forms.IntegerField(
+        required=False, min_value=1, label="max_tokens cap per key", help_text="Tokens per request. Empty: no cap."
+    )
+    requests_per_minute = forms.IntegerField(
+        required=False, min_value=1, label="Requests per minute per key", help_text=UNLIMITED
+    )
+    tokens_per_minute = forms.IntegerField(
+        required=False, min_value=1, label="Tokens per minute per key", help_text=f"Prompt + completion. {UNLIMITED}"
+    )
+    tokens_per_day = forms.IntegerField(
+        required=False, min_value=1, label="Tokens per day per key", help_text=f"Per UTC day. {UNLIMITED}"
+    )
     max_concurrent = forms.IntegerField(
         required=False,
         min_value=1,
         label="Requests at once per key",
-        help_text="Requests (streams included) each key may have open at the same time; the next is refused (429).",
+        help_text="Requests (streams included) each key may have open at the same time; the next is refused (429). "
+        + UNLIMITED,
     )
     max_key_days = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_DAYS, label="Keys expire within (days)", help_text="Empty: never."
