@@ -269,3 +269,14 @@ def test_entries_older_than_the_retention_are_pruned() -> None:
     with override_settings(HEARTH_AUDIT_RETENTION_DAYS=365):
         assert prune_audit_log() == 1
     assert list(AuditEntry.objects.values_list("pk", flat=True)) == [recent.pk]
+
+
+def test_an_edit_from_or_to_nothing_reads_none_on_the_page() -> None:
+    """A fresh user's trial: an email destination set from empty read "email_to: → a@b.co"."""
+    entry = AuditEntry(changes={"email_to": ["", "a@b.co"], "limit": [5, None], "note": None, "name": ["a", "b"]})
+    assert entry.changes_in_words() == [
+        ("email_to", "none → a@b.co"),
+        ("limit", "5 → none"),
+        ("note", "none"),
+        ("name", "a → b"),
+    ]

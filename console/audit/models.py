@@ -30,11 +30,12 @@ class AuditEntry(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.target_name}"
 
     def changes_in_words(self) -> list[tuple[str, str]]:
-        """(field, "before → after") for an edit's pairs, else (field, the value), for the page."""
+        """(field, "before → after") for an edit's pairs, else (field, the value), for the page; a missing or empty
+        value reads "none" ("email_to: none → a@b.co", not ": → a@b.co")."""
         words = []
         for field, value in self.changes.items():
             if isinstance(value, list) and len(value) == 2:
-                before, after = ("none" if v is None else v for v in value)
+                before, after = ("none" if v is None or v == "" else v for v in value)
                 words.append((field, f"{before} → {after}"))
             else:
                 words.append((field, "none" if value is None else str(value)))
