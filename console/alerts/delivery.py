@@ -89,7 +89,7 @@ def attempt(delivery_id: int) -> float | None:
         destination = Destination.current()
         d.attempts += 1
         try:
-            _send(d, destination)
+            _deliver(Channel(d.channel), body(d), destination)
         except (httpx.HTTPError, OSError, ValueError) as exc:
             d.last_error = _words(exc, destination)
             d.given_up = d.attempts >= MAX_ATTEMPTS
@@ -135,10 +135,6 @@ def send_test(destination: Destination) -> list[tuple[str, str]]:
         else:
             results.append((str(channel), ""))
     return results
-
-
-def _send(d: Delivery, destination: Destination) -> None:
-    _deliver(Channel(d.channel), body(d), destination)
 
 
 def _deliver(channel: Channel, payload: dict[str, object], destination: Destination) -> None:

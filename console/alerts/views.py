@@ -32,7 +32,7 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         "rules": [(KINDS[k], rule, RuleForm(instance=rule, prefix=k)) for k, rule in found.items()],
         "webhook_shown": shown_url(destination.webhook_url),
         "email_to": destination.email_to,
-        "smtp_server": f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}",
+        "smtp_server": _smtp_server(),
         "console_url": settings.HEARTH_HOSTNAME,
         "failures": [
             (_title(d.alert.rule.kind), d)
@@ -42,6 +42,11 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         ],
     }
     return render(request, "alerts/alerts.html", context)
+
+
+def _smtp_server() -> str:
+    """Where email goes, as host:port (Django's EMAIL_HOST and EMAIL_PORT)."""
+    return f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
 
 
 def _title(kind: str) -> str:
@@ -112,11 +117,10 @@ def send_test_alert(request: HttpRequest) -> HttpResponse:
     record(None, "alerts.test", destination, {channel: why or "sent" for channel, why in results})
     for channel, why in results:
         if why and channel == "email":
-            server = f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
             messages.error(
                 request,
-                f"The test by email ({shown[channel]}) failed at the SMTP server {server} (EMAIL_HOST and EMAIL_PORT "
-                f"in .env; docs/alerts.md): {why}",
+                f"The test by email ({shown[channel]}) failed at the SMTP server {_smtp_server()} (EMAIL_HOST and "
+                f"EMAIL_PORT in .env; docs/alerts.md): {why}",
             )
         elif why:
             messages.error(request, f"The test by webhook ({shown[channel]}) failed: {why}")

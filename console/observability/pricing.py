@@ -176,7 +176,7 @@ def unpublish_prices(deployment_ids: list[int]) -> None:
 @functools.lru_cache(maxsize=4)
 def _client(url: str) -> redis.Redis:
     """One client (and its connection pool) per Redis URL and process: a scrape publishes each deployment's
-    price, and a client made per price was a connection made per deployment per scrape, without a timeout."""
+    price, and a client made per price was a connection made per deployment per scrape."""
     return redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT)
 
 
