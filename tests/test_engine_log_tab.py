@@ -1,0 +1,42 @@
+"""The Log tab of a deployment's page (console/deployments/templates/deployments/deployment.html's ``logs``
+partial): an engine that ended with exit code 0 (vLLM, stopped by a SIGTERM from outside Hearth, exits cleanly)
+reads "exit code 0", not "unknown"; only a run whose code was never read is unknown."""
+
+import pytest
+from django.test import Client
+
+from console.catalog.models import ModelSource
+from console.deployments import admin_actions
+from console.deployments.models import Deployment, Replica
+from tests.simworld import ensure_model
+
+pytestmark = pytest.mark.django_db
+
+
+def _restarted(previous_exit_code: int | None) -> Deployment:
+    """A ready simulator deployment whose one replica was restarted once after its engine ended (rows only)."""
+    ensure_model()
+    dep = admin_actions.create_deployment(
+        name="logged", model=ModelSource.objects.get(name="llama-8b"), engine="simulator", max_model_len=8192
+    )
+    Deployment.objects.filter(pk=dep.pk).update(state="ready")
+    Replica.objects.create(
+        deployment=dep,
+        runtime="process",
+        host="h",
+        port=1,
+        engine_api_key="k",
+        running=True,
+        restarts=1,
+        log_tail="INFO: serving\n",
+        previous_log_tail="INFO: Shutting down\n",
+        previous_exit_code=previous_exit_code,
+    )
+    return dep
+
+
+@pytest.mark.parametrize(("code", "said"), [(0, "exit code 0"), (-9, "exit code -9"), (None, "exit code unknown")])
+def test_the_previous_runs_exit_code_is_shown_as_read_zero_included(admin: Client, code: int | None, said: str) -> None:
+    page = admin.get(f"/deployments/{_restarted(code).pk}/logs/").content.decode()
+    assert f"Previous run: {said}</summary>" in page
+    assert "restarted 1× after its engine ended" in page
