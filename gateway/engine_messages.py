@@ -155,24 +155,64 @@ def _condensed(refusals: list[Refusal]) -> list[tuple[str, str]]:
     return [(where, ", or ".join(words)) for where, words in said.items()]
 
 
+# Anthropic's error types (Anthropic API reference, "Errors"). An engine's other type in a Messages stream's error
+# event is said as api_error, Anthropic's 500: vLLM 0.32's /v1/messages says "internal_error", which the anthropic
+# SDK reads as no type it knows.
+ANTHROPIC_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "timeout_error",
+        "overloaded_error",
+    }
+)
+ENGINE_LOG = "The engine's log has the cause (an admin sees it on the deployment's Log tab)."
+# What the client of a stream cannot act on: vLLM's pointer at a stack trace printed "above" in its own log
+# (vllm/v1/engine/exceptions.py EngineDeadError, its message when the engine core died mid-answer), and pydantic's
+# text when vLLM's /v1/messages read its own chat stream's error event as a chunk (vllm/entrypoints/anthropic/
+# serving.py, the stream converter's ``except``: "2 validation errors for ChatCompletionStreamResponse\nmodel\n
+# Field required [type=missing, input_value={'error': {'message': 'En..., input_type=dict]…"), the engine's own
+# words cut to a few characters there.
+SEE_ABOVE = " See stack trace (above) for the root cause."
+UNREAD_ERROR = re.compile(r"\d+ validation errors? for ChatCompletionStreamResponse\n.*?input_value=\{'error'", re.S)
+
+
+def reworded(message: str) -> str:
+    """An engine's in-stream error ``message`` as the client can act on it: a pointer at a stack trace "above"
+    becomes one at the engine's log (ENGINE_LOG); pydantic's text about an error event vLLM's /v1/messages could
+    not read says the engine failed during the answer; any other message as it was."""
+    if UNREAD_ERROR.match(message):
+        return f"The engine failed during the answer (vLLM's Messages API could not pass its error on). {ENGINE_LOG}"
+    return message.replace(SEE_ABOVE, f" {ENGINE_LOG}")
+
+
 class StreamScrubber:
     """Passes an event stream on in whole events, each error event an engine sent (``{"error": …}``, Anthropic's
-    and Responses' ``error`` event, a Responses ``response.failed``) with its text ``clean``; an event that is
-    not complete yet is held until it is. Feed it bytes with LF line ends (gateway.sse.LineEnds).
+    and Responses' ``error`` event, a Responses ``response.failed``) with its text ``reworded`` and ``clean``; an
+    event that is not complete yet is held until it is. Feed it bytes with LF line ends (gateway.sse.LineEnds).
 
-    With ``nest_flat`` (an OpenAI chat or completions stream), vLLM's flat error object (``{"object": "error",
+    With ``chat`` (an OpenAI chat or completions stream), vLLM's flat error object (``{"object": "error",
     "message", "type", "param", "code"}``, its ``ErrorResponse`` before 0.10, sent whole mid-stream) is said again
     as the chat route's in-stream error, ``{"error": {"message", "type", "param", "code"}}`` with the engine's
-    values, which the openai SDK raises as an APIError: passed on flat, it was a chunk without ``choices``."""
+    values, which the openai SDK raises as an APIError: passed on flat, it was a chunk without ``choices``. And the
+    ``data: [DONE]`` vLLM sends after its error event is dropped: to a client that reads no error event, a stream
+    ending in [DONE] looks finished. With ``messages`` (an Anthropic Messages stream), an error event's type that
+    is not Anthropic's (ANTHROPIC_ERROR_TYPES) is said as ``api_error``."""
 
-    def __init__(self, what: str, nest_flat: bool = False) -> None:
+    def __init__(self, what: str, chat: bool = False, messages: bool = False) -> None:
         self.what = what  # the engine, for the log
-        self.nest_flat = nest_flat
+        self.chat, self.messages = chat, messages
+        self.errored = False  # an error event went by
         self._held = b""
 
     def feed(self, chunk: bytes) -> bytes:
         """The whole events in what has arrived so far; b"" when none is complete yet."""
-        if not self._held and chunk.endswith(b"\n\n") and chunk.find(b'"error"') < 0:
+        if not self._held and not self.errored and chunk.endswith(b"\n\n") and chunk.find(b'"error"') < 0:
             return chunk  # whole events without an error: most reads, passed on without a copy
         data = self._held + chunk
         end = data.rfind(b"\n\n")
@@ -180,12 +220,19 @@ class StreamScrubber:
             self._held = data
             return b""
         events, self._held = data[: end + 2], data[end + 2 :]
-        return events if events.find(b'"error"') < 0 else b"\n".join(self._line(x) for x in events.split(b"\n"))
+        return self._scrubbed(events)
 
     def flush(self) -> bytes:
         """What is held when the stream ends: an event its engine never finished."""
         held, self._held = self._held, b""
-        return b"\n".join(self._line(x) for x in held.split(b"\n")) if held.find(b'"error"') >= 0 else held
+        return self._scrubbed(held)
+
+    def _scrubbed(self, events: bytes) -> bytes:
+        if events.find(b'"error"') >= 0:
+            events = b"\n".join(self._line(x) for x in events.split(b"\n"))
+        if self.errored and self.chat:
+            events = events.replace(b"data: [DONE]\n\n", b"")
+        return events
 
     def _line(self, line: bytes) -> bytes:
         if not line.startswith(b"data:") or line.find(b'"error"') < 0:
@@ -196,12 +243,15 @@ class StreamScrubber:
             return line
         if not isinstance(event, dict):
             return line
-        if self.nest_flat and event.get("object") == "error" and "error" not in event:
+        nested = self.chat and event.get("object") == "error" and "error" not in event
+        if nested:
             event = {"error": {name: event.get(name) for name in ("message", "type", "param", "code")}}
-            _cleaned(event, self.what)
-        elif not _cleaned(event, self.what):
-            return line
-        return b"data: " + json.dumps(event).encode()
+        self.errored |= "error" in event or event.get("type") == "error"
+        changed = _cleaned(event, self.what) or nested
+        error = event.get("error")
+        if self.messages and isinstance(error, dict) and error.get("type") not in ANTHROPIC_ERROR_TYPES:
+            error["type"], changed = "api_error", True
+        return b"data: " + json.dumps(event).encode() if changed else line
 
 
 def _cleaned(event: dict[str, object], what: str) -> bool:
@@ -224,6 +274,6 @@ def _clean_in(holder: dict[str, object], names: list[str], what: str) -> bool:
     changed = False
     for name in names:
         value = holder.get(name)
-        if isinstance(value, str) and (shown := clean(value, f"{what}'s error event")) != value:
+        if isinstance(value, str) and (shown := clean(reworded(value), f"{what}'s error event")) != value:
             holder[name], changed = shown, True
     return changed

@@ -9,11 +9,12 @@ import re
 
 import pytest
 
-from gateway.engine_messages import MAX_CHARS, StreamScrubber, clean
+from gateway.engine_messages import ENGINE_LOG, MAX_CHARS, StreamScrubber, clean
 from gateway.errors import GatewayError, Surface, engine_error
 from gateway.rewrite import Translation
 from gateway.sse import StreamKind
 from gateway.upstream import Engines
+from tests.conftest import ROOT
 from tests.test_gateway_exchange import TEXT, Client, answer, exchange, relayed, route, run, stream
 from tests.test_gateway_upstream import Server
 
@@ -203,3 +204,23 @@ def test_a_whole_answer_that_is_not_a_json_object_is_a_502(body: bytes) -> None:
         assert (caught.value.status, caught.value.code) == (502, "upstream_not_json")
 
     run(test)
+
+
+def test_an_engine_that_died_mid_answer_is_said_so_the_client_can_act_on_it() -> None:
+    """vLLM 0.32's own streams when its EngineCore was killed mid-answer (tests/data/streams/README.md): chat's error
+    points at the engine's log instead of a stack trace "above" and no [DONE] follows it; its own /v1/messages'
+    pydantic text becomes a sentence, with Anthropic's api_error for its "internal_error"."""
+    streams = ROOT / "tests" / "data" / "streams"
+    chat = (streams / "vllm-engine-core-killed-chat.sse").read_bytes()
+    scrubber = StreamScrubber("The engine serving 'm'", chat=True)
+    out = b"".join(scrubber.feed(chat[at : at + 7]) for at in range(0, len(chat), 7)) + scrubber.flush()
+    events = [json.loads(e[5:]) for e in out.strip().split(b"\n\n")]
+    assert events[-1]["error"]["message"] == f"EngineCore encountered an issue. {ENGINE_LOG}"
+    assert b"[DONE]" not in out and out.endswith(b"\n\n") and len(events) == chat.count(b"\n\n") - 1
+    messages = (streams / "vllm-engine-core-killed-messages.sse").read_bytes()
+    scrubber = StreamScrubber("The engine serving 'm'", messages=True)
+    out = scrubber.feed(messages) + scrubber.flush()
+    assert out.startswith(messages[: messages.index(b"event: error")])  # every event before it as it came
+    error = json.loads(out.split(b"event: error\ndata: ")[1])["error"]
+    assert error["type"] == "api_error" and "validation error" not in error["message"]
+    assert error["message"].startswith("The engine failed during the answer") and ENGINE_LOG in error["message"]

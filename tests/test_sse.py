@@ -216,7 +216,7 @@ def test_plain_events_are_what_every_reader_passes_on_as_it_is_counted_as_token_
     assert 2 <= len(plain) < len(pieces) and not any(plain_events(piece) for piece in NOT_PLAIN)
     for piece in plain:
         ends, events, stripper = LineEnds(), DataEvents(), UsageStripper()
-        scrubber = StreamScrubber("an engine", nest_flat=True)
+        scrubber = StreamScrubber("an engine", chat=True)
         assert stripper.feed(scrubber.feed(events.feed(ends.feed(piece)))) == piece
         assert events.flush() == scrubber.flush() == stripper.flush() == b""
         watcher = StreamWatcher()

@@ -17,9 +17,11 @@ import httpx
 import openai
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from console.access import keys as apikeys
 from console.observability.models import RequestLog
+from gateway.engine_messages import ENGINE_LOG
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]
@@ -283,3 +285,30 @@ def test_message_start_carries_both_cache_fields_on_an_engines_own_messages_rout
         "message_delta",
         "message_stop",
     ]
+
+
+def test_an_engine_killed_mid_answer_is_an_error_its_clients_can_act_on_through_chat_and_its_own_messages(
+    web: str, admin: Client, admin_user: object, engine: Scripted
+) -> None:
+    """vLLM 0.32 whose EngineCore was killed mid-answer (captured): chat's error names the engine's log and no
+    [DONE] follows it; the engine's own /v1/messages error reaches the anthropic SDK as api_error in a sentence."""
+    engine.version = "0.32.0"
+    key, began = registered(admin, admin_user, engine), timezone.now()  # an earlier test's last row may come late
+    engine.replay("vllm-engine-core-killed-chat.sse")
+    body = {"model": MODEL, "messages": ASK, "stream": True}
+    raw = httpx.post(f"{web}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}, timeout=30)
+    assert raw.status_code == 200 and "EngineCore encountered an issue" in raw.text and "[DONE]" not in raw.text
+    with pytest.raises(openai.APIError) as chat_error:
+        list(chat_sdk(web, key).chat.completions.create(model=MODEL, messages=ASK, stream=True))  # type: ignore[arg-type]
+    assert chat_error.value.message == f"EngineCore encountered an issue. {ENGINE_LOG}"
+    engine.replay("vllm-engine-core-killed-messages.sse")
+    with pytest.raises(anthropic.APIStatusError) as claude_error:
+        with claude_sdk(web, key).messages.stream(model=MODEL, max_tokens=20, messages=ASK) as stream:  # type: ignore[arg-type]
+            stream.get_final_message()
+    error = claude_error.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "api_error" and error["message"].startswith("The engine failed during the answer")
+    deadline = time.monotonic() + 15
+    while len(rows := list(RequestLog.objects.filter(created_at__gte=began).order_by("created_at", "id"))) < 3:
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.1)
+    assert all(row.truncated for row in rows) and rows[2].error == error["message"]

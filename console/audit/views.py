@@ -20,20 +20,15 @@ FILTERED_ACTIONS = {**ACTIONS, **RETIRED_ACTIONS}
 
 
 def audit_page(request: HttpRequest) -> HttpResponse:
+    said = {"actions": FILTERED_ACTIONS, "retention_days": settings.HEARTH_AUDIT_RETENTION_DAYS}
     try:
         filters = Filters.from_query(request.GET)
     except ConsoleError as exc:
-        return render(request, "audit/audit.html", {"error": str(exc), "actions": FILTERED_ACTIONS}, status=400)
+        return render(request, "audit/audit.html", {**said, "error": str(exc)}, status=400)
     page = Paginator(filters.apply(AuditEntry.objects.all()), PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {
-        "page": page,
-        "filters": filters,
-        "actions": FILTERED_ACTIONS,
-        "query": query.urlencode(),
-        "retention_days": settings.HEARTH_AUDIT_RETENTION_DAYS,
-    }
+    context = {**said, "page": page, "filters": filters, "query": query.urlencode()}
     return render(request, "audit/audit.html", context)
 
 
