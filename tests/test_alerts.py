@@ -114,7 +114,8 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
         assert [d.event for d in resolved] == ["resolved"] * 4
         said = {b["alert"]["subject"]: b["text"] for b in webhook.bodies()[-2:]}
         assert said[f"key {key.prefix} (ci) today at 100 %"].startswith(
-            f"[Hearth] RESOLVED: Budget spent: Resolved (the condition ended): key {key.prefix} (ci) spent $1.2000"
+            "[Hearth] RESOLVED: Budget spent: Resolved (the condition ended); last seen while it held: "
+            f"key {key.prefix} (ci) spent $1.2000"
         )
         assert len(box.messages) == 1 + 1 + 1 + 2
     assert Alert.objects.filter(resolved_at=None).count() == 0
@@ -147,7 +148,8 @@ def test_a_rule_turned_off_resolves_its_alerts(webhook: Webhook) -> None:
     assert [d.event for d in sent(now)] == ["fired"]
     tune("weights_disk", enabled=False)
     assert [d.event for d in sent(now + 1)] == ["resolved"]
-    assert webhook.bodies()[-1]["alert"]["message"].startswith("Resolved (the rule was turned off): ")
+    said = webhook.bodies()[-1]["alert"]["message"]
+    assert said.startswith("Resolved (the rule was turned off); last seen while it held: ")
 
 
 def test_a_failing_webhook_is_retried_with_backoff_its_failures_shown_and_its_secret_never(
@@ -335,11 +337,15 @@ def test_an_error_rate_at_its_threshold_fires_and_resolves(webhook: Webhook) -> 
     only("error_rate")
     serving("llama")
     Deployment.objects.filter(name="llama").update(desired="serving")
-    requests_of("llama", 19)
+    requests_of("llama", 18)
+    requests_of("llama", 1, truncated=True, client_cancelled=True)  # a client that left: no failure of the service
     now = time.time()
     assert sent(now) == []
-    requests_of("llama", 1, status=502)
+    requests_of("llama", 1, truncated=True)  # an engine that died mid-stream, as the panels count it
     assert [d.event for d in sent(now + 1)] == ["fired"]  # 1 of 20: 5 %
-    assert "1 of 20 requests in 10 min answered 5xx (5.0%" in webhook.bodies()[0]["alert"]["message"]
+    said = webhook.bodies()[0]["alert"]["message"]
+    assert "1 of 20 requests in 10 min failed, answered 5xx or cut short (5.0%" in said
     requests_of("llama", 20)
     assert [d.event for d in sent(now + 2)] == ["resolved"]  # 1 of 40
+    requests_of("llama", 2, status=502)
+    assert [d.event for d in sent(now + 3)] == ["fired"]  # 3 of 42: a 5xx counts as ever

@@ -150,17 +150,19 @@ def ttft_slo_burn(rule: AlertRule, now: float) -> Holding:
 
 
 def error_rate(rule: AlertRule, now: float) -> Holding:
-    """Deployments whose share of 5xx answers over the rule's minutes is at or over ``threshold``."""
+    """Deployments whose share of requests the service failed over the rule's minutes (a 5xx, or a stream the engine
+    cut short: the panels' errors, console.observability.outcomes.ERRORS) is at or over ``threshold``."""
     start, minutes = _window(rule, now)
+    failed = Q(client_cancelled=False) & (Q(truncated=True) | Q(status__gte=500) | Q(status=0))
     out = {}
     for dep in Deployment.objects.exclude(desired=DesiredState.STOPPED):
         found = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=start).aggregate(
-            n=Count("id"), bad=Count("id", filter=Q(status__gte=500))
+            n=Count("id"), bad=Count("id", filter=failed)
         )
         if found["n"] >= MIN_REQUESTS and found["bad"] / found["n"] >= rule.threshold:
             out[f"deployment {dep.name}"] = (
-                f"{dep.name}: {found['bad']} of {found['n']} requests in {minutes:g} min answered 5xx "
-                f"({found['bad'] / found['n']:.1%}, at or over {rule.threshold:.1%})"
+                f"{dep.name}: {found['bad']} of {found['n']} requests in {minutes:g} min failed, answered 5xx or cut "
+                f"short ({found['bad'] / found['n']:.1%}, at or over {rule.threshold:.1%})"
             )
     return out
 

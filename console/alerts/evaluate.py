@@ -62,7 +62,7 @@ def _apply(rule: AlertRule, holding: dict[str, str], now: float, destination: De
             continue
         alert.resolved_at = at
         why = "the rule was turned off" if not rule.enabled else "the condition ended"
-        alert.resolved_message = f"Resolved ({why}): {alert.message}"
+        alert.resolved_message = f"Resolved ({why}); last seen while it held: {alert.message}"
         alert.save(update_fields=["resolved_at", "resolved_message"])
         news.append((alert, Event.RESOLVED))
     return [d.pk for alert, event in news for d in delivery.planned(alert.pk, event, destination)]

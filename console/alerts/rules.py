@@ -80,7 +80,8 @@ KINDS: dict[str, Kind] = {
         0.05,
         10,
         60,
-        "Over the last rule's minutes, the share of a deployment's requests answered with a 5xx is at or over this.",
+        "Over the last rule's minutes, the share of a deployment's requests the service failed (answered with a 5xx, "
+        "or a stream the engine cut short: the panels' errors) is at or over this.",
         most=1,
     ),
     "budget": Kind(
