@@ -90,6 +90,7 @@ def test_creating_a_deployment_leads_to_its_page(admin: Client, smollm2: ModelSo
     assert 'data-field="state">not launched yet<' in listed and ">stopped<" not in listed
     panel = admin.get(f"/deployments/{dep.pk}/panel/").text
     assert 'data-field="generation_tokens_total">no data<' in panel
+    assert ">no price</span>" in panel and "M tokens charged" not in panel  # not "no price / M tokens charged"
 
 
 def test_max_model_len_left_empty_is_2048_on_the_cpu_and_the_models_own_context_elsewhere(

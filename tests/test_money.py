@@ -135,7 +135,7 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
     assert per_5_minutes[1] == pytest.approx(Decimal(3) / (300 * 3600) * 1_000_000, rel=1e-6)
 
     panel = admin.get(f"/deployments/{dep.pk}/panel/").text
-    assert 'data-field="charged_per_million">$0.56<' in panel
+    assert 'data-field="charged_per_million">$0.56<' in panel and "<small>/ M tokens charged</small>" in panel
     assert "from capacity check 7: 1,500 tokens/s held the SLO" in panel
     costs = admin.get("/costs/").text
     assert 'data-field="charged_per_million">$0.56<' in costs
