@@ -59,7 +59,12 @@ class ReplicaOut(Schema):
     external: bool = Field(description="An endpoint Hearth did not launch (never started or stopped by it).")
     base_url: str = Field(description="An external endpoint's base URL; '' for a replica Hearth launched.")
     engine_kind: str
-    engine_version: str
+    engine_version: str = Field(
+        description="An external endpoint's, as it reports it; '' for a replica Hearth "
+        "launched (the deployment's engine_version)."
+    )
+    started_at: datetime
+    stopped_at: datetime | None = Field(description="When it ended for good; null while it runs or restarts.")
     down_reason: str = Field(description="Why an external endpoint's last health check failed; '' while it is up.")
     checked_at: datetime | None
     exit_code: int | None
@@ -141,7 +146,10 @@ class DeploymentOut(Schema):
     engine_version: str
     engine_image: str
     gpu_model: str
-    replicas: list[ReplicaOut]
+    replicas: list[ReplicaOut] = Field(
+        description="Every replica it ran, oldest first: a relaunch adds new ones, "
+        "and those that ended (stopped_at) keep their last log lines and exit code."
+    )
     remedy: list[ChangeOut] | None
     slo: SloOut
     weights_download: WeightsDownloadOut | None = Field(
