@@ -365,3 +365,22 @@ def test_a_key_never_widens_by_accident(admin: Client, body: dict[str, object], 
     resp = admin.post("/api/keys", {"name": "k"} | body, content_type="application/json")
     assert resp.status_code == 400 and error in resp.json()["detail"]
     assert not ApiKey.objects.exists()
+
+
+def test_a_checkpoint_folder_make_up_put_in_the_cache_is_offered_once_until_added(
+    admin: Client, tmp_path: Path, settings: Any
+) -> None:
+    settings.HEARTH_CACHE_DIR = tmp_path
+    folder = tmp_path / "models" / "SmolLM2-135M-Instruct"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    write_safetensors(folder / "model.safetensors", {"w": 4096})
+    (tmp_path / "models" / "notes").mkdir()  # no config.json: not a checkpoint
+    page = admin.get("/models/").content.decode()
+    assert "No models yet. Add one found on this box (below) or your own" in page
+    assert f'name="local-path" value="{folder}"' in page and "Add as smollm2-135m-instruct</button>" in page
+    assert "notes" not in page.split('data-section="found"')[1]
+    added = admin.post("/models/", {"local-name": "smollm2-135m-instruct", "local-path": str(folder)}, follow=True)
+    assert "Added smollm2-135m-instruct." in added.text and 'data-section="found"' not in added.text
+    settings.HEARTH_CACHE_DIR = tmp_path / "nowhere"
+    assert admin.get("/models/").status_code == 200  # no models folder: nothing offered, no error

@@ -1,9 +1,11 @@
 """Adding and removing model sources: a local checkpoint folder, a Hugging Face repo read without
 downloading its weights, or an entry of the demo catalog. Errors a user can fix raise ConsoleError."""
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from console.audit.recording import record
@@ -113,3 +115,23 @@ def delete_model(model: ModelSource) -> None:
     with transaction.atomic():
         record(None, "model.delete", model, {"kind": model.kind, "path": model.path, "repo_id": model.repo_id})
         model.delete()
+
+
+@dataclass(frozen=True)
+class FoundFolder:
+    """A checkpoint folder on this box not added yet: ``path`` (absolute) and ``name``, the one its Add offers."""
+
+    path: str
+    name: str
+
+
+def found_folders() -> list[FoundFolder]:
+    """The folders under ``HEARTH_CACHE_DIR/models`` holding a config.json that no model names as its path, by
+    name: where ``make up`` (scripts/setup-vllm-cpu.sh) puts SmolLM2-135M-Instruct, so a first run's Models page
+    offers it. Offered as the folder's name in lower case; [] when the folder is missing or unreadable."""
+    try:
+        folders = sorted(p.parent for p in (settings.HEARTH_CACHE_DIR / "models").glob("*/config.json"))
+    except OSError:
+        return []
+    added = set(ModelSource.objects.filter(kind=ModelSource.Kind.LOCAL).values_list("path", flat=True))
+    return [FoundFolder(str(f), f.name.lower()) for f in folders if str(f) not in added and len(str(f)) <= MAX_PATH]

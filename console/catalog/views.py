@@ -44,6 +44,8 @@ def models_page(request: HttpRequest) -> HttpResponse:
         "local": local,
         "hf": hf,
         "demo_models": demo_models(),
+        "found": sources.found_folders(),
+        "models_dir": settings.HEARTH_CACHE_DIR / "models",
         "demo_mode": settings.HEARTH_GPU_INVENTORY.startswith("sim:"),
     }
     return render(request, "catalog/models.html", context)
