@@ -246,7 +246,7 @@ class StreamScrubber:
         nested = self.chat and event.get("object") == "error" and "error" not in event
         if nested:
             event = {"error": {name: event.get(name) for name in ("message", "type", "param", "code")}}
-        self.errored |= "error" in event or event.get("type") == "error"
+        self.errored |= bool(event.get("error")) or event.get("type") == "error"
         changed = _cleaned(event, self.what) or nested
         error = event.get("error")
         if self.messages and isinstance(error, dict) and error.get("type") not in ANTHROPIC_ERROR_TYPES:
