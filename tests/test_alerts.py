@@ -335,7 +335,8 @@ def test_ttft_over_the_slo_fires_on_a_burn_over_the_window_not_on_one_slow_reque
 def test_an_error_rate_at_its_threshold_fires_and_resolves(webhook: Webhook) -> None:
     Destination.objects.update_or_create(pk=1, defaults={"webhook_url": webhook.url})
     only("error_rate")
-    serving("llama")
+    requests_of("llama", 20, status=503, created_at=timezone.now() - timedelta(minutes=2))  # a deleted one's
+    serving("llama")  # the same served name, made since
     Deployment.objects.filter(name="llama").update(desired="serving")
     requests_of("llama", 18)
     requests_of("llama", 1, truncated=True, client_cancelled=True)  # a client that left: no failure of the service

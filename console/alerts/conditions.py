@@ -126,6 +126,9 @@ requests_waiting = _saturation("requests_waiting", "requests waiting", lambda v:
 
 
 def _window(rule: AlertRule, now: float) -> tuple[datetime, float]:
+    """(start, minutes) of a windowed rule's window; its conditions count a deployment's requests from its start or
+    from the deployment's creation, whichever is later: a deleted deployment's requests to the same served name are
+    not a new one's."""
     minutes = max(rule.for_minutes, 1.0)
     return datetime.fromtimestamp(now - minutes * 60, UTC), minutes
 
@@ -138,7 +141,7 @@ def ttft_slo_burn(rule: AlertRule, now: float) -> Holding:
     for dep in Deployment.objects.filter(slo__ttft_seconds__isnull=False).select_related("slo"):
         slo = dep.slo.ttft_seconds
         found = RequestLog.objects.filter(
-            model=dep.served_model_name, created_at__gte=start, ttft_seconds__isnull=False
+            model=dep.served_model_name, created_at__gte=max(start, dep.created_at), ttft_seconds__isnull=False
         ).aggregate(n=Count("id"), over=Count("id", filter=Q(ttft_seconds__gt=slo)))
         if found["n"] >= MIN_REQUESTS and found["over"] / found["n"] >= 0.01 * rule.threshold:
             out[f"deployment {dep.name}"] = (
@@ -156,9 +159,8 @@ def error_rate(rule: AlertRule, now: float) -> Holding:
     failed = Q(client_cancelled=False) & (Q(truncated=True) | Q(status__gte=500) | Q(status=0))
     out = {}
     for dep in Deployment.objects.exclude(desired=DesiredState.STOPPED):
-        found = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=start).aggregate(
-            n=Count("id"), bad=Count("id", filter=failed)
-        )
+        mine = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=max(start, dep.created_at))
+        found = mine.aggregate(n=Count("id"), bad=Count("id", filter=failed))
         if found["n"] >= MIN_REQUESTS and found["bad"] / found["n"] >= rule.threshold:
             out[f"deployment {dep.name}"] = (
                 f"{dep.name}: {found['bad']} of {found['n']} requests in {minutes:g} min failed, answered 5xx or cut "
