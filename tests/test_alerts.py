@@ -22,7 +22,7 @@ from console.alerts.evaluate import evaluate
 from console.alerts.models import Alert, AlertRule, Delivery, Destination
 from console.alerts.rules import KINDS, rules
 from console.audit.models import AuditEntry
-from console.deployments.models import Deployment
+from console.deployments.models import Deployment, Replica
 from console.observability.models import RequestLog, ServiceLevel
 from console.observability.spent import key_counters, periods
 from tests.alert_receivers import Mailbox, Webhook, smtp, webhook
@@ -350,3 +350,31 @@ def test_an_error_rate_at_its_threshold_fires_and_resolves(webhook: Webhook) -> 
     assert [d.event for d in sent(now + 2)] == ["resolved"]  # 1 of 40
     requests_of("llama", 2, status=502)
     assert [d.event for d in sent(now + 3)] == ["fired"]  # 3 of 42: a 5xx counts as ever
+
+
+def test_an_alerts_subject_links_to_its_page_where_there_is_one(
+    admin: Client, admin_user: object, client: Client, member: object
+) -> None:
+    found = rules()
+    serving("llama")
+    dep = Deployment.objects.get(name="llama")
+    replica = Replica.objects.create(deployment=dep, runtime="process", host="h", port=1)
+    key, _ = create_key("ci", admin_user)
+    now = timezone.now()
+    for kind, subject in (
+        ("error_rate", "deployment llama"),
+        ("replica_not_ready", f"replica {replica.runtime_name}"),
+        ("budget", f"key {key.prefix} (ci) today at 80 %"),
+        ("monitoring_stale", "celery beat"),
+        ("deployment_failed", "deployment gone"),
+    ):
+        Alert.objects.create(rule=found[kind], subject=subject, message="m", since=now, fired_at=now)
+    page = admin.get("/alerts/").content.decode()
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a></td>', page)
+    detail = f"/deployments/{dep.pk}/"
+    assert (detail, "deployment llama") in links and (detail, f"replica {replica.runtime_name}") in links
+    assert (f"/keys/{key.pk}/", f"key {key.prefix} (ci) today at 80 %") in links
+    assert "<td>celery beat</td>" in page and "<td>deployment gone</td>" in page  # nothing to link to
+    client.force_login(member)  # type: ignore[arg-type]
+    seen = client.get("/alerts/").content.decode()
+    assert f'href="/keys/{key.pk}/"' not in seen and f'href="{detail}"' in seen  # a member opens no one's key

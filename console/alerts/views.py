@@ -9,13 +9,17 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from console.access.models import ApiKey
+from console.access.roles import is_admin
 from console.alerts.delivery import send_test, shown_url
 from console.alerts.forms import DestinationForm, RuleForm
 from console.alerts.models import Alert, Delivery, Destination
 from console.alerts.rules import KINDS, rules
 from console.audit.recording import form_changes, record
+from console.deployments.models import Deployment, Replica
 
 RECENT = 20  # resolved alerts and failed deliveries listed
 COLUMNS = {"threshold": "Threshold", "for_minutes": "Holds for (min)", "repeat_minutes": "Repeats every (min)"}
@@ -27,8 +31,12 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
     destination = Destination.current()
     context = {
         "interval": settings.HEARTH_ALERT_INTERVAL,
-        "open": _titled(Alert.objects.filter(resolved_at=None, fired_at__isnull=False).order_by("-fired_at")),
-        "resolved": _titled(Alert.objects.exclude(resolved_at=None).order_by("-resolved_at")[:RECENT]),
+        "open": _titled(
+            Alert.objects.filter(resolved_at=None, fired_at__isnull=False).order_by("-fired_at"), is_admin(request.user)
+        ),
+        "resolved": _titled(
+            Alert.objects.exclude(resolved_at=None).order_by("-resolved_at")[:RECENT], is_admin(request.user)
+        ),
         "rules": [(KINDS[k], rule, RuleForm(instance=rule, prefix=k)) for k, rule in found.items()],
         "webhook_shown": shown_url(destination.webhook_url),
         "email_to": destination.email_to,
@@ -54,8 +62,22 @@ def _title(kind: str) -> str:
     return KINDS[kind].title if kind in KINDS else kind
 
 
-def _titled(alerts: QuerySet[Alert]) -> list[tuple[str, Alert]]:
-    return [(_title(a.rule.kind), a) for a in alerts.select_related("rule")]
+def _titled(alerts: QuerySet[Alert], admin: bool) -> list[tuple[str, Alert, str]]:
+    """(title, alert, link) of each alert: ``_link``'s page of its subject ('' for none)."""
+    return [(_title(a.rule.kind), a, _link(a.subject, admin)) for a in alerts.select_related("rule")]
+
+
+def _link(subject: str, admin: bool) -> str:
+    """The console page of what an alert is about, named in its subject (console.alerts.conditions): a deployment, a
+    replica's deployment, a key (for an admin, who may open any key's page); '' for another subject, or one gone."""
+    what, _, name = subject.partition(" ")
+    if what == "deployment" and (dep := Deployment.objects.filter(name=name).first()) is not None:
+        return reverse("deployments:detail", args=[dep.pk])
+    if what == "replica" and (replica := Replica.objects.filter(runtime_name=name).first()) is not None:
+        return reverse("deployments:detail", args=[replica.deployment_id])
+    if what == "key" and admin and (key := ApiKey.objects.filter(prefix=name.partition(" ")[0]).first()) is not None:
+        return reverse("access:key", args=[key.pk])
+    return ""
 
 
 @login_required
