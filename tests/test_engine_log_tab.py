@@ -7,28 +7,16 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from console.catalog.models import ModelSource
-from console.deployments import admin_actions
 from console.deployments.models import Deployment, Replica
-from tests.simworld import ensure_model
+from tests.test_console_replicas import _running
 
 pytestmark = pytest.mark.django_db
 
 
 def _restarted(previous_exit_code: int | None) -> Deployment:
     """A ready simulator deployment whose one replica was restarted once after its engine ended (rows only)."""
-    ensure_model()
-    dep = admin_actions.create_deployment(
-        name="logged", model=ModelSource.objects.get(name="llama-8b"), engine="simulator", max_model_len=8192
-    )
-    Deployment.objects.filter(pk=dep.pk).update(state="ready")
-    Replica.objects.create(
-        deployment=dep,
-        runtime="process",
-        host="h",
-        port=1,
-        engine_api_key="k",
-        running=True,
+    dep = _running("logged", [0])
+    Replica.objects.filter(deployment=dep).update(
         restarts=1,
         log_tail="INFO: serving\n",
         previous_log_tail="INFO: Shutting down\n",
