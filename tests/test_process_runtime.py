@@ -57,6 +57,26 @@ def test_it_reports_the_exit_code_of_an_engine_that_died(tmp_path: Path) -> None
     assert "boom" in runtime.logs("r2")
 
 
+class SlowReaper(ProcessRuntime):
+    """Its reaper writes an ended engine's code half a second after the engine is gone, as a busy box may."""
+
+    def _reap(self, proc: subprocess.Popen[bytes], name: str) -> None:
+        proc.wait()
+        time.sleep(0.5)
+        super()._reap(proc, name)
+
+
+def test_an_engine_read_between_its_end_and_its_reaper_has_its_exit_code(tmp_path: Path) -> None:
+    """CI read an engine that had died while its reaper had not written the code yet: running False, exit code
+    None (the Log tab's "exit code unknown"). The status waits for the reaper of an engine this process started."""
+    runtime = SlowReaper(tmp_path)
+    pid = int(runtime.start("r3", spec("import sys; sys.exit(3)")).handle)
+    within(10, lambda: not Path(f"/proc/{pid}").exists())  # reaped, its code not written for another half second
+    assert not (tmp_path / "r3.exit").exists()
+    status = runtime.status("r3")
+    assert (status.running, status.exit_code) == (False, 3)
+
+
 def test_a_name_never_started_is_not_running(tmp_path: Path) -> None:
     runtime = ProcessRuntime(tmp_path)
     assert runtime.status("ghost") == runtime.stop("ghost")

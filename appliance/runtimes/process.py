@@ -3,7 +3,8 @@
 Each engine runs in its own session (process group) so that stopping it ends its children too, and
 so that a worker restart leaves it running for reconcile to find. Files under ``root``:
 ``NAME.pid``, ``NAME.log`` (stdout+stderr; an earlier run's under the same name moves to
-``NAME.previous.log``), ``NAME.exit`` (exit code, written by a reaper thread in the process that started it),
+``NAME.previous.log``), ``NAME.exit`` (exit code, written whole by a reaper thread in the process that started it;
+that process's ``status`` waits for its reaper, so an engine it started never reads as ended without its code),
 ``NAME.argv`` (what it was started with). A running engine is adopted only when its argv is the one asked
 for; one of ours from another life (a reset database reuses replica ids) is ended, and a recycled pid that
 is not ours is left alone.
@@ -102,6 +103,11 @@ def engine_environment(
     return {**kept, **spec_env}
 
 
+REAPER_WAIT_SECONDS = 5.0  # how long ``status`` waits for an ended engine's reaper to write its code
+# each engine this process started: its exit file → the thread that waits for it and writes its code
+_REAPERS: dict[Path, threading.Thread] = {}
+
+
 class ProcessRuntime:
     name = "process"
 
@@ -128,7 +134,7 @@ class ProcessRuntime:
             # else the pid was recycled by a process that is not ours: left alone
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.root.chmod(0o700)
-        for suffix in ("exit", "pid", "argv"):
+        for suffix in ("exit", "exit.part", "pid", "argv"):
             self._path(name, suffix).unlink(missing_ok=True)
         env = engine_environment(os.environ, spec.env, self.passed_env)
         log_path = self._path(name, "log")
@@ -151,12 +157,19 @@ class ProcessRuntime:
             log.close()
         self._path(name, "pid").write_text(str(proc.pid))
         self._path(name, "argv").write_text(json.dumps(spec.argv))  # holds no key: keys go in the environment
-        threading.Thread(target=self._reap, args=(proc, name), daemon=True).start()
+        reaper = threading.Thread(target=self._reap, args=(proc, name), daemon=True)
+        _REAPERS[self._path(name, "exit")] = reaper
+        reaper.start()
         return Started(str(proc.pid), spec.host, spec.port)
 
     def _reap(self, proc: subprocess.Popen[bytes], name: str) -> None:
         code = proc.wait()
-        self._path(name, "exit").write_text(str(code))
+        written = self._path(name, "exit.part")
+        written.write_text(str(code))
+        exit_file = self._path(name, "exit")
+        written.replace(exit_file)  # whole or not there: a reader never finds it empty
+        if _REAPERS.get(exit_file) is threading.current_thread():
+            del _REAPERS[exit_file]
 
     def _pid(self, name: str) -> int | None:
         try:
@@ -182,6 +195,11 @@ class ProcessRuntime:
         pid = self._pid(name)
         if code is None and pid is not None and _alive(pid):
             return RuntimeStatus(running=True)
+        reaper = _REAPERS.get(self._path(name, "exit"))
+        if code is None and reaper is not None:  # ended, its code not written yet: the reaper is at it (a CI run
+            reaper.join(REAPER_WAIT_SECONDS)  # read it between the two, and the Log tab said "exit code unknown")
+        if code is None:
+            code = self._exit_code(name)  # written since the first look (its reaper done and forgotten)
         return RuntimeStatus(running=False, exit_code=code)
 
     def stop(self, name: str, grace_seconds: float = 10.0) -> RuntimeStatus:
