@@ -42,7 +42,7 @@ class Watch:
 
     def on_message_begin(self) -> None:
         self.ends, self.events = LineEnds(), DataEvents()
-        self.watcher, self.scrubber = StreamWatcher(StreamKind.CHAT), StreamScrubber("bench", nest_flat=True)
+        self.watcher, self.scrubber = StreamWatcher(StreamKind.CHAT), StreamScrubber("bench", chat=True)
 
     def on_body(self, body: bytes) -> None:
         self.watcher.feed(self.events.feed(self.ends.feed(body)))
