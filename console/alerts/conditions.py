@@ -2,6 +2,8 @@
 subject → the condition in words, for every subject it holds for. The evaluator (console.alerts.evaluate) turns
 these into alerts; the rule's ``for_minutes`` is its job, except where a kind measures over a window."""
 
+import functools
+import operator
 import shutil
 import time
 from collections.abc import Callable
@@ -17,6 +19,8 @@ from console.access.models import ApiKey, Member
 from console.alerts.models import AlertRule
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth
+from console.observability.outcomes import ERRORS
+from console.observability.request_stats_sql import OUTCOME_WHERE
 from console.observability.spent import key_counters, owner_counters, periods
 
 S = DeploymentState
@@ -156,7 +160,7 @@ def error_rate(rule: AlertRule, now: float) -> Holding:
     """Deployments whose share of requests the service failed over the rule's minutes (a 5xx, or a stream the engine
     cut short: the panels' errors, console.observability.outcomes.ERRORS) is at or over ``threshold``."""
     start, minutes = _window(rule, now)
-    failed = Q(client_cancelled=False) & (Q(truncated=True) | Q(status__gte=500) | Q(status=0))
+    failed = functools.reduce(operator.or_, (OUTCOME_WHERE[outcome] for outcome in ERRORS))
     out = {}
     for dep in Deployment.objects.exclude(desired=DesiredState.STOPPED):
         mine = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=max(start, dep.created_at))
