@@ -38,10 +38,10 @@ DIGIT, LETTER = re.compile(r"\d"), re.compile(r"[A-Za-z]")
 
 
 def clean(text: str, what: str) -> str:
-    """``text`` (an engine's error message, ``what`` names it for the log) as a client may see it: secrets and a
-    traceback replaced by ``[removed: ref R in the web log]``, then cut to MAX_CHARS characters (``… [cut: ref
-    R in the web log]``). When anything was removed or cut the text is logged with R (its first LOGGED_CHARS
-    characters); else ``text`` is returned as it is, and nothing logged."""
+    """``text`` (an engine's error message, ``what`` names it for the log) as a client may see it: ``reworded``,
+    secrets and a traceback replaced by ``[removed: ref R in the web log]``, then cut to MAX_CHARS characters (``…
+    [cut: ref R in the web log]``). When anything was removed or cut the text as the engine sent it is logged with
+    R (its first LOGGED_CHARS characters); else nothing is logged."""
     text = text[:LOGGED_CHARS]
     ref = ""
 
@@ -56,7 +56,7 @@ def clean(text: str, what: str) -> str:
             return run  # letters only, or digits only: a word or a number, not a token
         return removed()
 
-    shown = SECRETS.sub(secret, text)
+    shown = SECRETS.sub(secret, reworded(text))
     if traceback := TRACEBACK.search(shown):
         shown = shown[: traceback.start()] + removed()
     if len(shown) > MAX_CHARS:
@@ -193,7 +193,7 @@ def reworded(message: str) -> str:
 
 class StreamScrubber:
     """Passes an event stream on in whole events, each error event an engine sent (``{"error": …}``, Anthropic's
-    and Responses' ``error`` event, a Responses ``response.failed``) with its text ``reworded`` and ``clean``; an
+    and Responses' ``error`` event, a Responses ``response.failed``) with its text ``clean``; an
     event that is not complete yet is held until it is. Feed it bytes with LF line ends (gateway.sse.LineEnds).
 
     With ``chat`` (an OpenAI chat or completions stream), vLLM's flat error object (``{"object": "error",
@@ -274,6 +274,6 @@ def _clean_in(holder: dict[str, object], names: list[str], what: str) -> bool:
     changed = False
     for name in names:
         value = holder.get(name)
-        if isinstance(value, str) and (shown := clean(reworded(value), f"{what}'s error event")) != value:
+        if isinstance(value, str) and (shown := clean(value, f"{what}'s error event")) != value:
             holder[name], changed = shown, True
     return changed

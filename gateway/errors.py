@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.engine_messages import LOGGED_CHARS, clean, readable, reworded
+from gateway.engine_messages import LOGGED_CHARS, clean, readable
 
 
 class Surface(StrEnum):
@@ -325,7 +325,7 @@ def engine_error(status: int, body: bytes) -> GatewayError:
     if status == 404 and message == "Not Found":
         message = "The engine serving this model does not offer this endpoint."
     message, param = readable(message[:LOGGED_CHARS], param)
-    message = clean(reworded(message), f"An engine's HTTP {status} answer")
+    message = clean(message, f"An engine's HTTP {status} answer")
     if not isinstance(param, str) or not PARAM.fullmatch(param):
         param = None  # a request field's name or nothing: the engine's own words go in the message only
     kind = "invalid_request_error" if status < 500 else "server_error"
@@ -349,7 +349,7 @@ def stream_cut_message(cut: StreamCut, idle_seconds: float, engine_error: str | 
             "the response is incomplete."
         )
     if cut == StreamCut.ENGINE_ERROR and engine_error:
-        return f"The engine failed: {clean(reworded(engine_error), 'An engine error in a translated stream')}"
+        return f"The engine failed: {clean(engine_error, 'An engine error in a translated stream')}"
     if cut == StreamCut.RESTART:
         return "Hearth's web process restarted before the stream finished; the response is incomplete: retry."
     return "The engine ended the stream before it finished; the response is incomplete."
