@@ -1,5 +1,6 @@
-"""The Celery app: Redis broker, JSON payloads, the beat schedule (metrics scrape, reconcile), and beat's and the
-workers' heartbeats (appliance.celery_heartbeats)."""
+"""The Celery app: Redis broker, JSON payloads, the beat schedule (metrics scrape, reconcile), the routes to the
+upkeep queue and the long one (appliance.celery_queues), and beat's and the workers' heartbeats
+(appliance.celery_heartbeats)."""
 
 import os
 
@@ -7,12 +8,15 @@ from celery import Celery
 from celery.signals import beat_init, heartbeat_sent, worker_init, worker_ready, worker_shutdown
 
 from appliance import celery_heartbeats
+from appliance.celery_queues import LONG_QUEUE, LONG_TASKS, UPKEEP_QUEUE
 from appliance.datafiles import keep_data_dir_private
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
 
 app = Celery("appliance")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.task_default_queue = UPKEEP_QUEUE
+app.conf.task_routes = {name: {"queue": LONG_QUEUE} for name in LONG_TASKS}
 app.autodiscover_tasks()
 
 

@@ -1,11 +1,13 @@
 """Whether Celery beat and a worker are running, for the console's header and a deployment's page: each notes its
 signs of life in Redis through Celery's own signals, and any process reads them back in one round trip.
 
-- The worker: Celery's worker heartbeat (``celery.worker.heartbeat.Heart``, every ``--heartbeat-interval``
-  seconds, 2 by default, sent whether or not task events are on) fires ``heartbeat_sent`` in the worker's main
-  process; ``note_worker`` writes the time to the hash ``celery-workers``, one field per worker process, which
-  ``worker_shutdown`` marks stopped (``note_worker_stopped``) and the next worker's start drops
-  (``forget_old_workers``). A worker killed outright just falls silent.
+- The workers: Celery's worker heartbeat (``celery.worker.heartbeat.Heart``, every ``--heartbeat-interval``
+  seconds, 2 by default, sent whether or not task events are on) fires ``heartbeat_sent`` in a worker's main
+  process; ``note_worker`` writes the time and the queues it takes (appliance.celery: the upkeep queue, the long
+  one) to the hash ``celery-workers``, one field per worker process, which ``worker_shutdown`` marks stopped
+  (``note_worker_stopped``) and the next worker's start drops (``forget_old_workers``). A worker killed outright
+  just falls silent. The heartbeat comes from the main process, so a worker whose pool is busy still lives: the
+  queues keep the upkeep from waiting behind long tasks.
 - Beat: every task beat sends fires ``after_task_publish`` in beat's process, connected there alone when beat
   starts (``start_beat_heartbeat``, from ``beat_init``); ``note_beat`` writes the time and beat's shortest period
   to ``beat-heartbeat``.
@@ -21,7 +23,8 @@ Celery 5.7's beat answers ``celery inspect ping`` too (``beat_enable_remote_cont
 broadcast waits for its replies, so a page asking would wait up to its timeout: these notes are read instead.
 
 Keys (appliance.redis_keys): ``beat-heartbeat`` JSON ``{"at": epoch s, "every": s}``; ``celery-workers`` hash of
-``"<host> pid <pid>"`` → JSON ``{"at": epoch s, "every": s, "stopped": bool}``.
+``"<host> pid <pid>"`` → JSON ``{"at": epoch s, "every": s, "stopped": bool, "queues": [names]}`` (no
+``queues``: a worker from before the two queues, which took every task).
 """
 
 import functools
@@ -35,9 +38,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from celery import current_app
 from celery.signals import after_task_publish
 from django.conf import settings
 
+from appliance.celery_queues import LONG_QUEUE, UPKEEP_QUEUE
 from appliance.redis_keys import redis_key
 from engines.room import duration_words
 
@@ -52,11 +57,16 @@ REDIS_FRESH = 15.0
 @dataclass(frozen=True)
 class Heartbeat:
     """One process's last sign of life: ``at`` (epoch seconds; None: never seen), ``every`` (seconds between signs
-    of life expected), ``stopped`` (it said it stopped, at ``at``)."""
+    of life expected), ``stopped`` (it said it stopped, at ``at``), ``queues`` (a worker's queues; empty: all)."""
 
     at: float | None
     every: float
     stopped: bool = False
+    queues: tuple[str, ...] = ()
+
+    def takes(self, queue: str) -> bool:
+        """Whether this worker takes tasks from ``queue``."""
+        return not self.queues or queue in self.queues
 
     def silent_for(self, now: float) -> float | None:
         """Seconds since its last sign of life, None if it never gave one."""
@@ -70,15 +80,17 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Liveness:
-    """Beat's and the workers' heartbeats as read at ``now`` (epoch seconds); ``unreadable`` says why they could not
-    be read (Redis), and then both are unknown (None). ``redis_up_for``: seconds since the Redis server started
-    (None: not known); under REDIS_FRESH, one never seen is not called stopped yet."""
+    """Beat's and the workers' heartbeats as read at ``now`` (epoch seconds): ``worker`` the freshest of those taking
+    the upkeep queue, ``long_worker`` of those taking the long one (appliance.celery). ``unreadable`` says why they
+    could not be read (Redis), and then all are unknown (None). ``redis_up_for``: seconds since the Redis server
+    started (None: not known); under REDIS_FRESH, one never seen is not called stopped yet."""
 
     now: float
     beat: Heartbeat | None
     worker: Heartbeat | None
     unreadable: str = ""
     redis_up_for: float | None = None
+    long_worker: Heartbeat | None = None
 
     def _too_soon(self, heartbeat: Heartbeat) -> bool:
         """Whether ``heartbeat`` was never seen on a Redis that started too recently to tell."""
@@ -94,15 +106,22 @@ class Liveness:
         return f"Celery beat has not run {silence}" if silence else "Celery beat has never run here"
 
     def worker_stopped(self) -> str:
-        """Why no worker is taken for running ("no worker has answered for 47 s, since 18:40:12 UTC"; "the last
-        worker stopped 3 min ago, at …"), "" while one runs or while that cannot be told."""
-        if self.worker is None or self.worker.running(self.now) or self._too_soon(self.worker):
+        """Why no worker taking the upkeep queue is taken for running ("no worker has answered for 47 s, since
+        18:40:12 UTC"; "the last worker stopped 3 min ago, at …"), "" while one runs or while that cannot be told."""
+        return self._stopped(self.worker, "worker")
+
+    def long_worker_stopped(self) -> str:
+        """The same for the long queue's worker ("no long-task worker has answered for 47 s, since …")."""
+        return self._stopped(self.long_worker, "long-task worker")
+
+    def _stopped(self, worker: Heartbeat | None, who: str) -> str:
+        if worker is None or worker.running(self.now) or self._too_soon(worker):
             return ""
-        if self.worker.stopped and self.worker.at is not None:
-            ago = duration_words(self.now - self.worker.at)
-            return f"the last worker stopped {ago} ago, at {_clock(self.worker.at)}"
-        silence = _silence(self.worker, self.now)
-        return f"no worker has answered {silence}" if silence else "no worker has ever run here"
+        if worker.stopped and worker.at is not None:
+            ago = duration_words(self.now - worker.at)
+            return f"the last {who} stopped {ago} ago, at {_clock(worker.at)}"
+        silence = _silence(worker, self.now)
+        return f"no {who} has answered {silence}" if silence else f"no {who} has ever run here"
 
 
 def _silence(heartbeat: Heartbeat, now: float) -> str:
@@ -141,18 +160,25 @@ def read(host: str = "") -> Liveness:
     prefix = f"{host} pid ".encode()
     workers = [_decode(raw) for field, raw in workers_raw.items() if not host or field.startswith(prefix)]
     up = float(up_for) if isinstance(up_for, int | float) else None
-    return Liveness(now, beat or Heartbeat(None, 0.0), _freshest(workers, now), redis_up_for=up)
+    upkeep, long = (_freshest([w for w in workers if w.takes(queue)], now) for queue in (UPKEEP_QUEUE, LONG_QUEUE))
+    return Liveness(now, beat or Heartbeat(None, 0.0), upkeep, redis_up_for=up, long_worker=long)
+
+
+PROCESSES = ("worker", "worker-long", "beat")  # what stopped_here answers for: compose.yaml's service names
 
 
 def stopped_here(process: str) -> str:
     """Why ``process`` is not taken for running, "" while it runs: for its container's health check
-    (appliance.healthcheck). "beat": the appliance's beat; "worker": a worker on this host (its container), so each
-    of several workers answers for itself. Redis not answering is a reason too. Raises ValueError for another name."""
-    if process not in {"worker", "beat"}:
-        raise ValueError(f"No heartbeat for {process!r}: worker or beat.")
-    liveness = read(socket.gethostname()) if process == "worker" else read()
+    (appliance.healthcheck). "beat": the appliance's beat; "worker" and "worker-long": a worker on this host (its
+    container) taking the upkeep queue or the long one, so each of several workers answers for itself. Redis not
+    answering is a reason too. Raises ValueError for another name."""
+    if process not in PROCESSES:
+        raise ValueError(f"No heartbeat for {process!r}: {', '.join(PROCESSES)}.")
+    liveness = read() if process == "beat" else read(socket.gethostname())
     if liveness.unreadable:
         return liveness.unreadable
+    if process == "worker-long":
+        return liveness.long_worker_stopped()
     return liveness.worker_stopped() if process == "worker" else liveness.beat_stopped()
 
 
@@ -167,18 +193,25 @@ def _freshest(workers: list[Heartbeat], now: float) -> Heartbeat:
 
 def _decode(raw: bytes | str) -> Heartbeat:
     body = json.loads(raw)
-    return Heartbeat(float(body["at"]), float(body["every"]), bool(body.get("stopped", False)))
+    queues = tuple(str(q) for q in body.get("queues", ()))
+    return Heartbeat(float(body["at"]), float(body["every"]), bool(body.get("stopped", False)), queues)
 
 
 def note_worker(sender: Any = None, **kwargs: object) -> None:
     """``heartbeat_sent`` receiver (the worker's main process): this worker lives, as of now."""
     every = float(getattr(sender, "interval", 2.0))
-    _write(lambda r: r.hset(redis_key("celery-workers"), _worker_field(), _encode(every)))
+    _write(lambda r: r.hset(redis_key("celery-workers"), _worker_field(), _encode(every, queues=_queues())))
 
 
 def note_worker_stopped(**kwargs: object) -> None:
     """``worker_shutdown`` receiver: this worker stopped cleanly (no need to wait for its silence)."""
-    _write(lambda r: r.hset(redis_key("celery-workers"), _worker_field(), _encode(2.0, stopped=True)))
+    note = _encode(2.0, stopped=True, queues=_queues())
+    _write(lambda r: r.hset(redis_key("celery-workers"), _worker_field(), note))
+
+
+def _queues() -> list[str]:
+    """The queues this worker takes tasks from (its ``-Q``; Celery's default queue without one)."""
+    return sorted(current_app.amqp.queues.consume_from or current_app.amqp.queues)
 
 
 def forget_old_workers(**kwargs: object) -> None:
@@ -206,8 +239,11 @@ def note_beat(every: float, **kwargs: object) -> None:
     _write(lambda r: r.set(redis_key("beat-heartbeat"), _encode(every)))
 
 
-def _encode(every: float, stopped: bool = False) -> str:
-    return json.dumps({"at": time.time(), "every": every, "stopped": stopped})
+def _encode(every: float, stopped: bool = False, queues: list[str] | None = None) -> str:
+    note: dict[str, object] = {"at": time.time(), "every": every, "stopped": stopped}
+    if queues is not None:
+        note["queues"] = queues
+    return json.dumps(note)
 
 
 def _worker_field() -> str:

@@ -25,13 +25,14 @@ def inventory(request: HttpRequest) -> dict[str, object]:
 
 
 def celery_processes(request: HttpRequest) -> dict[str, object]:
-    """For the header: why Celery beat or the worker is taken for stopped ("" while it runs), or why that cannot
-    be told (appliance.celery_heartbeats)."""
+    """For the header: why Celery beat, the upkeep worker or the long tasks' worker is taken for stopped ("" while
+    it runs), or why that cannot be told (appliance.celery_heartbeats, appliance.celery_queues)."""
     if not request.user.is_authenticated:
         return {}
     found = celery_heartbeats.read()
     return {
         "beat_stopped": found.beat_stopped(),
         "worker_stopped": found.worker_stopped(),
+        "long_worker_stopped": found.long_worker_stopped(),
         "liveness_unreadable": found.unreadable,
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stops what scripts/up.sh started: the web server, Celery beat, the Celery worker, the engines the worker launched
+# Stops what scripts/up.sh started: the web server, Celery beat, the Celery workers, the engines the worker launched
 # (their deployments are marked stopped and keep what is wanted of them: the next make up launches the ones that
 # were serving again, not the ones an admin stopped; KEEP_ENGINES=1 leaves them running and says which), and a
 # redis-server started by up.sh. Give it the HEARTH_DATA_DIR (and DATABASE_URL) that `make up` had.
@@ -9,7 +9,7 @@ PY=${PY:-.venv/bin/python}
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
 export HEARTH_DATA_DIR=$DATA
 
-stop() {  # name [seconds to wait, default 10] [what it finishes meanwhile]: the process in $DATA/NAME.pid
+stop() {  # name [seconds to wait, default 10] [what it finishes meanwhile] [a signal for one still running then]
   local pidfile=$DATA/$1.pid pid wait=${2:-10} tick
   [ -f "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
@@ -25,6 +25,11 @@ stop() {  # name [seconds to wait, default 10] [what it finishes meanwhile]: the
     [ "$tick" = 10 ] && echo "down: waiting up to $wait s for $1 to end${3:+: $3}"
     sleep 0.2
   done
+  if [ -n "${4:-}" ] && kill -0 "$pid" 2>/dev/null; then
+    echo "down: $1 did not end in $wait s; sending SIG$4"
+    kill -"$4" "$pid" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  fi
   rm -f "$pidfile"
 }
 
@@ -68,5 +73,8 @@ mkdir -p "$DATA/logs"
 stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5)) "its open streams get ${HEARTH_DRAIN_SECONDS:-30} s (HEARTH_DRAIN_SECONDS) to finish"
 stop beat
 stop worker  # before the engines: its reconcile would restart them
+# a launch mid-download or a batch's runner would hold a warm shutdown for as long as it runs: after 10 s, Celery's
+# cold shutdown (SIGQUIT) ends it; the next start resumes the launch (the download where it stopped) and the batch
+stop worker-long 10 "the launches, batches and checks it runs" QUIT
 engines
 stop redis

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Brings Hearth up on this machine without Docker: the web server, a Celery worker and Celery beat (its
+# Brings Hearth up on this machine without Docker: the web server, two Celery workers and Celery beat (its
 # own process, so a killed worker never leaves a second scheduler behind) in the background, SQLite unless DATABASE_URL is set, Redis at REDIS_URL (started here if none answers).
 # Stop with scripts/down.sh. Logs and pids live in $HEARTH_DATA_DIR (default ./data). The worker, once started,
 # launches again the deployments that were serving when the appliance went down (console.deployments.restoring).
@@ -20,11 +20,11 @@ if [ -z "${SECRET_KEY:-}${SECRET_KEY_FILE:-}" ]; then
   export SECRET_KEY_FILE=$DATA/secret_key
 fi
 
-# A restart: stop the running web and worker first (and a redis-server up.sh started); serving engines stay.
+# A restart: stop the running web and workers first (and a redis-server up.sh started); serving engines stay.
 KEEP_ENGINES=1 bash scripts/down.sh >/dev/null 2>&1 || true  # a restart leaves serving engines be
 
 # From here every pid file in $DATA is this run's: should a step fail, they are stopped again (the web server, the
-# worker, beat, a redis-server started here), and the engines left be, as the restart above left them.
+# workers, beat, a redis-server started here), and the engines left be, as the restart above left them.
 undo() {
   local code=$?
   [ "$code" = 0 ] && return
@@ -80,18 +80,24 @@ for i in $(seq 1 61); do
   sleep 0.5
 done
 
-# The worker and beat once the console answers: a bring-up that fails before leaves no worker launching engines.
-# The worker counts as up once it says it is ready (its log from this start on).
-worker_log_size=$(stat -c %s "$DATA/logs/worker.log" 2>/dev/null || echo 0)
-start worker "$PY" -m celery -A appliance worker -c 3 --loglevel INFO
+# The workers and beat once the console answers: a bring-up that fails before leaves no worker launching engines.
+# Two workers (appliance.celery_queues): one for the upkeep (scrapes, reconcile, alerts, stops, wakes), one for
+# the long tasks (launches with their downloads, batches, capacity checks), so neither waits for the other.
+# Each counts as up once it says it is ready (its log from this start on).
+declare -A log_size
+for w in worker worker-long; do log_size[$w]=$(stat -c %s "$DATA/logs/$w.log" 2>/dev/null || echo 0); done
+start worker "$PY" -m celery -A appliance worker -Q celery -c 3 --loglevel INFO
+start worker-long "$PY" -m celery -A appliance worker -Q long -n long@%h -c 3 --loglevel INFO
 start beat "$PY" -m celery -A appliance beat --loglevel INFO -s "$DATA/celerybeat-schedule"
-for i in $(seq 1 121); do
-  [ "$i" = 121 ] && fail "the Celery worker did not say it was ready" "$DATA/logs/worker.log"
-  kill -0 "$(cat "$DATA/worker.pid")" 2>/dev/null || fail "the Celery worker exited" "$DATA/logs/worker.log"
-  kill -0 "$(cat "$DATA/beat.pid")" 2>/dev/null || fail "Celery beat exited" "$DATA/logs/beat.log"
-  # grep reads to the end (no -q): tail is never cut by a closed pipe, which pipefail would take for a failure
-  if tail -c +$((worker_log_size + 1)) "$DATA/logs/worker.log" | grep -E "celery@[^ ]+ ready\." >/dev/null; then break; fi
-  sleep 0.5
+for w in worker worker-long; do
+  for i in $(seq 1 121); do
+    [ "$i" = 121 ] && fail "the Celery $w did not say it was ready" "$DATA/logs/$w.log"
+    kill -0 "$(cat "$DATA/$w.pid")" 2>/dev/null || fail "the Celery $w exited" "$DATA/logs/$w.log"
+    kill -0 "$(cat "$DATA/beat.pid")" 2>/dev/null || fail "Celery beat exited" "$DATA/logs/beat.log"
+    # grep reads to the end (no -q): tail is never cut by a closed pipe, which pipefail would take for a failure
+    if tail -c +$((log_size[$w] + 1)) "$DATA/logs/$w.log" | grep -E "@[^ ]+ ready\." >/dev/null; then break; fi
+    sleep 0.5
+  done
 done
 # /login/ sends a first visit to the set-up page while no one can sign in
 first=$("$PY" -c "import httpx; print(httpx.get('http://127.0.0.1:$PORT/login/', timeout=10).headers.get('location'))" \

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import ensure_model, wait_state
 
 CACHE = Path(os.environ.get("HEARTH_CACHE_DIR", Path.home() / ".cache/hearth"))
@@ -60,7 +60,7 @@ class Agents:
 
 
 @pytest.fixture
-def agents(web: str, worker: Proc, admin_user: object) -> Iterator[Agents]:
+def agents(web: str, worker: Workers, admin_user: object) -> Iterator[Agents]:
     world = Agents(web, login(web))
     yield world
     for dep_id in world.ids:

@@ -7,6 +7,7 @@ are committed and visible to those processes.
 import importlib
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from django.core.management.base import CommandError
 from django.db import OperationalError, connection
 from django.test import TransactionTestCase
 
+from appliance.celery_queues import LONG_QUEUE, UPKEEP_QUEUE
 from appliance.redis_keys import instance_prefix
 from console.observability import step_cache
 from tests.ports import free_port
@@ -230,37 +232,68 @@ def web(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
     proc.stop()
 
 
-def start_worker(env: dict[str, str], folder: Path) -> Proc:
-    """A Celery worker with embedded beat, as a real process, once it says it is ready."""
-    proc = Proc(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "appliance",
-            "worker",
-            "-B",
-            "-c",
-            "3",
-            "--loglevel",
-            "INFO",
-            "-s",
-            str(folder / "schedule"),
-        ],
-        env,
-        folder / "worker.log",
-    )
-    deadline = time.monotonic() + 60
-    while "ready." not in proc.output():
-        assert proc.proc.poll() is None and time.monotonic() < deadline, proc.output()
-        time.sleep(0.3)
-    return proc
+WORKER_READY = re.compile(r"@\S+ ready\.")  # a Celery worker's line once it takes tasks
+
+
+class Workers:
+    """The appliance's two Celery workers as real processes, as `make up` runs them (appliance.celery_queues):
+    ``upkeep`` takes the default queue, with beat embedded unless ``beat`` is false; ``long`` the long tasks.
+    Proc's interface over both."""
+
+    def __init__(self, env: dict[str, str], folder: Path, beat: bool = True) -> None:
+        celery = [sys.executable, "-m", "celery", "-A", "appliance", "worker", "--loglevel", "INFO"]
+        embedded = ["-B", "-s", str(folder / "schedule")] if beat else []
+        self.upkeep = Proc([*celery, "-Q", UPKEEP_QUEUE, "-c", "3", *embedded], env, folder / "worker.log")
+        self.long = Proc([*celery, "-Q", LONG_QUEUE, "-n", "long@%h", "-c", "2"], env, folder / "worker-long.log")
+        self.ready()
+
+    @property
+    def procs(self) -> tuple[Proc, Proc]:
+        return self.upkeep, self.long
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        """The upkeep worker's process (the one with beat)."""
+        return self.upkeep.proc
+
+    def ready(self, before: int = 0) -> None:
+        """Wait until each says it is ready ("celery@host ready.") for the ``before + 1``-th time (its log keeps
+        every start's lines)."""
+        deadline = time.monotonic() + 60
+        for proc in self.procs:
+            while len(WORKER_READY.findall(proc.output())) <= before:
+                assert proc.proc.poll() is None and time.monotonic() < deadline, self.output()
+                time.sleep(0.3)
+
+    def restart(self) -> None:
+        """Start both again (after stop or crash), once each says it is ready."""
+        before = len(WORKER_READY.findall(self.upkeep.output()))
+        for proc in self.procs:
+            proc.restart()
+        self.ready(before)
+
+    def crash(self) -> None:
+        """SIGKILL both and their pools (and beat), as a host crash would."""
+        for proc in self.procs:
+            proc.crash()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+    def output(self) -> str:
+        """Both logs, the upkeep worker's first, each under a line naming it."""
+        return "".join(f"==> {proc.log.name} <==\n{proc.output()}" for proc in self.procs)
+
+
+def start_worker(env: dict[str, str], folder: Path) -> Workers:
+    """The appliance's Celery workers (Workers), once each says it is ready."""
+    return Workers(env, folder)
 
 
 @pytest.fixture(scope="session")
-def worker(live_env: dict[str, str], web: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    """The session's Celery worker (process runtime), sending capacity checks to the session's web server."""
+def worker(live_env: dict[str, str], web: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    """The session's Celery workers (process runtime), sending capacity checks to the session's web server."""
     proc = start_worker({**live_env, "HEARTH_GATEWAY_URL": web}, tmp_path_factory.mktemp("worker"))
     yield proc
     proc.stop()

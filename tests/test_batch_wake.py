@@ -16,7 +16,7 @@ import pytest
 from django.test import override_settings
 
 from console.observability.models import RequestLog
-from tests.conftest import Proc, _stop_engines_left_running, login, start_web, start_worker
+from tests.conftest import Workers, _stop_engines_left_running, login, start_web, start_worker
 from tests.simworld import wait_state
 from tests.test_sleep_live import RECONCILED, idle_for_an_hour, launched
 
@@ -51,7 +51,9 @@ def completed(gpt: openai.OpenAI, batch_id: str) -> Any:
     return done
 
 
-def test_a_batch_waits_for_a_deployment_asleep_and_does_not_wake_it(web: str, worker: Proc, admin_user: object) -> None:
+def test_a_batch_waits_for_a_deployment_asleep_and_does_not_wake_it(
+    web: str, worker: Workers, admin_user: object
+) -> None:
     client, dep, gpt, batch = asleep_with_a_batch(web, "dozer")
     deadline = time.monotonic() + 60
     while not RequestLog.objects.filter(batch_id=batch.id, status=503).exists():

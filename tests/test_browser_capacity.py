@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.chromium import browser  # noqa: F401 - the module's Chromium
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import deploy, wait_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -40,7 +40,7 @@ def start_check(page: Page, levels: str, requests: str, label: str, shared: bool
 def test_start_watch_cancel_complete_and_compare_checks_from_the_console(
     browser: Browser,  # noqa: F811 - the fixture
     web: str,
-    worker: Proc,
+    worker: Workers,
     admin_user: object,
     tmp_path: Path,
 ) -> None:

@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, Locator, Page, expect
 from console.access.keys import create_key
 from console.observability.models import PriceSetting
 from tests.chromium import browser  # noqa: F401 - the module's Chromium
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import deploy, wait_state
 from tests.test_browser_panels import keep
 
@@ -51,7 +51,7 @@ def on_first_screen(locator: Locator) -> None:
 def test_a_deployment_leads_with_state_cards_latency_and_outcomes_and_keeps_its_tab(
     browser: Browser,  # noqa: F811 - the fixture
     web: str,
-    worker: Proc,
+    worker: Workers,
     admin_user: object,
     tmp_path: Path,
 ) -> None:

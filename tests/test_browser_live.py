@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.chromium import browser
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.gatewayworld import within
 from tests.simworld import deploy, wait_state
 from tests.test_browser_panels import shot
@@ -59,7 +59,7 @@ class Streams:
 
 
 def test_thirty_streams_in_flight_show_user_ttft_and_30_running_on_the_dashboard_and_deployment_page(
-    browser: Browser, web: str, worker: Proc, admin_user: object, tmp_path: Path
+    browser: Browser, web: str, worker: Workers, admin_user: object, tmp_path: Path
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "slow", SLOW)

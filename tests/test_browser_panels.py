@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, Page, expect
 from console.deployments.models import Replica
 from console.observability.models import PriceSetting
 from tests.chromium import browser  # noqa: F401 - the module's Chromium
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.gatewayworld import within
 from tests.simworld import ensure_model, wait_state
 
@@ -77,7 +77,7 @@ def shot(page: Page, tmp_path: Path, name: str) -> None:
 def test_panels_move_under_load_chart_and_gpu_strip_then_a_stalled_engine_turns_stale(
     browser: Browser,  # noqa: F811 - the fixture
     web: str,
-    worker: Proc,
+    worker: Workers,
     admin_user: object,
     tmp_path: Path,
 ) -> None:

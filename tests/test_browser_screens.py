@@ -24,7 +24,7 @@ from console.capacity.models import Tuning
 from console.deployments.models import Deployment
 from console.observability.models import PriceSetting
 from tests.chromium import browser  # noqa: F401 - the module's Chromium
-from tests.conftest import MEMBER_PASSWORD, Proc, login
+from tests.conftest import MEMBER_PASSWORD, Workers, login
 from tests.simworld import deploy, wait_state
 from tests.test_browser_chart_shapes import a_run, log_in, series
 from tests.test_browser_panels import keep
@@ -172,7 +172,7 @@ def content(web: str, django_user_model: type) -> dict[str, int | str]:
 def test_every_console_page_at_two_sizes_light_and_dark_without_an_error(
     browser: Browser,  # noqa: F811 - the fixture
     web: str,
-    worker: Proc,
+    worker: Workers,
     django_user_model: type,
     tmp_path: Path,
 ) -> None:

@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 from console.observability.models import PriceSetting
 from tests.chromium import browser  # noqa: F401 - the module's Chromium
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import ensure_model, wait_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -45,7 +45,7 @@ def page(browser: Browser, web: str) -> Iterator[Page]:  # noqa: F811
 
 
 def test_a_deployment_goes_to_sleep_and_wakes_on_the_dashboard(
-    page: Page, web: str, worker: Proc, admin_user: object, tmp_path: Path
+    page: Page, web: str, worker: Workers, admin_user: object, tmp_path: Path
 ) -> None:
     client = login(web)
     ensure_model()

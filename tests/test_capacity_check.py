@@ -15,7 +15,7 @@ from console.access.models import ApiKey
 from console.deployments.models import Deployment
 from console.observability import pricing
 from console.observability.models import DeploymentPrice
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import deploy, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +31,7 @@ def wait_run(client: httpx.Client, run_id: int, states: set[str], within: float 
 
 
 @pytest.fixture
-def ready(web: str, worker: Proc, admin_user: object) -> Any:
+def ready(web: str, worker: Workers, admin_user: object) -> Any:
     """A ready simulator deployment "cap" (max_model_len 8192) and a logged-in client."""
     client = login(web)
     dep_id = deploy(web, client, "cap", FAST)
@@ -48,7 +48,7 @@ def start(client: httpx.Client, dep_id: int, **check: Any) -> httpx.Response:
 
 
 @pytest.mark.usefixtures("seeded_gpu_prices")
-def test_a_check_measures_each_level_through_the_gateway_and_revokes_its_key(ready: Any, worker: Proc) -> None:
+def test_a_check_measures_each_level_through_the_gateway_and_revokes_its_key(ready: Any, worker: Workers) -> None:
     client, dep_id = ready
     resp = start(client, dep_id, label="baseline")
     assert resp.status_code == 202, resp.text

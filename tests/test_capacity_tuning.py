@@ -7,14 +7,16 @@ import pytest
 
 from console.capacity import tuning
 from console.deployments.models import Deployment
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import deploy, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FAST = ["--decode-ms-per-token", "2", "--decode-ms-per-seq", "0.2"]
 
 
-def test_a_lower_max_num_seqs_raises_queueing_and_ttft_at_50_users(web: str, worker: Proc, admin_user: object) -> None:
+def test_a_lower_max_num_seqs_raises_queueing_and_ttft_at_50_users(
+    web: str, worker: Workers, admin_user: object
+) -> None:
     client = login(web)
     dep_id = deploy(web, client, "tuned", FAST)
     assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"

@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from engines.sizing import kv_block_tokens
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1200)]
@@ -36,7 +36,7 @@ def wait_run(client: httpx.Client, run_id: int, within: float) -> dict[str, obje
 
 
 def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capacity(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     if settings.HEARTH_STREAM_IDLE_TIMEOUT < 1800:
         pytest.fail(

@@ -2,6 +2,7 @@
 templates/base.html, console.deployments.state_caveats): words and limits on plain values, then real processes,
 a web server, a worker and beat of their own, each killed with SIGKILL in turn."""
 
+import json
 import os
 import re
 import signal
@@ -23,9 +24,11 @@ from django.test import Client, override_settings
 
 from appliance import celery_heartbeats
 from appliance.celery_heartbeats import Heartbeat, Liveness, limit_for
+from appliance.celery_queues import LONG_QUEUE
+from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment, DeploymentState
 from console.deployments.state_caveats import caveats
-from tests.conftest import Proc, login
+from tests.conftest import Proc, Workers, login
 from tests.simworld import deploy, wait_state
 
 NOW = 1_800_000_000.0
@@ -91,6 +94,26 @@ def test_a_deployment_says_what_waits_for_a_missing_worker_and_that_its_state_is
     assert [c.kind for c in unknown] == ["liveness-unknown"]
 
 
+def test_each_queue_has_its_own_worker_and_a_launch_waits_on_the_long_one() -> None:
+    now = float(int(time.time()))
+    upkeep, long = Heartbeat(now - 1.0, 2.0, queues=("celery",)), Heartbeat(now - 40.0, 2.0, queues=("long",))
+    found = Liveness(now, Heartbeat(now - 1.0, 5.0), upkeep, long_worker=long)
+    assert found.worker_stopped() == ""
+    assert found.long_worker_stopped().startswith("no long-task worker has answered for 40 s, since ")
+    said = {c.kind: c.words for c in caveats(_dep(DeploymentState.PULLING, 30, now), found)}
+    assert said["no-worker"].startswith("No worker is taking this launch (asked 30 s ago): no long-task worker has")
+    assert caveats(_dep(DeploymentState.STOPPING, 30, now), found) == []  # a stop is the upkeep worker's
+    assert caveats(_dep(DeploymentState.LOADING, 30, now), found) == []  # so are the loading replica's health polls
+    before = Heartbeat(now - 1.0, 2.0)  # a worker noted before the two queues took every task
+    assert before.takes("celery") and before.takes("long") and not upkeep.takes("long")
+
+
+def note_long_worker(stopped: bool = False) -> None:
+    """A long-task worker's heartbeat, as one on another host notes it (this process's field is the upkeep's)."""
+    note = json.dumps({"at": time.time(), "every": 2.0, "stopped": stopped, "queues": [LONG_QUEUE]})
+    redis.Redis.from_url(settings.REDIS_URL).hset(redis_key("celery-workers"), "elsewhere pid 1", note)
+
+
 @pytest.fixture
 def own_instance() -> Iterator[str]:
     """An instance name of the test's own, so the heartbeats of the session's worker and beat (if they run) are not
@@ -114,11 +137,22 @@ def test_every_page_s_header_warns_until_beat_and_a_worker_note_that_they_run(ad
     assert warned["worker-stopped"].startswith("No worker is running: launches and stops wait, and nothing is scraped")
     assert "(no worker has ever run here)" in warned["worker-stopped"]
     celery_heartbeats.note_beat(5.0)  # as beat does for each task it sends
-    celery_heartbeats.note_worker(SimpleNamespace(interval=2.0))  # as Celery's worker heartbeat does
+    celery_heartbeats.note_worker(SimpleNamespace(interval=2.0))  # as Celery's worker heartbeat does (the upkeep's)
+    warned = liveness_in_header(admin.get("/keys/").content.decode())
+    assert list(warned) == ["long-worker-stopped"], warned
+    assert warned["long-worker-stopped"].startswith(
+        "No worker takes the long tasks: launches, batches and capacity checks wait (no long-task worker has ever run"
+    )
+    assert "docker compose up -d worker-long" in warned["long-worker-stopped"]
+    note_long_worker()
     assert liveness_in_header(admin.get("/keys/").content.decode()) == {}
     celery_heartbeats.note_worker_stopped()
     warned = liveness_in_header(admin.get("/keys/").content.decode())
+    assert warned["worker-stopped"].startswith("No upkeep worker is running: stops, sleeps and wakes wait")
     assert "(the last worker stopped 0 s ago, at " in warned["worker-stopped"] and "beat-stopped" not in warned
+    note_long_worker(stopped=True)
+    warned = liveness_in_header(admin.get("/keys/").content.decode())
+    assert list(warned) == ["worker-stopped"] and warned["worker-stopped"].startswith("No worker is running: ")
 
 
 @pytest.mark.django_db
@@ -145,28 +179,27 @@ QUICK = {
 
 @dataclass
 class Celery:
-    """A worker and beat of the test's own, each its own process (as `make up` runs them)."""
+    """Workers and beat of the test's own, each its own process (as `make up` runs them)."""
 
     env: dict[str, str]
     folder: Path
-    worker: Proc | None = None
+    worker: Workers | None = None
     beat: Proc | None = None
 
     def start_worker(self) -> None:
-        argv = [sys.executable, "-m", "celery", "-A", "appliance", "worker", "-c", "2", "--loglevel", "INFO"]
-        self.worker = Proc(argv, self.env, self.folder / "worker.log")
-        deadline = time.monotonic() + 60
-        while self.worker.output().count("ready.") < 1:
-            assert self.worker.proc.poll() is None and time.monotonic() < deadline, self.worker.output()
-            time.sleep(0.3)
+        if self.worker is None:
+            self.worker = Workers(self.env, self.folder, beat=False)
+        else:
+            self.worker.restart()
 
     def start_beat(self) -> None:
         argv = [sys.executable, "-m", "celery", "-A", "appliance", "beat", "--loglevel", "INFO"]
         self.beat = Proc([*argv, "-s", str(self.folder / "schedule")], self.env, self.folder / "beat.log")
 
     def stop(self) -> None:
-        for proc in (self.worker, self.beat):
-            if proc is not None and _group_alive(proc.proc.pid):
+        procs = [*(self.worker.procs if self.worker else ()), *([self.beat] if self.beat else [])]
+        for proc in procs:
+            if _group_alive(proc.proc.pid):
                 stop_group(proc)
 
 
@@ -198,18 +231,15 @@ def _group_alive(pgid: int) -> bool:
 
 
 @pytest.fixture
-def celery(live_env: dict[str, str], web: str, worker: Proc, tmp_path: Path) -> Iterator[Celery]:
-    stop_group(worker)  # the session's worker, with its embedded beat
+def celery(live_env: dict[str, str], web: str, worker: Workers, tmp_path: Path) -> Iterator[Celery]:
+    for proc in worker.procs:  # the session's workers, the upkeep one with its embedded beat
+        stop_group(proc)
     own = Celery({**live_env, **QUICK, "HEARTH_GATEWAY_URL": web}, tmp_path)
     try:
         yield own
     finally:
         own.stop()
-        ready_before = worker.output().count("ready.")
         worker.restart()
-        deadline = time.monotonic() + 60
-        while worker.output().count("ready.") <= ready_before and time.monotonic() < deadline:
-            time.sleep(0.3)
 
 
 def header(client: httpx.Client) -> dict[str, str]:
@@ -253,8 +283,9 @@ def test_beat_killed_then_the_worker_killed_and_a_stop_the_header_and_the_page_s
     assert said["monitoring-stopped"].startswith("Monitoring stopped: Celery beat has not run for "), said
     assert "no-worker" not in said and "worker-stopped" not in header(client)  # the worker still runs
 
-    celery.worker.crash()
-    warned, _ = poll(7 + 3, lambda: header(client).get("worker-stopped"))
+    celery.worker.crash()  # both workers: the header says so once each has been silent past its limit
+    both = "up -d worker worker-long"
+    warned, _ = poll(7 + 3, lambda: both in (said := header(client).get("worker-stopped", "")) and said)
     assert str(warned).startswith("No worker is running: launches and stops wait, and nothing is scraped (no worker")
     cause = re.search(r'data-field="scraper_silence_cause">(.*?)</span>', client.get("/").text)
     assert cause is not None and cause.group(1).startswith("No worker is running (no worker has answered for ")

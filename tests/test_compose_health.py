@@ -82,10 +82,12 @@ def test_compose_config_passes_with_env_example_copied_as_it_is(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     config = yaml.safe_load(done.stdout)
     services = config["services"]
-    assert {name for name, service in services.items() if "healthcheck" in service} >= {"web", "worker", "beat"}
+    checked = {name for name, service in services.items() if "healthcheck" in service}
+    assert checked >= {"web", "worker", "worker-long", "beat"}
     assert services["migrate"]["healthcheck"] == {"test": ["NONE"]}  # `disable: true`, as docker-compose writes it
-    assert services["worker"]["secrets"] == [{"source": "hf_token"}]
-    assert services["worker"]["environment"]["HEARTH_HF_TOKEN_FILE"] == "/run/secrets/hf_token"  # the default target
+    for worker in ("worker", "worker-long"):
+        assert services[worker]["secrets"] == [{"source": "hf_token"}]
+        assert services[worker]["environment"]["HEARTH_HF_TOKEN_FILE"] == "/run/secrets/hf_token"  # the default
     assert "HEARTH_HF_TOKEN_FILE" not in services["web"]["environment"]  # its system check would want the file
     assert config["secrets"]["hf_token"]["file"] == str(tmp_path / "hf_token")
     assert config["volumes"]["weights"]["name"] == settings.HEARTH_WEIGHTS_VOLUME  # the volume engines mount
@@ -179,10 +181,12 @@ def test_the_web_s_health_check_passes_whatever_allowed_hosts_names_and_fails_on
 def test_the_worker_s_and_beat_s_health_checks_pass_while_they_run_and_fail_once_they_are_killed(
     own_env: dict[str, str], tmp_path: Path
 ) -> None:
-    commands = {name: [sys.executable, *COMPOSE["services"][name]["command"][1:]] for name in ("worker", "beat")}
+    names = ("worker", "worker-long", "beat")
+    commands = {name: [sys.executable, *COMPOSE["services"][name]["command"][1:]] for name in names}
     commands["beat"][commands["beat"].index("-s") + 1] = str(tmp_path / "celerybeat-schedule")  # compose's /data
     checks = {name: health_argv(name) for name in commands}
     assert healthy(checks["worker"], own_env) == (False, "no worker has ever run here")
+    assert healthy(checks["worker-long"], own_env) == (False, "no long-task worker has ever run here")
     assert healthy(checks["beat"], own_env) == (False, "Celery beat has never run here")
     procs = {name: Proc(argv, own_env, tmp_path / f"{name}.log") for name, argv in commands.items()}
     try:
@@ -193,4 +197,5 @@ def test_the_worker_s_and_beat_s_health_checks_pass_while_they_run_and_fail_once
             proc.crash()  # SIGKILL: no word from the process, only its silence
     said = {name: until(30, partial(healthy, checks[name], own_env), want=False) for name in commands}
     assert said["worker"].startswith("no worker has answered for ")
+    assert said["worker-long"].startswith("no long-task worker has answered for ")
     assert said["beat"].startswith("Celery beat has not run for ")

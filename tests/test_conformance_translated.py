@@ -12,7 +12,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simulator.simproc import MODEL
 from tests.simulator.test_anthropic_api import (  # noqa: F401 - collected here, against the gateway
     test_a_mentioned_tool_is_used,
@@ -56,7 +56,7 @@ class Gateway:
 
 
 @pytest.fixture
-def sim(web: str, worker: Proc, admin_user: object) -> Iterator[Gateway]:
+def sim(web: str, worker: Workers, admin_user: object) -> Iterator[Gateway]:
     client = login(web)
     ensure_model()
     body = {

@@ -23,7 +23,7 @@ from console.deployments.models import Replica
 from console.observability.models import RequestLog
 from console.observability.outcomes import SERVED, outcome_of
 from tests.agentworld import Agents
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import wait_for_logs
 from tests.test_agents_cli import claude, codex
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, wait_for
@@ -80,7 +80,7 @@ def serve_smol(web: str, max_model_len: int) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
+def engine(web: str, worker: Workers, admin_user: object) -> Iterator[Engine]:
     yield from serve_smol(web, 2048)
 
 
@@ -181,7 +181,7 @@ def test_vllm_with_the_chosen_parsers_takes_tool_requests_on_every_api(engine: E
 
 
 @pytest.fixture
-def agent_engine(web: str, worker: Proc, admin_user: object) -> Iterator[Engine]:
+def agent_engine(web: str, worker: Workers, admin_user: object) -> Iterator[Engine]:
     yield from serve_smol(web, AGENT_CONTEXT)
 
 

@@ -16,7 +16,7 @@ from django.test import Client, override_settings
 from console.catalog.demo import DEMO_DIR, SIZE_KINDS, demo_model, demo_models
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import Served, wait_state
 
 pytestmark = pytest.mark.django_db
@@ -119,7 +119,7 @@ def test_the_api_lists_and_adds_catalog_entries(admin: Client) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_70b_from_the_catalog_is_launched_on_the_simulator_and_streams_through_both_sdks(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     assert client.post("/api/models", json={"demo": "llama-3.1-70b"}).status_code == 201

@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 
 from console.deployments.models import Deployment
-from tests.conftest import ENGINE_READY_WITHIN, ROOT, Proc, login, start_worker
+from tests.conftest import ENGINE_READY_WITHIN, ROOT, Workers, login, start_worker
 from tests.simworld import deploy, ensure_model, wait_state
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -72,8 +72,8 @@ def docker_env(live_env: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def docker_worker(
-    daemon: docker.DockerClient, docker_env: dict[str, str], worker: Proc, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proc]:
+    daemon: docker.DockerClient, docker_env: dict[str, str], worker: Workers, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workers]:
     """A Docker-runtime worker in place of the session's worker, which starts again afterwards."""
     worker.stop()
     proc = start_worker(docker_env, tmp_path_factory.mktemp("docker-worker"))
@@ -94,7 +94,7 @@ def stop_and_check_gone(client: httpx.Client, daemon: docker.DockerClient, dep_i
 
 
 def test_a_simulator_runs_as_a_container_on_an_internal_network(
-    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+    web: str, docker_worker: Workers, daemon: docker.DockerClient, admin_user: object
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "boxed")
@@ -121,17 +121,15 @@ def test_a_simulator_runs_as_a_container_on_an_internal_network(
 
 def test_a_worker_killed_mid_launch_ends_with_one_ready_container(
     web: str,
-    docker_worker: Proc,
-    docker_env: dict[str, str],
+    docker_worker: Workers,
     daemon: docker.DockerClient,
     admin_user: object,
-    tmp_path: Path,
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "phoenix", ["--load-seconds", "15"])
     wait_state(client, dep_id, {"loading"})
     docker_worker.crash()  # mid-launch: the engine loads, the watch dies with the worker
-    docker_worker.proc = start_worker(docker_env, tmp_path).proc
+    docker_worker.restart()
     dep = wait_state(client, dep_id, {"ready", "failed"}, within=90)
     assert dep["state"] == "ready", (dep, docker_worker.output()[-3000:])
     assert len(containers(daemon, dep_id)) == 1
@@ -139,7 +137,7 @@ def test_a_worker_killed_mid_launch_ends_with_one_ready_container(
 
 
 def test_a_killed_engine_restarts_and_keeps_the_previous_runs_log(
-    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+    web: str, docker_worker: Workers, daemon: docker.DockerClient, admin_user: object
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "phoenix2")
@@ -162,7 +160,7 @@ def test_a_killed_engine_restarts_and_keeps_the_previous_runs_log(
 
 
 def test_an_oom_at_start_fails_with_the_remedy_and_applying_it_launches_again(
-    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+    web: str, docker_worker: Workers, daemon: docker.DockerClient, admin_user: object
 ) -> None:
     client = login(web)
     ensure_model()
@@ -204,7 +202,7 @@ def test_an_oom_at_start_fails_with_the_remedy_and_applying_it_launches_again(
 
 
 def test_a_change_recreates_the_deployment_old_container_first(
-    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+    web: str, docker_worker: Workers, daemon: docker.DockerClient, admin_user: object
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "reshaped")
@@ -234,7 +232,7 @@ def test_a_change_recreates_the_deployment_old_container_first(
 
 
 def test_an_image_no_registry_serves_fails_the_launch_with_the_daemons_reason(
-    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+    web: str, docker_worker: Workers, daemon: docker.DockerClient, admin_user: object
 ) -> None:
     client = login(web)
     ensure_model()
@@ -248,7 +246,7 @@ def test_an_image_no_registry_serves_fails_the_launch_with_the_daemons_reason(
     assert dep["replicas"] == [] and containers(daemon, dep_id) == []
 
 
-def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Proc, daemon: docker.DockerClient) -> None:
+def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Workers, daemon: docker.DockerClient) -> None:
     image = daemon.images.get(IMAGES["HEARTH_IMAGE_SIMULATOR"])
     binds = {p: {"bind": p, "mode": "ro"} for p in image.labels["hearth.host-binds"].split(",")}
     stray = daemon.containers.run(
@@ -279,7 +277,7 @@ def test_reconcile_removes_a_container_no_replica_owns(docker_worker: Proc, daem
 
 @pytest.mark.engine
 def test_the_real_vllm_cpu_engine_in_a_container(
-    web: str, docker_worker: Proc, daemon: docker.DockerClient, admin_user: object
+    web: str, docker_worker: Workers, daemon: docker.DockerClient, admin_user: object
 ) -> None:
     model_dir = Path(os.environ.get("HEARTH_SMOLLM2_DIR", settings.HEARTH_CACHE_DIR / "models/SmolLM2-135M-Instruct"))
     client = login(web)

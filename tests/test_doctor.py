@@ -51,7 +51,7 @@ from appliance.hardware import GpuProcess, InventoryError, driver_version
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment, Replica
 from console.preflight.disk import disk_need, weights_to_download
-from tests.conftest import Proc
+from tests.conftest import Workers
 
 DOCKER_SOCK = "/var/run/docker.sock"
 NAMES = [
@@ -450,7 +450,7 @@ def test_no_worker_answering_is_said_on_the_page_and_as_503(admin: Client) -> No
 
 
 @pytest.mark.django_db
-def test_the_worker_runs_the_checks_for_the_page_and_the_api(admin: Client, worker: Proc) -> None:
+def test_the_worker_runs_the_checks_for_the_page_and_the_api(admin: Client, worker: Workers) -> None:
     table = admin.get("/doctor/checks/").text
     assert re.findall(r'<tr data-check="([^"]+)">', table) == NAMES
     assert f'data-field="host">{socket.gethostname()}<' in table

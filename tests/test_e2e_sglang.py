@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.conftest import ENGINE_READY_WITHIN, Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Workers, login
 from tests.simworld import CLAUDE_TOOLS, TOOLS, wait_for_logs
 from tests.test_e2e_vllm import MODEL_DIR, panel_number, wait_for
 
@@ -46,7 +46,7 @@ def stream_text(sdk: openai.OpenAI, **request: object) -> tuple[str, str | None,
     return text, finish, completion
 
 
-def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Proc, admin_user: object) -> None:
+def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Workers, admin_user: object) -> None:
     client = login(web)
     assert client.post("/api/models", json={"name": "smollm2-sg", "path": str(MODEL_DIR)}).status_code == 201
     resp = client.post(

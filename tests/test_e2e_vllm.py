@@ -16,7 +16,7 @@ import openai
 import pytest
 from django.conf import settings
 
-from tests.conftest import ENGINE_READY_WITHIN, Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Workers, login
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True)]
 
@@ -46,7 +46,7 @@ def panel_number(html: str, field: str) -> str:
     return match.group(1).strip()
 
 
-def test_it_serves_a_real_vllm_end_to_end(web: str, worker: Proc, admin_user: object) -> None:
+def test_it_serves_a_real_vllm_end_to_end(web: str, worker: Workers, admin_user: object) -> None:
     client = login(web)
     resp = client.post("/api/models", json={"name": "smollm2-135m", "path": str(MODEL_DIR)})
     assert resp.status_code == 201, resp.text
@@ -129,7 +129,7 @@ def _engine_pid(dep_id: int) -> int:
 
 
 def test_an_engine_that_exits_while_loading_fails_with_its_reason_and_log(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     client.post("/api/models", json={"name": "smollm2-bad", "path": str(MODEL_DIR)})
@@ -152,7 +152,7 @@ def test_an_engine_that_exits_while_loading_fails_with_its_reason_and_log(
 
 
 def test_the_plan_s_kv_capacity_is_what_vllm_reports_at_another_budget(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     client.post("/api/models", json={"name": "smollm2-2g", "path": str(MODEL_DIR)})

@@ -19,7 +19,7 @@ import pytest
 from console.deployments.models import Deployment, Replica
 from console.fanout import bump_routing_version
 from console.observability.models import RequestLog
-from tests.conftest import Proc, login, serving
+from tests.conftest import Workers, login, serving
 from tests.outside import ENGINE_KEY, OutsideSim
 from tests.quotaworld import room_in_minute
 from tests.simworld import deploy, wait_state
@@ -57,7 +57,7 @@ def stream_both(web: str, key: str, model: str) -> tuple[str, str]:
 
 
 def test_an_outside_simulator_serves_both_sdks_with_keys_and_quotas_shows_metrics_and_goes_down_and_back(
-    web: str, worker: Proc, admin_user: object, tmp_path: Path
+    web: str, worker: Workers, admin_user: object, tmp_path: Path
 ) -> None:
     sim = OutsideSim(tmp_path / "sim.log", "outside-sim")
     client = login(web)
@@ -141,7 +141,7 @@ def test_an_outside_simulator_serves_both_sdks_with_keys_and_quotas_shows_metric
 
 
 def test_an_outside_engine_without_anthropics_api_gets_the_translation(
-    web: str, worker: Proc, admin_user: object, tmp_path: Path
+    web: str, worker: Workers, admin_user: object, tmp_path: Path
 ) -> None:
     sim = OutsideSim(tmp_path / "plain.log", "plain-sim", "--no-anthropic", "--no-responses", api_key="")
     client = login(web)
@@ -164,7 +164,7 @@ def test_an_outside_engine_without_anthropics_api_gets_the_translation(
 
 
 def test_a_mixed_deployment_keeps_conversations_on_one_replica_and_survives_either_side_stopping(
-    web: str, worker: Proc, admin_user: object, tmp_path: Path
+    web: str, worker: Workers, admin_user: object, tmp_path: Path
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "mixed")

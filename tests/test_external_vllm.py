@@ -16,7 +16,7 @@ import openai
 import pytest
 from django.conf import settings
 
-from tests.conftest import Proc, free_port, login
+from tests.conftest import Workers, free_port, login
 from tests.outside import ENGINE_KEY
 from tests.quotaworld import room_in_minute
 from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, panel_number
@@ -81,7 +81,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_a_vllm_the_test_started_is_served_metered_and_seen_down_once_stopped(
-    web: str, worker: Proc, admin_user: object, outside_vllm: tuple[str, subprocess.Popen[bytes]]
+    web: str, worker: Workers, admin_user: object, outside_vllm: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
     base, proc = outside_vllm
     client = login(web)

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from console.observability.models import RequestLog
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import Served, deploy, hearth_metrics, wait_for_logs, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -184,7 +184,7 @@ def test_max_completion_tokens_limits_a_completion_as_max_tokens_does(served: Se
 
 
 def test_right_after_an_engine_dies_requests_get_503_with_retry_after(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "mortal")

@@ -17,7 +17,7 @@ from console.access.key_format import key_prefix
 from console.access.models import ApiKey
 from gateway.errors import GatewayError
 from gateway.registry import RECHECK_EVERY, authenticate, load_snapshot
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.gatewayworld import bearer, burst, gateway_processes, status_of, statuses, within
 from tests.simworld import deploy, wait_state
 
@@ -64,7 +64,7 @@ def test_no_valid_request_gets_401_right_after_start(
 
 
 def test_a_deployment_that_became_ready_is_routed_by_every_request_of_a_burst(
-    two: list[str], worker: Proc, admin_user: object
+    two: list[str], worker: Workers, admin_user: object
 ) -> None:
     _, key = apikeys.create_key("chat", admin_user)
     warm(two, key)

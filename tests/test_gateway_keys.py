@@ -8,7 +8,7 @@ import redis
 from django.conf import settings
 
 from console.observability.spent import key_counters
-from tests.conftest import Proc, login, serving
+from tests.conftest import Workers, login, serving
 from tests.quotaworld import room_in_minute
 from tests.simworld import (
     Served,
@@ -145,7 +145,7 @@ def test_a_key_limited_to_one_request_at_once_may_send_the_next_as_soon_as_an_an
         assert [event.type for event in responses][-1] == "response.completed"
 
 
-def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Proc, admin_user: object) -> None:
+def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Workers, admin_user: object) -> None:
     client = login(web)
     ensure_model()
     resp = client.post(

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.deployments.models import Replica
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import (
     ensure_model,
     wait_state,
@@ -31,7 +31,7 @@ def _served_requests(replica: Replica) -> float:
 
 
 def test_two_replicas_share_the_load_keep_conversations_together_and_survive_one_dying(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     ensure_model()
@@ -82,7 +82,9 @@ def test_two_replicas_share_the_load_keep_conversations_together_and_survive_one
     wait_state(client, dep_id, {"stopped"})
 
 
-def test_replicas_that_need_more_gpus_than_the_box_has_are_refused(web: str, worker: Proc, admin_user: object) -> None:
+def test_replicas_that_need_more_gpus_than_the_box_has_are_refused(
+    web: str, worker: Workers, admin_user: object
+) -> None:
     client = login(web)
     ensure_model()
     resp = client.post(

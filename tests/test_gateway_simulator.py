@@ -14,7 +14,7 @@ import pytest
 from appliance.runtimes import get_runtime
 from console.deployments.models import Replica
 from console.observability.models import ScrapeHealth
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.gatewayworld import within
 from tests.simworld import (
     CLAUDE_TOOLS,
@@ -192,7 +192,7 @@ def test_an_engine_that_dies_mid_stream_is_restarted_and_its_last_run_kept(serve
 
 
 def test_an_engine_that_runs_out_of_memory_at_start_fails_with_the_remedy(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "oom", ["--fault-oom-at-start"])
@@ -204,7 +204,7 @@ def test_an_engine_that_runs_out_of_memory_at_start_fails_with_the_remedy(
 
 
 def test_an_engine_that_cannot_listen_on_its_port_fails_its_launch_at_once_saying_so(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     """SGLang logs uvicorn's bind error and hangs for minutes (tests/data/sglang-0.5.15.post1-cpu-port-taken.log):
     the launch fails at the next poll, not after HEARTH_START_TIMEOUT (1,800 s here), and no engine is left."""
@@ -220,7 +220,7 @@ def test_an_engine_that_cannot_listen_on_its_port_fails_its_launch_at_once_sayin
 
 
 def test_slow_engine_metrics_show_no_numbers_rather_than_old_or_zero_ones(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "slow-metrics", ["--fault-metrics-delay", "10"])
@@ -315,7 +315,7 @@ def test_truncated_and_cancelled_requests_are_logged_and_counted(served: Served)
 
 
 def test_anthropic_clients_work_with_an_engine_that_only_speaks_openai(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     dep_id = deploy(web, client, "chat-only", ["--no-anthropic"])  # answers /v1/messages with 404, like SGLang

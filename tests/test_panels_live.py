@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from console.observability.models import PriceSetting
 from gateway.metrics_endpoint import metrics_app
-from tests.conftest import ROOT, Proc, free_port, login
+from tests.conftest import ROOT, Proc, Workers, free_port, login
 from tests.simworld import Served, ensure_model, hearth_metrics
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +46,7 @@ def web_without_nvml(live_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
 
 
 def test_a_web_without_nvml_shows_and_plans_on_the_workers_eight_gpus_with_their_age(
-    web_without_nvml: str, worker: Proc, admin_user: object
+    web_without_nvml: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web_without_nvml)
     deadline = time.monotonic() + 20

@@ -21,7 +21,7 @@ from appliance.runtimes import get_runtime
 from console.audit.models import AuditEntry
 from console.deployments.models import Deployment, DeploymentEvent, Replica
 from console.deployments.wakeups import request_wake, wake_asked
-from tests.conftest import Proc, login
+from tests.conftest import Workers, login
 from tests.simworld import ensure_model, wait_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,7 +60,7 @@ def asleep_on_the_engine(replica: Replica) -> bool:
 
 
 def test_an_idle_deployment_sleeps_by_its_policy_and_a_request_s_wake_brings_it_back(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     dep = launched(client, "napper", idle_policy="sleep", idle_minutes=1, sleep_level=1)
@@ -97,7 +97,7 @@ def test_an_idle_deployment_sleeps_by_its_policy_and_a_request_s_wake_brings_it_
 
 
 def test_a_wake_that_fails_ends_failed_with_the_engine_s_reason_and_no_engine_running(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     dep = launched(client, "faulty", idle_policy="sleep", extra_args=["--fault-wake-fails"])
@@ -116,7 +116,7 @@ def test_a_wake_that_fails_ends_failed_with_the_engine_s_reason_and_no_engine_ru
 
 
 def test_an_idle_deployment_with_a_stop_policy_is_stopped_to_save_and_a_wake_launches_it(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     dep = launched(client, "saver", idle_policy="stop", idle_minutes=1)

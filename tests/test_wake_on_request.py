@@ -29,7 +29,7 @@ from appliance.runtimes import get_runtime
 from console.audit.models import AuditEntry
 from console.deployments.models import DeploymentEvent
 from console.observability.models import RequestLog
-from tests.conftest import Proc, login, start_web
+from tests.conftest import Workers, login, start_web
 from tests.simworld import hearth_metrics, wait_state
 from tests.test_sleep_live import RECONCILED, engine, idle_for_an_hour, launched
 
@@ -40,7 +40,7 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 
 
 @pytest.fixture(scope="module")
-def gateway(live_env: dict[str, str], worker: Proc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def gateway(live_env: dict[str, str], worker: Workers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A web server of its own whose streams get a keep-alive every half second; its base URL."""
     folder: Path = tmp_path_factory.mktemp("wake-web")
     proc, base = start_web({**live_env, "HEARTH_SSE_KEEPALIVE": "0.5"}, folder / "web.log")
@@ -61,7 +61,7 @@ def stop(client: httpx.Client, dep_id: int) -> None:
     wait_state(client, dep_id, {"stopped", "failed"})
 
 
-def wake_tasks(worker: Proc) -> int:
+def wake_tasks(worker: Workers) -> int:
     """Wake tasks the session's worker has received so far."""
     return len(re.findall(r"console\.deployments\.tasks\.wake_deployment\[[0-9a-f-]+\] received", worker.output()))
 
@@ -135,7 +135,7 @@ async def burst(base: str, key: str, model: str, count: int) -> list[httpx.Respo
 
 
 def test_fifty_requests_to_a_sleeping_deployment_wake_it_once_and_are_all_answered(
-    gateway: str, worker: Proc, admin_user: object
+    gateway: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(gateway)
     dep_id, key = put_to_sleep(client, "crowd")
@@ -159,7 +159,7 @@ def test_fifty_requests_to_a_sleeping_deployment_wake_it_once_and_are_all_answer
 
 
 def test_streams_held_during_a_wake_get_keep_alives_then_their_answers(
-    gateway: str, worker: Proc, admin_user: object
+    gateway: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(gateway)
     dep_id, key = put_to_sleep(client, "streamer", SLOWER)
@@ -179,7 +179,7 @@ def test_streams_held_during_a_wake_get_keep_alives_then_their_answers(
 
 
 def test_a_wake_that_fails_answers_every_held_request_503_with_the_engine_s_reason(
-    gateway: str, worker: Proc, admin_user: object
+    gateway: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(gateway)
     dep_id, key = put_to_sleep(client, "faulty-wake", [*SLOWER, "--fault-wake-fails"])
@@ -224,7 +224,7 @@ def test_a_wake_that_fails_answers_every_held_request_503_with_the_engine_s_reas
 
 
 def test_the_openai_and_anthropic_sdks_as_they_come_are_answered_through_a_wake(
-    gateway: str, worker: Proc, admin_user: object
+    gateway: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(gateway)
     dep_id, key = put_to_sleep(client, "sdk-napper", SLOWER)
@@ -255,7 +255,7 @@ def test_the_openai_and_anthropic_sdks_as_they_come_are_answered_through_a_wake(
 
 
 def test_a_deployment_stopped_to_save_is_launched_again_by_a_request_and_serves_it(
-    gateway: str, worker: Proc, admin_user: object
+    gateway: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(gateway)
     dep = launched(client, "saver-woken", idle_policy="stop", idle_minutes=1)

@@ -29,7 +29,7 @@ from django.utils import timezone
 from console.deployments import activity
 from console.deployments.models import Deployment
 from console.observability.models import RequestLog
-from tests.conftest import ENGINE_READY_WITHIN, Proc, login
+from tests.conftest import ENGINE_READY_WITHIN, Workers, login
 from tests.test_e2e_vllm import MODEL_DIR, engine_built, wait_for
 from tests.test_sleep_live import engine
 
@@ -115,7 +115,7 @@ def held_with(rows: list[RequestLog], keepalives: int, surface: str, words: str)
 
 
 def test_a_vllm_cpu_deployment_stopped_to_save_is_launched_again_by_requests_through_both_sdks(
-    web: str, worker: Proc, admin_user: object
+    web: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(web)
     assert client.post("/api/models", json={"name": "smollm2-135m", "path": str(MODEL_DIR)}).status_code == 201

@@ -49,13 +49,18 @@ def launch_env(live_env: dict[str, str], hub: StandinHub, tmp: Path) -> dict[str
     }
 
 
-def deployment() -> int:
-    """A stopped vLLM (CPU) deployment of the stand-in repo, put in ``pending`` as the launch button does (without
-    sending the Celery task: the test runs its body in a child process)."""
-    model = ModelSource.objects.create(
+def model() -> ModelSource:
+    """The stand-in repo as a model of the catalog."""
+    return ModelSource.objects.create(
         name="tiny", kind="hf", repo_id=REPO, revision=COMMIT, config=json.loads(CONFIG), weights_bytes=len(WEIGHTS)
     )
-    dep = admin_actions.create_deployment(name="tiny", model=model, engine="vllm-cpu", max_model_len=2048)
+
+
+def deployment(source: ModelSource | None = None, name: str = "tiny") -> int:
+    """A stopped vLLM (CPU) deployment of the stand-in repo (``source``, else a new model of it), put in
+    ``pending`` as the launch button does (without sending the Celery task: the test runs its body in a child
+    process, or sends it)."""
+    dep = admin_actions.create_deployment(name=name, model=source or model(), engine="vllm-cpu", max_model_len=2048)
     Deployment.objects.filter(pk=dep.pk).update(state="pending")
     return dep.pk
 

@@ -1,5 +1,6 @@
 """What a deployment's page adds to its state when nothing moves it on or checks it: no worker running to take the
-stop, launch, sleep or wake it waits for, or to check its engine; Celery beat stopped, so the state has not been
+stop, launch, sleep or wake it waits for (the long tasks' worker for a launch before its engine starts, the upkeep
+worker for the rest: appliance.celery_queues), or to check its engine; Celery beat stopped, so the state has not been
 checked since (appliance.celery_heartbeats). The state is what was last seen; these say how far to trust it."""
 
 from dataclasses import dataclass
@@ -9,14 +10,14 @@ from console.deployments.models import Deployment, DeploymentState
 from engines.room import duration_words
 
 S = DeploymentState
-WAITING_ON_A_WORKER = {  # states a worker's task moves on, and what waits for it
-    S.PENDING: "this launch",
-    S.PULLING: "this launch",
-    S.STARTING: "this launch",
-    S.LOADING: "this launch",
-    S.STOPPING: "this stop",
-    S.SLEEPING: "this sleep",
-    S.WAKING: "this wake",
+WAITING_ON_A_WORKER = {  # states a worker's task moves on, what waits for it, and whether the long tasks' worker
+    S.PENDING: ("this launch", True),  # takes it (appliance.celery_queues) or the upkeep worker
+    S.PULLING: ("this launch", True),
+    S.STARTING: ("this launch", True),
+    S.LOADING: ("this launch", False),  # the health polls
+    S.STOPPING: ("this stop", False),
+    S.SLEEPING: ("this sleep", False),
+    S.WAKING: ("this wake", False),
 }
 CHECKED = (S.READY, S.ASLEEP, *WAITING_ON_A_WORKER)  # states reconcile and the scraper check every few seconds
 
@@ -38,8 +39,9 @@ def caveats(dep: Deployment, found: Liveness) -> list[Caveat]:
     if found.unreadable:
         return [Caveat("liveness-unknown", f"Cannot tell whether a worker and beat run: {found.unreadable}.")]
     out = []
-    if no_worker := found.worker_stopped():
-        if what := WAITING_ON_A_WORKER.get(S(dep.state)):
+    what, long = WAITING_ON_A_WORKER.get(S(dep.state), ("", False))
+    if no_worker := found.long_worker_stopped() if long else found.worker_stopped():
+        if what:
             asked = duration_words(max(0.0, found.now - dep.state_since.timestamp()))
             words = f"No worker is taking {what} (asked {asked} ago): {no_worker}. It goes on once a worker runs."
         else:
