@@ -1,10 +1,10 @@
-"""Whether Celery beat and a worker are running, for the console's header and a deployment's page: each notes its
-signs of life in Redis through Celery's own signals, and any process reads them back in one round trip.
+"""Whether Celery beat and the workers are running, for the console's header and a deployment's page: each notes
+its signs of life in Redis through Celery's own signals, and any process reads them back in one round trip.
 
 - The workers: Celery's worker heartbeat (``celery.worker.heartbeat.Heart``, every ``--heartbeat-interval``
   seconds, 2 by default, sent whether or not task events are on) fires ``heartbeat_sent`` in a worker's main
-  process; ``note_worker`` writes the time and the queues it takes (appliance.celery: the upkeep queue, the long
-  one) to the hash ``celery-workers``, one field per worker process, which ``worker_shutdown`` marks stopped
+  process; ``note_worker`` writes the time and the queues it takes (appliance.celery_queues: the upkeep queue, the
+  long one) to the hash ``celery-workers``, one field per worker process, which ``worker_shutdown`` marks stopped
   (``note_worker_stopped``) and the next worker's start drops (``forget_old_workers``). A worker killed outright
   just falls silent. The heartbeat comes from the main process, so a worker whose pool is busy still lives: the
   queues keep the upkeep from waiting behind long tasks.
@@ -81,9 +81,11 @@ class Heartbeat:
 @dataclass(frozen=True)
 class Liveness:
     """Beat's and the workers' heartbeats as read at ``now`` (epoch seconds): ``worker`` the freshest of those taking
-    the upkeep queue, ``long_worker`` of those taking the long one (appliance.celery). ``unreadable`` says why they
-    could not be read (Redis), and then all are unknown (None). ``redis_up_for``: seconds since the Redis server
-    started (None: not known); under REDIS_FRESH, one never seen is not called stopped yet."""
+    the upkeep queue, ``long_worker`` of those taking the long one (appliance.celery_queues). ``unreadable`` says why
+    they could not be read (Redis), and then all are unknown (None). ``redis_up_for``: seconds since the Redis server
+    started (None: not known); under REDIS_FRESH, one never seen is not called stopped yet. ``long_waiting``: the
+    tasks waiting in the long queue for a free process of its worker (a worker takes one only then: appliance.settings
+    CELERY_WORKER_DISABLE_PREFETCH), None when not read."""
 
     now: float
     beat: Heartbeat | None
@@ -91,6 +93,7 @@ class Liveness:
     unreadable: str = ""
     redis_up_for: float | None = None
     long_worker: Heartbeat | None = None
+    long_waiting: int | None = None
 
     def _too_soon(self, heartbeat: Heartbeat) -> bool:
         """Whether ``heartbeat`` was never seen on a Redis that started too recently to tell."""
@@ -144,24 +147,26 @@ def limit_for(every: float) -> float:
 
 
 def read(host: str = "") -> Liveness:
-    """Beat's heartbeat and the freshest worker's (of host ``host`` only, when given), with how long Redis has run
-    (INFO's ``uptime_in_seconds``), in one round trip; never raises (``unreadable`` says why)."""
+    """Beat's heartbeat and the freshest worker's of each queue (of host ``host`` only, when given), with how long
+    Redis has run (INFO's ``uptime_in_seconds``) and the long queue's waiting tasks, in one round trip; never raises
+    (``unreadable`` says why)."""
     now = time.time()
     try:
         with _client().pipeline(transaction=False) as pipe:
             pipe.get(redis_key("beat-heartbeat"))
             pipe.hgetall(redis_key("celery-workers"))
             pipe.info("server")
-            beat_raw, workers_raw, server = pipe.execute()
+            pipe.llen(redis_key(LONG_QUEUE))  # kombu's list of the queue's messages, under the instance's prefix
+            beat_raw, workers_raw, server, long_waiting = pipe.execute()
     except (redis.RedisError, OSError) as exc:
         return Liveness(now, None, None, f"Redis did not answer ({type(exc).__name__})")
     up_for = server.get("uptime_in_seconds")
-    beat = _decode(beat_raw) if beat_raw else None
+    beat = _decode(beat_raw) if beat_raw else Heartbeat(None, 0.0)
     prefix = f"{host} pid ".encode()
     workers = [_decode(raw) for field, raw in workers_raw.items() if not host or field.startswith(prefix)]
     up = float(up_for) if isinstance(up_for, int | float) else None
     upkeep, long = (_freshest([w for w in workers if w.takes(queue)], now) for queue in (UPKEEP_QUEUE, LONG_QUEUE))
-    return Liveness(now, beat or Heartbeat(None, 0.0), upkeep, redis_up_for=up, long_worker=long)
+    return Liveness(now, beat, upkeep, redis_up_for=up, long_worker=long, long_waiting=int(long_waiting))
 
 
 PROCESSES = ("worker", "worker-long", "beat")  # what stopped_here answers for: compose.yaml's service names

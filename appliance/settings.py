@@ -166,6 +166,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker takes a task from Redis only when one of its processes is free (Celery 5.6's worker_disable_prefetch,
+# Redis brokers only): a launch waiting for the long worker stays in its queue, where its page counts it
+# (appliance.celery_heartbeats), not in the memory of a worker whose crash would hide it for kombu's visibility
+# timeout (an hour).
+CELERY_WORKER_DISABLE_PREFETCH = True
 
 LOGIN_URL = "access:login"
 LOGIN_REDIRECT_URL = "home"

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -104,6 +104,13 @@ def test_each_queue_has_its_own_worker_and_a_launch_waits_on_the_long_one() -> N
     assert said["no-worker"].startswith("No worker is taking this launch (asked 30 s ago): no long-task worker has")
     assert caveats(_dep(DeploymentState.STOPPING, 30, now), found) == []  # a stop is the upkeep worker's
     assert caveats(_dep(DeploymentState.LOADING, 30, now), found) == []  # so are the loading replica's health polls
+    busy = Liveness(now, Heartbeat(now - 1.0, 5.0), upkeep, long_worker=upkeep, long_waiting=3)
+    said = {c.kind: c.words for c in caveats(_dep(DeploymentState.PENDING, 30, now), busy)}
+    assert said["queued"].startswith("The long-task worker is busy: 3 tasks wait in its queue for a free process")
+    assert caveats(_dep(DeploymentState.PULLING, 30, now), busy) == []  # its turn came
+    assert [c.kind for c in caveats(_dep(DeploymentState.PENDING, 30, now), replace(busy, long_worker=long))] == [
+        "no-worker"  # no worker runs for it at all: that is what the page says
+    ]
     before = Heartbeat(now - 1.0, 2.0)  # a worker noted before the two queues took every task
     assert before.takes("celery") and before.takes("long") and not upkeep.takes("long")
 

@@ -1,7 +1,8 @@
 """The two Celery queues (appliance.celery_queues): each task goes to the upkeep queue or the long one, every way
 the appliance runs (scripts/up.sh, compose.yaml, the tests' Workers) starts a worker for each, and with the long
 worker's whole pool held by weights downloads (the stand-in hub, tests/standin_hub.py, holding each mid-file) a
-stop is still taken at once, by the upkeep worker, and a launch sent meanwhile waits its turn."""
+stop is still taken at once, by the upkeep worker, and a launch sent meanwhile waits its turn in Redis, its page
+saying so."""
 
 import itertools
 import re
@@ -12,10 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.test import override_settings
 
+from appliance import celery_heartbeats
 from appliance.celery import app
 from appliance.celery_queues import LONG_QUEUE, LONG_TASKS, UPKEEP_QUEUE
 from console.deployments.models import Deployment
+from console.deployments.state_caveats import caveats
 from tests.conftest import ROOT, Proc, Workers
 from tests.standin_hub import standin_hub
 from tests.weightsworld import COMMIT, HOLD_AT, REPO, deployment, files, launch_env, model
@@ -89,6 +93,14 @@ def test_a_stop_is_taken_while_held_downloads_fill_the_long_worker_s_pool(
             time.sleep(2)  # a launch beyond the pool would have begun by now
             assert sorted(states(ids)) == ["pending", "pulling", "pulling"], workers.output()[-4000:]
             waiting = states(ids).index("pending")
+            with override_settings(HEARTH_INSTANCE=env["HEARTH_INSTANCE"]):  # the workers' Redis keys
+                found = celery_heartbeats.read()
+            assert found.long_waiting == 1  # the third launch, in Redis: no worker took it ahead of a free process
+            said = {c.kind: c.words for c in caveats(Deployment.objects.get(pk=ids[waiting]), found)}
+            assert said == {
+                "queued": "The long-task worker is busy: 1 task waits in its queue for a free process (a launch, a"
+                " batch run or a capacity check holds one while it runs). This launch starts when its turn comes."
+            }
             pulling = next(n for n, state in enumerate(states(ids)) if state == "pulling")
             stops = "; ".join(f"admin_actions.stop(Deployment.objects.get(pk={ids[n]}))" for n in (pulling, waiting))
             imports = "from console.deployments import admin_actions; from console.deployments.models import Deployment"

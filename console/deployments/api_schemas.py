@@ -104,7 +104,7 @@ class SloOut(Schema):
 
 
 class CaveatOut(Schema):
-    kind: str = Field(description="no-worker, monitoring-stopped or liveness-unknown.")
+    kind: str = Field(description="no-worker, queued, monitoring-stopped or liveness-unknown.")
     words: str
 
 

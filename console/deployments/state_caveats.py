@@ -1,7 +1,8 @@
 """What a deployment's page adds to its state when nothing moves it on or checks it: no worker running to take the
 stop, launch, sleep or wake it waits for (the long tasks' worker for a launch before its engine starts, the upkeep
-worker for the rest: appliance.celery_queues), or to check its engine; Celery beat stopped, so the state has not been
-checked since (appliance.celery_heartbeats). The state is what was last seen; these say how far to trust it."""
+worker for the rest: appliance.celery_queues), or to check its engine; a launch waiting its turn for the long-task
+worker; Celery beat stopped, so the state has not been checked since (appliance.celery_heartbeats). The state is
+what was last seen; these say how far to trust it."""
 
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ CHECKED = (S.READY, S.ASLEEP, *WAITING_ON_A_WORKER)  # states reconcile and the 
 
 @dataclass(frozen=True)
 class Caveat:
-    """One sentence for the page and the API; ``kind`` names it ("no-worker", "monitoring-stopped",
+    """One sentence for the page and the API; ``kind`` names it ("no-worker", "queued", "monitoring-stopped",
     "liveness-unknown")."""
 
     kind: str
@@ -47,6 +48,13 @@ def caveats(dep: Deployment, found: Liveness) -> list[Caveat]:
         else:
             words = f"No worker is running, so nothing checks this engine: {no_worker}."
         out.append(Caveat("no-worker", words))
+    elif dep.state == S.PENDING and found.long_waiting:
+        waiting = "1 task waits" if found.long_waiting == 1 else f"{found.long_waiting} tasks wait"
+        words = (
+            f"The long-task worker is busy: {waiting} in its queue for a free process (a launch, a batch run or a"
+            " capacity check holds one while it runs). This launch starts when its turn comes."
+        )
+        out.append(Caveat("queued", words))
     if no_beat := found.beat_stopped():
         out.append(Caveat("monitoring-stopped", f"Monitoring stopped: {no_beat}; this state is not checked meanwhile."))
     return out
