@@ -291,7 +291,7 @@ if not 0 < HEARTH_BATCH_PRICE_FACTOR <= 1:
 HEARTH_STREAM_IDLE_TIMEOUT = envfloat("HEARTH_STREAM_IDLE_TIMEOUT", 600.0)  # seconds without a byte
 # Web processes on one socket (appliance.web_server); default one per core, at most 8.
 HEARTH_WEB_WORKERS = envint("HEARTH_WEB_WORKERS", max(1, min(os.cpu_count() or 1, 8)))
-HEARTH_DRAIN_SECONDS = envint("HEARTH_DRAIN_SECONDS", 30)  # a stopping web process lets open streams finish
+HEARTH_DRAIN_SECONDS = envint("HEARTH_DRAIN_SECONDS", 30)  # open streams finish: a web process or deployment stopping
 # Seconds a relay process may take to answer its supervisor's ping before it is killed and replaced (uvicorn's
 # timeout_worker_healthcheck, 5 by default, killed relays holding open streams on a starved CPU; measured in README,
 # "Relay processes are not killed for being slow"; appliance.relay_supervision).

@@ -1,40 +1,80 @@
 """Ending a deployment's engines: a stop the admin asked for, the Recreate of a settings change (the
-old replicas stop first, since they hold the GPUs, then the deployment launches with the new plan), and
-the appliance going down (``make down``: every engine, in the calling process, the worker being gone)."""
+old replicas stop first, since they hold the GPUs, then the deployment launches with the new plan), each after
+the requests in flight had HEARTH_DRAIN_SECONDS to finish (``drain``), and the appliance going down (``make down``:
+every engine at once, in the calling process, the worker being gone)."""
 
+import logging
+import time
 from dataclasses import dataclass
 
+import redis
 from django.conf import settings
 
 from appliance.runtimes.process import ProcessRuntime
+from console.deployments import activity
 from console.deployments.admin_actions import launch
 from console.deployments.lifecycle import end_all
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, DesiredState, Replica
 from console.fanout import bump_routing_version
 from engines.external import EXTERNAL_ENGINE
 
+log = logging.getLogger(__name__)
 S = DeploymentState
+SETTLE_SECONDS = 2.0  # gateway.registry.RECHECK_EVERY: a gateway that missed the stop's announcement re-read since
+POLL_EVERY = 0.2  # seconds between looks at the requests in flight
 
 
 def stop(deployment_id: int) -> None:
-    """stopping → stopped: end every replica of the deployment and keep its last log lines."""
+    """stopping → stopped: let the requests in flight finish (drain), end every replica of the deployment and keep
+    its last log lines."""
     dep = Deployment.objects.filter(pk=deployment_id).first()
     if dep is None or dep.state != S.STOPPING:
         return
+    drain(dep)
     end_all(dep)
     dep.move(S.STOPPED, "Stopped by the admin.")
 
 
 def recreate(deployment_id: int) -> None:
-    """stopping → stopped → pending: stop the old replicas first, then launch with the settings
-    console.deployments.changes stored."""
+    """stopping → stopped → pending: let the old replicas' requests in flight finish and stop them first, then
+    launch with the settings console.deployments.changes stored."""
     dep = Deployment.objects.filter(pk=deployment_id).first()
     if dep is None or dep.state != S.STOPPING:
         return
+    drain(dep)
     end_all(dep)
     bump_routing_version()
     if dep.move(S.STOPPED, "Stopped to recreate with the new settings."):
         launch(dep)
+
+
+def drain(dep: Deployment) -> None:
+    """Wait for the requests in flight of a stopping deployment (console.deployments.activity: the gateway routes no
+    new ones to it) to end, for up to HEARTH_DRAIN_SECONDS, each second saying on its page how many are left; none
+    left once the gateways have re-read the routes (SETTLE_SECONDS after the stop was asked), it returns at once.
+    Redis not answering ends the wait: the engines then stop as they would have without it. A deployment with no
+    engine running (stopped mid-launch) has nothing to drain."""
+    if not dep.replicas.launched().filter(stopped_at__isnull=True, running=True).exists():
+        return
+    settled_at = dep.state_since.timestamp() + SETTLE_SECONDS
+    deadline = time.monotonic() + settings.HEARTH_DRAIN_SECONDS
+    said = -1
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1.0, socket_timeout=1.0)
+    try:
+        while time.monotonic() < deadline:
+            left = activity.in_flight(client, dep.pk)
+            if not left and time.time() >= settled_at:
+                return
+            if left != said and left:
+                requests = "1 request in flight gets" if left == 1 else f"{left} requests in flight get"
+                dep.progress(f"Stopping: {requests} up to {settings.HEARTH_DRAIN_SECONDS} s to finish.")
+                said = left
+            time.sleep(POLL_EVERY)
+        log.info("deployment %s: stopping with requests still in flight after the drain", dep.name)
+    except redis.RedisError as exc:
+        log.warning("deployment %s: requests in flight not known (%s); stopping without a drain", dep.name, exc)
+    finally:
+        client.close()
 
 
 @dataclass(frozen=True)
