@@ -4,6 +4,7 @@ Hearth did not launch, registered, added to a deployment and removed."""
 
 import shlex
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -117,6 +118,7 @@ def _deployment_context(dep: Deployment) -> dict[str, object]:
         "events": dep.recent_events(20),
         "caveats": state_caveats.caveats(dep, celery_heartbeats.read()),
         "download": weights_progress.read(dep.pk) if dep.state == DeploymentState.PULLING else None,
+        "drain_seconds": settings.HEARTH_DRAIN_SECONDS,  # a Stop's drain (console.deployments.stopping), seconds
     }
 
 
