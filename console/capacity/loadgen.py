@@ -2,8 +2,10 @@
 
 Requests are what ``vllm bench serve --backend openai-chat`` sends: one user message, ``stream`` with
 ``stream_options.include_usage``, ``max_tokens`` and ``ignore_eos`` (every answer is exactly that
-long on vLLM, SGLang and the simulator), ``temperature`` 0. A content token is a chunk whose
-``choices[0].delta.content`` is not empty; token counts come from the usage chunk (the engine's own).
+long on vLLM, SGLang and the simulator), ``temperature`` 0. A token is a chunk whose ``choices[0].delta`` has
+``content``, or a reasoning model's ``reasoning`` (vLLM ≥ 0.10) or ``reasoning_content`` (SGLang, older vLLM),
+not empty, as ``vllm bench serve`` counts them: a thinking model's first token is reasoning. Token counts come from
+the usage chunk (the engine's own).
 
 Two patterns per level: ``concurrency`` runs N users in a closed loop, each sending its next request
 when its answer ends (LLMPerf, genai-perf, ``vllm bench serve --max-concurrency``); ``rate`` sends
@@ -86,7 +88,8 @@ async def send(session: aiohttp.ClientSession, target: Target, text: str, max_to
                     error = "in-stream error"
                     break
                 choices = event.get("choices") or []
-                if choices and (choices[0].get("delta") or {}).get("content"):
+                delta = (choices[0].get("delta") or {}) if choices else {}
+                if delta.get("content") or delta.get("reasoning") or delta.get("reasoning_content"):
                     stamps.append(time.perf_counter())
                 usage = event.get("usage") or usage
     except TimeoutError:
