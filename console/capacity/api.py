@@ -88,7 +88,7 @@ class RunOut(Schema):
 
 
 def _run(pk: int) -> CapacityRun:
-    return get_object_or_404(CapacityRun, pk=pk)
+    return runs.current(get_object_or_404(CapacityRun, pk=pk))
 
 
 @router.post("/deployments/{pk}/capacity-checks", response={202: RunOut})
@@ -103,6 +103,7 @@ def start_check(request: HttpRequest, pk: int, data: CheckIn) -> Status[Capacity
 
 @router.get("/deployments/{pk}/capacity-checks", response=list[RunOut])
 def list_checks(request: HttpRequest, pk: int) -> list[CapacityRun]:
+    runs.fail_stale_runs(pk)
     return list(CapacityRun.objects.filter(deployment_id=pk).order_by("-pk"))
 
 
@@ -131,7 +132,7 @@ def export_check(request: HttpRequest, pk: int) -> dict[str, Any]:
 
 @router.post("/capacity-checks/{pk}/cancel", response={202: RunOut})
 def cancel_check(request: HttpRequest, pk: int) -> Status[CapacityRun]:
-    run = _run(pk)
+    run = get_object_or_404(CapacityRun, pk=pk)  # as it stands: one whose worker stopped answering is cancelled
     runs.cancel_check(run)
     return Status(202, run)
 

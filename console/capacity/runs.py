@@ -19,6 +19,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from console.access.keys import create_key, revoke_key
@@ -42,7 +43,10 @@ LIVE_WINDOW = timedelta(minutes=10)
 MAX_LEVELS = 8
 MAX_USERS = 1024
 WATCH_EVERY_S = 0.5  # how often the run looks for a cancel and writes its progress
-STALE_AFTER = timedelta(minutes=2)  # a running check silent this long lost its worker (a crash, a restart)
+# a running check silent this long lost its worker (a crash, a restart, make down's cold shutdown): 90 of its
+# WATCH_EVERY_S heartbeats missed
+STALE_AFTER = timedelta(seconds=45)
+STALE_WORDS = "Its worker stopped answering (restarted or crashed)."
 
 
 class LiveTraffic(ConsoleError):
@@ -187,7 +191,7 @@ def start_check(
     fields = validate_check(dep, **check)
     if len(label := label.strip()) > LABEL_MAX:
         raise ConsoleError(f"The label is {len(label):,} characters long; at most {LABEL_MAX} are allowed.")
-    fail_stale_runs(dep)
+    fail_stale_runs(dep.pk)
     if dep.state != DeploymentState.READY:
         raise ConsoleError(f"{dep.name} is {dep.state}; a capacity check needs it ready.")
     if not confirm_live_traffic and (live := live_traffic(dep)):
@@ -216,24 +220,39 @@ def start_check(
     return run
 
 
-def fail_stale_runs(dep: Deployment) -> None:
-    """Runs of ``dep`` whose worker stopped answering (no heartbeat for STALE_AFTER) end as failed, so
+def _stale(runs: QuerySet[CapacityRun]) -> QuerySet[CapacityRun]:
+    """Those of ``runs`` running or cancelling whose worker gave no heartbeat for STALE_AFTER."""
+    active = runs.filter(state__in=[RunState.RUNNING, RunState.CANCELLING])
+    return active.filter(heartbeat_at__lt=timezone.now() - STALE_AFTER)
+
+
+def fail_stale_runs(deployment_id: int) -> None:
+    """Runs of the deployment whose worker stopped answering (no heartbeat for STALE_AFTER) end as failed, so
     they no longer hold the deployment's one check."""
-    stale = CapacityRun.objects.filter(
-        deployment=dep, state__in=[RunState.RUNNING, RunState.CANCELLING], heartbeat_at__lt=timezone.now() - STALE_AFTER
+    _stale(CapacityRun.objects.filter(deployment_id=deployment_id)).update(
+        state=RunState.FAILED, state_reason=STALE_WORDS, finished_at=timezone.now()
     )
-    stale.update(
-        state=RunState.FAILED,
-        state_reason="Its worker stopped answering (restarted or crashed).",
-        finished_at=timezone.now(),
-    )
+
+
+def current(run: CapacityRun) -> CapacityRun:
+    """``run`` as it stands: failed, if its worker stopped answering (fail_stale_runs), for its page and the API."""
+    if _stale(CapacityRun.objects.filter(pk=run.pk)).update(
+        state=RunState.FAILED, state_reason=STALE_WORDS, finished_at=timezone.now()
+    ):
+        run.refresh_from_db()
+    return run
 
 
 def cancel_check(run: CapacityRun) -> None:
     """Ask the run to stop: its worker stops sending, cuts what is in flight and keeps the levels done; a
-    run still queued ends at once. Raises ConsoleError when the run has already ended."""
+    run still queued, or one whose worker stopped answering, ends at once. Raises ConsoleError when the run has
+    already ended."""
     before_start = {"state": RunState.CANCELLED, "state_reason": "Cancelled before it started."}
     if CapacityRun.objects.filter(pk=run.pk, state=RunState.QUEUED).update(**before_start, finished_at=timezone.now()):
+        run.refresh_from_db()
+        return
+    orphaned = {"state": RunState.CANCELLED, "state_reason": f"Cancelled. {STALE_WORDS}"}
+    if _stale(CapacityRun.objects.filter(pk=run.pk)).update(**orphaned, finished_at=timezone.now()):
         run.refresh_from_db()
         return
     if not run.move(RunState.CANCELLING, "Cancelling: the requests in flight are being cut."):

@@ -30,7 +30,7 @@ def _downtime(dep: Deployment) -> float | None:
 def capacity_page(request: HttpRequest, pk: int) -> HttpResponse:
     """Start a check (POST), and the deployment's runs, SLO and tunings."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    runs.fail_stale_runs(dep)
+    runs.fail_stale_runs(dep.pk)
     form = CheckForm(request.POST or None, prefix="check")
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -111,14 +111,14 @@ def start_tuning(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def run_page(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(CapacityRun, pk=pk)
+    run = runs.current(get_object_or_404(CapacityRun, pk=pk))
     return render(request, "capacity/run.html", _run_context(run))
 
 
 @login_required
 def run_status(request: HttpRequest, pk: int) -> HttpResponse:
     """The progress and results alone, polled every second by htmx while the run is active."""
-    run = get_object_or_404(CapacityRun, pk=pk)
+    run = runs.current(get_object_or_404(CapacityRun, pk=pk))
     return render(request, "capacity/run.html#status", _run_context(run))
 
 

@@ -1,0 +1,54 @@
+"""A capacity check whose worker died (a crash, make down's cold shutdown of the long-task worker) ends as failed
+once its heartbeat is STALE_AFTER old (console.capacity.runs), wherever it is looked at: its page, the API's run and
+list, and a Cancel ends it at once. A fresh user's trial found such a run shown "running" for minutes, its Cancel
+stuck at "cancelling", and new checks of the deployment refused meanwhile."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from console.capacity.models import CapacityRun
+from console.capacity.runs import STALE_AFTER
+from tests.test_console_display import a_deployment
+
+pytestmark = pytest.mark.django_db
+SILENT = STALE_AFTER + timedelta(seconds=1)
+
+
+def running(name: str, silent_for: timedelta) -> CapacityRun:
+    """A running check of a new ready deployment ``name``, its last heartbeat ``silent_for`` ago."""
+    return CapacityRun.objects.create(
+        deployment=a_deployment(name), deployment_name=name, profile="chat", mode="concurrency", levels=[1, 10],
+        requests_per_level=4, max_seconds=60, shape={"prompt_tokens": 100, "output_tokens": 10}, state="running",
+        started_at=timezone.now() - silent_for, heartbeat_at=timezone.now() - silent_for,
+        progress_text="Level 1 of 2 (1 users): 3 of 4 requests answered",
+    )  # fmt: skip
+
+
+def test_a_run_whose_worker_fell_silent_reads_failed_on_its_page_and_in_the_api(admin: Client) -> None:
+    alive, orphan = running("alive", timedelta(seconds=5)), running("orphan", SILENT)
+    assert admin.get(f"/api/capacity-checks/{alive.pk}").json()["state"] == "running"
+    answer = admin.get(f"/api/capacity-checks/{orphan.pk}").json()
+    said = "Its worker stopped answering (restarted or crashed)."
+    assert (answer["state"], answer["state_reason"]) == ("failed", said)
+    other = running("listed", SILENT)
+    assert [r["state"] for r in admin.get(f"/api/deployments/{other.deployment_id}/capacity-checks").json()] == [
+        "failed"
+    ]
+    paged = running("paged", SILENT)
+    assert "Its worker stopped answering" in admin.get(f"/capacity/runs/{paged.pk}/").content.decode()
+    assert CapacityRun.objects.get(pk=paged.pk).state == "failed"
+
+
+def test_a_cancel_of_a_run_whose_worker_fell_silent_ends_it_at_once(admin: Client) -> None:
+    stuck, unseen = running("stuck", SILENT), running("unseen", SILENT)
+    CapacityRun.objects.filter(pk=unseen.pk).update(state="cancelling")  # a cancel its worker never saw
+    for run in (stuck, unseen):
+        answer = admin.post(f"/api/capacity-checks/{run.pk}/cancel")
+        assert answer.status_code == 202, answer.content
+        assert (answer.json()["state"], answer.json()["state_reason"]) == (
+            "cancelled",
+            "Cancelled. Its worker stopped answering (restarted or crashed).",
+        )
