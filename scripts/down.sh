@@ -70,11 +70,13 @@ if [ ! -d "$DATA" ]; then  # a data folder make up never had: say so rather than
   exit 1
 fi
 mkdir -p "$DATA/logs"
+# First the long-task worker, which sends load to the web server (a batch's runner, a capacity check). A launch
+# mid-download or a batch's runner would hold its warm shutdown for as long as it runs: after 10 s, Celery's cold
+# shutdown (SIGQUIT) ends it; the next start resumes the launch (the download where it stopped) and the batch, and
+# the check reads failed
+stop worker-long 10 "the launches, batches and checks it runs" QUIT
 stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5)) "its open streams get ${HEARTH_DRAIN_SECONDS:-30} s (HEARTH_DRAIN_SECONDS) to finish"
 stop beat
 stop worker  # before the engines: its reconcile would restart them
-# a launch mid-download or a batch's runner would hold a warm shutdown for as long as it runs: after 10 s, Celery's
-# cold shutdown (SIGQUIT) ends it; the next start resumes the launch (the download where it stopped) and the batch
-stop worker-long 10 "the launches, batches and checks it runs" QUIT
 engines
 stop redis
