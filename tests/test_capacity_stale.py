@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from console.capacity.models import CapacityRun
+from console.capacity.models import CapacityRun, Tuning
 from console.capacity.runs import STALE_AFTER
 from tests.test_console_display import a_deployment
 
@@ -52,3 +52,32 @@ def test_a_cancel_of_a_run_whose_worker_fell_silent_ends_it_at_once(admin: Clien
             "cancelled",
             "Cancelled. Its worker stopped answering (restarted or crashed).",
         )
+
+
+def tuning(name: str, silent_for: timedelta | None, created_ago: timedelta = timedelta(0)) -> Tuning:
+    """A running tuning of a new ready deployment ``name``, its last heartbeat ``silent_for`` ago (None: none
+    kept, as a tuning from before the heartbeat was), created ``created_ago``."""
+    return Tuning.objects.create(
+        deployment=a_deployment(name), deployment_name=name, knob="max_num_seqs", values=[256, 64],
+        check_settings={}, state="running", step=1, created_at=timezone.now() - created_ago,
+        heartbeat_at=None if silent_for is None else timezone.now() - silent_for,
+    )  # fmt: skip
+
+
+def test_a_tuning_whose_worker_fell_silent_reads_failed_and_its_cancel_ends_it_at_once(admin: Client) -> None:
+    alive, orphan = tuning("alive", timedelta(seconds=5)), tuning("orphan", SILENT)
+    older = tuning("older", None, created_ago=SILENT)  # migrated from before the heartbeat: no heartbeat kept
+    assert admin.get(f"/api/tunings/{alive.pk}").json()["state"] == "running"
+    for row in (orphan, older):
+        answer = admin.get(f"/api/tunings/{row.pk}").json()
+        assert (answer["state"], answer["state_reason"]) == (
+            "failed",
+            "Its worker stopped answering (restarted or crashed). The values measured before are kept.",
+        )
+    paged = tuning("paged", SILENT)
+    assert admin.get(f"/deployments/{paged.deployment_id}/capacity/").status_code == 200
+    assert Tuning.objects.get(pk=paged.pk).state == "failed"  # no longer holding the deployment's one tuning
+    stuck = tuning("stuck", SILENT)
+    answer = admin.post(f"/api/tunings/{stuck.pk}/cancel")
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["state"] == "cancelled" and answer.json()["state_reason"].startswith("Cancelled. Its worker")

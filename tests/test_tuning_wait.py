@@ -27,7 +27,7 @@ def waited(dep: Deployment, then: str, monkeypatch: pytest.MonkeyPatch) -> str:
         Deployment.objects.filter(pk=dep.pk).update(state=then)
 
     monkeypatch.setattr(tuning.time, "sleep", pause)
-    return tuning._wait_ready(dep)
+    return tuning._wait_ready(dep, tuning_id=0)  # no such tuning: its heartbeat updates no row
 
 
 def test_a_recreate_s_stopped_step_is_waited_through(monkeypatch: pytest.MonkeyPatch) -> None:

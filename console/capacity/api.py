@@ -192,7 +192,7 @@ def start_tuning(request: HttpRequest, pk: int, data: TuningIn) -> Status[Tuning
 
 @router.get("/tunings/{pk}", response=TuningOut)
 def get_tuning(request: HttpRequest, pk: int) -> Tuning:
-    return get_object_or_404(Tuning, pk=pk)
+    return tuning.current(get_object_or_404(Tuning, pk=pk))
 
 
 @router.post("/tunings/{pk}/{action}", response={202: TuningOut})

@@ -170,6 +170,7 @@ class Tuning(models.Model):
     downtime_seconds = models.FloatField(null=True, help_text="Expected per relaunch, from the change preview.")
     best_value = models.JSONField(null=True, blank=True)
     applied = models.BooleanField(default=False, help_text="The best value was applied at the end.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life of its worker.")
 
     def __str__(self) -> str:
         return f"tuning {self.pk} of {self.knob} on {self.deployment_name}"

@@ -25,7 +25,7 @@ from django.utils import timezone
 from console.access.keys import create_key, revoke_key
 from console.access.models import ApiKey, Priority
 from console.capacity import engine_numbers, loadgen
-from console.capacity.models import CapacityResult, CapacityRun, RunState
+from console.capacity.models import CapacityResult, CapacityRun, RunState, Tuning
 from console.deployments import dispatch
 from console.deployments.changes import current_settings
 from console.deployments.models import Deployment, DeploymentState
@@ -374,9 +374,12 @@ async def _watch(run_id: int, stop: asyncio.Event, progress: Any) -> None:
 
 
 def _progress(run_id: int, fraction: float, text: str) -> str:
+    """The run's progress and heartbeat, its tuning's heartbeat too (console.capacity.tuning); returns its state."""
+    now = timezone.now()
     CapacityRun.objects.filter(pk=run_id, state=RunState.RUNNING).update(
-        progress=fraction, progress_text=text, heartbeat_at=timezone.now()
+        progress=fraction, progress_text=text, heartbeat_at=now
     )
+    Tuning.objects.filter(runs__pk=run_id).update(heartbeat_at=now)
     return str(CapacityRun.objects.values_list("state", flat=True).get(pk=run_id))
 
 

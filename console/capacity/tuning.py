@@ -15,6 +15,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from console.capacity import runs
 from console.capacity.models import ACTIVE_RUN_STATES, CapacityRun, RunState, Tuning
@@ -29,6 +31,7 @@ SETTING_KNOBS = {"max_num_seqs": int, "kv_cache_dtype": str, "gpu_memory_utiliza
 FLAG_KNOBS = {"max_num_batched_tokens": "--max-num-batched-tokens", "enable_prefix_caching": "--enable-prefix-caching"}
 DEFAULT = "default"  # a flag knob left to the engine's own default
 MAX_VALUES = 6
+STALE_WORDS = f"{runs.STALE_WORDS} The values measured before are kept."
 
 
 def _without_flag(args: list[str], flag: str) -> list[str]:
@@ -97,6 +100,8 @@ def start_tuning(dep: Deployment, user: Any, knob: str, values: list[Any], check
     already under a check or tuning."""
     if dep.state != DeploymentState.READY:
         raise ConsoleError(f"{dep.name} is {dep.state}; tuning needs it ready.")
+    runs.fail_stale_runs(dep.pk)
+    fail_stale_tunings(dep.pk)
     if (
         CapacityRun.objects.filter(deployment=dep, state__in=ACTIVE_RUN_STATES).exists()
         or Tuning.objects.filter(deployment=dep, state__in=ACTIVE_RUN_STATES).exists()
@@ -125,11 +130,13 @@ def start_tuning(dep: Deployment, user: Any, knob: str, values: list[Any], check
     return row
 
 
-def _wait_ready(dep: Deployment) -> str:
-    """Wait for the relaunch to end; "" when ready, else why not. A recreate passes through stopped on its way
-    (console.deployments.stopping.recreate): stopped ends the wait only when it is wanted stopped."""
+def _wait_ready(dep: Deployment, tuning_id: int) -> str:
+    """Wait for the relaunch to end, the tuning's heartbeat written each second; "" when ready, else why not. A
+    recreate passes through stopped on its way (console.deployments.stopping.recreate): stopped ends the wait only
+    when it is wanted stopped."""
     deadline = time.monotonic() + settings.HEARTH_START_TIMEOUT + 120
     while time.monotonic() < deadline:
+        Tuning.objects.filter(pk=tuning_id).update(heartbeat_at=timezone.now())
         dep.refresh_from_db()
         if dep.state == DeploymentState.READY:
             return ""
@@ -147,13 +154,13 @@ def run_tuning(tuning_id: int) -> None:
     if tuning is None or tuning.deployment is None:
         return
     dep = tuning.deployment
-    Tuning.objects.filter(pk=tuning.pk).update(state=RunState.RUNNING)
+    Tuning.objects.filter(pk=tuning.pk).update(state=RunState.RUNNING, heartbeat_at=timezone.now())
     for step in range(tuning.step, len(tuning.values)):
         value = tuning.values[step]
         try:
             if current_value(dep, tuning.knob) != value:
                 apply_change(dep, **settings_with(dep, tuning.knob, value))
-            if why := _wait_ready(dep):
+            if why := _wait_ready(dep, tuning.pk):
                 raise ConsoleError(why)
             run = runs.start_check(
                 dep,
@@ -202,8 +209,34 @@ def apply_best(tuning: Tuning) -> None:
     tuning.applied = True
 
 
+def _stale(rows: QuerySet[Tuning]) -> QuerySet[Tuning]:
+    """Those of ``rows`` running or cancelling whose worker gave no heartbeat for runs.STALE_AFTER (one with none
+    yet: a tuning from before its heartbeat was kept, that long after its creation)."""
+    cutoff = timezone.now() - runs.STALE_AFTER
+    active = rows.filter(state__in=[RunState.RUNNING, RunState.CANCELLING])
+    return active.filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff))
+
+
+def fail_stale_tunings(deployment_id: int) -> None:
+    """Tunings of the deployment whose worker stopped answering end as failed (the values measured are kept), so
+    they no longer hold its one check or tuning."""
+    _stale(Tuning.objects.filter(deployment_id=deployment_id)).update(state=RunState.FAILED, state_reason=STALE_WORDS)
+
+
+def current(row: Tuning) -> Tuning:
+    """``row`` as it stands: failed, if its worker stopped answering, for its page and the API."""
+    if _stale(Tuning.objects.filter(pk=row.pk)).update(state=RunState.FAILED, state_reason=STALE_WORDS):
+        row.refresh_from_db()
+    return row
+
+
 def cancel_tuning(tuning: Tuning) -> None:
-    """Stop after the value being measured; its check is cancelled too. Raises ConsoleError once ended."""
+    """Stop after the value being measured; its check is cancelled too; one whose worker stopped answering ends
+    at once. Raises ConsoleError once ended."""
+    orphaned = {"state": RunState.CANCELLED, "state_reason": f"Cancelled. {STALE_WORDS}"}
+    if _stale(Tuning.objects.filter(pk=tuning.pk)).update(**orphaned):
+        tuning.refresh_from_db()
+        return
     if not Tuning.objects.filter(pk=tuning.pk, state__in=[RunState.QUEUED, RunState.RUNNING]).update(
         state=RunState.CANCELLING, state_reason="Cancelling after the value being measured."
     ):

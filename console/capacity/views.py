@@ -31,6 +31,7 @@ def capacity_page(request: HttpRequest, pk: int) -> HttpResponse:
     """Start a check (POST), and the deployment's runs, SLO and tunings."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
     runs.fail_stale_runs(dep.pk)
+    tuning.fail_stale_tunings(dep.pk)
     form = CheckForm(request.POST or None, prefix="check")
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -170,13 +171,13 @@ def compare_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def tuning_page(request: HttpRequest, pk: int) -> HttpResponse:
-    row = get_object_or_404(Tuning, pk=pk)
+    row = tuning.current(get_object_or_404(Tuning, pk=pk))
     return render(request, "capacity/tuning.html", _tuning_context(row))
 
 
 @login_required
 def tuning_status(request: HttpRequest, pk: int) -> HttpResponse:
-    row = get_object_or_404(Tuning, pk=pk)
+    row = tuning.current(get_object_or_404(Tuning, pk=pk))
     return render(request, "capacity/tuning.html#status", _tuning_context(row))
 
 
