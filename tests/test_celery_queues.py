@@ -41,6 +41,9 @@ def test_each_task_goes_to_the_upkeep_queue_or_the_long_one() -> None:
     assert queue_of("console.observability.tasks.scrape_metrics") == UPKEEP_QUEUE
     assert queue_of("console.deployments.tasks.stop_deployment") == UPKEEP_QUEUE  # never behind a download
     assert queue_of("console.deployments.tasks.launch_deployment") == LONG_QUEUE
+    # a tuning (long) waits for each value's recreate: in the long queue, tunings holding every long process would
+    # wait for ever
+    assert queue_of("console.deployments.tasks.recreate_deployment") == UPKEEP_QUEUE
 
 
 def queues_taken(argv: list[str]) -> tuple[str, str]:
