@@ -16,6 +16,7 @@ Imports only appliance.redis_keys and redis: the gateway may import it.
 """
 
 import time
+from collections.abc import Callable
 
 import redis
 import redis.asyncio as aioredis
@@ -64,6 +65,30 @@ def in_flight(client: redis.Redis, deployment_id: int, now: float | None = None)
     key = in_flight_key(deployment_id)
     client.zremrangebyscore(key, "-inf", at)
     return int(client.zcard(key))
+
+
+def drained(
+    client: redis.Redis,
+    deployment_id: int,
+    seconds: float,
+    not_before: float = 0.0,
+    on_count: Callable[[int], object] | None = None,
+    poll: float = 0.2,
+) -> bool:
+    """Wait, polling every ``poll`` seconds, until the deployment has no request in flight and the clock has passed
+    ``not_before`` (Unix seconds), for up to ``seconds``: True once it has, False when the time ran out.
+    ``on_count(n)`` hears each new count of requests still in flight. Raises redis.RedisError."""
+    deadline, said = time.monotonic() + seconds, 0
+    while True:
+        left = in_flight(client, deployment_id)
+        if not left and time.time() >= not_before:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        if left and left != said and on_count is not None:
+            on_count(left)
+            said = left
+        time.sleep(poll)
 
 
 def last_request(client: redis.Redis, deployment_id: int) -> float | None:

@@ -61,14 +61,9 @@ def slept_level(dep: Deployment) -> int:
 
 def _drained(dep: Deployment) -> bool:
     """Whether its requests in flight ended within DRAIN_SECONDS (Redis unreachable: not known, so not drained)."""
-    deadline = time.monotonic() + DRAIN_SECONDS
     client = redis_client()
     try:
-        while activity.in_flight(client, dep.pk):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(POLL_EVERY)
-        return True
+        return activity.drained(client, dep.pk, DRAIN_SECONDS, poll=POLL_EVERY)
     except redis.RedisError as exc:
         log.warning("deployment %s: requests in flight not known (%s)", dep.name, exc)
         return False

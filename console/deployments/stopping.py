@@ -4,7 +4,6 @@ the requests in flight had HEARTH_DRAIN_SECONDS to finish (``drain``), and the a
 every engine at once, in the calling process, the worker being gone)."""
 
 import logging
-import time
 from dataclasses import dataclass
 
 import redis
@@ -15,6 +14,7 @@ from console.deployments import activity
 from console.deployments.admin_actions import launch
 from console.deployments.lifecycle import end_all
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, DesiredState, Replica
+from console.deployments.sleeping import redis_client
 from console.fanout import bump_routing_version
 from engines.external import EXTERNAL_ENGINE
 
@@ -50,27 +50,23 @@ def recreate(deployment_id: int) -> None:
 
 def drain(dep: Deployment) -> None:
     """Wait for the requests in flight of a stopping deployment (console.deployments.activity: the gateway routes no
-    new ones to it) to end, for up to HEARTH_DRAIN_SECONDS, each second saying on its page how many are left; none
+    new ones to it) to end, for up to HEARTH_DRAIN_SECONDS, its page saying how many are left as that changes; none
     left once the gateways have re-read the routes (SETTLE_SECONDS after the stop was asked), it returns at once.
     Redis not answering ends the wait: the engines then stop as they would have without it. A deployment with no
     engine running (stopped mid-launch) has nothing to drain."""
     if not dep.replicas.launched().filter(stopped_at__isnull=True, running=True).exists():
         return
-    settled_at = dep.state_since.timestamp() + SETTLE_SECONDS
-    deadline = time.monotonic() + settings.HEARTH_DRAIN_SECONDS
-    said = -1
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1.0, socket_timeout=1.0)
+    seconds = settings.HEARTH_DRAIN_SECONDS
+
+    def say(left: int) -> None:
+        requests = "1 request in flight gets" if left == 1 else f"{left} requests in flight get"
+        dep.progress(f"Stopping: {requests} up to {seconds} s to finish.")
+
+    client = redis_client()
     try:
-        while time.monotonic() < deadline:
-            left = activity.in_flight(client, dep.pk)
-            if not left and time.time() >= settled_at:
-                return
-            if left != said and left:
-                requests = "1 request in flight gets" if left == 1 else f"{left} requests in flight get"
-                dep.progress(f"Stopping: {requests} up to {settings.HEARTH_DRAIN_SECONDS} s to finish.")
-                said = left
-            time.sleep(POLL_EVERY)
-        log.info("deployment %s: stopping with requests still in flight after the drain", dep.name)
+        settled_at = dep.state_since.timestamp() + SETTLE_SECONDS
+        if not activity.drained(client, dep.pk, seconds, settled_at, say, POLL_EVERY):
+            log.info("deployment %s: stopping with requests still in flight after the drain", dep.name)
     except redis.RedisError as exc:
         log.warning("deployment %s: requests in flight not known (%s); stopping without a drain", dep.name, exc)
     finally:
