@@ -251,11 +251,6 @@ class Workers:
     def procs(self) -> tuple[Proc, Proc]:
         return self.upkeep, self.long
 
-    @property
-    def proc(self) -> subprocess.Popen[bytes]:
-        """The upkeep worker's process (the one with beat)."""
-        return self.upkeep.proc
-
     def ready(self, before: int = 0) -> None:
         """Wait until each says it is ready ("celery@host ready.") for the ``before + 1``-th time (its log keeps
         every start's lines)."""
