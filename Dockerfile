@@ -3,8 +3,13 @@ FROM python:3.12-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HEARTH_DATA_DIR=/data \
     HEARTH_WEIGHTS_DIR=/weights
 WORKDIR /app
-COPY pyproject.toml README.md ./
-RUN pip install --no-compile . && useradd --system --create-home --uid 1000 hearth && mkdir /data /weights && chown hearth /data /weights
+COPY pyproject.toml setup.py README.md ./
+COPY gateway/native/ gateway/native/
+# The relay's native thread (setup.py) is compiled here; the compiler goes again in the same layer.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install --no-compile . \
+    && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --create-home --uid 1000 hearth && mkdir /data /weights && chown hearth /data /weights
 # The code belongs to root and is read-only to the app; only /data is the app's. .dockerignore keeps .env,
 # data/, .venv, .git, caches, tests and benchmarks out (tests/test_image.py checks the build context).
 COPY . .

@@ -20,7 +20,7 @@ help:
 # Not an editable install: the code runs from this folder (no packages are installed), and setuptools warns
 # about every editable one. Each download shows with its size and progress (scripts/pip_progress.py; a pip from
 # before --progress-bar raw, one that could not upgrade itself offline, names each download with its size only).
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py gateway/native/fast_forward.c
 	@test -n "$(PYTHON)" || { echo "Hearth needs Python 3.12 or newer; none found." >&2; exit 1; }
 	@echo "make: installing Hearth's Python packages into $(VENV) with $(PYTHON) (once, a few minutes)"
 	@$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,8 @@ $(VENV)/.installed: pyproject.toml
 	@set -o pipefail; bar=raw; $(PY) -m pip download --progress-bar raw --help >/dev/null 2>&1 || bar=off; \
 	$(PY) -m pip install --progress-bar $$bar '.[test]' 2> >(grep -v 'is ignored' >&2) | $(PY) scripts/pip_progress.py "make: "
 	@$(PY) -c "import django, celery, aiohttp, openai, anthropic, playwright, pytest_django, importlinter"
+	@$(PY) -c "import hearth_fast_forward" 2>/dev/null || echo "make: the native relay (setup.py) was not compiled, \
+	no C compiler? Streams are relayed in Python, and tests/test_relay_fast_forward.py fails." >&2
 	@touch $@
 
 venv: $(VENV)/.installed

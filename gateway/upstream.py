@@ -1,4 +1,5 @@
-"""The gateway's HTTP/1.1 client for its engines: kept-alive connections per engine, answers read by httptools.
+"""The gateway's HTTP/1.1 client for its engines: kept-alive connections per engine (gateway.engine_connection),
+answers read by httptools.
 
 Chosen by benchmark, as FACTS.md asks of the upstream client. Against a fake engine on this 2-core
 machine a bare relay spent ~230 µs of CPU per short streamed request with aiohttp's client and ~135 µs
@@ -21,21 +22,19 @@ early, or bytes that are not HTTP).
 
 import asyncio
 import functools
-import socket
 import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import NamedTuple, cast
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
-import httptools
-
 from appliance.hop_marker import HEADER as HOP_HEADER
+from gateway.engine_connection import EngineConnection
+from gateway.fast_forward import Handover
 from gateway.upstream_errors import UpstreamBroken, UpstreamUnreachable
 
-HIGH_WATER = 256 * 1024  # bytes of an answer buffered unread before its connection stops being read
 IDLE_KEEP = 4.0  # seconds an idle connection is kept: under the 5 s keep-alive of uvicorn (vLLM, SGLang)
 
 
@@ -61,152 +60,11 @@ def target_of(base_url: str) -> Target:
 Admit = Callable[[str, int], Awaitable[Sequence[str]]]
 
 
-class _Connection(asyncio.Protocol):
-    """One kept-alive connection to an engine, carrying one exchange at a time."""
-
-    def __init__(self, read_timeout: float) -> None:
-        self.read_timeout = read_timeout
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.idle_since = 0.0  # monotonic seconds
-        self._watchdog: asyncio.TimerHandle | None = None
-        self._reset()
-
-    def _reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.headers: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.status = 0
-        self.content_type = ""
-        self.framed = False  # Content-Length or chunked: the answer does not end with the connection
-        self.body: list[bytes] = []
-        self.buffered = 0  # bytes in ``body``
-        self.complete = False
-        self.keep_alive = False  # read when the answer completes (the parser forgets after it)
-        self.error: BaseException | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.sink: Callable[[bytes], None] | None = None  # set while the reader waits: see Answer.chunks
-        self.sink_stopped = False
-        self.last_read = time.monotonic()
-        self.paused = False
-
-    def begin(self, request: bytes) -> None:
-        """Send ``request`` (head and body) and start watching for silence."""
-        assert self.transport is not None
-        self._reset()
-        self.transport.write(request)
-        self._arm(self.read_timeout)
-
-    def finish(self) -> None:
-        """Stop watching: the exchange is over."""
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
-
-    def abort(self) -> None:
-        self.finish()
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamBroken(f"the engine sent what is not HTTP: {exc}"))
-            self.abort()
-            return
-        if self.sink is not None and self.body:  # one piece per read, however many chunks it framed
-            self.sink(self.take())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.finish()
-        if not self.headers.done():
-            self.headers.set_exception(UpstreamUnreachable("the engine closed the connection without an answer"))
-        elif not self.complete and not self.framed and self.error is None:
-            self.complete = True  # an answer without a length ends with its connection
-        elif not self.complete:
-            self._fail(UpstreamBroken("the engine closed the connection before the end of its answer"))
-        self._wake()
-
-    def pause_writing(self) -> None:
-        """Never needed: a request is written whole, in one call."""
-
-    # httptools callbacks
-    def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
-        if name == b"content-type":
-            self.content_type = value.decode("latin-1")
-        elif name == b"content-length" or (name == b"transfer-encoding" and b"chunked" in value.lower()):
-            self.framed = True
-
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        self.headers.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-        self.buffered += len(body)
-        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
-            self.paused = True
-            self.transport.pause_reading()
-        if self.sink is None:  # a sink takes it at the end of this read (data_received)
-            self._wake()
-
-    def on_message_complete(self) -> None:
-        self.complete, self.keep_alive = True, self.parser.should_keep_alive()
-        self.finish()
-        self._wake()
-
-    def take(self) -> bytes:
-        """What arrived of the body since the last call, in one piece."""
-        data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-        self.body.clear()
-        self.buffered = 0
-        if self.paused and self.transport is not None:
-            self.paused = False
-            self.last_read = time.monotonic()
-            self.transport.resume_reading()
-        return data
-
-    def _wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    def _fail(self, error: BaseException) -> None:
-        if self.error is None:
-            self.error = error
-        if not self.headers.done():
-            self.headers.set_exception(error if isinstance(error, TimeoutError) else UpstreamUnreachable(str(error)))
-        self._wake()
-
-    def _arm(self, delay: float) -> None:
-        self._watchdog = asyncio.get_running_loop().call_later(delay, self._check_silence)
-
-    def _check_silence(self) -> None:
-        """One timer per exchange, not one per read: it looks again when the silence could be long enough.
-        While reading is paused (the client is slow), the engine is not the one silent."""
-        silent = time.monotonic() - self.last_read
-        if silent < self.read_timeout or self.paused:
-            self._arm(self.read_timeout - silent if not self.paused else self.read_timeout)
-            return
-        self._watchdog = None
-        self._fail(TimeoutError(f"the engine sent nothing for {self.read_timeout:.0f} s"))
-        self.abort()
-
-
 class Answer:
     """An engine's answer once its status line and headers are in; use as ``async with`` so that its
     connection goes back to the pool when the answer was read to its end, and is closed otherwise."""
 
-    def __init__(self, pool: "Engines", key: Target, connection: _Connection) -> None:
+    def __init__(self, pool: "Engines", key: Target, connection: EngineConnection) -> None:
         self._pool, self._key, self._connection = pool, key, connection
         self.status = connection.status
         self.content_type = connection.content_type  # the header as sent, "" when absent
@@ -248,6 +106,18 @@ class Answer:
                     await connection.waiter
                 finally:
                     connection.waiter = connection.sink = None
+
+    def socket_to_hand_over(self) -> int | None:
+        """The engine connection's socket, when the answer can be handed to gateway.fast_forward's thread now."""
+        return self._connection.socket_to_hand_over()
+
+    def hand_over(self, handover: Handover) -> None:
+        """The thread reads the answer from now on."""
+        self._connection.hand_over(handover)
+
+    def taken_back(self, held: bytes, last_read: float, read_on: bool) -> None:
+        """The answer read here again, from ``held`` on (gateway.fast_forward.Back)."""
+        self._connection.taken_back(held, last_read, read_on)
 
     def stop_sink(self) -> None:
         """From the sink of ``chunks``: hand it nothing more, and wake the reader."""
@@ -292,7 +162,7 @@ class Engines:
         connecting to an external endpoint (None: connect wherever its host resolves)."""
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout  # seconds
         self.tls, self.hop, self.admit = tls, hop, admit
-        self._idle: dict[Target, deque[_Connection]] = {}  # oldest first
+        self._idle: dict[Target, deque[EngineConnection]] = {}  # oldest first
 
     async def post(
         self, base_url: str, path: str, api_key: str, body: bytes, hops: str = "", external: bool = False
@@ -330,7 +200,7 @@ class Engines:
                     raise  # silent or garbled, not a connection the engine had closed while idle
         return await self._exchange(key, await self._connect(key, external), request)
 
-    def release(self, key: Target, connection: _Connection) -> None:
+    def release(self, key: Target, connection: EngineConnection) -> None:
         """Keep ``connection`` for the next request to its engine (and close those idle too long)."""
         now = connection.idle_since = time.monotonic()
         connections = self._idle.setdefault(key, deque())
@@ -345,7 +215,7 @@ class Engines:
                 connection.abort()
         self._idle.clear()
 
-    async def _exchange(self, key: Target, connection: _Connection, request: bytes) -> Answer:
+    async def _exchange(self, key: Target, connection: EngineConnection, request: bytes) -> Answer:
         connection.begin(request)
         try:
             await connection.headers
@@ -354,7 +224,7 @@ class Engines:
             raise
         return Answer(self, key, connection)
 
-    def _take_idle(self, key: Target) -> _Connection | None:
+    def _take_idle(self, key: Target) -> EngineConnection | None:
         connections = self._idle.get(key)
         now = time.monotonic()
         while connections:
@@ -364,7 +234,7 @@ class Engines:
             connection.abort()
         return None
 
-    async def _connect(self, key: Target, external: bool) -> _Connection:
+    async def _connect(self, key: Target, external: bool) -> EngineConnection:
         """A new connection to ``key``: to its host as it resolves, or, for an ``external`` endpoint under an
         ``admit``, to each address admitted in turn until one connects (TLS still checks the host's name)."""
         loop = asyncio.get_running_loop()
@@ -376,7 +246,7 @@ class Engines:
                 for address in addresses:
                     try:
                         _, connection = await loop.create_connection(
-                            lambda: _Connection(self.read_timeout),
+                            lambda: EngineConnection(self.read_timeout),
                             address,
                             key.port,
                             ssl=tls,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.upstream import HIGH_WATER, Engines
+from gateway.engine_connection import HIGH_WATER
+from gateway.upstream import Engines
 from gateway.upstream_errors import UpstreamBroken, UpstreamUnreachable
 from tests.outside import self_signed
 

@@ -43,12 +43,15 @@ PLANTED = {
     ".mypy_cache/3.12/x.json": "{}",
     ".ruff_cache/0.17.6/x": "",
     "hearth.egg-info/PKG-INFO": "",
+    "build/lib.linux-x86_64-cpython-312/hearth_fast_forward.cpython-312-x86_64-linux-gnu.so": "\0",
 }
 # What the image needs: the code, the migrations, templates, static files and the demo catalog.
 NEEDED = [
     "Dockerfile",
     "manage.py",
     "pyproject.toml",
+    "setup.py",
+    "gateway/native/fast_forward.c",
     "README.md",
     "appliance/settings.py",
     "console/catalog/migrations/0001_initial.py",

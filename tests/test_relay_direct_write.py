@@ -1,7 +1,8 @@
-"""A stream's pieces written straight to uvicorn's connection (gateway.asgi_io.BodyWriter, issue 35): a real uvicorn
-(httptools' protocol, as the appliance runs it) serving a relay of a scripted engine to a raw client. The client gets
-the engine's stream whole and in order, in uvicorn's chunked encoding, whether it reads as fast as it comes or
-slower (uvicorn's flow control: a piece the writer cannot write goes through ``send``, which waits)."""
+"""A stream's pieces written straight to uvicorn's connection by Python (gateway.asgi_io.BodyWriter, issue 35; the
+native relay, which takes such a stream after its first piece, is off here): a real uvicorn (httptools' protocol, as
+the appliance runs it) serving a relay of a scripted engine to a raw client. The client gets the engine's stream whole
+and in order, in uvicorn's chunked encoding, whether it reads as fast as it comes or slower (uvicorn's flow control: a
+piece the writer cannot write goes through ``send``, which waits)."""
 
 import asyncio
 import socket
@@ -9,13 +10,20 @@ import socket
 import pytest
 import uvicorn
 
-from gateway import asgi_io
+from gateway import asgi_io, fast_forward
 from gateway.asgi_io import Receive, Scope, Send
 from gateway.upstream import Engines
 from tests.test_gateway_exchange import exchange, numbered, route, stream
 from tests.test_gateway_upstream import Server
 
 HEAD_END = b"\r\n\r\n"
+
+
+@pytest.fixture(autouse=True)
+def python_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every piece relayed by Python: the path of a checkout without the native relay, and of the pieces it gives
+    back (tests/test_relay_fast_forward.py)."""
+    monkeypatch.setattr(fast_forward, "BUILT", False)
 
 
 class Writes:
