@@ -2,8 +2,8 @@
 sends a request whole and reads the answer with httptools' parser, the parser uvicorn reads the clients' requests
 with. It notes the answer's status and headers, buffers its body until the reader takes it (or hands each read's to
 a sink, Answer.chunks), stops reading above HIGH_WATER bytes unread, fails an exchange that stays silent for
-``read_timeout`` seconds (TimeoutError), and one cut short (UpstreamBroken). While gateway.fast_forward's thread
-relays the answer, the thread reads the socket and this connection only waits for it back.
+``read_timeout`` seconds (TimeoutError), and one cut short (UpstreamBroken). While gateway.fast_forward
+relays the answer, the C reads the socket and this connection only waits for it back.
 """
 
 import asyncio
@@ -49,7 +49,7 @@ class EngineConnection(asyncio.Protocol):
         self.paused = False
         self.chunk_end = False  # the parser's last step ended a chunk of a chunked answer
         self.last_data = b""  # the last read
-        self.handover: Handover | None = None  # the answer being relayed by gateway.fast_forward's thread
+        self.handover: Handover | None = None  # the answer being relayed by gateway.fast_forward
 
     def begin(self, request: bytes) -> None:
         """Send ``request`` (head and body) and start watching for silence."""
@@ -67,7 +67,7 @@ class EngineConnection(asyncio.Protocol):
     def abort(self) -> None:
         self.finish()
         self.closed = True
-        if self.handover is not None:  # before the socket closes: the thread reads it
+        if self.handover is not None:  # before the socket closes: the C reads it
             self.handover.take_back()
         if self.transport is not None:
             self.transport.abort()
@@ -150,7 +150,7 @@ class EngineConnection(asyncio.Protocol):
 
     def socket_to_hand_over(self) -> int | None:
         """This connection's socket (file descriptor) when its answer can be relayed by gateway.fast_forward's
-        thread from the next byte on: the last read ended a chunk of a chunked answer (a read that ends a chunk
+        C from the next byte on: the last read ended a chunk of a chunked answer (a read that ends a chunk
         ends with its CRLF; one that ends within the next chunk's size line does not), its body is taken, reading
         is not paused, and the connection is not TLS. None otherwise."""
         transport = self.transport
@@ -162,13 +162,13 @@ class EngineConnection(asyncio.Protocol):
         return sock.fileno() if sock is not None and transport.get_extra_info("sslcontext") is None else None
 
     def hand_over(self, handover: Handover) -> None:
-        """The thread reads this connection's socket from now on (``socket_to_hand_over``)."""
+        """The C reads this connection's socket from now on (``socket_to_hand_over``)."""
         assert self.transport is not None
         self.handover = handover
         self.transport.pause_reading()
 
     def taken_back(self, held: bytes, last_read: float, read_on: bool) -> None:
-        """The answer is this connection's again: ``held`` (what the thread read and did not relay) read as if
+        """The answer is this connection's again: ``held`` (what the C read and did not relay) read as if
         it had just arrived, when ``read_on`` and the connection is not closed. ``last_read``: monotonic seconds."""
         self.handover = None
         self.last_read = max(self.last_read, last_read)
@@ -196,9 +196,8 @@ class EngineConnection(asyncio.Protocol):
     def _check_silence(self) -> None:
         """One timer per exchange, not one per read: it looks again when the silence could be long enough.
         While reading is paused (the client is slow), the engine is not the one silent."""
-        seen = self.handover.seen() if self.handover is not None else None
-        if seen is not None:
-            self.last_read = max(self.last_read, seen.last_read)
+        if self.handover is not None:
+            self.last_read = max(self.last_read, self.handover.seen().last_read)
         silent = time.monotonic() - self.last_read
         if silent < self.read_timeout or self.paused:
             self._arm(self.read_timeout - silent if not self.paused else self.read_timeout)

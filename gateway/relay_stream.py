@@ -14,8 +14,9 @@ alone swallowed the rest of its stream ("Never received a valid chunk"), while a
 skipped by the SDKs and AIPerf, and legal SSE. What an engine says in an error event reaches the client only as
 gateway.engine_messages leaves it.
 The engine's last piece goes out with the stream's own last bytes, in one write. Once a stream's content is plain (its
-first token went by, whole content-delta events), gateway.fast_forward's native thread relays it, with no Python per
-chunk, until the first piece that is not, a silence, a slow client or a close: this module then goes on from there.
+first token went by, whole content-delta events), gateway.fast_forward relays it in C, with no Python per chunk,
+until the first piece that is not, a slow client, a close, or a silence as long as the keep-alive interval: this
+module then goes on from there.
 """
 
 import asyncio
@@ -46,8 +47,7 @@ from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-MAX_HANDOVERS = 16  # a stream handed to gateway.fast_forward's thread at most this often (each costs ~20 µs here)
-HANDOVER_SILENCE = 1.0  # seconds of engine silence, at most, before the thread gives a stream back
+MAX_HANDOVERS = 16  # a stream handed to gateway.fast_forward at most this often (each costs ~12 syscalls)
 
 
 class StreamedAnswer:
@@ -91,9 +91,10 @@ class StreamedAnswer:
         self.keepalive: asyncio.Future[None] | None = None  # a keep-alive being sent
         self.writer: BodyWriter | None = None  # pieces written straight to the client (``_plain``)
         self.between_events = True  # the last piece read ended an event: no reader holds part of one
-        self.handover: Handover | None = None  # plain content relayed by gateway.fast_forward's thread
+        self.handover: Handover | None = None  # plain content relayed by gateway.fast_forward
         self.handovers = 0
         self.client_paused = False  # the client's reading paused for the handover, not by uvicorn
+        self.stopped = False  # ``stop`` was called: what the C did not relay is not read on
 
     async def head(self, status: int, content_type: str) -> None:
         """The response head, unless a held stream's went out already (gateway.holding)."""
@@ -171,7 +172,7 @@ class StreamedAnswer:
         return True
 
     def _hand_over(self, writer: BodyWriter) -> None:
-        """The stream handed to gateway.fast_forward's thread from the engine's next byte on, when both sides allow
+        """The stream handed to gateway.fast_forward from the engine's next byte on, when both sides allow
         it: the engine's answer is at a chunk boundary, the client's socket took all that was written, neither is
         TLS, uvicorn is not holding the client's reading paused."""
         engine_fd = self.answer.socket_to_hand_over()
@@ -181,8 +182,7 @@ class StreamedAnswer:
         sock = transport.get_extra_info("socket")
         if sock is None or transport.get_extra_info("sslcontext") is not None:
             return
-        silence = min(HANDOVER_SILENCE, self.plan.keepalive_every / 4)
-        handover = fast_forward.hand_over(engine_fd, sock.fileno(), silence, self._back)
+        handover = fast_forward.hand_over(engine_fd, sock.fileno(), self._back)
         if handover is None:
             return
         self.handover, self.handovers = handover, self.handovers + 1
@@ -191,7 +191,7 @@ class StreamedAnswer:
         self.answer.hand_over(handover)
 
     def _back(self, back: fast_forward.Back) -> None:
-        """The stream given back by the thread (gateway.fast_forward.Back): what it relayed counted, what it did not
+        """The stream given back by the C (gateway.fast_forward.Back): what it relayed counted, what it did not
         send written, both sides read here again; the engine's bytes it did not relay read as they would have been,
         unless the stream is over (``stop`` took it back)."""
         self.handover = None
@@ -207,7 +207,7 @@ class StreamedAnswer:
             if self.client_paused and not writer.cycle.flow.read_paused:
                 writer.cycle.transport.resume_reading()
         self.client_paused = False
-        self.answer.taken_back(back.held, back.last_read, back.reason != fast_forward.TAKEN)
+        self.answer.taken_back(back.held, back.last_read, not self.stopped)
 
     def _ends(self) -> bool:
         """Whether the bytes for the client so far end its answer (its terminal event, the engine's error event,
@@ -252,15 +252,18 @@ class StreamedAnswer:
         self.keepalive_timer = asyncio.get_running_loop().call_later(delay, self._keep_alive)
 
     def _keep_alive(self) -> None:
-        """After the keep-alive interval without bytes for the client, a keep-alive between two events. While the
-        thread relays the stream, its progress noted instead (gateway.ledger's notes read it)."""
+        """After the keep-alive interval without bytes for the client, a keep-alive between two events. While the C
+        relays the stream (gateway.fast_forward), its progress is noted (gateway.ledger's notes read it), and the
+        stream taken back for the keep-alive once it has been silent that long."""
         state = self.state
-        seen = self.handover.seen() if self.handover is not None else None
-        if seen is not None:
+        if self.handover is not None:
+            seen = self.handover.seen()
             state.token_chunks = self.watcher.token_chunks + seen.events
             state.quiet_since = max(state.quiet_since, seen.last_write)
-            self._keep_alive_later()
-            return
+            if time.monotonic() - state.quiet_since < self.plan.keepalive_every:
+                self._keep_alive_later()
+                return
+            self.handover.take_back()  # silent: the keep-alive is this path's
         if time.monotonic() - state.quiet_since >= self.plan.keepalive_every:
             state.quiet_since = time.monotonic()
             # never after the stream's terminal event: the engine may close its answer a moment later
@@ -273,8 +276,9 @@ class StreamedAnswer:
 
     def stop(self) -> None:
         """The engine's stream is over (or cut): no more keep-alives, a pushed send that will never be awaited
-        dropped, the stream taken back from gateway.fast_forward's thread, and what the side reader saw noted in
+        dropped, the stream taken back from gateway.fast_forward, and what the side reader saw noted in
         the state."""
+        self.stopped = True
         if self.handover is not None:
             self.handover.take_back()
         if self.pending is not None:

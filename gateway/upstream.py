@@ -108,11 +108,11 @@ class Answer:
                     connection.waiter = connection.sink = None
 
     def socket_to_hand_over(self) -> int | None:
-        """The engine connection's socket, when the answer can be handed to gateway.fast_forward's thread now."""
+        """The engine connection's socket, when the answer can be handed to gateway.fast_forward now."""
         return self._connection.socket_to_hand_over()
 
     def hand_over(self, handover: Handover) -> None:
-        """The thread reads the answer from now on."""
+        """The C reads the answer from now on."""
         self._connection.hand_over(handover)
 
     def taken_back(self, held: bytes, last_read: float, read_on: bool) -> None:

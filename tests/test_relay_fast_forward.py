@@ -1,9 +1,9 @@
-"""Plain content relayed by the native thread (gateway.fast_forward, gateway/native/fast_forward.c; issue 35): a real
-uvicorn (httptools' protocol, as the appliance runs it) relaying a scripted engine to a raw client. The thread takes
-a stream once its content is plain and gives it back at whatever it must not relay itself; the client gets the
+"""Plain content relayed in C (gateway.fast_forward, gateway/native/fast_forward.c; issue 35): a real uvicorn
+(httptools' protocol, as the appliance runs it) relaying a scripted engine to a raw client. The C takes a stream once
+its content is plain and gives it back at whatever it must not relay itself; the client gets the
 same bytes either way, with every guarantee of the Python path: keep-alives in a silence, the in-stream error of a
 stream the engine cut, the engine's request aborted when the client leaves, uvicorn's flow control for a slow
-client. Each test notes what the thread gave back (``Backs``)."""
+client. Each test notes what the C gave back (``Backs``)."""
 
 import asyncio
 import dataclasses
@@ -32,20 +32,20 @@ STREAMS = Path(__file__).parent / "data" / "streams"
 
 
 class Backs:
-    """What the thread gave back, stream by stream (gateway.fast_forward.Back)."""
+    """What the C gave back, stream by stream (gateway.fast_forward.Back)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.seen: list[fast_forward.Back] = []
         hand_over = fast_forward.hand_over
 
         def noted(
-            engine_fd: int, client_fd: int, silence: float, back: Callable[[fast_forward.Back], None]
+            engine_fd: int, client_fd: int, back: Callable[[fast_forward.Back], None]
         ) -> fast_forward.Handover | None:
             def noting(given: fast_forward.Back) -> None:
                 self.seen.append(given)
                 back(given)
 
-            return hand_over(engine_fd, client_fd, silence, noting)
+            return hand_over(engine_fd, client_fd, noting)
 
         monkeypatch.setattr(fast_forward, "hand_over", noted)
 
@@ -106,7 +106,7 @@ def body_of(response: bytes) -> bytes:
 
 
 def open_sockets() -> int:
-    """This process's open sockets: the thread's copies of a stream's two are closed when it gives the stream back."""
+    """This process's open sockets: the C's copies of a stream's two are closed when it gives the stream back."""
     sockets = 0
     for fd in Path("/proc/self/fd").iterdir():
         try:
@@ -116,7 +116,7 @@ def open_sockets() -> int:
     return sockets
 
 
-def test_plain_content_goes_through_the_thread_and_the_rest_through_python(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_content_goes_through_the_c_and_the_rest_through_python(monkeypatch: pytest.MonkeyPatch) -> None:
     backs = Backs(monkeypatch)
     events = numbered(50)
     before = open_sockets()
@@ -127,7 +127,7 @@ def test_plain_content_goes_through_the_thread_and_the_rest_through_python(monke
     assert open_sockets() == before
 
 
-def test_pieces_that_are_not_plain_go_back_to_python_and_the_thread_takes_the_stream_again(
+def test_pieces_that_are_not_plain_go_back_to_python_and_the_c_takes_the_stream_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     backs = Backs(monkeypatch)
@@ -154,7 +154,7 @@ def test_a_client_reading_late_gets_the_whole_stream_in_order(monkeypatch: pytes
     assert hearth_fast_forward.CLIENT_SLOW in backs.reasons  # uvicorn's flow control took over
 
 
-def test_a_silent_engine_gets_its_stream_back_to_python_for_keep_alives(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_silent_engine_has_its_stream_taken_back_for_keep_alives(monkeypatch: pytest.MonkeyPatch) -> None:
     backs = Backs(monkeypatch)
     events = numbered(20)
 
@@ -169,11 +169,11 @@ def test_a_silent_engine_gets_its_stream_back_to_python_for_keep_alives(monkeypa
         await reader.read()
 
     body = body_of(asyncio.run(asyncio.wait_for(served(pausing, keepalive_every=0.4), 20)))
-    assert hearth_fast_forward.SILENT in backs.reasons
+    assert hearth_fast_forward.TAKEN in backs.reasons
     assert body != b"".join(events) and re.sub(b"\n\n\n+", b"\n\n", body) == b"".join(events)  # blank lines added
 
 
-def test_a_stream_the_engine_cuts_while_the_thread_relays_it_ends_with_the_error_event(
+def test_a_stream_the_engine_cuts_while_the_c_relays_it_ends_with_the_error_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     backs = Backs(monkeypatch)
@@ -184,7 +184,7 @@ def test_a_stream_the_engine_cuts_while_the_thread_relays_it_ends_with_the_error
     assert hearth_fast_forward.ENGINE_CLOSED in backs.reasons
 
 
-def test_a_client_that_leaves_while_the_thread_relays_aborts_the_engines_request(
+def test_a_client_that_leaves_while_the_c_relays_aborts_the_engines_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     backs = Backs(monkeypatch)
@@ -243,7 +243,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("data", [*CASES, *engine_events()])
-def test_the_threads_test_for_plain_content_is_gateway_sse_plain_events(data: bytes) -> None:
+def test_the_c_test_for_plain_content_is_gateway_sse_plain_events(data: bytes) -> None:
     assert hearth_fast_forward.plain_events(data) == plain_events(data)
 
 

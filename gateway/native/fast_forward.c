@@ -1,69 +1,51 @@
-/* hearth_fast_forward: a streamed answer's plain content relayed between the engine's socket and the client's by a
- * thread of its own, with no Python per chunk (issue 35; gateway/fast_forward.py hands streams to it and takes them
- * back).
+/* hearth_fast_forward: a streamed answer's plain content relayed between the engine's socket and the client's in C,
+ * with no Python per chunk (issue 35; gateway/fast_forward.py hands streams to it and takes them back).
  *
- * A stream is handed over at a chunk boundary of the engine's chunked answer, between two events, once its first
- * token went by. Each read from the engine is cut into its whole chunks; while every chunk holds whole chat events
- * of content deltas only (``plain_events``, the same test as gateway.sse.plain_events), their data go to the client
- * as one chunk of the client's chunked answer, one send. Anything else ends the hand-over and gives the stream back
- * to Python, with the engine's bytes not relayed (from the first chunk that is not plain, or a chunk not whole yet)
- * and the client's bytes not sent:
+ * A ``Stream`` is made at a chunk boundary of the engine's chunked answer, between two events, once its first token
+ * went by. The event loop calls its ``pump`` when the engine's socket is readable and its ``client_event`` when the
+ * client's is (gateway.fast_forward registers both with ``loop.add_reader``): no thread, no lock, all in the loop's
+ * thread with the GIL held. Each read from the engine is cut into its whole chunks; while every chunk holds whole chat
+ * events of content deltas only (``plain_events``, the same test as gateway.sse.plain_events), their data go to the
+ * client as one chunk of the client's chunked answer, one send. Anything else ends the stream here, and its
+ * ``on_end`` is called, with the engine's bytes not relayed (from the first chunk that is not plain, or a chunk not
+ * whole yet) and the client's bytes not sent kept for ``take``:
  *   NOT_PLAIN      a chunk that is not plain content: [DONE], usage, a finish, an error, tool calls, the last chunk
  *   ENGINE_CLOSED  the engine closed its connection, or reading it failed
- *   CLIENT_EVENT   the client closed its side or its connection failed
+ *   CLIENT_EVENT   the client sent something, closed its side, or its connection failed
  *   CLIENT_SLOW    the client's socket took part of a send or none of it
- *   SILENT         no byte from the engine for the stream's ``silence`` seconds (keep-alives are Python's)
- *   TAKEN          Python took it back (``take`` before it ended)
- * Both sockets are dup()ed when handed over, so a close on Python's side never lets their numbers be reused under
- * this thread; the dups close when Python takes the stream. A stream ended here is listed by ``exited`` (the
- * object's file descriptor, an eventfd, turns readable) until Python takes it. One mutex guards the streams:
- * this thread holds it while it handles one event, Python while it adds, peeks or takes one. */
+ *   TAKEN          Python took it back (``take`` before it ended: a silence, the stream's end elsewhere)
+ * Both sockets are dup()ed, so that the loop's readers are the stream's own and a close on Python's side never
+ * lets their numbers be reused under it; ``take`` closes the dups. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-enum { RUNNING, NOT_PLAIN, ENGINE_CLOSED, CLIENT_EVENT, CLIENT_SLOW, SILENT, TAKEN };
-enum { READ_MAX = 65536, HELD_MAX = 4 * READ_MAX, EVENTS_MAX = 256, SLOT_BITS = 20, HEAD_ROOM = 24 };
-#define CONTROL_TAG UINT64_MAX
+enum { RUNNING, NOT_PLAIN, ENGINE_CLOSED, CLIENT_EVENT, CLIENT_SLOW, TAKEN };
+enum { READ_MAX = 65536, HELD_MAX = 4 * READ_MAX, HEAD_ROOM = 24 };
 
 typedef struct {
-    uint64_t id;
-    int engine, client; /* dups of Python's sockets */
+    PyObject_HEAD
+    int engine, client; /* dups of Python's sockets; -1 once taken */
     int reason;         /* RUNNING while relayed here */
     char *held;         /* engine bytes not relayed: a chunk not whole yet, or, once ended, all not relayed */
     size_t held_len;
     char *unsent; /* client bytes not sent, once ended CLIENT_SLOW */
     size_t unsent_len;
     unsigned long long events, body_bytes; /* relayed: events, and their bytes without the chunk framing */
-    double silence, last_read, last_write; /* seconds; CLOCK_MONOTONIC, as Python's time.monotonic */
+    double last_read, last_write;          /* CLOCK_MONOTONIC seconds, as Python's time.monotonic */
+    PyObject *on_end;                      /* called once, with no arguments, when the stream ends here */
 } Stream;
 
-typedef struct {
-    PyObject_HEAD
-    pthread_mutex_t lock;
-    pthread_t thread;
-    int started, stopping, wake; /* wake: a stream ended since Python was last woken */
-    int epoll, exits, control; /* epoll, the exits' eventfd, the stop eventfd */
-    Stream **slots;
-    size_t slot_count;
-    uint64_t next_id;
-    uint64_t *exited;
-    size_t exited_len, exited_cap;
-    char *read_buffer, *write_buffer;
-    size_t read_cap, write_cap;
-    double last_scan;
-} FastForward;
+/* One read's bytes and one send's, shared by every stream: only ever used in a call that holds the GIL. */
+static char *read_buffer, *write_buffer;
+static size_t read_cap, write_cap;
 
 static double now(void) {
     struct timespec t;
@@ -141,22 +123,11 @@ static int keep(char **to, size_t *to_len, const char *from, size_t len) {
     return 0;
 }
 
-/* The stream ends here: no more events for it, listed for Python. Called with the lock held. */
-static void end(FastForward *self, Stream *s, int reason) {
-    s->reason = reason;
-    if (self->exited_len == 0)
-        self->wake = 1;
-    epoll_ctl(self->epoll, EPOLL_CTL_DEL, s->engine, NULL);
-    epoll_ctl(self->epoll, EPOLL_CTL_DEL, s->client, NULL);
-    if (grow((char **)&self->exited, &self->exited_cap, (self->exited_len + 1) * sizeof(uint64_t)) == 0)
-        self->exited[self->exited_len++] = s->id;
-}
-
 /* Whole chunks of ``data`` (the engine's bytes from a chunk boundary on) relayed while plain; returns the offset
  * of the first byte not relayed, and sets *stop to NOT_PLAIN at a chunk that must go to Python. */
-static size_t relay_chunks(FastForward *self, Stream *s, const char *data, size_t len, int *stop) {
+static size_t relay_chunks(Stream *s, const char *data, size_t len, int *stop) {
     size_t at = 0, body = 0, events = 0;
-    char *out = self->write_buffer + HEAD_ROOM; /* room before the body for its chunk size line */
+    char *out = write_buffer + HEAD_ROOM; /* room before the body for its chunk size line */
     while (at < len) {
         const char *line_end = memmem(data + at, len - at, "\r\n", 2);
         if (line_end == NULL)
@@ -214,263 +185,123 @@ static size_t relay_chunks(FastForward *self, Stream *s, const char *data, size_
     return at;
 }
 
-static void engine_readable(FastForward *self, Stream *s) {
-    if (grow(&self->read_buffer, &self->read_cap, s->held_len + READ_MAX) != 0 ||
-        grow(&self->write_buffer, &self->write_cap, s->held_len + READ_MAX + HEAD_ROOM + 2) != 0) {
-        end(self, s, ENGINE_CLOSED);
-        return;
-    }
-    char *data = self->read_buffer;
+/* The stream ends here: ``on_end`` called (it takes the stream back). NULL when it raised. */
+static PyObject *end(Stream *s, int reason) {
+    s->reason = reason;
+    PyObject *result = PyObject_CallNoArgs(s->on_end);
+    if (result == NULL)
+        return NULL;
+    Py_DECREF(result);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Stream_pump(Stream *s, PyObject *unused) {
+    if (s->reason != RUNNING)
+        Py_RETURN_NONE;
+    if (grow(&read_buffer, &read_cap, s->held_len + READ_MAX) != 0 ||
+        grow(&write_buffer, &write_cap, s->held_len + READ_MAX + HEAD_ROOM + 2) != 0)
+        return end(s, ENGINE_CLOSED);
+    char *data = read_buffer;
     memcpy(data, s->held, s->held_len);
     ssize_t got = recv(s->engine, data + s->held_len, READ_MAX, MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return;
-    if (got <= 0) {
-        end(self, s, ENGINE_CLOSED); /* held goes back as it is: Python's parser has not seen it */
-        return;
-    }
+        Py_RETURN_NONE;
+    if (got <= 0)
+        return end(s, ENGINE_CLOSED); /* held goes back as it is: Python's parser has not seen it */
     size_t len = s->held_len + (size_t)got;
     s->last_read = now();
     int stop = RUNNING;
-    size_t at = relay_chunks(self, s, data, len, &stop);
+    size_t at = relay_chunks(s, data, len, &stop);
     if (keep(&s->held, &s->held_len, data + at, len - at) != 0)
         stop = ENGINE_CLOSED;
     else if (stop == RUNNING && s->held_len > HELD_MAX)
         stop = NOT_PLAIN; /* a chunk larger than any content delta: Python relays it */
     if (stop != RUNNING)
-        end(self, s, stop);
+        return end(s, stop);
+    Py_RETURN_NONE;
 }
 
-static Stream *find(FastForward *self, uint64_t id) {
-    size_t slot = (size_t)(id & ((1u << SLOT_BITS) - 1));
-    if (slot >= self->slot_count || self->slots[slot] == NULL || self->slots[slot]->id != id)
-        return NULL;
-    return self->slots[slot];
-}
-
-/* Wakes Python's reader of ``exits`` when a stream ended since the last look (called without the lock). */
-static void wake_python(FastForward *self, int wake) {
-    uint64_t one = 1;
-    if (wake && write(self->exits, &one, sizeof one) < 0) { /* a full counter still wakes the reader */
-    }
-}
-
-/* The thread: each event handled under the lock on its own, so that Python, adding or taking a stream, waits for one
- * read and send at most, never for a whole batch. */
-static void *run(void *arg) {
-    FastForward *self = arg;
-    struct epoll_event events[EVENTS_MAX];
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are the main thread's, where Python handles them */
-    for (;;) {
-        int n = epoll_wait(self->epoll, events, EVENTS_MAX, 50);
-        for (int i = 0; i < n; i++) {
-            uint64_t tag = events[i].data.u64;
-            pthread_mutex_lock(&self->lock);
-            Stream *s = tag == CONTROL_TAG ? NULL : find(self, tag >> 1);
-            if (s != NULL && s->reason == RUNNING && (tag & 1))
-                end(self, s, CLIENT_EVENT);
-            else if (s != NULL && s->reason == RUNNING)
-                engine_readable(self, s);
-            int wake = self->wake;
-            self->wake = 0;
-            pthread_mutex_unlock(&self->lock);
-            wake_python(self, wake);
-        }
-        pthread_mutex_lock(&self->lock);
-        if (self->stopping) {
-            pthread_mutex_unlock(&self->lock);
-            return NULL;
-        }
-        double t = now();
-        if (t - self->last_scan >= 0.05) {
-            self->last_scan = t;
-            for (size_t i = 0; i < self->slot_count; i++) {
-                Stream *s = self->slots[i];
-                if (s != NULL && s->reason == RUNNING && t - s->last_read >= s->silence)
-                    end(self, s, SILENT);
-            }
-        }
-        int wake = self->wake;
-        self->wake = 0;
-        pthread_mutex_unlock(&self->lock);
-        wake_python(self, wake);
-    }
-}
-
-static void forget(FastForward *self, Stream *s) {
-    self->slots[s->id & ((1u << SLOT_BITS) - 1)] = NULL;
-    close(s->engine);
-    close(s->client);
-    free(s->held);
-    free(s->unsent);
-    free(s);
-}
-
-static int FastForward_init(FastForward *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "", names))
-        return -1;
-    pthread_mutex_init(&self->lock, NULL);
-    self->epoll = epoll_create1(EPOLL_CLOEXEC);
-    self->exits = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    self->control = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    self->next_id = 1;
-    self->last_scan = now();
-    if (self->epoll < 0 || self->exits < 0 || self->control < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
-    }
-    struct epoll_event control = {.events = EPOLLIN, .data.u64 = CONTROL_TAG};
-    epoll_ctl(self->epoll, EPOLL_CTL_ADD, self->control, &control);
-    if (pthread_create(&self->thread, NULL, run, self) != 0) {
-        PyErr_SetString(PyExc_OSError, "cannot start the fast-forward thread");
-        return -1;
-    }
-    self->started = 1;
-    return 0;
-}
-
-static void stop_thread(FastForward *self) {
-    if (!self->started)
-        return;
-    pthread_mutex_lock(&self->lock);
-    self->stopping = 1;
-    pthread_mutex_unlock(&self->lock);
-    uint64_t one = 1;
-    if (write(self->control, &one, sizeof one) < 0) {
-    }
-    Py_BEGIN_ALLOW_THREADS;
-    pthread_join(self->thread, NULL);
-    Py_END_ALLOW_THREADS;
-    self->started = 0;
-    for (size_t i = 0; i < self->slot_count; i++)
-        if (self->slots[i] != NULL)
-            forget(self, self->slots[i]);
-}
-
-static void FastForward_dealloc(FastForward *self) {
-    stop_thread(self);
-    if (self->epoll > 0)
-        close(self->epoll);
-    if (self->exits > 0)
-        close(self->exits);
-    if (self->control > 0)
-        close(self->control);
-    free(self->slots);
-    free(self->exited);
-    free(self->read_buffer);
-    free(self->write_buffer);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *FastForward_add(FastForward *self, PyObject *args) {
-    int engine_fd, client_fd;
-    double silence;
-    if (!PyArg_ParseTuple(args, "iid", &engine_fd, &client_fd, &silence))
-        return NULL;
-    Stream *s = calloc(1, sizeof(Stream));
-    if (s == NULL)
-        return PyErr_NoMemory();
-    s->engine = fcntl(engine_fd, F_DUPFD_CLOEXEC, 0);
-    s->client = fcntl(client_fd, F_DUPFD_CLOEXEC, 0);
-    s->silence = silence;
-    s->last_read = s->last_write = now();
-    pthread_mutex_lock(&self->lock);
-    size_t slot = 0;
-    while (slot < self->slot_count && self->slots[slot] != NULL)
-        slot++;
-    int failed = s->engine < 0 || s->client < 0 || slot >= (1u << SLOT_BITS) || !self->started;
-    if (!failed && slot == self->slot_count) {
-        size_t bytes = self->slot_count * sizeof(Stream *), cap = bytes;
-        failed = grow((char **)&self->slots, &cap, bytes + 64 * sizeof(Stream *)) != 0;
-        if (!failed) {
-            memset(self->slots + self->slot_count, 0, 64 * sizeof(Stream *));
-            self->slot_count += 64;
-        }
-    }
-    if (!failed) {
-        s->id = (self->next_id++ << SLOT_BITS) | slot;
-        self->slots[slot] = s;
-        struct epoll_event engine = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = s->id << 1};
-        struct epoll_event client = {.events = EPOLLRDHUP, .data.u64 = (s->id << 1) | 1};
-        failed = epoll_ctl(self->epoll, EPOLL_CTL_ADD, s->engine, &engine) != 0 ||
-                 epoll_ctl(self->epoll, EPOLL_CTL_ADD, s->client, &client) != 0;
-        if (failed) {
-            epoll_ctl(self->epoll, EPOLL_CTL_DEL, s->engine, NULL);
-            forget(self, s);
-            s = NULL;
-        }
-    }
-    pthread_mutex_unlock(&self->lock);
-    if (failed) {
-        if (s != NULL) {
-            if (s->engine >= 0)
-                close(s->engine);
-            if (s->client >= 0)
-                close(s->client);
-            free(s);
-        }
+static PyObject *Stream_client_event(Stream *s, PyObject *unused) {
+    if (s->reason != RUNNING)
         Py_RETURN_NONE;
-    }
-    return PyLong_FromUnsignedLongLong(s->id);
+    return end(s, CLIENT_EVENT);
 }
 
-static PyObject *FastForward_exited(FastForward *self, PyObject *unused) {
-    uint64_t counter;
-    if (read(self->exits, &counter, sizeof counter) < 0 && errno != EAGAIN) {
-    }
-    pthread_mutex_lock(&self->lock);
-    PyObject *ids = PyList_New((Py_ssize_t)self->exited_len);
-    for (size_t i = 0; ids != NULL && i < self->exited_len; i++)
-        PyList_SET_ITEM(ids, (Py_ssize_t)i, PyLong_FromUnsignedLongLong(self->exited[i]));
-    self->exited_len = 0;
-    pthread_mutex_unlock(&self->lock);
-    return ids;
+static PyObject *Stream_seen(Stream *s, PyObject *unused) {
+    return Py_BuildValue("(KKdd)", s->events, s->body_bytes, s->last_read, s->last_write);
 }
 
-static PyObject *FastForward_peek(FastForward *self, PyObject *arg) {
-    uint64_t id = PyLong_AsUnsignedLongLong(arg);
-    if (PyErr_Occurred())
-        return NULL;
-    pthread_mutex_lock(&self->lock);
-    Stream *s = find(self, id);
-    PyObject *seen = s == NULL ? Py_NewRef(Py_None)
-                               : Py_BuildValue("(KKdd)", s->events, s->body_bytes, s->last_read, s->last_write);
-    pthread_mutex_unlock(&self->lock);
-    return seen;
+static void close_sockets(Stream *s) {
+    if (s->engine >= 0)
+        close(s->engine);
+    if (s->client >= 0)
+        close(s->client);
+    s->engine = s->client = -1;
 }
 
-static PyObject *FastForward_take(FastForward *self, PyObject *arg) {
-    uint64_t id = PyLong_AsUnsignedLongLong(arg);
-    if (PyErr_Occurred())
-        return NULL;
-    pthread_mutex_lock(&self->lock);
-    Stream *s = find(self, id);
-    if (s == NULL) {
-        pthread_mutex_unlock(&self->lock);
+static PyObject *Stream_take(Stream *s, PyObject *unused) {
+    if (s->engine < 0)
         Py_RETURN_NONE;
-    }
-    if (s->reason == RUNNING) {
+    if (s->reason == RUNNING)
         s->reason = TAKEN;
-        epoll_ctl(self->epoll, EPOLL_CTL_DEL, s->engine, NULL);
-        epoll_ctl(self->epoll, EPOLL_CTL_DEL, s->client, NULL);
-    }
+    close_sockets(s);
+    Py_CLEAR(s->on_end);
     PyObject *back = Py_BuildValue("(iy#y#KKdd)", s->reason, s->held ? s->held : "", (Py_ssize_t)s->held_len,
                                    s->unsent ? s->unsent : "", (Py_ssize_t)s->unsent_len, s->events, s->body_bytes,
                                    s->last_read, s->last_write);
-    forget(self, s);
-    pthread_mutex_unlock(&self->lock);
+    keep(&s->held, &s->held_len, NULL, 0);
+    keep(&s->unsent, &s->unsent_len, NULL, 0);
     return back;
 }
 
-static PyObject *FastForward_fileno(FastForward *self, PyObject *unused) { return PyLong_FromLong(self->exits); }
-
-static PyObject *FastForward_close(FastForward *self, PyObject *unused) {
-    stop_thread(self);
-    Py_RETURN_NONE;
+static int Stream_init(Stream *s, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"engine_fd", "client_fd", "on_end", NULL};
+    int engine_fd, client_fd;
+    PyObject *on_end;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iiO", names, &engine_fd, &client_fd, &on_end))
+        return -1;
+    close_sockets(s);
+    s->engine = fcntl(engine_fd, F_DUPFD_CLOEXEC, 0);
+    s->client = fcntl(client_fd, F_DUPFD_CLOEXEC, 0);
+    if (s->engine < 0 || s->client < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        close_sockets(s);
+        return -1;
+    }
+    Py_XSETREF(s->on_end, Py_NewRef(on_end));
+    s->last_read = s->last_write = now();
+    return 0;
 }
+
+static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    Stream *s = (Stream *)type->tp_alloc(type, 0);
+    if (s != NULL)
+        s->engine = s->client = -1;
+    return (PyObject *)s;
+}
+
+static int Stream_traverse(Stream *s, visitproc visit, void *arg) {
+    Py_VISIT(s->on_end);
+    return 0;
+}
+
+static int Stream_clear(Stream *s) {
+    Py_CLEAR(s->on_end);
+    return 0;
+}
+
+static void Stream_dealloc(Stream *s) {
+    PyObject_GC_UnTrack(s);
+    Stream_clear(s);
+    close_sockets(s);
+    free(s->held);
+    free(s->unsent);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *Stream_engine_fd(Stream *s, void *closure) { return PyLong_FromLong(s->engine); }
+
+static PyObject *Stream_client_fd(Stream *s, void *closure) { return PyLong_FromLong(s->client); }
 
 static PyObject *module_plain_events(PyObject *module, PyObject *arg) {
     Py_buffer view;
@@ -481,28 +312,35 @@ static PyObject *module_plain_events(PyObject *module, PyObject *arg) {
     return PyLong_FromSize_t(events);
 }
 
-static PyMethodDef FastForward_methods[] = {
-    {"add", (PyCFunction)FastForward_add, METH_VARARGS,
-     "add(engine_fd, client_fd, silence) -> id | None: relay a stream from a chunk boundary on."},
-    {"exited", (PyCFunction)FastForward_exited, METH_NOARGS, "exited() -> ids of streams that ended here."},
-    {"peek", (PyCFunction)FastForward_peek, METH_O,
-     "peek(id) -> (events, body_bytes, last_read, last_write) | None."},
-    {"take", (PyCFunction)FastForward_take, METH_O,
-     "take(id) -> (reason, held, unsent, events, body_bytes, last_read, last_write) | None: the stream back."},
-    {"fileno", (PyCFunction)FastForward_fileno, METH_NOARGS, "fileno() -> an eventfd, readable once a stream ended."},
-    {"close", (PyCFunction)FastForward_close, METH_NOARGS, "close(): stop the thread; streams not taken are closed."},
+static PyMethodDef Stream_methods[] = {
+    {"pump", (PyCFunction)Stream_pump, METH_NOARGS, "pump(): the engine's socket is readable: relay what it holds."},
+    {"client_event", (PyCFunction)Stream_client_event, METH_NOARGS,
+     "client_event(): the client's socket is readable (it sent something or closed): the stream ends here."},
+    {"seen", (PyCFunction)Stream_seen, METH_NOARGS, "seen() -> (events, body_bytes, last_read, last_write)."},
+    {"take", (PyCFunction)Stream_take, METH_NOARGS,
+     "take() -> (reason, held, unsent, events, body_bytes, last_read, last_write) | None: the stream back, its "
+     "sockets' dups closed; None after the first call."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject FastForwardType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hearth_fast_forward.FastForward",
-    .tp_basicsize = sizeof(FastForward),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Streams relayed between two sockets by a thread of their own while their content is plain.",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)FastForward_init,
-    .tp_dealloc = (destructor)FastForward_dealloc,
-    .tp_methods = FastForward_methods,
+static PyGetSetDef Stream_getset[] = {
+    {"engine_fd", (getter)Stream_engine_fd, NULL, "The dup of the engine's socket the loop reads for it.", NULL},
+    {"client_fd", (getter)Stream_client_fd, NULL, "The dup of the client's socket it sends on.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject StreamType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hearth_fast_forward.Stream",
+    .tp_basicsize = sizeof(Stream),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Stream(engine_fd, client_fd, on_end): one stream relayed here while its content is plain.",
+    .tp_new = Stream_new,
+    .tp_init = (initproc)Stream_init,
+    .tp_dealloc = (destructor)Stream_dealloc,
+    .tp_traverse = (traverseproc)Stream_traverse,
+    .tp_clear = (inquiry)Stream_clear,
+    .tp_methods = Stream_methods,
+    .tp_getset = Stream_getset,
 };
 
 static PyMethodDef module_methods[] = {
@@ -513,18 +351,17 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "hearth_fast_forward", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit_hearth_fast_forward(void) {
-    if (PyType_Ready(&FastForwardType) < 0)
+    if (PyType_Ready(&StreamType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "FastForward", (PyObject *)&FastForwardType) < 0)
+    if (PyModule_AddObjectRef(m, "Stream", (PyObject *)&StreamType) < 0)
         return NULL;
     PyModule_AddIntConstant(m, "NOT_PLAIN", NOT_PLAIN);
     PyModule_AddIntConstant(m, "ENGINE_CLOSED", ENGINE_CLOSED);
     PyModule_AddIntConstant(m, "CLIENT_EVENT", CLIENT_EVENT);
     PyModule_AddIntConstant(m, "CLIENT_SLOW", CLIENT_SLOW);
-    PyModule_AddIntConstant(m, "SILENT", SILENT);
     PyModule_AddIntConstant(m, "TAKEN", TAKEN);
     return m;
 }
