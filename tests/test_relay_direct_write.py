@@ -5,7 +5,9 @@ and in order, in uvicorn's chunked encoding, whether it reads as fast as it come
 piece the writer cannot write goes through ``send``, which waits)."""
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import uvicorn
@@ -53,6 +55,25 @@ def dechunked(body: bytes) -> bytes:
         at = size_end + 2 + size + 2
 
 
+@contextlib.asynccontextmanager
+async def uvicorn_serving(app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> AsyncIterator[tuple[str, int]]:
+    """A real uvicorn (httptools' protocol) serving ``app`` on 127.0.0.1, its sockets' send buffers kept small so that
+    its writes pause for a client that reads late: the address, until the block ends."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # the accepted sockets' too
+    listener.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, http="httptools", lifespan="off", log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    serving = asyncio.ensure_future(server.serve(sockets=[listener]))
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        yield listener.getsockname()
+    finally:
+        server.should_exit = True
+        await serving
+
+
 async def relayed_by_uvicorn(events: list[bytes], read_late: float) -> bytes:
     """The raw response a client got from a uvicorn relaying ``events`` (sent 1 ms apart), its reading starting
     ``read_late`` seconds after its request (socket buffers kept small, so that uvicorn's writes pause meanwhile)."""
@@ -62,19 +83,10 @@ async def relayed_by_uvicorn(events: list[bytes], read_late: float) -> bytes:
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             await exchange(engines, route(engine.url)).run(send)
 
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # the accepted sockets' too
-        listener.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(app, http="httptools", lifespan="off", log_level="warning", access_log=False)
-        server = uvicorn.Server(config)
-        serving = asyncio.ensure_future(server.serve(sockets=[listener]))
         try:
-            while not server.started:
-                await asyncio.sleep(0.01)
-            return await read_late_from(listener.getsockname(), read_late)
+            async with uvicorn_serving(app) as address:
+                return await read_late_from(address, read_late)
         finally:
-            server.should_exit = True
-            await serving
             engines.close()
 
 

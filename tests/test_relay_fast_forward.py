@@ -16,7 +16,6 @@ from pathlib import Path
 
 import hearth_fast_forward
 import pytest
-import uvicorn
 
 from gateway import fast_forward
 from gateway.asgi_io import Receive, Scope, Send
@@ -24,7 +23,7 @@ from gateway.sse import plain_events
 from gateway.upstream import Engines
 from tests.test_gateway_exchange import exchange, numbered, route, stream
 from tests.test_gateway_upstream import SSE, Server, chunk, request
-from tests.test_relay_direct_write import HEAD_END, dechunked
+from tests.test_relay_direct_write import HEAD_END, dechunked, uvicorn_serving
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 Reader = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bytes]]
@@ -75,27 +74,18 @@ async def served(script: Script, read: Reader = read_whole, keepalive_every: flo
             relay.plan = dataclasses.replace(relay.plan, keepalive_every=keepalive_every)
             await relay.serve(receive, send)
 
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # the accepted sockets' too
-        listener.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(app, http="httptools", lifespan="off", log_level="warning", access_log=False)
-        server = uvicorn.Server(config)
-        serving = asyncio.ensure_future(server.serve(sockets=[listener]))
         try:
-            while not server.started:
-                await asyncio.sleep(0.01)
-            client = socket.socket()
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            client.connect(listener.getsockname())
-            reader, writer = await asyncio.open_connection(sock=client)
-            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}")
-            try:
-                return await read(reader, writer)
-            finally:
-                writer.close()
+            async with uvicorn_serving(app) as address:
+                client = socket.socket()
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                client.connect(address)
+                reader, writer = await asyncio.open_connection(sock=client)
+                writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}")
+                try:
+                    return await read(reader, writer)
+                finally:
+                    writer.close()
         finally:
-            server.should_exit = True
-            await serving
             engines.close()
 
 
