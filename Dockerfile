@@ -5,7 +5,7 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HEARTH
 WORKDIR /app
 COPY pyproject.toml setup.py README.md ./
 COPY gateway/native/ gateway/native/
-# The relay's native thread (setup.py) is compiled here; the compiler goes again in the same layer.
+# The relay's C extension (setup.py, gateway/native/) is compiled here; the compiler goes again in the same layer.
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --no-compile . \
     && apt-get purge -y --auto-remove gcc libc6-dev && rm -rf /var/lib/apt/lists/* \
