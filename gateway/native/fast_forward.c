@@ -202,7 +202,8 @@ static PyObject *Stream_pump(Stream *s, PyObject *unused) {
         grow(&write_buffer, &write_cap, s->held_len + READ_MAX + HEAD_ROOM + 2) != 0)
         return end(s, ENGINE_CLOSED);
     char *data = read_buffer;
-    memcpy(data, s->held, s->held_len);
+    if (s->held_len > 0) /* a chunk not whole yet, in front of the new bytes */
+        memcpy(data, s->held, s->held_len);
     ssize_t got = recv(s->engine, data + s->held_len, READ_MAX, MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         Py_RETURN_NONE;
