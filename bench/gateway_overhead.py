@@ -326,7 +326,8 @@ def main() -> None:
             setup.add(DASHBOARD, web_port, key, web)
         if args.compare:
             base_port = free_port()
-            base = start(web_argv(base_port), tmp / "web-base.log", env, cwd=args.compare.resolve())
+            base_argv = web_argv(base_port, args.web_workers)  # the same layout as the checkout under test
+            base = start(base_argv, tmp / "web-base.log", web_env, cwd=args.compare.resolve())
             all_procs.append(("web@base", base))
             setup.add(BASE, base_port, key, base)
         if "litellm" in args.peers:
