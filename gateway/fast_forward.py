@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 BUILT = importlib.util.find_spec("hearth_fast_forward") is not None  # else the Python path relays everything
-TAKEN = 5  # Back.reason when ``take_back`` took the stream (hearth_fast_forward.TAKEN)
 
 
 class Back(NamedTuple):

@@ -93,7 +93,6 @@ class StreamedAnswer:
         self.between_events = True  # the last piece read ended an event: no reader holds part of one
         self.handover: Handover | None = None  # plain content relayed by gateway.fast_forward
         self.handovers = 0
-        self.client_paused = False  # the client's reading paused for the handover, not by uvicorn
         self.stopped = False  # ``stop`` was called: what the C did not relay is not read on
 
     async def head(self, status: int, content_type: str) -> None:
@@ -186,8 +185,7 @@ class StreamedAnswer:
         if handover is None:
             return
         self.handover, self.handovers = handover, self.handovers + 1
-        transport.pause_reading()
-        self.client_paused = True
+        transport.pause_reading()  # the client's, for the handover (uvicorn had not paused it)
         self.answer.hand_over(handover)
 
     def _back(self, back: fast_forward.Back) -> None:
@@ -204,9 +202,8 @@ class StreamedAnswer:
         if writer is not None and not writer.cycle.transport.is_closing():
             if back.unsent:
                 writer.cycle.transport.write(back.unsent)
-            if self.client_paused and not writer.cycle.flow.read_paused:
+            if not writer.cycle.flow.read_paused:  # paused by the handover, not by uvicorn
                 writer.cycle.transport.resume_reading()
-        self.client_paused = False
         self.answer.taken_back(back.held, back.last_read, not self.stopped)
 
     def _ends(self) -> bool:

@@ -235,7 +235,3 @@ CASES = [
 @pytest.mark.parametrize("data", [*CASES, *engine_events()])
 def test_the_c_test_for_plain_content_is_gateway_sse_plain_events(data: bytes) -> None:
     assert hearth_fast_forward.plain_events(data) == plain_events(data)
-
-
-def test_the_reason_a_stream_is_taken_back_is_the_extensions() -> None:
-    assert fast_forward.TAKEN == hearth_fast_forward.TAKEN
