@@ -82,3 +82,18 @@ def test_an_error_s_message_is_kept_cut_to_its_column_and_a_row_spooled_without_
     del served["error"]  # as a gateway from before the column spools it
     assert write([refused]) == 1 and write_rows([served]) == 1
     assert sorted(RequestLog.objects.values_list("status", "error")) == [(200, ""), (400, "x" * 500)]
+
+
+@pytest.mark.django_db
+def test_a_batch_written_again_changes_nothing_and_brings_back_no_row_deleted_since() -> None:
+    """PostgreSQL copies a batch through a temporary table of its session (request_rows._copy_in): what one batch
+    left there must not come back with the next."""
+    rows = [row_of(Outcome(None, "hk-abcdefgh", "m", "openai", "/v1/completions", False, 200)) for _ in range(3)]
+    assert write_rows(rows) == 3 and write_rows(rows[:2]) == 2
+    assert RequestLog.objects.count() == 3
+    RequestLog.objects.filter(request_id=rows[0]["request_id"]).delete()
+    later = row_of(Outcome(None, "hk-abcdefgh", "m", "openai", "/v1/completions", False, 429))
+    assert write_rows([later]) == 1
+    assert sorted(RequestLog.objects.values_list("request_id", flat=True)) == sorted(
+        [rows[1]["request_id"], rows[2]["request_id"], later["request_id"]]
+    )

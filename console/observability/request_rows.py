@@ -26,6 +26,7 @@ from console.observability.models import RequestLog
 
 log = logging.getLogger(__name__)
 NANO = Decimal(10) ** 9  # nano-USD per USD
+INCOMING = "hearth_requestlog_incoming"  # PostgreSQL: the session's temporary table a batch is copied into
 
 Row = dict[str, Any]
 
@@ -78,15 +79,22 @@ def decode(text: str | bytes) -> Row:
 
 
 def write_rows(rows: list[Row]) -> int:
-    """Insert ``rows`` in one transaction with one prepared statement (``executemany``), skipping request ids
-    already written; falls back to row by row as the module docstring says. Returns the rows handed over that
-    were written or found already there (those dropped are not counted). Raises what the driver raises while
-    the database is unreachable or cannot write (a full disk)."""
+    """Insert ``rows`` in one transaction, skipping request ids already written: on PostgreSQL through ``COPY``
+    (``_copy_in``: 36 µs of CPU a row where ``executemany`` took 99, whose parameters psycopg's client-side
+    binding quotes in Python; it cost the gateway ~7 % of its CPU at 256 streams, bench/README.md), elsewhere
+    with one prepared statement (``executemany``). Falls back to row by row as the module docstring says. Returns the
+    rows handed over that were written or found already there (those dropped are not counted). Raises what the
+    driver raises while the database is unreachable or cannot write (a full disk)."""
     if not rows:
         return 0
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.executemany(_insert_sql(), [_values(r) for r in rows])
+            values = [_values(r) for r in rows]
+            if connection.vendor == "postgresql":
+                with connection.wrap_database_errors:  # psycopg's errors as Django's, as the wrapper raises them
+                    _copy_in(cursor.cursor, values)  # psycopg's cursor under Django's wrapper
+            else:
+                cursor.executemany(_insert_sql(), values)
         return len(rows)
     except (IntegrityError, DataError):
         log.warning("a batch of %d request log rows was refused; writing them one by one", len(rows))
@@ -122,6 +130,24 @@ def _insert_sql() -> str:
     table, unique = quote(RequestLog._meta.db_table), quote("request_id")
     # identifiers from this module and the model, quoted; every value goes in as a parameter
     return f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({unique}) DO NOTHING"  # noqa: S608
+
+
+def _copy_in(cursor: Any, values: list[tuple[Any, ...]]) -> None:
+    """``values`` (rows in COLUMNS' order) copied into a temporary table of this session (``COPY``, its rows
+    formatted by psycopg's C code), then moved from there, skipping request ids already written. ``cursor`` is
+    psycopg's own, inside the caller's transaction (a failure leaves the temporary table as it was: empty)."""
+    quote = connection.ops.quote_name
+    table, columns = quote(RequestLog._meta.db_table), ", ".join(quote(c) for c in COLUMNS)
+    # identifiers from this module and the model; every value goes through COPY
+    create = f"CREATE TEMP TABLE IF NOT EXISTS {INCOMING} AS SELECT {columns} FROM {table} WITH NO DATA"  # noqa: S608
+    cursor.execute(create)
+    with cursor.copy(f"COPY {INCOMING} ({columns}) FROM STDIN") as copy:
+        for row in values:
+            copy.write_row(row)
+    cursor.execute(
+        f"WITH moved AS (DELETE FROM {INCOMING} RETURNING {columns}) "  # noqa: S608
+        f"INSERT INTO {table} ({columns}) SELECT {columns} FROM moved ON CONFLICT ({quote('request_id')}) DO NOTHING"
+    )
 
 
 def _values(row: Row) -> tuple[Any, ...]:
