@@ -26,6 +26,7 @@ class EngineConnection(asyncio.Protocol):
     def __init__(self, read_timeout: float) -> None:
         self.read_timeout = read_timeout
         self.transport: asyncio.Transport | None = None
+        self.fd: int | None = None  # the socket gateway.fast_forward may read: a plain TCP one (not TLS)
         self.closed = False
         self.idle_since = 0.0  # monotonic seconds
         self._watchdog: asyncio.TimerHandle | None = None
@@ -77,6 +78,7 @@ class EngineConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.fd = sock.fileno() if transport.get_extra_info("sslcontext") is None else None
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
@@ -152,14 +154,12 @@ class EngineConnection(asyncio.Protocol):
         """This connection's socket (file descriptor) when its answer can be relayed by gateway.fast_forward's
         C from the next byte on: the last read ended a chunk of a chunked answer (a read that ends a chunk
         ends with its CRLF; one that ends within the next chunk's size line does not), its body is taken, reading
-        is not paused, and the connection is not TLS. None otherwise."""
-        transport = self.transport
+        is not paused, and the connection is not TLS (``fd``, known from its start). None otherwise."""
+        if self.fd is None or self.transport is None or self.closed or self.handover is not None:
+            return None
         if not self.chunk_end or not self.last_data.endswith(b"\r\n") or self.body or self.paused or self.complete:
             return None
-        if transport is None or self.closed or self.handover is not None:
-            return None
-        sock = transport.get_extra_info("socket")
-        return sock.fileno() if sock is not None and transport.get_extra_info("sslcontext") is None else None
+        return self.fd
 
     def hand_over(self, handover: Handover) -> None:
         """The C reads this connection's socket from now on (``socket_to_hand_over``)."""

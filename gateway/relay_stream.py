@@ -180,6 +180,7 @@ class StreamedAnswer:
             return
         sock = transport.get_extra_info("socket")
         if sock is None or transport.get_extra_info("sslcontext") is not None:
+            self.handovers = MAX_HANDOVERS  # a client over TLS: never (not asked again for each piece)
             return
         handover = fast_forward.hand_over(engine_fd, sock.fileno(), self._back)
         if handover is None:

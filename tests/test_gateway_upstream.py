@@ -244,3 +244,36 @@ def test_an_https_engine_below_a_path_is_reached_when_its_certificate_verifies_a
         assert b"authorization" not in seen[0].lower()  # an endpoint that demands no key gets none
 
     run(test)
+
+
+@pytest.mark.parametrize("over_tls", [False, True])
+def test_a_stream_at_a_chunk_boundary_is_handed_over_only_from_a_plain_socket(over_tls: bool, tmp_path: Path) -> None:
+    """gateway.fast_forward's C reads the engine's socket itself: never one that TLS wraps, which the connection
+    knows from its start rather than asking its transport at every piece."""
+    served, trusted = None, None
+    if over_tls:
+        cert, key = self_signed(tmp_path)
+        served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        served.load_cert_chain(cert, key)
+        trusted = ssl.create_default_context(cafile=str(cert))
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await request(reader)
+        writer.write(SSE + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(chunk(b"data: 2\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+    async def test() -> None:
+        engines = Engines(1, 5, tls=trusted)
+        async with Server(script, tls=served) as server:
+            async with await engines.post(server.url, "/v1/chat/completions", "k", b"{}") as answer:
+                pieces = answer.chunks()
+                assert await anext(pieces) == b"data: 1\n\n"
+                handed = answer.socket_to_hand_over()
+                assert handed is None if over_tls else isinstance(handed, int)
+                assert [piece async for piece in pieces] == [b"data: 2\n\n"]
+        engines.close()
+
+    run(test)
