@@ -5,14 +5,17 @@ price read here is kept until Redis announces that its key changed (gateway.regi
 keys' prefix as well as the routing version; a write, a deletion, an expiry and a flush are all announced),
 and never longer than MAX_AGE seconds whatever was announced; while no watch is live nothing is kept, so every
 charge reads the price of that moment, as before the cache. A read that began before an announcement is not
-kept. Admission and settlement of keys with limits read the price inside their own scripts
-(gateway.reservations), never from here.
+kept. The requests that need a deployment's price while it is being read share that read (one GET, not one per
+request ending at that moment, each on a connection of its own: at 64 streams they grew the Redis pool at every
+MAX_AGE, and a new connection costs ~10 ms of CPU), unless an announcement came after it began. Admission and
+settlement of keys with limits read the price inside their own scripts (gateway.reservations), never from here.
 
 A batch-class request (gateway.relay_plan.RelayPlan.priority "batch") is charged the price times
 HEARTH_BATCH_PRICE_FACTOR (``price_factor``, ``scaled``); the scripts scale it the same way (SCALE_FUNCTION), in
 doubles, so a request costs the same nano-USD whichever path charges it.
 """
 
+import asyncio
 import time
 
 import redis.asyncio as aioredis
@@ -56,6 +59,7 @@ class Prices:
         self.live = False  # the registry's watch is announcing price changes (set by gateway.registry)
         self._kept: dict[int, tuple[str, float]] = {}  # price, monotonic seconds it was read
         self._announcements = 0  # changes announced so far: a read that saw one begin meanwhile is not kept
+        self._reading: dict[int, tuple[asyncio.Future[str], int]] = {}  # reads under way, announcements at start
 
     def forget(self) -> None:
         """A price key changed (or the watch reopened, or Redis was flushed): read every price again."""
@@ -69,8 +73,28 @@ class Prices:
         if kept is not None and self.live and now - kept[1] < MAX_AGE:
             return kept[0]
         seen = self._announcements
-        value = await redis.get(price_per_token(deployment_id))
+        reading = self._reading.get(deployment_id)
+        if reading is None or reading[1] != seen:
+            read = asyncio.ensure_future(self._read(redis, deployment_id, now, seen))
+            read.add_done_callback(_retrieved)
+            reading = self._reading[deployment_id] = (read, seen)
+        return await asyncio.shield(reading[0])  # one caller that leaves does not cancel the others' read
+
+    async def _read(self, redis: aioredis.Redis, deployment_id: int, now: float, seen: int) -> str:
+        """The price read from Redis (``seen``: the announcements when it was asked for), kept unless one came
+        meanwhile."""
+        try:
+            value = await redis.get(price_per_token(deployment_id))
+        finally:
+            if (reading := self._reading.get(deployment_id)) is not None and reading[1] == seen:
+                del self._reading[deployment_id]
         price = value.decode() if isinstance(value, bytes) else str(value or "")
         if self.live and seen == self._announcements:
             self._kept[deployment_id] = (price, now)
         return price
+
+
+def _retrieved(read: "asyncio.Future[str]") -> None:
+    """A shared read's error counts as seen even when every request that waited for it has left."""
+    if not read.cancelled():
+        read.exception()

@@ -108,6 +108,40 @@ def test_a_read_under_way_when_a_change_is_announced_is_not_kept() -> None:
     run(check())
 
 
+def test_requests_ending_together_share_one_read_unless_a_change_was_announced_after_it_began() -> None:
+    class Counted:
+        """Redis, counting the GETs, each held until ``go`` is set."""
+
+        def __init__(self, r: aioredis.Redis) -> None:
+            self.r, self.gets, self.go = r, 0, asyncio.Event()
+
+        async def get(self, key: str) -> bytes | None:
+            self.gets += 1
+            await self.go.wait()
+            return await self.r.get(key)
+
+    async def check() -> None:
+        prices, r = Prices(), aioredis.Redis.from_url(settings.REDIS_URL)
+        prices.live = True
+        counted = Counted(r)
+        try:
+            await r.set(price_per_token(DEPLOYMENT), "0.0001", ex=60)
+            asks = [asyncio.ensure_future(prices.get(counted, DEPLOYMENT)) for _ in range(20)]  # type: ignore[arg-type]
+            await asyncio.sleep(0.05)
+            prices.forget()  # announced while the read is on its way: a request from now on reads again
+            later = asyncio.ensure_future(prices.get(counted, DEPLOYMENT))  # type: ignore[arg-type]
+            asks[0].cancel()  # a client that left does not cancel the read the others wait for
+            await asyncio.sleep(0.05)
+            counted.go.set()
+            assert await asyncio.gather(*asks[1:], later) == ["0.0001"] * 20
+            assert counted.gets == 2 and not prices._reading
+        finally:
+            await r.delete(price_per_token(DEPLOYMENT))
+            await r.aclose()
+
+    run(check())
+
+
 def test_a_kept_price_is_read_again_after_max_age(monkeypatch: pytest.MonkeyPatch) -> None:
     async def check() -> None:
         prices, r = Prices(), aioredis.Redis.from_url(settings.REDIS_URL)
