@@ -287,7 +287,8 @@ def parse() -> argparse.Namespace:
         "--compare",
         type=Path,
         help="another checkout of Hearth (a git worktree of the commit before a change): its web server runs beside "
-        "this one's, on the same database, Redis and engine, as the path 'hearth@base', measured in the same run",
+        "this one's, on the same database, Redis (its own keys) and engine, as the path 'hearth@base', measured in the "
+        "same run",
     )
     parser.add_argument(
         "--database-url",
@@ -327,7 +328,9 @@ def main() -> None:
         if args.compare:
             base_port = free_port()
             base_argv = web_argv(base_port, args.web_workers)  # the same layout as the checkout under test
-            base = start(base_argv, tmp / "web-base.log", web_env, cwd=args.compare.resolve())
+            # its own Redis keys: each process's request-log rows written by its own spool writer, not shared
+            base_env = {**web_env, "HEARTH_INSTANCE": "bench-base"}
+            base = start(base_argv, tmp / "web-base.log", base_env, cwd=args.compare.resolve())
             all_procs.append(("web@base", base))
             setup.add(BASE, base_port, key, base)
         if "litellm" in args.peers:
