@@ -12,10 +12,11 @@ only where the address policy allows (gateway.connect_policy). A request body co
 (gateway.request_body); count_tokens is answered with an estimate where the engine cannot count
 (gateway.count_tokens); a request a wrong base URL sent (``/v1/v1/...``, an endpoint without ``/v1``) gets the fix
 (gateway.wrong_urls). Every answer's head carries the request's id (gateway.request_ids), added once, as it goes
-out. A request refused before an engine was chosen leaves its request-log row too, once its key authenticated
-(gateway.refusals). The Files and Batches API is gateway.batch_api's; a Batch API line the worker's runner sends is
-served as its batch owner's key and answered once (gateway.batch_lines). At the stop, the requests uvicorn
-cancelled are waited for before the ledger stops (gateway.open_requests).
+out. A request refused before an engine was chosen leaves its request-log row too, once its key authenticated or
+was refused although genuine (revoked, expired: gateway.refusals). The Files and Batches API is gateway.batch_api's;
+a Batch API line the worker's runner sends is served as its batch owner's key and answered once
+(gateway.batch_lines). At the stop, the requests uvicorn cancelled are waited for before the ledger stops
+(gateway.open_requests).
 """
 
 import functools
@@ -175,8 +176,8 @@ class Gateway:
         self, scope: Scope, endpoint: str, surface: str, status: int, ids: RequestIds, error: str = ""
     ) -> None:
         """The request-log row of a request answered with ``status`` and the message ``error`` before an engine
-        was chosen, when its key authenticated (``hearth.key``, set by ``_dispatch``), with the model its body
-        named (``hearth.model``)."""
+        was chosen, when its key authenticated or was refused although genuine (``hearth.key``, set by
+        ``_dispatch`` and gateway.callers.authenticate), with the model its body named (``hearth.model``)."""
         key = scope.get("hearth.key")
         if key is not None:
             outcome = refusals.refused(
@@ -197,7 +198,7 @@ class Gateway:
     ) -> None:
         hops = loops.hops_onward(scope["headers"])  # before anything else: a request that came back goes no further
         method, arrived, offered = scope["method"], scope["hearth.arrived"], offered_keys(scope)
-        snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered)))
+        snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered, scope)))
         scope["hearth.key"] = entry
         if intended is not None:
             await wrong_urls.record(self.reservations.redis, entry, scope["path"], intended, arrived, ids)

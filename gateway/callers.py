@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 
+from console.access.key_format import key_prefix
 from gateway import batch_lines, errors
 from gateway.asgi_io import Scope
 from gateway.errors import GatewayError
@@ -29,12 +30,14 @@ def offered_keys(scope: Scope) -> list[str]:
     return keys
 
 
-def authenticate(snapshot: Snapshot, offered: list[str]) -> KeyEntry:
+def authenticate(snapshot: Snapshot, offered: list[str], scope: Scope | None = None) -> KeyEntry:
     """The live Hearth key among those the request offers (``offered_keys``): a client may send one header
     with its Hearth key and the other with something else (Claude Code with both ANTHROPIC_API_KEY and
     ANTHROPIC_AUTH_TOKEN set): the other one is ignored. Nothing else in the request names a key or a
     user (no identity header is believed). Raises GatewayError 401 when none authenticates, the most
-    telling refusal first (expired or rotated out before wrong)."""
+    telling refusal first (expired or rotated out before wrong). A key refused although its secret matched
+    (revoked, expired, rotated out: only its holder can have sent it) is noted in ``scope`` as ``hearth.key``,
+    so that gateway.app logs the refusal's row under it (gateway.refusals)."""
     if (line := batch_lines.line_of(offered)) is not None:
         return batch_lines.owner(snapshot, line)
     refusals = []
@@ -43,6 +46,8 @@ def authenticate(snapshot: Snapshot, offered: list[str]) -> KeyEntry:
             return authenticate_key(snapshot, key)
         except GatewayError as exc:
             refusals.append(exc)
+            if exc != errors.invalid_key() and scope is not None:
+                scope["hearth.key"] = snapshot.keys[key_prefix(key)]
     raise ([e for e in refusals if e != errors.invalid_key()] or refusals)[0]
 
 

@@ -3,7 +3,8 @@
 body, a field of the wrong type or missing, a wrong method, an unknown endpoint. Each row holds the key, the model
 its body named, the endpoint, the status, the request's id and the error message its client got, with no tokens
 and no cost; the answer is the API's
-own error. A request without a key that authenticates leaves none. A client that leaves before its body is whole
+own error. A request without a key that authenticates leaves none, unless its key is genuine and refused (revoked):
+that refusal's row is the key's. A client that leaves before its body is whole
 leaves a cancelled row (499) and no error in the web log. Against a real web process and
 tests/test_stream_defects_replay.py's engine."""
 
@@ -16,6 +17,8 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from console.access import keys as apikeys
+from console.access.models import ApiKey
 from console.observability.models import RequestLog
 from tests.test_gateway_request_ids import rows
 from tests.test_stream_defects_replay import MODEL, engine, key
@@ -68,6 +71,20 @@ def test_a_request_without_a_key_that_authenticates_leaves_no_row(web: str, key:
     assert httpx.post(f"{web}{CHAT}", content=b"{not json", headers=seen, timeout=30).status_code == 400
     rows(client_request_id="refused-after")
     assert not RequestLog.objects.filter(client_request_id="refused-no-key").exists()
+
+
+def test_a_revoked_key_s_refusal_leaves_its_row_under_that_key(web: str, key: str) -> None:
+    """Only the key's holder can send its secret: someone still using a revoked key shows on the Requests page."""
+    held = ApiKey.objects.get()
+    apikeys.revoke_key(held)
+    sent = {"x-api-key": key, "x-request-id": "refused-revoked"}
+    deadline = time.monotonic() + 10
+    while (answer := httpx.post(f"{web}{CHAT}", json=ASK, headers=sent, timeout=30)).status_code != 401:
+        assert time.monotonic() < deadline, answer.text  # the gateway's snapshot has the revocation within seconds
+        time.sleep(0.1)
+    [row] = rows(client_request_id="refused-revoked")
+    assert (row.status, row.api_key_id, row.endpoint) == (401, held.pk, CHAT)
+    assert row.error == answer.json()["error"]["message"] and "revoked" in row.error
 
 
 def test_an_unknown_model_s_404_names_the_models_the_key_can_use(web: str, key: str) -> None:
