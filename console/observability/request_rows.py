@@ -80,11 +80,11 @@ def decode(text: str | bytes) -> Row:
 
 def write_rows(rows: list[Row]) -> int:
     """Insert ``rows`` in one transaction, skipping request ids already written: on PostgreSQL through ``COPY``
-    (``_copy_in``: 36 µs of CPU a row where ``executemany`` took 99, whose parameters psycopg's client-side
-    binding quotes in Python; it cost the gateway ~7 % of its CPU at 256 streams, bench/README.md), elsewhere
-    with one prepared statement (``executemany``). Falls back to row by row as the module docstring says. Returns the
-    rows handed over that were written or found already there (those dropped are not counted). Raises what the
-    driver raises while the database is unreachable or cannot write (a full disk)."""
+    (``_copy_in``: 36 µs of CPU a row where ``executemany`` took 99, its parameters quoted in Python by psycopg's
+    client-side binding; bench/README.md), elsewhere with one prepared statement (``executemany``). Falls back to
+    row by row as the module docstring says. Returns the rows handed over that were written or found already there
+    (those dropped are not counted). Raises what the driver raises while the database is unreachable or cannot
+    write (a full disk, or a role without PostgreSQL's TEMPORARY privilege, which every role has by default)."""
     if not rows:
         return 0
     try:
