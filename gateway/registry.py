@@ -43,6 +43,7 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection
+from redis.driver_info import DriverInfo
 from redis.exceptions import RedisError
 
 from console.fanout import routing_version_key
@@ -150,7 +151,12 @@ class Registry:
     def redis(self) -> aioredis.Redis:
         """This process's Redis client (a bounded pool that waits for a free connection rather than failing)."""
         if self._redis is None:
-            pool = aioredis.BlockingConnectionPool.from_url(settings.REDIS_URL, max_connections=32, timeout=5)
+            pool = aioredis.BlockingConnectionPool.from_url(
+                settings.REDIS_URL,
+                max_connections=32,
+                timeout=5,
+                driver_info=DriverInfo(),  # read once (reservations)
+            )
             self._redis = aioredis.Redis(connection_pool=pool)
         return self._redis
 
@@ -227,12 +233,17 @@ class Registry:
             task.cancel()
         if self._redis is not None:
             await self._redis.aclose()
+        self._loads.submit(_close_on_own_thread)  # once a load under way is done
         self._loads.shutdown(wait=False)
 
 
 def _load_on_own_thread() -> Snapshot:
     close_old_connections()  # a connection the database dropped (a restart) is replaced, not reused
     return load_snapshot()
+
+
+def _close_on_own_thread() -> None:
+    connection.close()  # the connection of the thread this runs on (django.db.connection is per thread)
 
 
 def _select_one() -> None:

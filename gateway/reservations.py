@@ -49,6 +49,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.driver_info import DriverInfo
 from redis.exceptions import RedisError
 
 from console.deployments import activity
@@ -234,6 +235,7 @@ class Reservations:
             socket_timeout=REDIS_TIMEOUT,
             socket_connect_timeout=REDIS_TIMEOUT,
             retry=Retry(NoBackoff(), 0),
+            driver_info=DriverInfo(),  # read once: each connection read redis-py's version from package metadata
         )
         self.redis = aioredis.Redis(connection_pool=pool)
         self._admit, self._settle = self.redis.register_script(ADMIT), self.redis.register_script(SETTLE)
