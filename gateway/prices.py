@@ -7,7 +7,7 @@ and never longer than MAX_AGE seconds whatever was announced; while no watch is 
 charge reads the price of that moment, as before the cache. A read that began before an announcement is not
 kept. The requests that need a deployment's price while it is being read share that read (one GET, not one per
 request ending at that moment, each on a connection of its own: at 64 streams they grew the Redis pool at every
-MAX_AGE, and a new connection costs ~10 ms of CPU), unless an announcement came after it began. Admission and
+MAX_AGE, and a new connection costs ~1–2 ms of CPU), unless an announcement came after it began. Admission and
 settlement of keys with limits read the price inside their own scripts (gateway.reservations), never from here.
 
 A batch-class request (gateway.relay_plan.RelayPlan.priority "batch") is charged the price times
