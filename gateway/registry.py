@@ -36,19 +36,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import redis.asyncio as aioredis
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from redis.driver_info import DriverInfo
 from redis.exceptions import RedisError
 
 from console.fanout import routing_version_key
 from console.observability.cost import price_key_prefix
 from gateway import errors
+from gateway.database_thread import DatabaseThread
 from gateway.errors import GatewayError
 from gateway.prices import Prices
 from gateway.snapshot import KeyEntry, Route, Snapshot, Upstream, authenticate, key_entries, load_snapshot
@@ -80,7 +79,7 @@ class Registry:
         self._generation = 0  # counts the reloads and announced changes, for ``changed_since``
         self._bumped = asyncio.Event()  # set (and replaced) at each of them
         self._redis: aioredis.Redis | None = None
-        self._loads = ThreadPoolExecutor(1, thread_name_prefix="hearth-registry")  # one DB connection, its own
+        self._loads = DatabaseThread("hearth-registry")
 
     @property
     def loaded(self) -> bool:
@@ -145,7 +144,7 @@ class Registry:
 
     async def check_database(self) -> None:
         """Ask the database for ``SELECT 1`` (on the thread that reads snapshots). Raises what the driver raises."""
-        await sync_to_async(_select_one, thread_sensitive=False, executor=self._loads)()
+        await self._loads.run(_select_one)
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -169,7 +168,7 @@ class Registry:
     async def _load(self) -> None:
         began = time.monotonic()
         try:
-            snapshot = await sync_to_async(_load_on_own_thread, thread_sensitive=False, executor=self._loads)()
+            snapshot = await self._loads.run(load_snapshot)
         except Exception as exc:
             log.warning("keys and routes could not be read from the database: %s", exc)
             raise
@@ -233,21 +232,10 @@ class Registry:
             task.cancel()
         if self._redis is not None:
             await self._redis.aclose()
-        self._loads.submit(_close_on_own_thread)  # once a load under way is done
-        self._loads.shutdown(wait=False)
-
-
-def _load_on_own_thread() -> Snapshot:
-    close_old_connections()  # a connection the database dropped (a restart) is replaced, not reused
-    return load_snapshot()
-
-
-def _close_on_own_thread() -> None:
-    connection.close()  # the connection of the thread this runs on (django.db.connection is per thread)
+        self._loads.close()
 
 
 def _select_one() -> None:
-    close_old_connections()
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
 

@@ -11,13 +11,12 @@ same entry twice is harmless (request_rows: one row per request id).
 """
 
 import asyncio
+import functools
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
 from django.conf import settings
-from django.db import close_old_connections, connection
 from redis.exceptions import RedisError, ResponseError
 
 from console.observability.request_rows import Row, write_rows
@@ -31,6 +30,7 @@ from console.observability.request_spool import (
     rows_of,
     spool_key,
 )
+from gateway.database_thread import DatabaseThread
 
 log = logging.getLogger(__name__)
 BLOCK = 2.0  # seconds a read waits for new entries
@@ -45,7 +45,7 @@ class SpoolWriter:
     def __init__(self, consumer: str) -> None:
         self.consumer = consumer
         self.redis = aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=BLOCK + 5, socket_connect_timeout=2)
-        self._database = ThreadPoolExecutor(1, thread_name_prefix="hearth-requestlog")  # one connection, its own
+        self._database = DatabaseThread("hearth-requestlog")
         self._task: asyncio.Task[None] | None = None
         self._delay = 0.0
 
@@ -58,13 +58,12 @@ class SpoolWriter:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self.redis.aclose()
-        self._database.submit(_close_on_own_thread)  # once a write under way is done
-        self._database.shutdown(wait=False)
+        self._database.close()
 
     async def write_directly(self, rows: list[Row]) -> int:
         """Write ``rows`` to the database on this writer's thread (gateway.ledger, while Redis is away); the rows
         written. Raises what the driver raises."""
-        return await asyncio.get_running_loop().run_in_executor(self._database, _write_on_own_thread, rows)
+        return await self._database.run(functools.partial(write_rows, rows))
 
     async def _run(self) -> None:
         own, claimed_at = True, time.monotonic()  # its own unacknowledged entries first (a restart's, a retry's)
@@ -115,7 +114,7 @@ class SpoolWriter:
 
     async def _write(self, entries: list[Entry]) -> None:
         ids, rows = rows_of(entries)
-        await asyncio.get_running_loop().run_in_executor(self._database, _write_on_own_thread, rows)
+        await self._database.run(functools.partial(write_rows, rows))
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.xack(spool_key(), GROUP, *ids)
             pipe.xdel(spool_key(), *ids)
@@ -129,16 +128,3 @@ class SpoolWriter:
             log.warning("%s (%s); the rows wait in the spool and are tried again", what, exc)
         self._delay = min(max(self._delay * 2, 1.0), RETRY_MAX)
         await asyncio.sleep(self._delay)
-
-
-def _write_on_own_thread(rows: list[Row]) -> int:
-    close_old_connections()  # a connection the database dropped (a restart, an outage) is replaced, not reused
-    try:
-        return write_rows(rows)
-    except Exception:
-        connection.close()  # the next try connects afresh
-        raise
-
-
-def _close_on_own_thread() -> None:
-    connection.close()  # the connection of the thread this runs on (django.db.connection is per thread)

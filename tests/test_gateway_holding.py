@@ -340,7 +340,7 @@ def test_the_registry_wakes_its_waiters_at_each_reload_and_announcement() -> Non
         await registry.changed_since(generation, 5)  # a change came since: at once
         await registry.changed_since(registry.generation, 0.1)  # none since: after its timeout
         assert time.monotonic() - began >= 0.1
-        registry._loads.shutdown(wait=False)
+        registry._loads.close()
 
     run(test)
 
