@@ -6,7 +6,9 @@ cannot do (tool calls) and the faults only a simulator can inject are covered ag
 tests/test_gateway_simulator.py.
 """
 
+import contextlib
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,11 +48,12 @@ class Engine:
     def anthropic(self) -> anthropic.Anthropic:
         return anthropic.Anthropic(base_url=self.web, api_key=self.key, max_retries=0, timeout=120)
 
-    def running(self) -> float:
+    def running(self, metric: str = "vllm:num_requests_running") -> float:
+        """The engine's gauge ``metric`` now (requests running by default), -1 when it has none."""
         replica = Replica.objects.filter(deployment_id=self.dep_id).latest("id")
         for family in text_string_to_metric_families(httpx.get(f"{replica.base_url}/metrics").text):
             for sample in family.samples:
-                if sample.name == "vllm:num_requests_running":
+                if sample.name == metric:
                     return sample.value
         return -1.0
 
@@ -185,6 +188,30 @@ def agent_engine(web: str, worker: Workers, admin_user: object) -> Iterator[Engi
     yield from serve_smol(web, AGENT_CONTEXT)
 
 
+@contextlib.contextmanager
+def told_if_slow(engine: Engine, key: str) -> Iterator[None]:
+    """A CLI killed at agentworld.RUN_SECONDS fails the test with what it printed, the rows its key left so far
+    (each ended request: endpoint, status, finish, prompt tokens, TTFT and duration in seconds) and the engine's
+    running and waiting requests then: whether the engine was slow, Hearth refused or the CLI waited on its own."""
+    try:
+        yield
+    except subprocess.TimeoutExpired as exc:
+        rows = [
+            (r.endpoint, r.status, r.finish_reason, r.prompt_tokens, r.ttft_seconds, round(r.duration_seconds, 1))
+            for r in RequestLog.objects.filter(key_prefix=key_prefix(key)).order_by("id")
+        ]
+        printed = "\n".join(
+            (part.decode(errors="replace") if isinstance(part, bytes) else part)[-3000:]
+            for part in (exc.stdout, exc.stderr)
+            if part
+        )
+        pytest.fail(
+            f"{exc.cmd[0]} still ran after {exc.timeout} s; its key's rows: {rows}; the engine's requests running "
+            f"{engine.running('vllm:num_requests_running')}, waiting {engine.running('vllm:num_requests_waiting')}"
+            f"; it printed:\n{printed}"
+        )
+
+
 def rows_of(key: str) -> list[RequestLog]:
     """The request-log rows of ``key``, once no more arrive (rows are written after each answer is out)."""
     mine = RequestLog.objects.filter(key_prefix=key_prefix(key)).order_by("id")
@@ -215,17 +242,19 @@ def test_claude_code_and_codex_stream_through_hearth_to_vllm_without_an_error(
         (tmp_path / name).mkdir()
     try:
         started = time.monotonic()
-        outputs["claude"] = claude(
-            for_claude,
-            "smol",
-            tmp_path / "claude",
-            "say hi",
-            ("--max-turns", "1"),
-            CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(AGENT_OUTPUT),
-        )[1]
+        with told_if_slow(agent_engine, for_claude.key):
+            outputs["claude"] = claude(
+                for_claude,
+                "smol",
+                tmp_path / "claude",
+                "say hi",
+                ("--max-turns", "1"),
+                CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(AGENT_OUTPUT),
+            )[1]
         print(f"Claude Code: {time.monotonic() - started:.0f} s")
         started = time.monotonic()
-        outputs["codex"] = codex(for_codex, "smol", tmp_path / "codex", "say hi")[1]
+        with told_if_slow(agent_engine, for_codex.key):
+            outputs["codex"] = codex(for_codex, "smol", tmp_path / "codex", "say hi")[1]
         print(f"Codex: {time.monotonic() - started:.0f} s")
     finally:
         for name in ("claude", "codex"):
