@@ -1,16 +1,19 @@
 """Changing a deployment's replica count through the change form and the API: the preview (the GPUs each replica
 takes, whether it fits, no downtime when only the count changes on a ready deployment), bad counts refused with a
-form error and nothing changed, and an added replica that fails to load set back (console.deployments.scaling). The
-live 1 → 2 → 1 with real engines is tests/test_replica_scaling_live.py."""
+form error and nothing changed, and an added replica that fails to load set back (console.deployments.scaling);
+what reconcile carries on when a worker died or a task was lost. The live 1 → 2 → 1 with real engines is
+tests/test_replica_scaling_live.py."""
 
 import re
 import socket
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
+from appliance.celery_heartbeats import Liveness
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions, dispatch, reconciling
 from console.deployments.lifecycle import restart_port
@@ -215,3 +218,27 @@ def test_a_local_engine_restarts_on_a_port_chosen_again_and_a_container_keeps_it
     container = Replica(runtime="docker", host="hearth-replica-1", port=8000)
     restart_port(container)
     assert container.port == 8000
+
+
+def test_reconcile_sends_again_a_launch_whose_task_was_lost_and_not_one_still_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A launch's task lost (a Redis restarted empty, a worker killed as it took it) left it pending for ever."""
+    sent: list[tuple[str, int]] = []
+    monkeypatch.setattr(dispatch, "send", lambda name, pk, *args, **kw: sent.append((name, pk)))
+    waiting = [1]
+    monkeypatch.setattr(
+        reconciling.celery_heartbeats, "read", lambda: Liveness(0.0, None, None, long_waiting=waiting[0])
+    )
+    lost, fresh = _running("lost", [0]), _running("fresh", [1])
+    Deployment.objects.filter(pk__in=[lost.pk, fresh.pk]).update(state="pending", state_reason="Waiting for a worker.")
+    silent = timezone.now() - timedelta(seconds=reconciling.LOST_AFTER * settings.HEARTH_STALE_AFTER + 1)
+    Deployment.objects.filter(pk=lost.pk).update(updated_at=silent)
+    reconciling._resend_lost_launches()
+    assert sent == []  # a task waits in the long queue: it may be this launch's
+    waiting[0] = 0
+    reconciling._resend_lost_launches()
+    assert sent == [(dispatch.LAUNCH, lost.pk)]
+    assert Deployment.objects.get(pk=lost.pk).state_reason == reconciling.LOST_LAUNCH
+    reconciling._resend_lost_launches()  # claimed: not sent again while the launch sent runs
+    assert sent == [(dispatch.LAUNCH, lost.pk)]

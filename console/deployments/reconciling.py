@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from appliance import celery_heartbeats
 from appliance.runtimes import get_runtime
 from console.deployments import dispatch
 from console.deployments.external import check_endpoints
@@ -19,16 +20,20 @@ from console.deployments.watching import engine_ended, restart
 
 log = logging.getLogger(__name__)
 S = DeploymentState
+LOST_AFTER = 3  # times HEARTH_STALE_AFTER a pending launch may wait, its task in no queue, before it is sent again
+LOST_LAUNCH = "Waiting for a worker: the launch's task was lost (Redis restarted, or a worker stopped); sent again."
 
 
 def reconcile() -> None:
-    """Resume launches and changes of replica count whose worker died (console.deployments.scaling), launch again
+    """Resume launches and changes of replica count whose worker died (console.deployments.scaling), send again the
+    launches whose task was lost, launch again
     the deployments wanted serving that the appliance's stop ended, stop to save the asleep ones whose engines are
     gone (console.deployments.restoring), notice serving engines that exited, restart crashed replicas whose backoff
     is over, and remove engines no replica owns (a database restored from backup, a container left by hand); check
     the endpoints Hearth did not launch (console.deployments.external); put idle deployments to sleep or stop them to
     save, as their policy says, and carry on a sleep or wake whose worker died (console.deployments.idling)."""
     _resume_stale_launches()
+    _resend_lost_launches()
     resume_stale_scales()
     resume_stale_swaps()
     relaunch_wanted()
@@ -63,6 +68,31 @@ def _resume_stale_launches() -> None:
                 dispatch.send(dispatch.WATCH_REPLICA, replica.pk)
         else:
             dispatch.send(dispatch.RESUME_LAUNCH, dep.pk)
+
+
+def _resend_lost_launches() -> None:
+    """A launch pending for LOST_AFTER × HEARTH_STALE_AFTER seconds while nothing waits in the long queue lost its
+    task (a worker that took it moves it on at once; the margin is for one starved at its start): it went
+    with a Redis that restarted empty, or its worker died as it took it, or the broker was away when the launch was
+    committed. Claimed as a stale launch is, then sent again as a plain launch: on the free GPUs, or failed saying
+    why it does not fit them (a launch made room for does not make room again unasked). A launch waiting for room
+    is not stale: its task says so every few seconds."""
+    stale = timezone.now() - timedelta(seconds=LOST_AFTER * settings.HEARTH_STALE_AFTER)
+    pending = list(Deployment.objects.filter(state=S.PENDING, updated_at__lt=stale))
+    if not pending:
+        return
+    if celery_heartbeats.read().long_waiting != 0:  # its task may still wait its turn there (or Redis is away)
+        return
+    for dep in pending:
+        if Deployment.objects.filter(pk=dep.pk, state=S.PENDING, updated_at=dep.updated_at).update(
+            updated_at=timezone.now(), state_reason=LOST_LAUNCH
+        ):
+            log.warning(
+                "deployment %s: pending for %.0f s with no launch task waiting; sent again",
+                dep.name,
+                LOST_AFTER * settings.HEARTH_STALE_AFTER,
+            )
+            dispatch.send(dispatch.LAUNCH, dep.pk)
 
 
 def _remove_orphans() -> None:
