@@ -73,7 +73,7 @@ for router in (catalog, deployments, observability, access, preflight, usage, au
 
 @api.exception_handler(ConsoleError)
 def console_error(request: HttpRequest, exc: ConsoleError) -> HttpResponse:
-    return api.create_response(request, {"detail": str(exc)}, status=400)
+    return api.create_response(request, {"detail": str(exc)}, status=exc.status)
 
 
 @api.exception_handler(ValidationError)

@@ -1,14 +1,18 @@
 """The console's JSON API on malformed or clashing input: a 400 whose detail names the field as the client wrote it,
 says which deployment holds a taken name, and takes engine flags as the form does; nothing saved. A session request
-without its CSRF token is told the header that passes the check."""
+without its CSRF token is told the header that passes the check. An action whose task cannot be queued is a 503
+that changes nothing."""
 
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 
+from console.audit.models import AuditEntry
 from console.catalog.models import ModelSource
+from console.deployments.models import Deployment
 from tests.test_console import smollm2  # noqa: F401 - the fixture
+from tests.test_console_replicas import _running
 
 pytestmark = pytest.mark.django_db
 
@@ -83,3 +87,22 @@ def test_a_session_request_without_its_csrf_token_is_told_the_header(admin_user:
     token = client.cookies["csrftoken"].value
     resp = client.post("/api/keys", {"name": "ci"}, content_type="application/json", headers={"X-CSRFToken": token})
     assert resp.status_code == 201, resp.content
+
+
+def test_an_action_with_the_task_queue_away_is_refused_503_and_changes_nothing(admin: Client) -> None:
+    """Its task's send failed after the commit: a 500, and the deployment left pending or stopping for ever."""
+    stopped, ready = _running("stopped", [0]), _running("ready", [1])
+    Deployment.objects.filter(pk=stopped.pk).update(state="stopped")
+    with override_settings(CELERY_BROKER_URL="redis://127.0.0.1:1/0"):  # nothing listens on port 1
+        for dep, action in ((stopped, "launch"), (ready, "stop")):
+            resp = admin.post(f"/api/deployments/{dep.pk}/{action}", content_type="application/json")
+            assert resp.status_code == 503, resp.content
+            assert resp.json()["detail"].startswith("The task queue (Redis) does not answer (ConnectionError)")
+            assert resp.json()["detail"].endswith("nothing was changed. Try again once it is back.")
+            page = admin.post(f"/deployments/{dep.pk}/{action}/", follow=True).content.decode()
+            assert "The task queue (Redis) does not answer" in page
+        assert dict(Deployment.objects.values_list("name", "state")) == {"stopped": "stopped", "ready": "ready"}
+        Deployment.objects.filter(pk=ready.pk).update(state="asleep")
+        resp = admin.post(f"/api/deployments/{ready.pk}/wake", content_type="application/json")
+        assert resp.status_code == 503 and Deployment.objects.get(pk=ready.pk).state == "asleep"
+    assert not AuditEntry.objects.filter(action__startswith="deployment.").exclude(action="deployment.create").exists()

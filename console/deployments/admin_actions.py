@@ -159,9 +159,11 @@ def launch(deployment: Deployment, make_room: bool = False, why: str = "") -> No
     admin's consent). ``why``: a launch no admin asked for says why, in words, in its audit entry.
 
     Raises ConsoleError when it is already active, made of engines Hearth did not launch, or does not fit and room
-    cannot be made (or needs the consent not given): the words say what would make room.
+    cannot be made (or needs the consent not given): the words say what would make room; ServiceAway, nothing
+    changed, when the task queue does not answer (dispatch.check_queue).
     """
     external.refused(deployment, "launch")
+    dispatch.check_queue()
     room = None
     if deployment.state in (DeploymentState.STOPPED, DeploymentState.FAILED):
         room = room_making.room_for_launch(deployment, consent=make_room)
@@ -187,12 +189,14 @@ def stop(deployment: Deployment) -> None:
     """Move an active deployment to stopping and enqueue the stop after commit; one stopped with the appliance that
     the worker would launch again (``relaunch_due``) is kept stopped instead (``desired`` stopped).
 
-    Raises ConsoleError when it is not running, or made of engines Hearth did not launch.
+    Raises ConsoleError when it is not running, or made of engines Hearth did not launch; ServiceAway, nothing
+    changed, when the task queue does not answer (dispatch.check_queue).
     """
     external.refused(deployment, "stop")
     if deployment.relaunch_due:
         _keep_stopped(deployment)
         return
+    dispatch.check_queue()
     with transaction.atomic():
         before = deployment.state
         stopping = deployment.state in ACTIVE_STATES and deployment.move(

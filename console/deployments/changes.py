@@ -179,6 +179,8 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         "engine_image": "",  # re-pinned to the configured image at the next launch
         "engine_image_ref": "",
     }
+    if preview.recreate:
+        dispatch.check_queue()
     with transaction.atomic():
         row = Deployment.objects.select_for_update().get(pk=deployment.pk)
         if row.state == DeploymentState.STOPPING:

@@ -5,7 +5,11 @@ imports them: the task module is the worker's entry point, nothing else's. Each 
 (``@shared_task(name=...)`` in tasks.py); a test checks that every name here is registered.
 """
 
+import redis
 from celery import current_app
+from django.conf import settings
+
+from console.errors import ServiceAway
 
 LAUNCH = "console.deployments.tasks.launch_deployment"
 RESUME_LAUNCH = "console.deployments.tasks.resume_launch"
@@ -33,6 +37,28 @@ NAMES = (
     LAUNCH_WHEN_ROOM,
     SCALE,
 )
+
+
+QUEUE_TIMEOUT = 2.0  # seconds the broker has to answer an admin action's check
+
+
+def check_queue() -> None:
+    """Raises ServiceAway when the broker (Redis) does not answer a PING within QUEUE_TIMEOUT seconds. An admin
+    action that sends a task after its commit calls this first: with Redis away it is refused with nothing
+    changed, where the task's send would have failed after the change was committed (a 500, and the deployment
+    left pending or stopping with no task to move it on)."""
+    client = redis.Redis.from_url(
+        settings.CELERY_BROKER_URL, socket_connect_timeout=QUEUE_TIMEOUT, socket_timeout=QUEUE_TIMEOUT
+    )
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise ServiceAway(
+            f"The task queue (Redis) does not answer ({type(exc).__name__}); nothing was changed. "
+            "Try again once it is back."
+        ) from exc
+    finally:
+        client.close()
 
 
 def send(name: str, object_id: int, *args: str | bool, countdown: float = 0.0) -> None:

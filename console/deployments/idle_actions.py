@@ -55,13 +55,15 @@ def _claim(dep: Deployment, target: str, desired: str, words: str) -> None:
 
 def claim_sleep(dep: Deployment, reason: str) -> None:
     """ready → sleeping, ``reason`` in words (audited, and the history's); the sleep follows after commit. Raises
-    ConsoleError: not ready, requests in flight, or its engine started without sleep mode."""
+    ConsoleError: not ready, requests in flight, or its engine started without sleep mode; ServiceAway: the task
+    queue does not answer (dispatch.check_queue)."""
     _ready(dep, "put to sleep")
     if not can_sleep_now(dep):
         raise ConsoleError(
             f"{dep.name}'s engine was started without sleep mode: set its idle policy to sleep and launch it again, "
             "or stop it."
         )
+    dispatch.check_queue()
     with transaction.atomic():
         _claim(dep, S.SLEEPING, DesiredState.ASLEEP, "put to sleep")
         record(None, "deployment.sleep", dep, {"reason": reason, "level": dep.sleep_level})
@@ -71,7 +73,9 @@ def claim_sleep(dep: Deployment, reason: str) -> None:
 
 def claim_stop_to_save(dep: Deployment, reason: str) -> None:
     """ready → stopping with desired "stopped_idle", ``reason`` in words; the stop follows after commit (a request
-    launches it again). Raises ConsoleError: not ready, or requests in flight."""
+    launches it again). Raises ConsoleError: not ready, or requests in flight; ServiceAway: the task queue does not
+    answer."""
+    dispatch.check_queue()
     with transaction.atomic():
         _claim(dep, S.STOPPING, DesiredState.STOPPED_IDLE, "stopped to save")
         record(None, "deployment.stop_idle", dep, {"reason": reason})
@@ -86,11 +90,12 @@ def sleep_by_hand(dep: Deployment) -> None:
 
 def wake_by_hand(dep: Deployment) -> None:
     """An admin's Wake of a deployment asleep or stopped to save (the worker's wake task, asked once). Raises
-    ConsoleError for one in another state."""
+    ConsoleError for one in another state; ServiceAway when the task queue does not answer."""
     external.refused(dep, "wake")
     stopped_to_save = dep.state == S.STOPPED and dep.desired == DesiredState.STOPPED_IDLE
     if dep.state not in (S.SLEEPING, S.ASLEEP) and not stopped_to_save:
         raise ConsoleError(f"{dep.name} is {dep.state_words}; only one asleep or stopped to save can be woken.")
+    dispatch.check_queue()
     with transaction.atomic():
         record(None, "deployment.wake", dep, {"reason": "Woken by an admin.", "from": dep.state})
         transaction.on_commit(lambda: wakeups.request_wake(dep.pk, "Woken by an admin.", audited=True))
