@@ -26,12 +26,12 @@ LOST_LAUNCH = "Waiting for a worker: the launch's task was lost (Redis restarted
 
 def reconcile() -> None:
     """Resume launches and changes of replica count whose worker died (console.deployments.scaling), send again the
-    launches whose task was lost, launch again
-    the deployments wanted serving that the appliance's stop ended, stop to save the asleep ones whose engines are
-    gone (console.deployments.restoring), notice serving engines that exited, restart crashed replicas whose backoff
-    is over, and remove engines no replica owns (a database restored from backup, a container left by hand); check
-    the endpoints Hearth did not launch (console.deployments.external); put idle deployments to sleep or stop them to
-    save, as their policy says, and carry on a sleep or wake whose worker died (console.deployments.idling)."""
+    launches whose task was lost, launch again the deployments wanted serving that the appliance's stop ended, stop
+    to save the asleep ones whose engines are gone (console.deployments.restoring), notice serving engines that
+    exited, restart crashed replicas whose backoff is over, and remove engines no replica owns (a database restored
+    from backup, a container left by hand); check the endpoints Hearth did not launch (console.deployments.external);
+    put idle deployments to sleep or stop them to save, as their policy says, and carry on a sleep or wake whose
+    worker died (console.deployments.idling)."""
     _resume_stale_launches()
     _resend_lost_launches()
     resume_stale_scales()
