@@ -116,3 +116,17 @@ db = redis.path.strip("/") or "0"
 database = "PostgreSQL" if os.environ.get("DATABASE_URL") else f"SQLite in {os.environ['HEARTH_DATA_DIR']}"
 print(f"Database: {database}. Redis: {redis.hostname}:{redis.port or 6379}, database {db} (set REDIS_URL for another).")
 WHERE
+# the deployments serving when the appliance went down launch again (console.deployments.restoring): until each is
+# ready a request for it waits or gets a 503 that says so, which "Hearth is up" alone did not warn of
+"$PY" - <<'COMING' 2>/dev/null || true
+import os
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+import django
+django.setup()
+from console.deployments.models import Deployment, DeploymentState as S, DesiredState
+coming = Deployment.objects.filter(
+    desired=DesiredState.SERVING, model__isnull=False, state__in=[S.STOPPED, S.PENDING, S.PULLING, S.STARTING, S.LOADING]
+).order_by("name")
+if names := [f"{d.name} ({'to launch' if d.state == S.STOPPED else d.state})" for d in coming]:
+    print(f"Launching again what served before: {', '.join(names)}; each serves once ready (the Deployments page).")
+COMING

@@ -190,6 +190,10 @@ def test_make_down_then_make_up_serves_again_without_a_click_and_an_admin_stop_s
     refused = ask(app.base, app.key, "kept-down")
     assert up.wait(240) == 0
     held.join(150)
+    said = up.stdout.read() if up.stdout else ""
+    # up.sh names what launches again while it still loads (it may be ready by then); an admin's stop, never
+    coming = [line for line in said.splitlines() if line.startswith("Launching again what served before:")]
+    assert all("back (" in line and "kept-down" not in line for line in coming), said
 
     # held for its launch (as for a wake) and answered; or, had the worker's reconcile launched it first, 503
     # with Retry-After while it loads
