@@ -160,10 +160,9 @@ def launch(deployment: Deployment, make_room: bool = False, why: str = "") -> No
 
     Raises ConsoleError when it is already active, made of engines Hearth did not launch, or does not fit and room
     cannot be made (or needs the consent not given): the words say what would make room; ServiceAway, nothing
-    changed, when the task queue does not answer (dispatch.check_queue).
+    changed, when the task queue does not answer (dispatch.send_after_commit).
     """
     external.refused(deployment, "launch")
-    dispatch.check_queue()
     room = None
     if deployment.state in (DeploymentState.STOPPED, DeploymentState.FAILED):
         room = room_making.room_for_launch(deployment, consent=make_room)
@@ -179,9 +178,9 @@ def launch(deployment: Deployment, make_room: bool = False, why: str = "") -> No
         facts: dict[str, object] = {"state": [before, DeploymentState.PENDING]} | ({"reason": why} if why else {})
         if room is not None:
             facts |= {"room": room.words(), "make_room": make_room}
-            transaction.on_commit(lambda: dispatch.send(dispatch.LAUNCH_WHEN_ROOM, deployment.pk, make_room))
+            dispatch.send_after_commit(dispatch.LAUNCH_WHEN_ROOM, deployment.pk, make_room)
         else:
-            transaction.on_commit(lambda: dispatch.send(dispatch.LAUNCH, deployment.pk))
+            dispatch.send_after_commit(dispatch.LAUNCH, deployment.pk)
         record(None, "deployment.launch", deployment, facts)
 
 
@@ -190,13 +189,12 @@ def stop(deployment: Deployment) -> None:
     the worker would launch again (``relaunch_due``) is kept stopped instead (``desired`` stopped).
 
     Raises ConsoleError when it is not running, or made of engines Hearth did not launch; ServiceAway, nothing
-    changed, when the task queue does not answer (dispatch.check_queue).
+    changed, when the task queue does not answer (dispatch.send_after_commit).
     """
     external.refused(deployment, "stop")
     if deployment.relaunch_due:
         _keep_stopped(deployment)
         return
-    dispatch.check_queue()
     with transaction.atomic():
         before = deployment.state
         stopping = deployment.state in ACTIVE_STATES and deployment.move(
@@ -206,7 +204,7 @@ def stop(deployment: Deployment) -> None:
             raise ConsoleError(f"{deployment.name} is {deployment.state}; there is nothing to stop.")
         record(None, "deployment.stop", deployment, {"state": [before, DeploymentState.STOPPING]})
         transaction.on_commit(bump_routing_version)
-        transaction.on_commit(lambda: dispatch.send(dispatch.STOP, deployment.pk))
+        dispatch.send_after_commit(dispatch.STOP, deployment.pk)
 
 
 def _keep_stopped(deployment: Deployment) -> None:

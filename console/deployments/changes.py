@@ -179,8 +179,6 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         "engine_image": "",  # re-pinned to the configured image at the next launch
         "engine_image_ref": "",
     }
-    if preview.recreate:
-        dispatch.check_queue()
     with transaction.atomic():
         row = Deployment.objects.select_for_update().get(pk=deployment.pk)
         if row.state == DeploymentState.STOPPING:
@@ -191,7 +189,7 @@ def apply_change(deployment: Deployment, **settings: Any) -> ChangePreview:
         if preview.recreate:
             if not row.move(DeploymentState.STOPPING, "Recreating with the new settings: the old engine stops first."):
                 raise ConsoleError(f"{row.name} changed state meanwhile; try again.")
-            transaction.on_commit(lambda: dispatch.send(dispatch.RECREATE, row.pk))
+            dispatch.send_after_commit(dispatch.RECREATE, row.pk)
     deployment.refresh_from_db()
     return preview
 
@@ -206,7 +204,7 @@ def _apply_scale(deployment: Deployment, plan: StoredPlan, scale: tuple[int, int
         record(None, "deployment.change", row, {**changed(current_settings(row), settings), "recreate": False})
         step = f"starting {new - old}" if new > old else f"draining {old - new}, then stopping it"
         row.progress(f"Serving; from {old} to {new} replica{'s' if new > 1 else ''}: {step}.")
-        transaction.on_commit(lambda: dispatch.send(dispatch.SCALE, row.pk))
+        dispatch.send_after_commit(dispatch.SCALE, row.pk)
     deployment.refresh_from_db()
 
 

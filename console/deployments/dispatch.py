@@ -8,6 +8,7 @@ imports them: the task module is the worker's entry point, nothing else's. Each 
 import redis
 from celery import current_app
 from django.conf import settings
+from django.db import transaction
 
 from console.errors import ServiceAway
 
@@ -43,10 +44,8 @@ QUEUE_TIMEOUT = 2.0  # seconds the broker has to answer an admin action's check
 
 
 def check_queue() -> None:
-    """Raises ServiceAway when the broker (Redis) does not answer a PING within QUEUE_TIMEOUT seconds. An admin
-    action that sends a task after its commit calls this first: with Redis away it is refused with nothing
-    changed, where the task's send would have failed after the change was committed (a 500, and the deployment
-    left pending or stopping with no task to move it on)."""
+    """Raises ServiceAway when the broker (Redis) does not answer a PING within QUEUE_TIMEOUT seconds
+    (``send_after_commit`` asks it; an action whose work goes through Redis by another way asks it first)."""
     client = redis.Redis.from_url(
         settings.CELERY_BROKER_URL, socket_connect_timeout=QUEUE_TIMEOUT, socket_timeout=QUEUE_TIMEOUT
     )
@@ -59,6 +58,15 @@ def check_queue() -> None:
         ) from exc
     finally:
         client.close()
+
+
+def send_after_commit(name: str, object_id: int, *args: str | bool) -> None:
+    """``send`` once the caller's transaction commits, the broker asked now (``check_queue``). Called inside the
+    transaction that makes the change, after it: with Redis away ServiceAway is raised there and rolls the change
+    back, where the send after the commit would have failed with the change kept (a 500, and the deployment left
+    pending or stopping with no task to move it on)."""
+    check_queue()
+    transaction.on_commit(lambda: send(name, object_id, *args))
 
 
 def send(name: str, object_id: int, *args: str | bool, countdown: float = 0.0) -> None:

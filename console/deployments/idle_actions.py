@@ -56,31 +56,29 @@ def _claim(dep: Deployment, target: str, desired: str, words: str) -> None:
 def claim_sleep(dep: Deployment, reason: str) -> None:
     """ready → sleeping, ``reason`` in words (audited, and the history's); the sleep follows after commit. Raises
     ConsoleError: not ready, requests in flight, or its engine started without sleep mode; ServiceAway: the task
-    queue does not answer (dispatch.check_queue)."""
+    queue does not answer (dispatch.send_after_commit)."""
     _ready(dep, "put to sleep")
     if not can_sleep_now(dep):
         raise ConsoleError(
             f"{dep.name}'s engine was started without sleep mode: set its idle policy to sleep and launch it again, "
             "or stop it."
         )
-    dispatch.check_queue()
     with transaction.atomic():
         _claim(dep, S.SLEEPING, DesiredState.ASLEEP, "put to sleep")
         record(None, "deployment.sleep", dep, {"reason": reason, "level": dep.sleep_level})
         transaction.on_commit(bump_routing_version)
-        transaction.on_commit(lambda: dispatch.send(dispatch.SLEEP, dep.pk, reason))
+        dispatch.send_after_commit(dispatch.SLEEP, dep.pk, reason)
 
 
 def claim_stop_to_save(dep: Deployment, reason: str) -> None:
     """ready → stopping with desired "stopped_idle", ``reason`` in words; the stop follows after commit (a request
     launches it again). Raises ConsoleError: not ready, or requests in flight; ServiceAway: the task queue does not
     answer."""
-    dispatch.check_queue()
     with transaction.atomic():
         _claim(dep, S.STOPPING, DesiredState.STOPPED_IDLE, "stopped to save")
         record(None, "deployment.stop_idle", dep, {"reason": reason})
         transaction.on_commit(bump_routing_version)
-        transaction.on_commit(lambda: dispatch.send(dispatch.STOP_IDLE, dep.pk, reason))
+        dispatch.send_after_commit(dispatch.STOP_IDLE, dep.pk, reason)
 
 
 def sleep_by_hand(dep: Deployment) -> None:
