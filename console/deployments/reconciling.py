@@ -56,9 +56,7 @@ def _resume_stale_launches() -> None:
     updated_at, so one reconcile wins) and carry it on from the step it was in."""
     stale = timezone.now() - timedelta(seconds=settings.HEARTH_STALE_AFTER)
     for dep in Deployment.objects.filter(state__in=[S.PULLING, S.STARTING, S.LOADING], updated_at__lt=stale):
-        if not Deployment.objects.filter(pk=dep.pk, state=dep.state, updated_at=dep.updated_at).update(
-            updated_at=timezone.now()
-        ):
+        if not _claimed(dep):
             continue  # another worker claimed it
         log.warning(
             "deployment %s: no sign of its %s task for %s s; resuming", dep.name, dep.state, settings.HEARTH_STALE_AFTER
@@ -84,15 +82,20 @@ def _resend_lost_launches() -> None:
     if celery_heartbeats.read().long_waiting != 0:  # its task may still wait its turn there (or Redis is away)
         return
     for dep in pending:
-        if Deployment.objects.filter(pk=dep.pk, state=S.PENDING, updated_at=dep.updated_at).update(
-            updated_at=timezone.now(), state_reason=LOST_LAUNCH
-        ):
+        if _claimed(dep, state_reason=LOST_LAUNCH):
             log.warning(
                 "deployment %s: pending for %.0f s with no launch task waiting; sent again",
                 dep.name,
                 LOST_AFTER * settings.HEARTH_STALE_AFTER,
             )
             dispatch.send(dispatch.LAUNCH, dep.pk)
+
+
+def _claimed(dep: Deployment, **fields: str) -> bool:
+    """Whether this reconcile claimed ``dep`` (still in the state and at the ``updated_at`` it was read with: a
+    conditional update that renews ``updated_at`` and sets ``fields``, so one reconcile wins)."""
+    unchanged = Deployment.objects.filter(pk=dep.pk, state=dep.state, updated_at=dep.updated_at)
+    return bool(unchanged.update(updated_at=timezone.now(), **fields))
 
 
 def _remove_orphans() -> None:
