@@ -284,7 +284,7 @@ class Gateway:
         to settlement, gateway.reservations), after ``before`` (a held request's wait), and record it however it
         ends, once (gateway.ledger: a refused request holds nothing and is charged nothing)."""
         plan, refused = relay.plan, None
-        ticket = self.ledger.ticket(plan, relay.state, ids)
+        ticket = self.ledger.ticket(plan, relay.state, ids, receive)
         lane = self.lanes.ticket(relay, send, before)  # held while its deployment is saturated (gateway.lanes)
         try:
             if plan.key.quota.any:

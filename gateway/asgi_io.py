@@ -1,6 +1,6 @@
-"""The ASGI shapes the gateway's modules share (scope, receive, send), its one way to answer JSON, a way to send
-outside a task (``send_now``), and a streamed body's pieces written straight to the server's connection
-(``body_writer``)."""
+"""The ASGI shapes the gateway's modules share (scope, receive, send), whether a client left (``client_left``),
+its one way to answer JSON, a way to send outside a task (``send_now``), and a streamed body's pieces written
+straight to the server's connection (``body_writer``)."""
 
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from types import CoroutineType
@@ -11,6 +11,17 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+
+def client_left(receive: Receive | None) -> bool:
+    """Whether the client of the server connection ``receive`` reads has closed it, as soon as the server saw it,
+    before any task reads the ``http.disconnect``: uvicorn's cycle ``disconnected``, or its transport closing (a
+    client's half-close is seen so while what was written to it drains); False for a ``receive`` that is not a
+    server connection's (a batch's line)."""
+    cycle = getattr(receive, "__self__", None)
+    if cycle is None or getattr(cycle, "disconnected", None) is None:
+        return False
+    return bool(cycle.disconnected or cycle.transport.is_closing())
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:

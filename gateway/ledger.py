@@ -42,6 +42,8 @@ from console.deployments import activity
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_key, processes_key
 from gateway.accounting import Outcome, count, row_of
+from gateway.asgi_io import Receive, client_left
+from gateway.errors import GatewayError
 from gateway.finishes import Finishes, finish_call
 from gateway.prices import price_factor
 from gateway.reaper import process_identity, reap
@@ -57,6 +59,7 @@ REAP_EVERY = 5.0  # seconds between looks for gone processes
 RETRY_MAX = 10.0  # seconds at most between tries of what Redis did not take
 COMPLAIN_EVERY = 10.0  # seconds between two log lines about Redis not taking notes or ends
 RECENT_SECONDS = 10.0  # seconds a spooled row is kept here, to be written directly should Redis go away
+SLOT_WAIT = 5.0  # seconds at most a refused request waits for a slot its key's client left, before its 429
 
 # KEYS: 1 the process's notes, 2 its alive key, 3 the set of noting processes. ARGV: 1 the alive key's TTL (s),
 # 2 the process, then request id, note pairs. Returns 1 when the process was not in the set: Redis lost it.
@@ -112,6 +115,9 @@ class Ticket:
     noting: "asyncio.Future[None] | None" = None  # done once its note's call answered (a key without limits)
     held: Reservation | None = None
     said: tuple[int, int] = (0, 0)  # (output token events, status) its note says
+    receive: Receive | None = None  # its client's connection, read for whether the client left (asgi_io.client_left)
+    holds_slot: bool = False  # it holds one of its key's concurrency slots (Ledger.free_slot gives it back)
+    slot_freed: "asyncio.Future[None] | None" = None  # done once it does, made by a request waiting for that
 
 
 class Ledger:
@@ -140,9 +146,10 @@ class Ledger:
         self._loop = asyncio.ensure_future(self._keep())
         self.writer.start()
 
-    def ticket(self, plan: RelayPlan, state: RelayState, ids: RequestIds) -> Ticket:
-        """A new request's ticket (not noted yet), under the gateway's id of ``ids``; the client's id, when it sent
-        one, goes in its note, so that the row of a request whose process died keeps it (gateway.reaper)."""
+    def ticket(self, plan: RelayPlan, state: RelayState, ids: RequestIds, receive: Receive | None = None) -> Ticket:
+        """A new request's ticket (not noted yet), under the gateway's id of ``ids``, its client's connection read
+        by ``receive``; the client's id, when it sent one, goes in its note, so that the row of a request whose
+        process died keeps it (gateway.reaper)."""
         key = plan.key
         fields = {
             "key_id": key.id,
@@ -159,12 +166,46 @@ class Ledger:
         }
         if ids.client is not None:
             fields["client_request_id"] = ids.client
-        ticket = Ticket(ids.own, fields, state, key.quota.any)
+        ticket = Ticket(ids.own, fields, state, key.quota.any, receive=receive)
         self.open[ticket.request_id] = ticket
         return ticket
 
     async def admit(self, ticket: Ticket, plan: RelayPlan) -> Reservation:
-        """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals."""
+        """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals.
+
+        A 429 while a request of the same key in this process holds a concurrency slot whose client has left waits
+        for that slot, SLOT_WAIT seconds at most, and is tried once more: a client that leaves a stream and sends
+        its next request at once is not refused for the slot it left, though the server saw its connection close
+        only as the next request came (the slot is given back once the relay's task is told, a few turns of the
+        event loop later). Another process's slots are not waited for."""
+        try:
+            held = await self._reserve(ticket, plan)
+        except GatewayError as exc:
+            if exc.status != 429 or not await self._left_slot_freed(ticket):
+                raise
+            held = await self._reserve(ticket, plan)
+        ticket.holds_slot = plan.key.quota.max_concurrent is not None
+        return held
+
+    async def _left_slot_freed(self, ticket: Ticket) -> bool:
+        """Wait until one of the concurrency slots held by requests of ``ticket``'s key whose clients left is given
+        back (SLOT_WAIT seconds at most); False at once when there is none."""
+        key_id = ticket.fields["key_id"]
+        left = [
+            t for t in self.open.values() if t.holds_slot and t.fields["key_id"] == key_id and client_left(t.receive)
+        ]
+        if not left:
+            return False
+        freed = []
+        for t in left:
+            if t.slot_freed is None:
+                t.slot_freed = asyncio.get_running_loop().create_future()
+            freed.append(t.slot_freed)
+        await asyncio.wait(freed, timeout=SLOT_WAIT, return_when=asyncio.FIRST_COMPLETED)
+        return True
+
+    async def _reserve(self, ticket: Ticket, plan: RelayPlan) -> Reservation:
+        """One try at admission, noting the request with what it reserved."""
         key = plan.key
         held = await self.reservations.admit(
             key.id,
@@ -192,6 +233,9 @@ class Ledger:
             await self.redis.zrem(held.keys[3], held.rid)  # gateway.reservations.counter_keys' running set
         except (RedisError, OSError) as exc:
             self._complain("concurrency slots are given back with the requests' ends", exc)
+        ticket.holds_slot = False
+        if ticket.slot_freed is not None and not ticket.slot_freed.done():
+            ticket.slot_freed.set_result(None)
 
     def note(self, ticket: Ticket) -> None:
         """Note a request of a key without limits, with the others of this turn of the event loop (module
@@ -239,6 +283,8 @@ class Ledger:
         """Count the request in the metrics and end it: settled or charged, its row spooled (module docstring).
         Never raises: what Redis does not take now is tried again later."""
         self.open.pop(ticket.request_id, None)
+        if ticket.slot_freed is not None and not ticket.slot_freed.done():  # a waiter waits no longer than its end
+            ticket.slot_freed.set_result(None)
         if ticket.noting is not None:  # whether it was noted decides how FINISH ends it
             await asyncio.shield(ticket.noting)  # shared with its batch: not cancelled with this request
         outcome.request_id = ticket.request_id

@@ -1,5 +1,11 @@
 """API key limits through the gateway: allowed models, max_tokens caps, expiry and quotas."""
 
+import json
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import anthropic
 import httpx
 import openai
@@ -7,6 +13,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from console.observability.request_spool import notes_key, processes_key
 from console.observability.spent import key_counters
 from tests.conftest import Workers, login, serving
 from tests.quotaworld import room_in_minute
@@ -107,17 +114,36 @@ def test_a_key_limited_to_one_request_at_once_is_refused_a_second(served: Served
     sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)  # freed
 
 
+SLOW = "[[sim:stall-between=0.5]] Hi"  # a stream still open when its client leaves (engines.simulator.faults)
+
+
+def relay_pid(counters: redis.Redis, key_id: int) -> int:
+    """The relay process serving a request of key ``key_id``, as its note in Redis names it (gateway.reaper's
+    ``host/namespace/pid/start``); the process notes its requests again within gateway.ledger.TICK of a Redis
+    emptied by a test before (its registration lost)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for process in counters.smembers(processes_key()):
+            for note in counters.hvals(notes_key(process.decode())):
+                if json.loads(note)["key_id"] == key_id:
+                    return int(process.decode().split("/")[2])
+        time.sleep(0.1)
+    raise AssertionError(f"no request of key {key_id} is noted")
+
+
 def test_a_key_limited_to_one_request_at_once_may_send_the_next_as_soon_as_an_answer_ends(served: Served) -> None:
     """The slot is free before the client sees its answer's end ([DONE], message_stop, response.completed, a
     whole body), or once it left: a tool that sends its next request at once is not refused (the slot used to be
     freed with the request's row, after the last bytes, and the openai SDK closes at [DONE]; after a client left,
-    after the engine's /tokenize counted what it had been sent)."""
+    after the engine's /tokenize counted what it had been sent). A relay that sees the client leave and its next
+    request at once (frozen meanwhile, as a loaded box's can be) waits for the slot (gateway.ledger.Ledger.admit)."""
     made = served.client.post("/api/keys", json={"name": "one", "max_concurrent": 1}).json()
     key, running = made["key"], f"{key_counters(made['id'])}:running"  # gateway.reservations.counter_keys
     sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
     claude = anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0)
     url, auth = f"{served.web}/v1/chat/completions", {"Authorization": f"Bearer {key}"}
     ask = {"model": "llama", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}
+    slow = {**ask, "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": SLOW}]}
     counters = redis.Redis.from_url(settings.REDIS_URL)
     with httpx.Client(headers=auth) as reader, httpx.Client(headers=auth) as next_one:
         next_one.post(url, json=ask).raise_for_status()  # its connection open before the race
@@ -128,10 +154,22 @@ def test_a_key_limited_to_one_request_at_once_may_send_the_next_as_soon_as_an_an
                         assert counters.zcard(running) == 0
                         assert next_one.post(url, json=ask).status_code == 200
                         assert counters.zcard(running) == 0  # a whole answer's slot too
-        for _ in range(10):  # a client that leaves mid-stream, and sends its next request at once
-            with reader.stream("POST", url, json={**ask, "max_tokens": 50, "stream": True}) as stream:
+        for turn in range(10):  # a client that leaves mid-stream, and sends its next request at once
+            with reader.stream("POST", url, json=slow) as stream:
                 next(line for line in stream.iter_lines() if line.startswith("data: {"))
-            assert next_one.post(url, json=ask).status_code == 200
+                relay = relay_pid(counters, made["id"]) if turn % 2 else None
+                if relay is not None:  # frozen while the client leaves and sends the next: it sees both at once
+                    os.kill(relay, signal.SIGSTOP)
+            try:
+                with ThreadPoolExecutor(1) as pool:
+                    sent = pool.submit(next_one.post, url, json=ask)
+                    if relay is not None:
+                        time.sleep(0.2)  # for its bytes to reach the frozen relay's socket
+                        os.kill(relay, signal.SIGCONT)
+                    assert sent.result().status_code == 200
+            finally:
+                if relay is not None:
+                    os.kill(relay, signal.SIGCONT)
     for _ in range(10):  # each client's own way to read an answer to its end
         hi = "Hi"
         streamed = sdk.chat.completions.create(
