@@ -1,7 +1,7 @@
 """The console's JSON API on malformed or clashing input: a 400 whose detail names the field as the client wrote it,
 says which deployment holds a taken name, and takes engine flags as the form does; nothing saved. A session request
-without its CSRF token is told the header that passes the check. An action whose task cannot be queued is a 503
-that changes nothing."""
+without its CSRF token is told the header that passes the check. An action whose task cannot be queued (a launch, a
+stop, a wake, a capacity check) is a 503 that changes nothing."""
 
 from typing import Any
 
@@ -9,6 +9,7 @@ import pytest
 from django.test import Client, override_settings
 
 from console.audit.models import AuditEntry
+from console.capacity.models import CapacityRun
 from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
 from tests.test_console import smollm2  # noqa: F401 - the fixture
@@ -102,6 +103,9 @@ def test_an_action_with_the_task_queue_away_is_refused_503_and_changes_nothing(a
             page = admin.post(f"/deployments/{dep.pk}/{action}/", follow=True).content.decode()
             assert "The task queue (Redis) does not answer" in page
         assert dict(Deployment.objects.values_list("name", "state")) == {"stopped": "stopped", "ready": "ready"}
+        check = {"profile": "chat", "levels": [1, 2], "max_seconds": 30}
+        resp = admin.post(f"/api/deployments/{ready.pk}/capacity-checks", check, content_type="application/json")
+        assert resp.status_code == 503 and not CapacityRun.objects.exists(), resp.content
         Deployment.objects.filter(pk=ready.pk).update(state="asleep")
         resp = admin.post(f"/api/deployments/{ready.pk}/wake", content_type="application/json")
         assert resp.status_code == 503 and Deployment.objects.get(pk=ready.pk).state == "asleep"

@@ -211,7 +211,7 @@ def start_check(
         with transaction.atomic():
             run = CapacityRun.objects.create(**fields)
             if enqueue:
-                transaction.on_commit(lambda: dispatch.send(CHECK, run.pk))
+                dispatch.send_after_commit(CHECK, run.pk)
     except IntegrityError:
         active = CapacityRun.objects.filter(deployment=dep, state__in=["queued", "running", "cancelling"]).first()
         raise ConsoleError(

@@ -126,7 +126,7 @@ def start_tuning(dep: Deployment, user: Any, knob: str, values: list[Any], check
             check_settings=check,
             downtime_seconds=downtime,
         )
-        transaction.on_commit(lambda: dispatch.send(TUNE, row.pk))
+        dispatch.send_after_commit(TUNE, row.pk)
     return row
 
 
