@@ -242,3 +242,31 @@ def test_reconcile_sends_again_a_launch_whose_task_was_lost_and_not_one_still_qu
     assert Deployment.objects.get(pk=lost.pk).state_reason == reconciling.LOST_LAUNCH
     reconciling._resend_lost_launches()  # claimed: not sent again while the launch sent runs
     assert sent == [(dispatch.LAUNCH, lost.pk)]
+
+
+def test_reconcile_sends_again_a_stop_whose_task_was_lost_as_its_desired_state_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop's task lost left the deployment stopping for ever, its engines running."""
+    sent: list[tuple[str, int, tuple[object, ...]]] = []
+    monkeypatch.setattr(dispatch, "send", lambda name, pk, *args, **kw: sent.append((name, pk, args)))
+    by_admin, to_save, recreate, fresh = (_running(n, [i]) for i, n in enumerate(["admin", "save", "change", "fresh"]))
+    Deployment.objects.filter(pk__in=[by_admin.pk, to_save.pk, recreate.pk, fresh.pk]).update(state="stopping")
+    Deployment.objects.filter(pk=by_admin.pk).update(desired="stopped")
+    Deployment.objects.filter(pk=to_save.pk).update(desired="stopped_idle")
+    Deployment.objects.filter(pk=recreate.pk).update(desired="serving")
+    lost = settings.HEARTH_DRAIN_SECONDS + reconciling.LOST_AFTER * settings.HEARTH_STALE_AFTER
+    silent = timezone.now() - timedelta(seconds=lost + 1)
+    Deployment.objects.filter(pk__in=[by_admin.pk, to_save.pk, recreate.pk]).update(updated_at=silent)
+    Deployment.objects.filter(pk=fresh.pk).update(updated_at=timezone.now() - timedelta(seconds=lost - 5))
+    reconciling._resend_lost_stops()
+    assert sorted(sent) == sorted(
+        [
+            (dispatch.STOP, by_admin.pk, ()),
+            (dispatch.STOP_IDLE, to_save.pk, (reconciling.LOST_STOP_REASON,)),
+            (dispatch.RECREATE, recreate.pk, ()),
+        ]
+    )
+    assert Deployment.objects.get(pk=by_admin.pk).state_reason == reconciling.LOST_STOP
+    reconciling._resend_lost_stops()  # claimed: not sent again while the stops sent run
+    assert len(sent) == 3

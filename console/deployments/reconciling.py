@@ -13,7 +13,7 @@ from appliance.runtimes import get_runtime
 from console.deployments import dispatch
 from console.deployments.external import check_endpoints
 from console.deployments.idling import apply_idle_policies, resume_stale_swaps
-from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.deployments.restoring import asleep_engines_gone, relaunch_wanted
 from console.deployments.scaling import resume_stale_scales
 from console.deployments.watching import engine_ended, restart
@@ -22,18 +22,21 @@ log = logging.getLogger(__name__)
 S = DeploymentState
 LOST_AFTER = 3  # times HEARTH_STALE_AFTER a pending launch may wait, its task in no queue, before it is sent again
 LOST_LAUNCH = "Waiting for a worker: the launch's task was lost (Redis restarted, or a worker stopped); sent again."
+LOST_STOP = "Stopping: its task was lost (Redis restarted, or a worker stopped); sent again."
+LOST_STOP_REASON = "its stop was sent again after its task was lost."  # a stop to save's reason, in its last words
 
 
 def reconcile() -> None:
     """Resume launches and changes of replica count whose worker died (console.deployments.scaling), send again the
-    launches whose task was lost, launch again the deployments wanted serving that the appliance's stop ended, stop
-    to save the asleep ones whose engines are gone (console.deployments.restoring), notice serving engines that
-    exited, restart crashed replicas whose backoff is over, and remove engines no replica owns (a database restored
-    from backup, a container left by hand); check the endpoints Hearth did not launch (console.deployments.external);
-    put idle deployments to sleep or stop them to save, as their policy says, and carry on a sleep or wake whose
-    worker died (console.deployments.idling)."""
+    launches and the stops whose task was lost, launch again the deployments wanted serving that the appliance's
+    stop ended, stop to save the asleep ones whose engines are gone (console.deployments.restoring), notice serving
+    engines that exited, restart crashed replicas whose backoff is over, and remove engines no replica owns (a
+    database restored from backup, a container left by hand); check the endpoints Hearth did not launch
+    (console.deployments.external); put idle deployments to sleep or stop them to save, as their policy says, and
+    carry on a sleep or wake whose worker died (console.deployments.idling)."""
     _resume_stale_launches()
     _resend_lost_launches()
+    _resend_lost_stops()
     resume_stale_scales()
     resume_stale_swaps()
     relaunch_wanted()
@@ -89,6 +92,27 @@ def _resend_lost_launches() -> None:
                 LOST_AFTER * settings.HEARTH_STALE_AFTER,
             )
             dispatch.send(dispatch.LAUNCH, dep.pk)
+
+
+def _resend_lost_stops() -> None:
+    """A stop unchanged for HEARTH_DRAIN_SECONDS + LOST_AFTER × HEARTH_STALE_AFTER seconds lost its task (an upkeep
+    task: it drains for HEARTH_DRAIN_SECONDS at most, saying so as the count changes, then ends the engines): it went
+    with a Redis that restarted empty, or its worker died. Claimed, then sent again as its desired state says: an
+    admin's stop, a stop to save, or else the recreate of a settings change. Each task re-reads the row and does
+    nothing once the deployment is stopped; were the first still running, the second ends what it left."""
+    stale = timedelta(seconds=settings.HEARTH_DRAIN_SECONDS + LOST_AFTER * settings.HEARTH_STALE_AFTER)
+    for dep in Deployment.objects.filter(state=S.STOPPING, updated_at__lt=timezone.now() - stale):
+        if not _claimed(dep, state_reason=LOST_STOP):
+            continue
+        log.warning(
+            "deployment %s: stopping for %.0f s with no sign of its task; sent again", dep.name, stale.total_seconds()
+        )
+        if dep.desired == DesiredState.STOPPED:
+            dispatch.send(dispatch.STOP, dep.pk)
+        elif dep.desired == DesiredState.STOPPED_IDLE:
+            dispatch.send(dispatch.STOP_IDLE, dep.pk, LOST_STOP_REASON)
+        else:
+            dispatch.send(dispatch.RECREATE, dep.pk)
 
 
 def _claimed(dep: Deployment, **fields: str) -> bool:
