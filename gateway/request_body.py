@@ -34,6 +34,17 @@ TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")
 # Fields an endpoint's API requires that the engine may not ask for: Anthropic's Messages API refuses a request
 # without max_tokens, and vLLM's own /v1/messages answers one with its validator's dump.
 REQUIRED = {"/v1/messages": ("max_tokens", "the most tokens the answer may have")}
+# Another API's field an endpoint's engine would drop without a word (vLLM and SGLang take unknown fields): a system
+# prompt sent as Anthropic's top-level ``system`` to an OpenAI endpoint was answered as if there were none. OpenAI's
+# own API refuses it ("Unrecognized request argument supplied: system").
+FOREIGN = {
+    "/v1/chat/completions": (
+        "system",
+        "send the system prompt as the first message, with the role system (a top-level 'system' is Anthropic's "
+        "/v1/messages)",
+    ),
+    "/v1/responses": ("system", "send the system prompt as 'instructions'"),
+}
 
 
 def parse_body(body: bytes, endpoint: str = "") -> dict[str, Any]:
@@ -59,13 +70,17 @@ def decode_body(body: bytes) -> dict[str, Any]:
 
 
 def check_fields(request: dict[str, Any], endpoint: str) -> None:
-    """Raises GatewayError 400 for a field the gateway reads of the wrong type, a field ``endpoint`` requires that
-    is missing (REQUIRED), or a token limit under 1 (under 0 on ``/v1/completions``, where 0 with ``echo`` scores
-    a prompt), as OpenAI's and Anthropic's APIs refuse them."""
+    """Raises GatewayError 400 for a field the gateway reads of the wrong type, another API's field ``endpoint``'s
+    engine would ignore (FOREIGN), a field ``endpoint`` requires that is missing (REQUIRED), or a token limit under 1
+    (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a prompt), as OpenAI's and Anthropic's APIs refuse
+    them."""
     for name, kind, what in FIELD_TYPES:
         value = request.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise GatewayError(400, f"'{name}' must be {what}.", param=name)
+    if endpoint in FOREIGN and FOREIGN[endpoint][0] in request:
+        name, instead = FOREIGN[endpoint]
+        raise GatewayError(400, f"'{name}' is not a field of {endpoint}, which would ignore it: {instead}.", param=name)
     if endpoint in REQUIRED and request.get(REQUIRED[endpoint][0]) is None:
         name, meaning = REQUIRED[endpoint]
         raise GatewayError(400, f"'{name}' is required: {meaning}.", param=name)

@@ -1,7 +1,8 @@
 """The fields the gateway reads in a request body are checked before it reads them (gateway.request_body): a wrong
-type, a token limit no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), or
-Anthropic's max_tokens missing is the gateway's own 400 naming the field, where the engine answered with its
-validator's dump (or, translated for a chat engine, ran to the context's end where Anthropic's API refuses)."""
+type, another API's field the engine would drop (a top-level system prompt sent to an OpenAI endpoint), a token limit
+no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), or Anthropic's max_tokens
+missing is the gateway's own 400 naming the field, where the engine answered with its validator's dump (or,
+translated for a chat engine, ran to the context's end where Anthropic's API refuses)."""
 
 import pytest
 
@@ -24,6 +25,8 @@ from gateway.request_body import parse_body
         (b"[1, 2]", "/v1/chat/completions", "must be a JSON object"),
         (b'{"messages": []}', "/v1/messages", "'max_tokens' is required: the most tokens the answer may have."),
         (b'{"max_tokens": null}', "/v1/messages", "'max_tokens' is required"),
+        (b'{"system": "Be brief."}', "/v1/chat/completions", "'system' is not a field of /v1/chat/completions"),
+        (b'{"system": "Be brief."}', "/v1/responses", "send the system prompt as 'instructions'."),
     ],
 )
 def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str, message: str) -> None:
@@ -40,6 +43,7 @@ def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str
         (b'{"messages": []}', "/v1/messages/count_tokens"),  # counting asks for no answer
         (b'{"messages": []}', "/v1/chat/completions"),  # OpenAI's APIs have no required limit
         (b"{}", ""),
+        (b'{"system": "Be brief.", "max_tokens": 5}', "/v1/messages"),  # Anthropic's own field
     ],
 )
 def test_limits_the_apis_accept_pass(body: bytes, endpoint: str) -> None:
