@@ -139,8 +139,7 @@ def not_ready(name: str, state: str, retry_after: int) -> GatewayError:
     if state not in COMING_STATES:
         return GatewayError(
             503,
-            f"The model '{name}' has no ready replica: its deployment is {state}, and only an admin can launch it "
-            "again.",
+            f"The model '{name}' has no ready replica: its deployment is {state}, and only an admin can launch it.",
             type="server_error",
             code="no_ready_replica",
             headers=((b"x-should-retry", b"false"),),

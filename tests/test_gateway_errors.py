@@ -72,7 +72,7 @@ def test_a_deployment_that_is_not_launched_is_503_which_the_sdks_do_not_retry(we
         f"{web}/v1/chat/completions", json={**CHAT, "model": "d"}, headers={"Authorization": f"Bearer {key}"}
     )
     assert_openai_error(resp, 503, "no_ready_replica")
-    assert "only an admin can launch it again" in resp.json()["error"]["message"]
+    assert "only an admin can launch it." in resp.json()["error"]["message"]
     assert resp.headers["x-should-retry"] == "false" and "retry-after" not in resp.headers  # the SDKs do not retry
 
 
