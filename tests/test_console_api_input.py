@@ -65,7 +65,7 @@ def test_a_malformed_body_names_the_field_as_the_client_wrote_it(
     assert resp.status_code == 400 and resp.json() == {"detail": detail}
 
 
-def test_a_new_deployment_whose_name_is_taken_is_told_which_one(
+def test_a_new_deployment_whose_name_is_taken_even_in_another_case_is_told_which_one(
     admin: Client,
     smollm2: ModelSource,  # noqa: F811 - the fixture
 ) -> None:
@@ -77,6 +77,11 @@ def test_a_new_deployment_whose_name_is_taken_is_told_which_one(
     assert create(name="smol").json()["detail"] == "A deployment named 'smol' exists already; pick another name."
     clash = create(name="other", served_model_name="smol").json()["detail"]
     assert clash == "Deployment 'smol' serves the model name 'smol' already; pick another served model name."
+    in_case = create(name="SMOL").json()["detail"]
+    assert in_case.startswith("A deployment named 'smol' exists already; 'SMOL' differs from it only in case")
+    served = create(name="big", served_model_name="Smol").json()["detail"]
+    assert served.startswith("Deployment 'smol' serves the model name 'smol'; 'Smol' differs from it only in case")
+    assert list(Deployment.objects.values_list("name", flat=True)) == ["smol"]
 
 
 def test_a_session_request_without_its_csrf_token_is_told_the_header(admin_user: object) -> None:

@@ -12,6 +12,7 @@ from console.deployments.engine_flags import check_extra_args
 from console.deployments.idle_settings import check_idle_settings
 from console.deployments.lifecycle import configured_version
 from console.deployments.models import ACTIVE_STATES, Deployment, DeploymentState, DesiredState, Replica
+from console.deployments.naming import refuse_case_clash
 from console.deployments.planning import MAX_REPLICAS, demo_refusal
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
@@ -56,8 +57,8 @@ def create_deployment(
     admin's consent; it is then launched at once).
 
     Raises ConsoleError when the plan does not fit (with what would, and what room would make it fit), the
-    replicas do not fit the GPUs or the host's memory, a name is taken, a demo catalog model (no weights) is asked
-    of an engine other than the simulator, or the engine cannot have the idle settings (why).
+    replicas do not fit the GPUs or the host's memory, a name is taken (in any case), a demo catalog model (no
+    weights) is asked of an engine other than the simulator, or the engine cannot have the idle settings (why).
     """
     if not 1 <= replica_count <= MAX_REPLICAS:
         raise ConsoleError(f"A deployment runs 1 to {MAX_REPLICAS} replicas.")
@@ -65,6 +66,7 @@ def create_deployment(
         raise ConsoleError(f"The max_tokens cap must be from 1 to {INT_MAX:,} tokens (or empty for none).")
     name = check_name(name, "Deployment name")
     served = check_name(served_model_name or name, "Served model name", SERVED_NAME)
+    refuse_case_clash(name, served)
     if model.kind == ModelSource.Kind.DEMO and engine != EngineKind.SIMULATOR:
         raise ConsoleError(demo_refusal(model))
     check_extra_args(extra_args or [], engine)

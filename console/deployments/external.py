@@ -23,6 +23,7 @@ from django.utils import timezone
 from appliance.address_policy import Verdict, ascii_host
 from console.audit.recording import record
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
+from console.deployments.naming import refuse_case_clash
 from console.deployments.probing import CHECK_TIMEOUT, EndpointError, admitted, list_models, read_version
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
@@ -127,6 +128,7 @@ def register(*, base_url: str, engine_kind: str, api_key: str = "", model: str =
     served = _served_of(list_models(url, key), model, url)
     served_name = check_name(served.id, "The endpoint's model name", SERVED_NAME)
     name = check_name(name or re.sub(r"[^A-Za-z0-9._-]", "-", served_name)[:100], "Deployment name", NAME)
+    refuse_case_clash(name, served_name)
     _taken(served_name)
     version = read_version(kind, url, key)
     try:
