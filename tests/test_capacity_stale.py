@@ -1,7 +1,8 @@
 """A capacity check whose worker died (a crash, make down's cold shutdown of the long-task worker) ends as failed
 once its heartbeat is STALE_AFTER old (console.capacity.runs), wherever it is looked at: its page, the API's run and
 list, and a Cancel ends it at once. A fresh user's trial found such a run shown "running" for minutes, its Cancel
-stuck at "cancelling", and new checks of the deployment refused meanwhile."""
+stuck at "cancelling", and new checks of the deployment refused meanwhile. One whose task was lost before it started
+(still queued LOST_AFTER on, with no task waiting in the long queue) ends as failed too."""
 
 from datetime import timedelta
 
@@ -9,6 +10,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from appliance.celery_heartbeats import Liveness
+from console.capacity import runs
 from console.capacity.models import CapacityRun, Tuning
 from console.capacity.runs import STALE_AFTER
 from tests.test_console_display import a_deployment
@@ -81,3 +84,24 @@ def test_a_tuning_whose_worker_fell_silent_reads_failed_and_its_cancel_ends_it_a
     answer = admin.post(f"/api/tunings/{stuck.pk}/cancel")
     assert answer.status_code == 202, answer.content
     assert answer.json()["state"] == "cancelled" and answer.json()["state_reason"].startswith("Cancelled. Its worker")
+
+
+def test_a_check_or_tuning_whose_task_was_lost_before_it_started_reads_failed_once_no_task_waits(
+    admin: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task lost with a Redis restarted empty left its check queued for ever, and the deployment's one check held
+    (a new one refused); a Cancel was the only way out."""
+    waiting = [1]
+    monkeypatch.setattr(runs.celery_heartbeats, "read", lambda: Liveness(0.0, None, None, long_waiting=waiting[0]))
+    lost_ago = runs.LOST_AFTER + timedelta(seconds=1)
+    check, fresh = running("lost", timedelta(0)), running("fresh", timedelta(0))
+    CapacityRun.objects.filter(pk=check.pk).update(state="queued", created_at=timezone.now() - lost_ago)
+    CapacityRun.objects.filter(pk=fresh.pk).update(state="queued")
+    kept = tuning("kept", None, created_ago=lost_ago)
+    Tuning.objects.filter(pk=kept.pk).update(state="queued")
+    assert admin.get(f"/api/capacity-checks/{check.pk}").json()["state"] == "queued"  # a task waits: maybe its
+    waiting[0] = 0
+    answer = admin.get(f"/api/capacity-checks/{check.pk}").json()
+    assert (answer["state"], answer["state_reason"]) == ("failed", runs.LOST_WORDS)
+    assert admin.get(f"/api/capacity-checks/{fresh.pk}").json()["state"] == "queued"  # not that long yet
+    assert admin.get(f"/api/tunings/{kept.pk}").json()["state_reason"] == runs.LOST_WORDS

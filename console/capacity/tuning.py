@@ -218,16 +218,23 @@ def _stale(rows: QuerySet[Tuning]) -> QuerySet[Tuning]:
 
 
 def fail_stale_tunings(deployment_id: int) -> None:
-    """Tunings of the deployment whose worker stopped answering end as failed (the values measured are kept), so
-    they no longer hold its one check or tuning."""
-    _stale(Tuning.objects.filter(deployment_id=deployment_id)).update(state=RunState.FAILED, state_reason=STALE_WORDS)
+    """Tunings of the deployment whose worker stopped answering (the values measured are kept), or whose task was
+    lost before they started (runs.lost), end as failed, so they no longer hold its one check or tuning."""
+    _fail(Tuning.objects.filter(deployment_id=deployment_id))
 
 
 def current(row: Tuning) -> Tuning:
-    """``row`` as it stands: failed, if its worker stopped answering, for its page and the API."""
-    if _stale(Tuning.objects.filter(pk=row.pk)).update(state=RunState.FAILED, state_reason=STALE_WORDS):
+    """``row`` as it stands: failed, if its worker stopped answering or its task was lost, for its page and the
+    API."""
+    if _fail(Tuning.objects.filter(pk=row.pk)):
         row.refresh_from_db()
     return row
+
+
+def _fail(rows: QuerySet[Tuning]) -> int:
+    """Fail those of ``rows`` that are stale or lost, saying which; how many."""
+    failed = _stale(rows).update(state=RunState.FAILED, state_reason=STALE_WORDS)
+    return failed + runs.lost(rows).update(state=RunState.FAILED, state_reason=runs.LOST_WORDS)
 
 
 def cancel_tuning(tuning: Tuning) -> None:
