@@ -155,19 +155,20 @@ def test_a_key_limited_to_one_request_at_once_may_send_the_next_as_soon_as_an_an
                         assert next_one.post(url, json=ask).status_code == 200
                         assert counters.zcard(running) == 0  # a whole answer's slot too
         for turn in range(10):  # a client that leaves mid-stream, and sends its next request at once
-            with reader.stream("POST", url, json=slow) as stream:
-                next(line for line in stream.iter_lines() if line.startswith("data: {"))
-                relay = relay_pid(counters, made["id"]) if turn % 2 else None
-                if relay is not None:  # frozen while the client leaves and sends the next: it sees both at once
-                    os.kill(relay, signal.SIGSTOP)
+            relay = None
             try:
+                with reader.stream("POST", url, json=slow) as stream:
+                    next(line for line in stream.iter_lines() if line.startswith("data: {"))
+                    if turn % 2:  # frozen while the client leaves and sends the next: the relay sees both at once
+                        relay = relay_pid(counters, made["id"])
+                        os.kill(relay, signal.SIGSTOP)
                 with ThreadPoolExecutor(1) as pool:
                     sent = pool.submit(next_one.post, url, json=ask)
                     if relay is not None:
                         time.sleep(0.2)  # for its bytes to reach the frozen relay's socket
                         os.kill(relay, signal.SIGCONT)
                     assert sent.result().status_code == 200
-            finally:
+            finally:  # never left frozen, whatever failed
                 if relay is not None:
                     os.kill(relay, signal.SIGCONT)
     for _ in range(10):  # each client's own way to read an answer to its end
