@@ -78,7 +78,7 @@ def check_fields(request: dict[str, Any], endpoint: str) -> None:
         value = request.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise GatewayError(400, f"'{name}' must be {what}.", param=name)
-    if endpoint in FOREIGN and FOREIGN[endpoint][0] in request:
+    if endpoint in FOREIGN and request.get(FOREIGN[endpoint][0]) is not None:  # null: not sent, as elsewhere
         name, instead = FOREIGN[endpoint]
         raise GatewayError(400, f"'{name}' is not a field of {endpoint}, which would ignore it: {instead}.", param=name)
     if endpoint in REQUIRED and request.get(REQUIRED[endpoint][0]) is None:

@@ -44,6 +44,7 @@ def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str
         (b'{"messages": []}', "/v1/chat/completions"),  # OpenAI's APIs have no required limit
         (b"{}", ""),
         (b'{"system": "Be brief.", "max_tokens": 5}', "/v1/messages"),  # Anthropic's own field
+        (b'{"system": null, "messages": []}', "/v1/chat/completions"),  # a client's unset field, sent as null
     ],
 )
 def test_limits_the_apis_accept_pass(body: bytes, endpoint: str) -> None:
