@@ -33,8 +33,6 @@ import json
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -45,6 +43,8 @@ from gateway.accounting import Outcome, count, row_of
 from gateway.asgi_io import Receive, client_left
 from gateway.errors import GatewayError
 from gateway.finishes import Finishes, finish_call
+from gateway.ledger_scripts import NOTE, PROGRESS
+from gateway.ledger_tickets import Ticket, Unsent
 from gateway.prices import price_factor
 from gateway.reaper import process_identity, reap
 from gateway.relay_plan import RelayPlan
@@ -60,64 +60,6 @@ RETRY_MAX = 10.0  # seconds at most between tries of what Redis did not take
 COMPLAIN_EVERY = 10.0  # seconds between two log lines about Redis not taking notes or ends
 RECENT_SECONDS = 10.0  # seconds a spooled row is kept here, to be written directly should Redis go away
 SLOT_WAIT = 5.0  # seconds at most a refused request waits for a slot its key's client left, before its 429
-
-# KEYS: 1 the process's notes, 2 its alive key, 3 the set of noting processes. ARGV: 1 the alive key's TTL (s),
-# 2 the process, then request id, note pairs. Returns 1 when the process was not in the set: Redis lost it.
-PROGRESS = """
-local lost = redis.call('SADD', KEYS[3], ARGV[2])
-redis.call('SET', KEYS[2], '1', 'EX', ARGV[1])
-for i = 3, #ARGV, 2 do
-  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-end
-return lost
-"""
-
-# The notes of the requests started in one turn of the event loop (or while the previous call was on its way),
-# with their deployments' activity.
-# KEYS: 1 the process's notes, then each deployment's last-request key and in-flight set (console.deployments.
-#       activity), a pair per deployment. ARGV: 1 now (Unix s), 2 activity.KEPT, 3 activity.LAPSE, 4 the notes'
-#       count N, then N triples: request id, its note (JSON), its deployment's pair (1: KEYS 2-3, 2: KEYS 4-5, ...).
-# One script, not a pipeline of HSET, SET, ZADD and EXPIRE: a pipeline cost twice the client CPU of the HSET alone.
-NOTE = """
-local now, kept, lapse, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local till = tonumber(now) + lapse
-for i = 0, n - 1 do
-  local rid, pair = ARGV[5 + 3 * i], 2 * tonumber(ARGV[7 + 3 * i])
-  redis.call('HSET', KEYS[1], rid, ARGV[6 + 3 * i])
-  redis.call('SET', KEYS[pair], now, 'EX', kept)
-  redis.call('ZADD', KEYS[pair + 1], till, rid)
-  redis.call('EXPIRE', KEYS[pair + 1], lapse)
-end
-"""
-
-
-@dataclass(slots=True)
-class Unsent:
-    """An end Redis did not take: its FINISH call, and its row (with its cost), written to the database directly
-    while Redis stays away."""
-
-    keys: list[str]
-    args: list[str | int]
-    row: Row
-    written: bool = False
-
-
-@dataclass(slots=True)
-class Ticket:
-    """One request of this process from its note to its row: its id, its note's fixed fields, what changes
-    while it is relayed, whether its note was written, and its reservation."""
-
-    request_id: str
-    fields: dict[str, Any]
-    state: RelayState
-    limited: bool  # its key has limits or budgets: admitted through Redis
-    noted: bool = False
-    noting: "asyncio.Future[None] | None" = None  # done once its note's call answered (a key without limits)
-    held: Reservation | None = None
-    said: tuple[int, int] = (0, 0)  # (output token events, status) its note says
-    receive: Receive | None = None  # its client's connection, read for whether the client left (asgi_io.client_left)
-    holds_slot: bool = False  # it holds one of its key's concurrency slots (Ledger.free_slot gives it back)
-    slot_freed: "asyncio.Future[None] | None" = None  # done once it does, made by a request waiting for that
 
 
 class Ledger:

@@ -12,7 +12,8 @@ import pytest
 from django.test import override_settings
 
 from gateway.errors import GatewayError
-from gateway.ledger import Ledger, Ticket
+from gateway.ledger import Ledger
+from gateway.ledger_tickets import Ticket
 from gateway.prices import Prices
 from gateway.quotas import Quota
 from gateway.request_ids import request_ids
