@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from appliance.celery_heartbeats import Liveness
-from console.capacity import runs
+from console.capacity import lost_tasks
 from console.capacity.models import CapacityRun, Tuning
 from console.capacity.runs import STALE_AFTER
 from tests.test_console_display import a_deployment
@@ -92,8 +92,10 @@ def test_a_check_or_tuning_whose_task_was_lost_before_it_started_reads_failed_on
     """A task lost with a Redis restarted empty left its check queued for ever, and the deployment's one check held
     (a new one refused); a Cancel was the only way out."""
     waiting = [1]
-    monkeypatch.setattr(runs.celery_heartbeats, "read", lambda: Liveness(0.0, None, None, long_waiting=waiting[0]))
-    lost_ago = runs.LOST_AFTER + timedelta(seconds=1)
+    monkeypatch.setattr(
+        lost_tasks.celery_heartbeats, "read", lambda: Liveness(0.0, None, None, long_waiting=waiting[0])
+    )
+    lost_ago = lost_tasks.LOST_AFTER + timedelta(seconds=1)
     check, fresh = running("lost", timedelta(0)), running("fresh", timedelta(0))
     CapacityRun.objects.filter(pk=check.pk).update(state="queued", created_at=timezone.now() - lost_ago)
     CapacityRun.objects.filter(pk=fresh.pk).update(state="queued")
@@ -102,6 +104,6 @@ def test_a_check_or_tuning_whose_task_was_lost_before_it_started_reads_failed_on
     assert admin.get(f"/api/capacity-checks/{check.pk}").json()["state"] == "queued"  # a task waits: maybe its
     waiting[0] = 0
     answer = admin.get(f"/api/capacity-checks/{check.pk}").json()
-    assert (answer["state"], answer["state_reason"]) == ("failed", runs.LOST_WORDS)
+    assert (answer["state"], answer["state_reason"]) == ("failed", lost_tasks.LOST_WORDS)
     assert admin.get(f"/api/capacity-checks/{fresh.pk}").json()["state"] == "queued"  # not that long yet
-    assert admin.get(f"/api/tunings/{kept.pk}").json()["state_reason"] == runs.LOST_WORDS
+    assert admin.get(f"/api/tunings/{kept.pk}").json()["state_reason"] == lost_tasks.LOST_WORDS

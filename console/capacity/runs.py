@@ -22,10 +22,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from appliance import celery_heartbeats
 from console.access.keys import create_key, revoke_key
 from console.access.models import ApiKey, Priority
 from console.capacity import engine_numbers, loadgen
+from console.capacity.lost_tasks import LOST_WORDS, lost
 from console.capacity.models import CapacityResult, CapacityRun, RunState, Tuning
 from console.deployments import dispatch
 from console.deployments.changes import current_settings
@@ -48,8 +48,6 @@ WATCH_EVERY_S = 0.5  # how often the run looks for a cancel and writes its progr
 # WATCH_EVERY_S heartbeats missed
 STALE_AFTER = timedelta(seconds=45)
 STALE_WORDS = "Its worker stopped answering (restarted or crashed)."
-LOST_AFTER = 3 * STALE_AFTER  # queued that long while no task waits in the long queue: its task was lost
-LOST_WORDS = "Its task was lost before it started (Redis restarted, or a worker stopped); start it again."
 
 
 class LiveTraffic(ConsoleError):
@@ -229,25 +227,14 @@ def _stale(runs: QuerySet[CapacityRun]) -> QuerySet[CapacityRun]:
     return active.filter(heartbeat_at__lt=timezone.now() - STALE_AFTER)
 
 
-def lost[Queued: (CapacityRun, Tuning)](rows: QuerySet[Queued]) -> QuerySet[Queued]:
-    """Those of ``rows`` (capacity runs or tunings) still queued LOST_AFTER after their creation while no task waits
-    in the long queue, where theirs would (a worker takes one only with a process free): their task was lost, with
-    a Redis that restarted empty or a worker killed as it took it. None while the queue cannot be read."""
-    queued = rows.filter(state=RunState.QUEUED, created_at__lt=timezone.now() - LOST_AFTER)
-    if not queued.exists() or celery_heartbeats.read().long_waiting != 0:
-        return rows.none()
-    return queued
-
-
 def fail_stale_runs(deployment_id: int) -> None:
     """Runs of the deployment whose worker stopped answering (no heartbeat for STALE_AFTER), or whose task was lost
-    before they started (``lost``), end as failed, so they no longer hold the deployment's one check."""
+    before they started (lost_tasks.lost), end as failed, so they no longer hold the deployment's one check."""
     _fail(CapacityRun.objects.filter(deployment_id=deployment_id))
 
 
 def current(run: CapacityRun) -> CapacityRun:
-    """``run`` as it stands: failed, if its worker stopped answering or its task was lost (fail_stale_runs), for
-    its page and the API."""
+    """``run`` as it stands, for its page and the API: failed if it is stale or lost (fail_stale_runs)."""
     if _fail(CapacityRun.objects.filter(pk=run.pk)):
         run.refresh_from_db()
     return run
@@ -257,9 +244,8 @@ def _fail(rows: QuerySet[CapacityRun]) -> int:
     """Fail those of ``rows`` that are stale or lost, saying which; how many."""
     now = timezone.now()
     failed = _stale(rows).update(state=RunState.FAILED, state_reason=STALE_WORDS, finished_at=now)
-    return failed + lost(rows.filter(tuning__isnull=True)).update(  # a tuning runs its own checks in its task
-        state=RunState.FAILED, state_reason=LOST_WORDS, finished_at=now
-    )
+    alone = rows.filter(tuning__isnull=True)  # a tuning runs its own checks in its task
+    return failed + lost(alone).update(state=RunState.FAILED, state_reason=LOST_WORDS, finished_at=now)
 
 
 def cancel_check(run: CapacityRun) -> None:

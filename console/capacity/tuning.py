@@ -19,6 +19,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from console.capacity import runs
+from console.capacity.lost_tasks import LOST_WORDS, lost
 from console.capacity.models import ACTIVE_RUN_STATES, CapacityRun, RunState, Tuning
 from console.deployments import dispatch
 from console.deployments.changes import apply_change, current_settings, preview_change
@@ -219,7 +220,7 @@ def _stale(rows: QuerySet[Tuning]) -> QuerySet[Tuning]:
 
 def fail_stale_tunings(deployment_id: int) -> None:
     """Tunings of the deployment whose worker stopped answering (the values measured are kept), or whose task was
-    lost before they started (runs.lost), end as failed, so they no longer hold its one check or tuning."""
+    lost before they started (lost_tasks.lost), end as failed, so they no longer hold its one check or tuning."""
     _fail(Tuning.objects.filter(deployment_id=deployment_id))
 
 
@@ -234,7 +235,7 @@ def current(row: Tuning) -> Tuning:
 def _fail(rows: QuerySet[Tuning]) -> int:
     """Fail those of ``rows`` that are stale or lost, saying which; how many."""
     failed = _stale(rows).update(state=RunState.FAILED, state_reason=STALE_WORDS)
-    return failed + runs.lost(rows).update(state=RunState.FAILED, state_reason=runs.LOST_WORDS)
+    return failed + lost(rows).update(state=RunState.FAILED, state_reason=LOST_WORDS)
 
 
 def cancel_tuning(tuning: Tuning) -> None:
