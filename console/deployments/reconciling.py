@@ -16,7 +16,7 @@ from console.deployments.idling import apply_idle_policies, resume_stale_swaps
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.deployments.restoring import asleep_engines_gone, relaunch_wanted
 from console.deployments.scaling import resume_stale_scales
-from console.deployments.watching import engine_ended, restart
+from console.deployments.watching import engine_ended, mend_engine_versions, restart
 
 log = logging.getLogger(__name__)
 S = DeploymentState
@@ -30,10 +30,10 @@ def reconcile() -> None:
     """Resume launches and changes of replica count whose worker died (console.deployments.scaling), send again the
     launches and the stops whose task was lost, launch again the deployments wanted serving that the appliance's
     stop ended, stop to save the asleep ones whose engines are gone (console.deployments.restoring), notice serving
-    engines that exited, restart crashed replicas whose backoff is over, and remove engines no replica owns (a
-    database restored from backup, a container left by hand); check the endpoints Hearth did not launch
-    (console.deployments.external); put idle deployments to sleep or stop them to save, as their policy says, and
-    carry on a sleep or wake whose worker died (console.deployments.idling)."""
+    engines that exited, read again the version a ready engine did not tell, restart crashed replicas whose backoff
+    is over, and remove engines no replica owns (a database restored from backup, a container left by hand); check
+    the endpoints Hearth did not launch (console.deployments.external); put idle deployments to sleep or stop them
+    to save, as their policy says, and carry on a sleep or wake whose worker died (console.deployments.idling)."""
     _resume_stale_launches()
     _resend_lost_launches()
     _resend_lost_stops()
@@ -46,6 +46,7 @@ def reconcile() -> None:
         status = get_runtime(replica.runtime).status(replica.runtime_name)
         if not status.running:
             engine_ended(replica, status)
+    mend_engine_versions()
     due = Replica.objects.launched().filter(running=False, stopped_at__isnull=True, restart_at__lte=timezone.now())
     for replica_id in due.values_list("pk", flat=True):
         restart(replica_id)

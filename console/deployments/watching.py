@@ -6,6 +6,8 @@ doubles with each crash in a row, up to HEARTH_MAX_RESTARTS, on a port chosen ag
 deployment stays ready while one replica serves.
 """
 
+import logging
+import time
 from datetime import timedelta
 
 import httpx
@@ -20,10 +22,14 @@ from console.deployments.models import Deployment, DeploymentState, Replica
 from console.deployments.scaling import added_replica_failed
 from console.fanout import bump_routing_version
 from engines.engine_version import VERSION_PATHS, version_from_engine
+from engines.external import EXTERNAL_ENGINE
 from engines.launch import SGLANG_ENGINES
 from engines.logscan import listen_failure
 
+log = logging.getLogger(__name__)
 S = DeploymentState
+VERSION_TRIES = 3  # reads of a just-ready engine's version, VERSION_PAUSE apart (SGLang's once came back empty)
+VERSION_PAUSE = 0.5  # seconds
 LISTEN_LINES = 200  # the log's last lines read at each poll for a failure to listen (SGLang logs nothing after it)
 STABLE_AFTER = 600.0  # seconds a restarted replica must serve before its crash count starts again
 
@@ -78,17 +84,34 @@ def _became_ready(replica: Replica, dep: Deployment) -> None:
         dep.progress(f"{dep.replica_count - waiting} of {dep.replica_count} replicas ready.")
 
 
-def _engine_version(replica: Replica, engine: str) -> str:
-    """The version the running engine reports (engines.engine_version.VERSION_PATHS), "" when it says none."""
+def _engine_version(replica: Replica, engine: str, tries: int = VERSION_TRIES) -> str:
+    """The version the running engine reports (engines.engine_version.VERSION_PATHS), "" when it says none in
+    ``tries`` reads VERSION_PAUSE seconds apart; why each read failed is logged (never the body: SGLang's echoes
+    its API key)."""
     headers = {"Authorization": f"Bearer {replica.engine_api_key}"}  # SGLang guards its info with the key
-    for path in VERSION_PATHS["sglang" if engine in SGLANG_ENGINES else "vllm"]:
-        try:
-            resp = httpx.get(f"{replica.base_url}{path}", headers=headers, timeout=2)
-            if resp.status_code == 200:
-                return version_from_engine(engine, resp.json())[:50]
-        except (httpx.HTTPError, ValueError):
-            continue
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(VERSION_PAUSE)
+        for path in VERSION_PATHS["sglang" if engine in SGLANG_ENGINES else "vllm"]:
+            try:
+                resp = httpx.get(f"{replica.base_url}{path}", headers=headers, timeout=2)
+                if resp.status_code == 200:
+                    return version_from_engine(engine, resp.json())[:50]
+                why = f"HTTP {resp.status_code}"
+            except (httpx.HTTPError, ValueError) as exc:
+                why = type(exc).__name__
+            log.info("%s: no engine version from %s (%s)", replica.runtime_name, path, why)
     return ""
+
+
+def mend_engine_versions() -> None:
+    """Read again the version of a ready deployment whose engine said none when it became ready (once per
+    reconcile, one read each: an engine that never tells stays "")."""
+    for dep in Deployment.objects.filter(state=S.READY, engine_version="").exclude(engine=EXTERNAL_ENGINE):
+        replica = dep.replicas.launched().filter(running=True, ready_at__isnull=False).first()
+        version = _engine_version(replica, dep.engine, tries=1) if replica else ""
+        if version:
+            Deployment.objects.filter(pk=dep.pk, engine_version="").update(engine_version=version)
 
 
 def engine_ended(replica: Replica, status: RuntimeStatus) -> None:
