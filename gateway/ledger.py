@@ -40,17 +40,18 @@ from console.deployments import activity
 from console.observability.request_rows import Row, encode
 from console.observability.request_spool import ALIVE_SECONDS, alive_key, notes_key, processes_key
 from gateway.accounting import Outcome, count, row_of
-from gateway.asgi_io import Receive, client_left
-from gateway.errors import GatewayError
+from gateway.asgi_io import Receive
 from gateway.finishes import Finishes, finish_call
 from gateway.ledger_scripts import NOTE, PROGRESS
 from gateway.ledger_tickets import Ticket, Unsent
 from gateway.prices import price_factor
+from gateway.quotas import SlotsTaken
 from gateway.reaper import process_identity, reap
 from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
 from gateway.request_ids import RequestIds
 from gateway.reservations import Reservation, Reservations, settlement
+from gateway.slot_waits import foreign_slot_freed, left_slot_freed
 from gateway.spool_writer import SpoolWriter
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,6 @@ REAP_EVERY = 5.0  # seconds between looks for gone processes
 RETRY_MAX = 10.0  # seconds at most between tries of what Redis did not take
 COMPLAIN_EVERY = 10.0  # seconds between two log lines about Redis not taking notes or ends
 RECENT_SECONDS = 10.0  # seconds a spooled row is kept here, to be written directly should Redis go away
-SLOT_WAIT = 5.0  # seconds at most a refused request waits for a slot its key's client left, before its 429
 
 
 class Ledger:
@@ -115,36 +115,18 @@ class Ledger:
     async def admit(self, ticket: Ticket, plan: RelayPlan) -> Reservation:
         """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals.
 
-        A 429 while a request of the same key in this process holds a concurrency slot whose client has left waits
-        for that slot, SLOT_WAIT seconds at most, and is tried once more: a client that leaves a stream and sends
-        its next request at once is not refused for the slot it left, though the server saw its connection close
-        only as the next request came (the slot is given back once the relay's task is told, a few turns of the
-        event loop later). Another process's slots are not waited for."""
+        A refusal for the key's limit of requests at once first waits for a slot whose client just left, in this
+        process or another, and is tried once more when one is given back (gateway.slot_waits)."""
         try:
             held = await self._reserve(ticket, plan)
-        except GatewayError as exc:
-            if exc.status != 429 or not await self._left_slot_freed(ticket):
+        except SlotsTaken:
+            if not (
+                await left_slot_freed(self.open, ticket) or await foreign_slot_freed(self.redis, self.open, ticket)
+            ):
                 raise
             held = await self._reserve(ticket, plan)
         ticket.holds_slot = plan.key.quota.max_concurrent is not None
         return held
-
-    async def _left_slot_freed(self, ticket: Ticket) -> bool:
-        """Wait until one of the concurrency slots held by requests of ``ticket``'s key whose clients left is given
-        back (SLOT_WAIT seconds at most); False at once when there is none."""
-        key_id = ticket.fields["key_id"]
-        left = [
-            t for t in self.open.values() if t.holds_slot and t.fields["key_id"] == key_id and client_left(t.receive)
-        ]
-        if not left:
-            return False
-        freed = []
-        for t in left:
-            if t.slot_freed is None:
-                t.slot_freed = asyncio.get_running_loop().create_future()
-            freed.append(t.slot_freed)
-        await asyncio.wait(freed, timeout=SLOT_WAIT, return_when=asyncio.FIRST_COMPLETED)
-        return True
 
     async def _reserve(self, ticket: Ticket, plan: RelayPlan) -> Reservation:
         """One try at admission, noting the request with what it reserved."""

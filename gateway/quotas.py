@@ -137,6 +137,12 @@ def seconds_to_turn(window: str, now: float) -> int:
     return CONCURRENCY_RETRY
 
 
+@dataclass(frozen=True)
+class SlotsTaken(GatewayError):
+    """The 429 of a key's limit of requests at once: gateway.slot_waits may wait for a slot a client just left
+    before it is answered."""
+
+
 def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> GatewayError:
     """The refusal of counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: a 429,
     or a 400 when the request alone is over it. ``used`` is already counted or reserved, ``wanted`` what the
@@ -160,7 +166,8 @@ def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> Gatew
     )
     noun = what if limit != 1 else what.replace("s ", " ", 1)  # "1 request at once", "1 token per minute"
     message = f"This API key's limit of {limit:,} {noun} {state}; retry in {retry:,} s{_at(now, retry)}."
-    return GatewayError(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)
+    kind = SlotsTaken if window == "concurrent" else GatewayError
+    return kind(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)
 
 
 def _at(now: float, retry: int) -> str:

@@ -190,6 +190,11 @@ class Reservation:
     owned: bool
 
 
+def running_key(key_id: int) -> str:
+    """The sorted set of a key's concurrency slots: its admitted requests' ids, scored by when each lapses."""
+    return f"{key_counters(key_id)}:running"
+
+
 def counter_keys(key_id: int, owner_id: int | None, deployment_id: int, now: float) -> tuple[str, ...]:
     """ADMIT's KEYS 1-9 for a request admitted at ``now`` (Unix s)."""
     minute, (day, _) = int(now // 60), periods(now)
@@ -198,7 +203,7 @@ def counter_keys(key_id: int, owner_id: int | None, deployment_id: int, now: flo
         f"{mine}:rpm:{minute}",
         f"{mine}:tpm:{minute}",
         f"{mine}:tpd:{day}",
-        f"{mine}:running",
+        running_key(key_id),
         *usd_counters(key_id, owner_id, now),
         price_per_token(deployment_id),
     )

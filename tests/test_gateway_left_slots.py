@@ -1,6 +1,6 @@
 """A key's concurrency slot held by a request whose client left is waited for, not refused: the server sees the
 closed connection as the client's next request comes, and the slot is given back only once the relay's task is
-told, a few turns of the event loop later (gateway.ledger.Ledger.admit; CI once refused the next request with 429).
+told, a few turns of the event loop later (gateway.slot_waits; CI once refused the next request with 429).
 Real Redis and database, in this process; the client's connection is a stand-in for uvicorn's request cycle, read
 as gateway.asgi_io.client_left reads it."""
 
@@ -11,11 +11,12 @@ from collections.abc import Iterator
 import pytest
 from django.test import override_settings
 
+from gateway import slot_waits
 from gateway.errors import GatewayError
 from gateway.ledger import Ledger
 from gateway.ledger_tickets import Ticket
 from gateway.prices import Prices
-from gateway.quotas import Quota
+from gateway.quotas import Quota, SlotsTaken
 from gateway.request_ids import request_ids
 from gateway.reservations import Reservations
 from tests.test_gateway_activity import idle_deployment, key_entry, plan, state
@@ -75,5 +76,33 @@ def test_a_slot_whose_client_left_is_waited_for_and_one_still_served_is_refused_
             assert second.holds_slot and not first.holds_slot
         finally:
             await ledger.reservations.close()
+
+    asyncio.run(check())
+
+
+def test_a_slot_held_by_another_relay_process_is_looked_at_briefly_before_the_refusal() -> None:
+    """Two ledgers stand for two relay processes: the second cannot see the first's connections, so it looks at
+    the first's slot for FOREIGN_GRACE seconds and is admitted once it is given back in that time."""
+    dep = idle_deployment()
+    key = key_entry(Quota(max_concurrent=1))
+
+    async def check() -> None:
+        here, there = Ledger(Reservations(Prices())), Ledger(Reservations(Prices()))
+        try:
+            first = there.ticket(plan(key, dep.pk), state(), request_ids([]), Connection().receive)
+            await there.admit(first, plan(key, dep.pk))
+            second = here.ticket(plan(key, dep.pk), state(), request_ids([]), Connection().receive)
+            with pytest.raises(SlotsTaken):  # never given back: refused once the grace is over
+                await here.admit(second, plan(key, dep.pk))
+
+            waiting = asyncio.ensure_future(here.admit(second, plan(key, dep.pk)))
+            await asyncio.sleep(slot_waits.FOREIGN_PAUSES[0] / 2)
+            assert not waiting.done()
+            await there.free_slot(first)  # the other process's relay task, told its client left
+            await asyncio.wait_for(waiting, slot_waits.FOREIGN_GRACE * 10)
+            assert second.holds_slot
+        finally:
+            await here.reservations.close()
+            await there.reservations.close()
 
     asyncio.run(check())
