@@ -62,7 +62,7 @@ def model_object(snapshot: Snapshot, entry: KeyEntry, name: str) -> dict[str, ob
     for model in model_objects(snapshot, entry):
         if model["id"] == name:
             return model
-    raise errors.unknown_model(name, [str(m["id"]) for m in model_objects(snapshot, entry)])
+    raise _unknown(snapshot, entry, name)
 
 
 def route_of(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Route:
@@ -79,4 +79,19 @@ def route_of(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Ro
         return route
     if model in snapshot.states:
         raise errors.not_ready(model, snapshot.states[model], max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
-    raise errors.unknown_model(model, [str(m["id"]) for m in model_objects(snapshot, entry)])
+    raise _unknown(snapshot, entry, model)
+
+
+def _unknown(snapshot: Snapshot, entry: KeyEntry, name: str) -> GatewayError:
+    """The 404 of a model not deployed for this key, pointing at one this key may use named so but for case
+    (ready, asleep, or in another state: Hearth refuses two names that differ only in case)."""
+    folded = name.casefold()
+    cased = next(
+        (
+            n
+            for n in (*snapshot.routes, *snapshot.asleep, *snapshot.states)
+            if n.casefold() == folded and entry.allows(n)
+        ),
+        None,
+    )
+    return errors.unknown_model(name, [str(m["id"]) for m in model_objects(snapshot, entry)], cased)

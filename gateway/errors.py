@@ -103,12 +103,15 @@ def registry_unavailable() -> GatewayError:
     )
 
 
-def unknown_model(name: str, served: Sequence[str] = ()) -> GatewayError:
+def unknown_model(name: str, served: Sequence[str] = (), cased: str | None = None) -> GatewayError:
     """404 for the model ``name`` (shown cut to 100 characters), naming the models ``served`` to this key (at most
-    10, the rest counted) so a client set up with a wrong name sees the right ones."""
+    10, the rest counted) so a client set up with a wrong name sees the right ones; ``cased``, a deployed model
+    this key may use whose name differs from ``name`` only in case, is pointed at first."""
     shown = name if len(name) <= 100 else name[:100] + "…"
     listed = ", ".join(served[:10]) + (f" and {len(served) - 10} more" if len(served) > 10 else "")
     hint = f" Models this key can use: {listed}." if served else " No model this key may use is deployed now."
+    if cased is not None:
+        hint = f" Model names are case-sensitive: did you mean '{cased}'?{hint}"
     return GatewayError(
         404,
         f"The model '{shown}' does not exist or you do not have access to it.{hint}",

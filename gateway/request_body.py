@@ -44,6 +44,7 @@ FOREIGN = {
         "/v1/messages)",
     ),
     "/v1/responses": ("system", "send the system prompt as 'instructions'"),
+    "/v1/completions": ("system", "a completion continues its 'prompt' alone, so put the system prompt in it"),
 }
 
 

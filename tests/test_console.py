@@ -134,7 +134,8 @@ def test_the_api_explains_bad_input_in_its_error_shape(admin: Client) -> None:
     resp = admin.post("/api/models", {"name": "x", "path": "/a", "repo_id": "b/c"}, content_type="application/json")
     assert resp.status_code == 400 and "not several" in resp.json()["detail"]
     resp = admin.post("/api/plan", {"model": "ghost"}, content_type="application/json")
-    assert resp.status_code == 400 and resp.json()["detail"] == "No model named 'ghost'."
+    said = "No model named 'ghost': 'model' is a model's name, not its id; no model is added yet (POST /api/models)."
+    assert resp.status_code == 400 and resp.json()["detail"] == said
 
 
 def test_an_unreachable_hub_is_a_clear_error_and_saves_nothing(admin: Client) -> None:

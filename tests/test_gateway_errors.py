@@ -75,6 +75,12 @@ def test_a_deployment_that_is_not_launched_is_503_which_the_sdks_do_not_retry(we
     assert "only an admin can launch it." in resp.json()["error"]["message"]
     assert resp.headers["x-should-retry"] == "false" and "retry-after" not in resp.headers  # the SDKs do not retry
 
+    resp = httpx.post(
+        f"{web}/v1/chat/completions", json={**CHAT, "model": "D"}, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert_openai_error(resp, 404, "model_not_found")
+    assert "Model names are case-sensitive: did you mean 'd'?" in resp.json()["error"]["message"]
+
 
 @pytest.mark.parametrize(
     ("body", "status", "code"),

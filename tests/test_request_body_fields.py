@@ -27,6 +27,7 @@ from gateway.request_body import parse_body
         (b'{"max_tokens": null}', "/v1/messages", "'max_tokens' is required"),
         (b'{"system": "Be brief."}', "/v1/chat/completions", "'system' is not a field of /v1/chat/completions"),
         (b'{"system": "Be brief."}', "/v1/responses", "send the system prompt as 'instructions'."),
+        (b'{"system": "Be brief.", "prompt": "Hi"}', "/v1/completions", "so put the system prompt in it."),
     ],
 )
 def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str, message: str) -> None:

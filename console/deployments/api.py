@@ -23,7 +23,7 @@ router = Router(tags=["deployments"])
 
 
 class PlanIn(Body):
-    model: str
+    model: str = Field(description="The model's name, as GET /api/models lists it (not its id).")
     engine: str = "vllm-cpu"
     max_model_len: Integer = 0
     kv_space_gib: StrictFloat = Field(default_factory=lambda: settings.HEARTH_VLLM_CPU_KVCACHE_SPACE)  # GiB, vLLM (CPU)
@@ -66,7 +66,9 @@ class DeploymentIn(PlanIn, IdleCreate):
 def _model(name: str) -> ModelSource:
     model = ModelSource.objects.filter(name=name).first()
     if model is None:
-        raise ConsoleError(f"No model named {name!r}.")
+        names = list(ModelSource.objects.order_by("name").values_list("name", flat=True)[:10])
+        known = f"the models are {', '.join(names)}" if names else "no model is added yet (POST /api/models)"
+        raise ConsoleError(f"No model named {name!r}: 'model' is a model's name, not its id; {known}.")
     return model
 
 

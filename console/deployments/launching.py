@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from appliance.runtimes import RuntimeError_
+from appliance.runtimes import RuntimeError_, get_runtime
 from console.catalog.models import ModelSource
 from console.deployments import dispatch
 from console.deployments.changes import replan_on_free_gpus
@@ -21,6 +21,8 @@ from engines.launch import GPU_ENGINES
 log = logging.getLogger(__name__)
 S = DeploymentState
 WATCH_EVERY = 2.0  # seconds between health polls of a loading replica
+PREPARING = "Preparing the engine image."
+PREPARING_PROCESS = "Preparing the engine: no image to pull, it runs as a local process."
 
 
 def launch(deployment_id: int) -> None:
@@ -34,7 +36,7 @@ def launch(deployment_id: int) -> None:
     if refused := replan_on_free_gpus(dep):
         dep.move(S.FAILED, refused)
         return
-    if dep.move(S.PULLING, "Preparing the engine image."):
+    if dep.move(S.PULLING, PREPARING if get_runtime().name == "docker" else PREPARING_PROCESS):
         pull(dep)
 
 
