@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from appliance.celery_heartbeats import Liveness
 from console.capacity import lost_tasks
+from console.capacity.lost_tasks import STALE_AFTER
 from console.capacity.models import CapacityRun, Tuning
-from console.capacity.runs import STALE_AFTER
 from tests.test_console_display import a_deployment
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,10 @@ from django.utils import timezone
 from appliance import celery_heartbeats
 from console.capacity.models import CapacityRun, RunState, Tuning
 
-LOST_AFTER = 3 * timedelta(seconds=45)  # 3 × runs.STALE_AFTER: queued that long, no task waiting, its task was lost
+# a running check or tuning silent this long lost its worker (a crash, a restart, make down's cold shutdown): 90 of
+# its heartbeats (console.capacity.runs.WATCH_EVERY_S) missed
+STALE_AFTER = timedelta(seconds=45)
+LOST_AFTER = 3 * STALE_AFTER  # queued that long, no task waiting: its task was lost
 LOST_WORDS = "Its task was lost before it started (Redis restarted, or a worker stopped); start it again."
 
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from console.access.keys import create_key, revoke_key
 from console.access.models import ApiKey, Priority
 from console.capacity import engine_numbers, loadgen
-from console.capacity.lost_tasks import LOST_WORDS, lost
+from console.capacity.lost_tasks import LOST_WORDS, STALE_AFTER, lost
 from console.capacity.models import CapacityResult, CapacityRun, RunState, Tuning
 from console.deployments import dispatch
 from console.deployments.changes import current_settings
@@ -44,9 +44,6 @@ LIVE_WINDOW = timedelta(minutes=10)
 MAX_LEVELS = 8
 MAX_USERS = 1024
 WATCH_EVERY_S = 0.5  # how often the run looks for a cancel and writes its progress
-# a running check silent this long lost its worker (a crash, a restart, make down's cold shutdown): 90 of its
-# WATCH_EVERY_S heartbeats missed
-STALE_AFTER = timedelta(seconds=45)
 STALE_WORDS = "Its worker stopped answering (restarted or crashed)."
 
 

@@ -19,7 +19,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from console.capacity import runs
-from console.capacity.lost_tasks import LOST_WORDS, lost
+from console.capacity.lost_tasks import LOST_WORDS, STALE_AFTER, lost
 from console.capacity.models import ACTIVE_RUN_STATES, CapacityRun, RunState, Tuning
 from console.deployments import dispatch
 from console.deployments.changes import apply_change, current_settings, preview_change
@@ -211,9 +211,9 @@ def apply_best(tuning: Tuning) -> None:
 
 
 def _stale(rows: QuerySet[Tuning]) -> QuerySet[Tuning]:
-    """Those of ``rows`` running or cancelling whose worker gave no heartbeat for runs.STALE_AFTER (one with none
+    """Those of ``rows`` running or cancelling whose worker gave no heartbeat for STALE_AFTER (one with none
     yet: a tuning from before its heartbeat was kept, that long after its creation)."""
-    cutoff = timezone.now() - runs.STALE_AFTER
+    cutoff = timezone.now() - STALE_AFTER
     active = rows.filter(state__in=[RunState.RUNNING, RunState.CANCELLING])
     return active.filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff))
 

@@ -1,5 +1,5 @@
 """A tuning's heartbeat (console.capacity.tuning): one whose worker died reads failed once silent for
-runs.STALE_AFTER. Existing rows get none (null), and a running one is then judged by when it was created."""
+lost_tasks.STALE_AFTER. Existing rows get none (null), and a running one is then judged by when it was created."""
 
 from django.db import migrations, models
 
