@@ -52,6 +52,8 @@ class GatewayError(Exception):
     def body(self, surface: Surface = Surface.OPENAI) -> bytes:
         if surface == Surface.ANTHROPIC:
             kind = ANTHROPIC_TYPES.get(self.status, "api_error")
+            if kind == "overloaded_error" and NO_RETRY[0] in self.headers:  # not a wait: only an admin ends it
+                kind = "api_error"
             return json.dumps({"type": "error", "error": {"type": kind, "message": self.message}}).encode()
         return json.dumps(
             {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -145,7 +147,7 @@ def not_ready(name: str, state: str, retry_after: int) -> GatewayError:
             f"The model '{name}' has no ready replica: its deployment is {state}, and only an admin can launch it.",
             type="server_error",
             code="no_ready_replica",
-            headers=((b"x-should-retry", b"false"),),
+            headers=NO_RETRY,
         )
     why = "every replica of it is down" if state == "ready" else f"its deployment is {state}"
     return GatewayError(

@@ -12,6 +12,7 @@ from tests.conftest import serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CHAT = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+MESSAGE = {"model": "nope", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
 
 def assert_openai_error(resp: httpx.Response, status: int, code: str) -> None:
@@ -80,6 +81,9 @@ def test_a_deployment_that_is_not_launched_is_503_which_the_sdks_do_not_retry(we
     )
     assert_openai_error(resp, 404, "model_not_found")
     assert "Model names are case-sensitive: did you mean 'd'?" in resp.json()["error"]["message"]
+    resp = httpx.post(f"{web}/v1/messages", json={**MESSAGE, "model": "d"}, headers={"x-api-key": key})
+    assert resp.status_code == 503 and resp.headers["x-should-retry"] == "false"
+    assert resp.json()["error"]["type"] == "api_error"  # not overloaded_error, which reads as a wait
 
 
 @pytest.mark.parametrize(
@@ -117,9 +121,6 @@ def test_a_known_endpoint_asked_with_another_method_is_405_saying_which(
         assert resp.json()["error"]["type"] == "invalid_request_error" and resp.json()["type"] == "error"
     else:
         assert resp.json()["error"]["code"] == "method_not_allowed"
-
-
-MESSAGE = {"model": "nope", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
 
 
 def test_anthropic_endpoints_answer_in_anthropics_error_shape(web: str, key: str) -> None:
