@@ -86,8 +86,8 @@ def _became_ready(replica: Replica, dep: Deployment) -> None:
 
 def _engine_version(replica: Replica, engine: str, tries: int = VERSION_TRIES) -> str:
     """The version the running engine reports (engines.engine_version.VERSION_PATHS), "" when it says none in
-    ``tries`` reads VERSION_PAUSE seconds apart; why each read failed is logged (never the body: SGLang's echoes
-    its API key)."""
+    ``tries`` reads VERSION_PAUSE seconds apart; why each read failed is logged when it tries more than once (at
+    ready, not at each reconcile's one read), never the body: SGLang's echoes its API key."""
     headers = {"Authorization": f"Bearer {replica.engine_api_key}"}  # SGLang guards its info with the key
     for attempt in range(tries):
         if attempt:
@@ -100,7 +100,8 @@ def _engine_version(replica: Replica, engine: str, tries: int = VERSION_TRIES) -
                 why = f"HTTP {resp.status_code}"
             except (httpx.HTTPError, ValueError) as exc:
                 why = type(exc).__name__
-            log.info("%s: no engine version from %s (%s)", replica.runtime_name, path, why)
+            if tries > 1:
+                log.info("%s: no engine version from %s (%s)", replica.runtime_name, path, why)
     return ""
 
 
