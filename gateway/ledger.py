@@ -51,7 +51,7 @@ from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
 from gateway.request_ids import RequestIds
 from gateway.reservations import Reservation, Reservations, settlement
-from gateway.slot_waits import foreign_slot_freed, left_slot_freed
+from gateway.slot_waits import left_slot_freed, slot_freed_since
 from gateway.spool_writer import SpoolWriter
 
 log = logging.getLogger(__name__)
@@ -116,12 +116,14 @@ class Ledger:
         """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals.
 
         A refusal for the key's limit of requests at once first waits for a slot whose client just left, in this
-        process or another, and is tried once more when one is given back (gateway.slot_waits)."""
+        process or another, or one given back since the refusal, and is tried once more when one is
+        (gateway.slot_waits)."""
         try:
             held = await self._reserve(ticket, plan)
         except SlotsTaken:
+            limit = plan.key.quota.max_concurrent or 0
             if not (
-                await left_slot_freed(self.open, ticket) or await foreign_slot_freed(self.redis, self.open, ticket)
+                await left_slot_freed(self.open, ticket) or await slot_freed_since(self.redis, self.open, ticket, limit)
             ):
                 raise
             held = await self._reserve(ticket, plan)

@@ -7,7 +7,9 @@ turns of the event loop after the server saw the connection close; the next requ
 - **Held in this process** (``left_slot_freed``): the server saw the close before the next request's bytes, and
   reads it before any task is told (gateway.asgi_io.client_left), so a refusal waits for exactly the slots whose
   clients left, SLOT_WAIT seconds at most, and none when every holder's client is still there.
-- **Held in another relay process** (``foreign_slot_freed``; the appliance runs one per core and the kernel deals
+- **Given back since the refusal** (``slot_freed_since``): the relay's task freed it between the admission's check
+  and the refusal's coming back; tried again at once.
+- **Held in another relay process** (``slot_freed_since`` too; the appliance runs one per core and the kernel deals
   the connections among them): that process may not have run since its client left, and this one cannot see its
   connections. The refusal looks at those slots for FOREIGN_GRACE seconds at most and is tried once more as soon
   as one is given back. A key really at its limit with slots held elsewhere gets its 429 that much later.
@@ -48,13 +50,16 @@ async def left_slot_freed(open_tickets: Mapping[str, Ticket], ticket: Ticket) ->
     return True
 
 
-async def foreign_slot_freed(redis: Redis, open_tickets: Mapping[str, Ticket], ticket: Ticket) -> bool:
-    """Whether one of the concurrency slots of ``ticket``'s key held by another process's requests was given back
-    within FOREIGN_GRACE seconds (looked at after each of FOREIGN_PAUSES); False at once when this process holds
-    them all, and False when Redis does not answer (the refusal stands)."""
+async def slot_freed_since(redis: Redis, open_tickets: Mapping[str, Ticket], ticket: Ticket, limit: int) -> bool:
+    """Whether a concurrency slot of ``ticket``'s key (``limit`` of them) is free now, having been given back since
+    the refusal (a relay's task can free its slot between the admission's check and this look), or is given back
+    by another process within FOREIGN_GRACE seconds (looked at after each of FOREIGN_PAUSES). False at once when
+    every slot is held here, and when Redis does not answer (the refusal stands)."""
     running = running_key(ticket.fields["key_id"])
     try:
         members = cast(list[bytes], await redis.zrange(running, 0, -1))
+        if len(members) < limit:
+            return True
         foreign = [m.decode() for m in members if m.decode() not in open_tickets]
         for pause in FOREIGN_PAUSES if foreign else ():
             await asyncio.sleep(pause)
