@@ -3,7 +3,7 @@ field, a typo such as ``max_token_cap`` among them, is a 400 naming it, never ig
 JSON Schema's "integer" means them (Integer: a JSON number with no fraction, ``4096`` or ``4096.0``, never
 ``true`` or a string of digits, which pydantic's lax int would read as 1 or 4096). pydantic's StrictFloat and
 StrictBool already mean a JSON number and a JSON boolean; Flags takes engine flags as an array or as one string
-(split as a shell would). Imports ninja and pydantic only."""
+(split as a shell would); ModelName refuses a model's id where its name goes. Imports ninja and pydantic only."""
 
 import shlex
 from typing import Annotated
@@ -42,6 +42,20 @@ def _flags(value: object) -> object:
 
 Flags = Annotated[list[str], BeforeValidator(_flags)]
 """An engine's extra flags: a JSON array of strings, or one string of them as the form takes it."""
+
+
+def _a_model_name(value: object) -> object:
+    """The value itself when it is not a number; a number is refused as what it likely is, a model's id: "Input
+    should be the model's name, as GET /api/models lists it, not its id"."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise PydanticCustomError(
+            "string_type", "Input should be the model's name, as GET /api/models lists it, not its id"
+        )
+    return value
+
+
+ModelName = Annotated[str, BeforeValidator(_a_model_name)]
+"""A model named by its name (console.catalog's ModelSource.name): a number is taken for its id, and refused."""
 
 
 class Body(Schema):

@@ -136,6 +136,8 @@ def test_the_api_explains_bad_input_in_its_error_shape(admin: Client) -> None:
     resp = admin.post("/api/plan", {"model": "ghost"}, content_type="application/json")
     said = "No model named 'ghost': 'model' is a model's name, not its id; no model is added yet (POST /api/models)."
     assert resp.status_code == 400 and resp.json()["detail"] == said
+    resp = admin.post("/api/plan", {"model": 1}, content_type="application/json")
+    assert resp.status_code == 400 and "the model's name, as GET /api/models lists it, not its id" in resp.text
 
 
 def test_an_unreachable_hub_is_a_clear_error_and_saves_nothing(admin: Client) -> None:

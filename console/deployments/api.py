@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool, StrictFloat
 
-from console.api_bodies import Body, Flags, Integer
+from console.api_bodies import Body, Flags, Integer, ModelName
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions, changes, cluster_export, external, idle_actions, remedy_actions
 from console.deployments.api_schemas import DeploymentOut, IdleChange, IdleCreate
@@ -23,7 +23,7 @@ router = Router(tags=["deployments"])
 
 
 class PlanIn(Body):
-    model: str = Field(description="The model's name, as GET /api/models lists it (not its id).")
+    model: ModelName = Field(description="The model's name, as GET /api/models lists it (not its id).")
     engine: str = "vllm-cpu"
     max_model_len: Integer = 0
     kv_space_gib: StrictFloat = Field(default_factory=lambda: settings.HEARTH_VLLM_CPU_KVCACHE_SPACE)  # GiB, vLLM (CPU)
