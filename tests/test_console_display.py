@@ -233,7 +233,7 @@ def test_api_and_v1_404s_stay_json(admin: Client) -> None:
         assert resp.status_code == 404 and resp["Content-Type"].startswith("application/json"), path
         assert "detail" in resp.json() and NAV not in resp.content.decode()
     assert admin.get("/api/deployments/9999").json()["detail"] == "No deployment with the id in /api/deployments/9999."
-    assert admin.delete("/api/keys/9999").json()["detail"] == "No api key with the id in /api/keys/9999."
+    assert admin.delete("/api/keys/9999").json()["detail"] == "No API key with the id in /api/keys/9999."
     resp = admin.get("/v1/no-such-endpoint")  # gateway.app answers /v1 before Django; should one reach it anyway
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "unknown_url"
 
@@ -386,3 +386,10 @@ def test_a_capacity_result_without_engine_numbers_reads_no_data_not_a_500(admin:
     )
     page = admin.get(f"/capacity/runs/{run.pk}/")
     assert page.status_code == 200 and "no data" in page.content.decode()
+
+
+def test_pages_name_a_deployment_s_engine_as_the_launch_form_does(admin: Client) -> None:
+    dep = a_deployment("labelled", engine="vllm-cpu", gpus=0)
+    for url in (f"/deployments/{dep.pk}/", "/deployments/", f"/deployments/{dep.pk}/change/"):
+        page = admin.get(url).content.decode()
+        assert "vLLM (CPU)" in page and ">vllm-cpu<" not in page and "on vllm-cpu" not in page, url

@@ -85,6 +85,9 @@ class ApiKey(models.Model):
         help_text=f"Blank: the owner's default. {PRIORITY_HELP}",
     )
 
+    class Meta:
+        verbose_name = "API key"  # Django's default reads "api key"
+
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
 

@@ -46,6 +46,7 @@ from console.catalog.models import ModelSource
 from console.errors import ConsoleError
 from console.sealed import SealedCharField
 from engines.external import EXTERNAL_ENGINE, EXTERNAL_RUNTIME, ExternalKind
+from engines.launch import EngineKind
 from engines.sleep_support import IdlePolicy
 from engines.stored_plan import StoredPlan
 
@@ -201,10 +202,11 @@ class Deployment(models.Model):
 
     @property
     def engine_label(self) -> str:
-        """The engine as the pages name it: the stored kind ("vllm-cpu"), or for an external deployment its
-        endpoints' kinds in words ("vLLM (not launched by Hearth)")."""
+        """The engine as the pages name it: the launch form's words for its kind ("vLLM (CPU)"; the stored kind for
+        one this version does not know), or for an external deployment its endpoints' kinds in words ("vLLM (not
+        launched by Hearth)")."""
         if not self.external:
-            return self.engine
+            return EngineKind(self.engine).label if self.engine in EngineKind else self.engine
         kinds = sorted({ExternalKind(r.engine_kind).label for r in self.replicas.external()})
         return ", ".join(kinds) + " (not launched by Hearth)"
 
