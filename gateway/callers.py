@@ -73,7 +73,7 @@ def route_of(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Ro
     if not isinstance(model, str) or not model:
         raise GatewayError(400, "The request body needs a 'model' string.", param="model")
     if not entry.allows(model):
-        raise errors.model_not_allowed(model)
+        raise errors.model_not_allowed(model, entry.allowed_models)
     route = snapshot.routes.get(model) or snapshot.asleep.get(model)
     if route is not None:
         return route

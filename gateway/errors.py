@@ -9,7 +9,7 @@
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -122,8 +122,14 @@ def unknown_model(name: str, served: Sequence[str] = (), cased: str | None = Non
     )
 
 
-def model_not_allowed(name: str) -> GatewayError:
-    return GatewayError(403, f"This API key may not use the model '{name}'.", code="model_not_allowed", param="model")
+def model_not_allowed(name: str, allowed: Iterable[str] = ()) -> GatewayError:
+    """403 for a model outside the key's ``allowed`` models, which it names (the key's own list: nothing of the
+    models it may not use, whether ``name`` is one or a typo)."""
+    listed = ", ".join(sorted(allowed)[:10])
+    hint = f" It may use: {listed}." if listed else ""
+    return GatewayError(
+        403, f"This API key may not use the model '{name}'.{hint}", code="model_not_allowed", param="model"
+    )
 
 
 def upstream_timeout(name: str) -> GatewayError:

@@ -193,3 +193,13 @@ def test_without_a_tool_call_parser_a_real_engine_serves_no_agent_and_the_simula
     )
     assert with_parser.parsers is not None and with_parser.parsers.warning is None
     assert with_parser.agents and all(a.serves for a in with_parser.agents)
+
+
+def test_a_plan_that_does_not_fit_serves_no_agent_whatever_its_context(admin: Client) -> None:
+    model = hf_model("huge", "llama-3.1-8b-instruct")
+    html = admin.post(
+        "/deployments/plan/", {"name": "huge", "model": model.pk, "engine": "simulator", "max_model_len": 99_999_999}
+    ).content.decode()
+    assert "Does not fit" in html or "does not fit" in html
+    assert 'data-field="agent-verdict">No coding agent is served: the plan does not fit (above).' in html
+    assert "Claude Code: served." not in html and 'data-field="agents"' not in html

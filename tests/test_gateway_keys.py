@@ -25,7 +25,7 @@ def test_a_key_limited_to_other_models_gets_403_in_each_apis_shape(served: Serve
     key = served.client.post("/api/keys", json={"name": "only-other", "allowed_models": ["other"]}).json()["key"]
     sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=key, max_retries=0)
     assert sdk.models.list().data == []
-    with pytest.raises(openai.PermissionDeniedError, match="may not use the model 'llama'"):
+    with pytest.raises(openai.PermissionDeniedError, match=r"may not use the model 'llama'\. It may use: other\."):
         sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}])
     with pytest.raises(anthropic.PermissionDeniedError):
         anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0).messages.create(

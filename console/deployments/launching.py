@@ -88,6 +88,6 @@ def start(dep: Deployment) -> None:
         dep.move(S.FAILED, str(exc))
         return
     log.info("deployment %s: started %s", dep.name, ", ".join(r.runtime_name for r in replicas))
-    if dep.move(S.LOADING, "Loading weights."):
+    if dep.move(S.LOADING, "The engine is starting: loading its weights, then warming up."):
         for replica in replicas:
             dispatch.send(dispatch.WATCH_REPLICA, replica.pk, countdown=WATCH_EVERY)

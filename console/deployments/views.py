@@ -32,7 +32,7 @@ from console.deployments.planning import demo_refusal
 from console.deployments.room_making import new_plan
 from console.errors import ConsoleError
 from console.weights import progress as weights_progress
-from engines.launch import EngineKind
+from engines.launch import CPU_ENGINES, EngineKind
 
 
 @login_required
@@ -171,7 +171,7 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     gpus = changes.replicas_gpus(preview) if preview else []
     words = scaling.scale_words(*preview.scale) if preview and preview.scale else ""
     context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words}
-    return render(request, "deployments/change.html", context)
+    return render(request, "deployments/change.html", context | {"on_cpu": dep.engine in CPU_ENGINES})
 
 
 @login_required

@@ -66,7 +66,7 @@ def watch(replica_id: int) -> None:
         dep.move(S.FAILED, why)
         return
     if dep.state == S.LOADING:
-        dep.progress(f"Loading weights ({elapsed:.0f} s so far).")
+        dep.progress(f"The engine is starting: loading its weights, then warming up ({elapsed:.0f} s so far).")
     dispatch.send(dispatch.WATCH_REPLICA, replica_id, countdown=WATCH_EVERY)
 
 
