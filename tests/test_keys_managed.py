@@ -208,7 +208,11 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
         created_at=now, api_key=desk, model="smol", surface="openai", endpoint="chat", status=200, prompt_tokens=3,
         duration_seconds=0.1, cost_usd=None,
     )  # fmt: skip
-    assert "no price" in mia.get("/keys/").content.decode()  # used, and nothing of it priced
+    page = mia.get("/keys/").content.decode()
+    assert "no price" in page and 'data-field="budget_unpriced"' not in page  # used, nothing of it priced, no budget
+    ApiKey.objects.filter(pk=desk.pk).update(daily_budget_usd=Decimal("0.50"))
+    page = mia.get(f"/keys/{desk.pk}/").content.decode()
+    assert "(so its budget has not applied: a request with no price is charged nothing and passes)" in page
 
 
 def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:

@@ -11,6 +11,11 @@ from django.core.validators import MaxLengthValidator
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
 from console.access.models import PRIORITY_HELP, Priority
 
+PRICED_ONLY = (
+    "It counts what requests are charged, at their deployment's price per token; where a deployment has none (on CPU, "
+    "or GPUs without a price: Costs page), requests are charged nothing and pass."
+)
+
 
 def usd_field(label: str, help_text: str) -> forms.DecimalField:
     """An optional USD amount, as budgets take it (to the cent, from BUDGET_MIN to BUDGET_MAX)."""
@@ -58,8 +63,8 @@ class KeyLimitsFields(forms.Form):
         label="Requests at once",
         help_text="Requests (streams included) open at the same time; the next is refused (429). Empty: unlimited.",
     )
-    daily_budget_usd = usd_field("Daily budget (USD)", "Per UTC day; empty: none.")
-    monthly_budget_usd = usd_field("Monthly budget (USD)", "Per UTC calendar month; empty: none.")
+    daily_budget_usd = usd_field("Daily budget (USD)", f"Per UTC day; empty: none. {PRICED_ONLY}")
+    monthly_budget_usd = usd_field("Monthly budget (USD)", f"Per UTC calendar month; empty: none. {PRICED_ONLY}")
 
     def __init__(self, *args: Any, interactive: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
