@@ -68,6 +68,7 @@ def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each
     page = tune(enabled="on", threshold="5", for_minutes="1e308", repeat_minutes="1e9")
     assert "not saved" in page
     assert "Threshold: At most 1: the threshold is a ratio 0–1." in page
+    assert 'name="kv_cache_high-threshold" value="5"' in page and 'value="1e308"' in page  # kept as typed
     assert "Holds for (min): At most 1,440 minutes (a day)." in page
     assert "Repeats every (min): At most 10,080 minutes (a week)." in page
     assert ".;" not in page
@@ -89,7 +90,9 @@ def test_a_destination_change_is_audited_without_the_webhooks_secret(admin: Clie
     }
     assert "secret" not in str(entry.changes)
     page = admin.post("/alerts/destination/", {"email_to": "ops@"}, follow=True).content.decode()
-    assert "Not saved: ops@ is not an email address." in page
+    assert "Not saved: ops@ is not an email address." in page and 'name="email_to" value="ops@"' in page
+    page = admin.post("/alerts/destination/", {"email_to": "ops@, bob, a@b.co"}).content.decode()
+    assert "Not saved: ops@, bob are not email addresses." in page and 'value="ops@, bob, a@b.co"' in page
     page = admin.post("/alerts/destination/", {"webhook_url": "http://127.0.0.1:99999/x"}, follow=True).content
     assert "Not saved: A webhook URL&#x27;s port is 1 to 65535." in page.decode()
 

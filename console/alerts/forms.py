@@ -53,9 +53,14 @@ class DestinationForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean_email_to(self) -> str:
         addresses = [a.strip() for a in self.cleaned_data["email_to"].split(",") if a.strip()]
+        bad = []
         for address in addresses:
             try:
                 validate_email(address)
-            except forms.ValidationError as exc:
-                raise forms.ValidationError(f"{address[:100]} is not an email address.") from exc
+            except forms.ValidationError:
+                bad.append(address[:100])
+        if len(bad) == 1:
+            raise forms.ValidationError(f"{bad[0]} is not an email address.")
+        if bad:
+            raise forms.ValidationError(f"{', '.join(bad)} are not email addresses.")
         return ", ".join(addresses)

@@ -16,7 +16,7 @@ from console.access.models import ApiKey
 from console.access.roles import is_admin
 from console.alerts.delivery import send_test, shown_url
 from console.alerts.forms import DestinationForm, RuleForm
-from console.alerts.models import Alert, Delivery, Destination
+from console.alerts.models import Alert, AlertRule, Delivery, Destination
 from console.alerts.rules import KINDS, rules
 from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment, Replica
@@ -27,6 +27,14 @@ COLUMNS = {"threshold": "Threshold", "for_minutes": "Holds for (min)", "repeat_m
 
 @login_required
 def alerts_page(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+def _page(
+    request: HttpRequest, typed_rule: tuple[str, dict[str, object]] | None = None, email_to: str | None = None
+) -> HttpResponse:
+    """The page; after a refused save, with what was typed kept in its fields (``typed_rule``: the rule's kind and
+    its fields as sent; ``email_to`` as sent; a webhook URL is a secret, never written back into the page)."""
     found = rules()
     destination = Destination.current()
     context = {
@@ -37,9 +45,10 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         "resolved": _titled(
             Alert.objects.exclude(resolved_at=None).order_by("-resolved_at")[:RECENT], is_admin(request.user)
         ),
-        "rules": [(KINDS[k], rule, RuleForm(instance=rule, prefix=k)) for k, rule in found.items()],
+        "rules": [(KINDS[k], rule, _values(rule, typed_rule)) for k, rule in found.items()],
         "webhook_shown": shown_url(destination.webhook_url),
         "email_to": destination.email_to,
+        "email_typed": destination.email_to if email_to is None else email_to,
         "smtp_server": _smtp_server(),
         "console_url": settings.HEARTH_HOSTNAME,
         "failures": [
@@ -50,6 +59,14 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         ],
     }
     return render(request, "alerts/alerts.html", context)
+
+
+def _values(rule: AlertRule, typed: tuple[str, dict[str, object]] | None) -> dict[str, object]:
+    """The rule's fields as its form shows them: as stored, or as typed for the rule whose save was refused."""
+    if typed is not None and typed[0] == rule.kind:
+        return typed[1]
+    shown: dict[str, object] = {name: f"{getattr(rule, name):g}" for name in COLUMNS}
+    return shown | {"enabled": rule.enabled}
 
 
 def _smtp_server() -> str:
@@ -91,15 +108,16 @@ def tune_rule(request: HttpRequest, kind: str) -> HttpResponse:
         with transaction.atomic():
             record(None, "alerts.rule", form.save(), form_changes(form))
         messages.success(request, f"Rule “{KINDS[kind].title}” saved.")
-    else:
-        messages.error(
-            request,
-            f"Rule “{KINDS[kind].title}” not saved: "
-            + " ".join(
-                f"{COLUMNS.get(name, name)}: {' '.join(str(e) for e in errs)}" for name, errs in form.errors.items()
-            ),
-        )
-    return redirect("alerts:page")
+        return redirect("alerts:page")
+    messages.error(
+        request,
+        f"Rule “{KINDS[kind].title}” not saved: "
+        + " ".join(
+            f"{COLUMNS.get(name, name)}: {' '.join(str(e) for e in errs)}" for name, errs in form.errors.items()
+        ),
+    )
+    typed: dict[str, object] = {name: request.POST.get(f"{kind}-{name}", "") for name in COLUMNS}
+    return _page(request, typed_rule=(kind, typed | {"enabled": bool(request.POST.get(f"{kind}-enabled"))}))
 
 
 @login_required
@@ -119,11 +137,9 @@ def set_destination(request: HttpRequest) -> HttpResponse:
         with transaction.atomic():
             record(None, "alerts.destination", form.save(), changes)
         messages.success(request, "Alert destinations saved.")
-    else:
-        messages.error(
-            request, "Not saved: " + " ".join(" ".join(str(e) for e in errs) for errs in form.errors.values())
-        )
-    return redirect("alerts:page")
+        return redirect("alerts:page")
+    messages.error(request, "Not saved: " + " ".join(" ".join(str(e) for e in errs) for errs in form.errors.values()))
+    return _page(request, email_to=request.POST.get("email_to", ""))
 
 
 @login_required
