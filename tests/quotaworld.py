@@ -61,7 +61,12 @@ def burst(bases: list[str], keys: list[str], content: str = "Hi", max_tokens: in
     retries); each generates exactly ``max_tokens`` (vLLM's ``ignore_eos``, which the simulator honours)."""
 
     async def run() -> list[Answer]:
-        sdks = [openai.AsyncOpenAI(base_url=f"{b}/v1", api_key=k, max_retries=0) for b in bases for k in keys]
+        patient = 60.0  # seconds for each phase: the SDK's 5 s to connect once ran out for a burst on a loaded box
+        sdks = [
+            openai.AsyncOpenAI(base_url=f"{b}/v1", api_key=k, max_retries=0, timeout=patient)
+            for b in bases
+            for k in keys
+        ]
         try:
             return await asyncio.gather(*(_ask(sdks[i % len(sdks)], content, max_tokens) for i in range(n)))
         finally:
