@@ -53,6 +53,7 @@ from gateway.reservations import Reservations
 from gateway.rewrite import tokenize_request
 from gateway.routing import Router
 from gateway.sse import StreamKind
+from gateway.stream_errors import error_event
 from gateway.upstream import Engines
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class Gateway:
             await self._dispatch(scope, path, receive, tracked, intended, ids)
         except GatewayError as exc:
             if tracked.started:  # a held stream's head went out (gateway.holding): its error ends the stream
-                event = errors.error_event(exc, surface, responses=path == "/v1/responses")
+                event = error_event(exc, surface, responses=path == "/v1/responses")
                 await send({"type": "http.response.body", "body": event, "more_body": False})
                 return
             if exc.status in REFUSED_BEFORE_RELAY and not exc.recorded:  # the rest gateway.accounting counted

@@ -1,7 +1,7 @@
 """What of an engine's error text reaches a client: its message, at most MAX_CHARS characters, with whatever looks
 like a secret or a traceback replaced by a reference the admin finds in the web log, where the whole text is
 logged with it (``clean``). An engine's error body (gateway.errors.engine_error), its in-stream error event
-(``StreamScrubber``) and a translated stream's engine error (gateway.errors.stream_cut_message) all go through
+(``StreamScrubber``) and a translated stream's engine error (gateway.stream_errors.stream_cut_message) all go through
 it: an endpoint Hearth did not launch may answer with a traceback holding its own configuration.
 
 Looks like a secret: a ``Bearer`` token; an ``Authorization`` header's value; Hearth's keys (``hk-…``, engine

@@ -23,12 +23,12 @@ from typing import Any
 from gateway import errors
 from gateway.answers import for_request, tally_whole
 from gateway.asgi_io import Receive, Send
-from gateway.errors import StreamCut
 from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
 from gateway.relay_stream import StreamedAnswer
 from gateway.rewrite import Translation
 from gateway.routing import Router
+from gateway.stream_errors import StreamCut, gateway_restarting
 from gateway.upstream import Answer, Engines
 from gateway.upstream_errors import UpstreamBroken, UpstreamRefused, UpstreamUnreachable
 from gateway.whole_answer import error_status, translated
@@ -71,7 +71,7 @@ class Relay:
         except asyncio.CancelledError:
             relay.uncancel()
             if not self.state.client_gone:
-                raise errors.gateway_restarting() from None
+                raise gateway_restarting() from None
             log.info("client left; upstream request to %s aborted", self.plan.model)
         finally:
             watch.cancel()

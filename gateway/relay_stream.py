@@ -24,10 +24,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway import errors, fast_forward
+from gateway import fast_forward
 from gateway.asgi_io import BodyWriter, PendingSend, Send, body_writer, send_now
 from gateway.engine_messages import StreamScrubber, clean
-from gateway.errors import StreamCut
 from gateway.fast_forward import Handover
 from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
@@ -42,6 +41,7 @@ from gateway.sse import (
     UsageStripper,
     plain_events,
 )
+from gateway.stream_errors import StreamCut, stream_cut_message, stream_error_event
 from gateway.translate_stream import ChatStreamToMessages, prompt_estimate
 from gateway.upstream import Answer
 
@@ -328,13 +328,11 @@ class StreamedAnswer:
         """The in-stream error that closes a stream cut short, in the client's API (gateway.errors)."""
         converter = self.converter
         engine_error = converter.error if converter is not None else None
-        message = errors.stream_cut_message(cut, self.plan.idle_timeout, engine_error)
+        message = stream_cut_message(cut, self.plan.idle_timeout, engine_error)
         self.state.error = message
         responses = self.plan.kind == StreamKind.RESPONSES or isinstance(converter, ChatStreamToResponses)
         response_id = (converter.response_id if isinstance(converter, ChatStreamToResponses) else "") or ""
-        return errors.stream_error_event(
-            message, cut.value, self.plan.surface, response_id=response_id if responses else None
-        )
+        return stream_error_event(message, cut.value, self.plan.surface, response_id=response_id if responses else None)
 
 
 def _converter(plan: RelayPlan) -> ChatStreamToMessages | ChatStreamToResponses | None:

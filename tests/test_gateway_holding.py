@@ -15,7 +15,7 @@ import pytest
 from django.test import override_settings
 from prometheus_client import REGISTRY
 
-from gateway import errors, holding
+from gateway import errors, holding, stream_errors
 from gateway.answers import for_request
 from gateway.errors import GatewayError, Surface
 from gateway.holding import Holding
@@ -360,7 +360,7 @@ ERROR = errors.wake_failed("napper", "The wake failed: CUDA Error: out of memory
 def test_a_held_stream_s_error_is_an_in_stream_event_in_its_api_s_shape(
     surface: Surface, responses: bool, event: str | None, shape: Callable[[dict[str, Any]], bool]
 ) -> None:
-    text = errors.error_event(ERROR, surface, responses).decode()
+    text = stream_errors.error_event(ERROR, surface, responses).decode()
     assert text.endswith("\n\n")
     lines = text.strip().split("\n")
     assert lines[0] == (f"event: {event}" if event else lines[0])

@@ -8,7 +8,8 @@ import anthropic
 import httpx2
 import pytest
 
-from gateway.errors import Surface, stream_error_event
+from gateway.errors import Surface
+from gateway.stream_errors import stream_error_event
 from gateway.translate import TranslationError, chat_to_message, messages_to_chat, stop_reason
 from gateway.translate_stream import ChatStreamToMessages
 
