@@ -264,3 +264,10 @@ def test_a_members_allowed_models_must_be_served_in_the_api_and_on_their_page(ad
         == 200
     )
     assert Member.objects.get(user=member).allowed_models == ["smol"]
+
+
+def test_a_key_s_expiry_is_shown_in_its_field_as_its_help_says(admin: Client, admin_user: Any) -> None:
+    row, _ = keys.create_key("dated", admin_user, expires_in_days=30)
+    page = admin.get(f"/keys/{row.pk}/").content.decode()
+    shown = re.search(r'name="expires_at" value="([^"]*)"', page)
+    assert shown and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", shown.group(1)), shown

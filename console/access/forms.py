@@ -87,7 +87,12 @@ class ApiKeyForm(KeyLimitsFields):
 
 
 class KeyChangeForm(KeyLimitsFields):
-    expires_at = forms.DateTimeField(required=False, label="Expires (UTC)", help_text="YYYY-MM-DD HH:MM; empty: never.")
+    expires_at = forms.DateTimeField(
+        required=False,
+        label="Expires (UTC)",
+        help_text="YYYY-MM-DD HH:MM; empty: never.",
+        widget=forms.DateTimeInput(format="%Y-%m-%d %H:%M"),  # as the help says, not with seconds
+    )
 
     def limits(self) -> dict[str, Any]:
         return {**super().limits(), "expires_at": self.cleaned_data["expires_at"]}
