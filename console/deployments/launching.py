@@ -23,6 +23,7 @@ S = DeploymentState
 WATCH_EVERY = 2.0  # seconds between health polls of a loading replica
 PREPARING = "Preparing the engine image."
 PREPARING_PROCESS = "Preparing the engine: no image to pull, it runs as a local process."
+LOADING = "The engine is starting: loading its weights, then warming up"  # then "." or "(N s so far)."
 
 
 def launch(deployment_id: int) -> None:
@@ -88,6 +89,6 @@ def start(dep: Deployment) -> None:
         dep.move(S.FAILED, str(exc))
         return
     log.info("deployment %s: started %s", dep.name, ", ".join(r.runtime_name for r in replicas))
-    if dep.move(S.LOADING, "The engine is starting: loading its weights, then warming up."):
+    if dep.move(S.LOADING, f"{LOADING}."):
         for replica in replicas:
             dispatch.send(dispatch.WATCH_REPLICA, replica.pk, countdown=WATCH_EVERY)

@@ -171,7 +171,8 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     gpus = changes.replicas_gpus(preview) if preview else []
     words = scaling.scale_words(*preview.scale) if preview and preview.scale else ""
     context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words}
-    return render(request, "deployments/change.html", context | {"on_cpu": dep.engine in CPU_ENGINES})
+    context["on_cpu"] = dep.engine in CPU_ENGINES  # what its recreate frees: the host's memory, not GPUs
+    return render(request, "deployments/change.html", context)
 
 
 @login_required

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
 from console.deployments import dispatch
-from console.deployments.launching import WATCH_EVERY
+from console.deployments.launching import LOADING, WATCH_EVERY
 from console.deployments.lifecycle import end_all, end_replica, note_crash, restart_port, start_replica
 from console.deployments.models import Deployment, DeploymentState, Replica
 from console.deployments.scaling import added_replica_failed
@@ -66,7 +66,7 @@ def watch(replica_id: int) -> None:
         dep.move(S.FAILED, why)
         return
     if dep.state == S.LOADING:
-        dep.progress(f"The engine is starting: loading its weights, then warming up ({elapsed:.0f} s so far).")
+        dep.progress(f"{LOADING} ({elapsed:.0f} s so far).")
     dispatch.send(dispatch.WATCH_REPLICA, replica_id, countdown=WATCH_EVERY)
 
 
