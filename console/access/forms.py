@@ -1,15 +1,17 @@
 """Forms of the access pages: sign-in, the first admin, a new API key with its limits, a change of a key's
 limits, and a rotation's grace period."""
 
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.password_validation import password_validators_help_text_html, validate_password
 from django.core.validators import MaxLengthValidator
 
-from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS
+from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS, LimitError
 from console.access.models import PRIORITY_HELP, Priority
+from console.errors import ConsoleError
+from console.names import INT_MAX
 
 PRICED_ONLY = (
     "It counts what requests are charged, at their deployment's price per token; where a deployment has none (on CPU, "
@@ -24,7 +26,29 @@ def usd_field(label: str, help_text: str) -> forms.DecimalField:
     )
 
 
+def count_field(label: str | None = None, help_text: str = "") -> forms.IntegerField:
+    """An optional whole number from 1 to INT_MAX (the column's), as key limits take it."""
+    return forms.IntegerField(required=False, min_value=1, max_value=INT_MAX, label=label, help_text=help_text)
+
+
 INT_NAMES = ("max_tokens_cap", "requests_per_minute", "tokens_per_minute", "tokens_per_day", "max_concurrent")
+
+
+class LimitErrors(forms.Form):
+    """A form that shows a ConsoleError from console.access where it belongs (``add_console_error``)."""
+
+    limit_fields: ClassVar[dict[str, str]] = {}  # a limit's field here where its name differs (key_limits.LIMITS)
+
+    def add_console_error(self, exc: ConsoleError) -> None:
+        """Show ``exc`` under the field a LimitError is about, its leading API name swapped for the field's label
+        ("max_concurrent must be at most 4 …" → "Requests at once must be at most 4 …"); others at the top."""
+        if not isinstance(exc, LimitError) or (field := self.limit_fields.get(exc.field, exc.field)) not in self.fields:
+            self.add_error(None, str(exc))
+            return
+        message = str(exc)
+        if message.startswith(f"{exc.field} "):
+            message = f"{self[field].label}{message.removeprefix(exc.field)}"
+        self.add_error(field, message)
 
 
 def split_models(text: str) -> list[str]:
@@ -40,28 +64,20 @@ def priority_field(*, default_label: str | None, interactive: bool) -> forms.Cho
     return forms.ChoiceField(choices=blank + choices, required=False, label="Class", help_text=PRIORITY_HELP)
 
 
-class KeyLimitsFields(forms.Form):
+class KeyLimitsFields(LimitErrors):
     """The limits a key shares between its creation and a later change, and its class. Interactive is offered only
     where ``interactive`` (an admin, or an owner an admin made interactive: console.access.keys.checked_priority)."""
 
     allowed_models = forms.CharField(
         required=False, max_length=2000, help_text="Served model names, comma-separated; empty: every model."
     )
-    max_tokens_cap = forms.IntegerField(
-        required=False, min_value=1, label="max_tokens cap", help_text="Tokens per request; empty: no cap."
-    )
-    requests_per_minute = forms.IntegerField(required=False, min_value=1, help_text="Empty: unlimited.")
-    tokens_per_minute = forms.IntegerField(
-        required=False, min_value=1, help_text="Prompt + completion. Empty: unlimited."
-    )
-    tokens_per_day = forms.IntegerField(
-        required=False, min_value=1, help_text="Prompt + completion, per UTC day. Empty: unlimited."
-    )
-    max_concurrent = forms.IntegerField(
-        required=False,
-        min_value=1,
-        label="Requests at once",
-        help_text="Requests (streams included) open at the same time; the next is refused (429). Empty: unlimited.",
+    max_tokens_cap = count_field("max_tokens cap", "Tokens per request; empty: no cap.")
+    requests_per_minute = count_field(help_text="Empty: unlimited.")
+    tokens_per_minute = count_field(help_text="Prompt + completion. Empty: unlimited.")
+    tokens_per_day = count_field(help_text="Prompt + completion, per UTC day. Empty: unlimited.")
+    max_concurrent = count_field(
+        "Requests at once",
+        "Requests (streams included) open at the same time; the next is refused (429). Empty: unlimited.",
     )
     daily_budget_usd = usd_field("Daily budget (USD)", f"Per UTC day; empty: none. {PRICED_ONLY}")
     monthly_budget_usd = usd_field("Monthly budget (USD)", f"Per UTC calendar month; empty: none. {PRICED_ONLY}")
@@ -81,6 +97,7 @@ class ApiKeyForm(KeyLimitsFields):
     name = forms.CharField(max_length=100, help_text="Who or what will use it, e.g. 'alice laptop'.")
     expires_in_days = forms.IntegerField(required=False, min_value=1, max_value=MAX_DAYS, help_text="Empty: never.")
     field_order = ("name", "allowed_models", "max_tokens_cap", "expires_in_days")
+    limit_fields: ClassVar[dict[str, str]] = {"expires_at": "expires_in_days"}  # a new key's expiry: its days
 
     def limits(self) -> dict[str, Any]:
         return {**super().limits(), "expires_in_days": self.cleaned_data["expires_in_days"]}

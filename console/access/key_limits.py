@@ -21,12 +21,23 @@ MAX_DAYS = 36_500
 BUDGET_MIN, BUDGET_MAX = Decimal("0.01"), Decimal("9999999999.99")  # the column: 12 digits, 2 after the point
 
 
+class LimitError(ConsoleError):
+    """A ConsoleError about one limit: ``field`` is its name as LIMITS and the JSON API spell it, e.g.
+    "max_concurrent"; a message that names the limit starts with that name, e.g. "max_concurrent must be at most 4
+    (the limit set for you)." A console form shows it under that field, its label in the name's place
+    (console.access.forms.LimitErrors)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def expiry(days: int | None) -> datetime | None:
-    """The moment a key given ``days`` to live expires (None: never). Raises ConsoleError out of range."""
+    """The moment a key given ``days`` to live expires (None: never). Raises LimitError out of range."""
     if days is None:
         return None
     if not 1 <= days <= MAX_DAYS:
-        raise ConsoleError(f"expires_in_days must be from 1 to {MAX_DAYS:,} (or empty for never).")
+        raise LimitError(f"expires_in_days must be from 1 to {MAX_DAYS:,} (or empty for never).", "expires_in_days")
     return timezone.now() + timedelta(days=days)
 
 
@@ -35,7 +46,7 @@ def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any
     aware datetime in the future (one without a zone is read as UTC: expiry_moment). Each allowed model is
     served by a deployment (console.access.served_models), unless it is in ``held``, the key's or member's own.
 
-    Raises ConsoleError naming the first bad one.
+    Raises ConsoleError naming the first bad one (LimitError where it is one limit: all but integers out of range).
     """
     if unknown := set(limits) - set(LIMITS):
         raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
@@ -49,37 +60,42 @@ def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any
         out["expires_at"] = expiry_moment(out["expires_at"])
     if "allowed_models" in out:
         models = out["allowed_models"] or []
-        out["allowed_models"] = sorted({check_name(m, "Allowed model", SERVED_NAME) for m in models})
-        check_served(out["allowed_models"], held)
+        try:
+            out["allowed_models"] = sorted({check_name(m, "Allowed model", SERVED_NAME) for m in models})
+            check_served(out["allowed_models"], held)
+        except ConsoleError as exc:
+            raise LimitError(str(exc), "allowed_models") from None
     return out
 
 
 def expiry_moment(value: object) -> datetime:
     """``value`` (a datetime) as an aware datetime in the future. One without a time zone, as the JSON API
     gets "2030-01-01T00:00:00" or "2030-01-01", is read as UTC, as the console's form reads it and its
-    pages show it. Raises ConsoleError when it is no datetime or not after now."""
+    pages show it. Raises LimitError when it is no datetime or not after now."""
     if not isinstance(value, datetime):
-        raise ConsoleError("expires_at must be a date and time, e.g. 2030-01-01T00:00:00Z (or empty for never).")
+        raise LimitError(
+            "expires_at must be a date and time, e.g. 2030-01-01T00:00:00Z (or empty for never).", "expires_at"
+        )
     moment = value.replace(tzinfo=UTC) if timezone.is_naive(value) else value
     if moment <= timezone.now():
-        raise ConsoleError("expires_at must be in the future (or empty for never).")
+        raise LimitError("expires_at must be in the future (or empty for never).", "expires_at")
     return moment
 
 
 def budget(value: object, name: str) -> Decimal:
-    """A USD amount from 0.01 to 9,999,999,999.99, rounded to cents. Raises ConsoleError otherwise."""
+    """A USD amount from 0.01 to 9,999,999,999.99, rounded to cents. Raises LimitError about ``name`` otherwise."""
     try:
         amount = Decimal(str(value)).quantize(Decimal("0.01"))
     except (InvalidOperation, ValueError):
-        raise ConsoleError(f"{name} must be an amount in USD, e.g. 25 or 12.50.") from None
+        raise LimitError(f"{name} must be an amount in USD, e.g. 25 or 12.50.", name) from None
     if not BUDGET_MIN <= amount <= BUDGET_MAX:
-        raise ConsoleError(f"{name} must be from {BUDGET_MIN} to {BUDGET_MAX:,} USD (or empty for no budget).")
+        raise LimitError(f"{name} must be from {BUDGET_MIN} to {BUDGET_MAX:,} USD (or empty for no budget).", name)
     return amount
 
 
 def within_ceilings(member: Member | None, limits: dict[str, Any], *, clamp: bool = False) -> dict[str, Any]:
     """``limits`` (all of LIMITS) within ``member``'s ceilings: a limit left empty gets the ceiling;
-    one above it raises ConsoleError naming it, or with ``clamp`` is lowered to it. No member (an
+    one above it raises LimitError about it, or with ``clamp`` is lowered to it. No member (an
     admin's key): unchanged."""
     if member is None:
         return limits
@@ -94,7 +110,7 @@ def within_ceilings(member: Member | None, limits: dict[str, Any], *, clamp: boo
     if member.allowed_models:
         mine, theirs = set(out["allowed_models"]), set(member.allowed_models)
         if mine - theirs and not clamp:
-            raise ConsoleError(f"Allowed models must be among yours: {', '.join(sorted(theirs))}.")
+            raise LimitError(f"Allowed models must be among yours: {', '.join(sorted(theirs))}.", "allowed_models")
         out["allowed_models"] = sorted(mine & theirs or theirs)
     return out
 
@@ -106,5 +122,5 @@ def _lower(name: str, value: Any, ceiling: Any, clamp: bool, shown: str, keep_em
         return None if keep_empty else ceiling
     if value > ceiling and not clamp:
         words = shown if "{" not in shown else shown.format(ceiling)
-        raise ConsoleError(f"{name} must be at most {words} (the limit set for you).")
+        raise LimitError(f"{name} must be at most {words} (the limit set for you).", name)
     return min(value, ceiling)

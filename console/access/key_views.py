@@ -53,7 +53,7 @@ def keys_page(request: HttpRequest) -> HttpResponse:
                 _, secret = keys.create_key(form.cleaned_data["name"], request.user, **form.limits())
                 token = shown_once.keep(secret)
         except ConsoleError as exc:
-            form.add_error(None, str(exc))
+            form.add_console_error(exc)
         else:
             return redirect(f"{reverse('access:keys')}?shown={token}")  # the page top: the key shown once
     live_first = F("revoked_at").desc(nulls_first=True)
@@ -75,7 +75,7 @@ def key_page(request: HttpRequest, pk: int) -> HttpResponse:
             try:
                 keys.set_key_limits(key, request.user, **form.limits())
             except ConsoleError as exc:
-                form.add_error(None, str(exc))
+                form.add_console_error(exc)
             else:
                 messages.success(request, f"Limits of {key.name} saved.")
                 return redirect("access:key", key.pk)

@@ -4,7 +4,7 @@ from typing import Any
 
 from django import forms
 
-from console.access.forms import INT_NAMES, split_models, usd_field
+from console.access.forms import INT_NAMES, LimitErrors, count_field, split_models, usd_field
 from console.access.key_limits import MAX_DAYS
 from console.access.models import PRIORITY_HELP, Priority, Role
 
@@ -19,7 +19,7 @@ class MemberAddForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
 
-class MemberForm(forms.Form):
+class MemberForm(LimitErrors):
     role = forms.ChoiceField(choices=Role.choices)
     is_active = forms.BooleanField(
         required=False, label="Active", help_text="An inactive member cannot sign in; their keys are revoked."
@@ -27,29 +27,18 @@ class MemberForm(forms.Form):
     allowed_models = forms.CharField(
         required=False, max_length=2000, help_text="Served model names their keys may use, comma-separated; empty: any."
     )
-    max_tokens_cap = forms.IntegerField(
-        required=False, min_value=1, label="max_tokens cap per key", help_text="Tokens per request. Empty: no cap."
-    )
-    requests_per_minute = forms.IntegerField(
-        required=False, min_value=1, label="Requests per minute per key", help_text=UNLIMITED
-    )
-    tokens_per_minute = forms.IntegerField(
-        required=False, min_value=1, label="Tokens per minute per key", help_text=f"Prompt + completion. {UNLIMITED}"
-    )
-    tokens_per_day = forms.IntegerField(
-        required=False, min_value=1, label="Tokens per day per key", help_text=f"Per UTC day. {UNLIMITED}"
-    )
-    max_concurrent = forms.IntegerField(
-        required=False,
-        min_value=1,
-        label="Requests at once per key",
-        help_text="Requests (streams included) each key may have open at the same time; the next is refused (429). "
-        + UNLIMITED,
+    max_tokens_cap = count_field("max_tokens cap per key", "Tokens per request. Empty: no cap.")
+    requests_per_minute = count_field("Requests per minute per key", UNLIMITED)
+    tokens_per_minute = count_field("Tokens per minute per key", f"Prompt + completion. {UNLIMITED}")
+    tokens_per_day = count_field("Tokens per day per key", f"Per UTC day. {UNLIMITED}")
+    max_concurrent = count_field(
+        "Requests at once per key",
+        "Requests (streams included) each key may have open at the same time; the next is refused (429). " + UNLIMITED,
     )
     max_key_days = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_DAYS, label="Keys expire within (days)", help_text="Empty: never."
     )
-    max_keys = forms.IntegerField(required=False, min_value=1, label="Live keys at once", help_text="Empty: any.")
+    max_keys = count_field("Live keys at once", "Empty: any.")
     daily_budget_usd = usd_field("Daily budget (USD)", "All their keys together, per UTC day.")
     monthly_budget_usd = usd_field("Monthly budget (USD)", "All their keys together, per UTC month.")
     default_priority = forms.ChoiceField(

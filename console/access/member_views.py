@@ -48,7 +48,7 @@ def member_page(request: HttpRequest, pk: int) -> HttpResponse:
                 members.set_active(request.user, user, form.cleaned_data["is_active"])
                 members.set_member_limits(request.user, user, **form.limits())
         except ConsoleError as exc:
-            form.add_error(None, str(exc))
+            form.add_console_error(exc)
         else:
             messages.success(request, f"Saved {user.get_username()}.")
             return redirect("access:member", user.pk)

@@ -119,8 +119,9 @@ def set_member_limits(actor: Any, user: Any, **limits: Any) -> Member:
         raise ConsoleError(f"Unknown member limit(s): {', '.join(sorted(unknown))}.")
     extra: dict[str, Any] = {name: limits.pop(name) for name in ("max_key_days", "max_keys") if name in limits}
     for name, value in extra.items():
-        if value is not None and not 1 <= value <= (key_limits.MAX_DAYS if name == "max_key_days" else INT_MAX):
-            raise ConsoleError(f"{name} must be from 1 to {key_limits.MAX_DAYS:,} (or empty for no limit).")
+        top = key_limits.MAX_DAYS if name == "max_key_days" else INT_MAX
+        if value is not None and not 1 <= value <= top:
+            raise ConsoleError(f"{name} must be from 1 to {top:,} (or empty for no limit).")
     if "default_priority" in limits:
         extra["default_priority"] = _priority(limits.pop("default_priority"))
     held = Member.objects.filter(user=user).values_list("allowed_models", flat=True).first() or []
