@@ -198,10 +198,11 @@ def test_models_prices_slos_and_mappings_are_recorded_with_what_changed(root: Cl
 def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
     """slo.merged is recorded by a migration: tests/test_one_slo_migration.py; accounting.mended by beat's
     accounting check: tests/test_charge_check.py; deployment.sleep, .idle_policy by tests/test_idle_settings.py,
-    deployment.wake and .stop_idle by the worker: tests/test_sleep_live.py; deployment.make_room by the worker:
-    tests/test_room_live.py; weights.free by tests/test_weights_cache.py; deployment.price by tests/test_money.py;
-    batch.cancel by tests/test_batches_page.py; alerts.rule and .destination by tests/test_alert_conditions.py;
-    alerts.test by tests/test_alerts.py."""
+    deployment.limits by tests/test_serving_limits.py, deployment.wake and .stop_idle by the worker:
+    tests/test_sleep_live.py; deployment.make_room by the worker: tests/test_room_live.py; weights.free by
+    tests/test_weights_cache.py; deployment.price by tests/test_money.py; batch.cancel by
+    tests/test_batches_page.py; alerts.rule and .destination by tests/test_alert_conditions.py; alerts.test by
+    tests/test_alerts.py."""
     tested = {
         "key.create",
         "key.limits",
@@ -216,6 +217,7 @@ def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
         "deployment.launch",
         "deployment.stop",
         "deployment.change",
+        "deployment.limits",
         "deployment.remedy",
         "deployment.delete",
         "signin",

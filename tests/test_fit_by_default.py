@@ -108,7 +108,7 @@ def test_a_limit_that_fits_is_left_alone_and_says_nothing(web: str, key: str, en
 
 
 def test_the_model_list_gives_the_context_and_the_output_limit_under_the_names_clients_read(
-    web: str, key: str, admin_user: object
+    web: str, key: str, admin_user: object, admin: Client
 ) -> None:
     (model,) = models(web, key)
     assert {k: model[k] for k in ("id", "object", "owned_by")} == {
@@ -119,8 +119,10 @@ def test_the_model_list_gives_the_context_and_the_output_limit_under_the_names_c
     assert (model["max_model_len"], model["context_length"], model["max_output_length"]) == (8192, 8192, 8192)
     capped_key = apikeys.create_key("capped", admin_user, max_tokens_cap=300)[1]
     assert listed_when(web, capped_key)[0]["max_output_length"] == 300  # the key's cap
-    Deployment.objects.filter(served_model_name="counted").update(max_tokens_cap=200)
-    bump_routing_version()
+    dep = Deployment.objects.get(served_model_name="counted")
+    body = {"max_tokens_cap": 200, "confirm": True}  # acts at once: the gateways are told, nothing is relaunched
+    changed = admin.post(f"/api/deployments/{dep.pk}/change", body, content_type="application/json")
+    assert changed.status_code == 202 and changed.json()["max_tokens_cap"] == 200, changed.json()
     lowered = {**model, "max_output_length": 200}  # the deployment's cap, lower than the key's
     assert listed_when(web, capped_key, [lowered]) == [lowered]
     Deployment.objects.filter(served_model_name="counted").update(max_model_len=0)  # an engine that did not say

@@ -40,6 +40,7 @@ ACTIONS = {
     "deployment.stop_idle": "deployment stopped to save (its idle policy)",
     "deployment.make_room": "room made for a deployment: others put to sleep or stopped to save, with the numbers",
     "deployment.idle_policy": "deployment idle policy changed",
+    "deployment.limits": "deployment serving limits changed (max_tokens cap, fit max_tokens), at once",
     "deployment.register": "engine Hearth did not launch registered",
     "deployment.add_endpoint": "endpoint Hearth did not launch added as a replica",
     "deployment.remove_endpoint": "endpoint Hearth did not launch removed",

@@ -4,6 +4,7 @@ register an engine Hearth did not launch, add one to a deployment as a replica, 
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from ninja import Field, Router, Schema, Status
@@ -17,6 +18,14 @@ from console.deployments.idle_settings import FIELDS as IDLE_FIELDS
 from console.deployments.idle_settings import merged, set_idle_settings
 from console.deployments.models import Deployment
 from console.deployments.planning import plan_for
+from console.deployments.serving_limits import FIELDS as LIMIT_FIELDS
+from console.deployments.serving_limits import (
+    check_max_tokens_cap,
+    only_limits_differ,
+    plan_with,
+    serving_limits,
+    set_serving_limits,
+)
 from console.errors import ConsoleError
 
 router = Router(tags=["deployments"])
@@ -184,8 +193,9 @@ def remove_endpoint(request: HttpRequest, pk: int, replica_id: int) -> Status[No
 
 
 class ChangeIn(Body, IdleChange):
-    """The settings to change; one left out keeps its current value. The idle settings act at once (a change of
-    them alone recreates nothing); the rest as console.deployments.changes says."""
+    """The settings to change; one left out keeps its current value. The idle settings and the serving limits
+    (``max_tokens_cap``, ``fit_max_tokens``) act at once (a change of them alone recreates nothing); the rest as
+    console.deployments.changes says."""
 
     max_model_len: Integer | None = None
     kv_space_gib: StrictFloat | None = None
@@ -197,8 +207,23 @@ class ChangeIn(Body, IdleChange):
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     fit_max_tokens: StrictBool | None = None
+    max_tokens_cap: Integer | None = Field(
+        None, description="Tokens a request may generate here, whatever it asks; null given: no cap. Acts at once."
+    )
     replica_count: Integer | None = None
     confirm: StrictBool = False
+
+    def limits(self, dep: Deployment) -> dict[str, Any]:
+        """The deployment's serving limits with those given over them (a ``max_tokens_cap`` given as null
+        clears the cap), checked; an empty dict when none is given."""
+        given = self.dict(include={"fit_max_tokens"}, exclude_none=True)
+        if "max_tokens_cap" in self.model_fields_set:
+            given["max_tokens_cap"] = self.max_tokens_cap
+        if not given:
+            return {}
+        new = serving_limits(dep) | given
+        check_max_tokens_cap(new["max_tokens_cap"])
+        return new
 
 
 class ChangePreviewOut(Schema):
@@ -218,21 +243,28 @@ class ChangePreviewOut(Schema):
 def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[Any]:
     """Preview new settings (200: the plan, whether the running engine is recreated, the expected
     downtime in seconds); with ``confirm`` apply them (202; a running deployment stops, then relaunches, but for a
-    change of ``replica_count`` alone, made in place while the replicas serving keep serving)."""
+    change of ``replica_count`` alone, made in place while the replicas serving keep serving, and for one of the
+    idle settings and serving limits alone, which act at once)."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
-    given = data.dict(exclude={"confirm", *IDLE_FIELDS}, exclude_none=True)
-    idle = data.dict(include=set(IDLE_FIELDS), exclude_none=True)
-    settings = changes.current_settings(dep) | given
+    given = data.dict(exclude={"confirm", *IDLE_FIELDS, *LIMIT_FIELDS}, exclude_none=True)
+    idle, limits = data.dict(include=set(IDLE_FIELDS), exclude_none=True), data.limits(dep)
+    current = changes.current_settings(dep)
+    settings = current | given | {k: v for k, v in limits.items() if k in current}
     if idle:
         idle = merged(dep, idle)
+    at_once = bool(idle or limits) and only_limits_differ(settings, current)  # nothing the engine runs with
     if not data.confirm:
-        if idle and not given:
-            return Status(200, changes.ChangePreview(dep.stored_plan, recreate=False, downtime_seconds=None))
+        if at_once:
+            plan = plan_with(dep, limits.get("fit_max_tokens", dep.fit_max_tokens))
+            return Status(200, changes.ChangePreview(plan, recreate=False, downtime_seconds=None))
         return Status(200, changes.preview_change(dep, **settings))
-    if idle:
-        set_idle_settings(dep, **idle)
-    if given or not idle:
-        changes.apply_change(dep, **settings)
+    with transaction.atomic():  # all or nothing; a recreate is sent once all is stored
+        if idle:
+            set_idle_settings(dep, **idle)
+        if limits:
+            set_serving_limits(dep, **limits)
+        if not at_once:
+            changes.apply_change(dep, **settings)
     return Status(202, dep)
 
 

@@ -141,6 +141,7 @@ class DeploymentOut(Schema):
     extra_args: list[str]
     engine_env: dict[str, str]
     fit_max_tokens: bool
+    max_tokens_cap: int | None = Field(description="Tokens a request may generate here; null: no cap.")
     tool_call_parser: str
     reasoning_parser: str
     engine_version: str

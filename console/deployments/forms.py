@@ -10,6 +10,8 @@ from django.conf import settings
 from console.catalog.models import ModelSource
 from console.deployments.idle_settings import FIELDS, MAX_IDLE_MINUTES
 from console.deployments.planning import available_engines
+from console.deployments.serving_limits import FIELDS as SERVING_LIMITS
+from console.names import INT_MAX
 from engines.external import ExternalKind
 from engines.launch import CPU_ENGINES, GPU_ENGINES, EngineKind
 
@@ -61,7 +63,11 @@ class DeploymentForm(forms.Form):
     )
 
     max_tokens_cap = forms.IntegerField(
-        required=False, min_value=1, label="max_tokens cap", help_text="Tokens a request may generate; empty: none."
+        required=False,
+        min_value=1,
+        max_value=INT_MAX,
+        label="max_tokens cap",
+        help_text="Tokens a request may generate here, whatever it asks; empty: none. Changed, it acts at once.",
     )
     extra_args = forms.CharField(
         required=False,
@@ -191,7 +197,7 @@ class ChangeForm(DeploymentForm):
     """A deployment's plan fields, extra flags and replica count, to change (console.deployments.changes); the rest
     stays."""
 
-    FIXED = ("name", "model", "engine", "served_model_name", "max_tokens_cap", "make_room")
+    FIXED = ("name", "model", "engine", "served_model_name", "make_room")
 
     def __init__(self, *args: Any, engine: str = "", **kwargs: Any) -> None:
         """``engine``: the deployment's; options that mean nothing to it are kept as they are, out of sight."""
@@ -216,6 +222,10 @@ class ChangeForm(DeploymentForm):
         """The cleaned values console.deployments.changes takes."""
         fields = (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "extra_args", "replica_count")
         return {k: self.cleaned_data[k] for k in fields}
+
+    def limits(self) -> dict[str, Any]:
+        """The cleaned serving limits (console.deployments.serving_limits' keywords), which act at once."""
+        return {k: self.cleaned_data[k] for k in SERVING_LIMITS}
 
 
 class EndpointForm(forms.Form):

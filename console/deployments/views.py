@@ -7,6 +7,7 @@ import shlex
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -30,6 +31,13 @@ from console.deployments.idle_settings import idle_settings, merged, policy_word
 from console.deployments.models import Deployment, DeploymentState
 from console.deployments.planning import demo_refusal
 from console.deployments.room_making import new_plan
+from console.deployments.serving_limits import (
+    limits_words,
+    only_limits_differ,
+    plan_with,
+    serving_limits,
+    set_serving_limits,
+)
 from console.errors import ConsoleError
 from console.weights import progress as weights_progress
 from engines.launch import CPU_ENGINES, EngineKind
@@ -114,6 +122,7 @@ def _deployment_context(dep: Deployment) -> dict[str, object]:
         "remedy": remedy_actions.remedy_for(dep),
         "parts": page_parts.templates(),
         "policy": policy_words(dep),
+        "limits": limits_words(dep),
         "can_sleep": dep.state == DeploymentState.READY and idle_actions.can_sleep_now(dep),
         "events": dep.recent_events(20),
         "caveats": state_caveats.caveats(dep, celery_heartbeats.read()),
@@ -148,26 +157,33 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     confirm. Idle settings alone act at once, without a Recreate."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
     current = changes.current_settings(dep)
-    initial = current | idle_settings(dep) | {"extra_args": shlex.join(current["extra_args"])}
+    initial = current | idle_settings(dep) | serving_limits(dep) | {"extra_args": shlex.join(current["extra_args"])}
     form = ChangeForm(request.POST or None, initial=initial, engine=dep.engine)
     preview = None
     if request.method == "POST" and form.is_valid():
-        settings = form.settings()
+        settings, limits = form.settings(), form.limits()
         try:
-            idle, same = merged(dep, form.idle()), settings == current
-            if same:  # the idle settings alone: no new plan, nothing recreated
-                preview = changes.ChangePreview(dep.stored_plan, recreate=False, downtime_seconds=None)
+            idle, same = merged(dep, form.idle()), only_limits_differ(settings, current)
+            if same:  # the idle settings and serving limits alone: no new plan, nothing recreated
+                plan = plan_with(dep, limits["fit_max_tokens"])
+                preview = changes.ChangePreview(plan, recreate=False, downtime_seconds=None)
             else:
                 preview = changes.preview_change(dep, **settings)
             if not preview.plan.fits and settings["replica_count"] != dep.replica_count:
                 form.add_error("replica_count", preview.plan.reasons[-1])
             elif "confirm" in request.POST:
-                set_idle_settings(dep, **idle)
-                if not same:
-                    changes.apply_change(dep, **settings)
+                with transaction.atomic():  # all or nothing; a recreate is sent once all is stored
+                    saved = set_idle_settings(dep, **idle) | set_serving_limits(dep, **limits)
+                    if not same:
+                        changes.apply_change(dep, **settings)
+                if same and saved:
+                    messages.success(request, f"Saved {dep.name}'s settings: they act at once, nothing relaunched.")
+                elif same:
+                    messages.info(request, f"Nothing changed: {dep.name}'s settings are as they were.")
                 return redirect("deployments:detail", dep.pk)
         except ConsoleError as exc:
             form.add_error(None, str(exc))
+            dep.refresh_from_db()  # what a refused change set on it was not stored
     gpus = changes.replicas_gpus(preview) if preview else []
     words = scaling.scale_words(*preview.scale) if preview and preview.scale else ""
     context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words}
