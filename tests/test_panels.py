@@ -363,3 +363,20 @@ def test_a_panel_says_a_new_deployment_has_not_been_launched_and_a_stopped_one_i
     Deployment.objects.filter(pk=new.pk).update(state_reason="Stopped by admin.")
     new.refresh_from_db()
     assert set(live_panel(new).reasons.values()) == {"the deployment is stopped"}
+
+
+def test_a_deployment_just_ready_waits_for_its_first_scrape_without_a_stale_banner(admin: Client) -> None:
+    dep = deployment()
+    now = time.time()
+    Deployment.objects.filter(pk=dep.pk).update(state_since=datetime.fromtimestamp(now - INTERVAL, UTC))
+    panel = live_panel(Deployment.objects.get(pk=dep.pk), now)
+    assert panel.first_scrape_due and not panel.stale and panel.failing == []
+    assert panel.reasons["kv_cache_usage"] == "its first scrape has not come yet (it has just become ready)"
+    html = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert 'data-field="stale"' not in html and "first scrape due" in html
+    assert "first scrape due" in admin.get("/").text  # the dashboard's age column
+
+    Deployment.objects.filter(pk=dep.pk).update(state_since=datetime.fromtimestamp(now - 4 * INTERVAL, UTC))
+    late = live_panel(Deployment.objects.get(pk=dep.pk), now)  # three intervals and no scrape: stale, as before
+    assert late.stale and not late.first_scrape_due and [r.name for r in late.failing] == ["llama-0"]
+    assert "no replica's /metrics answered" in late.reasons["kv_cache_usage"]

@@ -81,6 +81,7 @@ class Panel:
     age_seconds: float | None = None
     swaps: Swaps = field(default_factory=Swaps)
     woke_seconds: float | None = None  # since it became ready after a wake, while it is ready; else None
+    ready_seconds: float | None = None  # since it became ready, while it is ready; else None
     held_by_class: dict[str, int] | None = None  # held in the gateway's lanes, per class (queue_depth; None: unknown)
 
     @property
@@ -128,11 +129,18 @@ class Panel:
     @property
     def stale(self) -> bool:
         late = self.age_seconds is None or self.age_seconds > STALE_AFTER_SCRAPES * _interval()
-        return self.ready and late and not self.just_woke
+        return self.ready and late and not self.just_woke and not self.first_scrape_due
 
     @property
     def failing(self) -> list[ReplicaHealth]:
-        return [] if self.just_woke else [r for r in self.replicas if not r.fresh]
+        return [] if self.just_woke or self.first_scrape_due else [r for r in self.replicas if not r.fresh]
+
+    @property
+    def first_scrape_due(self) -> bool:
+        """Ready less than STALE_AFTER_SCRAPES scrape intervals ago, with no scrape yet: its first has not come;
+        neither stale nor failing."""
+        since = self.ready_seconds
+        return since is not None and self.age_seconds is None and since <= STALE_AFTER_SCRAPES * _interval()
 
     @property
     def just_woke(self) -> bool:
@@ -203,7 +211,8 @@ def panels(deps: list[Deployment], now: float | None = None) -> list[Panel]:
         panel = Panel(dep, cost=hourly_cost(dep, prices), charged=charged_price(dep, prices), swaps=swaps(dep, moment))
         if dep.state == DeploymentState.READY:
             woke = dep.events.filter(kind=DeploymentEvent.Kind.WAKE, at__gte=dep.state_since).exists()
-            panel.woke_seconds = now - dep.state_since.timestamp() if woke else None
+            panel.ready_seconds = now - dep.state_since.timestamp()
+            panel.woke_seconds = panel.ready_seconds if woke else None
             panel.requests = stats.get(dep.pk, RequestStats())
             panel.replicas = health[dep.pk]
             _fill(panel, now, rows)
@@ -239,6 +248,7 @@ def _fill(panel: Panel, now: float, rows: list[MappingRow]) -> None:
         errors = sorted({r.error for r in panel.replicas if r.error})  # e.g. an Ollama endpoint: no /metrics at all
         why = "no replica's /metrics answered in the last scrapes" if panel.replicas else "no replica is running"
         why += f" ({errors[0]})" if errors and panel.replicas else ""
+        why = "its first scrape has not come yet (it has just become ready)" if panel.first_scrape_due else why
         panel.reasons = {k: why for k in (*GAUGES, *COUNTERS_SHOWN, "ttft", "itl")}
         return
     for name in (*GAUGES, *COUNTERS_SHOWN):
