@@ -12,6 +12,7 @@ from appliance.celery_queues import LONG_QUEUE, LONG_TASKS, UPKEEP_QUEUE
 from appliance.datafiles import keep_data_dir_private
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "appliance.settings")
+HARD_AFTER_SOFT = 10.0  # seconds a periodic run has, after its soft time limit, to end before its process is killed
 
 app = Celery("appliance")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -43,9 +44,26 @@ def note_that_beat_runs(**kwargs: object) -> None:
 @app.on_after_finalize.connect
 def schedule_periodic_tasks(sender: Celery, **kwargs: object) -> None:
     """Send each of ``periodic_tasks`` at its period; each run expires just under its period, so a backlog never
-    piles up behind a stalled worker."""
+    piles up behind a stalled worker, and is stopped once it runs too long (``time_limits``)."""
     for name, every in periodic_tasks().items():
-        sender.add_periodic_task(every, sender.signature(name, expires=every * 0.9))
+        soft, hard = time_limits(every)
+        sender.add_periodic_task(
+            every, sender.signature(name, expires=every * 0.9, soft_time_limit=soft, time_limit=hard)
+        )
+
+
+def time_limits(every: float) -> tuple[float, float]:
+    """(soft, hard) seconds a run of a periodic task sent every ``every`` seconds may take: at least
+    HEARTH_PERIODIC_TIME_LIMIT and twice its period, then HARD_AFTER_SOFT more. A run that hangs (a lock a stuck
+    transaction holds, a call that never answers) would hold a worker process for ever, and beat sends the next
+    runs to the others until none is left for the scrapes, reconcile or alerts. At the soft limit Celery raises
+    SoftTimeLimitExceeded in the task, which ends it unless the task is blocked in C; at the hard limit the pool
+    kills its process and starts another. The next run does the work: each periodic task takes up where the
+    database says it is."""
+    from django.conf import settings
+
+    soft = max(settings.HEARTH_PERIODIC_TIME_LIMIT, 2 * every)
+    return soft, soft + HARD_AFTER_SOFT
 
 
 def periodic_tasks() -> dict[str, float]:

@@ -278,6 +278,9 @@ HEARTH_SCRAPE_INTERVAL = envfloat("HEARTH_SCRAPE_INTERVAL", 5.0)  # seconds
 HEARTH_METRICS_TOKEN = envsecret("HEARTH_METRICS_TOKEN")  # /metrics wants "Authorization: Bearer <it>"
 HEARTH_METRICS_OPEN = envbool("HEARTH_METRICS_OPEN", False)  # true: /metrics answers anyone (no token needed)
 HEARTH_RECONCILE_INTERVAL = envfloat("HEARTH_RECONCILE_INTERVAL", 10.0)  # seconds
+# Seconds a run of a periodic task (scrape, reconcile, alerts...) may take at least before it is stopped: twice its
+# period where that is longer (appliance.celery.time_limits)
+HEARTH_PERIODIC_TIME_LIMIT = envfloat("HEARTH_PERIODIC_TIME_LIMIT", 120.0)
 # Seconds between beat's checks of the request accounting (the spool written, spending counters held to the log)
 HEARTH_ACCOUNTING_CHECK_INTERVAL = envfloat("HEARTH_ACCOUNTING_CHECK_INTERVAL", 30.0)
 # Batch-class requests (keys of class batch, Batch API lines) are charged the deployment's price times this factor, in
