@@ -29,7 +29,7 @@ def test_first_run_creates_the_admin_then_goes_away(client: Client) -> None:
     assert client.get("/login/")["Location"] == "/setup/"
     page = client.get("/setup/").content.decode()
     assert "at least 8 characters" in page and "entirely numeric" in page  # the rules, before the browser's refusal
-    resp = client.post("/setup/", {"username": "root", "password": "long-enough-pw"})
+    resp = client.post("/setup/", {"username": "root", "password": "long-enough-pw", "password2": "long-enough-pw"})
     assert resp.status_code == 302
     assert client.get("/models/").status_code == 200  # logged in as the new admin
     client.logout()

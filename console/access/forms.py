@@ -4,6 +4,7 @@ limits, and a rotation's grace period."""
 from typing import Any, ClassVar, cast
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.password_validation import password_validators_help_text_html, validate_password
 from django.core.validators import MaxLengthValidator
@@ -151,15 +152,36 @@ class LoginForm(AuthenticationForm):
 
 
 class SetupForm(forms.Form):
+    """The first admin's username and password, the password typed twice: a typo in it would lock the only account
+    of a fresh appliance out. Passwords are kept as typed (no strip), as sign-in takes them. Errors: Django's
+    password validators' words under ``password``, a mismatch under ``password2``."""
+
     username = forms.CharField(max_length=150)
     password = forms.CharField(
-        widget=forms.PasswordInput,
+        widget=forms.PasswordInput,  # never rendered back: render_value is False
+        strip=False,
         min_length=8,
         max_length=128,
         help_text=password_validators_help_text_html(),  # the rules, as the password page lists them
     )
+    password2 = forms.CharField(
+        widget=forms.PasswordInput,
+        strip=False,
+        max_length=128,
+        label="Password (again)",
+        help_text="The same password, to catch a typo.",
+    )
 
     def clean_password(self) -> str:
         password: str = self.cleaned_data["password"]
-        validate_password(password)  # raises ValidationError with Django's validators' words
+        named = get_user_model()(username=self.cleaned_data.get("username", ""))  # "too similar to the username"
+        validate_password(password, named)  # raises ValidationError with Django's validators' words
         return password
+
+    def clean(self) -> dict[str, Any]:
+        """The cleaned fields; two passwords that differ are an error under ``password2``."""
+        data = super().clean() or {}
+        password, again = data.get("password"), data.get("password2")
+        if password is not None and again is not None and password != again:
+            self.add_error("password2", "The two passwords differ: type the same one in both fields.")
+        return data
