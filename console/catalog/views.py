@@ -21,23 +21,20 @@ from engines.launch import EngineKind
 
 @login_required
 def models_page(request: HttpRequest) -> HttpResponse:
+    """The models, and the forms that add one. A POST of a form (``local-*`` or ``hf-*`` fields) adds its model, or
+    shows the form again with every mistake under its field and the values typed kept; nothing is saved then."""
     is_local = "local-path" in request.POST
     local = LocalModelForm(request.POST if is_local else None, prefix="local")
-    hf = HfModelForm(request.POST if "hf-repo_id" in request.POST else None, prefix="hf")
-    if request.method == "POST":
-        form = local if is_local else hf
+    hf = HfModelForm(request.POST if "hf-repo_id" in request.POST and not is_local else None, prefix="hf")
+    form = local if is_local else hf
+    if form.is_valid():  # an unbound form (a GET) is not
         try:
-            if form.is_valid():
-                data = form.cleaned_data
-                model = (
-                    sources.add_local_model(data["name"], data["path"])
-                    if form is local
-                    else sources.add_hf_model(data["name"], data["repo_id"], data["revision"])
-                )
-                messages.success(request, f"Added {model.name}.")
-                return redirect("catalog:models")
-        except ConsoleError as exc:
-            form.add_error(None, str(exc))
+            model = sources.add_source(form.cleaned_data["name"], form.cleaned_data["source"])
+        except ConsoleError as exc:  # another model took the name since the form was checked
+            form.add_error("name", str(exc))
+        else:
+            messages.success(request, f"Added {model.name}.")
+            return redirect("catalog:models")
     models = ModelSource.objects.order_by("name")
     context = {
         "models": models,
