@@ -14,9 +14,8 @@ from pathlib import Path
 from django.conf import settings
 
 from console.catalog.models import ModelSource
-from console.catalog.sources import add_local_model
+from console.catalog.sources import add_local_model, check_model_name
 from console.errors import ConsoleError
-from console.names import check_name
 
 
 def imported_dir() -> Path:
@@ -27,9 +26,7 @@ def imported_dir() -> Path:
 def import_archive(name: str, archive: str) -> ModelSource:
     """Unpack ``archive`` (a path on the appliance) and add it as the local model ``name``. Raises ConsoleError when
     the name is taken, the archive cannot be read or holds something unsafe, or its folder is not a checkpoint."""
-    name = check_name(name, "Model name")
-    if ModelSource.objects.filter(name=name).exists():
-        raise ConsoleError(f"A model named {name!r} already exists.")
+    name = check_model_name(name)
     target = imported_dir() / name
     if target.exists():
         raise ConsoleError(f"{target} exists already; remove it, or import under another name.")
