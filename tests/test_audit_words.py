@@ -68,6 +68,9 @@ def test_values_read_in_words_and_only_datetimes_with_an_offset_become_times() -
             "naive": "2026-12-06T15:30:00",
             "odd": "2026-13-40T15:30:00Z",
             "count": 0,
+            "extra_args": [],
+            "allowed_models": ["a", "b", "c"],
+            "models": [[], ["smol"]],
         }
     )
     assert entry.changes_in_words() == [
@@ -80,6 +83,9 @@ def test_values_read_in_words_and_only_datetimes_with_an_offset_become_times() -
         ("naive", "2026-12-06T15:30:00"),
         ("odd", "2026-13-40T15:30:00Z"),
         ("count", "0"),
+        ("extra_args", "none"),
+        ("allowed_models", "a, b, c"),
+        ("models", "none → smol"),
     ]
 
 

@@ -63,10 +63,13 @@ class AuditEntry(models.Model):
 
 
 def _value_in_words(value: Any) -> str:
-    """One stored value (JSON: str, number, bool, None, list, dict) as the page shows it: None or "" → "none",
-    True/False → "on"/"off", an ISO 8601 datetime with its offset → "YYYY-MM-DD HH:MM UTC", else ``str(value)``."""
-    if value is None or value == "":
+    """One stored value (JSON: str, number, bool, None, list, dict) as the page shows it: None, "", [] or {} →
+    "none", a list as its values in words joined by commas, True/False → "on"/"off", an ISO 8601 datetime with its
+    offset → "YYYY-MM-DD HH:MM UTC", else ``str(value)``."""
+    if value is None or value in ("", [], {}):
         return "none"
+    if isinstance(value, list):
+        return ", ".join(_value_in_words(v) for v in value)
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, str) and ISO_DATETIME.fullmatch(value):

@@ -90,7 +90,8 @@ class DeploymentForm(forms.Form):
         initial=True,
         label="Fit max_tokens to the context left",
         help_text="A request asking for more output than its context leaves gets what it leaves (a response "
-        "header says so) instead of a refusal: coding agents ask for 32,000 tokens whatever the model.",
+        "header says so) instead of a refusal: coding agents ask for 32,000 tokens whatever the model. Changed, it "
+        "acts at once.",
     )
     tool_call_parser = forms.CharField(
         required=False,
