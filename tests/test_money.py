@@ -191,6 +191,23 @@ def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_a_batch_disco
     assert re.search(under, page)
 
     assert not r.batch_charged and 'data-row="batch_discount"' not in admin.get(f"/costs/?day={day.isoformat()}").text
+    assert r.unpriced == 0
+    for status, tokens in ((400, None), (429, None), (200, 30)):  # two refused, one that ran with no price then
+        at = datetime.fromtimestamp(ten + 700, UTC)
+        RequestLog.objects.create(
+            created_at=at,
+            api_key=keys[0],
+            model=dep.served_model_name,
+            surface="openai",
+            endpoint="/v1/chat/completions",
+            status=status,
+            prompt_tokens=tokens,
+            completion_tokens=tokens,
+            duration_seconds=0.01,
+        )
+    unpriced = reconcile(dep, day)
+    assert unpriced is not None and unpriced.unpriced == 1  # a refusal ran nothing: it is not "ran with no price"
+    assert "1 request ran with no price and was charged nothing." in admin.get(f"/costs/?day={day.isoformat()}").text
 
     # a batch line's tokens took the GPU time their full price pays for: what it was let off is the batch
     # discount, not idle time; a discount under half a cent still has its row, at $0.00, as a key's charge does

@@ -32,8 +32,8 @@ OTHER_KEYS = "other keys"
 class Reconciliation:
     """One deployment's day: ``keys`` (name, USD charged, to the cent), ``batch_discount_usd`` (the GPU time batch
     requests took beyond what they were charged; ``batch_charged``: there were any), ``idle_usd`` (the GPU cost no
-    key paid for), ``gpu_usd`` (their sum), ``idle_hours`` (idle_usd at its $/hour), ``unpriced`` requests charged
-    nothing."""
+    key paid for), ``gpu_usd`` (their sum), ``idle_hours`` (idle_usd at its $/hour), ``unpriced`` requests that ran
+    (tokens counted) and were charged nothing, having no price; a refusal ran nothing and is not one."""
 
     deployment: Deployment
     day: date
@@ -77,7 +77,9 @@ def reconcile(dep: Deployment, day: date, own: set[int] | None = None) -> Reconc
         .annotate(
             usd=Sum("cost_usd"),
             batch_usd=Sum("cost_usd", filter=Q(priority=Priority.BATCH)),
-            unpriced=Count("id", filter=Q(cost_usd__isnull=True)),
+            unpriced=Count(
+                "id", filter=Q(cost_usd__isnull=True) & (Q(prompt_tokens__gt=0) | Q(completion_tokens__gt=0))
+            ),
         )
         .order_by("api_key__name")
     )
