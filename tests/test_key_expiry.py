@@ -140,3 +140,15 @@ def test_an_expired_key_given_a_later_expiry_on_its_page_is_active_and_rotatable
     assert mia.post(f"/keys/{row.pk}/", {"expires_at": "2030-01-01 00:00"}).status_code == 302
     page = mia.get(f"/keys/{row.pk}/").content.decode()
     assert _status(page) == "active" and f'action="/keys/{row.pk}/rotate/"' in page
+
+
+@pytest.mark.parametrize("spelled", ["9999-12-31T23:59:59-05:00", "9999-12-31T23:59:59", "2200-01-01T00:00:00Z"])
+def test_an_expiry_past_the_most_days_is_a_400_never_a_500(admin: Client, admin_user: Any, spelled: str) -> None:
+    row, _ = keys.create_key("far", admin_user)
+    resp = _patch(admin, row.pk, {"expires_at": spelled})
+    assert resp.status_code == 400 and resp.json() == {
+        "detail": "expires_at must be within 36,500 days (or empty for never)."
+    }
+    page = admin.post(f"/keys/{row.pk}/", {"expires_at": spelled.replace("T", " ")})
+    assert page.status_code == 200 and "must be within 36,500 days" in page.content.decode()
+    assert ApiKey.objects.get(pk=row.pk).expires_at is None

@@ -71,7 +71,8 @@ def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any
 def expiry_moment(value: object) -> datetime:
     """``value`` (a datetime) as an aware datetime in the future. One without a time zone, as the JSON API
     gets "2030-01-01T00:00:00" or "2030-01-01", is read as UTC, as the console's form reads it and its
-    pages show it. Raises LimitError when it is no datetime or not after now."""
+    pages show it; returned in UTC. Raises LimitError when it is no datetime, not after now, or more than MAX_DAYS
+    days away (a new key's most)."""
     if not isinstance(value, datetime):
         raise LimitError(
             "expires_at must be a date and time, e.g. 2030-01-01T00:00:00Z (or empty for never).", "expires_at"
@@ -79,7 +80,9 @@ def expiry_moment(value: object) -> datetime:
     moment = value.replace(tzinfo=UTC) if timezone.is_naive(value) else value
     if moment <= timezone.now():
         raise LimitError("expires_at must be in the future (or empty for never).", "expires_at")
-    return moment
+    if moment - timezone.now() > timedelta(days=MAX_DAYS):  # as a new key's days; 9999-12-31 overflows in storage
+        raise LimitError(f"expires_at must be within {MAX_DAYS:,} days (or empty for never).", "expires_at")
+    return moment.astimezone(UTC)
 
 
 def budget(value: object, name: str) -> Decimal:
