@@ -84,16 +84,22 @@ class AgentFit:
     reason: str
 
 
-def agent_fits(max_model_len: int, fit_max_tokens: bool = False, chat_template: str = "") -> list[AgentFit]:
+def agent_fits(
+    max_model_len: int, fit_max_tokens: bool = False, chat_template: str = "", max_tokens_cap: int | None = None
+) -> list[AgentFit]:
     """For each recorded agent, whether a deployment of ``max_model_len`` tokens whose model has ``chat_template``
-    ("" when none is at hand) serves its first request: the rendered prompt + its output limit, or, with
-    ``fit_max_tokens`` on or no limit asked, the prompt + MIN_ANSWER_TOKENS."""
+    ("" when none is at hand) serves its first request: the rendered prompt + its output limit (lowered to the
+    deployment's ``max_tokens_cap``, set to it where none is asked, as the gateway does), or, with
+    ``fit_max_tokens`` on or no limit at all, the prompt + MIN_ANSWER_TOKENS."""
     fits: list[AgentFit] = []
     for client in recorded_requests():
         prompt = _prompt(chat_template, client)
-        fitted = fit_max_tokens or client.max_tokens is None
-        needed = prompt.tokens + (MIN_ANSWER_TOKENS if fitted else client.max_tokens or 0)
-        reason = _reason(client, prompt, max_model_len, fit_max_tokens, needed)
+        asked = client.max_tokens
+        if max_tokens_cap is not None:
+            asked = max_tokens_cap if asked is None else min(asked, max_tokens_cap)
+        fitted = fit_max_tokens or asked is None
+        needed = prompt.tokens + (MIN_ANSWER_TOKENS if fitted else asked or 0)
+        reason = _reason(client, prompt, max_model_len, fit_max_tokens, needed, asked)
         fits.append(AgentFit(client, prompt, max_model_len >= needed, needed, reason))
     return fits
 
@@ -103,13 +109,20 @@ def _prompt(chat_template: str, client: AgentRequest) -> Prompt:
     return rendered_prompt(chat_template, client.messages, client.tools)
 
 
-def _reason(client: AgentRequest, prompt: Prompt, max_model_len: int, fit_max_tokens: bool, needed: int) -> str:
-    if client.max_tokens is None:
+def _reason(
+    client: AgentRequest, prompt: Prompt, max_model_len: int, fit_max_tokens: bool, needed: int, asked: int | None
+) -> str:
+    """Why the agent is served or not, in one or two sentences; ``asked``: its output limit after the deployment's
+    cap."""
+    if asked is None:
         how = "with no output limit"
     elif fit_max_tokens:
         how = "with max_tokens fitted to the context left"
+    elif asked != client.max_tokens:
+        wanted = "none" if client.max_tokens is None else f"{client.max_tokens:,}"
+        how = f"asking for {wanted} output tokens, the deployment's max_tokens cap making it {asked:,}"
     else:
-        how = f"asking for {client.max_tokens:,} output tokens"
+        how = f"asking for {asked:,} output tokens"
     tools = f"{len(client.tools)} tools" + (
         "" if prompt.tools_rendered else ", whose schemas the chat template leaves out"
     )
@@ -119,7 +132,9 @@ def _reason(client: AgentRequest, prompt: Prompt, max_model_len: int, fit_max_to
         f"{client.name} {client.version}'s first request (about {prompt.tokens:,} prompt tokens {counted}, {tools}; "
         f"{how}) needs about {needed:,} tokens of context: it {verdict} in {max_model_len:,}."
     )
-    if verdict != "fits" and not fit_max_tokens and client.max_tokens is not None:
+    if verdict == "fits" and asked is not None and asked != client.max_tokens:
+        reason += f" Its answers stop at {asked:,} tokens: a longer one comes back cut (finish reason length)."
+    if verdict != "fits" and not fit_max_tokens and asked is not None:
         if max_model_len >= prompt.tokens + MIN_ANSWER_TOKENS:
             reason += ' Turning on "fit max_tokens to the context left" would let it through.'
     return reason

@@ -97,3 +97,8 @@ def test_the_exports_keep_the_stored_type_and_values(root: Client) -> None:
     [row] = csv.DictReader(io.StringIO(root.get("/audit/export.csv?action=key.limits").content.decode()))
     assert row["target_type"] == "access.apikey"
     assert json.loads(row["changes"]) == {"expires_at": [None, EXPIRY]}
+
+
+def test_a_filter_that_matches_nothing_says_so(root: Client) -> None:
+    page = root.get("/audit/?target=nobody-by-this-name").content.decode()
+    assert '<td colspan="6">No entries match.</td>' in page

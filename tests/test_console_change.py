@@ -70,6 +70,7 @@ def test_a_running_deployment_previews_the_recreate_and_its_downtime_then_change
 def test_a_stopped_deployment_just_takes_the_new_settings(admin: Client, dep: Deployment) -> None:
     page = admin.post(f"/deployments/{dep.pk}/change/", form(max_model_len=2048)).content.decode()
     assert 'data-field="recreate"' not in page and "Confirm: save these settings" in page
+    assert "Nothing is relaunched:</strong> live is not launched yet; its first launch takes them." in page
     admin.post(f"/deployments/{dep.pk}/change/", form(max_model_len=2048, confirm=""))
     dep.refresh_from_db()
     assert (dep.state, dep.max_model_len) == ("stopped", 2048)

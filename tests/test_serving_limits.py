@@ -41,6 +41,7 @@ def test_the_change_page_sets_a_cap_at_once_and_the_deployment_page_says_it(
     assert 'name="max_tokens_cap"' in page and "acts at once" in page
     preview = admin.post(url, shown(dep, max_tokens_cap=4096)).content.decode()
     assert 'data-field="recreate"' not in preview and "Confirm: save these settings" in preview
+    assert "<strong>Nothing is relaunched:</strong> these settings act at once, on the engine serving now." in preview
     assert Deployment.objects.get(pk=dep.pk).max_tokens_cap is None  # a preview changes nothing
 
     with django_capture_on_commit_callbacks(execute=True) as announced:  # type: ignore[operator]
@@ -109,3 +110,22 @@ def test_fit_max_tokens_alone_acts_at_once_and_the_plan_judges_the_agents_anew(a
 def changes_with_current(dep: Deployment) -> dict[str, object]:
     """The API's change body with every engine setting as the deployment has it."""
     return {k: v for k, v in current_settings(dep).items() if k != "fit_max_tokens"}
+
+
+def test_a_cap_is_in_the_agents_verdict_before_and_after_it_is_saved(admin: Client, dep: Deployment) -> None:
+    url = f"/api/deployments/{dep.pk}/change"
+    admin.post(url, {"fit_max_tokens": False, "confirm": True}, content_type=JSON)
+    assert not {a["name"]: a["serves"] for a in Deployment.objects.get(pk=dep.pk).plan["agents"]}["Claude Code"]
+    preview = admin.post(url, {"max_tokens_cap": 1000}, content_type=JSON).json()
+    claude = next(a for a in preview["plan"]["agents"] if a["name"] == "Claude Code")
+    assert claude["serves"] and "the deployment's max_tokens cap making it 1,000" in claude["reason"], claude
+    assert "Its answers stop at 1,000 tokens: a longer one comes back cut" in claude["reason"]
+    with_seqs = admin.post(url, {"max_tokens_cap": 1000, "max_num_seqs": 32}, content_type=JSON).json()
+    assert (
+        with_seqs["recreate"] and next(a for a in with_seqs["plan"]["agents"] if a["name"] == "Claude Code")["serves"]
+    )
+    admin.post(url, {"max_tokens_cap": 1000, "confirm": True}, content_type=JSON)
+    stored = Deployment.objects.get(pk=dep.pk).plan["agents"]
+    assert next(a for a in stored if a["name"] == "Claude Code")["serves"]
+    page = admin.get(f"/deployments/{dep.pk}/").content.decode()
+    assert "making it 1,000" in page  # the Coding agents tab

@@ -95,6 +95,7 @@ def create_deployment(
         "tool_call_parser": tool_call_parser,
         "reasoning_parser": reasoning_parser,
         "fit_max_tokens": fit_max_tokens,
+        "max_tokens_cap": max_tokens_cap,
     }
     planned = room_making.new_plan(name, model, engine, options, consent=make_room)
     plan = planned.plan
@@ -133,6 +134,7 @@ def create_deployment(
                     "max_model_len": dep.max_model_len,
                     "extra_args": dep.extra_args,
                     "max_tokens_cap": max_tokens_cap,
+                    "fit_max_tokens": fit_max_tokens,
                     **idle,
                     **({"room": planned.room.words()} if planned.room else {}),
                 },

@@ -92,17 +92,22 @@ def _effective(given: str, chosen: str | None) -> str | None:
 
 
 def agent_facts(
-    max_model_len: int, fit_max_tokens: bool, takes_tools: bool = True, chat_template: str = ""
+    max_model_len: int,
+    fit_max_tokens: bool,
+    takes_tools: bool = True,
+    chat_template: str = "",
+    max_tokens_cap: int | None = None,
 ) -> tuple[AgentFact, ...]:
     """Per agent, whether it is served and the tokens of context it needs, for a deployment of ``max_model_len``
-    tokens with ``fit_max_tokens`` on or off, its first request counted as the model's ``chat_template`` renders
+    tokens with ``fit_max_tokens`` on or off and ``max_tokens_cap`` (None: no cap), its first request counted as
+    the model's ``chat_template`` renders
     it ("" when the catalog holds none: engines.chat_prompt's fallback). ``takes_tools`` False (an engine without
     a tool-call parser, which refuses requests with tools): no agent is served, whatever the context, since each
     sends tools on every request."""
     refused = " But it sends tools on every request, which this engine refuses without a tool-call parser."
     return tuple(
         AgentFact(f.client.name, f.serves and takes_tools, f.needed, f.reason + ("" if takes_tools else refused))
-        for f in agent_fits(max_model_len, fit_max_tokens, chat_template)
+        for f in agent_fits(max_model_len, fit_max_tokens, chat_template, max_tokens_cap)
     )
 
 

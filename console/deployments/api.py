@@ -1,6 +1,7 @@
 """The deployments' part of the JSON API: plan, create, launch, stop, sleep, wake, change, apply the remedy, delete;
 register an engine Hearth did not launch, add one to a deployment as a replica, remove it."""
 
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from console.deployments.planning import plan_for
 from console.deployments.serving_limits import FIELDS as LIMIT_FIELDS
 from console.deployments.serving_limits import (
     check_max_tokens_cap,
+    judged,
     only_limits_differ,
     plan_with,
     serving_limits,
@@ -254,10 +256,11 @@ def change_deployment(request: HttpRequest, pk: int, data: ChangeIn) -> Status[A
         idle = merged(dep, idle)
     at_once = bool(idle or limits) and only_limits_differ(settings, current)  # nothing the engine runs with
     if not data.confirm:
+        new = limits or serving_limits(dep)
         if at_once:
-            plan = plan_with(dep, limits.get("fit_max_tokens", dep.fit_max_tokens))
-            return Status(200, changes.ChangePreview(plan, recreate=False, downtime_seconds=None))
-        return Status(200, changes.preview_change(dep, **settings))
+            return Status(200, changes.ChangePreview(plan_with(dep, **new), recreate=False, downtime_seconds=None))
+        preview = changes.preview_change(dep, **settings)
+        return Status(200, replace(preview, plan=judged(dep, preview.plan, **new)))
     with transaction.atomic():  # all or nothing; a recreate is sent once all is stored
         if idle:
             set_idle_settings(dep, **idle)

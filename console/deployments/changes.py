@@ -105,6 +105,7 @@ def preview_change(
         tool_call_parser=tool_call_parser,
         reasoning_parser=reasoning_parser,
         fit_max_tokens=fit_max_tokens,
+        max_tokens_cap=deployment.max_tokens_cap,
     )
     asked = {
         "max_model_len": max_model_len,

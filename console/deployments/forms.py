@@ -191,7 +191,8 @@ class DeploymentForm(forms.Form):
 
     def plan_options(self) -> dict[str, Any]:
         """The cleaned values planning.plan_for takes as options."""
-        return {k: self.cleaned_data[k] for k in (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "replica_count")}
+        fields = (*self.PLAN_FIELDS, *self.AGENT_FIELDS, "max_tokens_cap", "replica_count")
+        return {k: self.cleaned_data[k] for k in fields}
 
 
 class ChangeForm(DeploymentForm):

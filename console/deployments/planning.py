@@ -71,19 +71,22 @@ def plan_for(
     tool_call_parser: str = "",
     reasoning_parser: str = "",
     fit_max_tokens: bool = True,
+    max_tokens_cap: int | None = None,
     **sizing: Any,
 ) -> StoredPlan:
     """The plan for ``model`` on ``engine``, as stored on a deployment: the sizing (``sizing``: sizing_plan's
     keywords) and what coding agents need of it, its ``parsers`` (the engine's tool-call and reasoning parsers,
     ``tool_call_parser``/``reasoning_parser`` overriding the choice: "" keeps it, "none" turns it off) and its
-    ``agents`` (whether its context serves each agent's first request, with ``fit_max_tokens`` on or off;
+    ``agents`` (whether its context serves each agent's first request, with ``fit_max_tokens`` on or off and the
+    deployment's ``max_tokens_cap``;
     console.deployments.agent_support).
 
     Raises ConsoleError as sizing_plan does, and for a parser name that is not one.
     """
     plan = sizing_plan(model, engine, **sizing)
     parsers = parser_facts(model, engine, tool_call_parser, reasoning_parser)
-    agents = agent_facts(plan.max_model_len, fit_max_tokens, takes_tools(engine, parsers), model.chat_template)
+    tools = takes_tools(engine, parsers)
+    agents = agent_facts(plan.max_model_len, fit_max_tokens, tools, model.chat_template, max_tokens_cap)
     return replace(plan, parsers=parsers, agents=agents)
 
 

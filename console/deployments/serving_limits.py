@@ -42,28 +42,33 @@ def only_limits_differ(settings: Mapping[str, Any], current: Mapping[str, Any]) 
     }
 
 
-def plan_with(dep: Deployment, fit_max_tokens: bool) -> StoredPlan:
-    """The deployment's stored plan with its agents judged anew with ``fit_max_tokens`` (which coding agents its
-    context serves depends on it); an external deployment's empty plan, or one stored before plans named their
-    parsers (it judged no agents), stays as it is."""
-    plan = dep.stored_plan
-    if not dep.plan or plan.parsers is None or fit_max_tokens == dep.fit_max_tokens:
+def plan_with(dep: Deployment, fit_max_tokens: bool, max_tokens_cap: int | None) -> StoredPlan:
+    """The deployment's stored plan with its agents judged anew (judged) for these serving limits."""
+    return judged(dep, dep.stored_plan, fit_max_tokens, max_tokens_cap)
+
+
+def judged(dep: Deployment, plan: StoredPlan, fit_max_tokens: bool, max_tokens_cap: int | None) -> StoredPlan:
+    """``plan`` (one of ``dep``'s, stored or previewed) with its agents judged with these serving limits: which
+    coding agents its context serves depends on them. An external deployment's empty plan, or one stored before
+    plans named their parsers (it judged no agents), stays as it is."""
+    if dep.external or plan.parsers is None:
         return plan
     tools = takes_tools(dep.engine, plan.parsers)
-    return replace(plan, agents=agent_facts(plan.max_model_len, fit_max_tokens, tools, dep.source.chat_template))
+    agents = agent_facts(plan.max_model_len, fit_max_tokens, tools, dep.source.chat_template, max_tokens_cap)
+    return replace(plan, agents=agents)
 
 
 def set_serving_limits(dep: Deployment, *, max_tokens_cap: int | None, fit_max_tokens: bool) -> dict[str, list[object]]:
-    """Store new serving limits (the cap checked as check_max_tokens_cap does), the plan's agents judged anew when
-    fit_max_tokens changed, and audit what changed; returns it. Every gateway applies them to its next request.
+    """Store new serving limits (the cap checked as check_max_tokens_cap does), the plan's agents judged anew with
+    them, and audit what changed; returns it. Every gateway applies them to its next request.
     Raises ConsoleError."""
     check_max_tokens_cap(max_tokens_cap)
     new = {"max_tokens_cap": max_tokens_cap, "fit_max_tokens": fit_max_tokens}
     diff = changed(serving_limits(dep), new)
     if diff:
         fields: dict[str, Any] = dict(new)
-        if dep.plan:
-            fields["plan"] = plan_with(dep, fit_max_tokens).to_json()
+        if not dep.external:
+            fields["plan"] = plan_with(dep, fit_max_tokens, max_tokens_cap).to_json()
         with transaction.atomic():
             Deployment.objects.filter(pk=dep.pk).update(**fields)
             record(None, "deployment.limits", dep, diff)

@@ -3,6 +3,7 @@ plan; the live numbers come from console.observability), its actions, and the ch
 Hearth did not launch, registered, added to a deployment and removed."""
 
 import shlex
+from dataclasses import replace
 
 from django.conf import settings
 from django.contrib import messages
@@ -32,6 +33,7 @@ from console.deployments.models import Deployment, DeploymentState
 from console.deployments.planning import demo_refusal
 from console.deployments.room_making import new_plan
 from console.deployments.serving_limits import (
+    judged,
     limits_words,
     only_limits_differ,
     plan_with,
@@ -159,16 +161,16 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     current = changes.current_settings(dep)
     initial = current | idle_settings(dep) | serving_limits(dep) | {"extra_args": shlex.join(current["extra_args"])}
     form = ChangeForm(request.POST or None, initial=initial, engine=dep.engine)
-    preview = None
+    preview, same = None, False
     if request.method == "POST" and form.is_valid():
         settings, limits = form.settings(), form.limits()
         try:
             idle, same = merged(dep, form.idle()), only_limits_differ(settings, current)
             if same:  # the idle settings and serving limits alone: no new plan, nothing recreated
-                plan = plan_with(dep, limits["fit_max_tokens"])
-                preview = changes.ChangePreview(plan, recreate=False, downtime_seconds=None)
+                preview = changes.ChangePreview(plan_with(dep, **limits), recreate=False, downtime_seconds=None)
             else:
                 preview = changes.preview_change(dep, **settings)
+                preview = replace(preview, plan=judged(dep, preview.plan, **limits))
             if not preview.plan.fits and settings["replica_count"] != dep.replica_count:
                 form.add_error("replica_count", preview.plan.reasons[-1])
             elif "confirm" in request.POST:
@@ -186,7 +188,7 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
             dep.refresh_from_db()  # what a refused change set on it was not stored
     gpus = changes.replicas_gpus(preview) if preview else []
     words = scaling.scale_words(*preview.scale) if preview and preview.scale else ""
-    context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words}
+    context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words, "at_once": same}
     context["on_cpu"] = dep.engine in CPU_ENGINES  # what its recreate frees: the host's memory, not GPUs
     return render(request, "deployments/change.html", context)
 
