@@ -123,3 +123,19 @@ def test_the_json_api_keeps_its_field_names(mia: Client) -> None:
         400,
         {"detail": "max_concurrent must be at most 4 (the limit set for you)."},
     )
+
+
+def test_the_key_forms_help_says_the_members_limits_that_an_empty_field_takes(
+    mia: Client, member: Any, admin_user: Any
+) -> None:
+    page = mia.get("/keys/").content.decode()
+    assert "At most 4, your limit; empty: that limit." in page  # requests at once
+    assert "At most 30, your limit; empty: 30 days." in page  # the new key's days
+    assert "within your limit: big, smol; empty: all of them." in page and "Empty: never." not in page
+    row, _ = keys.create_key("laptop", member)
+    own = mia.get(f"/keys/{row.pk}/").content.decode()
+    assert "within 30 days (your limit); empty: 30 days from now." in own
+    admin = Client()
+    admin.force_login(admin_user)
+    theirs = admin.get(f"/keys/{row.pk}/").content.decode()
+    assert "At most 4, its owner's limit; empty: that limit." in theirs

@@ -10,7 +10,7 @@ from django.contrib.auth.password_validation import password_validators_help_tex
 from django.core.validators import MaxLengthValidator
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS, LimitError
-from console.access.models import PRIORITY_HELP, Priority
+from console.access.models import PRIORITY_HELP, Member, Priority
 from console.errors import ConsoleError
 from console.names import INT_MAX
 
@@ -83,9 +83,37 @@ class KeyLimitsFields(LimitErrors):
     daily_budget_usd = usd_field("Daily budget (USD)", f"Per UTC day; empty: none. {PRICED_ONLY}")
     monthly_budget_usd = usd_field("Monthly budget (USD)", f"Per UTC calendar month; empty: none. {PRICED_ONLY}")
 
-    def __init__(self, *args: Any, interactive: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, interactive: bool = False, ceilings: Member | None = None, whose: str = "your", **kwargs: Any
+    ) -> None:
+        """``ceilings``: the Member row whose limits bind the key's owner (console.access.keys.ceilings_for; None:
+        an admin's key), said in each field's help as ``whose`` limit ("your", "its owner's"): a field left empty
+        takes it."""
         super().__init__(*args, **kwargs)
         self.fields["priority"] = priority_field(default_label="the owner's default", interactive=interactive)
+        if ceilings is not None:
+            self._say_ceilings(ceilings, whose)
+
+    def _say_ceilings(self, ceilings: Member, whose: str) -> None:
+        for name in INT_NAMES:
+            if (most := getattr(ceilings, name)) is not None:
+                self.fields[name].help_text = f"At most {most:,}, {whose} limit; empty: that limit."
+        if ceilings.allowed_models:
+            among = ", ".join(sorted(ceilings.allowed_models))
+            models = self.fields["allowed_models"]
+            models.help_text = (
+                f"Served model names, comma-separated, within {whose} limit: {among}; empty: all of them."
+            )
+        if (days := ceilings.max_key_days) is not None:
+            for name, words in (
+                ("expires_in_days", f"At most {days:,}, {whose} limit; empty: {days:,} days."),
+                (
+                    "expires_at",
+                    f"YYYY-MM-DD HH:MM, within {days:,} days ({whose} limit); empty: {days:,} days from now.",
+                ),
+            ):
+                if name in self.fields:
+                    self.fields[name].help_text = words
 
     def limits(self) -> dict[str, Any]:
         """The cleaned limits and class as console.access.keys takes them."""

@@ -46,7 +46,8 @@ def _page(request: HttpRequest, template: str, context: Mapping[str, object]) ->
 
 
 def keys_page(request: HttpRequest) -> HttpResponse:
-    form = ApiKeyForm(request.POST or None, interactive=keys.may_choose_interactive(request.user, request.user))
+    interactive = keys.may_choose_interactive(request.user, request.user)
+    form = ApiKeyForm(request.POST or None, interactive=interactive, ceilings=keys.ceilings_for(request.user))
     if request.method == "POST" and form.is_valid():
         try:
             with transaction.atomic():  # a secret Redis cannot keep leaves no key behind
@@ -68,7 +69,11 @@ def key_page(request: HttpRequest, pk: int) -> HttpResponse:
     key = keys.visible_keys(request.user).filter(pk=pk).first() or keys.manageable_key(request.user, pk)
     may_manage = may_manage_key(request.user, key)
     interactive = key.priority == Priority.INTERACTIVE or keys.may_choose_interactive(request.user, key.owner)
-    form = KeyChangeForm(request.POST or None, initial=_initial(key), interactive=interactive)
+    whose = "your" if key.owner_id == request.user.pk else "its owner's"
+    ceilings = keys.ceilings_for(key.owner)
+    form = KeyChangeForm(
+        request.POST or None, initial=_initial(key), interactive=interactive, ceilings=ceilings, whose=whose
+    )
     if request.method == "POST":
         key = keys.manageable_key(request.user, pk)
         if form.is_valid():
