@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "django.forms",  # Django's widget templates, for FORM_RENDERER below
     "ninja",  # /api/docs serves its own Swagger UI, not a CDN's (no internet on many appliance boxes)
     "console",
     "console.catalog",
@@ -122,6 +123,10 @@ TEMPLATES = [
         },
     },
 ]
+
+# Forms render through TEMPLATES, so templates/django/forms/ (p.html, field.html) overrides Django's own: each field's
+# errors under its own widget, not above its label where they read as the previous field's.
+FORM_RENDERER = "django.forms.renderers.TemplatesSetting"
 
 # Made 0700, its files 0600, by the commands that use it (appliance.datafiles.keep_private), not by this import.
 # An empty DATABASE_URL (a .env line left blank) means the embedded default, as an unset one does.
