@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import agent, textgen, tokenizer
+from engines.simulator import agent, textgen, tokenizer, validation
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -49,9 +49,8 @@ def system_text(system: Any) -> str | None:
 
 
 def _prompt(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise APIError(400, "messages: must be a non-empty list of message objects.", param="messages")
+    """The request's messages, checked (validation.check_anthropic), and the prompt they render."""
+    messages = validation.check_anthropic(body)
     return messages, tokenizer.render_chat(messages, tools=body.get("tools"), system=system_text(body.get("system")))
 
 

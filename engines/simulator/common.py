@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -91,15 +92,50 @@ def new_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
+# a JSON escape of a UTF-16 surrogate (\\ud800-\\udfff): JSON allows one alone, Unicode text does not
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 async def read_json(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object; raises APIError 400 otherwise."""
+    """The request body as a JSON object; raises APIError 400 otherwise, and for a string (or key) that holds a
+    lone surrogate (``"\\ud800"``: no text, so nothing can tokenize or write it), naming where it is."""
     try:
-        body = await request.json()
+        text = await request.text()
+        body = json.loads(text)
     except ValueError as exc:
         raise APIError(400, f"Invalid JSON body: {exc}") from None
     if not isinstance(body, dict):
         raise APIError(400, "The request body must be a JSON object.")
+    where = _surrogate_at(body) if SURROGATE_ESCAPE.search(text) else None
+    if where is not None:
+        message = f"{where}: the string holds a lone surrogate (an unpaired \\ud800-\\udfff escape), not valid Unicode."
+        raise APIError(400, message, param=where)
     return body
+
+
+def _surrogate_at(value: Any, where: str = "") -> str | None:
+    """The dotted path (``messages.0.content``) of the first string or key in the JSON ``value`` that holds a lone
+    surrogate, or None when there is none."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        name = str(key)
+        if not _is_text(name):  # a key holding one: named escaped, as the path is sent back
+            escaped = name.encode(errors="backslashreplace").decode()
+            return f"{where}.{escaped}" if where else escaped
+        path = f"{where}.{name}" if where else name
+        found = path if isinstance(item, str) and not _is_text(item) else _surrogate_at(item, path)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text (it encodes as UTF-8: no lone surrogate)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_model(state: SimState, requested: Any) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import textgen, tokenizer
+from engines.simulator import textgen, tokenizer, validation
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -56,6 +56,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
     model = check_model(state, body.get("model"))
     check_sampling(body)
+    validation.check_stop(body.get("stop"))
     prompts = _prompts(body)
     faults = request_faults(request, prompts[-1][0])
     n = choice_count(body)

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import agent, textgen, tokenizer
+from engines.simulator import agent, textgen, tokenizer, validation
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -59,8 +59,9 @@ def choice_count(body: dict[str, Any]) -> int:
     return int(n)
 
 
-def _stops(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else [s for s in value or [] if isinstance(s, str)]
+def _stops(value: str | list[str] | None) -> list[str]:
+    """``stop`` as a list; checked before (validation.check_stop)."""
+    return [value] if isinstance(value, str) else list(value or [])
 
 
 def plan_text(state: SimState, body: dict[str, Any], prompt: str, index: int, max_tokens: int) -> textgen.Output:
@@ -125,9 +126,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """POST /v1/chat/completions."""
     state = request.app[STATE]
     body = await read_json(request)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise APIError(400, "messages must be a non-empty list of message objects.", param="messages")
+    messages = validation.check_chat(body)
     model = check_model(state, body.get("model"))
     check_sampling(body)
     faults = request_faults(request, last_user_text(messages))

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import agent, agent_tools, textgen, tokenizer
+from engines.simulator import agent, agent_tools, textgen, tokenizer, validation
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -60,6 +60,9 @@ def _items(body: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"type": "message", "role": "user", "content": raw}]
     if not isinstance(raw, list) or not raw or not all(isinstance(i, dict) for i in raw):
         raise APIError(400, "input must be a string or a non-empty list of input items.", param="input")
+    for index, item in enumerate(raw):
+        if item.get("type", "message") == "message":
+            validation.check_content(item.get("content"), f"input.{index}.content", nullable=True)
     return raw
 
 

@@ -15,7 +15,15 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.simulator import anthropic_api, completions_api, openai_api, responses_api, sleep_api, tokenizer
+from engines.simulator import (
+    anthropic_api,
+    completions_api,
+    openai_api,
+    responses_api,
+    sleep_api,
+    tokenizer,
+    validation,
+)
 from engines.simulator.common import (
     STATE,
     APIError,
@@ -140,7 +148,8 @@ async def tokenize(request: web.Request) -> web.Response:
     state = request.app[STATE]
     body = await read_json(request)
     if isinstance(body.get("messages"), list):
-        text = tokenizer.render_chat(body["messages"], tools=body.get("tools"))
+        validation.check_tools(body.get("tools"))
+        text = tokenizer.render_chat(validation.check_messages(body["messages"]), tools=body.get("tools"))
     elif isinstance(body.get("prompt"), str):
         text = body["prompt"]
     else:
