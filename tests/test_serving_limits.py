@@ -129,3 +129,4 @@ def test_a_cap_is_in_the_agents_verdict_before_and_after_it_is_saved(admin: Clie
     assert next(a for a in stored if a["name"] == "Claude Code")["serves"]
     page = admin.get(f"/deployments/{dep.pk}/").content.decode()
     assert "making it 1,000" in page  # the Coding agents tab
+    assert "or this deployment one (it has 1,000)" in page
