@@ -139,3 +139,19 @@ def test_the_key_forms_help_says_the_members_limits_that_an_empty_field_takes(
     admin.force_login(admin_user)
     theirs = admin.get(f"/keys/{row.pk}/").content.decode()
     assert "At most 4, its owner's limit; empty: that limit." in theirs
+
+
+def test_every_limit_over_its_ceiling_is_shown_at_once_each_under_its_field(mia: Client, member: Any) -> None:
+    typed = {"name": "laptop", "max_concurrent": "5", "expires_in_days": "31", "allowed_models": "other"}
+    resp = mia.post("/keys/", typed)
+    assert field_errors(resp.content.decode()) == {
+        "max_concurrent": ["Requests at once must be at most 4 (the limit set for you)."],
+        "expires_in_days": ["Expires in days must be at most 30 days away (the limit set for you)."],
+        "allowed_models": ["Allowed models must be among yours: big, smol."],
+    }
+    api = mia.post("/api/keys", {"name": "laptop", "max_concurrent": 5, "expires_in_days": 31}, "application/json")
+    assert api.status_code == 400 and api.json()["detail"] == (
+        "max_concurrent must be at most 4 (the limit set for you). "
+        "expires_at must be at most 30 days away (the limit set for you)."
+    )
+    assert not keys.visible_keys(resp.wsgi_request.user).exists()

@@ -9,7 +9,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.password_validation import password_validators_help_text_html, validate_password
 from django.core.validators import MaxLengthValidator
 
-from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS, LimitError
+from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS, LimitError, LimitsRefused
 from console.access.models import PRIORITY_HELP, Member, Priority
 from console.errors import ConsoleError
 from console.names import INT_MAX
@@ -42,7 +42,12 @@ class LimitErrors(forms.Form):
 
     def add_console_error(self, exc: ConsoleError) -> None:
         """Show ``exc`` under the field a LimitError is about, its leading API name swapped for the field's label
-        ("max_concurrent must be at most 4 …" → "Requests at once must be at most 4 …"); others at the top."""
+        ("max_concurrent must be at most 4 …" → "Requests at once must be at most 4 …"), each of several
+        (LimitsRefused) under its own; others at the top."""
+        if isinstance(exc, LimitsRefused):
+            for each in exc.errors:
+                self.add_console_error(each)
+            return
         if not isinstance(exc, LimitError) or (field := self.limit_fields.get(exc.field, exc.field)) not in self.fields:
             self.add_error(None, str(exc))
             return

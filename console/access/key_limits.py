@@ -32,6 +32,15 @@ class LimitError(ConsoleError):
         self.field = field
 
 
+class LimitsRefused(ConsoleError):
+    """Several limits refused at once (``errors``, each a LimitError), so a form can show each under its field;
+    its message is theirs, one after the other."""
+
+    def __init__(self, errors: list[LimitError]) -> None:
+        super().__init__(" ".join(str(e) for e in errors))
+        self.errors = errors
+
+
 def expiry(days: int | None) -> datetime | None:
     """The moment a key given ``days`` to live expires (None: never). Raises LimitError out of range."""
     if days is None:
@@ -98,23 +107,32 @@ def budget(value: object, name: str) -> Decimal:
 
 def within_ceilings(member: Member | None, limits: dict[str, Any], *, clamp: bool = False) -> dict[str, Any]:
     """``limits`` (all of LIMITS) within ``member``'s ceilings: a limit left empty gets the ceiling;
-    one above it raises LimitError about it, or with ``clamp`` is lowered to it. No member (an
-    admin's key): unchanged."""
+    one above it raises LimitError about it (LimitsRefused naming each, for several), or with ``clamp`` is lowered
+    to it. No member (an admin's key): unchanged."""
     if member is None:
         return limits
-    out = dict(limits)
-    for name in INT_LIMITS:
-        out[name] = _lower(name, out[name], getattr(member, name), clamp, "{:,}")
-    for name in BUDGETS:
-        out[name] = _lower(name, out[name], getattr(member, name), clamp, "{} USD", keep_empty=True)
+    out, refused = dict(limits), []
+    lowered = [(name, getattr(member, name), "{:,}", False) for name in INT_LIMITS]
+    lowered += [(name, getattr(member, name), "{} USD", True) for name in BUDGETS]
     if member.max_key_days is not None:
         latest = timezone.now() + timedelta(days=member.max_key_days)
-        out["expires_at"] = _lower("expires_at", out["expires_at"], latest, clamp, f"{member.max_key_days} days away")
+        lowered.append(("expires_at", latest, f"{member.max_key_days} days away", False))
+    for name, ceiling, shown, keep_empty in lowered:
+        try:
+            out[name] = _lower(name, out[name], ceiling, clamp, shown, keep_empty)
+        except LimitError as exc:
+            refused.append(exc)
     if member.allowed_models:
         mine, theirs = set(out["allowed_models"]), set(member.allowed_models)
         if mine - theirs and not clamp:
-            raise LimitError(f"Allowed models must be among yours: {', '.join(sorted(theirs))}.", "allowed_models")
+            refused.append(
+                LimitError(f"Allowed models must be among yours: {', '.join(sorted(theirs))}.", "allowed_models")
+            )
         out["allowed_models"] = sorted(mine & theirs or theirs)
+    if len(refused) > 1:
+        raise LimitsRefused(refused)
+    if refused:
+        raise refused[0]
     return out
 
 
