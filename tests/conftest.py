@@ -364,6 +364,16 @@ def member(django_user_model: type) -> object:
 
 
 @pytest.fixture
+def root(client: "Client", django_user_model: type) -> "Client":
+    """Django's test client, signed in through the login page (from 10.1.2.3, which the audit log records) as the
+    superuser "root", password MEMBER_PASSWORD."""
+    django_user_model.objects.create_superuser("root", "", MEMBER_PASSWORD)  # type: ignore[attr-defined]
+    signed_in = client.post("/login/", {"username": "root", "password": MEMBER_PASSWORD}, REMOTE_ADDR="10.1.2.3")
+    assert signed_in.status_code == 302
+    return client
+
+
+@pytest.fixture
 def admin_user(django_user_model: type) -> object:
     return django_user_model.objects.create_superuser("admin", "", "admin-password-1")  # type: ignore[attr-defined]
 

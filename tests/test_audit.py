@@ -29,13 +29,6 @@ def entries(action: str) -> list[AuditEntry]:
     return list(AuditEntry.objects.filter(action=action).order_by("id"))
 
 
-@pytest.fixture
-def root(client: Client, django_user_model: Any) -> Client:
-    django_user_model.objects.create_superuser("root", "", PASSWORD)
-    assert client.post("/login/", {"username": "root", "password": PASSWORD}, REMOTE_ADDR="10.1.2.3").status_code == 302
-    return client
-
-
 def test_key_actions_are_recorded_with_who_where_and_what_but_never_the_secret(root: Client) -> None:
     key = root.post(
         "/api/keys", {"name": "ci", "tokens_per_day": 100}, content_type=JSON, HTTP_USER_AGENT="curl/8"

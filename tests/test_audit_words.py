@@ -5,24 +5,16 @@ while the CSV and JSON exports keep the values as stored, for machines."""
 import csv
 import io
 import json
-from typing import Any
 
 import pytest
 from django.test import Client
 
 from console.audit.models import AuditEntry
+from tests.conftest import MEMBER_PASSWORD as PASSWORD
 
 pytestmark = pytest.mark.django_db
-PASSWORD = "a-long-password-1"
 JSON = "application/json"
 EXPIRY = "2030-12-06T15:30:00Z"
-
-
-@pytest.fixture
-def root(client: Client, django_user_model: Any) -> Client:
-    django_user_model.objects.create_superuser("root", "", PASSWORD)
-    assert client.post("/login/", {"username": "root", "password": PASSWORD}).status_code == 302
-    return client
 
 
 def key_given_an_expiry(root: Client) -> int:

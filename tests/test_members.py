@@ -14,13 +14,6 @@ pytestmark = pytest.mark.django_db
 PASSWORD = "a-long-password-1"
 
 
-@pytest.fixture
-def root(client: Client, django_user_model: Any) -> Client:
-    django_user_model.objects.create_superuser("root", "", PASSWORD)
-    assert client.post("/login/", {"username": "root", "password": PASSWORD}).status_code == 302
-    return client
-
-
 def form(role: str = "member", active: bool = True, **limits: str) -> dict[str, str]:
     return {"role": role, **({"is_active": "on"} if active else {}), **limits}
 
