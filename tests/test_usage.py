@@ -84,6 +84,12 @@ def test_usage_by_key_by_utc_day_counts_tokens_and_errors(client: Client, logs: 
     ]
     page = client.get("/usage/?group=key&since=2026-11-29&until=2026-11-30").content.decode()
     assert "$0.0042</td>" in page and "no price</span>" in page and "$0.0042</th>" in page  # a row, another, the total
+    by_model = client.get("/api/usage?group=model&since=2026-11-30&until=2026-11-30").json()
+    assert {r["group"]: r["cached_tokens"] for r in by_model} == {"big": None, "smol": 4}  # big: none reported
+    page = client.get("/usage/?group=model&since=2026-11-30&until=2026-11-30").content.decode()
+    assert 'data-field="cached_tokens"><span class="muted" title="no engine of these requests reported cached' in page
+    csv_rows = client.get("/usage/export.csv?group=model&since=2026-11-30&until=2026-11-30").content.decode()
+    assert ",big,standard,3,0,,0,1,1," in csv_rows.replace("\r", ""), csv_rows  # an empty cell, not 0
 
 
 def test_usage_by_member_and_by_model(client: Client, logs: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ class UsageRow:
     group: str  # the key's name and prefix, the member's username, or the model name
     requests: int
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None  # None: no request of the row had a count (an engine that does not report one)
     completion_tokens: int
     errors: int  # the service's failures: engine errors, 5xx, streams cut short (as the dashboard counts them)
     refused: int  # 4xx: a key, a quota, a bad request, the client's to fix (a client that left is neither)
@@ -48,14 +48,16 @@ class UsageRow:
 
 
 def totals(rows: list[UsageRow], day: date, label: str) -> UsageRow:
-    """The sums of ``rows`` as one row of ``day`` named ``label``; its cost None when none of them had one."""
+    """The sums of ``rows`` as one row of ``day`` named ``label``; its cost, or cached tokens, None when none of
+    them had one."""
     costs = [r.cost_usd for r in rows if r.cost_usd is not None]
+    cached = [r.cached_tokens for r in rows if r.cached_tokens is not None]
     return UsageRow(
         day,
         label,
         sum(r.requests for r in rows),
         sum(r.prompt_tokens for r in rows),
-        sum(r.cached_tokens for r in rows),
+        sum(cached) if cached else None,
         sum(r.completion_tokens for r in rows),
         sum(r.errors for r in rows),
         sum(r.refused for r in rows),
@@ -113,7 +115,7 @@ def usage(user: Any, group: str, window: Window) -> list[UsageRow]:
         .annotate(
             requests=Count("id"),
             prompt=Coalesce(Sum("prompt_tokens"), 0),
-            cached=Coalesce(Sum("cached_tokens"), 0),
+            cached=Sum("cached_tokens"),
             completion=Coalesce(Sum("completion_tokens"), 0),
             errors=Count("id", filter=ERRORS),
             refused=Count("id", filter=REFUSED),

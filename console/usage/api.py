@@ -16,7 +16,7 @@ class UsageOut(Schema):
     priority: str  # the class its requests ran at: interactive, standard or batch
     requests: int
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None  # None: no request of the row had a count (its engine reports none)
     completion_tokens: int
     errors: int  # the service's failures: engine errors, 5xx, streams the engine cut short
     refused: int  # 4xx answers: a key, a quota, a bad request (a request whose client left is neither)

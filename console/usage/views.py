@@ -64,7 +64,7 @@ def usage_export(request: HttpRequest) -> HttpResponse:
             r.priority,
             r.requests,
             r.prompt_tokens,
-            r.cached_tokens,
+            "" if r.cached_tokens is None else r.cached_tokens,
             r.completion_tokens,
             r.errors,
             r.refused,
