@@ -75,3 +75,8 @@ def test_it_refuses_a_password_like_the_username_as_the_settings_promise(client:
     page = post(client, "platform-admin-1", "platform-admin-1", username="platform-admin")
     assert "The password is too similar to the username." in under(page, "password")
     assert not get_user_model().objects.exists()
+
+
+def test_the_password_rules_are_one_line_of_help_inside_the_fields_paragraph(client: Client) -> None:
+    help_text = under(client.get("/setup/").content.decode(), "password")
+    assert "must contain at least 8 characters." in help_text and "<ul" not in help_text and "<li" not in help_text

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, cast
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
-from django.contrib.auth.password_validation import password_validators_help_text_html, validate_password
+from django.contrib.auth.password_validation import password_validators_help_texts, validate_password
 from django.core.validators import MaxLengthValidator
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS, LimitError, LimitsRefused
@@ -195,7 +195,8 @@ class SetupForm(forms.Form):
         strip=False,
         min_length=8,
         max_length=128,
-        help_text=password_validators_help_text_html(),  # the rules, as the password page lists them
+        # the rules as one line of text: Django's HTML list, inside the field's paragraph, broke it into large bullets
+        help_text=" ".join(password_validators_help_texts()),
     )
     password2 = forms.CharField(
         widget=forms.PasswordInput,
