@@ -80,3 +80,8 @@ def test_it_refuses_a_password_like_the_username_as_the_settings_promise(client:
 def test_the_password_rules_are_one_line_of_help_inside_the_fields_paragraph(client: Client) -> None:
     help_text = under(client.get("/setup/").content.decode(), "password")
     assert "must contain at least 8 characters." in help_text and "<ul" not in help_text and "<li" not in help_text
+
+
+def test_the_password_page_gives_the_rules_as_one_line_too(admin: Client) -> None:
+    page = admin.get("/password/").content.decode()
+    assert "must contain at least 8 characters." in page and "<ul" not in page.split("<form")[1]

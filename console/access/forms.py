@@ -5,7 +5,7 @@ from typing import Any, ClassVar, cast
 
 from django import forms
 from django.contrib.auth import get_user_model
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
 from django.contrib.auth.password_validation import password_validators_help_texts, validate_password
 from django.core.validators import MaxLengthValidator
 
@@ -184,6 +184,20 @@ class LoginForm(AuthenticationForm):
         self.fields["password"].validators.append(MaxLengthValidator(MAX_PASSWORD))
 
 
+def password_rules() -> str:
+    """Django's password validators' rules as one line of help text: their HTML list, inside a field's paragraph,
+    broke out of it as large bullets."""
+    return " ".join(password_validators_help_texts())
+
+
+class PasswordForm(PasswordChangeForm):
+    """Django's change of one's own password, its rules as one line of help (password_rules)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["new_password1"].help_text = password_rules()
+
+
 class SetupForm(forms.Form):
     """The first admin's username and password, the password typed twice: a typo in it would lock the only account
     of a fresh appliance out. Passwords are kept as typed (no strip), as sign-in takes them. Errors: Django's
@@ -195,8 +209,7 @@ class SetupForm(forms.Form):
         strip=False,
         min_length=8,
         max_length=128,
-        # the rules as one line of text: Django's HTML list, inside the field's paragraph, broke it into large bullets
-        help_text=" ".join(password_validators_help_texts()),
+        help_text=password_rules(),
     )
     password2 = forms.CharField(
         widget=forms.PasswordInput,

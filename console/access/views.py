@@ -6,7 +6,6 @@ from typing import cast
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login, update_session_auth_hash
-from django.contrib.auth.forms import PasswordChangeForm
 from django.contrib.auth.models import User
 from django.contrib.auth.views import LoginView
 from django.db import transaction
@@ -14,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 
 from console.access import oidc
-from console.access.forms import LoginForm, SetupForm
+from console.access.forms import LoginForm, PasswordForm, SetupForm
 from console.access.models import Member, Role
 from console.audit.recording import record
 
@@ -53,7 +52,7 @@ def password_page(request: HttpRequest) -> HttpResponse:
     user = cast(User, request.user)  # signed in: console.access.policy lets nobody else here
     if not user.has_usable_password():
         return render(request, "access/password.html", {"sso": True})
-    form = PasswordChangeForm(user, request.POST or None)
+    form = PasswordForm(user, request.POST or None)
     if request.method == "POST" and form.is_valid():
         with transaction.atomic():
             form.save()
