@@ -11,11 +11,13 @@ translation to chat completions (``--no-responses``). Non-essential traffic off,
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from console.deployments.agent_settings import agent_settings
+from console.observability.models import RequestLog
 from tests.agentworld import CONTEXT, NPM_BIN, TASK, Agents, agents, assert_copied, cli, run, workdir
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,10 +73,20 @@ def codex(agents: Agents, model: str, tmp_path: Path, task: str = TASK) -> tuple
     return work, run(argv, work, env)
 
 
+def answered(model: str) -> list[int]:
+    """The statuses of the requests the request log holds for ``model``, once its rows have come (a few seconds)."""
+    deadline = time.monotonic() + 15
+    while not RequestLog.objects.filter(model=model).exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return sorted(set(RequestLog.objects.filter(model=model).values_list("status", flat=True)))
+
+
 def test_claude_code_with_both_keys_set_reads_and_writes_a_file_through_hearth(agents: Agents, tmp_path: Path) -> None:
     work, output = claude(agents, agents.deploy("agent", []), tmp_path)
     assert_copied(work, output)
     assert '"is_error":false' in output.replace(" ", "")
+    # none refused: its environment, a role "system" message, is taken as vLLM takes it (a 400 made it drop it)
+    assert answered("agent") == [200]
 
 
 def test_codex_over_the_responses_api_reads_and_writes_a_file_through_hearth(agents: Agents, tmp_path: Path) -> None:

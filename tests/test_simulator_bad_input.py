@@ -138,6 +138,8 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
         ("/v1/completions", {"model": MODEL, "prompt": [[1, 2, 3]], "max_tokens": 3}),
         ("/v1/responses", {"model": MODEL, "input": [user([{"type": "input_text", "text": "Hi"}])]}),
         ("/v1/messages", chat(user([{"type": "text", "text": "Hi"}]), system="Be brief.", stop_sequences=["x"])),
+        # Claude Code 2.1.328's first request: its environment as a system message after the user's (vLLM takes it)
+        ("/v1/messages", chat(user("Hi"), {"role": "system", "content": "# Environment\ncwd: /tmp"})),
         ("/tokenize", {"model": MODEL, "messages": [user("Hi")]}),
     ],
 )

@@ -5,9 +5,10 @@ a 500, which Hearth would count as a service error. What is refused follows vLLM
 refuse a wrong type in pydantic's words (``common.validation_error``: "1 validation error:", param
 ``body.<where>``); its chat parser (vllm/entrypoints/chat_utils.py, ``MM_PARSER_MAP``) refuses a content part of
 a type it does not know; its Anthropic request model (vllm/entrypoints/anthropic/protocol.py) allows the roles
-"user" and "assistant" and its block types. An OpenAI message may carry any string role, as vLLM's
-``CustomChatCompletionMessageParam`` ("Enables custom roles in the Chat Completion API") allows, and a null content
-only as an assistant's (or a legacy function's) message: vLLM 0.32.0 refuses a user's null content with a 400
+"user", "assistant" and "system" (Claude Code sends its environment as one; its "ctx" and "msg" read as "user") and
+its block types. An OpenAI message may carry any string role, as vLLM's ``CustomChatCompletionMessageParam``
+("Enables custom roles in the Chat Completion API") allows, and a null content only as an assistant's (or a
+legacy function's) message: vLLM 0.32.0 refuses a user's null content with a 400
 (tests/data/vllm-0.32.0-cpu-union-errors.json). Strings holding a lone surrogate are refused for the whole body by
 ``common.read_json``.
 """
@@ -39,7 +40,7 @@ OPENAI_PART_TYPES = frozenset(
 )
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 NULLABLE_ROLES = ("assistant", "function")  # OpenAI's message shapes whose content may be null
-# vLLM 0.32.0's AnthropicContentBlock.type and AnthropicMessage.role (Literals)
+# vLLM's AnthropicContentBlock.type (a Literal; 0.32.0's, and the newer tool_reference)
 ANTHROPIC_BLOCK_TYPES = (
     "text",
     "image",
@@ -49,8 +50,11 @@ ANTHROPIC_BLOCK_TYPES = (
     "container_upload",
     "thinking",
     "redacted_thinking",
+    "tool_reference",
 )
-ANTHROPIC_ROLES = ("user", "assistant")
+# vLLM's AnthropicMessage.role: user, assistant and system (Claude Code 2.1.328 sends its environment as a system
+# message on every request), with Claude Code's "ctx" and "msg" read as user (its normalize_role)
+ANTHROPIC_ROLES = ("user", "assistant", "system", "ctx", "msg")
 
 
 def _missing(where: str, holder: dict[str, Any]) -> APIError:
@@ -180,7 +184,7 @@ def _check_blocks(content: Any, where: str) -> None:
 
 
 def check_anthropic(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """An Anthropic Messages request's ``messages`` (returned: each with role "user" or "assistant" and content
+    """An Anthropic Messages request's ``messages`` (returned: each with one of ANTHROPIC_ROLES and content
     as _check_blocks wants), ``system`` (null or as content), ``tools`` and ``stop_sequences``; raises APIError
     400 naming the first bad part."""
     messages = _message_list(body.get("messages"))
