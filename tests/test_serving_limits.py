@@ -10,7 +10,7 @@ from console.audit.models import AuditEntry
 from console.catalog.models import ModelSource
 from console.deployments import admin_actions
 from console.deployments.changes import current_settings
-from console.deployments.models import Deployment, DeploymentState
+from console.deployments.models import Deployment, DeploymentState, Replica
 from tests.simworld import ensure_model
 
 pytestmark = pytest.mark.django_db
@@ -130,3 +130,22 @@ def test_a_cap_is_in_the_agents_verdict_before_and_after_it_is_saved(admin: Clie
     page = admin.get(f"/deployments/{dep.pk}/").content.decode()
     assert "making it 1,000" in page  # the Coding agents tab
     assert "or this deployment one (it has 1,000)" in page
+
+
+def test_the_preview_says_when_sleep_waits_for_a_relaunch(admin: Client, dep: Deployment) -> None:
+    Replica.objects.create(
+        deployment=dep,
+        runtime="process",
+        host="127.0.0.1",
+        port=9,
+        engine_api_key="k",
+        running=True,
+        ready_at=dep.created_at,
+        sleep_mode=False,  # launched while the policy was stay
+    )
+    url = f"/deployments/{dep.pk}/change/"
+    page = admin.post(url, shown(dep, idle_policy="sleep", idle_minutes=1)).content.decode()
+    assert 'data-field="sleep-after-relaunch"><strong>Sleep needs a relaunch:</strong>' in page
+    assert "sleep-after-relaunch" not in admin.post(url, shown(dep, idle_policy="stop")).content.decode()
+    Replica.objects.filter(deployment=dep).update(sleep_mode=True)
+    assert "sleep-after-relaunch" not in admin.post(url, shown(dep, idle_policy="sleep")).content.decode()

@@ -43,6 +43,7 @@ from console.deployments.serving_limits import (
 from console.errors import ConsoleError
 from console.weights import progress as weights_progress
 from engines.launch import CPU_ENGINES, EngineKind
+from engines.sleep_support import IdlePolicy
 
 
 @login_required
@@ -189,8 +190,17 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     gpus = changes.replicas_gpus(preview) if preview else []
     words = scaling.scale_words(*preview.scale) if preview and preview.scale else ""
     context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words, "at_once": same}
+    context["sleeps_after_relaunch"] = bool(preview) and _sleeps_after_relaunch(dep, form)
     context["on_cpu"] = dep.engine in CPU_ENGINES  # what its recreate frees: the host's memory, not GPUs
     return render(request, "deployments/change.html", context)
+
+
+def _sleeps_after_relaunch(dep: Deployment, form: ChangeForm) -> bool:
+    """Whether the idle policy asked is sleep while the engines serving now were started without sleep mode, which
+    only a launch gives them (console.deployments.lifecycle.sleep_mode_on): until then idling stops them to save."""
+    asked = form.cleaned_data.get("idle_policy") if form.is_valid() else None
+    running = dep.state == DeploymentState.READY
+    return asked == IdlePolicy.SLEEP and running and not idle_actions.can_sleep_now(dep)
 
 
 @login_required
