@@ -10,7 +10,7 @@ from django.test import Client
 
 from appliance import celery_heartbeats
 from console.alerts import conditions
-from console.alerts.models import Alert, AlertRule
+from console.alerts.models import Alert, AlertRule, Destination
 from console.alerts.rules import rules
 from console.audit.models import AuditEntry
 from console.deployments.models import Deployment, DesiredState, Replica
@@ -95,6 +95,11 @@ def test_a_destination_change_is_audited_without_the_webhooks_secret(admin: Clie
     assert "Not saved: ops@, bob are not email addresses." in page and 'value="ops@, bob, a@b.co"' in page
     page = admin.post("/alerts/destination/", {"webhook_url": "http://127.0.0.1:99999/x"}, follow=True).content
     assert "Not saved: A webhook URL&#x27;s port is 1 to 65535." in page.decode()
+    page = admin.post("/alerts/destination/", {"webhook_url": "ftp://example.com/x"}).content.decode()
+    under = '<ul class="errorlist" id="id_webhook_url_error"><li>A webhook URL is http or https, not ftp.</li></ul>'
+    assert under in page and Destination.current().webhook_url == url  # refused under its field; the one set stays
+    page = admin.post("/alerts/destination/", {"email_to": "not-an-email"}).content.decode()
+    assert '<ul class="errorlist" id="id_email_to_error"><li>not-an-email is not an email address.</li>' in page
 
 
 def test_the_alerts_page_names_firing_and_resolved_alerts_by_their_titles(admin: Client) -> None:

@@ -46,9 +46,12 @@ class DestinationForm(forms.ModelForm):  # type: ignore[type-arg]
     def clean_webhook_url(self) -> str:
         url = self.cleaned_data["webhook_url"]
         try:
-            _ = urlsplit(url).port
+            parts = urlsplit(url)
+            _ = parts.port
         except ValueError as exc:  # Django's URLValidator takes any 5 digits
             raise forms.ValidationError("A webhook URL's port is 1 to 65535.") from exc
+        if url and parts.scheme not in ("http", "https"):  # URLValidator takes ftp(s) too, which nothing can post to
+            raise forms.ValidationError(f"A webhook URL is http or https, not {parts.scheme}.")
         return str(url)
 
     def clean_email_to(self) -> str:

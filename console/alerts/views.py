@@ -2,6 +2,8 @@
 alerts go (the webhook shown as scheme and host only; admins set them and send a test) and the deliveries that
 failed."""
 
+from collections.abc import Mapping
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -31,10 +33,14 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
 
 
 def _page(
-    request: HttpRequest, typed_rule: tuple[str, dict[str, object]] | None = None, email_to: str | None = None
+    request: HttpRequest,
+    typed_rule: tuple[str, dict[str, object]] | None = None,
+    email_to: str | None = None,
+    refused: Mapping[str, list[str]] | None = None,
 ) -> HttpResponse:
     """The page; after a refused save, with what was typed kept in its fields (``typed_rule``: the rule's kind and
-    its fields as sent; ``email_to`` as sent; a webhook URL is a secret, never written back into the page)."""
+    its fields as sent; ``email_to`` as sent; a webhook URL is a secret, never written back into the page) and
+    ``refused``, the destination form's errors by field, under each."""
     found = rules()
     destination = Destination.current()
     context = {
@@ -49,6 +55,7 @@ def _page(
         "webhook_shown": shown_url(destination.webhook_url),
         "email_to": destination.email_to,
         "email_typed": destination.email_to if email_to is None else email_to,
+        "refused": refused or {},
         "smtp_server": _smtp_server(),
         "console_url": settings.HEARTH_HOSTNAME,
         "failures": [
@@ -139,7 +146,8 @@ def set_destination(request: HttpRequest) -> HttpResponse:
         messages.success(request, "Alert destinations saved.")
         return redirect("alerts:page")
     messages.error(request, "Not saved: " + " ".join(" ".join(str(e) for e in errs) for errs in form.errors.values()))
-    return _page(request, email_to=request.POST.get("email_to", ""))
+    refused = {field: [str(e) for e in errors] for field, errors in form.errors.items()}
+    return _page(request, email_to=request.POST.get("email_to", ""), refused=refused)
 
 
 @login_required
