@@ -14,6 +14,7 @@ import yaml
 from django.test import Client
 
 from console.deployments.agent_settings import CONTEXT_TOLD_FROM, agent_settings
+from engines.agent_clients import recorded_requests
 from tests.test_agent_support import hf_model, simulated
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "agents.md"
@@ -63,3 +64,12 @@ def test_the_deployment_page_shows_each_agents_settings_with_the_url_it_was_reac
     assert "Then run <code>HEARTH_API_KEY=hk-… codex</code>." in page
     assert 'data-field="agents-cap">' in page and "give the agent's key a max_tokens cap" in page
     assert page.count('data-field="agent-note">') == 1 and "is an error to Claude Code" in page
+
+
+def test_the_agents_not_judged_are_named_as_such() -> None:
+    """Every agent the Coding agents tab gives settings for is judged (a recorded first request) or named as not."""
+    judged = {r.name for r in recorded_requests()}
+    given = {s.name for s in agent_settings("http://h:8000", "m", 8192)}
+    template = (Path(__file__).parents[1] / "console/deployments/templates/deployments/agent_support.html").read_text()
+    sentence = template.split('data-field="agents-not-judged">')[1].split("</p>")[0]
+    assert all(name in sentence for name in given - judged) and all(f"{name}'s" in sentence for name in judged)
