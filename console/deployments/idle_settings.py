@@ -6,6 +6,7 @@ in words. The idle policy acts in reconcile (console.deployments.idling). Errors
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from console.audit.recording import changed, record
@@ -76,9 +77,13 @@ def set_idle_settings(
 
 
 def policy_words(dep: Deployment) -> str:
-    """The idle policy in words: "sleep (level 1) after 30 min idle", "stop after 5 min idle", "stay up"."""
+    """The idle policy in words: "sleep (level 1) after 30 min idle", "stop after 5 min idle", "stay up"; with the
+    least time awake (HEARTH_MIN_RESIDENCY) where it is longer than the idle minutes, since it holds the policy back
+    after a launch or a wake: "sleep (level 1) after 1 min idle, once up 2 min"."""
+    awake = settings.HEARTH_MIN_RESIDENCY / 60
+    least = f", once up {awake:g} min" if awake > dep.idle_minutes else ""
     if dep.idle_policy == IdlePolicy.SLEEP:
-        return f"sleep (level {dep.sleep_level}) after {dep.idle_minutes} min idle"
+        return f"sleep (level {dep.sleep_level}) after {dep.idle_minutes} min idle{least}"
     if dep.idle_policy == IdlePolicy.STOP:
-        return f"stop after {dep.idle_minutes} min idle"
+        return f"stop after {dep.idle_minutes} min idle{least}"
     return "stay up" + (" (always on)" if dep.always_on else "")
