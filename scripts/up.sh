@@ -107,7 +107,11 @@ if [ "$first" = "/setup/" ]; then
 else
   echo "Hearth is up: open http://127.0.0.1:$PORT/ and sign in."
 fi
-echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: make down"
+# the stop command with the folder this run used (a DATABASE_URL is not echoed: it may hold a password)
+STOP="make down"
+[ "$DATA" != "$PWD/data" ] && STOP="HEARTH_DATA_DIR=$DATA make down"
+[ -n "${DATABASE_URL:-}" ] && STOP="$STOP (with this DATABASE_URL set)"
+echo "OpenAI-compatible base URL for tools: http://127.0.0.1:$PORT/v1 . Logs: $DATA/logs. Stop: $STOP"
 # where its state lives (credentials left out): a Redis database another program also uses is seen here
 "$PY" - <<'WHERE'
 import os, urllib.parse

@@ -94,6 +94,7 @@ class Appliance:
         self.base = f"http://127.0.0.1:{self.port}"
         said = script("up.sh", self.env).stdout
         assert f"Database: SQLite in {data}. Redis: 127.0.0.1:" in said, said  # where its state lives
+        assert f"Stop: HEARTH_DATA_DIR={data} make down\n" in said, said  # its own folder, not ./data
         shell = {**self.env, "SECRET_KEY_FILE": str(data / "secret_key")}
         subprocess.run([self.env["PY"], "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=shell, check=True)
         self.client = login(self.base)
