@@ -47,6 +47,12 @@ CWD = re.compile(r"<cwd>\s*([^<\s]+)\s*</cwd>|(?:Primary working directory|Worki
 MARKED = re.compile(r"<<(.*?)>>", re.DOTALL)
 LINE_NUMBER = re.compile(r"^\s*\d+(?:\t|→|\| |: )", re.MULTILINE)
 WRAPPER = re.compile(r"^\s*</?(?:file|content|path|type)>.*$\n?", re.MULTILINE)
+# what agents put around a file's text in a read's result, as seen from their real CLIs: Codex's exec output head
+# ("Chunk ID: …", "Process exited with code 0", "Output:"), OpenCode's end note ("(End of file - total 1 lines)"),
+# Continue's head ("Content of /path/a.txt:")
+EXEC_HEAD = re.compile(r"\AChunk ID:[^\n]*\n(?:[^\n]*\n)*?Output:\n")
+END_NOTE = re.compile(r"\n*\(End of file - total \d+ lines?\)\s*\Z")
+CONTENT_OF = re.compile(r"\AContent of [^\n]*:\n")
 FAILED = re.compile(
     r"^\s*(?:error\b|failed\b|<tool_use_error>)|process exited with code [1-9]|exit code:? [1-9]"
     r"|required parameter .{0,80}missing|no such file|does not exist|permission denied|file not found",
@@ -170,8 +176,9 @@ def reason(text: str) -> str:
 
 def content(result: str) -> str:
     """A read's result as the file's text: line numbers (``cat -n``, ``00001|``, ``1: ``) and the wrappers
-    some agents put around it (``<file>``, ``<content>``) stripped."""
-    return LINE_NUMBER.sub("", WRAPPER.sub("", result)).strip("\n")
+    some agents put around it (``<file>``, ``<content>``, EXEC_HEAD, END_NOTE, CONTENT_OF) stripped."""
+    unwrapped = CONTENT_OF.sub("", END_NOTE.sub("", EXEC_HEAD.sub("", result)))
+    return LINE_NUMBER.sub("", WRAPPER.sub("", unwrapped)).strip("\n")
 
 
 def carried(result: str) -> str:

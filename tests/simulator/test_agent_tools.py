@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from engines.simulator.agent import Action, Conversation, judged, next_action
+from engines.simulator.agent import Action, Conversation, content, judged, next_action
 from engines.simulator.agent_tools import Tool, tool_of
 from engines.simulator.responses_api import agent_tools_of, offered
 
@@ -131,3 +131,22 @@ def test_an_older_codex_shell_takes_its_command_as_an_argv() -> None:
         {"properties": {"command": {"type": "array", "items": {"type": "string"}}}, "required": ["command"]},
     )
     assert run("read a.txt", [shell], [])[0] == Action("shell", {"command": ["bash", "-lc", "cat a.txt"]})
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        # Codex 0.169's exec output, OpenCode's read, Continue's read (a fresh user's trial: each was written whole)
+        "Chunk ID: 91ab3b\nWall time: 0.0000 seconds\nProcess exited with code 0\nOriginal token count: 2\n"
+        "Output:\nhello\n",
+        "hello\n\n(End of file - total 1 lines)",
+        "Content of /tmp/proj/a.txt:\nhello",
+        "<file>\n00001| hello\n</file>",
+    ],
+)
+def test_a_read_result_is_the_files_text_without_what_each_agent_puts_around_it(result: str) -> None:
+    assert content(result) == "hello"
+
+
+def test_text_that_only_looks_like_a_head_is_kept() -> None:
+    assert content("plain text\nOutput: not a head") == "plain text\nOutput: not a head"
