@@ -118,9 +118,10 @@ def _reason(
         how = "with no output limit"
     elif fit_max_tokens:
         how = "with max_tokens fitted to the context left"
+    elif client.max_tokens is None:
+        how = f"asking for no output limit, the deployment's max_tokens cap setting it to {asked:,}"
     elif asked != client.max_tokens:
-        wanted = "none" if client.max_tokens is None else f"{client.max_tokens:,}"
-        how = f"asking for {wanted} output tokens, the deployment's max_tokens cap making it {asked:,}"
+        how = f"asking for {client.max_tokens:,} output tokens, the deployment's max_tokens cap making it {asked:,}"
     else:
         how = f"asking for {asked:,} output tokens"
     tools = f"{len(client.tools)} tools" + (
