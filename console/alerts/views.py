@@ -145,8 +145,8 @@ def set_destination(request: HttpRequest) -> HttpResponse:
             record(None, "alerts.destination", form.save(), changes)
         messages.success(request, "Alert destinations saved.")
         return redirect("alerts:page")
-    messages.error(request, "Not saved: " + " ".join(" ".join(str(e) for e in errs) for errs in form.errors.values()))
     refused = {field: [str(e) for e in errors] for field, errors in form.errors.items()}
+    messages.error(request, "Not saved: " + " ".join(" ".join(errors) for errors in refused.values()))
     return _page(request, email_to=request.POST.get("email_to", ""), refused=refused)
 
 

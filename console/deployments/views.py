@@ -157,7 +157,7 @@ def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpRespons
 def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     """Change a deployment's settings: preview the new plan (and, while it runs, the Recreate and its
     expected downtime, or for its replica count alone the replicas added or drained, without downtime), then
-    confirm. Idle settings alone act at once, without a Recreate."""
+    confirm. Idle settings and serving limits alone act at once, without a Recreate."""
     dep = get_object_or_404(Deployment.objects.select_related("model"), pk=pk)
     current = changes.current_settings(dep)
     initial = current | idle_settings(dep) | serving_limits(dep) | {"extra_args": shlex.join(current["extra_args"])}
@@ -190,17 +190,17 @@ def deployment_change(request: HttpRequest, pk: int) -> HttpResponse:
     gpus = changes.replicas_gpus(preview) if preview else []
     words = scaling.scale_words(*preview.scale) if preview and preview.scale else ""
     context = {"dep": dep, "form": form, "preview": preview, "gpus": gpus, "scale_words": words, "at_once": same}
-    context["sleeps_after_relaunch"] = bool(preview) and _sleeps_after_relaunch(dep, form)
+    context["sleeps_after_relaunch"] = bool(preview) and _sleeps_after_relaunch(dep, form.cleaned_data["idle_policy"])
     context["on_cpu"] = dep.engine in CPU_ENGINES  # what its recreate frees: the host's memory, not GPUs
     return render(request, "deployments/change.html", context)
 
 
-def _sleeps_after_relaunch(dep: Deployment, form: ChangeForm) -> bool:
-    """Whether the idle policy asked is sleep while the engines serving now were started without sleep mode, which
-    only a launch gives them (console.deployments.lifecycle.sleep_mode_on): until then idling stops them to save."""
-    asked = form.cleaned_data.get("idle_policy") if form.is_valid() else None
+def _sleeps_after_relaunch(dep: Deployment, policy: str) -> bool:
+    """Whether the idle ``policy`` asked is sleep while the engines serving now were started without sleep mode,
+    which only a launch gives them (console.deployments.lifecycle.sleep_mode_on): until then idling stops them to
+    save."""
     running = dep.state == DeploymentState.READY
-    return asked == IdlePolicy.SLEEP and running and not idle_actions.can_sleep_now(dep)
+    return policy == IdlePolicy.SLEEP and running and not idle_actions.can_sleep_now(dep)
 
 
 @login_required
