@@ -49,6 +49,7 @@ def mia(client: Client, member: Any, admin_user: Any) -> Client:
             "Expires in days must be at most 30 days away (the limit set for you).",
         ),
         ({"allowed_models": "other"}, "allowed_models", "Allowed models must be among yours: big, smol."),
+        ({"allowed_models": " , ,"}, "allowed_models", "No model name here; leave it empty to allow every model."),
         (
             {"allowed_models": "nope"},
             "allowed_models",
@@ -97,6 +98,7 @@ def test_a_change_of_a_keys_limits_over_a_limit_is_refused_under_its_field(
             "allowed_models",
             "No deployment serves &#x27;nope&#x27;. Allowed models are served model names: big, other, smol.",
         ),
+        ({"allowed_models": ",,,"}, "allowed_models", "No model name here; leave it empty to allow every model."),
         ({"tokens_per_day": str(2**31)}, "tokens_per_day", "Ensure this value is less than or equal to 2147483647."),
         ({"max_keys": str(2**31)}, "max_keys", "Ensure this value is less than or equal to 2147483647."),
         ({"monthly_budget_usd": "0"}, "monthly_budget_usd", "Ensure this value is greater than or equal to 0.01."),

@@ -62,6 +62,20 @@ def split_models(text: str) -> list[str]:
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
+class ModelNamesField(forms.CharField):
+    """Served model names, comma-separated; empty: every model. Text that holds no name (``,,``) is refused rather
+    than read as "every model": a restriction typed wrong never widens to all."""
+
+    def __init__(self, help_text: str) -> None:
+        super().__init__(required=False, max_length=2000, help_text=help_text)
+
+    def clean(self, value: Any) -> str:
+        text = super().clean(value)
+        if text and not split_models(text):
+            raise forms.ValidationError("No model name here; leave it empty to allow every model.")
+        return text
+
+
 def priority_field(*, default_label: str | None, interactive: bool) -> forms.ChoiceField:
     """A class (console.access.models.Priority) to choose, with ``default_label`` for "" (None: no such choice) and
     interactive offered only where ``interactive``."""
@@ -74,9 +88,7 @@ class KeyLimitsFields(LimitErrors):
     """The limits a key shares between its creation and a later change, and its class. Interactive is offered only
     where ``interactive`` (an admin, or an owner an admin made interactive: console.access.keys.checked_priority)."""
 
-    allowed_models = forms.CharField(
-        required=False, max_length=2000, help_text="Served model names, comma-separated; empty: every model."
-    )
+    allowed_models = ModelNamesField("Served model names, comma-separated; empty: every model.")
     max_tokens_cap = count_field("max_tokens cap", "Tokens per request; empty: no cap.")
     requests_per_minute = count_field(help_text="Empty: unlimited.")
     tokens_per_minute = count_field(help_text="Prompt + completion. Empty: unlimited.")

@@ -4,7 +4,7 @@ from typing import Any
 
 from django import forms
 
-from console.access.forms import INT_NAMES, LimitErrors, count_field, split_models, usd_field
+from console.access.forms import INT_NAMES, LimitErrors, ModelNamesField, count_field, split_models, usd_field
 from console.access.key_limits import MAX_DAYS
 from console.access.models import PRIORITY_HELP, Priority, Role
 
@@ -24,9 +24,7 @@ class MemberForm(LimitErrors):
     is_active = forms.BooleanField(
         required=False, label="Active", help_text="An inactive member cannot sign in; their keys are revoked."
     )
-    allowed_models = forms.CharField(
-        required=False, max_length=2000, help_text="Served model names their keys may use, comma-separated; empty: any."
-    )
+    allowed_models = ModelNamesField("Served model names their keys may use, comma-separated; empty: any.")
     max_tokens_cap = count_field("max_tokens cap per key", "Tokens per request. Empty: no cap.")
     requests_per_minute = count_field("Requests per minute per key", UNLIMITED)
     tokens_per_minute = count_field("Tokens per minute per key", f"Prompt + completion. {UNLIMITED}")
