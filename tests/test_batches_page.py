@@ -227,6 +227,8 @@ def test_a_batchs_page_lists_its_times_and_failed_lines(client: Client, world: d
     assert page.count("<code>line-") == 2 and 'hx-trigger="every 2s"' in page  # refreshed while it runs
     ended = client.get(f"/batch-jobs/{world['done'].public_id}/progress/").content.decode()
     assert 'id="batch-live"' in ended and "hx-trigger" not in ended  # the last refresh: it polls no more
+    assert "<dt>ETA</dt>" in page and "<dt>Cost so far</dt>" in page  # while it runs
+    assert "<dt>Run</dt>" in ended and "<dt>Cost</dt>" in ended and "so far" not in ended  # once it ended
 
 
 def test_a_batchs_page_shows_its_tokens_and_links_its_lines_in_the_request_log(
