@@ -166,6 +166,7 @@ def test_cost_per_million_tokens_is_the_hourly_price_over_the_throughput_the_pan
     per_hour = Decimal(number(html, "usd_per_hour").lstrip("$"))
     assert per_hour == Decimal("6.00")  # 2 GPUs × the seeded $3.00 per H100-hour
     shown = Decimal(number(html, "usd_per_million").split()[0].lstrip("$"))  # "$2.78 / M tokens"
+    assert number(html, "use_5m").startswith("at ") and number(html, "use_5m").endswith(" tokens/s")  # what it divides
     expected = per_hour / (Decimal(str(tokens_per_s)) * 3600) * 1_000_000
     assert abs(shown - expected) <= Decimal("0.005") + expected * Decimal("0.001")  # display rounding only
 
