@@ -1,7 +1,7 @@
 """The deployment page's "Coding agents" tab gives each agent's settings (console.deployments.agent_settings): the
 blocks of docs/agents.md, which the tests give the real CLIs, with this Hearth's base URL, the served model name and
-the context filled in; a name that needs quoting is quoted in each language; OpenCode and Codex are told no small
-context."""
+the context filled in; a name that needs quoting is quoted in each language; OpenCode, Codex and Claude Code are told
+no small context."""
 
 import json
 import re
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from django.test import Client
 
-from console.deployments.agent_settings import CONTEXT_TOLD_FROM, agent_settings
+from console.deployments.agent_settings import CLAUDE_CONTEXT_FROM, CONTEXT_TOLD_FROM, agent_settings
 from engines.agent_clients import recorded_requests
 from tests.test_agent_support import hf_model, simulated
 
@@ -45,6 +45,15 @@ def test_opencode_and_codex_are_told_no_context_under_32k(context: int) -> None:
     _, codex, opencode, *_ = agent_settings("http://h", "m", context)
     assert "limit" not in json.loads(opencode.text)["provider"]["hearth"]["models"]["m"]
     assert "model_context_window" not in tomllib.loads(codex.text)
+
+
+@pytest.mark.parametrize(
+    ("context", "told"), [(0, False), (CLAUDE_CONTEXT_FROM - 1, False), (CLAUDE_CONTEXT_FROM, True)]
+)
+def test_claude_code_is_told_the_context_from_64k(context: int, told: bool) -> None:
+    claude = agent_settings("http://h", "m", context)[0].text
+    assert (f"export CLAUDE_CODE_MAX_CONTEXT_TOKENS={context} " in claude) is told
+    assert ("CLAUDE_CODE_MAX_CONTEXT_TOKENS" in claude) is told
 
 
 def test_codex_is_told_the_context_from_32k_at_its_config_files_top_level() -> None:

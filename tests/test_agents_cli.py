@@ -11,6 +11,7 @@ translation to chat completions (``--no-responses``). Non-essential traffic off,
 
 import os
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -32,19 +33,17 @@ def claude(
     options: tuple[str, ...] = ("--allowedTools", "Read,Write"),
     **settings: str,
 ) -> tuple[Path, str]:
-    """Claude Code run with ``-p task`` and ``options``; ``settings`` are more of its environment variables."""
+    """Claude Code run with ``-p task`` and ``options``, in the environment the deployment page's block sets (its
+    ``export`` lines, CONTEXT as the deployment's context) with the test's key; ``settings`` are more of it."""
     work, home = workdir(tmp_path), tmp_path / "home"
     home.mkdir()
+    block = agent_settings(agents.web, model, CONTEXT)[0].text
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
-        "ANTHROPIC_BASE_URL": agents.web,
+        **exported(block),
         "ANTHROPIC_AUTH_TOKEN": agents.key,
         "ANTHROPIC_API_KEY": "sk-ant-api03-not-a-hearth-key",
-        "ANTHROPIC_MODEL": model,
-        "ANTHROPIC_SMALL_FAST_MODEL": model,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_AUTOUPDATER": "1",
         **settings,
@@ -59,6 +58,16 @@ def claude(
         "--verbose",
     ]
     return work, run(argv, work, env)
+
+
+def exported(block: str) -> dict[str, str]:
+    """The variables a shell block's ``export`` lines set."""
+    found: dict[str, str] = {}
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            found |= dict(word.split("=", 1) for word in words[1:])
+    return found
 
 
 def codex(agents: Agents, model: str, tmp_path: Path, task: str = TASK) -> tuple[Path, str]:
@@ -85,6 +94,7 @@ def test_claude_code_with_both_keys_set_reads_and_writes_a_file_through_hearth(a
     work, output = claude(agents, agents.deploy("agent", []), tmp_path)
     assert_copied(work, output)
     assert '"is_error":false' in output.replace(" ", "")
+    assert "assumes a context window" not in output  # the block told it the context (else: "… of 1m tokens")
     # none refused: its environment, a role "system" message, is taken as vLLM takes it (a 400 made it drop it)
     assert answered("agent") == [200]
 

@@ -25,6 +25,11 @@ CAPPED_CLAUDE = (
 # OpenCode then asks for 32,000 output tokens, which fitting lowers to what is left, and Codex keeps its default.
 CONTEXT_TOLD_FROM = 32_768
 OPENCODE_OUTPUT = 4096  # the output limit OpenCode is told with the context
+# Claude Code 2.1.328 assumes a context of 1M tokens for a model it does not know, unless CLAUDE_CODE_MAX_CONTEXT_TOKENS
+# says it (its `/context` command: "12.8k / 65.5k" told 65,536). It compacts its conversation once it is within an
+# "autocompact buffer" of that end: min(its output limit, 20,000) + ~13,000 tokens, 33,000 by default. Told a context
+# under twice that, its own ~13K prompt is already past the point where it compacts, so below this it is told none.
+CLAUDE_CONTEXT_FROM = 65_536
 _PLAIN_YAML = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 
 
@@ -47,7 +52,7 @@ export ANTHROPIC_BASE_URL=$base
 export ANTHROPIC_AUTH_TOKEN=$key            # or ANTHROPIC_API_KEY; with both set, the Hearth key is used
 export ANTHROPIC_MODEL=$model_sh          # the served model name
 export ANTHROPIC_SMALL_FAST_MODEL=$model_sh ANTHROPIC_DEFAULT_HAIKU_MODEL=$model_sh
-export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1$claude_context
 claude""")
 CODEX = Template("""\
 model = $model_json                 # the served model name
@@ -102,9 +107,13 @@ def _yaml(text: str) -> str:
 def agent_settings(base_url: str, model: str, context: int) -> list[AgentSettings]:
     """Each agent's settings for a deployment served as ``model`` (its served model name) by the Hearth at
     ``base_url`` (scheme and host, no path: ``http://HOST:8000``), whose context is ``context`` tokens (its
-    max_model_len; 0 where unknown): OpenCode and Codex are told it from CONTEXT_TOLD_FROM. In docs/agents.md's
+    max_model_len; 0 where unknown): OpenCode and Codex are told it from CONTEXT_TOLD_FROM, Claude Code from
+    CLAUDE_CONTEXT_FROM. In docs/agents.md's
     order."""
-    limit, codex_context = "", ""
+    limit, codex_context, claude_context = "", "", ""
+    if context >= CLAUDE_CONTEXT_FROM:
+        told = f"export CLAUDE_CODE_MAX_CONTEXT_TOKENS={context}"
+        claude_context = f"\n{told}  # max_model_len: it compacts before it is full"
     if context >= CONTEXT_TOLD_FROM:
         limit = f', "limit": {{ "context": {context}, "output": {OPENCODE_OUTPUT} }}'
         window = f"model_context_window = {context}".ljust(38)
@@ -119,6 +128,7 @@ def agent_settings(base_url: str, model: str, context: int) -> list[AgentSetting
         "opencode_model": json.dumps(f"hearth/{model}"),
         "limit": limit,
         "codex_context": codex_context,
+        "claude_context": claude_context,
     }
     return [
         AgentSettings(
