@@ -273,6 +273,8 @@ def test_a_members_day_and_month_spending_shows_beside_their_budgets(admin: Clie
     dep = deployment()
     measured(dep)
     Member.objects.filter(user=member).update(daily_budget_usd=Decimal("2.00"), monthly_budget_usd=Decimal("30.00"))
+    before = admin.get(f"/members/{member.pk}/").text  # no request priced yet: said so, not "$0.00" (a trial)
+    assert 'data-field="spent_today">nothing priced<' in before and "$0.00" not in before
     keys = [
         ApiKey.objects.create(name=f"mia {n}", prefix=f"hk-miamia{n:02d}", key_hash="x", owner=member) for n in (1, 2)
     ]

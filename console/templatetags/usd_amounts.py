@@ -25,3 +25,10 @@ def usd_text(amount: Decimal | float) -> str:
 def charged(value: Decimal | float | str | None) -> str:
     """An amount charged as ``usd_text`` writes it; None or "" → "no price" (no price applied)."""
     return "no price" if value is None or value == "" else usd_text(Decimal(str(value)))
+
+
+@register.filter
+def spent(value: Decimal | float | str | None) -> str:
+    """A sum of charges as ``usd_text`` writes it; None (no request with a price in the period) → "nothing priced",
+    never "$0.00", which would say priced requests cost nothing."""
+    return "nothing priced" if value is None or value == "" else usd_text(Decimal(str(value)))
