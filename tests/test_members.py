@@ -1,5 +1,5 @@
 """The members pages: an admin adds people, sets their role, state and limits; the appliance always keeps an
-active admin; disabling someone ends their sign-in and revokes their keys."""
+active admin; disabling someone ends their sign-in and revokes their keys, as making them a viewer revokes them."""
 
 from typing import Any
 
@@ -8,6 +8,7 @@ from django.test import Client
 
 from console.access.keys import create_key
 from console.access.models import ApiKey, Member
+from console.audit.models import AuditEntry
 from tests.conftest import serving
 
 pytestmark = pytest.mark.django_db
@@ -67,3 +68,13 @@ def test_disabling_someone_revokes_their_keys_and_ends_their_sign_in(root: Clien
     assert ApiKey.objects.get(owner=mia).revoked_at is not None
     assert theirs.get("/keys/")["Location"].startswith("/login/")
     assert theirs.post("/login/", {"username": "mia", "password": PASSWORD}).status_code == 200  # refused
+
+
+def test_a_member_made_a_viewer_has_their_live_keys_revoked_and_audited(root: Client, django_user_model: Any) -> None:
+    """A fresh user's trial: a member made a viewer kept keys that served, and could no longer revoke them."""
+    mia = django_user_model.objects.create_user("mia", "", PASSWORD)
+    Member.objects.create(user=mia, role="member")
+    create_key("laptop", mia)
+    assert root.post(f"/members/{mia.pk}/", form("viewer")).status_code == 302
+    assert ApiKey.objects.get(owner=mia).revoked_at is not None
+    assert AuditEntry.objects.filter(action="key.revoke", changes__why="owner made a viewer").count() == 1

@@ -275,9 +275,8 @@ def test_a_member_cannot_see_or_touch_someone_elses_key(client: Client, world: d
     theirs, _ = create_key("root's", world["people"]["admin"])
     sign_in(client, "member")
     assert client.post(f"/keys/{theirs.pk}/revoke/").status_code == 403
-    assert client.delete(f"/api/keys/{theirs.pk}").json() == {
-        "detail": "This key is someone else's; only its owner or an admin may change it."
-    }
+    refused = "This key is someone else's; only its owner or an admin may change it, and a member sees only their own."
+    assert client.delete(f"/api/keys/{theirs.pk}").json() == {"detail": refused}
     assert client.post(f"/api/keys/{theirs.pk}/rotate", {}, content_type="application/json").status_code == 403
     assert client.get(f"/keys/{theirs.pk}/").status_code == 403
     assert [k["name"] for k in client.get("/api/keys").json()] == ["member laptop"]

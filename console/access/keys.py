@@ -170,7 +170,9 @@ def manageable_key(user: Any, pk: int) -> ApiKey:
     when it is someone else's and ``user`` is no admin."""
     key = get_object_or_404(ApiKey.objects.select_related("owner"), pk=pk)
     if not may_manage_key(user, key):
-        raise PermissionDenied("This key is someone else's; only its owner or an admin may change it.")
+        raise PermissionDenied(
+            "This key is someone else's; only its owner or an admin may change it, and a member sees only their own."
+        )
     return key
 
 

@@ -20,7 +20,9 @@ class MemberAddForm(forms.Form):
 
 
 class MemberForm(LimitErrors):
-    role = forms.ChoiceField(choices=Role.choices)
+    role = forms.ChoiceField(
+        choices=Role.choices, help_text="A viewer looks and acts on nothing: made one, their live keys are revoked."
+    )
     is_active = forms.BooleanField(
         required=False, label="Active", help_text="An inactive member cannot sign in; their keys are revoked."
     )

@@ -72,8 +72,9 @@ def _role(role: str) -> Role:
 
 
 def set_role(actor: Any, user: Any, role: str, why: str = "") -> None:
-    """Give ``user`` ``role`` (admins are superusers); ``why`` goes into the audit entry. Raises ConsoleError
-    when it would leave no active admin."""
+    """Give ``user`` ``role`` (admins are superusers); ``why`` goes into the audit entry. A viewer holds no live key
+    (viewers look and act on nothing, their own keys included): made one, their live keys are revoked. Raises
+    ConsoleError when it would leave no active admin."""
     role, before = _role(role), role_of(user)
     if role == before:
         return
@@ -84,6 +85,9 @@ def set_role(actor: Any, user: Any, role: str, why: str = "") -> None:
         Member.objects.update_or_create(user=user, defaults={"role": role})
         user.refresh_from_db()
         record(actor, "member.role", user, {"role": [before, role], **({"why": why} if why else {})})
+        if role == Role.VIEWER:
+            _revoke_keys(actor, user, "owner made a viewer")
+        transaction.on_commit(bump_routing_version)
 
 
 def _keep_an_admin(leaving: Any) -> None:
@@ -103,10 +107,15 @@ def set_active(actor: Any, user: Any, active: bool) -> None:
         user.refresh_from_db()
         record(actor, "member.active", user, {"is_active": [not active, active]})
         if not active:
-            for key in ApiKey.objects.select_for_update().filter(owner=user, revoked_at__isnull=True):
-                ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
-                record(actor, "key.revoke", key, {"prefix": key.prefix, "why": "owner disabled"})
+            _revoke_keys(actor, user, "owner disabled")
         transaction.on_commit(bump_routing_version)
+
+
+def _revoke_keys(actor: Any, user: Any, why: str) -> None:
+    """Revoke ``user``'s live keys, each audited with ``why`` (inside the caller's transaction)."""
+    for key in ApiKey.objects.select_for_update().filter(owner=user, revoked_at__isnull=True):
+        ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
+        record(actor, "key.revoke", key, {"prefix": key.prefix, "why": why})
 
 
 def set_member_limits(actor: Any, user: Any, **limits: Any) -> Member:
