@@ -217,6 +217,25 @@ def test_only_an_admin_tunes_a_rule_and_bad_numbers_are_refused(admin: Client, c
     assert client.post("/alerts/rules/kv_cache_high/", {"kv_cache_high-threshold": "0.1"}).status_code == 403
 
 
+@pytest.mark.parametrize(
+    ("kind", "typed", "said"),
+    [
+        ("requests_waiting", "2.5", "A whole number: the threshold counts requests."),
+        ("requests_waiting", "0", "At least 1: the threshold is requests."),
+        ("deployment_failed", "0", "At least 1: the threshold is restarts in a row."),
+        ("budget", "500", "At most 100: the threshold is a percent (and 100 %)."),
+        ("monitoring_stale", "0.5", "At least 1: the threshold is scrape intervals."),
+    ],
+)
+def test_a_threshold_that_would_fire_always_or_never_is_refused(admin: Client, kind: str, typed: str, said: str) -> None:
+    """A fresh user's trial saved half a request, 0 restarts in a row and 500 % of a budget."""
+    before = rules()[kind].threshold
+    fields = {f"{kind}-threshold": typed, f"{kind}-for_minutes": "5", f"{kind}-repeat_minutes": "60"}
+    page = admin.post(f"/alerts/rules/{kind}/", fields, follow=True).content.decode()
+    assert "not saved" in page and said in page
+    assert rules()[kind].threshold == before
+
+
 def test_the_destination_keeps_its_webhook_unless_told_and_refuses_a_bad_address(admin: Client) -> None:
     admin.post("/alerts/destination/", {"webhook_url": f"https://hooks.example.com/{SECRET}", "email_to": "a@b.co"})
     admin.post("/alerts/destination/", {"webhook_url": "", "email_to": "a@b.co, c@d.co"})

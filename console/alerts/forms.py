@@ -7,7 +7,7 @@ from django import forms
 from django.core.validators import validate_email
 
 from console.alerts.models import AlertRule, Destination
-from console.alerts.rules import KINDS
+from console.alerts.rules import KINDS, Kind
 
 # the longest a condition may be asked to hold (the window of a rate) and the longest between repeats, minutes
 MOST_MINUTES = {"for_minutes": (1440.0, "a day"), "repeat_minutes": (10080.0, "a week")}
@@ -25,13 +25,22 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
                 self.add_error(name, "Must be 0 or more.")
         if data.get("repeat_minutes") is not None and data["repeat_minutes"] < 1:
             self.add_error("repeat_minutes", "Repeat at most once a minute (1 or more).")
-        most = KINDS[self.instance.kind].most if self.instance.kind in KINDS else None
-        if most is not None and data.get("threshold") is not None and data["threshold"] > most:
-            self.add_error("threshold", f"At most {most:g}: the threshold is a {KINDS[self.instance.kind].unit}.")
+        kind, threshold = KINDS.get(self.instance.kind), data.get("threshold")
+        if kind is not None and threshold is not None and threshold >= 0:
+            self._check_threshold(kind, threshold)
         for name, (minutes, words) in MOST_MINUTES.items():
             if data.get(name) is not None and data[name] > minutes:
                 self.add_error(name, f"At most {minutes:,.0f} minutes ({words}).")
         return data
+
+    def _check_threshold(self, kind: Kind, threshold: float) -> None:
+        """The threshold within what its unit means: a bound that makes the alert fire always or never is refused."""
+        if kind.most is not None and threshold > kind.most:
+            self.add_error("threshold", f"At most {kind.most:g}: the threshold is a {kind.unit}.")
+        elif threshold < kind.least:
+            self.add_error("threshold", f"At least {kind.least:g}: the threshold is {kind.unit}.")
+        elif kind.whole and threshold != int(threshold):
+            self.add_error("threshold", f"A whole number: the threshold counts {kind.unit}.")
 
 
 class DestinationForm(forms.ModelForm):  # type: ignore[type-arg]

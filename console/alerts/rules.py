@@ -11,8 +11,9 @@ from console.alerts.models import AlertRule
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of alert: its title, what its threshold means (``unit``; "" for none), its defaults and the highest
-    threshold that means something (``most``; None: no bound but 0)."""
+    """A kind of alert: its title, what its threshold means (``unit``; "" for none), its defaults, the lowest and
+    highest thresholds that mean something (``least``; ``most``, None: no bound) and whether it counts whole things
+    (``whole``: restarts, requests)."""
 
     title: str
     unit: str
@@ -21,6 +22,8 @@ class Kind:
     repeat_minutes: float
     what: str
     most: float | None = None
+    least: float = 0
+    whole: bool = False
 
 
 KINDS: dict[str, Kind] = {
@@ -31,6 +34,8 @@ KINDS: dict[str, Kind] = {
         0,
         60,
         "A deployment failed; or a replica was restarted this many times in a row, or its engine was OOM-killed.",
+        least=1,
+        whole=True,
     ),
     "replica_not_ready": Kind(
         "Replica not ready",
@@ -47,6 +52,7 @@ KINDS: dict[str, Kind] = {
         0,
         60,
         "Celery beat is not running, or a ready replica had no good scrape of its /metrics for this many intervals.",
+        least=1,
     ),
     "kv_cache_high": Kind(
         "KV cache nearly full",
@@ -64,6 +70,8 @@ KINDS: dict[str, Kind] = {
         5,
         60,
         "Requests queued for a replica's batch at or over this many, at every scrape for the rule's minutes.",
+        least=1,
+        whole=True,
     ),
     "ttft_slo_burn": Kind(
         "TTFT over the SLO",
@@ -91,6 +99,8 @@ KINDS: dict[str, Kind] = {
         0,
         240,
         "A key's or member's spending today or this month reached this percent of its budget, and again at 100 %.",
+        most=100,
+        least=1,
     ),
     "weights_disk": Kind(
         "Weights disk nearly full",
