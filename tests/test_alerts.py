@@ -227,7 +227,7 @@ def test_only_an_admin_tunes_a_rule_and_bad_numbers_are_refused(admin: Client, c
         ("monitoring_stale", "0.5", "At least 1: the threshold is scrape intervals."),
     ],
 )
-def test_a_threshold_that_would_fire_always_or_never_is_refused(admin: Client, kind: str, typed: str, said: str) -> None:
+def test_a_threshold_that_fires_always_or_never_is_refused(admin: Client, kind: str, typed: str, said: str) -> None:
     """A fresh user's trial saved half a request, 0 restarts in a row and 500 % of a budget."""
     before = rules()[kind].threshold
     fields = {f"{kind}-threshold": typed, f"{kind}-for_minutes": "5", f"{kind}-repeat_minutes": "60"}
