@@ -9,7 +9,7 @@ from django.conf import settings
 
 from console.catalog.models import ModelSource
 from console.deployments.idle_settings import FIELDS, MAX_IDLE_MINUTES
-from console.deployments.planning import available_engines
+from console.deployments.planning import MIN_MODEL_LEN, available_engines
 from console.deployments.serving_limits import FIELDS as SERVING_LIMITS
 from console.names import INT_MAX
 from engines.external import ExternalKind
@@ -27,8 +27,8 @@ class DeploymentForm(forms.Form):
         min_value=0,
         required=False,
         label="max_model_len",
-        help_text=f"Tokens; empty: {CPU_MAX_MODEL_LEN:,} on the CPU engines, else the model's own context "
-        "(lowered to what fits the GPUs); 0 = the model's maximum.",
+        help_text=f"Tokens, 0 or {MIN_MODEL_LEN} and more; empty: {CPU_MAX_MODEL_LEN:,} on the CPU engines, else the "
+        "model's own context (lowered to what fits the GPUs); 0 = the model's maximum.",
     )
     kv_space_gib = forms.FloatField(
         min_value=0.01,

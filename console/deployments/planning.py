@@ -32,6 +32,9 @@ from engines.stored_plan import StoredPlan
 MAX_KV_SPACE_GIB = 65_536
 MAX_NUM_SEQS = 65_536
 MAX_REPLICAS = 8
+# The shortest context planned: a chat template's own tokens are ~10-30, so a shorter one holds no conversation
+# (a trial planned max_model_len 1 and was told "Fits").
+MIN_MODEL_LEN = 64
 KV_CACHE_DTYPES = ("auto", "fp8")  # as the deployment form offers them (engines.sizing.kv_value_bytes)
 
 
@@ -115,8 +118,11 @@ def sizing_plan(
     if engine not in available_engines():
         offered = ", ".join(available_engines())
         raise ConsoleError(f"Engine '{engine}' is not available here; choose one of: {offered}.")
-    if not 0 <= max_model_len <= INT_MAX:
-        raise ConsoleError(f"max_model_len must be 0 (the model's own) to {INT_MAX:,} tokens, not {max_model_len:,}.")
+    if not (max_model_len == 0 or MIN_MODEL_LEN <= max_model_len <= INT_MAX):
+        raise ConsoleError(
+            f"max_model_len must be 0 (the model's own) or {MIN_MODEL_LEN} to {INT_MAX:,} tokens, "
+            f"not {max_model_len:,}: a shorter context holds no prompt."
+        )
     if not 0 <= tensor_parallel_size <= 64:
         raise ConsoleError(f"Tensor parallel size must be 0 (auto) to 64 GPUs, not {tensor_parallel_size:,}.")
     if not 0 <= gpu_memory_utilization < 1:
