@@ -222,7 +222,10 @@ def read_manifest(archive: Path) -> Manifest:
     try:
         with tarfile.open(archive, "r:gz") as tar:
             if (names := tar.getnames()) != [MANIFEST, DATA]:
-                raise CommandError(f"{archive} is not a Hearth backup (it holds {', '.join(names[:5]) or 'nothing'})")
+                raise CommandError(
+                    f"{archive} is not a Hearth backup: one holds {MANIFEST} and {DATA}, this holds "
+                    f"{', '.join(names[:5]) or 'nothing'}"
+                )
             manifest = Manifest.from_json(member(tar, MANIFEST).read())
             sha256, size = _digest(member(tar, DATA))
     except (tarfile.TarError, OSError, EOFError, zlib.error, AttributeError, KeyError, TypeError, ValueError) as exc:

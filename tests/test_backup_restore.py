@@ -217,8 +217,18 @@ def test_it_restores_a_sqlite_backup_into_a_fresh_data_folder(tmp_path: Path, ol
     assert (tmp_path / "a" / "data" / "hearth.sqlite3").exists()
     assert backup.holdings["desired"] == {"held": "stopped"} | ({"parked": "serving"} if older else {})
     target = instance(tmp_path / "b", SECRET_B, None)  # nothing there yet
-    target.manage("restore", str(backup.archive))
+    done = target.manage("restore", str(backup.archive))
+    assert "a key revoked since works again (revoke it again)" in done.stdout  # a trial: nothing said so
     restored_serves_as_the_source(target, backup)
+    assert target.run(AUDITED) == {"backup.restore": [str(backup.archive)]}  # the restore, in the log it restored
+
+
+AUDITED = """
+import json
+from console.audit.models import AuditEntry
+entries = AuditEntry.objects.filter(action__startswith="backup.")
+print(json.dumps({a: [e.target_name for e in entries if e.action == a] for a in {e.action for e in entries}}))
+"""
 
 
 def _rewritten(archive: Path, into: Path, manifest: dict[str, object] | None = None, data: bytes | None = None) -> Path:
@@ -255,6 +265,8 @@ def test_it_refuses_a_database_holding_data_and_damaged_archives_changing_nothin
     for damaged, says in ((truncated, "is not a whole Hearth backup"), (altered, "is damaged")):
         refused = target.manage("restore", "--force", str(damaged), check=False)
         assert refused.returncode == 1 and says in refused.stderr, refused.stderr
+    folder = target.manage("restore", "--force", str(tmp_path), check=False)
+    assert folder.returncode == 1 and f"restore: {tmp_path} is a folder" in folder.stderr
     missing = target.manage("restore", "--force", str(tmp_path / "nowhere.tar.gz"), check=False)
     assert missing.returncode == 1 and f"restore: no such file: {tmp_path / 'nowhere.tar.gz'}" in missing.stderr
     with open(os.devnull, "rb") as nothing:

@@ -57,6 +57,8 @@ ACTIONS = {
     "alerts.rule": "alert rule tuned",
     "alerts.destination": "alert destinations changed (a webhook shown as its scheme and host only)",
     "alerts.test": "a test sent to the alert destinations (each channel: sent, or why not)",
+    "backup.create": "backup written (manage.py backup)",
+    "backup.restore": "database restored from a backup: what changed since it was made is as it was then",
     "signin": "signed in",
     "signin.failed": "sign-in failed",
     "signin.lockout": "locked out after failed sign-ins",

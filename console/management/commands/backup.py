@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from console.audit.recording import record
 from console.backup import backup
 
 
@@ -31,6 +32,7 @@ class Command(BaseCommand):
         except DatabaseError as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise CommandError(f"cannot read the database ({first}); has `manage.py migrate` run?") from exc
+        record(None, "backup.create", opts["file"], {"rows": manifest.objects, "database": manifest.database})
         # on stderr: stdout may be the archive itself
         self.stderr.write(
             f"backup: {manifest.objects} rows of the {manifest.database} database, {len(manifest.migrations)} "

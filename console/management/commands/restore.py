@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from console.audit.recording import record
 from console.restore import restore
 
 
@@ -25,9 +26,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["file"] != "-":
+            if Path(opts["file"]).is_dir():
+                raise CommandError(f"restore: {opts['file']} is a folder; name the archive in it (hearth-DATE.tar.gz)")
             if not Path(opts["file"]).is_file():
                 raise CommandError(f"restore: no such file: {opts['file']}")
-            self._restore(Path(opts["file"]), opts["force"])
+            self._restore(Path(opts["file"]), opts["force"], opts["file"])
             return
         with tempfile.TemporaryDirectory(prefix="hearth-restore-") as tmp:  # 0700: the archive holds secrets
             spooled = Path(tmp) / "archive"
@@ -35,13 +38,19 @@ class Command(BaseCommand):
                 shutil.copyfileobj(sys.stdin.buffer, out)
             if not spooled.stat().st_size:
                 raise CommandError("restore: stdin was empty; give it the archive (restore - < hearth-DATE.tar.gz)")
-            self._restore(spooled, opts["force"])
+            self._restore(spooled, opts["force"], "stdin")
 
-    def _restore(self, archive: Path, force: bool) -> None:
+    def _restore(self, archive: Path, force: bool, name: str) -> None:
         manifest = restore(archive, force=force)
+        facts = {"rows": manifest.objects, "database": manifest.database, "made": manifest.created_at}
+        record(None, "backup.restore", name, facts)
         self.stdout.write(
             f"restore: {manifest.objects} rows of a {manifest.database} backup made {manifest.created_at}; "
             "engine keys sealed under this appliance's SECRET_KEY"
+        )
+        self.stdout.write(
+            "restore: keys, members and deployments are as they were then: a key revoked since works again "
+            "(revoke it again), one made since is gone"
         )
         if manifest.secret_key != settings.SECRET_KEY:
             self.stdout.write(
