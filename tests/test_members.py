@@ -78,3 +78,14 @@ def test_a_member_made_a_viewer_has_their_live_keys_revoked_and_audited(root: Cl
     assert root.post(f"/members/{mia.pk}/", form("viewer")).status_code == 302
     assert ApiKey.objects.get(owner=mia).revoked_at is not None
     assert AuditEntry.objects.filter(action="key.revoke", changes__why="owner made a viewer").count() == 1
+
+
+def test_lowering_live_keys_under_what_a_member_holds_says_what_happens(root: Client, django_user_model: Any) -> None:
+    """A fresh user's trial: the save said nothing while the member kept two keys under a limit of one."""
+    mia = django_user_model.objects.create_user("mia", "", PASSWORD)
+    Member.objects.create(user=mia, role="member")
+    create_key("laptop", mia)
+    create_key("ci", mia)
+    page = root.post(f"/members/{mia.pk}/", form("member", max_keys="1"), follow=True).content.decode()
+    assert "mia holds 2 live keys, over the new limit of 1: they keep working" in page
+    assert ApiKey.objects.filter(owner=mia, revoked_at__isnull=True).count() == 2

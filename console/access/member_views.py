@@ -51,6 +51,13 @@ def member_page(request: HttpRequest, pk: int) -> HttpResponse:
             form.add_console_error(exc)
         else:
             messages.success(request, f"Saved {user.get_username()}.")
+            live = ApiKey.objects.filter(owner=user, revoked_at__isnull=True).count()
+            if (most := form.cleaned_data["max_keys"]) is not None and live > most:
+                messages.warning(
+                    request,
+                    f"{user.get_username()} holds {live} live keys, over the new limit of {most}: they keep working; "
+                    "no new one can be made until enough are revoked (below).",
+                )
             return redirect("access:member", user.pk)
     keys = ApiKey.objects.filter(owner=user).order_by(F("revoked_at").desc(nulls_first=True), "-created_at")
     context = {
