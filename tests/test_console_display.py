@@ -386,3 +386,8 @@ def test_a_capacity_result_without_engine_numbers_reads_no_data_not_a_500(admin:
     )
     page = admin.get(f"/capacity/runs/{run.pk}/")
     assert page.status_code == 200 and "no data" in page.content.decode()
+    settings = {"extra_args": [], "tool_call_parser": "", "fit_max_tokens": True, "gpu_memory_utilization": 0.0}
+    CapacityRun.objects.filter(pk=run.pk).update(provenance={"settings": settings})
+    shown = admin.get(f"/capacity/runs/{run.pk}/").content.decode()  # in words, not Python's (a trial)
+    for words in ("extra_args none", "tool_call_parser none", "fit_max_tokens on", "gpu_memory_utilization auto"):
+        assert words in shown

@@ -27,3 +27,20 @@ def number(value: object, digits: int = 3) -> str:
 def change(value: float | None) -> str:
     """b / a − 1 as a signed percentage: 0.26 → "+26 %"; None → "—"."""
     return "—" if value is None else f"{value * 100:+.0f} %"
+
+
+@register.filter
+def setting(value: object) -> str:
+    """A deployment setting as the run recorded it, in words: True/False → "on"/"off", an empty list or text →
+    "none", None → "—", 0 (gpu_memory_utilization, tensor parallel size: the planner's choice) → "auto"."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "—"
+    if value in ("", [], {}):
+        return "none"
+    if isinstance(value, int | float) and value == 0:
+        return "auto"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value)
