@@ -9,7 +9,7 @@ runner is the worker's (console.batches.tasks, sent by name through console.batc
   ``GET /v1/files/{id}/content`` (bytes), ``DELETE /v1/files/{id}``;
 - ``POST /v1/batches`` (``input_file_id``, ``endpoint``, ``completion_window`` "24h", ``metadata``),
   ``GET /v1/batches`` (``limit`` 1-100, default 20; ``after``: a batch id), ``GET /v1/batches/{id}``,
-  ``POST /v1/batches/{id}/cancel`` (409 ``batch_not_cancellable`` for one completed, failed or expired); a list
+  ``POST /v1/batches/{id}/cancel`` (400 ``batch_not_cancellable`` for one completed, failed or expired); a list
   ``after`` an id that is none of the key's is 400 ``invalid_value``.
 
 Database work runs on its own small thread pool (WORKERS threads, so at most that many connections), off the loop.
@@ -74,7 +74,7 @@ def _not_found(kind: str, public_id: str) -> GatewayError:
 
 
 async def answer(method: str, path: str, scope: Scope, receive: Receive, send: Send, key: KeyEntry) -> None:
-    """Answer a Files or Batches request of ``key``. Raises GatewayError in OpenAI's shape (400, 404, 405, 409, 413)."""
+    """Answer a Files or Batches request of ``key``. Raises GatewayError in OpenAI's shape (400, 404, 405, 413)."""
     parts = path.split("/")[2:]  # ["files"], ["files", id], ["files", id, "content"], ["batches", id, "cancel"]
     routes: dict[tuple[str, int, str], Callable[[], Any]] = {
         ("POST", 1, "files"): lambda: _upload(scope, receive, key),

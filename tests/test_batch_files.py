@@ -182,7 +182,7 @@ def test_an_ended_batch_is_not_cancelled_and_a_cancelled_one_is_returned_as_it_i
         ended.refresh_from_db()
         with pytest.raises(FileError) as refused:
             batches.cancel(ended)
-        assert refused.value.status == 409 and refused.value.code == "batch_not_cancellable"
+        assert refused.value.status == 400 and refused.value.code == "batch_not_cancellable"
         assert refused.value.message == (
             f"Batch {ended.public_id} is {status}; only a validating or in_progress batch can be cancelled."
         )

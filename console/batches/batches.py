@@ -116,10 +116,11 @@ def enter(batch_pk: int, status: Status, *, from_statuses: tuple[str, ...]) -> b
 def cancel(batch: Batch) -> Batch:
     """Ask the batch to stop: cancelling (the runner sends no new line, waits for those in flight and writes what
     finished), or cancelled at once when it had not started; one cancelling or cancelled already is returned as it
-    is. Raises FileError (409 ``batch_not_cancellable``) for one completed, failed or expired."""
+    is. Raises FileError (400 ``batch_not_cancellable``: not 409, which OpenAI's SDKs retry) for one completed, failed
+    or expired."""
     if batch.status in (Status.COMPLETED, Status.FAILED, Status.EXPIRED):
         why = f"Batch {batch.public_id} is {batch.status}; only a validating or in_progress batch can be cancelled."
-        raise FileError(why, None, "batch_not_cancellable", 409)
+        raise FileError(why, None, "batch_not_cancellable", 400)
     if not enter(batch.pk, Status.CANCELLING, from_statuses=(Status.IN_PROGRESS, Status.FINALIZING)):
         if enter(batch.pk, Status.CANCELLING, from_statuses=(Status.VALIDATING,)):
             finish(batch.pk, Status.CANCELLED)
