@@ -76,7 +76,7 @@ def test_the_deployment_panel_shows_its_wake_times_how_often_it_slept_and_gpu_ti
     assert 'data-field="wake_times">wake p50 2.00 s · p99 9.00 s <small class="muted">over 2 wakes</small><' in panel
     assert 'data-field="held">holds 1.4 GiB on each of GPUs 0–3<' in panel
     assert 'data-field="hours_asleep">4.0 h</span> (not charged); GPU-hours = hours × 4 GPUs' in panel
-    assert 'data-field="hours_serving">0.0 h<' in panel  # never scraped: no serving time counted
+    assert 'data-field="hours_serving">none<' in panel  # never scraped: no serving time counted
 
 
 def test_asleep_time_counts_from_each_sleep_to_its_wake_and_the_window_s_edges(admin: Client) -> None:

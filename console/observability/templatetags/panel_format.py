@@ -29,6 +29,16 @@ def seconds(value: Any) -> str:
 
 
 @register.filter
+def hours(value: Any) -> str:
+    """Hours of GPU time: 4.0 → "4.0 h", under an hour in minutes (0.083 → "5 min", not "0.1 h"), 0 → "none";
+    None → "no data"."""
+    if _missing(value):
+        return "no data"
+    h = float(value)
+    return "none" if h == 0 else f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
+
+
+@register.filter
 def pct(value: Any, digits: int = 0) -> str:
     """A 0–1 ratio as a percentage; None → "no data"."""
     return "no data" if _missing(value) else f"{value * 100:.{digits}f} %"
