@@ -61,7 +61,10 @@ class TuningForm(CheckFields):
 
     knob = forms.ChoiceField(choices=[(k, k) for k in (*SETTING_KNOBS, *FLAG_KNOBS)])
     values = forms.CharField(help_text="e.g. 64, 128, 256 · auto, fp8 · on, off. The setting now is tried first.")
-    accept_downtime = forms.BooleanField(label="Relaunch the deployment for each value (the downtime above)")
+    accept_downtime = forms.BooleanField(
+        label="Relaunch the deployment for each value (the downtime above)",
+        error_messages={"required": "Tick this to tune: each value relaunches the deployment (the downtime above)."},
+    )
     field_order = ("knob", "values", "profile", "mode", "levels", "shared_prefix", "requests_per_level", "max_seconds")
 
 
