@@ -391,11 +391,3 @@ def test_a_capacity_result_without_engine_numbers_reads_no_data_not_a_500(admin:
     shown = admin.get(f"/capacity/runs/{run.pk}/").content.decode()  # in words, not Python's (a trial)
     for words in ("extra_args none", "tool_call_parser none", "fit_max_tokens on", "gpu_memory_utilization auto"):
         assert words in shown
-
-
-def test_a_tuning_without_the_downtime_ticked_says_what_the_tick_is_for(admin: Client) -> None:
-    """A fresh user's trial got only "This field is required." under the box."""
-    dep = a_deployment("tuned")
-    fields = {"tune-knob": "max_num_seqs", "tune-values": "64, 128", "tune-profile": "chat", "tune-mode": "concurrency"}
-    page = admin.post(f"/deployments/{dep.pk}/capacity/tune/", fields).content.decode()
-    assert "Tick this to tune: each value relaunches the deployment" in page
