@@ -233,7 +233,9 @@ def plan_gpu(
     fitting = [p for p in plans if p.fits]
     if fitting:
         return fitting[0]
-    best = max(plans, key=lambda p: p.kv_capacity_tokens)
+    # the most KV cache; where none has any (the weights alone overflow every size), the most GPUs: its reasons show
+    # how far the largest split is from fitting, not a one-GPU plan no one asked about
+    best = max(plans, key=lambda p: (p.kv_capacity_tokens, p.tensor_parallel_size))
     if not request.max_model_len and best.kv_capacity_tokens >= 1024:
         shorter = best.kv_capacity_tokens // 1024 * 1024
         plan = plan_gpu(config, weights_bytes, inventory, replace(request, max_model_len=shorter))

@@ -147,3 +147,11 @@ def test_a_70b_from_the_catalog_is_launched_on_the_simulator_and_streams_through
     finally:
         client.post(f"/api/deployments/{dep_id}/stop")
         wait_state(client, dep_id, {"stopped", "failed"})
+
+
+def test_a_model_too_big_for_every_split_is_shown_at_the_largest_one(admin: Client) -> None:
+    """A fresh user's trial: DeepSeek-V3 on the 8× H100 box was explained at tensor parallel 1 on 1 GPU."""
+    admin.post("/api/models", {"demo": "deepseek-v3"}, content_type="application/json")
+    plan = admin.post("/api/plan", {"model": "deepseek-v3", "engine": "simulator"}, content_type="application/json")
+    gpu = plan.json().get("gpu") or plan.json()
+    assert not gpu["fits"] and gpu["tensor_parallel_size"] == 8, gpu
