@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from appliance.redis_keys import redis_key
 from console.access import key_format, keys, members, shown_once
+from console.access.key_limits import LimitError
 from console.access.models import ApiKey, Member
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
@@ -271,3 +272,22 @@ def test_a_key_s_expiry_is_shown_in_its_field_as_its_help_says(admin: Client, ad
     page = admin.get(f"/keys/{row.pk}/").content.decode()
     shown = re.search(r'name="expires_at" value="([^"]*)"', page)
     assert shown and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", shown.group(1)), shown
+
+
+def test_a_members_key_expiry_is_not_renewed_past_its_secrets_age_without_rotating(
+    member: Any, admin_user: Any
+) -> None:
+    """A fresh user's trial pushed a key's expiry 30 days on with each PATCH (expires_at: null), so "keys expire
+    within 30 days" never made anyone rotate; rotating renews it."""
+    members.set_member_limits(admin_user, member, max_key_days=30)
+    key, _ = keys.create_key("laptop", member)
+    born = timezone.now() - timedelta(days=20)
+    ApiKey.objects.filter(pk=key.pk).update(created_at=born, expires_at=born + timedelta(days=30))
+    key.refresh_from_db()
+    kept = keys.set_key_limits(key, member, expires_at=None).expires_at
+    assert kept == born + timedelta(days=30)  # not 30 days from now
+    with pytest.raises(LimitError, match="30 days after its secret was made \\(rotate it to renew\\)"):
+        keys.set_key_limits(key, member, expires_at=timezone.now() + timedelta(days=25))
+    keys.rotate_key(key, member, 0)
+    renewed = keys.set_key_limits(key, member, expires_at=None).expires_at
+    assert renewed is not None and renewed > timezone.now() + timedelta(days=29)

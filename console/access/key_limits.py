@@ -9,7 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from console.access.models import Member
+from console.access.models import ApiKey, Member
 from console.access.served_models import check_served
 from console.errors import ConsoleError
 from console.names import INT_MAX, SERVED_NAME, check_name
@@ -105,18 +105,21 @@ def budget(value: object, name: str) -> Decimal:
     return amount
 
 
-def within_ceilings(member: Member | None, limits: dict[str, Any], *, clamp: bool = False) -> dict[str, Any]:
+def within_ceilings(
+    member: Member | None, limits: dict[str, Any], *, clamp: bool = False, key: ApiKey | None = None
+) -> dict[str, Any]:
     """``limits`` (all of LIMITS) within ``member``'s ceilings: a limit left empty gets the ceiling;
     one above it raises LimitError about it (LimitsRefused naming each, for several), or with ``clamp`` is lowered
-    to it. No member (an admin's key): unchanged."""
+    to it. No member (an admin's key): unchanged. An existing ``key``'s expiry may not move past its secret's age
+    allowing it (``latest_expiry``)."""
     if member is None:
         return limits
     out, refused = dict(limits), []
     lowered = [(name, getattr(member, name), "{:,}", False) for name in INT_LIMITS]
     lowered += [(name, getattr(member, name), "{} USD", True) for name in BUDGETS]
-    if member.max_key_days is not None:
-        latest = timezone.now() + timedelta(days=member.max_key_days)
-        lowered.append(("expires_at", latest, f"{member.max_key_days} days away", False))
+    if (days := member.max_key_days) is not None:
+        latest, words = latest_expiry(days, key)
+        lowered.append(("expires_at", latest, words, False))
     for name, ceiling, shown, keep_empty in lowered:
         try:
             out[name] = _lower(name, out[name], ceiling, clamp, shown, keep_empty)
@@ -134,6 +137,22 @@ def within_ceilings(member: Member | None, limits: dict[str, Any], *, clamp: boo
     if refused:
         raise refused[0]
     return out
+
+
+def latest_expiry(days: int, key: ApiKey | None = None) -> tuple[datetime, str]:
+    """The latest expiry a member's "keys expire within ``days``" allows, and how to say it: ``days`` from now for a
+    new key; for an existing one, no later than ``days`` after its secret was made (created or last rotated), or
+    than it expires already, so the limit cannot be renewed for ever without rotating (a fresh user's trial
+    pushed a key's expiry 30 days on, again and again)."""
+    now = timezone.now()
+    latest = now + timedelta(days=days)
+    if key is None or key.expires_at is None:
+        return latest, f"{days} days away"
+    born = key.rotated_at or key.created_at
+    kept = max(born + timedelta(days=days), key.expires_at)
+    if kept >= latest - timedelta(hours=1):  # a secret made within the hour: as good as a new key's
+        return min(kept, latest), f"{days} days away"
+    return kept, f"{kept:%Y-%m-%d %H:%M} UTC, {days} days after its secret was made (rotate it to renew)"
 
 
 def _lower(name: str, value: Any, ceiling: Any, clamp: bool, shown: str, keep_empty: bool = False) -> Any:

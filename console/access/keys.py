@@ -145,7 +145,7 @@ def set_key_limits(key: ApiKey, actor: Any, priority: str | None = None, **limit
         raise ConsoleError(f"{key.name} is revoked; its limits no longer matter.")
     before = limits_of(key) | {"priority": key.priority}
     wanted = key_limits.checked({**limits_of(key), **limits}, held=before["allowed_models"])
-    after = key_limits.within_ceilings(ceilings_for(key.owner), wanted)
+    after = key_limits.within_ceilings(ceilings_for(key.owner), wanted, key=key)
     if priority is not None and priority != key.priority:  # a class an admin granted is kept on other changes
         after["priority"] = checked_priority(actor, key.owner, priority)
     with transaction.atomic():

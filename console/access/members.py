@@ -155,7 +155,7 @@ def _lower_keys(actor: Any, member: Member) -> None:
         return
     for key in ApiKey.objects.select_for_update().filter(owner=member.user, revoked_at__isnull=True):
         before = limits_of(key)
-        after = key_limits.within_ceilings(member, before, clamp=True)
+        after = key_limits.within_ceilings(member, before, clamp=True, key=key)
         if diff := changed(before, after):
             ApiKey.objects.filter(pk=key.pk).update(**after)
             record(actor, "key.limits", key, {**diff, "why": "member limits lowered"})
