@@ -70,7 +70,7 @@ class ModelNamesField(forms.CharField):
         super().__init__(required=False, max_length=2000, help_text=help_text)
 
     def clean(self, value: Any) -> str:
-        text = super().clean(value)
+        text = str(super().clean(value))
         if text and not split_models(text):
             raise forms.ValidationError("No model name here; leave it empty to allow every model.")
         return text
