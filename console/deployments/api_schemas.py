@@ -66,7 +66,10 @@ class ReplicaOut(Schema):
     started_at: datetime
     stopped_at: datetime | None = Field(description="When it ended for good; null while it runs or restarts.")
     down_reason: str = Field(description="Why an external endpoint's last health check failed; '' while it is up.")
-    checked_at: datetime | None
+    checked_at: datetime | None = Field(
+        description="An external endpoint's last health check; null for a replica Hearth launched (its scrapes say "
+        "it is up: the deployment's panel)."
+    )
     exit_code: int | None
     oom_killed: bool
     restarts: int
