@@ -195,8 +195,10 @@ def test_every_action_the_log_knows_is_one_a_test_here_records() -> None:
     tests/test_sleep_live.py; deployment.make_room by the worker: tests/test_room_live.py; weights.free by
     tests/test_weights_cache.py; deployment.price by tests/test_money.py; batch.cancel by
     tests/test_batches_page.py; alerts.rule and .destination by tests/test_alert_conditions.py; alerts.test by
-    tests/test_alerts.py."""
+    tests/test_alerts.py; backup.create and .restore by manage.py in tests/test_backup_restore.py."""
     tested = {
+        "backup.create",
+        "backup.restore",
         "key.create",
         "key.limits",
         "key.rotate",

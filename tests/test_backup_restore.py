@@ -221,6 +221,7 @@ def test_it_restores_a_sqlite_backup_into_a_fresh_data_folder(tmp_path: Path, ol
     assert "a key revoked since works again (revoke it again)" in done.stdout  # a trial: nothing said so
     restored_serves_as_the_source(target, backup)
     assert target.run(AUDITED) == {"backup.restore": [str(backup.archive)]}  # the restore, in the log it restored
+    assert backup.source.run(AUDITED)["backup.create"]  # the backup, in the source's log (after the archive)
 
 
 AUDITED = """
