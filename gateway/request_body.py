@@ -31,6 +31,10 @@ FIELD_TYPES = (
     ("messages", list, "an array"),  # read to estimate and count the prompt, translated on the way
 )
 TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")
+# Choices one request may ask for: OpenAI's own bound on ``n`` (a trial's n=1000 put 550 sequences on a CPU engine
+# for ten minutes); ``best_of`` (vLLM's completions) the same.
+MAX_CHOICES = 128
+CHOICE_FIELDS = ("n", "best_of")
 # Fields an endpoint's API requires that the engine may not ask for: Anthropic's Messages API refuses a request
 # without max_tokens, and vLLM's own /v1/messages answers one with its validator's dump.
 REQUIRED = {"/v1/messages": ("max_tokens", "the most tokens the answer may have")}
@@ -73,8 +77,8 @@ def decode_body(body: bytes) -> dict[str, Any]:
 def check_fields(request: dict[str, Any], endpoint: str) -> None:
     """Raises GatewayError 400 for a field the gateway reads of the wrong type, another API's field ``endpoint``'s
     engine would ignore (FOREIGN), a field ``endpoint`` requires that is missing (REQUIRED), or a token limit under 1
-    (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a prompt), as OpenAI's and Anthropic's APIs refuse
-    them."""
+    (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a prompt), or more than MAX_CHOICES choices, as
+    OpenAI's and Anthropic's APIs refuse them."""
     for name, kind, what in FIELD_TYPES:
         value = request.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
@@ -85,6 +89,9 @@ def check_fields(request: dict[str, Any], endpoint: str) -> None:
     if endpoint in REQUIRED and request.get(REQUIRED[endpoint][0]) is None:
         name, meaning = REQUIRED[endpoint]
         raise GatewayError(400, f"'{name}' is required: {meaning}.", param=name)
+    for name in CHOICE_FIELDS:
+        if isinstance(request.get(name), int) and request[name] > MAX_CHOICES:
+            raise GatewayError(400, f"'{name}' must be at most {MAX_CHOICES}; it is {request[name]:,}.", param=name)
     least = 0 if endpoint == "/v1/completions" else 1
     for name in TOKEN_LIMITS:
         if isinstance(request.get(name), int) and request[name] < least:

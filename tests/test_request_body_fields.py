@@ -1,7 +1,7 @@
 """The fields the gateway reads in a request body are checked before it reads them (gateway.request_body): a wrong
 type, another API's field the engine would drop (a top-level system prompt sent to an OpenAI endpoint), a token limit
-no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), or Anthropic's max_tokens
-missing is the gateway's own 400 naming the field, where the engine answered with its validator's dump (or,
+no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), more than 128 choices, or
+Anthropic's max_tokens missing is the gateway's own 400 naming the field, where the engine answered with its validator's dump (or,
 translated for a chat engine, ran to the context's end where Anthropic's API refuses)."""
 
 import pytest
@@ -28,6 +28,8 @@ from gateway.request_body import parse_body
         (b'{"system": "Be brief."}', "/v1/chat/completions", "'system' is not a field of /v1/chat/completions"),
         (b'{"system": "Be brief."}', "/v1/responses", "send the system prompt as 'instructions'."),
         (b'{"system": "Be brief.", "prompt": "Hi"}', "/v1/completions", "so put the system prompt in it."),
+        (b'{"n": 1000}', "/v1/chat/completions", "'n' must be at most 128; it is 1,000."),  # a trial's CPU engine
+        (b'{"best_of": 129}', "/v1/completions", "'best_of' must be at most 128; it is 129."),
     ],
 )
 def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str, message: str) -> None:
