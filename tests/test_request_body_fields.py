@@ -1,8 +1,8 @@
 """The fields the gateway reads in a request body are checked before it reads them (gateway.request_body): a wrong
 type, another API's field the engine would drop (a top-level system prompt sent to an OpenAI endpoint), a token limit
 no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), more than 128 choices, or
-Anthropic's max_tokens missing is the gateway's own 400 naming the field, where the engine answered with its validator's dump (or,
-translated for a chat engine, ran to the context's end where Anthropic's API refuses)."""
+Anthropic's max_tokens missing is the gateway's own 400 naming the field, where the engine answered with its
+validator's dump (or, translated for a chat engine, ran to the context's end where Anthropic's API refuses)."""
 
 import pytest
 
