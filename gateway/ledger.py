@@ -141,6 +141,7 @@ class Ledger:
             ticket.request_id,
             (self.notes, ticket.fields),
             price_factor(plan.priority),
+            plan.reserve_prompt,
         )
         ticket.noted, ticket.held = True, held
         ticket.fields["held"] = [str(held.cost), held.price]

@@ -64,6 +64,7 @@ class RelayPlan:
     strip_usage: bool = False  # usage was asked for on the client's behalf: its chunk is not relayed
     headers: tuple[Header, ...] = ()  # added to the response head: the caps and fits applied
     reserve: int = 0  # tokens held against the key's limits and budgets from admission to settlement
+    reserve_prompt: int = 0  # of those, the prompt's: priced at the input price where the price is "input,output"
     hops: str = ""  # the hop header it is sent on with (gateway.loops); "" for the engines' default
     priority: str = "standard"  # the class it runs at: its key's, or "batch" for a Batch API line
     batch_id: str = ""  # the Batch's public id (batch_...) for a Batch API line; "" otherwise
@@ -110,7 +111,7 @@ class Planner:
         if route.fit_max_tokens:
             fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix)
             fields, headers = fields | fitted, headers + fit_headers
-        reserve = await self._to_reserve(path, {**request, **fields}, len(body), route, prefix, key)
+        reserve, reserve_prompt = await self._to_reserve(path, {**request, **fields}, len(body), route, prefix, key)
         engine_path, translation, strip_usage = path, Translation.NONE, False
         if (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
             path == "/v1/responses" and not route.speaks_responses
@@ -145,6 +146,7 @@ class Planner:
             strip_usage=strip_usage,
             headers=tuple(headers),
             reserve=reserve,
+            reserve_prompt=reserve_prompt,
             hops=hops,
             priority=key.priority,
             max_tokens_fitted=next(iter(fitted.values()), None),
@@ -170,14 +172,15 @@ class Planner:
 
     async def _to_reserve(
         self, path: str, request: dict[str, Any], body_bytes: int, route: Route, prefix: bytes, key: KeyEntry
-    ) -> int:
-        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring):
-        its prompt as the engine counts it, else bounded by its size; 0 for any other key."""
+    ) -> tuple[int, int]:
+        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring) and
+        its prompt's part of them: its prompt as the engine counts it, else bounded by its size; (0, 0) for any
+        other key."""
         if not key.quota.counts_tokens:
-            return 0
+            return 0, 0
         upstream = self.router.order(route, prefix)[0] if route.upstreams else None
         prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
-        return quotas.tokens_to_reserve(path, request, prompt, route.max_model_len)
+        return quotas.tokens_to_reserve(path, request, prompt, route.max_model_len), prompt
 
 
 def _cap(path: str, request: dict[str, Any], key: KeyEntry, route: Route) -> tuple[dict[str, int], list[Header]]:

@@ -16,9 +16,9 @@ not admitted through Redis and holds nothing to settle: its cost, at the price t
 
 USD: counters in nano-USD; cost = tokens × USD per token (the deployment's steady price,
 console.observability.pricing, times HEARTH_BATCH_PRICE_FACTOR for a batch-class request: gateway.prices.scaled; a
-price "input,output" reserves at the higher and charges the prompt tokens at the first), reserved rounded up and
-charged rounded to the nearest nano-USD, and that charge is what the request log's ``cost_usd`` holds, so the day's
-counter is the sum of the day's logged costs (plus what requests in flight hold).
+price "input,output" reserves and charges the prompt tokens at the first, the rest at the second), reserved
+rounded up and charged rounded to the nearest nano-USD, and that charge is what the request log's ``cost_usd``
+holds, so the day's counter is the sum of the day's logged costs (plus what requests in flight hold).
 No price published (a CPU deployment or no GPU price, and none set by an admin): the budgets cannot be judged; the
 request passes, is charged nothing and its log row's cost is None (the keys page says "no price").
 
@@ -73,7 +73,8 @@ TTL = {"minute": 120, "day": DAY_TTL, "month": MONTH_TTL}  # seconds each window
 #       none; USD in nano-USD), 12 1 when the key has an owner, 13-15 TTL of minute, day and month counters,
 #       16 SLOT_LAPSE, 17 the request's note (a JSON object; '' none): written with "held": [cost, price] added,
 #       18 activity.KEPT and 19 activity.LAPSE ('' both: the activity is not noted), 20 the price factor
-#       (gateway.prices.price_factor; '' or absent 1): the price is read times it, and returned so.
+#       (gateway.prices.price_factor; '' or absent 1): the price is read times it, and returned so; 21 the prompt's
+#       part of the tokens (absent 0), priced at the input price where the price is "input,output".
 # Returns {0, cost reserved (nano-USD), price ('' none)} or {index of the full counter (1-8), used, wanted}.
 ADMIT = (
     SCALE_FUNCTION
@@ -84,9 +85,12 @@ if price then price = scaled(price, tonumber(ARGV[20] or '1')) end
 local cost = 0
 if price then
   local first, second = string.match(price, '^([^,]+),(.+)$')
-  local most = tonumber(price)
-  if first then most = math.max(tonumber(first), tonumber(second)) end
-  cost = math.ceil(tokens * most * 1e9)
+  if first then
+    local prompt = math.min(tonumber(ARGV[21] or '0'), tokens)
+    cost = math.ceil((prompt * tonumber(first) + (tokens - prompt) * tonumber(second)) * 1e9)
+  else
+    cost = math.ceil(tokens * tonumber(price) * 1e9)
+  end
 end
 local adds = {1, tokens, tokens, 1, cost, cost, cost, cost}
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
@@ -255,9 +259,11 @@ class Reservations:
         rid: str = "",
         note: tuple[str, dict[str, Any]] | None = None,
         factor: float = 1.0,
+        prompt: int = 0,
     ) -> Reservation:
-        """Reserve one request of ``tokens`` tokens (gateway.quotas.tokens_to_reserve) under the id ``rid`` (a
-        new one when ''), at the deployment's price times ``factor`` (gateway.prices.price_factor); with ``note``
+        """Reserve one request of ``tokens`` tokens (gateway.quotas.tokens_to_reserve), ``prompt`` of them its
+        prompt's, under the id ``rid`` (a new one when ''), at the deployment's price times ``factor``
+        (gateway.prices.price_factor; a price "input,output" costs the prompt at the first); with ``note``
         (the process's notes hash, the note's fields), note the request too, its fields with ``admitted`` (Unix s),
         ``reserve`` and ``owned`` added; the request is in the deployment's requests in flight once admitted
         (console.deployments.activity). Raises GatewayError 429 when a limit or budget has no room for it (nothing
@@ -289,6 +295,7 @@ class Reservations:
             activity.KEPT,
             activity.LAPSE,
             repr(factor),
+            min(max(prompt, 0), tokens),
         ]
         busy = [activity.last_request_key(deployment_id), activity.in_flight_key(deployment_id)]
         try:

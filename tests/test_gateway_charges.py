@@ -270,3 +270,22 @@ def test_a_price_with_its_own_output_rate_reserves_at_the_higher_and_charges_pro
             await reservations.close()
 
     run(go())
+
+
+def test_a_split_price_reserves_the_prompt_at_the_input_price() -> None:
+    """A fresh user's trial: a daily budget refused "Hi" (31 prompt tokens) with 10 output tokens as costing up to
+    41 tokens at the output price ($0.082 at $1,000 / $2,000 per million); the prompt costs the input price."""
+
+    async def check() -> None:
+        store, r = Reservations(Prices()), aioredis.Redis.from_url(settings.REDIS_URL)
+        try:
+            await r.set(price_per_token(DEPLOYMENT), "0.001,0.002", ex=60)
+            held = await store.admit(90_002, Quota(daily_usd=Decimal("1")), DEPLOYMENT, 41, prompt=31)
+            assert held.cost == nano_usd(41, "0.001,0.002", prompt=31) == 51_000_000  # $0.051, as it is charged
+            await store.settle(held, 90_002, None, DEPLOYMENT, 41, prompt=31)
+        finally:
+            await r.delete(price_per_token(DEPLOYMENT))
+            await r.aclose()
+            await store.close()
+
+    run(check())
