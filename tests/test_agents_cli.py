@@ -31,13 +31,14 @@ def claude(
     tmp_path: Path,
     task: str = TASK,
     options: tuple[str, ...] = ("--allowedTools", "Read,Write"),
+    context: int = CONTEXT,
     **settings: str,
 ) -> tuple[Path, str]:
-    """Claude Code run with ``-p task`` and ``options``, in the environment the deployment page's block sets (its
-    ``export`` lines, CONTEXT as the deployment's context) with the test's key; ``settings`` are more of it."""
+    """Claude Code run with ``-p task`` and ``options``, in the environment the deployment page's block sets for a
+    deployment of ``context`` tokens (its ``export`` lines) with the test's key; ``settings`` are more of it."""
     work, home = workdir(tmp_path), tmp_path / "home"
     home.mkdir()
-    block = agent_settings(agents.web, model, CONTEXT)[0].text
+    block = agent_settings(agents.web, model, context)[0].text
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),

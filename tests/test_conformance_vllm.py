@@ -249,6 +249,7 @@ def test_claude_code_and_codex_stream_through_hearth_to_vllm_without_an_error(
                 tmp_path / "claude",
                 "say hi",
                 ("--max-turns", "1"),
+                AGENT_CONTEXT,
                 CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(AGENT_OUTPUT),
             )[1]
         print(f"Claude Code: {time.monotonic() - started:.0f} s")
