@@ -76,22 +76,25 @@ TTL = {"minute": 120, "day": DAY_TTL, "month": MONTH_TTL}  # seconds each window
 #       (gateway.prices.price_factor; '' or absent 1): the price is read times it, and returned so; 21 the prompt's
 #       part of the tokens (absent 0), priced at the input price where the price is "input,output".
 # Returns {0, cost reserved (nano-USD), price ('' none)} or {index of the full counter (1-8), used, wanted}.
+# What ``tokens`` cost in USD at ``price`` (a number, or "input,output" where the ``prompt`` tokens among them cost the
+# first and the rest the second, console.observability.pricing); ADMIT rounds it up, ``settle`` to the nearest.
+PRICED_FUNCTION = """
+local function priced(price, tokens, prompt)
+  local first, second = string.match(price, '^([^,]+),(.+)$')
+  if not first then return tokens * tonumber(price) end
+  prompt = math.min(prompt, tokens)
+  return prompt * tonumber(first) + (tokens - prompt) * tonumber(second)
+end
+"""
 ADMIT = (
     SCALE_FUNCTION
+    + PRICED_FUNCTION
     + """
 local now, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
 local price = redis.call('GET', KEYS[9])
 if price then price = scaled(price, tonumber(ARGV[20] or '1')) end
 local cost = 0
-if price then
-  local first, second = string.match(price, '^([^,]+),(.+)$')
-  if first then
-    local prompt = math.min(tonumber(ARGV[21] or '0'), tokens)
-    cost = math.ceil((prompt * tonumber(first) + (tokens - prompt) * tonumber(second)) * 1e9)
-  else
-    cost = math.ceil(tokens * tonumber(price) * 1e9)
-  end
-end
+if price then cost = math.ceil(priced(price, tokens, tonumber(ARGV[21] or '0')) * 1e9) end
 local adds = {1, tokens, tokens, 1, cost, cost, cost, cost}
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 for i = 1, 8 do
@@ -138,21 +141,14 @@ return {0, string.format('%d', cost), price or ''}
 # the rest at the second (console.observability.pricing); gateway.charges.nano_usd rounds the same way.
 SETTLE_FUNCTION = (
     SCALE_FUNCTION
+    + PRICED_FUNCTION
     + """
 local function settle(K, A)
   local reserved, used, reserved_cost = tonumber(A[2]), tonumber(A[3]), tonumber(A[4])
   local price = A[5]
   if price == '?' then price = scaled(redis.call('GET', K[8]) or '', tonumber(A[10] or '1')) end
   local cost = 0
-  if price ~= '' then
-    local first, second = string.match(price, '^([^,]+),(.+)$')
-    if first then
-      local prompt = math.min(tonumber(A[9] or '0'), used)
-      cost = math.floor((prompt * tonumber(first) + (used - prompt) * tonumber(second)) * 1e9 + 0.5)
-    else
-      cost = math.floor(used * tonumber(price) * 1e9 + 0.5)
-    end
-  end
+  if price ~= '' then cost = math.floor(priced(price, used, tonumber(A[9] or '0')) * 1e9 + 0.5) end
   if A[1] ~= '' then
     for i = 1, 2 do
       if used ~= reserved and redis.call('EXISTS', K[i]) == 1 then
