@@ -9,6 +9,9 @@ A request reserves, at admission, its prompt (counted by the engine's ``/tokeniz
 bound gateway.context_fit uses) plus the most it may generate: its output limit after the key's and the
 deployment's caps, else what the engine defaults to (16 for /v1/completions, as vLLM and SGLang do; the
 context left for the other endpoints), times the choices it asks for (``n``, ``best_of``, a list of prompts).
+A request that asks for no output limit on a key whose smallest token limit is under that reservation gets the
+output limit that limit leaves after its prompt (``output_within_limit``): the context left of a 32K model is
+over a 10,000-token-per-minute key, and tools such as llm and aider send no ``max_tokens``.
 A request whose reservation alone is over a token limit or a budget not yet spent can never pass: it is a 400
 (code ``exceeds_key_limit`` or ``exceeds_key_budget``) that says so, which SDKs do not retry.
 """
@@ -89,10 +92,32 @@ def tokens_to_reserve(path: str, request: dict[str, Any], prompt: int, max_model
     asked = limit[1]
     if asked is None:
         asked = COMPLETIONS_DEFAULT_MAX_TOKENS if path == "/v1/completions" else max(max_model_len - prompt, 0)
+    return prompt + asked * _choices(path, request)
+
+
+def output_within_limit(
+    path: str, request: dict[str, Any], prompt: int, max_model_len: int, quota: Quota
+) -> dict[str, int]:
+    """The output limit field (``max_tokens`` or the endpoint's own) set to what the key's smaller token limit
+    (per minute, per day) leaves after the prompt, shared by the choices, in tokens, for a request that asks
+    for none and would otherwise reserve more than that limit; empty when it asks for one, the key has no token
+    limit, the reservation fits, or the prompt alone is over the limit (that request is refused)."""
+    limits = [n for n in (quota.tokens_per_minute, quota.tokens_per_day) if n is not None]
+    limit = output_limit(path, request)
+    if not limits or limit is None or request.get(limit[0]) is not None:  # asked, or a value the engine refuses
+        return {}
+    smallest = min(limits)
+    if tokens_to_reserve(path, request, prompt, max_model_len) <= smallest:
+        return {}
+    each = (smallest - prompt) // _choices(path, request)
+    return {limit[0]: each} if each > 0 else {}
+
+
+def _choices(path: str, request: dict[str, Any]) -> int:
     choices = max(_int(request.get("n")), _int(request.get("best_of")))
     if path == "/v1/completions" and isinstance(request.get("prompt"), list):
         choices *= max(len(request["prompt"]), 1)
-    return prompt + asked * choices
+    return choices
 
 
 def _int(value: Any) -> int:

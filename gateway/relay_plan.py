@@ -111,7 +111,12 @@ class Planner:
         if route.fit_max_tokens:
             fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix)
             fields, headers = fields | fitted, headers + fit_headers
-        reserve, reserve_prompt = await self._to_reserve(path, {**request, **fields}, len(body), route, prefix, key)
+        reserve, reserve_prompt, limited = await self._to_reserve(
+            path, {**request, **fields}, len(body), route, prefix, key
+        )
+        if limited:
+            fields |= limited
+            headers.append(capped_header(None, next(iter(limited.values())), "limit"))
         engine_path, translation, strip_usage = path, Translation.NONE, False
         if (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
             path == "/v1/responses" and not route.speaks_responses
@@ -172,15 +177,17 @@ class Planner:
 
     async def _to_reserve(
         self, path: str, request: dict[str, Any], body_bytes: int, route: Route, prefix: bytes, key: KeyEntry
-    ) -> tuple[int, int]:
-        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring) and
-        its prompt's part of them: its prompt as the engine counts it, else bounded by its size; (0, 0) for any
-        other key."""
+    ) -> tuple[int, int, dict[str, int]]:
+        """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring), its
+        prompt's part of them (its prompt as the engine counts it, else bounded by its size), and the output
+        limit set where the request asks none and its key's token limit is under the context left
+        (quotas.output_within_limit; {} otherwise); (0, 0, {}) for any other key."""
         if not key.quota.counts_tokens:
-            return 0, 0
+            return 0, 0, {}
         upstream = self.router.order(route, prefix)[0] if route.upstreams else None
         prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
-        return quotas.tokens_to_reserve(path, request, prompt, route.max_model_len), prompt
+        limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota)
+        return quotas.tokens_to_reserve(path, request | limited, prompt, route.max_model_len), prompt, limited
 
 
 def _cap(path: str, request: dict[str, Any], key: KeyEntry, route: Route) -> tuple[dict[str, int], list[Header]]:

@@ -110,8 +110,25 @@ def test_a_request_bigger_than_the_limit_is_refused_without_retry_after(served: 
         sdk.chat.completions.create(model="llama", messages=HI, max_tokens=500)  # type: ignore[arg-type]
     assert "retry-after" not in big.value.response.headers
     assert big.value.code == "exceeds_key_limit"  # a 400: no retry can pass, so SDKs must not retry it
-    with pytest.raises(openai.BadRequestError, match="needs up to 8,192 tokens"):  # no max_tokens: the context left
-        sdk.chat.completions.create(model="llama", messages=HI)  # type: ignore[arg-type]
+
+
+def test_a_request_without_max_tokens_gets_what_the_token_limit_leaves(served: Served, gateways: list[str]) -> None:
+    """The context left (8,192 tokens) is over the key's 200 a minute: llm and aider send no max_tokens, and were
+    refused every request; now the output is limited to what the limit leaves after the prompt, and said so."""
+    _, key = make_key(served.client, gateways, tokens_per_minute=200)
+    room_in_minute(20)
+    sdk = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=key, max_retries=0)
+    raw = sdk.chat.completions.with_raw_response.create(
+        model="llama",
+        messages=HI,  # type: ignore[arg-type]
+        extra_body={"ignore_eos": True},
+    )
+    capped = raw.headers["x-hearth-max-tokens-capped"]
+    limit = int(capped.split(";")[0])
+    assert capped == f"{limit}; requested=none; cap=limit"
+    answer = raw.parse()
+    assert answer.usage and answer.usage.completion_tokens == limit
+    assert answer.usage.prompt_tokens + limit <= 200 and answer.choices[0].finish_reason == "length"
 
 
 def test_a_cancelled_stream_is_settled_with_what_was_counted(served: Served, gateways: list[str]) -> None:

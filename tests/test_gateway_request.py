@@ -3,7 +3,7 @@
 import json
 from typing import Any
 
-from gateway.quotas import tokens_to_reserve
+from gateway.quotas import Quota, output_within_limit, tokens_to_reserve
 from gateway.rewrite import ask_for_usage, cap_max_tokens, output_limit, with_fields
 
 CHAT = "/v1/chat/completions"
@@ -65,3 +65,17 @@ def test_the_output_limit_is_the_largest_field_held_as_engines_differ_on_which_t
     assert output_limit("/v1/embeddings", {"max_tokens": 5}) is None
     # a key's token quota reserves what SGLang would generate
     assert tokens_to_reserve(CHAT, {"max_completion_tokens": 0, "max_tokens": 500}, 20, 4096) == 520
+
+
+def test_a_request_asking_no_output_limit_gets_what_the_keys_smaller_token_limit_leaves() -> None:
+    tpm, both = Quota(tokens_per_minute=1000), Quota(tokens_per_minute=1000, tokens_per_day=600)
+    assert output_within_limit(CHAT, {}, 100, 8192, tpm) == {"max_completion_tokens": 900}
+    assert output_within_limit(CHAT, {}, 100, 8192, both) == {"max_completion_tokens": 500}
+    assert output_within_limit(CHAT, {"n": 3}, 100, 8192, tpm) == {"max_completion_tokens": 300}  # each choice
+    assert output_within_limit("/v1/responses", {}, 100, 8192, tpm) == {"max_output_tokens": 900}
+    assert output_within_limit(CHAT, {}, 100, 1000, tpm) == {}  # the context left fits
+    assert output_within_limit(CHAT, {"max_tokens": 5000}, 100, 8192, tpm) == {}  # asked: refused as asked
+    assert output_within_limit(CHAT, {"max_tokens": "lots"}, 100, 8192, tpm) == {}  # the engine says what is wrong
+    assert output_within_limit(CHAT, {}, 1000, 8192, tpm) == {}  # the prompt alone is the limit: refused
+    assert output_within_limit(CHAT, {}, 100, 8192, Quota(daily_usd=None)) == {}  # no token limit
+    assert output_within_limit("/v1/embeddings", {}, 100, 8192, tpm) == {}
