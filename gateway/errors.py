@@ -124,9 +124,12 @@ def unknown_model(name: str, served: Sequence[str] = (), cased: str | None = Non
 
 def model_not_allowed(name: str, allowed: Iterable[str] = ()) -> GatewayError:
     """403 for a model outside the key's ``allowed`` models, which it names (the key's own list: nothing of the
-    models it may not use, whether ``name`` is one or a typo)."""
+    models it may not use, whether ``name`` is one or a typo), first the one named so but for case."""
     listed = ", ".join(sorted(allowed)[:10])
     hint = f" It may use: {listed}." if listed else ""
+    cased = next((n for n in sorted(allowed) if n.casefold() == name.casefold()), None)
+    if cased is not None:
+        hint = f" Model names are case-sensitive: did you mean '{cased}'?{hint}"
     return GatewayError(
         403, f"This API key may not use the model '{name}'.{hint}", code="model_not_allowed", param="model"
     )

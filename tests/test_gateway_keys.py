@@ -27,6 +27,8 @@ def test_a_key_limited_to_other_models_gets_403_in_each_apis_shape(served: Serve
     assert sdk.models.list().data == []
     with pytest.raises(openai.PermissionDeniedError, match=r"may not use the model 'llama'\. It may use: other\."):
         sdk.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}])
+    with pytest.raises(openai.PermissionDeniedError, match=r"case-sensitive: did you mean 'other'\? It may use"):
+        sdk.chat.completions.create(model="Other", messages=[{"role": "user", "content": "Hi"}])
     with pytest.raises(anthropic.PermissionDeniedError):
         anthropic.Anthropic(base_url=served.web, api_key=key, max_retries=0).messages.create(
             model="llama", max_tokens=5, messages=[{"role": "user", "content": "Hi"}]
