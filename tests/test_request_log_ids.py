@@ -99,6 +99,19 @@ def test_the_request_log_finds_a_request_by_the_gateways_id_or_the_clients(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("query", [{"hours": "-5"}, {"status": "abc"}, {"hours": "24", "status": "99"}])
+def test_a_filter_that_is_not_valid_lists_nothing_and_says_why(
+    admin: Client, rows: tuple[RequestLog, RequestLog], query: dict[str, str]
+) -> None:
+    """A trial's ``?hours=-5`` showed its error above every row of the day, as if unfiltered."""
+    page = admin.get("/requests/", query).content.decode()
+    assert "(0 requests)" in page and "No requests listed: a filter above is not valid." in page
+    assert 'class="errorlist' in page
+    exported = b"".join(admin.get("/requests/export.csv", query).streaming_content).decode()  # type: ignore[attr-defined]
+    assert len(exported.splitlines()) == 1  # the header alone
+
+
+@pytest.mark.django_db
 def test_the_csv_export_has_the_ids_and_cost_in_usd_empty_where_no_price_applied(
     admin: Client, rows: tuple[RequestLog, RequestLog]
 ) -> None:

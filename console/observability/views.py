@@ -151,11 +151,14 @@ def deployment_slo(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
-    """The request log rows the filters pick, of the keys ``user`` may see (a member: their own)."""
+    """The request log rows the filters pick, of the keys ``user`` may see (a member: their own); none while a
+    filter is not valid (``?hours=-5`` listed every row of the day under its error)."""
     rows = RequestLog.objects.select_related("api_key").order_by("-created_at")
     if not may_see_all(user):
         rows = rows.filter(api_key__owner=user)
-    data = form.cleaned_data if form.is_valid() else {}
+    if form.is_bound and not form.is_valid():
+        return rows.none()
+    data = form.cleaned_data if form.is_bound else {}
     since = datetime.now(UTC) - timedelta(hours=data.get("hours") or 24)
     rows = rows.filter(created_at__gte=since)
     if data.get("model"):
