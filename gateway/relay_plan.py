@@ -111,6 +111,7 @@ class Planner:
         if route.fit_max_tokens:
             fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix)
             fields, headers = fields | fitted, headers + fit_headers
+        _within_context(path, {**request, **fields}, route)
         reserve, reserve_prompt, limited = await self._to_reserve(
             path, {**request, **fields}, len(body), route, prefix, key
         )
@@ -188,6 +189,23 @@ class Planner:
         prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
         limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota)
         return quotas.tokens_to_reserve(path, request | limited, prompt, route.max_model_len), prompt, limited
+
+
+def _within_context(path: str, request: dict[str, Any], route: Route) -> None:
+    """Raises GatewayError 400, naming the client's own field, for an output limit over the deployment's whole
+    context (its max_model_len holds the prompt and the answer together) that no fit lowered (``fit_max_tokens``
+    off, or a prompt the engine could not count): vLLM's refusal names ``max_completion_tokens`` to a /v1/messages
+    client (it checks the chat API's request), a trial found. A limit the prompt leaves no room for is the
+    engine's to refuse."""
+    name, asked = output_limit(path, request) or ("", None)
+    if not route.max_model_len or asked is None or asked <= route.max_model_len:
+        return
+    raise GatewayError(
+        400,
+        f"{name} is {asked:,}, more than this model's whole context of {route.max_model_len:,} tokens (max_model_len), "
+        "which holds the prompt and the answer together; ask for fewer.",
+        param=name,
+    )
 
 
 def _cap(path: str, request: dict[str, Any], key: KeyEntry, route: Route) -> tuple[dict[str, int], list[Header]]:

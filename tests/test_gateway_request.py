@@ -1,10 +1,18 @@
 """How the gateway adjusts a request body on its way to the engine: usage asked for, max_tokens capped."""
 
+import asyncio
 import json
+import time
 from typing import Any
 
+import pytest
+
+from gateway.app import Gateway
+from gateway.errors import GatewayError, Surface
 from gateway.quotas import Quota, output_within_limit, tokens_to_reserve
+from gateway.registry import KeyEntry, Route, Upstream
 from gateway.rewrite import ask_for_usage, cap_max_tokens, output_limit, with_fields
+from gateway.sse import StreamKind
 
 CHAT = "/v1/chat/completions"
 
@@ -79,3 +87,33 @@ def test_a_request_asking_no_output_limit_gets_what_the_keys_smaller_token_limit
     assert output_within_limit(CHAT, {}, 1000, 8192, tpm) == {}  # the prompt alone is the limit: refused
     assert output_within_limit(CHAT, {}, 100, 8192, Quota(daily_usd=None)) == {}  # no token limit
     assert output_within_limit("/v1/embeddings", {}, 100, 8192, tpm) == {}
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "surface"),
+    [
+        ("/v1/messages", "max_tokens", Surface.ANTHROPIC),
+        (CHAT, "max_completion_tokens", Surface.OPENAI),
+        ("/v1/responses", "max_output_tokens", Surface.OPENAI),
+    ],
+)
+def test_an_output_limit_over_the_whole_context_is_refused_in_the_clients_own_field(
+    path: str, field: str, surface: Surface
+) -> None:
+    """A trial's /v1/messages with a huge max_tokens was refused in vLLM's words, naming max_completion_tokens."""
+    request = {"model": "m", field: 100_000, "messages": [{"role": "user", "content": "Hi"}]}
+    target = Route("m", (Upstream(0, "http://127.0.0.1:9", "k"),), 8192, 0, fit_max_tokens=False)
+    key = KeyEntry(1, "hk-x", "", frozenset(), None, None)
+
+    async def plan() -> None:
+        gateway = Gateway()
+        try:
+            body = json.dumps(request).encode()
+            await gateway.planner.plan(path, body, request, key, target, surface, StreamKind.CHAT, time.monotonic())
+        finally:
+            gateway.engines.close()
+
+    with pytest.raises(GatewayError) as no:
+        asyncio.run(plan())
+    assert no.value.status == 400 and no.value.param == field
+    assert no.value.message.startswith(f"{field} is 100,000, more than this model's whole context of 8,192 tokens")
