@@ -214,6 +214,13 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     ApiKey.objects.filter(pk=desk.pk).update(daily_budget_usd=Decimal("0.50"))
     page = mia.get(f"/keys/{desk.pk}/").content.decode()
     assert "(so its budget has not applied: a request with no price is charged nothing and passes)" in page
+    assert 'data-field="failed_today"' not in page  # none failed: nothing said
+    RequestLog.objects.create(
+        created_at=now, api_key=desk, model="smol", surface="openai", endpoint="chat", status=429, duration_seconds=0,
+    )  # fmt: skip
+    page = mia.get(f"/keys/{desk.pk}/").content.decode()  # a trial read "9 requests" where 6 had been refused
+    assert '2 requests <small class="muted" data-field="failed_today">(1 answered with an error)</small>' in page
+    assert "(1 err)</small>, 3 tok</td>" in mia.get("/keys/").content.decode()
 
 
 def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:

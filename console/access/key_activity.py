@@ -18,20 +18,24 @@ from django.utils import timezone
 from console.access.models import ApiKey
 
 NO_PRICE = "no price"
+FAILED = Q(requests__status__gte=400)
 
 
 def with_activity(keys: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
-    """``keys`` annotated with ``requests_today``, ``tokens_today``, ``cost_today`` (USD, None: no price),
-    ``requests_month``, ``tokens_month``, ``cost_month`` and ``last_request_at`` (its latest logged request;
-    None: never used)."""
+    """``keys`` annotated with ``requests_today``, ``failed_today`` (of those, answered with an error: refused
+    by a limit, the gateway or the engine), ``tokens_today``, ``cost_today`` (USD, None: no price),
+    ``requests_month``, ``failed_month``, ``tokens_month``, ``cost_month`` and ``last_request_at`` (its latest
+    logged request; None: never used)."""
     day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     today, month = Q(requests__created_at__gte=day), Q(requests__created_at__gte=day.replace(day=1))
     tokens = Coalesce(F("requests__prompt_tokens"), Value(0)) + Coalesce(F("requests__completion_tokens"), Value(0))
     return keys.annotate(
         requests_today=Count("requests", filter=today),
+        failed_today=Count("requests", filter=today & FAILED),
         tokens_today=Coalesce(Sum(tokens, filter=today), Value(0)),
         cost_today=Sum("requests__cost_usd", filter=today),
         requests_month=Count("requests", filter=month),
+        failed_month=Count("requests", filter=month & FAILED),
         tokens_month=Coalesce(Sum(tokens, filter=month), Value(0)),
         cost_month=Sum("requests__cost_usd", filter=month),
         last_request_at=Max("requests__created_at"),
