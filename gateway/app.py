@@ -41,7 +41,7 @@ from gateway.errors import GatewayError, Surface
 from gateway.holding import Holding
 from gateway.lanes import Lanes
 from gateway.ledger import Ledger
-from gateway.model_list import model_objects
+from gateway.model_list import model_list
 from gateway.open_requests import OpenRequests
 from gateway.prices import Prices
 from gateway.registry import Registry
@@ -207,7 +207,7 @@ class Gateway:
                 scope["path"], intended, wrong_urls.base_url(scope["scheme"], scope["headers"])
             )
         if method == "GET" and path == MODELS_PATH:
-            await send_json(send, 200, json.dumps({"object": "list", "data": model_objects(snapshot, entry)}).encode())
+            await send_json(send, 200, json.dumps(model_list(snapshot, entry)).encode())
         elif method == "GET" and path.startswith(MODELS_PATH + "/"):
             name = path.removeprefix(MODELS_PATH + "/")
             found = await self.registry.resolve(arrived, lambda s: model_object(s, authenticate(s, offered), name))

@@ -1,5 +1,7 @@
-"""The model objects of ``GET /v1/models``: OpenAI's fields, and each model's context length and output limit
-under the names the clients that read them look for.
+"""The model objects of ``GET /v1/models``: OpenAI's fields and Anthropic's (``type``, ``display_name``,
+``created_at``; the list's ``has_more``, ``first_id``, ``last_id``: one shape both SDKs' ``models.list()`` read, as
+the path is the same for both), and each model's context length and output limit under the names the clients that
+read them look for.
 
 What reads what (read in each client's source or shipped build, 2026-12-04):
 
@@ -18,7 +20,16 @@ What reads what (read in each client's source or shipped build, 2026-12-04):
   ``defaultCompletionOptions.contextLength``, else 200,000).
 """
 
+from datetime import UTC, datetime
+
 from gateway.snapshot import KeyEntry, Route, Snapshot
+
+
+def model_list(snapshot: Snapshot, entry: KeyEntry) -> dict[str, object]:
+    """The body of ``GET /v1/models`` for ``entry``'s key: every model it may use (``model_objects``), in one page."""
+    data = model_objects(snapshot, entry)
+    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+    return {"object": "list", "data": data, "has_more": False, "first_id": first, "last_id": last}
 
 
 def model_objects(snapshot: Snapshot, entry: KeyEntry) -> list[dict[str, object]]:
@@ -32,7 +43,8 @@ def model_objects(snapshot: Snapshot, entry: KeyEntry) -> list[dict[str, object]
 
 
 def model_object(route: Route, entry: KeyEntry) -> dict[str, object]:
-    """OpenAI's model object for ``route``, with ``max_model_len`` and ``context_length`` (tokens of context,
+    """OpenAI's and Anthropic's model object for ``route`` (``created`` in Unix seconds, ``created_at`` the same in
+    RFC 3339), with ``max_model_len`` and ``context_length`` (tokens of context,
     null when not known: an external engine that did not say) and ``max_output_length`` (the most tokens one
     request may generate through ``entry``'s key: the context, lowered to the key's or the deployment's cap)."""
     context = route.max_model_len or None
@@ -42,6 +54,9 @@ def model_object(route: Route, entry: KeyEntry) -> dict[str, object]:
         "object": "model",
         "created": route.created,
         "owned_by": "hearth",
+        "type": "model",
+        "display_name": route.served_model_name,
+        "created_at": datetime.fromtimestamp(route.created, UTC).isoformat().replace("+00:00", "Z"),
         "max_model_len": context,
         "context_length": context,
         "max_output_length": min(caps) if caps else None,

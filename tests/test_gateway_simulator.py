@@ -96,6 +96,11 @@ def test_anthropic_sdk_streams_in_the_documented_order_and_uses_tools(served: Se
     assert message.stop_reason == "tool_use" and message.content[-1].type == "tool_use"
     counted = claude.messages.count_tokens(model="llama", messages=[{"role": "user", "content": "Hi there"}])
     assert counted.input_tokens > 0
+    page = claude.models.list()  # the same GET /v1/models, in Anthropic's fields too (a trial found only OpenAI's)
+    assert [(m.id, m.type, m.display_name) for m in page.data] == [("llama", "model", "llama")]
+    assert page.has_more is False and page.first_id == page.last_id == "llama"
+    one = claude.models.retrieve("llama")
+    assert one.display_name == "llama" and abs(one.created_at.timestamp() - time.time()) < 86400
 
 
 def test_an_engine_that_drops_a_stream_gives_the_client_an_error_not_a_clean_end(served: Served) -> None:
