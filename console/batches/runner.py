@@ -15,15 +15,16 @@ Exactly once, across restarts:
   answer in Redis (gateway.batch_lines) and answers the same line's next request with it, without the engine. The
   runner deletes that answer once its own is stored. Not covered: the gateway's process dying with a line in flight
   (the line is sent again when its in-flight mark lapses, a minute later).
-- Not answered, sent again after a while: 429 (limits, lanes) and 503 (a deployment starting, or asleep when
-  HEARTH_BATCH_WAKES_DEPLOYMENTS is off) hold back every line of that model, BACKOFF_FIRST seconds doubling up to
-  BACKOFF_MOST (or the Retry-After when longer), until one is answered or its deployment's state changes; 409 (the
-  line in flight from before a restart) and no answer at all (the gateway down) send that line again after
-  RETRY_SECONDS.
+- Not answered, sent again after a while: 429 (limits, lanes) and 503 (a deployment starting, or put to sleep after
+  the tick's read while HEARTH_BATCH_WAKES_DEPLOYMENTS is off) hold back every line of that model, BACKOFF_FIRST
+  seconds doubling up to BACKOFF_MOST (or the Retry-After when longer), until one is answered or its deployment's
+  state changes; 409 (the line in flight from before a restart) and no answer at all (the gateway down) send that line
+  again after RETRY_SECONDS.
 - A line whose model's deployment is not ready and will not be by a request (stopped, failed, never launched,
   launching) is not sent: the deployments' states are read once a tick for the batch's models. A deployment asleep,
-  or stopped by its idle policy, is sent to as before (the gateway wakes it or answers 503 deployment_asleep, as
-  HEARTH_BATCH_WAKES_DEPLOYMENTS says). The batch's ``waiting_reason`` says which deployment it waits for.
+  or stopped by its idle policy, is sent to only when HEARTH_BATCH_WAKES_DEPLOYMENTS says batches wake deployments
+  (the gateway wakes it; were it off, the gateway would answer 503 deployment_asleep). The batch's
+  ``waiting_reason`` says which deployment it waits for.
 - Cancel, and the end of the completion window: no new line is sent; the lines in flight are waited for up to
   STOP_GRACE seconds and their answers kept (with any answer the gateway kept for a line of an earlier runner), and
   those still out then are recorded as error lines (``batch_cancelled``, ``batch_expired``); at an expiry every line
@@ -88,15 +89,15 @@ class Served:
 
     @property
     def held(self) -> bool:
-        """Whether lines for it are not sent: not ready, and no request would bring it back (asleep or stopped by
-        its idle policy are sent to)."""
+        """Whether lines for it are not sent, and the batch waits for it: not ready, and no line would bring it
+        back (asleep, waking or stopped by its idle policy are sent to only when HEARTH_BATCH_WAKES_DEPLOYMENTS
+        says batches wake deployments: otherwise each line would be a 503 in the request log, which a trial saw
+        trip the error-rate alert)."""
+        if self.state == DeploymentState.READY:
+            return False
+        if not settings.HEARTH_BATCH_WAKES_DEPLOYMENTS:
+            return True
         return self.state not in SENT and self.desired != DesiredState.STOPPED_IDLE
-
-    @property
-    def waits(self) -> bool:
-        """Whether the batch waits for it (held, or asleep when batches may not wake it)."""
-        asleep = self.state != DeploymentState.READY and not settings.HEARTH_BATCH_WAKES_DEPLOYMENTS
-        return self.held or asleep
 
 
 def served(models: list[str]) -> dict[str, Served]:
@@ -255,7 +256,7 @@ class _Runner:
         self.served = now
         for model in [m for m in self.parked if not self._held(m)]:
             pending.extendleft(reversed(self.parked.pop(model)))
-        waits = [f for m in models if (f := now.get(m)) is not None and f.waits]
+        waits = [f for m in models if (f := now.get(m)) is not None and f.held]
         reason = f"deployment {waits[0].name} is {waits[0].state}" if waits else ""
         if reason != self.reason:
             await Batch.objects.filter(pk=self.pk).aupdate(waiting_reason=reason)
