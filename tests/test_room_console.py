@@ -152,12 +152,22 @@ def test_an_asleep_deployment_holds_its_1_4_gib_a_gpu_in_the_plan(admin: Client)
     assert third["plan"]["gpu_indices"] == [0, 1, 2, 3] and third["plan"]["fits"]  # type: ignore[index]
     reasons = third["plan"]["reasons"]  # type: ignore[index]
     assert "GPUs held by running deployments are left out: GPU 4 (b), GPU 5 (b), GPU 6 (b), GPU 7 (b)." in reasons
-    assert "Asleep deployments still hold memory a GPU, counted as used (engines.room): a 1.4 GiB on GPUs 0–3." in (
-        reasons
-    )
+    asleep = "Asleep deployments still hold memory on a GPU, counted as used, and their GPUs are taken last: a 1.4 GiB"
+    assert f"{asleep} on GPUs 0–3." in reasons
     assert any("Other processes already use 1.4 GiB of a GPU" in r for r in reasons)
     resp = admin.post(f"/api/deployments/{third['id']}/launch")
     assert resp.json()["state_reason"] == "Waiting for a worker."  # it fits: no room to make
+
+
+def test_a_new_plan_takes_empty_gpus_before_an_asleep_deployments(admin: Client) -> None:
+    """A trial's new 8B went on an asleep model's GPU while another stood empty: that model could not wake."""
+    status, first = create(admin, "a")
+    assert status == 201, first
+    serving(int(first["id"]), idle=HOUR)  # type: ignore[call-overload]
+    Deployment.objects.filter(name="a").update(state=S.ASLEEP, desired=DesiredState.ASLEEP)
+    status, second = create(admin, "b")
+    assert status == 201, second
+    assert second["plan"]["gpu_indices"] == [4, 5, 6, 7] and second["plan"]["fits"]  # type: ignore[index]
 
 
 def test_a_wake_in_place_needs_its_own_gpus_back(admin: Client) -> None:

@@ -163,7 +163,9 @@ def sizing_plan(
     except (InventoryError, ValueError) as exc:
         raise ConsoleError(str(exc)) from None
     if asleep:  # first, so that a refusal's own reason stays the last one
-        note = f"Asleep deployments still hold memory a GPU, counted as used (engines.room): {asleep}."
+        note = (
+            f"Asleep deployments still hold memory on a GPU, counted as used, and their GPUs are taken last: {asleep}."
+        )
         gpu_plan = replace(gpu_plan, reasons=[note, *gpu_plan.reasons])
     if held:
         gpu_plan = replace(
@@ -177,7 +179,7 @@ def sizing_plan(
             f"{len(free)} are free on this box."
         )
         gpu_plan = replace(gpu_plan, fits=False, reasons=[*gpu_plan.reasons, too_few])
-    indices = free[:needed]
+    indices = sorted(free[:needed])
     names = {d.name for d in inventory.devices if d.index in indices}
     return StoredPlan(
         gpu_plan,
@@ -194,13 +196,15 @@ def free_gpus(
 ) -> tuple[Inventory, str, str]:
     """The inventory less the GPUs awake deployments (but ``exclude``) hold, as if ``aside`` were put aside
     (console.deployments.gpu_holds); on the rest, what asleep deployments still hold and what other processes use
-    counts as used. Also which GPUs are held and what the asleep ones hold, in words ("" when none)."""
+    counts as used, and those GPUs come after the empty ones: a plan takes its GPUs in the inventory's order, and an
+    engine put on an asleep one's GPU while another stood empty kept it from waking (a trial waited 96 s). Also which
+    GPUs are held and what the asleep ones hold, in words ("" when none)."""
     now, then = gpu_holds.holds(exclude), gpu_holds.holds(exclude, aside)
     held = {i: h.dep.name for h in then if not h.asleep for i in h.gpus}
     others, residue = gpu_holds.others_use(inventory, now), gpu_holds.residues(then)
     devices = [
         replace(d, memory_used_bytes=others[d.index] + residue.get(d.index, 0))
-        for d in inventory.devices
+        for d in sorted(inventory.devices, key=lambda d: (residue.get(d.index, 0) > 0, d.index))
         if d.index not in held
     ]
     words = ", ".join(f"GPU {i} ({name})" for i, name in sorted(held.items()))
