@@ -104,6 +104,10 @@ def test_sleep_and_wake_by_hand_are_refused_where_they_cannot_be(admin: Client, 
     Deployment.objects.filter(pk=dep["id"]).update(state=S.READY)
     replica = Replica.objects.create(deployment_id=dep["id"], runtime="process", host="h", port=1, running=True)
     assert "started without sleep mode" in admin.post(f"/api/deployments/{dep['id']}/sleep").json()["detail"]
+    Deployment.objects.filter(pk=dep["id"]).update(always_on=True)  # no advice to set a policy it would refuse
+    refused = admin.post(f"/api/deployments/{dep['id']}/sleep").json()["detail"]
+    assert "cannot be put to sleep: An always-on deployment stays up" in refused and "launch it again" not in refused
+    Deployment.objects.filter(pk=dep["id"]).update(always_on=False)
     Replica.objects.filter(pk=replica.pk).update(sleep_mode=True)
     Deployment.objects.filter(pk=dep["id"]).update(state=S.STOPPED)
     assert "only a ready deployment" in admin.post(f"/api/deployments/{dep['id']}/sleep").json()["detail"]
@@ -132,6 +136,7 @@ def test_a_ready_deployment_with_a_request_in_flight_stays_awake(admin: Client) 
         client.delete(activity.in_flight_key(dep["id"]))
     resp = admin.post(f"/api/deployments/{dep['id']}/sleep")
     assert resp.status_code == 202 and resp.json()["state"] == "sleeping" and resp.json()["desired"] == "asleep"
+    assert resp.json()["state_reason"] == "Going to sleep."  # a trial read "Going to put."
     [entry] = AuditEntry.objects.filter(action="deployment.sleep")
     assert entry.actor_name == "admin" and entry.changes["level"] == 1
 

@@ -12,10 +12,12 @@ from django.db import transaction
 
 from console.audit.recording import record
 from console.deployments import activity, dispatch, external, wakeups
+from console.deployments.lifecycle import configured_version
 from console.deployments.models import Deployment, DeploymentState, DesiredState
 from console.deployments.sleeping import live_replicas, redis_client
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
+from engines.sleep_support import IdlePolicy, refusal
 
 S = DeploymentState
 
@@ -43,13 +45,13 @@ def _ready(dep: Deployment, words: str) -> None:
         raise ConsoleError(f"{dep.name} is {dep.state_words}; only a ready deployment can be {words}.")
 
 
-def _claim(dep: Deployment, target: str, desired: str, words: str) -> None:
-    """Refuse a deployment that is not ready or has requests in flight; else move it (ConsoleError if another
-    move came first)."""
+def _claim(dep: Deployment, target: str, desired: str, words: str, going: str) -> None:
+    """Refuse a deployment that is not ready or has requests in flight; else move it, ``going`` its state reason
+    (ConsoleError if another move came first)."""
     _ready(dep, words)
     if count := _in_flight(dep):
         raise ConsoleError(f"{dep.name} has {count} request{'s' if count > 1 else ''} in flight; it stays awake.")
-    if not dep.move(target, f"Going to {words.split()[0]}.", desired=desired):
+    if not dep.move(target, going, desired=desired):
         raise ConsoleError(f"{dep.name} changed state meanwhile; try again.")
 
 
@@ -59,12 +61,15 @@ def claim_sleep(dep: Deployment, reason: str) -> None:
     queue does not answer (dispatch.send_after_commit)."""
     _ready(dep, "put to sleep")
     if not can_sleep_now(dep):
+        version = configured_version(dep.engine, dep.engine_image_ref)
+        if why := refusal(dep.engine, version, IdlePolicy.SLEEP, dep.sleep_level, dep.always_on):
+            raise ConsoleError(f"{dep.name} cannot be put to sleep: {why}")  # no advice to set what is refused
         raise ConsoleError(
             f"{dep.name}'s engine was started without sleep mode: set its idle policy to sleep and launch it again, "
             "or stop it."
         )
     with transaction.atomic():
-        _claim(dep, S.SLEEPING, DesiredState.ASLEEP, "put to sleep")
+        _claim(dep, S.SLEEPING, DesiredState.ASLEEP, "put to sleep", "Going to sleep.")
         record(None, "deployment.sleep", dep, {"reason": reason, "level": dep.sleep_level})
         transaction.on_commit(bump_routing_version)
         dispatch.send_after_commit(dispatch.SLEEP, dep.pk, reason)
@@ -75,7 +80,7 @@ def claim_stop_to_save(dep: Deployment, reason: str) -> None:
     launches it again). Raises ConsoleError: not ready, or requests in flight; ServiceAway: the task queue does not
     answer."""
     with transaction.atomic():
-        _claim(dep, S.STOPPING, DesiredState.STOPPED_IDLE, "stopped to save")
+        _claim(dep, S.STOPPING, DesiredState.STOPPED_IDLE, "stopped to save", "Stopping to save.")
         record(None, "deployment.stop_idle", dep, {"reason": reason})
         transaction.on_commit(bump_routing_version)
         dispatch.send_after_commit(dispatch.STOP_IDLE, dep.pk, reason)
