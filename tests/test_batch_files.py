@@ -271,3 +271,14 @@ def test_an_answer_the_gateway_kept_is_read_back_as_its_file_line() -> None:
         late = expired(one, in_flight)
         assert late["response"] is None and late["custom_id"] == "c-1" and late["error"]["code"] == "batch_expired"
         assert ("in flight" in late["error"]["message"]) == in_flight
+
+
+@pytest.mark.parametrize("given", [None, 5, ""])
+def test_a_batch_without_an_input_file_id_is_a_400_naming_it(given: object) -> None:
+    """A trial's missing input_file_id was a 404 "No such file: None."."""
+    from console.batches.batches import create
+
+    with pytest.raises(FileError) as refused:
+        create(1, given, "/v1/chat/completions", "24h", None)  # type: ignore[arg-type]
+    assert (refused.value.status, refused.value.param) == (400, "input_file_id")
+    assert refused.value.code == "missing_required_parameter" and "Missing required parameter" in refused.value.message

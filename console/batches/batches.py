@@ -35,14 +35,18 @@ def _metadata(metadata: Any) -> dict[str, str]:
 
 def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata: Any) -> Batch:
     """A new batch of ``key_id`` over its file ``input_file_id``, every line of which must go to ``endpoint``;
-    status validating until the runner starts it. Raises FileError (400; 404 for a file the key does not own)."""
+        status validating until the runner starts it. Raises FileError (400, also for a missing ``input_file_id`` or one
+    not a string; 404 for a file the key does not own)."""
     if endpoint not in files.ENDPOINTS:
         why = f"Endpoint {endpoint!r} cannot be batched: one of {', '.join(files.ENDPOINTS)}."
         raise FileError(why, "endpoint", "invalid_value")
     if window not in WINDOWS:
         raise FileError("'completion_window' must be '24h'.", "completion_window", "invalid_value")
     extra = _metadata(metadata)
-    source = files.owned(key_id, input_file_id) if isinstance(input_file_id, str) else None
+    if not isinstance(input_file_id, str) or not input_file_id:
+        why = "Missing required parameter: 'input_file_id' (the id of a file uploaded with purpose 'batch')."
+        raise FileError(why, "input_file_id", "missing_required_parameter")
+    source = files.owned(key_id, input_file_id)
     if source is None:
         raise FileError(f"No such file: {input_file_id!r}.", "input_file_id", "not_found", 404)
     if source.purpose != Purpose.BATCH:
