@@ -107,6 +107,7 @@ def test_a_wake_that_fails_ends_failed_with_the_engine_s_reason_and_no_engine_ru
     failed = wait_state(client, dep["id"], {"failed", "ready"})
     assert failed["state"] == "failed", failed
     assert "The wake failed: Call to wake_up method failed: CUDA Error: out of memory" in failed["state_reason"]
+    assert ". Its engine was stopped (nothing is left half-awake)" in failed["state_reason"]  # the error a sentence
     assert failed["events"][0]["kind"] == "wake_failed"
     replica = engine(dep["id"])
     assert replica.stopped_at is not None and not replica.running

@@ -94,7 +94,7 @@ def sleep(deployment_id: int, reason: str) -> None:
         for replica in live_replicas(dep):
             engine_sleep.sleep(replica, level, SLEEP_TIMEOUT)
     except engine_sleep.EngineCallError as exc:
-        fail(dep, f"The sleep failed: {exc} Its engine was stopped; launch it again.")
+        fail(dep, f"The sleep failed: {_sentence(exc)} Its engine was stopped; launch it again.")
         return
     seconds = time.monotonic() - started
     slept = EventNote(DeploymentEvent.Kind.SLEEP, seconds, level, reason)
@@ -168,7 +168,10 @@ def _wake_in_place(dep: Deployment, reason: str, audited: bool) -> None:
         for replica in live_replicas(dep):
             engine_sleep.wake(replica, level, settings.HEARTH_WAKE_TIMEOUT)
     except engine_sleep.EngineCallError as exc:
-        fail(dep, f"The wake failed: {exc} Its engine was stopped (nothing is left half-awake); launch it again.")
+        fail(
+            dep,
+            f"The wake failed: {_sentence(exc)} Its engine was stopped (nothing is left half-awake); launch it again.",
+        )
         return
     if dep.move(S.READY, f"Serving (woke from level {level} in {time.monotonic() - started:.1f} s)."):
         bump_routing_version()
@@ -191,3 +194,9 @@ def _relaunch(dep: Deployment, reason: str, audited: bool) -> None:
     except ConsoleError as exc:
         Deployment.objects.filter(pk=dep.pk).update(wake_started_at=None)
         log.warning("deployment %s: not relaunched (%s)", dep.name, exc)
+
+
+def _sentence(exc: Exception) -> str:
+    """An engine's error as a sentence: its last mark added where it has none ("…:139" read on into the next)."""
+    text = str(exc).strip()
+    return text if text.endswith((".", "!", "?")) else f"{text}."
