@@ -6,11 +6,12 @@ the admin's consent. No process: the worker's side is tests/test_room_live.py.""
 
 import time
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 import redis
 from django.conf import settings
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from console.audit.models import AuditEntry
@@ -182,6 +183,29 @@ def test_a_wake_in_place_needs_its_own_gpus_back(admin: Client) -> None:
     assert room.words() == (
         "To fit a (73.2 GiB per GPU on GPUs 0–3) put c to sleep at level 2 (idle 5 min, frees 71.8 GiB on GPUs 0–3)."
     )  # b, idle only 1 min, sleeps elsewhere: a wakes where it sleeps
+
+
+def test_a_wake_waiting_for_room_says_so_and_one_that_found_none_says_why(admin: Client) -> None:
+    """A trial's requests waited 96 s for a wake while the page said only "asleep"; a wake without room left the
+    page's head as it was, its reason only in the history below."""
+    a, _ = box_of_two(admin)
+    Deployment.objects.filter(pk=a).update(state=S.ASLEEP, desired=DesiredState.ASLEEP, state_reason="Asleep.")
+    status, third = create(admin, "c")
+    assert status == 201, third
+    serving(int(third["id"]), idle=5 * 60, awake=1.0)  # type: ignore[call-overload]  # under its residency
+    seen: list[str] = []
+    original = Deployment.progress
+
+    def progress(self: Deployment, reason: str) -> bool:
+        seen.append(reason)
+        return original(self, reason)
+
+    with override_settings(HEARTH_WAKE_TIMEOUT=0.2), mock.patch.object(Deployment, "progress", progress):
+        room_actions.wake(a, "A request came for it.")
+    waiting = "a (73.2 GiB per GPU on 4 GPUs) waits for room: c woke "
+    assert seen[0].startswith(waiting) and seen[0].endswith(" ago and stays awake 1 min more."), seen
+    asleep = Deployment.objects.get(pk=a)
+    assert asleep.state == S.ASLEEP and asleep.state_reason.startswith(f"Not woken: No room within 0 s: {waiting}")
 
 
 def test_put_aside_claims_each_sleep_and_audits_the_room_with_its_numbers(admin: Client) -> None:

@@ -112,13 +112,14 @@ def with_room(
     dep_id: int, state: str, in_place: bool, consent: bool, fits: Callable[[Deployment], bool]
 ) -> tuple[Deployment | None, str]:
     """Make room for the deployment while it stays in ``state``, until ``fits`` says (under the lock) that it has
-    it, within HEARTH_WAKE_TIMEOUT seconds. Returns the deployment then; else None and why ("" when it left
-    ``state`` meanwhile)."""
+    it, within HEARTH_WAKE_TIMEOUT seconds, its state reason saying what it waits for. Returns the deployment then;
+    else None and why ("" when it left ``state`` meanwhile)."""
     deadline, why = time.monotonic() + settings.HEARTH_WAKE_TIMEOUT, ""
     while time.monotonic() < deadline:
         dep = Deployment.objects.filter(pk=dep_id).first()
         if dep is None or dep.state != state:
             return None, ""
+        said = ""  # the state reason's words, where ``why`` does not already say it waits for room
         try:
             with decision():
                 going = settling()
@@ -131,12 +132,14 @@ def with_room(
                         return None, why
                     if room.verdict == Verdict.MAKE:
                         put_aside(room, dep)
+                    said = why if room.verdict == Verdict.WAIT else ""
                 else:
                     why = f"waiting for {', '.join(going)} to be put aside"
         except ConsoleError as exc:
             why = str(exc)
-        if state == S.PENDING:
-            dep.progress(f"Waiting for room: {why}")
+        # the page says why a launch, or a wake requests are held for, has not happened yet (a trial saw nothing)
+        doing = "Waiting for room" if state == S.PENDING else "Waking once there is room"
+        dep.progress(said or f"{doing}: {why}")
         time.sleep(POLL_EVERY)
     return None, f"No room within {settings.HEARTH_WAKE_TIMEOUT:.0f} s: {why}"
 
@@ -195,6 +198,7 @@ def wake(deployment_id: int, reason: str, audited: bool = False) -> None:
                 seconds = time.monotonic() - started
                 DeploymentEvent.note(gone, DeploymentEvent.Kind.WAKE_FAILED, seconds, reason=NOT_WOKEN + why)
                 record(None, "deployment.wake", gone, {"reason": reason, "woken": False, "why": why})
+                gone.progress(NOT_WOKEN + why)  # the page's head says it, not only the history below
         log.warning("deployment %s: not woken (%s)", deployment_id, why)
         return
     sleeping.wake(deployment_id, reason, audited)
