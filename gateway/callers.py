@@ -78,7 +78,8 @@ def route_of(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Ro
     if route is not None:
         return route
     if model in snapshot.states:
-        raise errors.not_ready(model, snapshot.states[model], max(1, int(settings.HEARTH_RECONCILE_INTERVAL)))
+        retry = max(1, int(settings.HEARTH_RECONCILE_INTERVAL))
+        raise errors.not_ready(model, snapshot.states[model], retry, snapshot.reasons.get(model, ""))
     raise _unknown(snapshot, entry, model)
 
 

@@ -144,12 +144,12 @@ def upstream_timeout(name: str) -> GatewayError:
 COMING_STATES = frozenset({"pending", "pulling", "starting", "loading", "ready"})  # may serve without an admin
 
 
-def not_ready(name: str, state: str, retry_after: int) -> GatewayError:
-    """503 for a model with no replica to route to. While its deployment may serve again by itself (launching,
-    or ready with every replica down: a crash being restarted, an external endpoint being checked) with
-    Retry-After, ``retry_after`` seconds (one reconcile); stopped or failed, without, and with ``x-should-retry:
-    false``, which the openai and anthropic SDKs obey (their _base_client ``_should_retry``) instead of retrying a
-    503 that only an admin can end."""
+def not_ready(name: str, state: str, retry_after: int, reason: str = "") -> GatewayError:
+    """503 for a model with no replica to route to. While its deployment may serve again by itself (launching, or ready
+    with every replica down: a crash being restarted, an external endpoint being checked) with Retry-After,
+    ``retry_after`` seconds (one reconcile), saying so when its state ``reason`` (its deployment's) is that its
+    launch waits for room; stopped or failed, without, and with ``x-should-retry: false``, which the openai and
+    anthropic SDKs obey (their _base_client ``_should_retry``) instead of retrying a 503 that only an admin can end."""
     if state not in COMING_STATES:
         return GatewayError(
             503,
@@ -159,9 +159,13 @@ def not_ready(name: str, state: str, retry_after: int) -> GatewayError:
             headers=NO_RETRY,
         )
     why = "every replica of it is down" if state == "ready" else f"its deployment is {state}"
+    # the reason names other deployments (those put aside), which a key limited to some models may not learn of
+    told = (
+        " It waits for room on the GPUs: idle deployments are put aside for it first." if "for room" in reason else ""
+    )
     return GatewayError(
         503,
-        f"The model '{name}' has no ready replica ({why}). Retry in {retry_after} s.",
+        f"The model '{name}' has no ready replica ({why}).{told} Retry in {retry_after} s.",
         type="server_error",
         code="no_ready_replica",
         retry_after=retry_after,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gateway.errors import Surface, engine_error, upstream_timeout
+from gateway.errors import Surface, engine_error, not_ready, upstream_timeout
 from tests.conftest import ROOT
 
 
@@ -141,3 +141,14 @@ def test_a_silent_engines_504_says_how_an_answer_not_streamed_can_come_sooner() 
         "The engine serving 'smol' sent nothing for longer than HEARTH_STREAM_IDLE_TIMEOUT"
     )
     assert timeout.message.endswith("so stream it or ask for fewer max_tokens).")
+
+
+def test_a_launch_waiting_for_room_says_so_without_naming_the_deployments_put_aside() -> None:
+    """A trial's request got "its deployment is pending" while it waited for room; the room's own words name other
+    deployments, which a key limited to some models may not learn of."""
+    waiting = not_ready("big", "pending", 10, "Waiting for room: To fit big (73.2 GiB …) put secret to sleep.")
+    assert waiting.message == (
+        "The model 'big' has no ready replica (its deployment is pending). It waits for room on the GPUs: idle "
+        "deployments are put aside for it first. Retry in 10 s."
+    )
+    assert not_ready("big", "pending", 10, "Waiting for a worker.").message.endswith("is pending). Retry in 10 s.")
