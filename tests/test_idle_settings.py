@@ -2,6 +2,7 @@
 on change, refused with why where the engine cannot, the states and transitions of a sleep and a wake, and the
 launch an idle policy of sleep makes. No process: the worker's side is tests/test_sleep_live.py."""
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -44,6 +45,22 @@ def test_a_policy_is_set_on_create_and_shown(admin: Client) -> None:
     Deployment.objects.filter(pk=dep["id"]).update(idle_minutes=1)
     page = admin.get(f"/deployments/{dep['id']}/").content.decode()
     assert "sleep (level 2) after 1 min idle, once up 2 min<" in page  # why it sleeps later than a minute
+    Deployment.objects.filter(pk=dep["id"]).update(idle_minutes=5, sleep_level=1)
+    page = admin.get(f"/deployments/{dep['id']}/").content.decode()
+    assert "sleep (level 1) after 5 min idle<" in page  # its 8B's weights fit this host's RAM
+
+
+def test_a_level_1_sleep_bigger_than_the_hosts_ram_says_it_stops_instead(admin: Client) -> None:
+    """A trial's 70B at level 1 on a 23 GiB host was stopped at every idle, with no word of it before."""
+    status, dep = create(admin, idle_policy="sleep", idle_minutes=5, sleep_level=1)
+    assert status == 201, dep
+    row = Deployment.objects.get(pk=dep["id"])
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    row.plan = {**row.plan, "weights_bytes": ram * 2}
+    row.save(update_fields=["plan"])
+    page = admin.get(f"/deployments/{dep['id']}/").content.decode()
+    assert "sleep (level 1) after 5 min idle (a level-1 sleep copies its " in page
+    assert ": it is stopped instead; level 2 keeps no copy)<" in page
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ checked against what its engine and version can do (engines.sleep_support), set 
 in words. The idle policy acts in reconcile (console.deployments.idling). Errors a user can fix raise ConsoleError.
 """
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from console.audit.recording import changed, record
 from console.deployments.lifecycle import configured_version
 from console.deployments.models import Deployment
 from console.errors import ConsoleError
+from engines.room import gib
 from engines.sleep_support import SLEEP_LEVELS, IdlePolicy, refusal
 
 MAX_IDLE_MINUTES = 7 * 24 * 60  # a week
@@ -79,11 +81,27 @@ def set_idle_settings(
 def policy_words(dep: Deployment) -> str:
     """The idle policy in words: "sleep (level 1) after 30 min idle", "stop after 5 min idle", "stay up"; with the
     least time awake (HEARTH_MIN_RESIDENCY) where it is longer than the idle minutes, since it holds the policy back
-    after a launch or a wake: "sleep (level 1) after 1 min idle, once up 2 min"."""
+    after a launch or a wake: "sleep (level 1) after 1 min idle, once up 2 min"; and where a level-1 sleep can never
+    be taken on this host, that it is stopped instead."""
     awake = settings.HEARTH_MIN_RESIDENCY / 60
     least = f", once up {awake:g} min" if awake > dep.idle_minutes else ""
     if dep.idle_policy == IdlePolicy.SLEEP:
-        return f"sleep (level {dep.sleep_level}) after {dep.idle_minutes} min idle{least}"
+        return f"sleep (level {dep.sleep_level}) after {dep.idle_minutes} min idle{least}{_level_one_note(dep)}"
     if dep.idle_policy == IdlePolicy.STOP:
         return f"stop after {dep.idle_minutes} min idle{least}"
     return "stay up" + (" (always on)" if dep.always_on else "")
+
+
+def _level_one_note(dep: Deployment) -> str:
+    """Where a level-1 sleep's copy of the weights in host RAM (engines.room: every replica's) is more than the
+    host's whole RAM, that the room stops the deployment instead (a trial's 70B on a 23 GiB host never slept)."""
+    if dep.sleep_level != 1:
+        return ""
+    copy = dep.stored_plan.weights_bytes * max(dep.replica_count, 1)
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if copy <= ram:
+        return ""
+    return (
+        f" (a level-1 sleep copies its {gib(copy)} of weights to host RAM, more than this host's {gib(ram)}: it is "
+        "stopped instead; level 2 keeps no copy)"
+    )
