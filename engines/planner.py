@@ -98,7 +98,7 @@ class MemorySplit:
     weights: int
     activation: int
     non_torch: int
-    kv_cache: int
+    kv_cache: int  # negative where the weights and the rest leave none: by how many bytes they overflow
     cuda_graphs: int  # graph memory that must fit in the headroom (0 when the budget already holds it)
     headroom: int
     graphs_in_budget: int = 0  # graph memory taken from the KV budget (vLLM >= 0.21)

@@ -233,6 +233,20 @@ def test_put_aside_claims_each_sleep_and_audits_the_room_with_its_numbers(admin:
     assert room_actions.settling() == ["a"]  # no other decision until its sleep is done
 
 
+def test_the_plan_api_plans_as_the_form_does_with_the_room_in_words(admin: Client) -> None:
+    """A trial's /api/plan said "fits": false at tensor parallel 1 where the form showed the room it would make."""
+    box_of_two(admin, idle_policy="stay")
+    Deployment.objects.filter(name="b").update(always_on=True, idle_policy="stay")
+    Replica.objects.filter(deployment__name="a").update(sleep_mode=False)  # a stay policy launches no sleep mode
+    body = {"model": "llama-3.1-70b", "engine": "simulator", "max_model_len": 8192, "tensor_parallel_size": 4}
+    asked = admin.post("/api/plan", body | {"name": "c"}, content_type=JSON).json()
+    assert asked["fits"] and asked["gpu_indices"] == [0, 1, 2, 3], asked
+    assert asked["room"].startswith("To fit c (73.2 GiB per GPU on GPUs 0–3) stop a (idle 3 h 12 min")
+    assert asked["refused"].endswith("Create it with Make room (API: make_room) to put them aside and launch it.")
+    consented = admin.post("/api/plan", body | {"make_room": True}, content_type=JSON).json()
+    assert consented["refused"] is None and consented["room"].startswith("To fit llama-3.1-70b (73.2 GiB")
+
+
 def test_the_form_shows_the_room_and_the_launch_button_offers_consent(admin: Client) -> None:
     box_of_two(admin)
     model = ModelSource.objects.get(name="llama-3.1-70b").pk

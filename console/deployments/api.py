@@ -18,7 +18,7 @@ from console.deployments.api_schemas import DeploymentOut, IdleChange, IdleCreat
 from console.deployments.idle_settings import FIELDS as IDLE_FIELDS
 from console.deployments.idle_settings import merged, set_idle_settings
 from console.deployments.models import Deployment
-from console.deployments.planning import plan_for
+from console.deployments.room_making import new_plan
 from console.deployments.serving_limits import FIELDS as LIMIT_FIELDS
 from console.deployments.serving_limits import (
     check_max_tokens_cap,
@@ -29,6 +29,7 @@ from console.deployments.serving_limits import (
     set_serving_limits,
 )
 from console.errors import ConsoleError
+from console.names import check_name
 
 router = Router(tags=["deployments"])
 
@@ -46,6 +47,8 @@ class PlanIn(Body):
     tool_call_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
     reasoning_parser: str = Field("", description="Override of the plan's choice; 'none' turns it off.")
     fit_max_tokens: StrictBool = True
+    name: str = Field("", description="The deployment's name, for the room's words (default: the model's name).")
+    make_room: StrictBool = Field(False, description="Plan it as created with make_room would be.")
 
     def options(self) -> dict[str, Any]:
         fixed = {
@@ -85,7 +88,14 @@ def _model(name: str) -> ModelSource:
 
 @router.post("/plan")
 def plan(request: HttpRequest, data: PlanIn) -> dict[str, object]:
-    return plan_for(_model(data.model), data.engine, **data.options()).to_json()
+    """The plan POST /api/deployments would store, as the console's form previews it: on the free GPUs, or where
+    it needs room, as if that room were made (console.deployments.room_making.new_plan); with ``room``, what would
+    be put aside in words (null: nothing), and ``refused``, why it could not be created as asked (null: it can)."""
+    model = _model(data.model)
+    name = check_name(data.name, "Deployment name") if data.name else model.name
+    planned = new_plan(name, model, data.engine, data.options(), data.make_room)
+    room = planned.room.words() if planned.room else None
+    return planned.plan.to_json() | {"room": room, "refused": planned.refusal or None}
 
 
 @router.post("/deployments", response={201: DeploymentOut})
