@@ -254,7 +254,8 @@ def _step(h: Holder, host_left: int) -> Step:
 
 
 def _fit(need: Need, holders: Sequence[Holder], box: Box, steps: Sequence[Step]) -> tuple[int, ...] | None:
-    """The GPUs ``need`` gets once ``steps`` are done (already free ones first, by index), or None."""
+    """The GPUs ``need`` gets once ``steps`` are done (empty ones first, then those an asleep deployment holds, then
+    those the steps free; by index within each, as console.deployments.planning takes them), or None."""
     aside = {s.holder.name: s.action for s in steps}
     free = {i: total - box.others.get(i, 0) for i, total in box.totals.items()}
     touched: set[int] = set()
@@ -266,7 +267,8 @@ def _fit(need: Need, holders: Sequence[Holder], box: Box, steps: Sequence[Step])
             if i in free:
                 free[i] = -1 if exclusive else free[i] - held
                 touched |= {i} if action else set()
-    wanted = need.gpus or tuple(sorted(free, key=lambda i: (i in touched, i)))
+    resting = {i for h in holders if h.asleep for i in h.gpus}
+    wanted = need.gpus or tuple(sorted(free, key=lambda i: (i in touched, i in resting, i)))
     ok = [i for i in wanted if free.get(i, -1) >= need.bytes_per_gpu]
     if need.gpus:
         return tuple(need.gpus) if len(ok) == len(need.gpus) else None

@@ -338,3 +338,13 @@ def test_gpus_in_words(indices: tuple[int, ...], words: str) -> None:
 )
 def test_durations_in_words(seconds: float, words: str) -> None:
     assert duration_words(seconds) == words
+
+
+def test_a_new_deployment_gets_empty_gpus_before_an_asleep_ones() -> None:
+    """As console.deployments.planning takes them: a trial's new 8B went on an asleep model's GPU 6 with GPU 7
+    empty, and the asleep model could not wake."""
+    asleep = holder("Q", (6,), HOUR, asleep=True)
+    busy = holder("A", (0, 1, 2, 3), 60.0, ready=True, in_flight=1)
+    other = holder("B", (4, 5), 60.0, ready=True, in_flight=1)
+    room = make_room(Need("F", SEVENTY, 1), [busy, other, asleep], BOX, residency=RESIDENCY)
+    assert room.verdict == Verdict.FITS and room.gpus == (7,), room
