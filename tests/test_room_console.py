@@ -208,6 +208,28 @@ def test_a_wake_waiting_for_room_says_so_and_one_that_found_none_says_why(admin:
     assert asleep.state == S.ASLEEP and asleep.state_reason.startswith(f"Not woken: No room within 0 s: {waiting}")
 
 
+def test_a_wake_puts_aside_a_stay_policy_only_with_the_admins_consent(admin: Client) -> None:
+    """A trial's Wake found no room where only a deployment on the stay policy stood in the way, and had no way to
+    consent, as Launch has (make room)."""
+    a, _ = box_of_two(admin)
+    Deployment.objects.filter(pk=a).update(state=S.ASLEEP, desired=DesiredState.ASLEEP)
+    status, third = create(admin, "c", idle_policy="stay")
+    assert status == 201, third
+    serving(int(third["id"]), idle=HOUR, sleep_mode=False)  # type: ignore[call-overload]
+    with override_settings(HEARTH_WAKE_TIMEOUT=0.2):
+        room_actions.wake(a, "Woken by an admin.")
+        refused = Deployment.objects.get(pk=a).state_reason
+        assert refused.startswith("Not woken: To fit a") and "only an admin's consent puts it aside" in refused
+        assert Deployment.objects.get(name="c").state == S.READY
+        room_actions.wake(a, "Woken by an admin.", consent=True)
+    stopping = Deployment.objects.get(name="c")
+    assert (stopping.state, stopping.desired) == (S.STOPPING, DesiredState.STOPPED_IDLE)
+    answer = admin.post(f"/api/deployments/{a}/wake?make_room=true")
+    assert answer.status_code == 202, answer.content
+    [asked] = AuditEntry.objects.filter(action="deployment.wake", target_name="a", actor_name="admin")
+    assert asked.changes["make_room"] is True
+
+
 def test_put_aside_claims_each_sleep_and_audits_the_room_with_its_numbers(admin: Client) -> None:
     a, _ = box_of_two(admin)
     status, third = create(admin, "c")

@@ -159,10 +159,12 @@ def sleep_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
 
 
 @router.post("/deployments/{pk}/wake", response={202: DeploymentOut})
-def wake_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
-    """Wake a deployment asleep or stopped to save (400 for one in another state)."""
+def wake_deployment(request: HttpRequest, pk: int, make_room: bool = False) -> Status[Deployment]:
+    """Wake a deployment asleep or stopped to save (400 for one in another state), putting idle deployments aside
+    for it by their idle policy, or with ``?make_room=true`` also those whose policy is stay (the admin's consent).
+    One that finds no room stays as it was, its state reason saying why ("Not woken: ...")."""
     dep = get_object_or_404(Deployment, pk=pk)
-    idle_actions.wake_by_hand(dep)
+    idle_actions.wake_by_hand(dep, make_room=make_room)
     return Status(202, dep)
 
 

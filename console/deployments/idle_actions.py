@@ -91,14 +91,18 @@ def sleep_by_hand(dep: Deployment) -> None:
     claim_sleep(dep, "Put to sleep by an admin.")
 
 
-def wake_by_hand(dep: Deployment) -> None:
-    """An admin's Wake of a deployment asleep or stopped to save (the worker's wake task, asked once). Raises
-    ConsoleError for one in another state; ServiceAway when the task queue does not answer."""
+def wake_by_hand(dep: Deployment, make_room: bool = False) -> None:
+    """An admin's Wake of a deployment asleep or stopped to save (the worker's wake task, asked once), ``make_room``
+    the admin's consent to put aside idle deployments whose policy is stay. Raises ConsoleError for one in another
+    state; ServiceAway when the task queue does not answer."""
     external.refused(dep, "wake")
     stopped_to_save = dep.state == S.STOPPED and dep.desired == DesiredState.STOPPED_IDLE
     if dep.state not in (S.SLEEPING, S.ASLEEP) and not stopped_to_save:
         raise ConsoleError(f"{dep.name} is {dep.state_words}; only one asleep or stopped to save can be woken.")
     dispatch.check_queue()
     with transaction.atomic():
-        record(None, "deployment.wake", dep, {"reason": "Woken by an admin.", "from": dep.state})
-        transaction.on_commit(lambda: wakeups.request_wake(dep.pk, "Woken by an admin.", audited=True))
+        asked = {"reason": "Woken by an admin.", "from": dep.state, "make_room": make_room}
+        record(None, "deployment.wake", dep, asked)
+        transaction.on_commit(
+            lambda: wakeups.request_wake(dep.pk, "Woken by an admin.", audited=True, consent=make_room)
+        )

@@ -176,18 +176,19 @@ def _fits_in_place(dep: Deployment) -> bool:
     return room_for(Asked(dep.name, dep.stored_plan, in_place=True), exclude=dep.pk).verdict == Verdict.FITS
 
 
-def wake(deployment_id: int, reason: str, audited: bool = False) -> None:
-    """The wake task: make room (module docstring), then console.deployments.sleeping.wake. A wake without room
-    releases the ask and notes a failed wake with why; the deployment stays as it was."""
+def wake(deployment_id: int, reason: str, audited: bool = False, consent: bool = False) -> None:
+    """The wake task: make room (module docstring; ``consent``: an admin's, to put aside a deployment whose idle
+    policy is stay), then console.deployments.sleeping.wake. A wake without room releases the ask and notes a
+    failed wake with why; the deployment stays as it was."""
     started = time.monotonic()
     dep = _settled(deployment_id)
     stopped_to_save = (
         dep is not None and dep.state == S.STOPPED and (dep.desired == DesiredState.STOPPED_IDLE or dep.relaunch_due)
     )
     if dep is not None and dep.state == S.ASLEEP:
-        dep, why = with_room(deployment_id, S.ASLEEP, in_place=True, consent=False, fits=_fits_in_place)
+        dep, why = with_room(deployment_id, S.ASLEEP, in_place=True, consent=consent, fits=_fits_in_place)
     elif stopped_to_save:
-        dep, why = with_room(deployment_id, S.STOPPED, in_place=False, consent=False, fits=fits_now)
+        dep, why = with_room(deployment_id, S.STOPPED, in_place=False, consent=consent, fits=fits_now)
     else:
         why = ""
     if dep is None and why:

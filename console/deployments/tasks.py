@@ -65,10 +65,10 @@ def sleep_deployment(deployment_id: int, reason: str) -> None:
 
 
 @shared_task(name=dispatch.WAKE)
-def wake_deployment(deployment_id: int, reason: str, audited: bool = False) -> None:
+def wake_deployment(deployment_id: int, reason: str, audited: bool = False, consent: bool = False) -> None:
     """asleep → waking → ready, or the launch of one stopped to save (console.deployments.wakeups asked for it),
-    once room is made for it (console.deployments.room_actions)."""
-    room_actions.wake(deployment_id, reason, audited)
+    once room is made for it (console.deployments.room_actions; ``consent``: an admin's, for a stay policy)."""
+    room_actions.wake(deployment_id, reason, audited, consent)
 
 
 @shared_task(name=dispatch.STOP_IDLE)

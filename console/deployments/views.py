@@ -3,6 +3,7 @@ plan; the live numbers come from console.observability), its actions, and the ch
 Hearth did not launch, registered, added to a deployment and removed."""
 
 import shlex
+from collections.abc import Callable
 from dataclasses import replace
 
 from django.conf import settings
@@ -139,12 +140,12 @@ def _deployment_context(dep: Deployment) -> dict[str, object]:
 def deployment_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     dep = get_object_or_404(Deployment, pk=pk)
     make_room = request.POST.get("make_room") == "on"
-    actions = {
+    actions: dict[str, Callable[[Deployment], object]] = {
         "launch": lambda d: admin_actions.launch(d, make_room=make_room),
         "stop": admin_actions.stop,
         "remedy": remedy_actions.apply_remedy,
         "sleep": idle_actions.sleep_by_hand,
-        "wake": idle_actions.wake_by_hand,
+        "wake": lambda d: idle_actions.wake_by_hand(d, make_room=make_room),
     }
     try:
         actions[action](dep)

@@ -26,9 +26,12 @@ def _client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=REDIS_TIMEOUT, socket_timeout=REDIS_TIMEOUT)
 
 
-def request_wake(deployment_id: int, reason: str = "A request came for it.", audited: bool = False) -> bool:
+def request_wake(
+    deployment_id: int, reason: str = "A request came for it.", audited: bool = False, consent: bool = False
+) -> bool:
     """Ask the worker to wake the deployment (console.deployments.tasks.wake_deployment, with ``reason`` in words
-    for its history; ``audited``: the caller recorded the audit entry already, an admin's action). True when this
+    for its history; ``audited``: the caller recorded the audit entry already, an admin's action; ``consent``: the
+    admin's, to put aside idle deployments whose policy is stay, console.deployments.room_actions). True when this
     call sent the task; False when a wake was already asked for (nothing is sent). Blocking (Redis, then the
     broker): call it from a thread in async code.
 
@@ -41,7 +44,7 @@ def request_wake(deployment_id: int, reason: str = "A request came for it.", aud
         if not client.set(wake_key(deployment_id), "1", nx=True, ex=lapse):
             return False
         try:
-            dispatch.send(dispatch.WAKE, deployment_id, reason, audited)
+            dispatch.send(dispatch.WAKE, deployment_id, reason, audited, consent)
         except Exception:
             client.delete(wake_key(deployment_id))
             raise
