@@ -35,8 +35,8 @@ def _metadata(metadata: Any) -> dict[str, str]:
 
 def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata: Any) -> Batch:
     """A new batch of ``key_id`` over its file ``input_file_id``, every line of which must go to ``endpoint``;
-        status validating until the runner starts it. Raises FileError (400, also for a missing ``input_file_id`` or one
-    not a string; 404 for a file the key does not own)."""
+    status validating until the runner starts it. Raises FileError (400, also for a missing ``input_file_id`` or
+    one not a string; 404 for a file the key does not own)."""
     if endpoint not in files.ENDPOINTS:
         why = f"Endpoint {endpoint!r} cannot be batched: one of {', '.join(files.ENDPOINTS)}."
         raise FileError(why, "endpoint", "invalid_value")
