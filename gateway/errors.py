@@ -314,12 +314,14 @@ CONTEXT_LENGTH = re.compile(
 PARAM = re.compile(r"[a-z_][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,64}|\[\d{1,6}\]){0,8}")  # messages[0].content
 
 
-def engine_error(status: int, body: bytes) -> GatewayError:
+def engine_error(status: int, body: bytes, model: str = "", endpoint: str = "") -> GatewayError:
     """An engine's error answer (``status``, ``body``) as a GatewayError whose ``body(surface)`` is the API's own
     shape, keeping its status and its message (vLLM's has the real numbers of a context-length error) as
     gateway.engine_messages' readable and clean leave it: vLLM's dump of validation errors one "field: why" each,
     at most 500 characters, nothing like a secret or a traceback; its ``param`` only when it names a request field.
-    A 400 whose message says the prompt does not fit the context gets OpenAI's code ``context_length_exceeded``."""
+    A 400 whose message says the prompt does not fit the context gets OpenAI's code ``context_length_exceeded``; a
+    bare 404 names the ``model`` and the ``endpoint`` asked for (a chat model asked for embeddings: a trial read the
+    engine's "Not Found" as a wrong base URL)."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -332,7 +334,12 @@ def engine_error(status: int, body: bytes) -> GatewayError:
     else:
         text = body[: LOGGED_CHARS * 4].decode("utf-8", "replace")  # UTF-8: at most 4 bytes a character
         message, param = text or f"The engine answered HTTP {status}.", None
-    if status == 404 and message == "Not Found":
+    if status == 404 and message == "Not Found" and model and endpoint:
+        message = (
+            f"The engine serving '{model}' does not offer {endpoint}: its model is not of that kind (a chat model "
+            "serves /v1/chat/completions, an embedding model /v1/embeddings)."
+        )
+    elif status == 404 and message == "Not Found":
         message = "The engine serving this model does not offer this endpoint."
     message, param = readable(message[:LOGGED_CHARS], param)
     message = clean(message, f"An engine's HTTP {status} answer")

@@ -143,7 +143,7 @@ class Relay:
             raise errors.engine_error(failed, body)  # answered in the client's API by gateway.app, and logged so
         content_type = (answer.content_type or "application/json").encode("latin-1")
         if answer.status >= 400:
-            error = errors.engine_error(answer.status, body)
+            error = errors.engine_error(answer.status, body, plan.model, plan.endpoint)
             body, content_type, self.state.error = error.body(plan.surface), JSON, error.message
         elif plan.translation != Translation.NONE:
             body, content_type = translated(plan, whole), JSON

@@ -12,6 +12,8 @@ def test_a_fastapi_detail_becomes_the_message() -> None:
     body = json.loads(engine_error(404, b'{"detail":"Not Found"}').body(Surface.OPENAI))
     assert body["error"]["message"] == "The engine serving this model does not offer this endpoint."
     assert body["error"]["type"] == "invalid_request_error"
+    named = engine_error(404, b'{"detail":"Not Found"}', "smol", "/v1/embeddings").message
+    assert named.startswith("The engine serving 'smol' does not offer /v1/embeddings: its model is not of that kind")
 
 
 def test_vllms_error_keeps_its_message_and_param() -> None:
