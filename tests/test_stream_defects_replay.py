@@ -20,6 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console.access import keys as apikeys
+from console.access.key_format import key_prefix
 from console.observability.models import RequestLog
 from gateway.engine_messages import ENGINE_LOG
 from tests.conftest import ROOT
@@ -110,13 +111,15 @@ def chat_text(sdk: openai.OpenAI) -> str:
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def logged(count: int, within: float = 15) -> list[RequestLog]:
-    """The request log's first ``count`` rows, oldest first, once there are that many."""
+def logged(key: str, count: int, within: float = 15) -> list[RequestLog]:
+    """The first ``count`` request log rows of ``key``, oldest first, once there are that many (a row of the test
+    before, written after its tables were emptied, is not one of them)."""
     deadline = time.monotonic() + within
-    while RequestLog.objects.count() < count:
+    rows = RequestLog.objects.filter(key_prefix=key_prefix(key))
+    while rows.count() < count:
         assert time.monotonic() < deadline, f"fewer than {count} request log rows within {within} s"
         time.sleep(0.1)
-    return list(RequestLog.objects.order_by("created_at", "id")[:count])
+    return list(rows.order_by("created_at", "id")[:count])
 
 
 def raw_events(web: str, key: str, path: str, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -149,7 +152,7 @@ def test_interleaved_parallel_tool_calls_come_out_whole_on_messages(web: str, ke
     assert [(b.name, b.input) for b in message.content if b.type == "tool_use"] == READ_AND_GLOB
     assert [b.type for b in message.content] == ["tool_use", "tool_use"] and message.stop_reason == "tool_use"
     assert [b.id for b in message.content] == ["chatcmpl-tool-a1", "chatcmpl-tool-b2"]  # type: ignore[union-attr]
-    [row] = logged(1)
+    [row] = logged(key, 1)
     assert row.status == 200 and not row.truncated and row.tool_call_failures == 0
 
 
@@ -195,8 +198,8 @@ def test_an_engines_200_with_an_error_body_is_an_error_on_messages_and_responses
             ask()
         error: Any = caught.value
         assert error.status_code == status and words in str(error), error
-    assert [r.status for r in logged(5)] == [status] * 5
-    assert all(words in r.error for r in logged(5))  # the request log says why
+    assert [r.status for r in logged(key, 5)] == [status] * 5
+    assert all(words in r.error for r in logged(key, 5))  # the request log says why
 
 
 def test_lines_without_data_are_dropped_on_chat_so_the_openai_sdk_reads_the_stream(
@@ -206,7 +209,7 @@ def test_lines_without_data_are_dropped_on_chat_so_the_openai_sdk_reads_the_stre
     data (an id: stays set for every event after it) and failed to parse it."""
     engine.replay("lines-without-data.sse")
     assert chat_text(chat_sdk(web, key)) == "Red, green and blue."
-    [row] = logged(1)
+    [row] = logged(key, 1)
     assert row.status == 200 and not row.truncated and row.finish_reason == "stop"
 
 
@@ -219,7 +222,7 @@ def test_an_event_whose_data_spans_two_lines_keeps_its_text_on_messages_and_chat
     with claude_sdk(web, key).messages.stream(model=MODEL, max_tokens=20, messages=ASK) as stream:  # type: ignore[arg-type]
         assert "".join(stream.text_stream) == "Red, green and blue."
     assert chat_text(chat_sdk(web, key)) == "Red, green and blue."
-    for row in logged(2):
+    for row in logged(key, 2):
         assert row.status == 200 and not row.truncated and not row.empty_answer, row.endpoint
         assert row.ttft_seconds is not None and row.completion_tokens == 6, row.endpoint
 
@@ -237,7 +240,7 @@ def test_vllms_flat_error_mid_stream_reaches_chat_and_messages_in_the_engines_wo
         with claude_sdk(web, key).messages.stream(model=MODEL, max_tokens=20, messages=ASK) as stream:  # type: ignore[arg-type]
             stream.get_final_message()
     assert "CUDA out of memory" in str(claude_error.value)
-    assert all(row.truncated and "CUDA out of memory" in row.error for row in logged(2))
+    assert all(row.truncated and "CUDA out of memory" in row.error for row in logged(key, 2))
 
 
 def test_message_start_carries_the_prompt_and_cache_counts_on_a_translated_route(
