@@ -86,13 +86,6 @@ def route_of(request: dict[str, Any], snapshot: Snapshot, entry: KeyEntry) -> Ro
 def _unknown(snapshot: Snapshot, entry: KeyEntry, name: str) -> GatewayError:
     """The 404 of a model not deployed for this key, pointing at one this key may use named so but for case
     (ready, asleep, or in another state: Hearth refuses two names that differ only in case)."""
-    folded = name.casefold()
-    cased = next(
-        (
-            n
-            for n in (*snapshot.routes, *snapshot.asleep, *snapshot.states)
-            if n.casefold() == folded and entry.allows(n)
-        ),
-        None,
-    )
+    deployed = (n for n in (*snapshot.routes, *snapshot.asleep, *snapshot.states) if entry.allows(n))
+    cased = errors.same_but_case(name, deployed)
     return errors.unknown_model(name, [str(m["id"]) for m in model_objects(snapshot, entry)], cased)

@@ -122,13 +122,18 @@ def unknown_model(name: str, served: Sequence[str] = (), cased: str | None = Non
     )
 
 
+def same_but_case(name: str, names: Iterable[str]) -> str | None:
+    """The first of ``names`` that differs from ``name`` only in case (Hearth refuses two deployments so named)."""
+    folded = name.casefold()
+    return next((n for n in names if n.casefold() == folded), None)
+
+
 def model_not_allowed(name: str, allowed: Iterable[str] = ()) -> GatewayError:
     """403 for a model outside the key's ``allowed`` models, which it names (the key's own list: nothing of the
     models it may not use, whether ``name`` is one or a typo), first the one named so but for case."""
     listed = ", ".join(sorted(allowed)[:10])
     hint = f" It may use: {listed}." if listed else ""
-    cased = next((n for n in sorted(allowed) if n.casefold() == name.casefold()), None)
-    if cased is not None:
+    if (cased := same_but_case(name, sorted(allowed))) is not None:
         hint = f" Model names are case-sensitive: did you mean '{cased}'?{hint}"
     return GatewayError(
         403, f"This API key may not use the model '{name}'.{hint}", code="model_not_allowed", param="model"
