@@ -111,10 +111,9 @@ class Planner:
         if route.fit_max_tokens:
             fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix)
             fields, headers = fields | fitted, headers + fit_headers
-        _within_context(path, {**request, **fields}, route)
-        reserve, reserve_prompt, limited = await self._to_reserve(
-            path, {**request, **fields}, len(body), route, prefix, key
-        )
+        adjusted = {**request, **fields}
+        _within_context(path, adjusted, route)
+        reserve, reserve_prompt, limited = await self._to_reserve(path, adjusted, len(body), route, prefix, key)
         if limited:
             fields |= limited
             headers.append(capped_header(None, next(iter(limited.values())), "limit"))
