@@ -66,7 +66,7 @@ def test_it_serves_a_real_sglang_end_to_end(web: str, worker: Workers, admin_use
     assert client.post(f"/api/deployments/{dep_id}/launch").status_code == 202
     dep = wait_for(client, dep_id, {"ready", "failed"}, READY_WITHIN)
     assert dep["state"] == "ready", f"{dep}\n--- worker log ---\n{worker.output()[-4000:]}"
-    assert str(dep["engine_version"]).startswith("0.5.15"), dep["engine_version"]
+    assert str(dep["engine_version"]).startswith("0.5.15"), f"{dep}\n--- worker log ---\n{worker.output()[-4000:]}"
 
     key = client.post("/api/keys", json={"name": "e2e-sglang"}).json()["key"]
     sdk = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0)

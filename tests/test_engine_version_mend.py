@@ -1,11 +1,12 @@
-"""An engine that does not tell its version when it becomes ready (SGLang's /server_info once came back empty in a
-full run): the read at ready tries again, and reconcile reads again a ready deployment's empty version
-(console.deployments.watching). The engine is a real HTTP server on loopback answering as SGLang's
-/server_info does."""
+"""An engine that does not tell its version when it becomes ready (SGLang's /server_info came back empty in two
+full runs): the read at ready tries again and waits for a slow answer, an SGLang without /server_info is read at
+/get_server_info, and reconcile reads again a ready deployment's empty version (console.deployments.watching).
+The engine is a real HTTP server on loopback answering as SGLang's /server_info does."""
 
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,9 +23,12 @@ pytestmark = pytest.mark.django_db
 
 
 class _Engine(ThreadingHTTPServer):
-    """Answers GET /server_info and /get_server_info with 503 ``failures`` times in all, then 200 and a version."""
+    """Answers GET /server_info and /get_server_info with 503 ``failures`` times in all, then 200 and a version
+    after ``delay`` seconds; a path in ``missing`` is a 404."""
 
     failures = 0
+    delay = 0.0
+    missing: tuple[str, ...] = ()
     seen: list[str]
 
 
@@ -33,6 +37,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.seen.append(self.path)
+        if self.path in self.server.missing:
+            self.send_response(404)
+            self.end_headers()
+            return
+        time.sleep(self.server.delay)
         if self.server.failures > 0:
             self.server.failures -= 1
             self.send_response(503)
@@ -77,18 +86,18 @@ def _ready_sglang(port: int) -> Deployment:
 
 def test_reconcile_reads_again_the_version_a_ready_engine_did_not_tell(engine: _Engine) -> None:
     dep = _ready_sglang(engine.server_address[1])
-    engine.failures = 2  # the one read of each path in the first reconcile
+    engine.failures = 1  # the first reconcile's one read
 
     watching.mend_engine_versions()
     dep.refresh_from_db()
     assert dep.engine_version == ""
-    assert engine.seen == ["/server_info", "/get_server_info"]
+    assert engine.seen == ["/server_info"]  # the older path answers the same way: not asked
 
     watching.mend_engine_versions()
     dep.refresh_from_db()
     assert dep.engine_version == "0.5.15.post1"
     watching.mend_engine_versions()
-    assert len(engine.seen) == 3  # a version once read is not read again
+    assert len(engine.seen) == 2  # a version once read is not read again
 
 
 def test_the_read_at_ready_tries_again_before_it_gives_up_and_says_why(
@@ -97,9 +106,29 @@ def test_the_read_at_ready_tries_again_before_it_gives_up_and_says_why(
     caplog.set_level(logging.INFO, logger=watching.__name__)
     monkeypatch.setattr(watching, "VERSION_PAUSE", 0.01)
     replica = _ready_sglang(engine.server_address[1]).replicas.get()
-    engine.failures = 2 * watching.VERSION_TRIES - 1
+    engine.failures = watching.VERSION_TRIES - 1
     assert watching._engine_version(replica, "sglang-cpu") == "0.5.15.post1"
-    engine.failures = 2 * watching.VERSION_TRIES
+    engine.failures = watching.VERSION_TRIES
     assert watching._engine_version(replica, "sglang-cpu") == ""
     assert "no engine version from /server_info (HTTP 503)" in caplog.text
     assert "engine-key" not in caplog.text
+
+
+def test_the_read_at_ready_waits_for_a_slow_answer_that_a_reconcile_does_not(
+    engine: _Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watching, "MEND_WAIT", 0.2)
+    dep = _ready_sglang(engine.server_address[1])
+    engine.delay = 0.5  # a busy engine's scheduler answering late
+
+    watching.mend_engine_versions()
+    dep.refresh_from_db()
+    assert dep.engine_version == ""
+    assert watching._engine_version(dep.replicas.get(), "sglang-cpu", tries=1, wait=5) == "0.5.15.post1"
+
+
+def test_an_sglang_without_server_info_is_read_at_get_server_info(engine: _Engine) -> None:
+    replica = _ready_sglang(engine.server_address[1]).replicas.get()
+    engine.missing = ("/server_info",)  # SGLang before 0.5.6
+    assert watching._engine_version(replica, "sglang-cpu", tries=1) == "0.5.15.post1"
+    assert engine.seen == ["/server_info", "/get_server_info"]

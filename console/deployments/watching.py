@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 S = DeploymentState
 VERSION_TRIES = 3  # reads of a just-ready engine's version, VERSION_PAUSE apart (SGLang's once came back empty)
 VERSION_PAUSE = 0.5  # seconds
+# Seconds one read of the version may take at ready: SGLang answers /server_info through its scheduler, late on a
+# busy CPU (a CI run's three tries, 2 s each, all came back empty); a reconcile's one read per deployment, MEND_WAIT.
+VERSION_WAIT = 10.0
+MEND_WAIT = 2.0
 LISTEN_LINES = 200  # the log's last lines read at each poll for a failure to listen (SGLang logs nothing after it)
 STABLE_AFTER = 600.0  # seconds a restarted replica must serve before its crash count starts again
 
@@ -84,17 +88,19 @@ def _became_ready(replica: Replica, dep: Deployment) -> None:
         dep.progress(f"{dep.replica_count - waiting} of {dep.replica_count} replicas ready.")
 
 
-def _engine_version(replica: Replica, engine: str, tries: int = VERSION_TRIES) -> str:
+def _engine_version(replica: Replica, engine: str, tries: int = VERSION_TRIES, wait: float = VERSION_WAIT) -> str:
     """The version the running engine reports (engines.engine_version.VERSION_PATHS), "" when it says none in
-    ``tries`` reads VERSION_PAUSE seconds apart; why each read failed is logged when it tries more than once (at
-    ready, not at each reconcile's one read), never the body: SGLang's echoes its API key."""
+    ``tries`` reads VERSION_PAUSE seconds apart, each given ``wait`` seconds; a read goes on to the next path only
+    where the engine has no such path (404: an SGLang older than /server_info). Why each read failed is logged
+    when it tries more than once (at ready, not at each reconcile's one read), never the body: SGLang's echoes
+    its API key."""
     headers = {"Authorization": f"Bearer {replica.engine_api_key}"}  # SGLang guards its info with the key
     for attempt in range(tries):
         if attempt:
             time.sleep(VERSION_PAUSE)
         for path in VERSION_PATHS["sglang" if engine in SGLANG_ENGINES else "vllm"]:
             try:
-                resp = httpx.get(f"{replica.base_url}{path}", headers=headers, timeout=2)
+                resp = httpx.get(f"{replica.base_url}{path}", headers=headers, timeout=wait)
                 if resp.status_code == 200:
                     return version_from_engine(engine, resp.json())[:50]
                 why = f"HTTP {resp.status_code}"
@@ -102,6 +108,8 @@ def _engine_version(replica: Replica, engine: str, tries: int = VERSION_TRIES) -
                 why = type(exc).__name__
             if tries > 1:
                 log.info("%s: no engine version from %s (%s)", replica.runtime_name, path, why)
+            if why != "HTTP 404":
+                break
     return ""
 
 
@@ -110,7 +118,7 @@ def mend_engine_versions() -> None:
     reconcile, one read each: an engine that never tells stays "")."""
     for dep in Deployment.objects.filter(state=S.READY, engine_version="").exclude(engine=EXTERNAL_ENGINE):
         replica = dep.replicas.launched().filter(running=True, ready_at__isnull=False).first()
-        version = _engine_version(replica, dep.engine, tries=1) if replica else ""
+        version = _engine_version(replica, dep.engine, tries=1, wait=MEND_WAIT) if replica else ""
         if version:
             Deployment.objects.filter(pk=dep.pk, engine_version="").update(engine_version=version)
 
