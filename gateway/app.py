@@ -100,7 +100,7 @@ class Gateway:
             hop=marker(),
             admit=AddressGate(),
         )
-        self.planner = Planner(self.engines, self.router)
+        self.planner = Planner(self.engines, self.router, prices, self.reservations.redis)
         self.holding = Holding(self.registry)
         self.lanes = Lanes(self.reservations.redis, self.engines)
         self.open = OpenRequests()  # the requests under way, waited for at the stop

@@ -9,9 +9,10 @@ A request reserves, at admission, its prompt (counted by the engine's ``/tokeniz
 bound gateway.context_fit uses) plus the most it may generate: its output limit after the key's and the
 deployment's caps, else what the engine defaults to (16 for /v1/completions, as vLLM and SGLang do; the
 context left for the other endpoints), times the choices it asks for (``n``, ``best_of``, a list of prompts).
-A request that asks for no output limit on a key whose smallest token limit is under that reservation gets the
-output limit that limit leaves after its prompt (``output_within_limit``): the context left of a 32K model is
-over a 10,000-token-per-minute key, and tools such as llm and aider send no ``max_tokens``.
+A request that asks for no output limit on a key whose smallest token limit, or smallest budget at the
+deployment's price, is under that reservation gets the output limit that limit or budget leaves after its prompt
+(``output_within_limit``): the context left of a 32K model is over a 10,000-token-per-minute key, and tools such
+as llm and aider send no ``max_tokens``.
 A request whose reservation alone is over a token limit or a budget not yet spent can never pass: it is a 400
 (code ``exceeds_key_limit`` or ``exceeds_key_budget``) that says so, which SDKs do not retry.
 """
@@ -96,21 +97,50 @@ def tokens_to_reserve(path: str, request: dict[str, Any], prompt: int, max_model
 
 
 def output_within_limit(
-    path: str, request: dict[str, Any], prompt: int, max_model_len: int, quota: Quota
-) -> dict[str, int]:
-    """The output limit field (``max_tokens`` or the endpoint's own) set to what the key's smaller token limit
-    (per minute, per day) leaves after the prompt, shared by the choices, in tokens, for a request that asks
-    for none and would otherwise reserve more than that limit; empty when it asks for one, the key has no token
-    limit, the reservation fits, or the prompt alone is over the limit (that request is refused)."""
-    limits = [n for n in (quota.tokens_per_minute, quota.tokens_per_day) if n is not None]
+    path: str, request: dict[str, Any], prompt: int, max_model_len: int, quota: Quota, price: str = ""
+) -> tuple[dict[str, int], str]:
+    """For a request that asks for no output limit and would otherwise reserve more than its key's smallest token
+    limit (per minute, per day) or its smallest budget can ever hold: the output limit field (``max_tokens`` or the
+    endpoint's own) set to what that limit leaves after the prompt, or what that budget pays for after it at
+    ``price`` (USD per token as admission prices it, gateway.prices.scaled: a decimal string, or "input,output";
+    "" none published, so no budget is judged), shared by the choices, in tokens; with which set it: "limit" or
+    "budget", the lower of the two where both do. ({}, "") when it asks for one, nothing applies, the reservation
+    fits, or the prompt alone is over the limit or budget (that request is refused)."""
     limit = output_limit(path, request)
-    if not limits or limit is None or request.get(limit[0]) is not None:  # asked, or a value the engine refuses
-        return {}
-    smallest = min(limits)
-    if tokens_to_reserve(path, request, prompt, max_model_len) <= smallest:
-        return {}
-    each = (smallest - prompt) // _choices(path, request)
-    return {limit[0]: each} if each > 0 else {}
+    if limit is None or request.get(limit[0]) is not None:  # asked, or a value the engine refuses
+        return {}, ""
+    reserve, choices = tokens_to_reserve(path, request, prompt, max_model_len), _choices(path, request)
+    bounds: list[tuple[int, str]] = []
+    tokens = [n for n in (quota.tokens_per_minute, quota.tokens_per_day) if n is not None]
+    if tokens and reserve > min(tokens):
+        bounds.append(((min(tokens) - prompt) // choices, "limit"))
+    budgets = [to_nano(b) for b in quota.budgets() if b is not None]
+    if budgets and price and _reserved_nano(price, reserve, prompt) > min(budgets):
+        bounds.append((_affordable(price, min(budgets), prompt) // choices, "budget"))
+    each, by = min(bounds, default=(0, ""))
+    return ({limit[0]: each}, by) if each > 0 else ({}, "")
+
+
+def _reserved_nano(price: str, tokens: int, prompt: int) -> int:
+    """What admission reserves for ``tokens`` tokens, ``prompt`` of them the prompt's, at ``price``: nano-USD
+    rounded up (gateway.reservations' ``priced``)."""
+    first, comma, second = price.partition(",")
+    if not comma:
+        return math.ceil(tokens * float(price) * 1e9)
+    paid_in = min(prompt, tokens)
+    return math.ceil((paid_in * float(first) + (tokens - paid_in) * float(second)) * 1e9)
+
+
+def _affordable(price: str, budget: int, prompt: int) -> int:
+    """The most tokens after a prompt of ``prompt`` tokens whose reservation ``budget`` nano-USD holds at ``price``
+    (0 when the prompt alone is over it)."""
+    output = float(price.rpartition(",")[2])
+    if output <= 0:
+        return 0
+    most = max(int((budget - _reserved_nano(price, prompt, prompt)) / 1e9 / output), 0)
+    while most > 0 and _reserved_nano(price, prompt + most, prompt) > budget:  # the doubles' rounding
+        most -= 1
+    return most
 
 
 def _choices(path: str, request: dict[str, Any]) -> int:

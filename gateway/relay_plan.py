@@ -12,10 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio as aioredis
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from gateway import context_fit, quotas
 from gateway.errors import GatewayError, Surface
+from gateway.prices import Prices, price_factor, scaled
 from gateway.registry import KeyEntry, Route
 from gateway.rewrite import (
     Translation,
@@ -81,10 +84,11 @@ class RelayPlan:
 
 
 class Planner:
-    """Makes plans; asks a replica's engine to count a prompt when a fit or a reservation needs it."""
+    """Makes plans; asks a replica's engine to count a prompt when a fit or a reservation needs it, and reads a
+    deployment's price (gateway.prices, from ``redis``) when a budget may set a request's output limit."""
 
-    def __init__(self, engines: Engines, router: Router) -> None:
-        self.engines, self.router = engines, router
+    def __init__(self, engines: Engines, router: Router, prices: Prices, redis: aioredis.Redis) -> None:
+        self.engines, self.router, self.prices, self.redis = engines, router, prices, redis
 
     async def plan(
         self,
@@ -113,10 +117,12 @@ class Planner:
             fields, headers = fields | fitted, headers + fit_headers
         adjusted = {**request, **fields}
         _within_context(path, adjusted, route)
-        reserve, reserve_prompt, limited = await self._to_reserve(path, adjusted, len(body), route, prefix, key)
+        reserve, reserve_prompt, (limited, limited_by) = await self._to_reserve(
+            path, adjusted, len(body), route, prefix, key
+        )
         if limited:
             fields |= limited
-            headers.append(capped_header(None, next(iter(limited.values())), "limit"))
+            headers.append(capped_header(None, next(iter(limited.values())), limited_by))
         engine_path, translation, strip_usage = path, Translation.NONE, False
         if (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
             path == "/v1/responses" and not route.speaks_responses
@@ -177,17 +183,30 @@ class Planner:
 
     async def _to_reserve(
         self, path: str, request: dict[str, Any], body_bytes: int, route: Route, prefix: bytes, key: KeyEntry
-    ) -> tuple[int, int, dict[str, int]]:
+    ) -> tuple[int, int, tuple[dict[str, int], str]]:
         """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring), its
         prompt's part of them (its prompt as the engine counts it, else bounded by its size), and the output
-        limit set where the request asks none and its key's token limit is under the context left
-        (quotas.output_within_limit; {} otherwise); (0, 0, {}) for any other key."""
+        limit set, with what set it, where the request asks none and its key's token limit or budget is under
+        the context left (quotas.output_within_limit; ({}, "") otherwise); (0, 0, ({}, "")) for any other key."""
         if not key.quota.counts_tokens:
-            return 0, 0, {}
+            return 0, 0, ({}, "")
         upstream = self.router.order(route, prefix)[0] if route.upstreams else None
         prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
-        limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota)
-        return quotas.tokens_to_reserve(path, request | limited, prompt, route.max_model_len), prompt, limited
+        price = await self._price(path, request, route, key)
+        limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota, price)
+        return quotas.tokens_to_reserve(path, request | limited[0], prompt, route.max_model_len), prompt, limited
+
+    async def _price(self, path: str, request: dict[str, Any], route: Route, key: KeyEntry) -> str:
+        """The deployment's USD per token as admission will price this request (its class's factor applied), for a
+        key with a budget and a request asking no output limit; "" otherwise, or when Redis does not answer (the
+        admission then says so)."""
+        asked = output_limit(path, request)
+        if asked is None or asked[1] is not None or not any(b is not None for b in key.quota.budgets()):
+            return ""
+        try:
+            return scaled(await self.prices.get(self.redis, route.deployment_id), price_factor(key.priority))
+        except (RedisError, OSError):
+            return ""
 
 
 def _within_context(path: str, request: dict[str, Any], route: Route) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 import redis
 from django.conf import settings
@@ -97,6 +98,28 @@ def test_a_members_monthly_budget_holds_over_all_their_keys(served: Served, gate
     ), refused[0]
     held = counters(first, mia["id"], served, started)
     assert held["owner_month"] == held["owner_day"] == spent * NANO
+
+
+def test_a_request_without_max_tokens_gets_what_the_budget_pays_for(served: Served, gateways: list[str]) -> None:
+    """The context left (8,192 tokens, $0.82 at this price) is over the key's $0.05 a day: llm and aider send no
+    max_tokens, and every such request was refused as costing more than all of the budget; now its output is
+    limited to what the budget pays for after the prompt, and said so."""
+    set_price(served, PRICE)
+    key_id, key = make_key(served.client, gateways, daily_budget_usd="0.05")
+    sdk = openai.OpenAI(base_url=f"{gateways[1]}/v1", api_key=key, max_retries=0)
+    raw = sdk.chat.completions.with_raw_response.create(
+        model="llama",
+        messages=[{"role": "user", "content": "Hi"}],
+        extra_body={"ignore_eos": True},
+    )
+    capped = raw.headers["x-hearth-max-tokens-capped"]
+    limit = int(capped.split(";")[0])
+    assert capped == f"{limit}; requested=none; cap=budget"
+    answer = raw.parse()
+    assert answer.usage and answer.usage.completion_tokens == limit and answer.choices[0].finish_reason == "length"
+    assert 0 < limit < 500 - answer.usage.prompt_tokens + 1  # $0.05 pays for 500 tokens, the prompt's among them
+    [row] = logged([key_id], 1)
+    assert row.status == 200 and row.cost_usd is not None and row.cost_usd <= Decimal("0.05")
 
 
 def test_without_a_published_price_a_budget_cannot_be_judged_and_nothing_is_charged(

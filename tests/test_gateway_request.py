@@ -3,13 +3,14 @@
 import asyncio
 import json
 import time
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from gateway.app import Gateway
 from gateway.errors import GatewayError, Surface
-from gateway.quotas import Quota, output_within_limit, tokens_to_reserve
+from gateway.quotas import Quota, _reserved_nano, output_within_limit, tokens_to_reserve
 from gateway.registry import KeyEntry, Route, Upstream
 from gateway.rewrite import ask_for_usage, cap_max_tokens, output_limit, with_fields
 from gateway.sse import StreamKind
@@ -77,16 +78,42 @@ def test_the_output_limit_is_the_largest_field_held_as_engines_differ_on_which_t
 
 def test_a_request_asking_no_output_limit_gets_what_the_keys_smaller_token_limit_leaves() -> None:
     tpm, both = Quota(tokens_per_minute=1000), Quota(tokens_per_minute=1000, tokens_per_day=600)
-    assert output_within_limit(CHAT, {}, 100, 8192, tpm) == {"max_completion_tokens": 900}
-    assert output_within_limit(CHAT, {}, 100, 8192, both) == {"max_completion_tokens": 500}
-    assert output_within_limit(CHAT, {"n": 3}, 100, 8192, tpm) == {"max_completion_tokens": 300}  # each choice
-    assert output_within_limit("/v1/responses", {}, 100, 8192, tpm) == {"max_output_tokens": 900}
-    assert output_within_limit(CHAT, {}, 100, 1000, tpm) == {}  # the context left fits
-    assert output_within_limit(CHAT, {"max_tokens": 5000}, 100, 8192, tpm) == {}  # asked: refused as asked
-    assert output_within_limit(CHAT, {"max_tokens": "lots"}, 100, 8192, tpm) == {}  # the engine says what is wrong
-    assert output_within_limit(CHAT, {}, 1000, 8192, tpm) == {}  # the prompt alone is the limit: refused
-    assert output_within_limit(CHAT, {}, 100, 8192, Quota(daily_usd=None)) == {}  # no token limit
-    assert output_within_limit("/v1/embeddings", {}, 100, 8192, tpm) == {}
+    assert output_within_limit(CHAT, {}, 100, 8192, tpm) == ({"max_completion_tokens": 900}, "limit")
+    assert output_within_limit(CHAT, {}, 100, 8192, both) == ({"max_completion_tokens": 500}, "limit")
+    assert output_within_limit(CHAT, {"n": 3}, 100, 8192, tpm) == ({"max_completion_tokens": 300}, "limit")  # each
+    assert output_within_limit("/v1/responses", {}, 100, 8192, tpm) == ({"max_output_tokens": 900}, "limit")
+    assert output_within_limit(CHAT, {}, 100, 1000, tpm) == ({}, "")  # the context left fits
+    assert output_within_limit(CHAT, {"max_tokens": 5000}, 100, 8192, tpm) == ({}, "")  # asked: refused as asked
+    assert output_within_limit(CHAT, {"max_tokens": "lots"}, 100, 8192, tpm) == ({}, "")  # the engine says why
+    assert output_within_limit(CHAT, {}, 1000, 8192, tpm) == ({}, "")  # the prompt alone is the limit: refused
+    assert output_within_limit(CHAT, {}, 100, 8192, Quota(daily_usd=None)) == ({}, "")  # no limit
+    assert output_within_limit("/v1/embeddings", {}, 100, 8192, tpm) == ({}, "")
+
+
+def test_a_request_asking_no_output_limit_gets_what_the_keys_smallest_budget_pays_for() -> None:
+    """$0.05 at $0.0001 a token pays for 500 tokens; at "input,output" prices the prompt costs the first."""
+    day, both = Quota(daily_usd=Decimal("0.05")), Quota(daily_usd=Decimal("0.05"), owner_monthly_usd=Decimal("0.03"))
+    assert output_within_limit(CHAT, {}, 100, 8192, day, "0.0001") == ({"max_completion_tokens": 400}, "budget")
+    # 300 tokens at $0.0001 is 0.030000000000000002 in doubles, which admission rounds up past $0.03: 299 fit
+    assert output_within_limit(CHAT, {}, 100, 8192, both, "0.0001") == ({"max_completion_tokens": 199}, "budget")
+    # the prompt at $0.00005 leaves $0.045: 450 tokens in decimals, the 450th over it in doubles
+    assert output_within_limit(CHAT, {}, 100, 8192, day, "0.00005,0.0001") == ({"max_completion_tokens": 449}, "budget")
+    assert output_within_limit(CHAT, {"n": 2}, 100, 8192, day, "0.0001") == ({"max_completion_tokens": 200}, "budget")
+    assert output_within_limit(CHAT, {}, 100, 8192, day, "0.0000001") == ({}, "")  # the context left costs less
+    assert output_within_limit(CHAT, {}, 100, 8192, day, "") == ({}, "")  # no price: the budget is not judged
+    assert output_within_limit(CHAT, {}, 500, 8192, day, "0.0001") == ({}, "")  # the prompt alone spends it
+    assert output_within_limit(CHAT, {"max_tokens": 9000}, 100, 8192, day, "0.0001") == ({}, "")  # refused as asked
+    tokens_and_budget = Quota(tokens_per_minute=300, daily_usd=Decimal("0.05"))
+    assert output_within_limit(CHAT, {}, 100, 8192, tokens_and_budget, "0.0001") == (
+        {"max_completion_tokens": 200},
+        "limit",
+    )
+    # what admission would reserve for it fits the budget exactly: rounding up never makes it $0.0000001 over
+    for price in ("0.000123", "0.0000037,0.0000111", "0.3"):
+        fields, _ = output_within_limit(CHAT, {}, 7, 8192, day, price)
+        if fields:
+            assert _reserved_nano(price, 7 + fields["max_completion_tokens"], 7) <= 50_000_000
+            assert _reserved_nano(price, 8 + fields["max_completion_tokens"], 7) > 50_000_000
 
 
 @pytest.mark.parametrize(
