@@ -44,6 +44,7 @@ from gateway.ledger import Ledger
 from gateway.model_list import model_list
 from gateway.open_requests import OpenRequests
 from gateway.prices import Prices
+from gateway.ratelimit_headers import ratelimit_headers
 from gateway.registry import Registry
 from gateway.relay import Relay
 from gateway.relay_plan import Planner, RelayPlan
@@ -269,7 +270,7 @@ class Gateway:
             ready = await self.holding.hold(relay.plan, relay.state, send)
             again = parse_body(body, path)
             planned = await self.planner.plan(path, body, again, key, ready, surface, kind, arrived, hops)
-            relay.plan = replace(planned, batch_id=batch_id)
+            relay.plan = replace(planned, batch_id=batch_id, ratelimits=relay.plan.ratelimits)
 
         await self._serve(relay, ids, receive, send, woken)
 
@@ -289,7 +290,9 @@ class Gateway:
         lane = self.lanes.ticket(relay, send, before)  # held while its deployment is saturated (gateway.lanes)
         try:
             if plan.key.quota.any:
-                await self.ledger.admit(ticket, plan)
+                held = await self.ledger.admit(ticket, plan)
+                limits = ratelimit_headers(plan.key.quota, held.counted, plan.surface, time.time())
+                relay.plan = replace(relay.plan, ratelimits=limits)
                 if plan.key.quota.max_concurrent is not None:
                     relay.before_end = functools.partial(self.ledger.free_slot, ticket)
             else:
@@ -323,7 +326,7 @@ class Gateway:
                 await held.release(send)
                 return
         relay.state.status, relay.state.error = 200, ""  # answered: the engine's refusal was not the client's
-        headers = [count_tokens.ESTIMATED_HEADER, *relay.plan.headers]
+        headers = [count_tokens.ESTIMATED_HEADER, *relay.plan.head_headers]
         await send_json(send, 200, count_tokens.estimated_body(relay.plan.request), headers)
 
     async def _outcome(self, relay: Relay, refused: int | None) -> Outcome:

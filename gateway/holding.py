@@ -197,7 +197,7 @@ class KeepAlive:
         state = self.state
         if not state.head_sent:
             state.head_sent = True
-            head = [(b"content-type", b"text/event-stream"), *SSE_HEADERS, *self.plan.headers]
+            head = [(b"content-type", b"text/event-stream"), *SSE_HEADERS, *self.plan.head_headers]
             await self.send({"type": "http.response.start", "status": 200, "headers": head})
         await self.send({"type": "http.response.body", "body": self.plan.keepalive, "more_body": True})
         state.quiet_since = time.monotonic()

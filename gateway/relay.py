@@ -149,7 +149,7 @@ class Relay:
             body, content_type = translated(plan, whole), JSON
         elif whole is None:
             raise errors.upstream_not_json(plan.model)
-        head = [(b"content-type", content_type), *plan.headers, *(errors.NO_RETRY if answer.status == 508 else ())]
+        head = [(b"content-type", content_type), *plan.head_headers, *(errors.NO_RETRY if answer.status == 508 else ())]
         await self.ending()
         await send({"type": "http.response.start", "status": answer.status, "headers": head})
         await send({"type": "http.response.body", "body": body})

@@ -72,10 +72,16 @@ class RelayPlan:
     priority: str = "standard"  # the class it runs at: its key's, or "batch" for a Batch API line
     batch_id: str = ""  # the Batch's public id (batch_...) for a Batch API line; "" otherwise
     max_tokens_fitted: int | None = None  # the output limit lowered to fit the context (``fit``); None: as asked
+    ratelimits: tuple[Header, ...] = ()  # what the key's limits leave, set at admission (gateway.ratelimit_headers)
 
     @property
     def model(self) -> str:
         return self.route.served_model_name
+
+    @property
+    def head_headers(self) -> tuple[Header, ...]:
+        """The headers the answer's head carries beside its content type: the caps and fits, the limits left."""
+        return (*self.headers, *self.ratelimits)
 
     @property
     def keepalive(self) -> bytes:

@@ -98,7 +98,7 @@ class StreamedAnswer:
     async def head(self, status: int, content_type: str) -> None:
         """The response head, unless a held stream's went out already (gateway.holding)."""
         if not self.state.head_sent:
-            head = [(b"content-type", content_type.encode("latin-1")), *SSE_HEADERS, *self.plan.headers]
+            head = [(b"content-type", content_type.encode("latin-1")), *SSE_HEADERS, *self.plan.head_headers]
             await self.send({"type": "http.response.start", "status": status, "headers": head})
         if self.plan.kind == StreamKind.CHAT and self.converter is None:
             self.writer = body_writer(self.send)

@@ -75,7 +75,8 @@ TTL = {"minute": 120, "day": DAY_TTL, "month": MONTH_TTL}  # seconds each window
 #       18 activity.KEPT and 19 activity.LAPSE ('' both: the activity is not noted), 20 the price factor
 #       (gateway.prices.price_factor; '' or absent 1): the price is read times it, and returned so; 21 the prompt's
 #       part of the tokens (absent 0), priced at the input price where the price is "input,output".
-# Returns {0, cost reserved (nano-USD), price ('' none)} or {index of the full counter (1-8), used, wanted}.
+# Returns {0, cost reserved (nano-USD), price ('' none), requests this minute, tokens this minute, tokens today (the
+# last three with this request's)} or {index of the full counter (1-8), used, wanted}.
 # What ``tokens`` cost in USD at ``price`` (a number, or "input,output" where the ``prompt`` tokens among them cost the
 # first and the rest the second, console.observability.pricing); ADMIT rounds it up, ``settle`` to the nearest.
 PRICED_FUNCTION = """
@@ -108,12 +109,14 @@ end
 local ttls = {ARGV[13], ARGV[13], ARGV[14], 0, ARGV[14], ARGV[15], ARGV[14], ARGV[15]}
 local last = 6
 if ARGV[12] == '1' then last = 8 end
+local counted = {0, 0, 0}
 for i = 1, last do
   if i == 4 then
     redis.call('ZADD', KEYS[4], now + tonumber(ARGV[16]), ARGV[1])
     redis.call('EXPIRE', KEYS[4], ARGV[16])
   elseif i < 4 or cost > 0 then
-    redis.call('INCRBY', KEYS[i], string.format('%d', adds[i]))
+    local after = redis.call('INCRBY', KEYS[i], string.format('%d', adds[i]))
+    if i < 4 then counted[i] = after end
     redis.call('EXPIRE', KEYS[i], ttls[i])
   end
 end
@@ -126,7 +129,7 @@ if ARGV[18] and ARGV[18] ~= '' then
   redis.call('ZADD', KEYS[12], now + tonumber(ARGV[19]), ARGV[1])
   redis.call('EXPIRE', KEYS[12], ARGV[19])
 end
-return {0, string.format('%d', cost), price or ''}
+return {0, string.format('%d', cost), price or '', counted[1], counted[2], counted[3]}
 """
 )
 
@@ -188,6 +191,11 @@ class Reservation:
     cost: int  # nano-USD
     price: str  # USD per token at admission, '' none
     owned: bool
+    counted: tuple[int, int, int] = (
+        0,
+        0,
+        0,
+    )  # the key's requests this minute, tokens this minute and today, its own in
 
 
 def running_key(key_id: int) -> str:
@@ -304,7 +312,8 @@ class Reservations:
         if index:
             raise quotas.refusal(index - 1, int(limits[index - 1] or 0), int(first), int(second), now)
         price = second.decode() if isinstance(second, bytes) else str(second)
-        return Reservation(keys, rid, tokens, int(first), price, owned)
+        counted = (int(answer[3]), int(answer[4]), int(answer[5]))
+        return Reservation(keys, rid, tokens, int(first), price, owned, counted)
 
     async def settle(
         self,

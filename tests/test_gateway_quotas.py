@@ -7,7 +7,9 @@ Redis outages: tests/test_gateway_outage.py."""
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
+import anthropic
 import openai
 import pytest
 from django.test import override_settings
@@ -129,6 +131,32 @@ def test_a_request_without_max_tokens_gets_what_the_token_limit_leaves(served: S
     answer = raw.parse()
     assert answer.usage and answer.usage.completion_tokens == limit
     assert answer.usage.prompt_tokens + limit <= 200 and answer.choices[0].finish_reason == "length"
+
+
+def test_answers_tell_what_the_keys_limits_leave_in_each_apis_headers(served: Served, gateways: list[str]) -> None:
+    """OpenAI's x-ratelimit-* and Anthropic's anthropic-ratelimit-* (gateway.ratelimit_headers), the request's own
+    reservation counted, from two processes sharing the counters; a key without limits gets none."""
+    _, key = make_key(served.client, gateways, requests_per_minute=20, tokens_per_minute=5000)
+    room_in_minute(20)
+    sdk = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=key, max_retries=0)
+    raw = sdk.chat.completions.with_raw_response.create(model="llama", messages=HI, max_tokens=10)  # type: ignore[arg-type]
+    first = raw.parse().usage
+    assert first is not None
+    assert raw.headers["x-ratelimit-limit-requests"] == "20" and raw.headers["x-ratelimit-remaining-requests"] == "19"
+    assert raw.headers["x-ratelimit-limit-tokens"] == "5000"
+    assert int(raw.headers["x-ratelimit-remaining-tokens"]) == 5000 - first.prompt_tokens - 10  # reserved: max_tokens
+    assert raw.headers["x-ratelimit-reset-requests"] in {*(f"{n}s" for n in range(1, 60)), "1m0s"}
+    claude = anthropic.Anthropic(base_url=gateways[1], api_key=key, max_retries=0)
+    message = claude.messages.with_raw_response.create(model="llama", max_tokens=10, messages=HI)  # type: ignore[arg-type]
+    assert message.headers["anthropic-ratelimit-requests-remaining"] == "18"
+    turn = datetime.fromisoformat(message.headers["anthropic-ratelimit-tokens-reset"])
+    assert turn.second == 0 and 0 < turn.timestamp() - time.time() <= 60
+    assert "x-ratelimit-limit-requests" not in message.headers
+
+    _, free = make_key(served.client, gateways)
+    plain = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=free, max_retries=0)
+    unlimited = plain.chat.completions.with_raw_response.create(model="llama", messages=HI, max_tokens=5)  # type: ignore[arg-type]
+    assert not [name for name in unlimited.headers if "ratelimit" in name]
 
 
 def test_a_cancelled_stream_is_settled_with_what_was_counted(served: Served, gateways: list[str]) -> None:

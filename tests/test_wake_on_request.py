@@ -48,12 +48,15 @@ def gateway(live_env: dict[str, str], worker: Workers, tmp_path_factory: pytest.
     proc.stop()
 
 
-def put_to_sleep(client: httpx.Client, name: str, extra_args: list[str] | None = None) -> tuple[int, str]:
-    """A simulator deployment ``name`` launched with policy sleep and put to sleep now; its id and a key."""
+def put_to_sleep(
+    client: httpx.Client, name: str, extra_args: list[str] | None = None, **limits: int
+) -> tuple[int, str]:
+    """A simulator deployment ``name`` launched with policy sleep and put to sleep now; its id and a key (with
+    ``limits``)."""
     dep = launched(client, name, idle_policy="sleep", sleep_level=1, extra_args=extra_args or [])
     assert client.post(f"/api/deployments/{dep['id']}/sleep").status_code == 202
     assert wait_state(client, dep["id"], {"asleep", "failed"})["state"] == "asleep"
-    return dep["id"], client.post("/api/keys", json={"name": name}).json()["key"]
+    return dep["id"], client.post("/api/keys", json={"name": name, **limits}).json()["key"]
 
 
 def stop(client: httpx.Client, dep_id: int) -> None:
@@ -227,10 +230,16 @@ def test_the_openai_and_anthropic_sdks_as_they_come_are_answered_through_a_wake(
     gateway: str, worker: Workers, admin_user: object
 ) -> None:
     client = login(gateway)
-    dep_id, key = put_to_sleep(client, "sdk-napper", SLOWER)
+    dep_id, key = put_to_sleep(client, "sdk-napper", SLOWER, requests_per_minute=1000)
     gpt = openai.OpenAI(base_url=f"{gateway}/v1", api_key=key)  # default timeouts and retries
     claude = anthropic.Anthropic(base_url=gateway, api_key=key)
     messages: list[Any] = [{"role": "user", "content": "hi"}]
+    heads: list[httpx.Headers] = []
+
+    def gpt_whole() -> str | None:
+        raw = gpt.chat.completions.with_raw_response.create(model="sdk-napper", messages=messages, max_tokens=8)
+        heads.append(raw.headers)
+        return raw.parse().choices[0].message.content
 
     def gpt_stream() -> str:
         chunks = gpt.chat.completions.create(model="sdk-napper", messages=messages, max_tokens=8, stream=True)
@@ -241,14 +250,13 @@ def test_the_openai_and_anthropic_sdks_as_they_come_are_answered_through_a_wake(
             return "".join(stream.text_stream)
 
     texts = at_once(
-        lambda: (
-            gpt.chat.completions.create(model="sdk-napper", messages=messages, max_tokens=8).choices[0].message.content
-        ),
+        gpt_whole,
         gpt_stream,
         lambda: claude.messages.create(model="sdk-napper", messages=messages, max_tokens=8).content[0].text,  # type: ignore[union-attr]
         claude_stream,
     )
     assert all(isinstance(t, str) and t for t in texts), texts
+    assert heads[0]["x-ratelimit-limit-requests"] == "1000"  # the key's limits left, kept when planned again
     assert {(r.status, r.woke_engine) for r in rows("sdk-napper", 4)} == {(200, True)}  # none retried
     assert DeploymentEvent.objects.filter(deployment_id=dep_id, kind="wake").count() == 1
     stop(client, dep_id)
