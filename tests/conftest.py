@@ -27,6 +27,7 @@ from django.test import TransactionTestCase
 from appliance.celery_queues import LONG_QUEUE, UPKEEP_QUEUE
 from appliance.redis_keys import instance_prefix
 from console.observability import step_cache
+from tests.orphans import end_orphans, run_database
 from tests.ports import free_port
 
 if TYPE_CHECKING:
@@ -44,6 +45,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PROCESS_FIXTURES = frozenset({"live_env", "web", "worker", "served", "sim_factory", "sim"})
 # Markers of the tests that may start processes; `make check` runs the tests without any of them.
 SLOW_MARKERS = ("process", "engine", "docker", "browser")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """End what an earlier run killed mid-way left on this run's test database (tests.orphans), before
+    pytest-django makes it again."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("postgresql"):
+        end_orphans(run_database(db["NAME"], os.environ.get("PYTEST_XDIST_WORKER", "")))
 
 
 @pytest.hookimpl(wrapper=True)
