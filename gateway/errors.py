@@ -177,17 +177,22 @@ def not_ready(name: str, state: str, retry_after: int, reason: str = "") -> Gate
     )
 
 
-def wake_failed(name: str, reason: str, retry_after: int) -> GatewayError:
+def wake_failed(name: str, reason: str, retry_after: int | None) -> GatewayError:
     """503 for a request held for a wake that failed (gateway.holding): the deployment's reason in the worker's
-    words (the engine's own for a failed /wake_up), with Retry-After ``retry_after`` seconds."""
+    words (the engine's own for a failed /wake_up). With Retry-After ``retry_after`` seconds where the deployment
+    is still put aside (no room yet: room may come); None where the wake left it failed, which only an admin ends:
+    then with ``x-should-retry: false`` (not_ready's docstring), and the message says so."""
     why = clean(reason, "A failed wake's reason") if reason else "its deployment failed"
-    return GatewayError(
-        503,
-        f"The model '{name}' was put aside to share the GPUs and could not be woken: {why}",
-        type="server_error",
-        code="wake_failed",
-        retry_after=retry_after,
-    )
+    message = f"The model '{name}' was put aside to share the GPUs and could not be woken: {why}"
+    if retry_after is None:
+        return GatewayError(
+            503,
+            f"{message.rstrip('.')}. Its deployment failed, and only an admin can launch it.",
+            type="server_error",
+            code="wake_failed",
+            headers=NO_RETRY,
+        )
+    return GatewayError(503, message, type="server_error", code="wake_failed", retry_after=retry_after)
 
 
 def wake_timeout(name: str, seconds: float, retry_after: int) -> GatewayError:

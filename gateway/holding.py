@@ -175,7 +175,7 @@ def _ready(snapshot: Snapshot, name: str, retry_after: int, since: float) -> Rou
     if state is None:
         raise errors.unknown_model(name)
     if state == "failed":
-        raise errors.wake_failed(name, snapshot.reasons.get(name, ""), retry_after)
+        raise errors.wake_failed(name, snapshot.reasons.get(name, ""), None)
     raise errors.not_ready(name, state, retry_after, snapshot.reasons.get(name, ""))
 
 

@@ -192,7 +192,9 @@ def test_a_held_stream_gets_its_head_then_keep_alives_and_a_held_whole_answer_no
     run(test)
 
 
-def test_a_failed_wake_answers_503_with_the_reason_and_retry_after(asks: Asks) -> None:
+def test_a_failed_wake_answers_503_with_the_reason_and_no_retry(asks: Asks) -> None:
+    """The wake left its deployment failed: only an admin launches it again, so the SDKs are told not to retry (a
+    trial's client waited the Retry-After of the first answer to be told so by the next)."""
     reason = "The wake failed: Call to wake_up method failed: CUDA Error: out of memory Its engine was stopped."
     failures = held("failed")
 
@@ -208,10 +210,11 @@ def test_a_failed_wake_answers_503_with_the_reason_and_retry_after(asks: Asks) -
         return refused.value
 
     error = run(test)
-    assert (error.status, error.code, error.retry_after) == (503, "wake_failed", 10)
+    assert (error.status, error.code, error.retry_after, error.headers) == (503, "wake_failed", None, errors.NO_RETRY)
     assert "could not be woken: The wake failed: Call to wake_up method failed: CUDA Error: out of memory" in (
         error.message
     )
+    assert error.message.endswith("Its engine was stopped. Its deployment failed, and only an admin can launch it.")
     assert held("failed") - failures == 1
 
 
