@@ -177,9 +177,32 @@ def _digest(stream: IO[bytes]) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+class NotAFile(ValueError):
+    """A backup's destination is there and is not a regular file (``refused_destination``)."""
+
+
+def refused_destination(destination: str) -> str:
+    """Why ``destination`` may not take an archive, "" when it may: the archive is renamed over it whole, which
+    replaces whatever is there, so only a new path or a regular file (not through a symbolic link) may be named. A
+    backup to /dev/null, run as root, left a regular file in its place."""
+    path = Path(destination)
+    if destination == "-" or not path.exists(follow_symlinks=False):
+        return ""
+    if path.is_symlink():
+        return f"it is a symbolic link (to {os.readlink(path)}); name the file itself"
+    if path.is_file():
+        return ""
+    kind = "folder" if path.is_dir() else "device, pipe or socket"
+    return f"it is a {kind}, not a file; name a new file, or '-' to write the archive to stdout"
+
+
 def backup(destination: str) -> Manifest:
-    """Write the archive to ``destination`` (a path, replaced whole once written, mode 0600; or ``-``: stdout) and
-    return its manifest. Raises OSError when it cannot be written, DatabaseError when the database cannot be read."""
+    """Write the archive to ``destination`` (a new path or a regular file, replaced whole once written, mode 0600;
+    or ``-``: stdout) and return its manifest. Raises NotAFile, before anything is read, for a destination that is
+    another kind of thing (``refused_destination``); OSError when it cannot be written, DatabaseError when the
+    database cannot be read."""
+    if why := refused_destination(destination):
+        raise NotAFile(f"will not replace {destination}: {why}.")
     folder = None if destination == "-" else Path(destination).resolve().parent
     with tempfile.TemporaryDirectory(dir=folder, prefix=".hearth-backup-") as tmp:  # made 0700
         data = Path(tmp) / DATA

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from console.audit.recording import record
-from console.backup import backup
+from console.backup import NotAFile, backup
 
 
 class Command(BaseCommand):
@@ -27,6 +27,8 @@ class Command(BaseCommand):
             raise CommandError(f"cannot write {opts['file']}: there is no folder {folder}; make it or name another")
         try:
             manifest = backup(opts["file"])
+        except NotAFile as exc:
+            raise CommandError(str(exc)) from None
         except OSError as exc:  # a full disk, a folder it may not write to
             raise CommandError(f"cannot write {opts['file']}: {exc.strerror or exc}") from exc
         except DatabaseError as exc:
