@@ -7,7 +7,9 @@ and the reasons for its form. In order, changing nothing until the last step:
 4. in one transaction: this appliance's tables dropped, the archive's schema migrated to (and emptied of the rows
    its migrations seed), the archive's rows loaded into the models as they were there, this Hearth's migrations
    applied on top (their data migrations run on the rows, as an upgrade in place would have run them), content
-   types and permissions of newer models added (post_migrate).
+   types and permissions of newer models added (post_migrate), and the archive's replicas marked ended, their
+   deployments stopped keeping what was wanted (console.deployments.stopping.forget_restored_engines: their engines
+   are the other appliance's; this one's worker launches them again).
 
 A failure in step 4 rolls the whole of it back. The gateways are then told to read keys and routes again.
 """
@@ -34,6 +36,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Model
 
 from console.backup import DATA, Manifest, archived_models, member, read_manifest, tables
+from console.deployments.stopping import forget_restored_engines
 from console.fanout import bump_routing_version
 from console.sealed import SealedCharField, unseal_under
 
@@ -111,6 +114,7 @@ def _rebuild(archive: Path, manifest: Manifest) -> None:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
         emit_post_migrate_signal(0, False, connection.alias)
+        forget_restored_engines()
         transaction.on_commit(bump_routing_version)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+from unittest.mock import ANY
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -39,6 +40,7 @@ from console.observability.models import PriceSetting
 from tests.ledgerworld import serve_model
 admin = User.objects.create_superuser("admin", "", "admin-password-1")
 deployment = serve_model(9, "held")
+type(deployment).objects.filter(pk=deployment.pk).update(desired="serving")  # as a launched deployment wants
 PriceSetting.objects.filter(gpu_model="{H100}").update(usd_per_gpu_hour="{H100_PRICE}")
 PriceSetting.objects.exclude(gpu_model="{H100}").order_by("gpu_model").first().delete()  # a seeded price
 engine_key = deployment.replicas.get().engine_api_key
@@ -81,6 +83,8 @@ print(json.dumps({
     "engine_keys": [r.engine_api_key for r in Replica.objects.all()],
     "prices": {p.gpu_model: str(p.usd_per_gpu_hour) for p in PriceSetting.objects.all()},
     "desired": dict(Deployment.objects.values_list("name", "desired")),
+    "state": dict(Deployment.objects.values_list("name", "state")),
+    "running": [r.running for r in Replica.objects.all()],
     "updated": {d.name: d.updated_at.isoformat() for d in Deployment.objects.all()},
 }))
 """
@@ -176,11 +180,18 @@ def postgres_backup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backup
 
 def restored_serves_as_the_source(target: Instance, backup: Backup) -> None:
     """The restored ``target`` is at today's schema and holds what the source held (its engine key opens under the
-    target's own SECRET_KEY, its prices, each deployment's desired state but those the newer migrations upgraded);
-    its web server takes the source's API key and lists its deployment to the admin."""
+    target's own SECRET_KEY, its prices, each deployment's desired state but those the newer migrations upgraded),
+    but the ready deployment's engine, the source's: its replica ended, the deployment stopped (just now) for this
+    appliance's worker to launch again (console.deployments.stopping.forget_restored_engines); its web server takes
+    the source's API key and lists its deployment to the admin."""
     target.manage("migrate", "--check")
-    desired = dict(backup.holdings["desired"]) | backup.upgraded  # type: ignore[call-overload]
-    assert target.run(HOLDINGS) == backup.holdings | {"desired": desired}
+    held = backup.holdings
+    desired = dict(held["desired"]) | backup.upgraded  # type: ignore[call-overload]
+    assert held["state"]["held"] == "ready" and held["running"] == [True]  # type: ignore[index]
+    state = dict(held["state"]) | {"held": "stopped"}  # type: ignore[call-overload]
+    updated = dict(held["updated"]) | {"held": ANY}  # type: ignore[call-overload]
+    expected = held | {"desired": desired, "state": state, "running": [False], "updated": updated}
+    assert target.run(HOLDINGS) == expected
     prices = dict(backup.holdings["prices"])  # type: ignore[call-overload]
     assert prices[H100] == H100_PRICE and len(prices) == 4  # of the 5 seeded
     web, base = start_web(target.env, target.folder / "web.log")
@@ -215,7 +226,7 @@ def test_it_restores_a_sqlite_backup_into_a_fresh_data_folder(tmp_path: Path, ol
     backup = backed_up(tmp_path, None, older)
     assert stat.S_IMODE(backup.archive.stat().st_mode) == 0o600
     assert (tmp_path / "a" / "data" / "hearth.sqlite3").exists()
-    assert backup.holdings["desired"] == {"held": "stopped"} | ({"parked": "serving"} if older else {})
+    assert backup.holdings["desired"] == {"held": "serving"} | ({"parked": "serving"} if older else {})
     target = instance(tmp_path / "b", SECRET_B, None)  # nothing there yet
     done = target.manage("restore", str(backup.archive))
     assert "a key revoked since works again (revoke it again)" in done.stdout  # a trial: nothing said so

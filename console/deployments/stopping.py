@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+from django.utils import timezone
 
 from appliance.runtimes.process import ProcessRuntime
 from console.deployments import activity
@@ -125,3 +126,29 @@ def stop_everything(by: str) -> list[Engine]:
         if not engine.deployment:
             runtime.stop(engine.name)
     return engines
+
+
+RESTORED_WORDS = {  # why a restored deployment is stopped, by what was wanted of it (as SHUTDOWN_WORDS)
+    DesiredState.SERVING: "Restored from a backup: its engines were the appliance's that made it; the worker launches "
+    "it again.",
+    DesiredState.STOPPED_IDLE: "Restored from a backup, as it was put aside; the next request launches it again.",
+    DesiredState.STOPPED: "Stopped by the admin.",
+}
+
+
+def forget_restored_engines() -> list[str]:
+    """After a restore (console.restore), in its transaction: the replicas the archive holds are the engines of the
+    appliance that made it, which may still run on this host under the same names and ports (a restore beside it
+    routed to them, then reported them dead for good once they stopped). Each is marked ended, no engine touched,
+    and its deployment stopped keeping what was wanted, as ``stop_everything`` does: one wanted serving is launched
+    again by this appliance's worker under its own names (console.deployments.restoring), one asleep by the next
+    request. External deployments keep their endpoints. Returns the names of the deployments stopped."""
+    now = timezone.now()
+    stopped = []
+    for dep in Deployment.objects.filter(state__in=[*ACTIVE_STATES, S.STOPPING]).exclude(engine=EXTERNAL_ENGINE):
+        desired = DesiredState.STOPPED_IDLE if dep.desired == DesiredState.ASLEEP else DesiredState(dep.desired)
+        reason = RESTORED_WORDS[desired]
+        dep.replicas.launched().filter(stopped_at__isnull=True).update(running=False, stopped_at=now, restart_at=None)
+        if (dep.state == S.STOPPING or dep.move(S.STOPPING, reason)) and dep.move(S.STOPPED, reason, desired=desired):
+            stopped.append(dep.name)
+    return stopped
