@@ -214,13 +214,22 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     ApiKey.objects.filter(pk=desk.pk).update(daily_budget_usd=Decimal("0.50"))
     page = mia.get(f"/keys/{desk.pk}/").content.decode()
     assert "(so its budget has not applied: a request with no price is charged nothing and passes)" in page
-    assert 'data-field="failed_today"' not in page  # none failed: nothing said
+    assert 'data-field="outcomes_today"' not in page  # none refused or failed: nothing said
     RequestLog.objects.create(
         created_at=now, api_key=desk, model="smol", surface="openai", endpoint="chat", status=429, duration_seconds=0,
     )  # fmt: skip
     page = mia.get(f"/keys/{desk.pk}/").content.decode()  # a trial read "9 requests" where 6 had been refused
-    assert '2 requests <small class="muted" data-field="failed_today">(1 answered with an error)</small>' in page
-    assert "(1 err)</small>, 3 tok</td>" in mia.get("/keys/").content.decode()
+    assert "2 requests <small" in page and ">(1 refused)</small>, 3 tokens" in page
+    for status, cancelled in ((503, False), (499, True)):  # the service's error; a client that left is neither
+        RequestLog.objects.create(
+            created_at=now, api_key=desk, model="smol", surface="openai", endpoint="chat", status=status,
+            duration_seconds=0, client_cancelled=cancelled,
+        )  # fmt: skip
+    page = mia.get(f"/keys/{desk.pk}/").content.decode()  # as the Usage page counts them, which a trial compared
+    assert "4 requests <small" in page and ">(1 refused, 1 failed)</small>, 3 tokens" in page
+    assert ">(1 refused, 1 failed)</small>, 3 tok</td>" in mia.get("/keys/").content.decode()
+    desk_rows = [r for r in mia.get("/api/usage?group=key").json() if r["group"].startswith("desk")]
+    assert (sum(r["refused"] for r in desk_rows), sum(r["errors"] for r in desk_rows)) == (1, 1)
 
 
 def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:
