@@ -14,6 +14,7 @@ from console.alerts.models import Alert, AlertRule, Destination
 from console.alerts.rules import rules
 from console.audit.models import AuditEntry
 from console.deployments.models import Deployment, DesiredState, Replica
+from console.deployments.watching import STABLE_AFTER
 from console.observability.models import ScrapeHealth
 from tests.test_panels import deployment
 
@@ -56,6 +57,21 @@ def test_a_crashed_replica_waiting_to_restart_or_loading_again_says_how_its_engi
     Replica.objects.filter(pk=replica.pk).update(restarts=0)  # a first launch
     [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
     assert message.endswith("is not ready: loading")
+
+
+def test_a_crash_loop_ends_once_its_replica_has_served_as_long_as_its_crash_count_is_kept() -> None:
+    """A trial's alert said 'crash-looping (4 restarts in a row)' an hour after the engine came back and served
+    1,800 requests: the count is only reset at a next crash (console.deployments.watching.STABLE_AFTER)."""
+    dep = deployment("crashy")
+    replica = dep.replicas.get()
+    rule = rules()["deployment_failed"]  # threshold: 3 restarts in a row
+    Replica.objects.filter(pk=replica.pk).update(running=True, restarts=3, previous_exit_code=-9, ready_at=at(60))
+    [message] = conditions.deployment_failed(rule, time.time()).values()
+    assert message == f"crashy: replica {replica.runtime_name} is crash-looping (3 restarts in a row, last exit -9)"
+    Replica.objects.filter(pk=replica.pk).update(ready_at=at(STABLE_AFTER + 1))
+    assert conditions.deployment_failed(rule, time.time()) == {}
+    Replica.objects.filter(pk=replica.pk).update(running=False)  # crashed again: the news again until it serves
+    assert list(conditions.deployment_failed(rule, time.time())) == ["deployment crashy"]
 
 
 def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each_change_is_audited(

@@ -18,6 +18,7 @@ from appliance import celery_heartbeats
 from console.access.models import ApiKey, Member
 from console.alerts.models import AlertRule
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
+from console.deployments.watching import STABLE_AFTER
 from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth
 from console.observability.outcomes import ERRORS
 from console.observability.request_stats_sql import OUTCOME_WHERE
@@ -32,12 +33,15 @@ GIB = 1024**3
 
 
 def deployment_failed(rule: AlertRule, now: float) -> Holding:
-    """Failed deployments (their reason), replicas restarted ``threshold`` times in a row, and OOM-killed ones."""
+    """Failed deployments (their reason), replicas restarted ``threshold`` times in a row, and OOM-killed ones, but
+    a replica that has served since its last restart for STABLE_AFTER seconds (its next crash starts a new count,
+    console.deployments.watching): a trial's crash-loop alert went on firing for an hour of good answers."""
     out = {
         f"deployment {d.name}": f"{d.name} failed: {d.state_reason or 'no reason given'}"
         for d in Deployment.objects.filter(state=S.FAILED).exclude(desired=DesiredState.STOPPED)
     }
-    replicas = Replica.objects.launched().filter(stopped_at=None).select_related("deployment")
+    stable = Q(running=True, ready_at__lt=datetime.fromtimestamp(now - STABLE_AFTER, UTC))
+    replicas = Replica.objects.launched().filter(stopped_at=None).exclude(stable).select_related("deployment")
     for r in replicas.filter(Q(restarts__gte=max(1, int(rule.threshold))) | Q(oom_killed=True)):
         subject = f"deployment {r.deployment.name}"
         if r.oom_killed:
