@@ -9,6 +9,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -89,7 +90,9 @@ def test_a_killed_engine_fires_replica_not_ready_once_and_resolves_when_it_serve
     until(lambda: len(news(webhook, "replica_not_ready")) >= 2, 90)
     assert wait_state(served.client, served.dep_id, {"ready"})["state"] == "ready"
     fired_then_resolved(webhook, "replica_not_ready")
-    assert webhook.bodies()[-1]["text"].startswith("[Hearth] RESOLVED: Replica not ready: Resolved (the condition")
+    assert webhook.bodies()[-1]["text"].startswith(
+        f"[Hearth {socket.gethostname()}] RESOLVED: Replica not ready: Resolved (the condition"
+    )
 
 
 def test_stalled_metrics_fire_monitoring_stale_once_and_resolve_when_scrapes_come_back(

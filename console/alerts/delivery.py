@@ -7,13 +7,17 @@ The webhook body (schema version 1, stable: fields are only ever added)::
     {"schema": "hearth.alert/1", "event": "fired" | "repeated" | "resolved" | "test",
      "alert": {"id": int, "kind": str, "title": str, "subject": str, "message": str,
                "since": ISO 8601, "fired_at": ISO 8601 | null, "resolved_at": ISO 8601 | null},
-     "console_url": str ("" without HEARTH_HOSTNAME), "text": str}
+     "console_url": str ("" without HEARTH_HOSTNAME), "text": str, "appliance": str}
 
-``text`` is one line for a Slack or Mattermost incoming webhook, which post it as it is. A test an admin sends from
-the Alerts page (``send_test``) has the event "test", an alert of kind "test" with id 0, and is tried once, at once.
+``text`` is one line for a Slack or Mattermost incoming webhook, which post it as it is, naming the appliance that
+sent it (``appliance_name``: two boxes, or a box and its restored copy, may alert the same people). An email's
+subject is that line's head (the event, the rule, what it is about); its body the whole line, then the rest.
+A test an admin sends from the Alerts page (``send_test``) has the event "test", an alert of kind "test" with id 0,
+and is tried once, at once.
 """
 
 import logging
+import socket
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -44,6 +48,12 @@ def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at else None
 
 
+def appliance_name() -> str:
+    """The name alerts give this appliance: HEARTH_HOSTNAME, else the machine's host name (a compose container's is
+    its id: HEARTH_HOSTNAME names the box)."""
+    return settings.HEARTH_HOSTNAME or socket.gethostname()
+
+
 def body(d: Delivery) -> dict[str, object]:
     """The webhook's JSON body for a delivery (module docstring)."""
     alert, kind = d.alert, d.alert.rule.kind
@@ -64,7 +74,8 @@ def body(d: Delivery) -> dict[str, object]:
             "resolved_at": _iso(alert.resolved_at),
         },
         "console_url": console,
-        "text": f"[Hearth] {WORDS[Event(d.event)]}: {title}: {said}",
+        "text": f"[Hearth {appliance_name()}] {WORDS[Event(d.event)]}: {title}: {said}",
+        "appliance": appliance_name(),
     }
 
 
@@ -115,7 +126,8 @@ def body_for_test() -> dict[str, object]:
         "event": "test",
         "alert": {**alert, "since": now, "fired_at": now, "resolved_at": None},
         "console_url": console,
-        "text": f"[Hearth] TEST: {said}",
+        "text": f"[Hearth {appliance_name()}] TEST: {said}",
+        "appliance": appliance_name(),
     }
 
 
@@ -155,12 +167,14 @@ def _deliver(channel: Channel, payload: dict[str, object], destination: Destinat
     lines = [
         str(payload["text"]),
         "",
-        f"Subject: {alert['subject']}",
+        f"About: {alert['subject']}",
         f"Since: {alert['since']}",
     ]
     if payload["console_url"]:
         lines.append(f"Console: {payload['console_url']}")
-    send_mail(str(payload["text"])[:200], "\n".join(lines), None, to)
+    head = "TEST" if payload["event"] == "test" else f"{WORDS[Event(str(payload['event']))]}: {alert['title']}"
+    subject = f"[Hearth {payload['appliance']}] {head}: {alert['subject']}"
+    send_mail(subject[:200], "\n".join(lines), None, to)
 
 
 def _words(exc: Exception, destination: Destination) -> str:
