@@ -4,18 +4,24 @@ rule at 5 with 1e308 minutes saved). The conditions against live engines: tests/
 
 import time
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import Client
 
 from appliance import celery_heartbeats
+from console.access.keys import create_key
 from console.alerts import conditions
 from console.alerts.models import Alert, AlertRule, Destination
 from console.alerts.rules import rules
 from console.audit.models import AuditEntry
 from console.deployments.models import Deployment, DesiredState, Replica
 from console.deployments.watching import STABLE_AFTER
-from console.observability.models import ScrapeHealth
+from console.observability.models import RequestLog, ScrapeHealth
+from console.observability.spent import key_counters, periods
 from tests.test_panels import deployment
 
 pytestmark = pytest.mark.django_db
@@ -72,6 +78,32 @@ def test_a_crash_loop_ends_once_its_replica_has_served_as_long_as_its_crash_coun
     assert conditions.deployment_failed(rule, time.time()) == {}
     Replica.objects.filter(pk=replica.pk).update(running=False)  # crashed again: the news again until it serves
     assert list(conditions.deployment_failed(rule, time.time())) == ["deployment crashy"]
+
+
+def test_a_key_refused_for_its_budget_is_at_100_percent_though_its_spending_is_not(admin_user: Any) -> None:
+    """A request is refused when what it may cost is more than what is left: a trial's key stalled at 93 % with every
+    request refused, and the 100 % alert never came. Another refusal (a rate limit) is not the budget's."""
+    key, _ = create_key("ci", admin_user, daily_budget_usd=Decimal("1.00"))
+    now = time.time()
+    day, _ = periods(now)
+    redis.Redis.from_url(settings.REDIS_URL).set(f"{key_counters(key.pk)}:usd:{day}", 930_000_000)  # $0.93
+    rule = rules()["budget"]
+
+    def refused(error: str) -> None:
+        RequestLog.objects.create(
+            api_key=key, model="m", surface="openai", endpoint="/v1/chat/completions", status=429,
+            duration_seconds=0, error=error,
+        )  # fmt: skip
+
+    assert list(conditions.budget(rule, now)) == [f"key {key.prefix} (ci) today at 80 %"]
+    refused("This key's limit of 20 requests per minute is reached; it renews in 3 s.")
+    assert list(conditions.budget(rule, now)) == [f"key {key.prefix} (ci) today at 80 %"]
+    refused("This key's daily budget of $1.00 is spent for this request: $0.07 is left, and it may cost up to $0.08")
+    held = conditions.budget(rule, now)
+    assert held[f"key {key.prefix} (ci) today at 100 %"] == (
+        f"key {key.prefix} (ci) is refused for its budget today: $0.9300 of its $1.00 spent (93 %), and a request "
+        "that may cost more than the $0.0700 left is refused"
+    )
 
 
 def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each_change_is_audited(

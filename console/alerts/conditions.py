@@ -177,25 +177,45 @@ def error_rate(rule: AlertRule, now: float) -> Holding:
     return out
 
 
+# How the gateway's refusal for each budget begins (gateway.quotas.BUDGETS, its 429's message as the request log keeps
+# it), by whose budget and period.
+REFUSED_FOR = {
+    ("key", "today"): "This key's daily budget of $",
+    ("key", "this month"): "This key's monthly budget of $",
+    ("member", "today"): "The daily budget of this key's owner (over all their keys) of $",
+    ("member", "this month"): "The monthly budget of this key's owner (over all their keys) of $",
+}
+
+
 def budget(rule: AlertRule, now: float) -> Holding:
-    """Keys and members whose spending today or this month (UTC) reached ``threshold`` percent of its budget,
-    and 100 %: the subject names the level, so each level fires once (at 100 % both hold)."""
+    """Keys and members whose spending today or this month (UTC) reached ``threshold`` percent of its budget, and
+    100 %: the subject names the level, so each level fires once (at 100 % both hold). The 100 % level also holds
+    once a request was refused for that budget in that period: a request is refused when what it may cost is more
+    than what is left, so spending alone may never reach 100 % (a trial's stalled at 93 %, every request refused)."""
     day, month = periods(now)
-    owners: list[tuple[str, str, Decimal | None, Decimal | None]] = [
-        (f"key {k.prefix} ({k.name})", key_counters(k.pk), k.daily_budget_usd, k.monthly_budget_usd)
+    starts = {"today": datetime.fromtimestamp(now - now % 86_400, UTC)}
+    starts["this month"] = starts["today"].replace(day=1)
+    owners: list[tuple[str, str, Decimal | None, Decimal | None, Q]] = [
+        (f"key {k.prefix} ({k.name})", key_counters(k.pk), k.daily_budget_usd, k.monthly_budget_usd, Q(api_key=k))
         for k in ApiKey.objects.filter(revoked_at=None).filter(
             Q(daily_budget_usd__isnull=False) | Q(monthly_budget_usd__isnull=False)
         )
     ]
     owners += [
-        (f"member {m.user.username}", owner_counters(m.user_id), m.daily_budget_usd, m.monthly_budget_usd)
+        (
+            f"member {m.user.username}",
+            owner_counters(m.user_id),
+            m.daily_budget_usd,
+            m.monthly_budget_usd,
+            Q(api_key__owner_id=m.user_id),
+        )
         for m in Member.objects.select_related("user").filter(
             Q(daily_budget_usd__isnull=False) | Q(monthly_budget_usd__isnull=False)
         )
     ]
     r = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
     out = {}
-    for who, prefix, daily, monthly in owners:
+    for who, prefix, daily, monthly, theirs in owners:
         for period, limit, counter in (
             ("today", daily, f"{prefix}:usd:{day}"),
             ("this month", monthly, f"{prefix}:usd:{month}"),
@@ -209,6 +229,17 @@ def budget(rule: AlertRule, now: float) -> Holding:
                     out[f"{who} {period} at {level:g} %"] = (
                         f"{who} spent ${spent:.4f} {period}: {share:.0f} % of its ${limit} budget"
                     )
+            refused = RequestLog.objects.filter(
+                theirs,
+                status=429,
+                created_at__gte=starts[period],
+                error__startswith=REFUSED_FOR[(who.split()[0], period)],
+            )
+            if share < 100 and refused.exists():
+                out[f"{who} {period} at 100 %"] = (
+                    f"{who} is refused for its budget {period}: ${spent:.4f} of its ${limit} spent ({share:.0f} %), "
+                    f"and a request that may cost more than the ${limit - spent:.4f} left is refused"
+                )
     return out
 
 
