@@ -26,6 +26,7 @@ from appliance import celery_heartbeats
 from appliance.celery_heartbeats import Heartbeat, Liveness, limit_for
 from appliance.celery_queues import LONG_QUEUE
 from appliance.redis_keys import redis_key
+from console.alerts.models import Alert
 from console.deployments.models import Deployment, DeploymentState
 from console.deployments.state_caveats import caveats
 from tests.conftest import Proc, Workers, login
@@ -179,6 +180,7 @@ def test_the_dashboard_names_why_the_scraper_is_silent(admin: Client, own_instan
 PERIOD = 5.0  # seconds: beat's shortest period here (scrape, reconcile, accounting check), the default scrape interval
 QUICK = {
     "HEARTH_SCRAPE_INTERVAL": str(PERIOD),
+    "HEARTH_ALERT_INTERVAL": str(PERIOD),
     "HEARTH_RECONCILE_INTERVAL": str(PERIOD),
     "HEARTH_ACCOUNTING_CHECK_INTERVAL": str(PERIOD),
 }
@@ -289,6 +291,10 @@ def test_beat_killed_then_the_worker_killed_and_a_stop_the_header_and_the_page_s
     said = page_caveats(client, dep_id)
     assert said["monitoring-stopped"].startswith("Monitoring stopped: Celery beat has not run for "), said
     assert "no-worker" not in said and "worker-stopped" not in header(client)  # the worker still runs
+    # beat sends every evaluation of the alert rules: the worker sends it while beat is stopped, so this one fires
+    fired = Alert.objects.filter(subject="celery beat", fired_at__isnull=False, resolved_at=None)
+    alert, _ = poll(3 * PERIOD, lambda: fired.first())
+    assert str(getattr(alert, "message", "")).startswith("Celery beat has not run for "), alert
 
     celery.worker.crash()  # both workers: the header says so once each has been silent past its limit
     both = "up -d worker worker-long"
