@@ -64,33 +64,33 @@ def nested_too_deeply() -> GatewayError:
     return GatewayError(400, "The request body is JSON nested too deeply.")
 
 
+def unauthorized(message: str, code: str = "invalid_api_key") -> GatewayError:
+    """401 with ``x-should-retry: false``: no retry of the same key can pass, and Claude Code retried a 401 without it
+    for over a minute, silently, before saying anything (a trial)."""
+    return GatewayError(401, message, code=code, headers=NO_RETRY)
+
+
 def missing_key(unschemed: bool = False) -> GatewayError:
     """No key offered; ``unschemed``: an Authorization header came without its ``Bearer`` scheme (the key pasted
     alone), which the message says, without its value."""
     said = "An Authorization header came without 'Bearer ' before the key." if unschemed else "No API key given."
-    return GatewayError(
-        401, f"{said} Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", code="missing_api_key"
-    )
+    return unauthorized(f"{said} Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", "missing_api_key")
 
 
 def invalid_key() -> GatewayError:
-    return GatewayError(401, "Incorrect API key provided.", code="invalid_api_key")
+    return unauthorized("Incorrect API key provided.")
 
 
 def expired_key(at: str) -> GatewayError:
-    return GatewayError(401, f"This API key expired at {at}; ask for a new one.", code="invalid_api_key")
+    return unauthorized(f"This API key expired at {at}; ask for a new one.")
 
 
 def revoked_key(at: str) -> GatewayError:
-    return GatewayError(401, f"This API key was revoked at {at}; ask for a new one.", code="invalid_api_key")
+    return unauthorized(f"This API key was revoked at {at}; ask for a new one.")
 
 
 def rotated_key(at: str) -> GatewayError:
-    return GatewayError(
-        401,
-        f"This API key was rotated: this secret stopped working at {at}. Use its new secret.",
-        code="invalid_api_key",
-    )
+    return unauthorized(f"This API key was rotated: this secret stopped working at {at}. Use its new secret.")
 
 
 def registry_unavailable() -> GatewayError:
@@ -135,9 +135,8 @@ def model_not_allowed(name: str, allowed: Iterable[str] = ()) -> GatewayError:
     hint = f" It may use: {listed}." if listed else ""
     if (cased := same_but_case(name, sorted(allowed))) is not None:
         hint = f" Model names are case-sensitive: did you mean '{cased}'?{hint}"
-    return GatewayError(
-        403, f"This API key may not use the model '{name}'.{hint}", code="model_not_allowed", param="model"
-    )
+    message = f"This API key may not use the model '{name}'.{hint}"
+    return GatewayError(403, message, code="model_not_allowed", param="model", headers=NO_RETRY)
 
 
 def upstream_timeout(name: str) -> GatewayError:

@@ -26,12 +26,13 @@ from typing import Any
 from django.core.exceptions import ObjectDoesNotExist
 
 from console.access.models import ApiKey
-from gateway.errors import GatewayError
+from gateway.errors import NO_RETRY, GatewayError
 from gateway.rewrite import output_limit
 
 NANO = Decimal(1_000_000_000)  # counters hold USD in nano-USD integers: exact sums, $9 million in a Lua double
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vllm/entrypoints/openai/completion/protocol.py; SGLang's CompletionRequest
 CONCURRENCY_RETRY = 1  # seconds: a slot frees when any request of the key ends
+RETRY_WITHIN = 60  # seconds: a refusal whose window turns later tells clients not to retry (_no_retry_past_a_minute)
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,15 @@ def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> Gatew
     noun = what if limit != 1 else what.replace("s ", " ", 1)  # "1 request at once", "1 token per minute"
     message = f"This API key's limit of {limit:,} {noun} {state}; retry in {retry:,} s{_at(now, retry)}."
     kind = SlotsTaken if window == "concurrent" else GatewayError
-    return kind(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry)
+    headers = _no_retry_past_a_minute(retry)
+    return kind(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry, headers=headers)
+
+
+def _no_retry_past_a_minute(retry: int) -> tuple[tuple[bytes, bytes], ...]:
+    """``x-should-retry: false`` for a refusal whose window turns in more than RETRY_WITHIN seconds (a day's limit, a
+    budget): the SDKs wait at most a minute of a Retry-After, so OpenCode, cn and aider retried a spent daily budget
+    for minutes, silent, in a trial; a wait within a minute is theirs to take."""
+    return NO_RETRY if retry > RETRY_WITHIN else ()
 
 
 def _at(now: float, retry: int) -> str:
@@ -245,7 +254,10 @@ def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> 
         else f" for this request: {usd_text(limit - used)} is left, and it may cost up to {usd_text(wanted)}"
     )
     message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s{_at(now, retry)}."
-    return GatewayError(429, message, type="insufficient_quota", code="insufficient_quota", retry_after=retry)
+    headers = _no_retry_past_a_minute(retry)
+    return GatewayError(
+        429, message, type="insufficient_quota", code="insufficient_quota", retry_after=retry, headers=headers
+    )
 
 
 def store_unreachable(retry_after: int) -> GatewayError:

@@ -20,12 +20,13 @@ BURST = 50
 
 @dataclass
 class Answer:
-    """One request's answer: its status, Retry-After, error body (empty when served) and tokens."""
+    """One request's answer: its status, Retry-After, error body (empty when served), tokens and x-should-retry."""
 
     status: int
     retry_after: str | None
     error: dict[str, Any]
     tokens: int
+    should_retry: str | None = None
 
 
 def make_key(client: httpx.Client, bases: list[str], **limits: Any) -> tuple[int, str]:
@@ -50,7 +51,8 @@ async def _ask(sdk: openai.AsyncOpenAI, content: str, max_tokens: int) -> Answer
         )
     except openai.APIStatusError as exc:
         body = exc.body if isinstance(exc.body, dict) else {}
-        return Answer(exc.status_code, exc.response.headers.get("retry-after"), body, 0)
+        headers = exc.response.headers
+        return Answer(exc.status_code, headers.get("retry-after"), body, 0, headers.get("x-should-retry"))
     usage = raw.parse().usage
     assert usage is not None
     return Answer(raw.status_code, None, {}, usage.total_tokens)

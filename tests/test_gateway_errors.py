@@ -57,6 +57,8 @@ def test_a_revoked_key_is_refused_at_once(web: str, key: str) -> None:
     wrong = key[:-4] + ("aaaa" if not key.endswith("aaaa") else "bbbb")  # its prefix, not its secret
     resp = httpx.get(f"{web}/v1/models", headers={"Authorization": f"Bearer {wrong}"})
     assert resp.json()["error"]["message"] == "Incorrect API key provided."  # nothing said of a key not held
+    # no retry can pass: Claude Code retried a 401 without it for over a minute before saying anything (a trial)
+    assert resp.headers["x-should-retry"] == "false"
 
 
 def test_a_deployment_that_is_not_launched_is_503_which_the_sdks_do_not_retry(web: str, key: str) -> None:
