@@ -66,6 +66,19 @@ fail() {  # a message, then the last lines of a log
   exit 1
 }
 
+# The port free first: a web server that cannot bind it exits after its first checks, and until then another
+# program's answer on the port read as the console's ("Hearth is up" while a trial's port was another server's)
+for i in $(seq 1 11); do
+  "$PY" - "${HEARTH_HOST:-127.0.0.1}" "$PORT" <<'PORTCHECK' && break
+import socket, sys
+with socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closed server's TIME_WAITs pass
+    s.bind((sys.argv[1], int(sys.argv[2])))
+PORTCHECK
+  [ "$i" = 11 ] && { echo "up: port $PORT is taken by another program; set HEARTH_PORT to use another" >&2; exit 1; }
+  sleep 0.5  # the web server the restart above stopped may still be letting go of it
+done
+
 # HEARTH_WEB_WORKERS processes on one socket (default one per core, at most 8), metrics summed across them
 start web "$PY" -m appliance.web_server --host "${HEARTH_HOST:-127.0.0.1}" --port "$PORT"
 for i in $(seq 1 61); do

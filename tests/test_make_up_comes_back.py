@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -245,16 +246,17 @@ def test_after_a_reboot_it_serves_again_and_an_admin_stop_stays(appliance: Appli
 
 
 def test_a_make_up_that_fails_stops_what_it_started(tmp_path: Path) -> None:
+    """The port is another program's, one that answers HTTP: a trial's make up said "Hearth is up" on its answer."""
     redis_port = free_port()
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as taken:  # answers 501 to a GET
+        threading.Thread(target=taken.serve_forever, daemon=True).start()
+        port = taken.server_address[1]
         # its own Redis too (a free port: up.sh starts redis-server), which the failure must stop as well
         env = environment(tmp_path, port, f"redis://127.0.0.1:{redis_port}/0")
         done = script("up.sh", env, check=False)
+        taken.shutdown()
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "up: the web server exited" in done.stderr
+    assert "Hearth is up" not in done.stdout
     assert f"up: port {port} is taken by another program; set HEARTH_PORT to use another" in done.stderr
     assert "up: failed; stopping what this run started" in done.stderr
     assert "starting redis-server" in done.stdout
