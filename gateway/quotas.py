@@ -9,12 +9,13 @@ A request reserves, at admission, its prompt (counted by the engine's ``/tokeniz
 bound gateway.context_fit uses) plus the most it may generate: its output limit after the key's and the
 deployment's caps, else what the engine defaults to (16 for /v1/completions, as vLLM and SGLang do; the
 context left for the other endpoints), times the choices it asks for (``n``, ``best_of``, a list of prompts).
-A request that asks for no output limit on a key whose smallest token limit, or smallest budget at the
-deployment's price, is under that reservation gets the output limit that limit or budget leaves after its prompt
-(``output_within_limit``): the context left of a 32K model is over a 10,000-token-per-minute key, and tools such
-as llm and aider send no ``max_tokens``.
-A request whose reservation alone is over a token limit or a budget not yet spent can never pass: it is a 400
-(code ``exceeds_key_limit`` or ``exceeds_key_budget``) that says so, which SDKs do not retry.
+A request that asks for no output limit on a key whose token limits or budgets (at the deployment's price) have
+less left than that reservation gets the output limit what is left leaves after its prompt, and one that asks for
+more than the whole of a limit or budget holds gets what the whole leaves (``output_within_limit``): the context
+left of a 32K model is over a 10,000-token-per-minute key, tools such as llm and aider send no ``max_tokens``, and
+Claude Code's own cannot be set.
+A request whose reservation is over a token limit or a budget not yet spent even so (its prompt alone) can never pass:
+it is a 400 (code ``exceeds_key_limit`` or ``exceeds_key_budget``) that says so, which SDKs do not retry.
 """
 
 import math
@@ -97,25 +98,53 @@ def tokens_to_reserve(path: str, request: dict[str, Any], prompt: int, max_model
     return prompt + asked * _choices(path, request)
 
 
+@dataclass(frozen=True)
+class Used:
+    """What a key's counters hold (gateway.reservations): tokens this minute and this UTC day, and nano-USD of its
+    budgets in Quota.budgets' order, its running requests' reservations counted."""
+
+    tokens_per_minute: int = 0
+    tokens_per_day: int = 0
+    budgets: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
 def output_within_limit(
-    path: str, request: dict[str, Any], prompt: int, max_model_len: int, quota: Quota, price: str = ""
+    path: str,
+    request: dict[str, Any],
+    prompt: int,
+    max_model_len: int,
+    quota: Quota,
+    price: str = "",
+    used: Used | None = None,
 ) -> tuple[dict[str, int], str]:
-    """For a request that asks for no output limit and would otherwise reserve more than its key's smallest token
-    limit (per minute, per day) or its smallest budget can ever hold: the output limit field (``max_tokens`` or the
-    endpoint's own) set to what that limit leaves after the prompt, or what that budget pays for after it at
-    ``price`` (USD per token as admission prices it, gateway.prices.scaled: a decimal string, or "input,output";
-    "" none published, so no budget is judged), shared by the choices, in tokens; with which set it: "limit" or
-    "budget", the lower of the two where both do. ({}, "") when it asks for one, nothing applies, the reservation
-    fits, or the prompt alone is over the limit or budget (that request is refused)."""
+    """The output limit field (``max_tokens`` or the endpoint's own) lowered or set, in tokens shared by the choices,
+    for a request that would otherwise reserve more than its key's smallest token limit (per minute, per day) or
+    smallest budget holds at ``price`` (USD per token as admission prices it, gateway.prices.scaled: a decimal
+    string, or "input,output"; "" none published, so no budget is judged). A request that asks for none gets what
+    is left of them now after its prompt (``used``: what the counters hold): tools such as llm, aider and Codex send
+    none, and reserving the whole context refused all but one request a minute. One that asks for more than the
+    whole of a limit or budget can hold gets what the whole leaves after its prompt, so it can pass (Claude Code's
+    32,000 on a 30,000-token-per-minute key was refused every time, and its user cannot set it). With which set it:
+    "limit" or "budget", the lower where both do. ({}, "") when nothing applies, the reservation fits, nothing is
+    left after the prompt (that request waits for its window: a 429), or the asked value is not a whole number
+    (the engine says what is wrong with it)."""
     limit = output_limit(path, request)
-    if limit is None or request.get(limit[0]) is not None:  # asked, or a value the engine refuses
+    if limit is None:
         return {}, ""
+    asked = request.get(limit[0])
+    if asked is not None and (not isinstance(asked, int) or isinstance(asked, bool)):
+        return {}, ""
+    held = used if used is not None and asked is None else Used()
     reserve, choices = tokens_to_reserve(path, request, prompt, max_model_len), _choices(path, request)
     bounds: list[tuple[int, str]] = []
-    tokens = [n for n in (quota.tokens_per_minute, quota.tokens_per_day) if n is not None]
+    tokens = [
+        n - u
+        for n, u in ((quota.tokens_per_minute, held.tokens_per_minute), (quota.tokens_per_day, held.tokens_per_day))
+        if n is not None
+    ]
     if tokens and reserve > min(tokens):
         bounds.append(((min(tokens) - prompt) // choices, "limit"))
-    budgets = [to_nano(b) for b in quota.budgets() if b is not None]
+    budgets = [to_nano(b) - u for b, u in zip(quota.budgets(), held.budgets, strict=True) if b is not None]
     if budgets and price and _reserved_nano(price, reserve, prompt) > min(budgets):
         bounds.append((_affordable(price, min(budgets), prompt) // choices, "budget"))
     each, by = min(bounds, default=(0, ""))

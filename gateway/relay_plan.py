@@ -9,6 +9,7 @@ changes while the answer is relayed is gateway.relay_state.RelayState.
 """
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from gateway import context_fit, quotas
 from gateway.errors import GatewayError, Surface
 from gateway.prices import Prices, price_factor, scaled
 from gateway.registry import KeyEntry, Route
+from gateway.reservations import counter_keys
 from gateway.rewrite import (
     Translation,
     ask_for_usage,
@@ -127,8 +129,9 @@ class Planner:
             path, adjusted, len(body), route, prefix, key
         )
         if limited:
+            asked = (output_limit(path, adjusted) or ("", None))[1]
+            headers.append(capped_header(asked, next(iter(limited.values())), limited_by))
             fields |= limited
-            headers.append(capped_header(None, next(iter(limited.values())), limited_by))
         engine_path, translation, strip_usage = path, Translation.NONE, False
         if (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
             path == "/v1/responses" and not route.speaks_responses
@@ -198,21 +201,33 @@ class Planner:
             return 0, 0, ({}, "")
         upstream = self.router.order(route, prefix)[0] if route.upstreams else None
         prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
-        price = await self._price(path, request, route, key)
-        limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota, price)
+        price, used = await self._price_and_used(path, request, route, key)
+        limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota, price, used)
         return quotas.tokens_to_reserve(path, request | limited[0], prompt, route.max_model_len), prompt, limited
 
-    async def _price(self, path: str, request: dict[str, Any], route: Route, key: KeyEntry) -> str:
-        """The deployment's USD per token as admission will price this request (its class's factor applied), for a
-        key with a budget and a request asking no output limit; "" otherwise, or when Redis does not answer (the
-        admission then says so)."""
+    async def _price_and_used(
+        self, path: str, request: dict[str, Any], route: Route, key: KeyEntry
+    ) -> tuple[str, quotas.Used | None]:
+        """For a request with an output limit the key's limits may lower (quotas.output_within_limit): the
+        deployment's USD per token as admission will price it (its class's factor applied; "" for a key without a
+        budget) and, where it asks for none, what the key's counters hold now (None where it asks for one). ("",
+        None) when Redis does not answer: the admission then says so."""
         asked = output_limit(path, request)
-        if asked is None or asked[1] is not None or not any(b is not None for b in key.quota.budgets()):
-            return ""
+        if asked is None:
+            return "", None
+        budgeted = any(b is not None for b in key.quota.budgets())
         try:
-            return scaled(await self.prices.get(self.redis, route.deployment_id), price_factor(key.priority))
+            price = await self.prices.get(self.redis, route.deployment_id) if budgeted else ""
+            used = None if asked[1] is not None else await self._used(key, route)
         except (RedisError, OSError):
-            return ""
+            return "", None
+        return scaled(price, price_factor(key.priority)), used
+
+    async def _used(self, key: KeyEntry, route: Route) -> quotas.Used:
+        """What the key's token and USD counters hold now (gateway.reservations.counter_keys), in one read."""
+        names = counter_keys(key.id, key.quota.owner_id, route.deployment_id, time.time())
+        values = [int(v or 0) for v in await self.redis.mget([names[1], names[2], *names[4:8]])]
+        return quotas.Used(values[0], values[1], (values[2], values[3], values[4], values[5]))
 
 
 def _within_context(path: str, request: dict[str, Any], route: Route) -> None:

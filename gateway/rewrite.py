@@ -88,8 +88,7 @@ CAPPED_HEADER = b"x-hearth-max-tokens-capped"
 def capped_header(asked: int | None, cap: int, by: str) -> tuple[bytes, bytes]:
     """The response header saying a cap lowered the output limit, or set it where the request had none:
     ``16; requested=100; cap=key`` (``requested=none``; ``cap`` is ``key`` or ``deployment``, whose cap it was, or
-    ``limit`` or ``budget``: the key's token limit or budget, which a request asking no limit would otherwise pass,
-    gateway.quotas)."""
+    ``limit`` or ``budget``: what the key's token limits or budgets leave, gateway.quotas.output_within_limit)."""
     return CAPPED_HEADER, f"{cap}; requested={'none' if asked is None else asked}; cap={by}".encode()
 
 

@@ -105,13 +105,38 @@ def test_a_burst_on_tokens_serves_within_one_request_of_the_limit(
     assert all(a.retry_after and turn - 3 <= int(a.retry_after) <= turn + 1 for a in refused)
 
 
-def test_a_request_bigger_than_the_limit_is_refused_without_retry_after(served: Served, gateways: list[str]) -> None:
+def test_a_request_bigger_than_the_limit_is_lowered_to_it_or_refused_without_retry_after(
+    served: Served, gateways: list[str]
+) -> None:
+    """An output limit over what the whole limit holds is lowered to what it leaves (Claude Code's 32,000 on a smaller
+    key was refused every time, and its user cannot set it); a prompt alone over it can never pass: a 400."""
     _, key = make_key(served.client, gateways, tokens_per_minute=200)
+    room_in_minute(20)
     sdk = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=key, max_retries=0)
+    raw = sdk.chat.completions.with_raw_response.create(model="llama", messages=HI, max_tokens=500)  # type: ignore[arg-type]
+    answer = raw.parse()
+    assert answer.usage is not None and raw.status_code == 200
+    lowered = 200 - answer.usage.prompt_tokens
+    assert raw.headers["x-hearth-max-tokens-capped"] == f"{lowered}; requested=500; cap=limit"
+    long = [{"role": "user", "content": "word " * 400}]
     with pytest.raises(openai.BadRequestError, match="more than this API key's limit of 200 tokens per minute") as big:
-        sdk.chat.completions.create(model="llama", messages=HI, max_tokens=500)  # type: ignore[arg-type]
+        sdk.chat.completions.create(model="llama", messages=long, max_tokens=5)  # type: ignore[arg-type]
     assert "retry-after" not in big.value.response.headers
     assert big.value.code == "exceeds_key_limit"  # a 400: no retry can pass, so SDKs must not retry it
+
+
+def test_requests_without_max_tokens_each_get_what_is_left_of_the_minute(served: Served, gateways: list[str]) -> None:
+    """llm, aider and Codex send no max_tokens: each such request reserved the whole limit, so one a minute passed
+    (a trial: three "hi" in a row, two refused with 24,961 of 25,000 tokens left). The context left (8,192 tokens)
+    is over this key's 5,000."""
+    _, key = make_key(served.client, gateways, tokens_per_minute=5000)
+    room_in_minute(20)
+    caps = []
+    for base in (*gateways, gateways[0]):
+        raw = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0).chat.completions.with_raw_response
+        answer = raw.create(model="llama", messages=HI)  # type: ignore[arg-type]
+        caps.append(int(answer.headers["x-hearth-max-tokens-capped"].split(";")[0]))
+    assert 5000 > caps[0] > caps[1] > caps[2] > 4000, caps  # each what was left once the ones before had settled
 
 
 def test_a_request_without_max_tokens_gets_what_the_token_limit_leaves(served: Served, gateways: list[str]) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.errors import GatewayError, Surface
-from gateway.quotas import Quota, _reserved_nano, output_within_limit, tokens_to_reserve
+from gateway.quotas import Quota, Used, _reserved_nano, output_within_limit, tokens_to_reserve
 from gateway.registry import KeyEntry, Route, Upstream
 from gateway.rewrite import ask_for_usage, cap_max_tokens, output_limit, with_fields
 from gateway.sse import StreamKind
@@ -83,7 +83,9 @@ def test_a_request_asking_no_output_limit_gets_what_the_keys_smaller_token_limit
     assert output_within_limit(CHAT, {"n": 3}, 100, 8192, tpm) == ({"max_completion_tokens": 300}, "limit")  # each
     assert output_within_limit("/v1/responses", {}, 100, 8192, tpm) == ({"max_output_tokens": 900}, "limit")
     assert output_within_limit(CHAT, {}, 100, 1000, tpm) == ({}, "")  # the context left fits
-    assert output_within_limit(CHAT, {"max_tokens": 5000}, 100, 8192, tpm) == ({}, "")  # asked: refused as asked
+    # asked for more than the whole limit can ever hold: lowered to what it leaves (Claude Code cannot set its own)
+    assert output_within_limit(CHAT, {"max_tokens": 5000}, 100, 8192, tpm) == ({"max_tokens": 900}, "limit")
+    assert output_within_limit(CHAT, {"max_tokens": 500}, 100, 8192, tpm) == ({}, "")  # within it: as asked
     assert output_within_limit(CHAT, {"max_tokens": "lots"}, 100, 8192, tpm) == ({}, "")  # the engine says why
     assert output_within_limit(CHAT, {}, 1000, 8192, tpm) == ({}, "")  # the prompt alone is the limit: refused
     assert output_within_limit(CHAT, {}, 100, 8192, Quota(daily_usd=None)) == ({}, "")  # no limit
@@ -102,7 +104,7 @@ def test_a_request_asking_no_output_limit_gets_what_the_keys_smallest_budget_pay
     assert output_within_limit(CHAT, {}, 100, 8192, day, "0.0000001") == ({}, "")  # the context left costs less
     assert output_within_limit(CHAT, {}, 100, 8192, day, "") == ({}, "")  # no price: the budget is not judged
     assert output_within_limit(CHAT, {}, 500, 8192, day, "0.0001") == ({}, "")  # the prompt alone spends it
-    assert output_within_limit(CHAT, {"max_tokens": 9000}, 100, 8192, day, "0.0001") == ({}, "")  # refused as asked
+    assert output_within_limit(CHAT, {"max_tokens": 9000}, 100, 8192, day, "0.0001") == ({"max_tokens": 400}, "budget")
     tokens_and_budget = Quota(tokens_per_minute=300, daily_usd=Decimal("0.05"))
     assert output_within_limit(CHAT, {}, 100, 8192, tokens_and_budget, "0.0001") == (
         {"max_completion_tokens": 200},
@@ -114,6 +116,22 @@ def test_a_request_asking_no_output_limit_gets_what_the_keys_smallest_budget_pay
         if fields:
             assert _reserved_nano(price, 7 + fields["max_completion_tokens"], 7) <= 50_000_000
             assert _reserved_nano(price, 8 + fields["max_completion_tokens"], 7) > 50_000_000
+
+
+def test_a_request_asking_no_output_limit_gets_what_is_left_now_and_one_asking_gets_what_the_whole_leaves() -> None:
+    """llm, aider and Codex send no max_tokens: reserving the whole limit refused all but one request a minute."""
+    tpm = Quota(tokens_per_minute=25_000, daily_usd=Decimal("0.30"))
+    used = Used(tokens_per_minute=24_000, budgets=(255_000_000, 0, 0, 0))  # $0.255 spent of the day's $0.30
+    assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "", used) == ({"max_completion_tokens": 900}, "limit")
+    assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "0.00001", used) == (
+        {"max_completion_tokens": 900},  # $0.045 left pays for 4,400 tokens: the minute's 1,000 are fewer
+        "limit",
+    )
+    assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "0.0001", used) == ({"max_completion_tokens": 349}, "budget")
+    # asked: lowered only to what the whole leaves (it passes in a later window), never to what this one has left
+    assert output_within_limit(CHAT, {"max_tokens": 8000}, 100, 40_960, tpm, "", used) == ({}, "")
+    full = Used(tokens_per_minute=25_000)
+    assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "", full) == ({}, "")  # nothing left: it waits (a 429)
 
 
 @pytest.mark.parametrize(
