@@ -3,11 +3,13 @@
 Two mistakes are common (issue 32, with the real clients): ``/v1`` twice (Claude Code with ``/v1`` in
 ANTHROPIC_BASE_URL sends ``/v1/v1/messages``: Anthropic's SDKs add ``/v1`` themselves), and ``/v1`` missing (Codex
 with a ``base_url`` without it sends ``/responses``, which the console would answer with its HTML 404, five times
-over). Such a request for one of the gateway's endpoints gets a JSON 404 in that endpoint's API's shape (Anthropic's
-under /v1/messages, OpenAI's elsewhere) that says what to change, code ``wrong_base_url``, once its key
-authenticates (as any /v1 request: a request without a key gets the gateway's 401). It is counted in the gateway's
-metrics and leaves a request-log row under its key, with no model, the path as it was sent and status 404, so the
-Requests page shows whose tool is set wrong.
+over). Such a request for one of the gateway's endpoints gets a JSON error in that endpoint's API's shape
+(Anthropic's under /v1/messages, OpenAI's elsewhere) that says what to change, code ``wrong_base_url``, once its key
+authenticates (as any /v1 request: a request without a key gets the gateway's 401): a 404 for OpenAI's, a 400 for
+Anthropic's, since Claude Code shows its user a 400's message but turns any 404 into "There's an issue with the
+selected model" (a trial). It is counted in the gateway's metrics and leaves a request-log row under its key, with no
+model, the path as it was sent, that status and the message, so the Requests page shows whose tool is set wrong and
+what it was told.
 
 Outside /v1 the console serves its pages: of the paths without ``/v1``, ``/models``, ``/files`` and ``/batches``
 (and below) are the console's pages or near them (its Batches page is ``/batch-jobs/``), so those are the gateway's
@@ -65,7 +67,8 @@ def base_url(scheme: str, headers: Iterable[tuple[bytes, bytes]]) -> str:
 
 
 def wrong_base_url(sent: str, endpoint: str, base: str) -> GatewayError:
-    """The 404 for ``sent``, a wrong spelling of ``endpoint``, reached at ``base``: what to change, in words."""
+    """The 404 (400 for an Anthropic endpoint: module docstring) for ``sent``, a wrong spelling of ``endpoint``,
+    reached at ``base``: what to change, in words."""
     shown = sent[:100]
     if sent.startswith(V1 + V1):
         if surface_of(endpoint) == Surface.ANTHROPIC:
@@ -85,14 +88,21 @@ def wrong_base_url(sent: str, endpoint: str, base: str) -> GatewayError:
             f"The path {shown} lacks /v1: add /v1 to the base URL: use {base}/v1 (OPENAI_BASE_URL, or base_url in "
             "Codex's config.toml)."
         )
-    return GatewayError(404, fix, code="wrong_base_url", recorded=True)
+    status = 400 if surface_of(endpoint) == Surface.ANTHROPIC else 404
+    return GatewayError(status, fix, code="wrong_base_url", recorded=True)
 
 
 async def record(
-    redis: aioredis.Redis, key: KeyEntry, sent: str, endpoint: str, arrived: float, ids: RequestIds
+    redis: aioredis.Redis,
+    key: KeyEntry,
+    sent: str,
+    endpoint: str,
+    error: GatewayError,
+    arrived: float,
+    ids: RequestIds,
 ) -> None:
     """Count the request and spool its request-log row (gateway.refusals): ``key``'s, no model, ``sent`` as its
-    endpoint, status 404, under ``ids``. Never raises."""
-    outcome = refused(key, "", surface_of(endpoint), sent, 404, arrived, ids)
+    endpoint, ``error``'s status and message (``wrong_base_url``'s), under ``ids``. Never raises."""
+    outcome = refused(key, "", surface_of(endpoint), sent, error.status, arrived, ids, error=error.message)
     count(outcome)
     await spool(redis, outcome)

@@ -35,17 +35,19 @@ def rows_for(path: str, within: float = 30) -> list[RequestLog]:
     ("method", "path"),
     [("POST", "/v1/v1/messages"), ("POST", "/v1/v1/messages/count_tokens"), ("POST", "/messages")],
 )
-def test_a_messages_path_with_a_wrong_base_url_is_anthropics_404_naming_the_fix(
+def test_a_messages_path_with_a_wrong_base_url_is_anthropics_400_naming_the_fix(
     web: str, key: str, method: str, path: str
 ) -> None:
     resp = httpx.request(method, web + path, json={"model": "m", "messages": HI}, headers={"x-api-key": key})
-    assert resp.status_code == 404 and resp.headers["content-type"] == "application/json", resp.text
+    # a 400: Claude Code shows its message, and turns a 404 into "There's an issue with the selected model" (a trial)
+    assert resp.status_code == 400 and resp.headers["content-type"] == "application/json", resp.text
     body = resp.json()
-    assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     fix = "remove /v1 from ANTHROPIC_BASE_URL" if path.startswith("/v1/v1") else f"add /v1 to the base URL: {web}/v1"
     assert fix in body["error"]["message"], body
     row = rows_for(path)[0]
-    assert (row.status, row.surface, row.api_key and row.api_key.name) == (404, "anthropic", "wrong urls")
+    assert (row.status, row.surface, row.api_key and row.api_key.name) == (400, "anthropic", "wrong urls")
+    assert row.error == body["error"]["message"]  # what the developer was told, on the Requests page
 
 
 @pytest.mark.parametrize(
@@ -74,11 +76,12 @@ def test_an_openai_path_with_a_wrong_base_url_is_openais_404_naming_the_fix(
     assert f"{fix}: use {web}/v1" in error["message"], error
     row = rows_for(path)[0]
     assert (row.status, row.surface, row.api_key and row.api_key.name) == (404, "openai", "wrong urls")
+    assert row.error == error["message"]
 
 
 def test_the_sdks_with_a_wrong_base_url_show_their_users_the_fix(web: str, key: str) -> None:
     claude = anthropic.Anthropic(base_url=f"{web}/v1", api_key=key, max_retries=0, timeout=30)
-    with pytest.raises(anthropic.NotFoundError, match="remove /v1 from ANTHROPIC_BASE_URL"):
+    with pytest.raises(anthropic.BadRequestError, match="remove /v1 from ANTHROPIC_BASE_URL"):
         claude.messages.create(model="m", max_tokens=5, messages=HI)  # type: ignore[arg-type]
     codex_like = openai.OpenAI(base_url=web, api_key=key, max_retries=0, timeout=30)
     with pytest.raises(openai.NotFoundError, match="add /v1 to the base URL"):
