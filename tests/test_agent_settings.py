@@ -73,6 +73,7 @@ def test_the_deployment_page_shows_each_agents_settings_with_the_url_it_was_reac
     assert "Then run <code>HEARTH_API_KEY=hk-… codex</code>." in page
     assert 'data-field="agents-cap">' in page and "give the agent's key a max_tokens cap" in page
     assert page.count('data-field="agent-note">') == 1 and "is an error to Claude Code" in page
+    assert "Their settings are below;" in page  # on the tab itself, not sent to it (a trial)
 
 
 def test_the_agents_not_judged_are_named_as_such() -> None:
