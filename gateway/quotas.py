@@ -189,9 +189,10 @@ def to_nano(usd: Decimal) -> int:
 
 
 def usd_text(nano: int) -> str:
-    """Nano-USD as dollars: to the cent from $1, else to four significant digits."""
+    """Nano-USD as dollars: to the cent from $1 and for whole cents (a budget of $0.30, as the console writes it),
+    else to four significant digits."""
     usd = Decimal(nano) / NANO
-    return f"${usd:,.2f}" if usd >= 1 or usd == 0 else f"${float(usd):.4g}"
+    return f"${usd:,.2f}" if usd >= 1 or usd * 100 % 1 == 0 else f"${float(usd):.4g}"
 
 
 # What each counter of gateway.reservations is, in its order: (what, window)

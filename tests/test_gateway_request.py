@@ -10,7 +10,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.errors import GatewayError, Surface
-from gateway.quotas import Quota, Used, _reserved_nano, output_within_limit, tokens_to_reserve
+from gateway.quotas import Quota, Used, _reserved_nano, output_within_limit, tokens_to_reserve, usd_text
 from gateway.registry import KeyEntry, Route, Upstream
 from gateway.rewrite import ask_for_usage, cap_max_tokens, output_limit, with_fields
 from gateway.sse import StreamKind
@@ -162,3 +162,14 @@ def test_an_output_limit_over_the_whole_context_is_refused_in_the_clients_own_fi
         asyncio.run(plan())
     assert no.value.status == 400 and no.value.param == field
     assert no.value.message.startswith(f"{field} is 100,000, more than this model's whole context of 8,192 tokens")
+
+
+def test_dollars_are_written_to_the_cent_where_whole_cents_else_to_four_digits() -> None:
+    """A trial read "$0.3" in a refusal where the console said its budget was $0.30."""
+    assert [usd_text(n) for n in (300_000_000, 0, 44_830_000, 1_234_560_000_000, 83_920_000)] == [
+        "$0.30",
+        "$0.00",
+        "$0.04483",
+        "$1,234.56",
+        "$0.08392",
+    ]
