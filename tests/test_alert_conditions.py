@@ -57,12 +57,13 @@ def test_a_crashed_replica_waiting_to_restart_or_loading_again_says_how_its_engi
     Replica.objects.filter(pk=replica.pk).update(previous_exit_code=None)
     [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
     assert "not running (exit code not known, restart due" in message
-    Replica.objects.filter(pk=replica.pk).update(running=True, restarts=1, previous_exit_code=-9)  # relaunched
+    relaunched = {"running": True, "restarts": 1, "previous_exit_code": -9, "started_at": at(125)}
+    Replica.objects.filter(pk=replica.pk).update(**relaunched)
     [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
-    assert message.endswith("is not ready: loading again after its engine ended (exit -9)")
-    Replica.objects.filter(pk=replica.pk).update(restarts=0)  # a first launch
+    assert message.endswith("is not ready: loading again for 2 min after its engine ended (exit -9)")
+    Replica.objects.filter(pk=replica.pk).update(restarts=0)  # a first launch: a repeat says how long it loads
     [message] = conditions.replica_not_ready(rules()["replica_not_ready"], time.time()).values()
-    assert message.endswith("is not ready: loading")
+    assert message.endswith("is not ready: loading for 2 min")
 
 
 def test_a_crash_loop_ends_once_its_replica_has_served_as_long_as_its_crash_count_is_kept() -> None:

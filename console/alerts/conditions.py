@@ -23,6 +23,7 @@ from console.observability.models import MetricSample, RequestLog, Resolution, S
 from console.observability.outcomes import ERRORS
 from console.observability.request_stats_sql import OUTCOME_WHERE
 from console.observability.spent import key_counters, owner_counters, periods
+from engines.room import duration_words
 
 S = DeploymentState
 Holding = dict[str, str]
@@ -68,10 +69,10 @@ def replica_not_ready(rule: AlertRule, now: float) -> Holding:
     for r in replicas:
         if not r.running:
             why = f"not running ({_exit(r)}, restart due {_clock(r.restart_at)})"
-        elif r.restarts:  # relaunched after a crash before the alert's first look: the crash is still the news
-            why = f"loading again after its engine ended ({_exit(r)})"
-        else:
-            why = "loading"
+        else:  # how long, for a repeat (a trial's "STILL FIRING: … is not ready: loading")
+            took = f" for {duration_words(max(now - r.started_at.timestamp(), 0))}" if r.started_at else ""
+            # relaunched after a crash before the alert's first look: the crash is still the news
+            why = f"loading again{took} after its engine ended ({_exit(r)})" if r.restarts else f"loading{took}"
         out[f"replica {r.runtime_name}"] = f"{r.deployment.name}: replica {r.runtime_name} is not ready: {why}"
     return out
 
