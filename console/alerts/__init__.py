@@ -3,5 +3,5 @@ fired once, repeated at its rule's interval while it holds and resolved with a m
 (JSON with a Slack-compatible ``text``), by email (Django's SMTP settings) and to the console's header.
 
 May import: console.observability, console.deployments, console.access, console.audit (rule and destination changes
-are audited), appliance and the shared modules.
+are audited), appliance, engines (engines.room's words for a duration) and the shared modules.
 """
