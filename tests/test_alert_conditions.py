@@ -105,6 +105,9 @@ def test_a_key_refused_for_its_budget_is_at_100_percent_though_its_spending_is_n
         f"key {key.prefix} (ci) is refused for its budget today: $0.9300 of its $1.00 spent (93 %), and a request "
         "that may cost more than the $0.0700 left is refused"
     )
+    later = now + conditions.REFUSED_WITHIN + 1  # no refusal since (a budget raised, a client that stopped asking)
+    if periods(later)[0] == day:
+        assert list(conditions.budget(rule, later)) == [f"key {key.prefix} (ci) today at 80 %"]
 
 
 def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each_change_is_audited(

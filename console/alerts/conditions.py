@@ -179,7 +179,9 @@ def error_rate(rule: AlertRule, now: float) -> Holding:
 
 
 # How the gateway's refusal for each budget begins (gateway.quotas.BUDGETS, its 429's message as the request log keeps
-# it), by whose budget and period.
+# it), by whose budget and period; such a refusal counts for REFUSED_WITHIN seconds (a budget an admin raised, or
+# a client that stopped asking, ends it).
+REFUSED_WITHIN = 600
 REFUSED_FOR = {
     ("key", "today"): "This key's daily budget of $",
     ("key", "this month"): "This key's monthly budget of $",
@@ -191,11 +193,13 @@ REFUSED_FOR = {
 def budget(rule: AlertRule, now: float) -> Holding:
     """Keys and members whose spending today or this month (UTC) reached ``threshold`` percent of its budget, and
     100 %: the subject names the level, so each level fires once (at 100 % both hold). The 100 % level also holds
-    once a request was refused for that budget in that period: a request is refused when what it may cost is more
-    than what is left, so spending alone may never reach 100 % (a trial's stalled at 93 %, every request refused)."""
+    once a request was refused for that budget in that period, within REFUSED_WITHIN seconds: a request is refused
+    when what it may cost is more than what is left, so spending alone may never reach 100 % (a trial's stalled at
+    93 %, every request refused)."""
     day, month = periods(now)
-    starts = {"today": datetime.fromtimestamp(now - now % 86_400, UTC)}
-    starts["this month"] = starts["today"].replace(day=1)
+    today = datetime.fromtimestamp(now - now % 86_400, UTC)
+    recent = datetime.fromtimestamp(now - REFUSED_WITHIN, UTC)
+    since = {"today": max(today, recent), "this month": max(today.replace(day=1), recent)}
     owners: list[tuple[str, str, Decimal | None, Decimal | None, Q]] = [
         (f"key {k.prefix} ({k.name})", key_counters(k.pk), k.daily_budget_usd, k.monthly_budget_usd, Q(api_key=k))
         for k in ApiKey.objects.filter(revoked_at=None).filter(
@@ -233,7 +237,7 @@ def budget(rule: AlertRule, now: float) -> Holding:
             refused = RequestLog.objects.filter(
                 theirs,
                 status=429,
-                created_at__gte=starts[period],
+                created_at__gte=since[period],
                 error__startswith=REFUSED_FOR[(who.split()[0], period)],
             )
             if share < 100 and refused.exists():
