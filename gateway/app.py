@@ -203,10 +203,7 @@ class Gateway:
         snapshot, entry = await self.registry.resolve(arrived, lambda s: (s, authenticate(s, offered, scope)))
         scope["hearth.key"] = entry
         if intended is not None:
-            base = wrong_urls.base_url(scope["scheme"], scope["headers"])
-            wrong = wrong_urls.wrong_base_url(scope["path"], intended, base)
-            await wrong_urls.record(self.reservations.redis, entry, scope["path"], intended, wrong, arrived, ids)
-            raise wrong
+            raise await wrong_urls.refusal(self.reservations.redis, entry, scope, intended, arrived, ids)
         if method == "GET" and path == MODELS_PATH:
             await send_json(send, 200, json.dumps(model_list(snapshot, entry)).encode())
         elif method == "GET" and path.startswith(MODELS_PATH + "/"):

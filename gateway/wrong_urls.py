@@ -17,7 +17,8 @@ only when the request offers an API key (a browser never sends one; the openai S
 """
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -92,17 +93,15 @@ def wrong_base_url(sent: str, endpoint: str, base: str) -> GatewayError:
     return GatewayError(status, fix, code="wrong_base_url", recorded=True)
 
 
-async def record(
-    redis: aioredis.Redis,
-    key: KeyEntry,
-    sent: str,
-    endpoint: str,
-    error: GatewayError,
-    arrived: float,
-    ids: RequestIds,
-) -> None:
-    """Count the request and spool its request-log row (gateway.refusals): ``key``'s, no model, ``sent`` as its
-    endpoint, ``error``'s status and message (``wrong_base_url``'s), under ``ids``. Never raises."""
+async def refusal(
+    redis: aioredis.Redis, key: KeyEntry, scope: Mapping[str, Any], endpoint: str, arrived: float, ids: RequestIds
+) -> GatewayError:
+    """The answer (``wrong_base_url``'s) to ``scope``'s request, a wrong spelling of ``endpoint``, once it is counted
+    and its request-log row spooled (gateway.refusals): ``key``'s, no model, the path as sent as its endpoint, the
+    answer's status and message, under ``ids``. Never raises."""
+    sent = scope["path"]
+    error = wrong_base_url(sent, endpoint, base_url(scope["scheme"], scope["headers"]))
     outcome = refused(key, "", surface_of(endpoint), sent, error.status, arrived, ids, error=error.message)
     count(outcome)
     await spool(redis, outcome)
+    return error
