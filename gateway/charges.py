@@ -34,14 +34,19 @@ end
 """
 
 
-def nano_usd(tokens: int, price: str, prompt: int = 0) -> int:
+def priced(tokens: int, price: str, prompt: int = 0) -> float:
     """What ``tokens`` cost at ``price`` USD per token (a decimal string, or "input,output" where the ``prompt``
-    tokens among them cost the first and the rest the second), in nano-USD (module docstring)."""
+    tokens among them cost the first and the rest the second), in USD, as a double (the scripts' ``priced``)."""
     first, comma, second = price.partition(",")
     if not comma:
-        return math.floor(tokens * float(price) * 1e9 + 0.5)
+        return tokens * float(price)
     paid_in = min(max(prompt, 0), tokens)
-    return math.floor((paid_in * float(first) + (tokens - paid_in) * float(second)) * 1e9 + 0.5)
+    return paid_in * float(first) + (tokens - paid_in) * float(second)
+
+
+def nano_usd(tokens: int, price: str, prompt: int = 0) -> int:
+    """What ``tokens`` cost (``priced``) in nano-USD, rounded to the nearest as a settlement is (module docstring)."""
+    return math.floor(priced(tokens, price, prompt) * 1e9 + 0.5)
 
 
 class Charges:

@@ -27,6 +27,7 @@ from typing import Any
 from django.core.exceptions import ObjectDoesNotExist
 
 from console.access.models import ApiKey
+from gateway.charges import priced
 from gateway.errors import NO_RETRY, GatewayError
 from gateway.rewrite import output_limit
 
@@ -153,12 +154,8 @@ def output_within_limit(
 
 def _reserved_nano(price: str, tokens: int, prompt: int) -> int:
     """What admission reserves for ``tokens`` tokens, ``prompt`` of them the prompt's, at ``price``: nano-USD
-    rounded up (gateway.reservations' ``priced``)."""
-    first, comma, second = price.partition(",")
-    if not comma:
-        return math.ceil(tokens * float(price) * 1e9)
-    paid_in = min(prompt, tokens)
-    return math.ceil((paid_in * float(first) + (tokens - paid_in) * float(second)) * 1e9)
+    rounded up, as its script rounds (gateway.reservations)."""
+    return math.ceil(priced(tokens, price, prompt) * 1e9)
 
 
 def _affordable(price: str, budget: int, prompt: int) -> int:
@@ -266,7 +263,7 @@ def _no_retry_past_a_minute(retry: int) -> tuple[tuple[bytes, bytes], ...]:
 
 def _at(now: float, retry: int) -> str:
     """When a wait of more than a minute ends, in UTC, for the refusal's message."""
-    if retry <= 60:
+    if retry <= RETRY_WITHIN:
         return ""
     return f" (at {datetime.fromtimestamp(now + retry, UTC):%Y-%m-%d %H:%M} UTC)"
 
