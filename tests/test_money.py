@@ -189,6 +189,7 @@ def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_a_batch_disco
     page = admin.get(f"/costs/?day={day.isoformat()}").text
     under = r"team 3 <small[^>]*>\(charged\)</small></th><td [^>]*><span [^>]*>\$0\.00</span> <small[^>]*>\(under a"
     assert re.search(under, page)
+    assert '<span data-field="hours_up">2.0 h</span> up' in page  # under an hour it says minutes (panel_format.hours)
 
     assert not r.batch_charged and 'data-row="batch_discount"' not in admin.get(f"/costs/?day={day.isoformat()}").text
     assert r.unpriced == 0
