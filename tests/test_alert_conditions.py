@@ -13,6 +13,7 @@ from django.conf import settings
 from django.test import Client
 
 from appliance import celery_heartbeats
+from console.access import key_activity
 from console.access.keys import create_key
 from console.alerts import conditions
 from console.alerts.models import Alert, AlertRule, Destination
@@ -105,7 +106,7 @@ def test_a_key_refused_for_its_budget_is_at_100_percent_though_its_spending_is_n
         f"key {key.prefix} (ci) is refused for its budget today: $0.9300 of its $1.00 spent (93 %), and a request "
         "that may cost more than the $0.0700 left is refused"
     )
-    later = now + conditions.REFUSED_WITHIN + 1  # no refusal since (a budget raised, a client that stopped asking)
+    later = now + key_activity.REFUSED_WITHIN + 1  # no refusal since (a budget raised, a client that stopped asking)
     if periods(later)[0] == day:
         assert list(conditions.budget(rule, later)) == [f"key {key.prefix} (ci) today at 80 %"]
 

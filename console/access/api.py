@@ -94,6 +94,7 @@ class KeyRow(Schema):
     requests_month: int
     tokens_month: int
     cost_month: Decimal | None
+    budget_refusal: str | None  # the latest refusal for a budget within 10 min today, as the 429 said it; None: none
 
     @staticmethod
     def resolve_owner(obj: ApiKey) -> str | None:

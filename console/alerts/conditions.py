@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from appliance import celery_heartbeats
+from console.access.key_activity import REFUSED_FOR, REFUSED_WITHIN
 from console.access.models import ApiKey, Member
 from console.alerts.models import AlertRule
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
@@ -176,18 +177,6 @@ def error_rate(rule: AlertRule, now: float) -> Holding:
                 f"short ({found['bad'] / found['n']:.1%}, at or over {rule.threshold:.1%})"
             )
     return out
-
-
-# How the gateway's refusal for each budget begins (gateway.quotas.BUDGETS, its 429's message as the request log keeps
-# it), by whose budget and period; such a refusal counts for REFUSED_WITHIN seconds (a budget an admin raised, or
-# a client that stopped asking, ends it).
-REFUSED_WITHIN = 600
-REFUSED_FOR = {
-    ("key", "today"): "This key's daily budget of $",
-    ("key", "this month"): "This key's monthly budget of $",
-    ("member", "today"): "The daily budget of this key's owner (over all their keys) of $",
-    ("member", "this month"): "The monthly budget of this key's owner (over all their keys) of $",
-}
 
 
 def budget(rule: AlertRule, now: float) -> Holding:
