@@ -33,6 +33,7 @@ import json
 import logging
 import time
 from collections import deque
+from dataclasses import replace
 
 from redis.exceptions import RedisError
 
@@ -45,7 +46,8 @@ from gateway.finishes import Finishes, finish_call
 from gateway.ledger_scripts import NOTE, PROGRESS
 from gateway.ledger_tickets import Ticket, Unsent
 from gateway.prices import price_factor
-from gateway.quotas import SlotsTaken
+from gateway.quotas import Refused, SlotsTaken
+from gateway.ratelimit_headers import ratelimit_headers
 from gateway.reaper import process_identity, reap
 from gateway.relay_plan import RelayPlan
 from gateway.relay_state import RelayState
@@ -113,20 +115,26 @@ class Ledger:
         return ticket
 
     async def admit(self, ticket: Ticket, plan: RelayPlan) -> Reservation:
-        """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals.
+        """Admit a request of a key with limits (gateway.reservations.admit), noting it. Raises its refusals, a
+        limit's or budget's 429 with the key's rate-limit headers (gateway.ratelimit_headers).
 
         A refusal for the key's limit of requests at once first waits for a slot whose client just left, in this
         process or another, or one given back since the refusal, and is tried once more when one is
         (gateway.slot_waits)."""
         try:
-            held = await self._reserve(ticket, plan)
-        except SlotsTaken:
-            limit = plan.key.quota.max_concurrent or 0
-            if not (
-                await left_slot_freed(self.open, ticket) or await slot_freed_since(self.redis, self.open, ticket, limit)
-            ):
-                raise
-            held = await self._reserve(ticket, plan)
+            try:
+                held = await self._reserve(ticket, plan)
+            except SlotsTaken:
+                limit = plan.key.quota.max_concurrent or 0
+                if not (
+                    await left_slot_freed(self.open, ticket)
+                    or await slot_freed_since(self.redis, self.open, ticket, limit)
+                ):
+                    raise
+                held = await self._reserve(ticket, plan)
+        except Refused as exc:  # the key's windows as admission left them, as on an admitted request's answer
+            limits = ratelimit_headers(plan.key.quota, exc.counted, plan.surface, time.time())
+            raise replace(exc, headers=(*exc.headers, *limits)) from None
         ticket.holds_slot = plan.key.quota.max_concurrent is not None
         return held
 

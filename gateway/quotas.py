@@ -221,17 +221,27 @@ def seconds_to_turn(window: str, now: float) -> int:
 
 
 @dataclass(frozen=True)
-class SlotsTaken(GatewayError):
+class Refused(GatewayError):
+    """A 429 of a key's limit or budget, with the key's counters as admission read them, this request not in:
+    requests this minute, tokens this minute, tokens this UTC day (its rate-limit headers: gateway.ledger)."""
+
+    counted: tuple[int, int, int] = (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class SlotsTaken(Refused):
     """The 429 of a key's limit of requests at once: gateway.slot_waits may wait for a slot a client just left
     before it is answered."""
 
 
-def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> GatewayError:
-    """The refusal of counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: a 429,
-    or a 400 when the request alone is over it. ``used`` is already counted or reserved, ``wanted`` what the
-    request would add (USD counters in nano-USD)."""
+def refusal(
+    index: int, limit: int, used: int, wanted: int, now: float, counted: tuple[int, int, int] = (0, 0, 0)
+) -> GatewayError:
+    """The refusal of counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: a Refused
+    429, or a 400 when the request alone is over it. ``used`` is already counted or reserved, ``wanted`` what the
+    request would add (USD counters in nano-USD), ``counted`` the Refused's."""
     if index >= len(LIMITS):
-        return _over_budget(index - len(LIMITS), limit, used, wanted, now)
+        return _over_budget(index - len(LIMITS), limit, used, wanted, now, counted)
     what, window = LIMITS[index]
     if what.startswith("tokens") and used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         return GatewayError(
@@ -249,9 +259,17 @@ def refusal(index: int, limit: int, used: int, wanted: int, now: float) -> Gatew
     )
     noun = what if limit != 1 else what.replace("s ", " ", 1)  # "1 request at once", "1 token per minute"
     message = f"This API key's limit of {limit:,} {noun} {state}; retry in {retry:,} s{_at(now, retry)}."
-    kind = SlotsTaken if window == "concurrent" else GatewayError
+    kind = SlotsTaken if window == "concurrent" else Refused
     headers = _no_retry_past_a_minute(retry)
-    return kind(429, message, type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry, headers=headers)
+    return kind(
+        429,
+        message,
+        type="rate_limit_error",
+        code="rate_limit_exceeded",
+        retry_after=retry,
+        headers=headers,
+        counted=counted,
+    )
 
 
 def _no_retry_past_a_minute(retry: int) -> tuple[tuple[bytes, bytes], ...]:
@@ -268,7 +286,9 @@ def _at(now: float, retry: int) -> str:
     return f" (at {datetime.fromtimestamp(now + retry, UTC):%Y-%m-%d %H:%M} UTC)"
 
 
-def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> GatewayError:
+def _over_budget(
+    index: int, limit: int, used: int, wanted: int, now: float, counted: tuple[int, int, int]
+) -> GatewayError:
     """OpenAI's type and code for a spent quota are ``insufficient_quota`` (its "Error codes" guide)."""
     what, window = BUDGETS[index]
     budget, retry = f"{what} of {usd_text(limit)}", seconds_to_turn(window, now)
@@ -282,8 +302,14 @@ def _over_budget(index: int, limit: int, used: int, wanted: int, now: float) -> 
     )
     message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s{_at(now, retry)}."
     headers = _no_retry_past_a_minute(retry)
-    return GatewayError(
-        429, message, type="insufficient_quota", code="insufficient_quota", retry_after=retry, headers=headers
+    return Refused(
+        429,
+        message,
+        type="insufficient_quota",
+        code="insufficient_quota",
+        retry_after=retry,
+        headers=headers,
+        counted=counted,
     )
 
 

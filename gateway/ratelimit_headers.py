@@ -1,7 +1,7 @@
-"""The rate-limit headers of an admitted request's answer, in its API's own names, for a key with a request or token
-limit: the limit, what it leaves after this request (its reservation counted: gateway.quotas), and when its window
-turns. Clients and proxies read them to pace themselves (LiteLLM's router, the SDKs' users); a key without such a
-limit gets none, as before.
+"""The rate-limit headers of an answer, in its API's own names, for a key with a request or token limit: the limit,
+what it leaves (after an admitted request, its reservation counted: gateway.quotas; on a limit's or budget's 429,
+what is left without it), and when its window turns. Clients and proxies read them to pace themselves (LiteLLM's
+router, the SDKs' users); a key without such a limit gets none, as before.
 
 OpenAI (its rate-limits guide): ``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests``,
 ``x-ratelimit-reset-requests`` (a duration: "34s", "6m0s", "1h2m3s"), the same three for ``tokens``. Anthropic (its
@@ -19,9 +19,9 @@ Header = tuple[bytes, bytes]
 
 
 def ratelimit_headers(quota: Quota, counted: tuple[int, int, int], surface: Surface, now: float) -> tuple[Header, ...]:
-    """The headers for a request admitted at ``now`` (Unix s) whose key's counters, its own request and reservation
-    in, hold ``counted``: requests this minute, tokens this minute, tokens this UTC day; () for a key without a
-    request or token limit."""
+    """The headers for a request admitted or refused at ``now`` (Unix s) whose key's counters (an admitted one's own
+    request and reservation in) hold ``counted``: requests this minute, tokens this minute, tokens this UTC day; ()
+    for a key without a request or token limit."""
     requests, tokens_minute, tokens_day = counted
     windows: list[tuple[str, int, int, str]] = []
     if quota.requests_per_minute is not None:

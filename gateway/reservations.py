@@ -103,7 +103,11 @@ for i = 1, 8 do
   if limit ~= '' and (i < 5 or price) then
     local used
     if i == 4 then used = redis.call('ZCARD', KEYS[4]) else used = tonumber(redis.call('GET', KEYS[i]) or '0') end
-    if used + adds[i] > tonumber(limit) then return {i, used, string.format('%d', adds[i])} end
+    if used + adds[i] > tonumber(limit) then
+      local c = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
+      local rpm, tpm, tpd = tonumber(c[1] or '0'), tonumber(c[2] or '0'), tonumber(c[3] or '0')
+      return {i, used, string.format('%d', adds[i]), rpm, tpm, tpd}
+    end
   end
 end
 local ttls = {ARGV[13], ARGV[13], ARGV[14], 0, ARGV[14], ARGV[15], ARGV[14], ARGV[15]}
@@ -309,10 +313,10 @@ class Reservations:
             log.warning("quota store unreachable; key %s refused with 503 (%s)", key_id, exc)
             raise quotas.store_unreachable(OUTAGE_RETRY) from None
         index, first, second = int(answer[0]), answer[1], answer[2]
-        if index:
-            raise quotas.refusal(index - 1, int(limits[index - 1] or 0), int(first), int(second), now)
-        price = second.decode() if isinstance(second, bytes) else str(second)
         counted = (int(answer[3]), int(answer[4]), int(answer[5]))
+        if index:
+            raise quotas.refusal(index - 1, int(limits[index - 1] or 0), int(first), int(second), now, counted)
+        price = second.decode() if isinstance(second, bytes) else str(second)
         return Reservation(keys, rid, tokens, int(first), price, owned, counted)
 
     async def settle(

@@ -14,9 +14,8 @@ import openai
 import pytest
 from django.test import override_settings
 
-from gateway.errors import GatewayError
 from gateway.prices import Prices
-from gateway.quotas import Quota
+from gateway.quotas import Quota, Refused
 from gateway.reservations import Reservations
 from tests.gatewayworld import gateway_processes
 from tests.quotaworld import BURST, burst, counters, logged, make_key, one_request, room_in_minute
@@ -178,6 +177,23 @@ def test_answers_tell_what_the_keys_limits_leave_in_each_apis_headers(served: Se
     assert turn.second == 0 and 0 < turn.timestamp() - time.time() <= 60
     assert "x-ratelimit-limit-requests" not in message.headers
 
+    _, once = make_key(served.client, gateways, requests_per_minute=1, tokens_per_day=100_000)
+    one = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=once, max_retries=0)
+    one.chat.completions.create(model="llama", messages=HI, max_tokens=5)  # type: ignore[arg-type]
+    with pytest.raises(openai.RateLimitError) as refused:  # a refusal tells the same, what is left without it
+        one.chat.completions.create(model="llama", messages=HI, max_tokens=5)  # type: ignore[arg-type]
+    told = refused.value.response.headers
+    assert (told["x-ratelimit-limit-requests"], told["x-ratelimit-remaining-requests"]) == ("1", "0")
+    assert told["x-ratelimit-reset-requests"] in {*(f"{n}s" for n in range(1, 60)), "1m0s"}
+    assert told["x-ratelimit-limit-tokens"] == "100000" and 0 < int(told["x-ratelimit-remaining-tokens"]) < 100_000
+    with pytest.raises(anthropic.RateLimitError) as refused_too:
+        anthropic.Anthropic(base_url=gateways[1], api_key=once, max_retries=0).messages.create(
+            model="llama",
+            max_tokens=5,
+            messages=HI,  # type: ignore[arg-type]
+        )
+    assert refused_too.value.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
+
     _, free = make_key(served.client, gateways)
     plain = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=free, max_retries=0)
     unlimited = plain.chat.completions.with_raw_response.create(model="llama", messages=HI, max_tokens=5)  # type: ignore[arg-type]
@@ -217,8 +233,8 @@ def test_two_appliances_on_one_redis_never_share_counters() -> None:
                 for _ in range(5):
                     await store.admit(7, quota, 1, 0)
                     served += 1
-            except GatewayError as exc:
-                assert exc.status == 429
+            except Refused as exc:
+                assert exc.status == 429 and exc.counted[0] == 3  # requests this minute, for its headers
             finally:
                 await store.close()
             return served

@@ -1,5 +1,5 @@
-"""The rate-limit headers an admitted request's answer carries (gateway.ratelimit_headers), in OpenAI's and
-Anthropic's names and formats. Through real gateway processes: tests/test_gateway_quotas.py."""
+"""The rate-limit headers an admitted request's answer, or a limit's 429, carries (gateway.ratelimit_headers), in
+OpenAI's and Anthropic's names and formats. Through real gateway processes: tests/test_gateway_quotas.py."""
 
 from datetime import UTC, datetime
 
