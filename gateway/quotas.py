@@ -121,21 +121,23 @@ def output_within_limit(
     """The output limit field (``max_tokens`` or the endpoint's own) lowered or set, in tokens shared by the choices,
     for a request that would otherwise reserve more than its key's smallest token limit (per minute, per day) or
     smallest budget holds at ``price`` (USD per token as admission prices it, gateway.prices.scaled: a decimal
-    string, or "input,output"; "" none published, so no budget is judged). A request that asks for none gets what
-    is left of them now after its prompt (``used``: what the counters hold): tools such as llm, aider and Codex send
-    none, and reserving the whole context refused all but one request a minute. One that asks for more than the
-    whole of a limit or budget can hold gets what the whole leaves after its prompt, so it can pass (Claude Code's
-    32,000 on a 30,000-token-per-minute key was refused every time, and its user cannot set it). With which set it:
-    "limit" or "budget", the lower where both do. ({}, "") when nothing applies, the reservation fits, nothing is
-    left after the prompt (that request waits for its window: a 429), or the asked value is not a whole number
-    (the engine says what is wrong with it)."""
+    string, or "input,output"; "" none published, so no budget is judged). A request whose client asked for none
+    (``used`` given: what the counters hold now; its field may hold a cap an admin set) gets what is left of them
+    now after its prompt: tools such as llm, aider and Codex send none, and reserving the whole context refused all
+    but one request a minute; with nothing left after its prompt it gets 1, so that admission answers a 429 that
+    says when the window renews, not a 400 blaming a size the client never asked for. One that asks for more than
+    the whole of a limit or budget can hold gets what the whole leaves after its prompt, so it can pass (Claude
+    Code's 32,000 on a 30,000-token-per-minute key was refused every time, and its user cannot set it). With which
+    set it: "limit" or "budget", the lower where both do. ({}, "") when nothing applies, the reservation fits, the
+    prompt alone is over the whole of a limit or budget, or the asked value is not a whole number (the engine says
+    what is wrong with it)."""
     limit = output_limit(path, request)
     if limit is None:
         return {}, ""
     asked = request.get(limit[0])
     if asked is not None and (not isinstance(asked, int) or isinstance(asked, bool)):
         return {}, ""
-    held = used if used is not None and asked is None else Used()
+    held = used if used is not None else Used()
     reserve, choices = tokens_to_reserve(path, request, prompt, max_model_len), _choices(path, request)
     bounds: list[tuple[int, str]] = []
     tokens = [
@@ -149,6 +151,8 @@ def output_within_limit(
     if budgets and price and _reserved_nano(price, reserve, prompt) > min(budgets):
         bounds.append((_affordable(price, min(budgets), prompt) // choices, "budget"))
     each, by = min(bounds, default=(0, ""))
+    if each <= 0 and by and used is not None:
+        each = 1
     return ({limit[0]: each}, by) if each > 0 else ({}, "")
 
 

@@ -115,6 +115,7 @@ class Planner:
         the chat API."""
         fields = engine_spelling(path, request)
         request.update(fields)
+        unasked = (output_limit(path, request) or ("", 0))[1] is None  # before a cap or a fit sets one
         capped, headers = _cap(path, request, key, route)
         fields |= capped
         # the prompt-prefix digest only matters where there is a replica to choose
@@ -126,7 +127,7 @@ class Planner:
         adjusted = {**request, **fields}
         _within_context(path, adjusted, route)
         reserve, reserve_prompt, (limited, limited_by) = await self._to_reserve(
-            path, adjusted, len(body), route, prefix, key
+            path, adjusted, len(body), route, prefix, key, unasked
         )
         if limited:
             asked = (output_limit(path, adjusted) or ("", None))[1]
@@ -191,34 +192,42 @@ class Planner:
         return {name: fitted}, [context_fit.fitted_header(asked, fitted, prompt, route.max_model_len)]
 
     async def _to_reserve(
-        self, path: str, request: dict[str, Any], body_bytes: int, route: Route, prefix: bytes, key: KeyEntry
+        self,
+        path: str,
+        request: dict[str, Any],
+        body_bytes: int,
+        route: Route,
+        prefix: bytes,
+        key: KeyEntry,
+        unasked: bool,
     ) -> tuple[int, int, tuple[dict[str, int], str]]:
         """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring), its
         prompt's part of them (its prompt as the engine counts it, else bounded by its size), and the output
-        limit set, with what set it, where the request asks none and its key's token limit or budget is under
-        the context left (quotas.output_within_limit; ({}, "") otherwise); (0, 0, ({}, "")) for any other key."""
+        limit set, with what set it, where its key's token limit or budget is under what it would reserve
+        (quotas.output_within_limit, told what is left where the client asked none: ``unasked``; ({}, "")
+        otherwise); (0, 0, ({}, "")) for any other key."""
         if not key.quota.counts_tokens:
             return 0, 0, ({}, "")
         upstream = self.router.order(route, prefix)[0] if route.upstreams else None
         prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
-        price, used = await self._price_and_used(path, request, route, key)
+        price, used = await self._price_and_used(path, request, route, key, unasked)
         limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota, price, used)
         return quotas.tokens_to_reserve(path, request | limited[0], prompt, route.max_model_len), prompt, limited
 
     async def _price_and_used(
-        self, path: str, request: dict[str, Any], route: Route, key: KeyEntry
+        self, path: str, request: dict[str, Any], route: Route, key: KeyEntry, unasked: bool
     ) -> tuple[str, quotas.Used | None]:
         """For a request with an output limit the key's limits may lower (quotas.output_within_limit): the
         deployment's USD per token as admission will price it (its class's factor applied; "" for a key without a
-        budget) and, where it asks for none, what the key's counters hold now (None where it asks for one). ("",
-        None) when Redis does not answer: the admission then says so."""
-        asked = output_limit(path, request)
-        if asked is None:
+        budget) and, where its client asked for none (``unasked``; a cap may have set one since), what the key's
+        counters hold now (None where it asked for one). ("", None) when Redis does not answer: the admission then
+        says so."""
+        if output_limit(path, request) is None:
             return "", None
         budgeted = any(b is not None for b in key.quota.budgets())
         try:
             price = await self.prices.get(self.redis, route.deployment_id) if budgeted else ""
-            used = None if asked[1] is not None else await self._used(key, route)
+            used = await self._used(key, route) if unasked else None
         except (RedisError, OSError):
             return "", None
         return scaled(price, price_factor(key.priority)), used

@@ -123,6 +123,25 @@ def test_a_request_without_max_tokens_gets_what_the_budget_pays_for(served: Serv
     [row] = logged([key_id], 1)
     assert row.status == 200 and row.cost_usd is not None and row.cost_usd <= Decimal("0.05")
 
+    # a key's max_tokens cap fills in the field the client left empty: what is left now still sets it (a trial's
+    # capped key was refused for its whole cap once the budget could not pay for it, though it could pay for less)
+    _, capped_key = make_key(served.client, gateways, daily_budget_usd="0.05", max_tokens_cap=450)
+    sdk = openai.OpenAI(base_url=f"{gateways[0]}/v1", api_key=capped_key, max_retries=0)
+    said = []
+    for _ in range(6):  # until nothing is left: a 429 that says when it renews, never a 400 for a size nobody asked
+        try:
+            raw = sdk.chat.completions.with_raw_response.create(
+                model="llama", messages=[{"role": "user", "content": "Hi"}], extra_body={"ignore_eos": True}
+            )
+        except openai.RateLimitError as refused:
+            assert refused.code == "insufficient_quota" and "renews in" in refused.message
+            break
+        said.append(raw.headers["x-hearth-max-tokens-capped"])
+    else:
+        pytest.fail(f"never refused: {said}")
+    assert said[0] == "450; requested=none; cap=key"  # $0.05 pays for the prompt and 450
+    assert said[1].startswith("450; requested=none; cap=key, ") and said[1].endswith("; requested=450; cap=budget")
+
 
 def test_without_a_published_price_a_budget_cannot_be_judged_and_nothing_is_charged(
     served: Served, gateways: list[str], admin_user: Any

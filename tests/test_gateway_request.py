@@ -128,10 +128,16 @@ def test_a_request_asking_no_output_limit_gets_what_is_left_now_and_one_asking_g
         "limit",
     )
     assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "0.0001", used) == ({"max_completion_tokens": 349}, "budget")
-    # asked: lowered only to what the whole leaves (it passes in a later window), never to what this one has left
-    assert output_within_limit(CHAT, {"max_tokens": 8000}, 100, 40_960, tpm, "", used) == ({}, "")
+    # asked (no counters read): lowered only to what the whole leaves (it passes in a later window), never to what
+    # this one has left
+    assert output_within_limit(CHAT, {"max_tokens": 8000}, 100, 40_960, tpm, "") == ({}, "")
+    # a key's cap set 8,000 where the client asked none: what is left now (a trial's budget never applied past a cap)
+    assert output_within_limit(CHAT, {"max_tokens": 8000}, 100, 40_960, tpm, "", used) == ({"max_tokens": 900}, "limit")
     full = Used(tokens_per_minute=25_000)
-    assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "", full) == ({}, "")  # nothing left: it waits (a 429)
+    # nothing left: 1, so admission answers a 429 saying when the window renews, not a 400 for the whole context
+    assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "", full) == ({"max_completion_tokens": 1}, "limit")
+    spent = Used(budgets=(299_990_000, 0, 0, 0))  # a cent's hundredth left of $0.30: the prompt alone costs more
+    assert output_within_limit(CHAT, {}, 100, 40_960, tpm, "0.0001", spent) == ({"max_completion_tokens": 1}, "budget")
 
 
 @pytest.mark.parametrize(
