@@ -20,6 +20,7 @@ from console.alerts.delivery import send_test, shown_url
 from console.alerts.forms import DestinationForm, RuleForm
 from console.alerts.models import Alert, AlertRule, Delivery, Destination
 from console.alerts.rules import KINDS, rules
+from console.alerts.visible import theirs, visible
 from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment, Replica
 
@@ -46,10 +47,12 @@ def _page(
     context = {
         "interval": settings.HEARTH_ALERT_INTERVAL,
         "open": _titled(
-            Alert.objects.filter(resolved_at=None, fired_at__isnull=False).order_by("-fired_at"), is_admin(request.user)
+            visible(request.user, Alert.objects.filter(resolved_at=None, fired_at__isnull=False)).order_by("-fired_at"),
+            is_admin(request.user),
         ),
         "resolved": _titled(
-            Alert.objects.exclude(resolved_at=None).order_by("-resolved_at")[:RECENT], is_admin(request.user)
+            visible(request.user, Alert.objects.exclude(resolved_at=None)).order_by("-resolved_at")[:RECENT],
+            is_admin(request.user),
         ),
         "rules": [(KINDS[k], rule, _values(rule, typed_rule)) for k, rule in found.items()],
         "webhook_shown": shown_url(destination.webhook_url),
@@ -61,6 +64,7 @@ def _page(
         "failures": [
             (_title(d.alert.rule.kind), d)
             for d in Delivery.objects.exclude(last_error="")
+            .filter(theirs(request.user, "alert__"))
             .select_related("alert__rule")
             .order_by("-created_at")[:RECENT]
         ],
