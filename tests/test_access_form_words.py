@@ -116,7 +116,8 @@ def test_a_refusal_about_no_field_stays_at_the_top_of_the_form(mia: Client, memb
     members.set_member_limits(admin_user, member, max_keys=1)
     keys.create_key("first", member)
     page = mia.post("/keys/", {"name": "second"}).content.decode()
-    assert field_errors(page) == {"__all__": ["You hold 1 live keys, the most allowed for you; revoke one first."]}
+    held = "You hold 1 live key, and the most allowed for you is 1; revoke one first."
+    assert field_errors(page) == {"__all__": [held]}
 
 
 def test_the_json_api_keeps_its_field_names(mia: Client) -> None:

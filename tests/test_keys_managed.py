@@ -99,7 +99,7 @@ def test_a_members_keys_get_their_ceilings_and_cannot_exceed_them(member: Any, a
         with pytest.raises(ConsoleError, match=re.escape(error)):
             keys.create_key("too much", member, **limits)
     keys.create_key("second", member, allowed_models=["smol"], monthly_budget_usd=Decimal("5"))
-    with pytest.raises(ConsoleError, match="You hold 2 live keys, the most allowed for you"):
+    with pytest.raises(ConsoleError, match="You hold 2 live keys, and the most allowed for you is 2; revoke one"):
         keys.create_key("third", member)
     assert ApiKey.objects.filter(owner=member).count() == 2
 

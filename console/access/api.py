@@ -18,6 +18,7 @@ from console.access.key_activity import with_activity
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
 from console.api_bodies import Body, Integer
+from console.errors import ConsoleError
 
 router = Router(tags=["keys", "members"])
 
@@ -34,6 +35,7 @@ class KeyIn(Body):
     daily_budget_usd: Decimal | None = None
     monthly_budget_usd: Decimal | None = None
     priority: str = ""  # interactive (admin-granted), standard or batch; "": the owner's default
+    owner: str | None = None  # an admin's key for an active admin or member (their username); None: yourself
 
 
 class KeyPatch(Body):
@@ -118,7 +120,12 @@ def list_keys(request: HttpRequest) -> list[ApiKey]:
 
 @router.post("/keys", response={201: KeyOut})
 def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
-    row, key = keys.create_key(data.name, request.user, **data.dict(exclude={"name"}))
+    owner = None
+    if data.owner is not None:
+        owner = get_user_model().objects.filter(username=data.owner).first()
+        if owner is None:
+            raise ConsoleError(f"No one here is named {data.owner!r}; owner takes a username (GET /api/members).")
+    row, key = keys.create_key(data.name, request.user, owner=owner, **data.dict(exclude={"name", "owner"}))
     return Status(201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key})
 
 

@@ -6,8 +6,10 @@ from typing import Any, ClassVar, cast
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm, PasswordChangeForm
+from django.contrib.auth.models import User
 from django.contrib.auth.password_validation import password_validators_help_texts, validate_password
 from django.core.validators import MaxLengthValidator
+from django.db.models import QuerySet
 
 from console.access.key_limits import BUDGET_MAX, BUDGET_MIN, MAX_DAYS, LimitError, LimitsRefused
 from console.access.models import PRIORITY_HELP, Member, Priority
@@ -142,11 +144,29 @@ class KeyLimitsFields(LimitErrors):
 class ApiKeyForm(KeyLimitsFields):
     name = forms.CharField(max_length=100, help_text="Who or what will use it, e.g. 'alice laptop'.")
     expires_in_days = forms.IntegerField(required=False, min_value=1, max_value=MAX_DAYS, help_text="Empty: never.")
-    field_order = ("name", "allowed_models", "max_tokens_cap", "expires_in_days")
+    field_order = ("name", "owner", "allowed_models", "max_tokens_cap", "expires_in_days")
     limit_fields: ClassVar[dict[str, str]] = {"expires_at": "expires_in_days"}  # a new key's expiry: its days
+
+    def __init__(self, *args: Any, owners: QuerySet[User] | None = None, **kwargs: Any) -> None:
+        """``owners``: whom an admin may make the key for (console.access.keys.possible_owners); None: a member's
+        form, whose keys are their own."""
+        super().__init__(*args, **kwargs)
+        if owners is not None:
+            self.fields["owner"] = forms.ModelChoiceField(
+                owners,
+                required=False,
+                to_field_name="username",
+                empty_label="yourself",
+                help_text="Whom the key is for: it counts toward their limits and budgets, and they manage it.",
+            )
+            self.order_fields(self.field_order)
 
     def limits(self) -> dict[str, Any]:
         return {**super().limits(), "expires_in_days": self.cleaned_data["expires_in_days"]}
+
+    def owner(self) -> User | None:
+        """The owner chosen (None: the person making it)."""
+        return self.cleaned_data.get("owner")
 
 
 class KeyChangeForm(KeyLimitsFields):

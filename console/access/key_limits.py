@@ -24,8 +24,8 @@ BUDGET_MIN, BUDGET_MAX = Decimal("0.01"), Decimal("9999999999.99")  # the column
 class LimitError(ConsoleError):
     """A ConsoleError about one limit: ``field`` is its name as LIMITS and the JSON API spell it, e.g.
     "max_concurrent"; a message that names the limit starts with that name, e.g. "max_concurrent must be at most 4
-    (the limit set for you)." A console form shows it under that field, its label in the name's place
-    (console.access.forms.LimitErrors)."""
+    (the limit set for you)." ("for bob" to an admin acting for bob). A console form shows it under that field, its
+    label in the name's place (console.access.forms.LimitErrors)."""
 
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
@@ -106,12 +106,18 @@ def budget(value: object, name: str) -> Decimal:
 
 
 def within_ceilings(
-    member: Member | None, limits: dict[str, Any], *, clamp: bool = False, key: ApiKey | None = None
+    member: Member | None,
+    limits: dict[str, Any],
+    *,
+    clamp: bool = False,
+    key: ApiKey | None = None,
+    whose: str = "you",
 ) -> dict[str, Any]:
     """``limits`` (all of LIMITS) within ``member``'s ceilings: a limit left empty gets the ceiling;
     one above it raises LimitError about it (LimitsRefused naming each, for several), or with ``clamp`` is lowered
     to it. No member (an admin's key): unchanged. An existing ``key``'s expiry may not move past its secret's age
-    allowing it (``latest_expiry``)."""
+    allowing it (``latest_expiry``). ``whose``: whom an error names, "you" (the member acting) or their name (an
+    admin acting for them)."""
     if member is None:
         return limits
     out, refused = dict(limits), []
@@ -122,14 +128,15 @@ def within_ceilings(
         lowered.append(("expires_at", latest, words, False))
     for name, ceiling, shown, keep_empty in lowered:
         try:
-            out[name] = _lower(name, out[name], ceiling, clamp, shown, keep_empty)
+            out[name] = _lower(name, out[name], ceiling, clamp, shown, whose, keep_empty)
         except LimitError as exc:
             refused.append(exc)
     if member.allowed_models:
+        among = "yours" if whose == "you" else f"{whose}'s"
         mine, theirs = set(out["allowed_models"]), set(member.allowed_models)
         if mine - theirs and not clamp:
             refused.append(
-                LimitError(f"Allowed models must be among yours: {', '.join(sorted(theirs))}.", "allowed_models")
+                LimitError(f"Allowed models must be among {among}: {', '.join(sorted(theirs))}.", "allowed_models")
             )
         out["allowed_models"] = sorted(mine & theirs or theirs)
     if len(refused) > 1:
@@ -155,12 +162,12 @@ def latest_expiry(days: int, key: ApiKey | None = None) -> tuple[datetime, str]:
     return kept, f"{kept:%Y-%m-%d %H:%M} UTC, {days} days after its secret was made (rotate it to renew)"
 
 
-def _lower(name: str, value: Any, ceiling: Any, clamp: bool, shown: str, keep_empty: bool = False) -> Any:
+def _lower(name: str, value: Any, ceiling: Any, clamp: bool, shown: str, whose: str, keep_empty: bool) -> Any:
     if ceiling is None:
         return value
     if value is None:
         return None if keep_empty else ceiling
     if value > ceiling and not clamp:
         words = shown if "{" not in shown else shown.format(ceiling)
-        raise LimitError(f"{name} must be at most {words} (the limit set for you).", name)
+        raise LimitError(f"{name} must be at most {words} (the limit set for {whose}).", name)
     return min(value, ceiling)

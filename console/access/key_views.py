@@ -47,11 +47,16 @@ def _page(request: HttpRequest, template: str, context: Mapping[str, object]) ->
 
 def keys_page(request: HttpRequest) -> HttpResponse:
     interactive = keys.may_choose_interactive(request.user, request.user)
-    form = ApiKeyForm(request.POST or None, interactive=interactive, ceilings=keys.ceilings_for(request.user))
+    owners = keys.possible_owners() if role_of(request.user) == Role.ADMIN else None
+    form = ApiKeyForm(
+        request.POST or None, interactive=interactive, ceilings=keys.ceilings_for(request.user), owners=owners
+    )
     if request.method == "POST" and form.is_valid():
         try:
             with transaction.atomic():  # a secret Redis cannot keep leaves no key behind
-                _, secret = keys.create_key(form.cleaned_data["name"], request.user, **form.limits())
+                _, secret = keys.create_key(
+                    form.cleaned_data["name"], request.user, owner=form.owner(), **form.limits()
+                )
                 token = shown_once.keep(secret)
         except ConsoleError as exc:
             form.add_console_error(exc)

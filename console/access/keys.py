@@ -10,16 +10,17 @@ request. A key's limits must lie within its owner's ceilings (console.access.key
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from console.access import key_limits
 from console.access.key_format import new_key
-from console.access.models import ApiKey, Member, Priority
-from console.access.roles import is_admin, may_manage_key, may_see_all
+from console.access.models import ApiKey, Member, Priority, Role
+from console.access.roles import is_admin, may_manage_key, may_see_all, role_of
 from console.audit.recording import changed, record
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
@@ -63,38 +64,69 @@ def create_key(
     name: str,
     user: Any,
     *,
+    owner: Any = None,
     allowed_models: list[str] | None = None,
     expires_in_days: int | None = None,
     priority: str = "",
     **limits: Any,
 ) -> tuple[ApiKey, str]:
-    """A new API key owned by ``user``; returns (row, key). The key is in no row and no log: show it once.
+    """A new API key made by ``user`` for ``owner`` (None: themself; someone else only by an admin, for an active
+    admin or member); returns (row, key). The key is in no row and no log: show it once.
 
     ``allowed_models`` (served model names; empty: all), ``expires_in_days``, and the limits of
     key_limits.INT_LIMITS and BUDGETS (None: none) limit it, within the owner's ceilings; ``priority`` is its
-    class ("" the owner's default; ``checked_priority``). Raises ConsoleError for a bad name, limit or class, or
-    when the owner already holds their most live keys.
+    class ("" the owner's default; ``checked_priority``). Raises ConsoleError for a bad name, limit, class or owner,
+    or when the owner already holds their most live keys.
     """
     name = _checked_name(name)
+    owner = _checked_owner(user, owner)
     if unknown := set(limits) - {*key_limits.INT_LIMITS, *key_limits.BUDGETS}:
         raise ConsoleError(f"Unknown key limit(s): {', '.join(sorted(unknown))}.")
     wanted = {**dict.fromkeys(key_limits.LIMITS), **limits, "allowed_models": allowed_models or []}
     wanted["expires_at"] = key_limits.expiry(expires_in_days)
-    member = ceilings_for(user)
-    fields = key_limits.within_ceilings(member, key_limits.checked(wanted))
-    fields["priority"] = checked_priority(user, user, priority)
+    member, whose = ceilings_for(owner), _whose(user, owner)
+    fields = key_limits.within_ceilings(member, key_limits.checked(wanted), whose=whose)
+    fields["priority"] = checked_priority(user, owner, priority)
     key, prefix, digest = new_key()
     with transaction.atomic():
         if member is not None and member.max_keys is not None:
-            live = [k for k in ApiKey.objects.select_for_update().filter(owner=user) if k.is_live()]
+            live = [k for k in ApiKey.objects.select_for_update().filter(owner=owner) if k.is_live()]
             if len(live) >= member.max_keys:
-                raise ConsoleError(f"You hold {len(live)} live keys, the most allowed for you; revoke one first.")
-        row = ApiKey.objects.create(name=name, prefix=prefix, key_hash=digest, owner=user, **fields)
-        record(
-            user, "key.create", row, {"prefix": prefix, **{k: v for k, v in fields.items() if v not in (None, [], "")}}
-        )
+                holds = "You hold" if whose == "you" else f"{whose} holds"
+                raise ConsoleError(
+                    f"{holds} {len(live)} live key{'' if len(live) == 1 else 's'}, and the most allowed for {whose} "
+                    f"is {member.max_keys}; "
+                    "revoke one first."
+                )
+        row = ApiKey.objects.create(name=name, prefix=prefix, key_hash=digest, owner=owner, **fields)
+        made = {k: v for k, v in fields.items() if v not in (None, [], "")}
+        made |= {"owner": owner.get_username()} if owner != user else {}
+        record(user, "key.create", row, {"prefix": prefix, **made})
         transaction.on_commit(bump_routing_version)
     return row, key
+
+
+def _checked_owner(user: Any, owner: Any) -> Any:
+    """The owner of a key ``user`` makes: themself when ``owner`` is None. Raises ConsoleError for someone else
+    unless ``user`` is an admin, and for an owner who may hold no key (disabled, or a viewer)."""
+    if owner is None or owner == user:
+        return user
+    if not is_admin(user):
+        raise ConsoleError("Only an admin makes a key for someone else.")
+    if not owner.is_active or role_of(owner) not in (Role.ADMIN, Role.MEMBER):
+        raise ConsoleError(f"{owner.get_username()} may hold no key: only an active admin or member may.")
+    return owner
+
+
+def possible_owners() -> QuerySet[Any]:
+    """Whom an admin may make a key for: active admins and members, by username."""
+    people = get_user_model().objects.filter(is_active=True)
+    return people.filter(Q(is_superuser=True) | Q(member__role__in=[Role.ADMIN, Role.MEMBER])).order_by("username")
+
+
+def _whose(actor: Any, owner: Any) -> str:
+    """Whom a limit's error names: "you" when ``actor`` acts for themself, else the owner's name."""
+    return "you" if owner is None or actor == owner else owner.get_username()
 
 
 def _checked_name(name: str) -> str:
@@ -145,7 +177,7 @@ def set_key_limits(key: ApiKey, actor: Any, priority: str | None = None, **limit
         raise ConsoleError(f"{key.name} is revoked; its limits no longer matter.")
     before = limits_of(key) | {"priority": key.priority}
     wanted = key_limits.checked({**limits_of(key), **limits}, held=before["allowed_models"])
-    after = key_limits.within_ceilings(ceilings_for(key.owner), wanted, key=key)
+    after = key_limits.within_ceilings(ceilings_for(key.owner), wanted, key=key, whose=_whose(actor, key.owner))
     if priority is not None and priority != key.priority:  # a class an admin granted is kept on other changes
         after["priority"] = checked_priority(actor, key.owner, priority)
     with transaction.atomic():
