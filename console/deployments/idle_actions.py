@@ -14,6 +14,7 @@ from console.audit.recording import record
 from console.deployments import activity, dispatch, external, wakeups
 from console.deployments.lifecycle import configured_version
 from console.deployments.models import Deployment, DeploymentState, DesiredState
+from console.deployments.room_making import level_one_over_host
 from console.deployments.sleeping import live_replicas, redis_client
 from console.errors import ConsoleError
 from console.fanout import bump_routing_version
@@ -87,7 +88,13 @@ def claim_stop_to_save(dep: Deployment, reason: str) -> None:
 
 
 def sleep_by_hand(dep: Deployment) -> None:
-    """An admin's Sleep: at the deployment's sleep level. Raises ConsoleError as claim_sleep does."""
+    """An admin's Sleep: at the deployment's sleep level. Raises ConsoleError as claim_sleep does, and for a level-1
+    sleep whose copy of the weights the host RAM cannot hold now (room_making.level_one_over_host)."""
+    if over := level_one_over_host(dep):
+        raise ConsoleError(
+            f"{dep.name} cannot sleep at level 1 now: {over}. Set its sleep level to 2 (weights dropped, reloaded on "
+            "wake), or stop it."
+        )
     claim_sleep(dep, "Put to sleep by an admin.")
 
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 from console.deployments import activity, dispatch
 from console.deployments.idle_actions import can_sleep_now, claim_sleep, claim_stop_to_save
 from console.deployments.models import Deployment, DeploymentState
+from console.deployments.room_making import level_one_over_host
 from console.deployments.sleeping import SLEEP_TIMEOUT, fail, redis_client
 from console.errors import ConsoleError
 from engines.external import EXTERNAL_ENGINE
@@ -83,7 +84,9 @@ def _apply(client: redis.Redis, dep: Deployment) -> None:
         return
     reason = verdict[0].upper() + verdict[1:] + "."
     try:
-        if dep.idle_policy == IdlePolicy.SLEEP and can_sleep_now(dep):
+        if dep.idle_policy == IdlePolicy.SLEEP and can_sleep_now(dep) and (over := level_one_over_host(dep)):
+            claim_stop_to_save(dep, f"{reason} {over[0].upper()}{over[1:]}: stopped instead.")
+        elif dep.idle_policy == IdlePolicy.SLEEP and can_sleep_now(dep):
             claim_sleep(dep, reason)
         elif dep.idle_policy == IdlePolicy.SLEEP:
             claim_stop_to_save(

@@ -24,7 +24,7 @@ from console.deployments.models import Deployment, DeploymentEvent, DeploymentSt
 from console.deployments.planning import plan_for
 from console.errors import ConsoleError
 from engines.gpus import Inventory
-from engines.room import Box, Holder, Need, Room, Verdict, awake_bytes_per_gpu, make_room
+from engines.room import Box, Holder, Need, Room, Verdict, awake_bytes_per_gpu, gib, make_room
 from engines.stored_plan import StoredPlan
 
 S = DeploymentState
@@ -60,7 +60,6 @@ def _holder(hold: gpu_holds.Hold, client: redis.Redis, now: float) -> Holder:
     ready_since = dep.state_since.timestamp()
     last = activity.last_request(client, dep.pk)
     going = dep.state == S.SLEEPING or (dep.state == S.STOPPING and dep.desired == DesiredState.STOPPED_IDLE)
-    plan = dep.stored_plan
     return Holder(
         name=dep.name,
         gpus=hold.gpus,
@@ -75,22 +74,45 @@ def _holder(hold: gpu_holds.Hold, client: redis.Redis, now: float) -> Holder:
         policy=dep.idle_policy,
         can_sleep=_can_sleep(dep),
         sleep_level=dep.sleep_level,
-        host_bytes=plan.weights_bytes * max(dep.replica_count, 1),
+        host_bytes=_copy_bytes(dep),
     )
 
 
 def _box(inventory: Inventory, now_holds: list[gpu_holds.Hold]) -> Box:
-    """The GPUs and the host RAM free for level-1 copies. On a simulated box the level-1 copies of the deployments
-    asleep now are taken from what the host has (the simulator makes none)."""
-    host = host_available_bytes()
-    if inventory.simulated:
-        host -= sum(
-            h.dep.stored_plan.weights_bytes * max(h.dep.replica_count, 1)
-            for h in now_holds
-            if h.asleep and slept_at(h.dep) == 1
-        )
+    """The GPUs and the host RAM free for level-1 copies (``_host_free``)."""
     totals = {d.index: d.memory_total_bytes for d in inventory.devices}
-    return Box(totals, gpu_holds.others_use(inventory, now_holds), max(host, 0))
+    return Box(totals, gpu_holds.others_use(inventory, now_holds), _host_free(inventory.simulated, now_holds))
+
+
+def _host_free(simulated: bool, now_holds: list[gpu_holds.Hold]) -> int:
+    """Host RAM free for a level-1 copy, bytes. On a simulated box the level-1 copies of the deployments asleep now
+    are taken from what the host has (the simulator makes none)."""
+    host = host_available_bytes()
+    if simulated:
+        host -= sum(_copy_bytes(h.dep) for h in now_holds if h.asleep and slept_at(h.dep) == 1)
+    return max(host, 0)
+
+
+def _copy_bytes(dep: Deployment) -> int:
+    """What a level-1 sleep of ``dep`` copies to host RAM: every replica's weights, bytes."""
+    return dep.stored_plan.weights_bytes * max(dep.replica_count, 1)
+
+
+def level_one_over_host(dep: Deployment) -> str:
+    """Why ``dep``'s sleep at level 1 cannot be taken now, as engines.room says it when it makes room: its weights'
+    copy is more than the host RAM free ("a level-1 sleep would copy 131.4 GiB of weights to host RAM, 20.9 GiB is
+    free"); "" at level 2 or for a copy that fits. The idle policy stops such a deployment instead and an admin's
+    Sleep is refused (a trial's 70B went to sleep at level 1 on a 23 GiB host)."""
+    if dep.sleep_level != 1:
+        return ""
+    try:
+        simulated = current_inventory().simulated
+    except InventoryError:
+        simulated = False
+    copy, free = _copy_bytes(dep), _host_free(simulated, gpu_holds.holds(dep.pk))
+    if copy <= free:
+        return ""
+    return f"a level-1 sleep would copy {gib(copy)} of weights to host RAM, {gib(free)} is free"
 
 
 @dataclass(frozen=True)
