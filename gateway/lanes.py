@@ -9,7 +9,10 @@ instead of piling onto the engine, and go on as it drains.
   over HEARTH_LANE_KV_THRESHOLD (0.9 by default; the mean over replicas), or requests waiting in the engines (plus
   those this process sent on since the reading, less those it saw end since), or, once a capacity is known, the
   engines' requests (running plus waiting, with the same correction) at that capacity less a headroom kept for
-  interactive requests (1/HEADROOM_SHARE of it). The capacity is learned per replica: the most requests it ran at a
+  interactive requests (1/HEADROOM_SHARE of it, and at least one request from a capacity of two: an interactive
+  request sent into an engine's queue waits behind everything in it, a trial's 20–44 s behind batch work). A
+  replica's capacity is its ``max_num_seqs`` where Hearth launched it with one (``Route.max_num_seqs``), lowered to
+  what it learned where that is less. It is learned per replica: the most requests it ran at a
   reading that had requests waiting in it, as the reading before did too (a queue that lasted, its ``max_num_seqs``
   or what its KV cache held, not a request waiting for the next engine step); it is used only from HEADROOM_SHARE
   requests up (below that the headroom would be none) and forgotten CAPACITY_TTL seconds after it was last seen, so
@@ -138,6 +141,11 @@ def with_engine_priority(plan: RelayPlan) -> RelayPlan:
     return replace(plan, body=with_fields(plan.body, engine, {"priority": value}))
 
 
+def headroom(capacity: int) -> int:
+    """The requests of ``capacity`` kept for interactive ones (module docstring)."""
+    return max(capacity // HEADROOM_SHARE, 1) if capacity >= 2 else 0
+
+
 @dataclass(frozen=True)
 class Reading:
     """A deployment's replicas as last read: requests running and waiting (all replicas), mean KV-cache use (None
@@ -208,7 +216,7 @@ class Lane:
             return True
         if r.capacity is None:  # slow start: at most as many again as the engines have, until the next reading
             return sent_on >= max(SLOW_START, r.running)
-        return r.running + r.waiting + sent_on >= r.capacity - r.capacity // HEADROOM_SHARE
+        return r.running + r.waiting + sent_on >= r.capacity - headroom(r.capacity)
 
     def must_wait(self, priority: str) -> bool:
         if priority == INTERACTIVE:
@@ -305,13 +313,15 @@ class Lane:
                 self.capacity[replica] = (max(before if now - seen < CAPACITY_TTL else 0, load.running), now)
             self.queued = (self.queued | {replica}) if load.waiting > 0 else (self.queued - {replica})
         kvs = [load.kv_usage for load in loads.values() if load.kv_usage is not None]
-        known = [self.capacity.get(replica, (0, -CAPACITY_TTL)) for replica in loads]
-        live = [c for c, at in known if now - at < CAPACITY_TTL and c >= HEADROOM_SHARE]
+        learned = [self.capacity.get(replica, (0, -CAPACITY_TTL)) for replica in loads]
+        live = [c if now - at < CAPACITY_TTL and c >= HEADROOM_SHARE else 0 for c, at in learned]
+        launched = self.route.max_num_seqs
+        each = [min(c, launched) if c and launched else c or launched for c in live]
         return Reading(
             running=sum(load.running for load in loads.values()),
             waiting=sum(load.waiting for load in loads.values()),
             kv_usage=sum(kvs) / len(kvs) if kvs else None,
-            capacity=sum(live) if len(live) == len(known) else None,
+            capacity=sum(each) if all(each) else None,
             at=now,
         )
 

@@ -51,6 +51,7 @@ class Route:
     deployment_id: int = 0  # whose price per token the key's budgets are charged at (gateway.reservations)
     asleep: bool = False  # put aside (asleep, going to sleep, waking, stopped to save): no upstream until woken
     priority_scheduling: bool = False  # its engine orders its queue by the request's priority field (gateway.lanes)
+    max_num_seqs: int = 0  # requests one replica's engine runs at once, as Hearth launched it; 0: not known
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ def load_snapshot() -> Snapshot:
                 fit_max_tokens=dep.fit_max_tokens,
                 deployment_id=dep.pk,
                 priority_scheduling=not dep.external and schedules_by_priority(dep.extra_args, dep.engine),
+                max_num_seqs=0 if dep.external else dep.stored_plan.max_num_seqs,
             )
             continue
         snap.reasons[dep.served_model_name] = dep.state_reason

@@ -171,6 +171,58 @@ def test_standard_and_batch_wait_while_saturated_interactive_never_and_they_go_a
 
 
 @override_settings(HEARTH_LANES=True, HEARTH_LANE_HOLD_TIMEOUT=20.0)
+def test_an_engine_launched_with_max_num_seqs_is_never_filled_past_it_less_one_kept_for_interactive() -> None:
+    """A trial's burst of batch and standard requests on an engine of max_num_seqs 4: the gateway sent 11 before any
+    reading had taught it a capacity, and interactive requests waited 20-44 s in the engine's queue behind them."""
+
+    class Engine(Readings):
+        """An engine of max_num_seqs 4 running what the lane sent on."""
+
+        async def read(self, upstreams: tuple[Upstream, ...]) -> dict[int, Load]:
+            self.reads += 1
+            sent = gate._lanes[DEP].in_flight
+            return {5: Load(running=min(sent, 4), waiting=max(sent - 4, 0), kv_usage=0.2)}
+
+    async def test() -> None:
+        nonlocal gate
+        r = aioredis.Redis.from_url(settings.REDIS_URL)
+        gate = Lanes(r, Engines(1, 1))
+        gate.reader = readings = Engine()  # type: ignore[assignment]
+        four = Route("lane", ROUTE.upstreams, 8192, 0, deployment_id=DEP, max_num_seqs=4)
+        burst = [(1, "batch")] * 4 + [(2, "standard")]
+        tickets = [gate.ticket(relay_of(plan(k, c, four)), Sent()) for k, c in burst]
+        waits = [asyncio.ensure_future(t.before()) for t in tickets]  # type: ignore[misc]
+        await settled(readings, 3)
+        lane = gate._lanes[DEP]
+        assert lane.reading is not None and lane.reading.capacity == 4
+        assert sum(t.admitted for t in tickets) == 3 and lane.held == 2  # 4 less the one kept for interactive
+        assert tickets[-1].admitted  # the standard one before the batch ones still held
+        urgent = gate.ticket(relay_of(plan(3, "interactive", four)), Sent())
+        await asyncio.wait_for(urgent.before(), 1)  # type: ignore[misc]
+        assert urgent.admitted  # straight into the engine's free place, not behind a queue
+        await settled(readings)
+        assert lane.held == 2  # the engine's four places taken
+        first = tickets[0]
+        for t in (first, urgent):
+            t.done()  # two ended: one place for a batch request, one kept
+        await settled(readings)
+        assert lane.held == 1 and sum(t.admitted for t in tickets) == 4
+        for t in tickets:
+            if t.admitted and t is not first:
+                t.done()
+        await asyncio.gather(*waits)
+        await gate.close()
+        await r.aclose()
+
+    gate: Lanes
+    run(test)
+
+
+def test_the_headroom_kept_for_interactive_requests() -> None:
+    assert [lanes.headroom(c) for c in (0, 1, 2, 4, 16, 32, 256)] == [0, 0, 1, 1, 1, 2, 16]
+
+
+@override_settings(HEARTH_LANES=True, HEARTH_LANE_HOLD_TIMEOUT=20.0)
 def test_a_lane_releases_keys_fairly_not_in_arrival_order() -> None:
     async def test() -> list[int]:
         r = aioredis.Redis.from_url(settings.REDIS_URL)
