@@ -194,6 +194,20 @@ def wake_failed(name: str, reason: str, retry_after: int | None) -> GatewayError
     return GatewayError(503, message, type="server_error", code="wake_failed", retry_after=retry_after)
 
 
+def wake_blocked(name: str, reason: str) -> GatewayError:
+    """503 for a request held for a wake that found no room an admin's action would not be needed for (a deployment
+    whose idle policy is stay, or always on, holds it): with ``x-should-retry: false``, no Retry-After (a trial's
+    SDK retried every 10 s what only an admin could end) and its own code."""
+    why = clean(reason, "A failed wake's reason") if reason else "no room"
+    return GatewayError(
+        503,
+        f"The model '{name}' was put aside to share the GPUs and cannot be woken until an admin makes room: {why}",
+        type="server_error",
+        code="wake_needs_admin",
+        headers=NO_RETRY,
+    )
+
+
 def wake_timeout(name: str, seconds: float, retry_after: int) -> GatewayError:
     """503 for a request held longer than HEARTH_WAKE_TIMEOUT (``seconds``) for its deployment's wake."""
     return GatewayError(

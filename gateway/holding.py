@@ -35,6 +35,7 @@ from django.conf import settings
 from prometheus_client import Counter, Histogram
 
 from console.deployments import wakeups
+from console.deployments.room_actions import ADMIN_MUST_ACT, NOT_WOKEN
 from gateway import errors
 from gateway.asgi_io import Send
 from gateway.errors import COMING_STATES
@@ -168,7 +169,10 @@ def _ready(snapshot: Snapshot, name: str, retry_after: int, since: float) -> Rou
     if name in snapshot.asleep:
         at, why = snapshot.not_woken.get(name, (0.0, ""))
         if at >= since:  # the worker's "Not woken: ..." (console.deployments.room_actions)
-            raise errors.wake_failed(name, why.removeprefix("Not woken: "), retry_after)
+            why = why.removeprefix(NOT_WOKEN)
+            if why.endswith(ADMIN_MUST_ACT):
+                raise errors.wake_blocked(name, why.removesuffix(ADMIN_MUST_ACT))
+            raise errors.wake_failed(name, why, retry_after)
         return None
     if state in COMING_STATES:
         return None

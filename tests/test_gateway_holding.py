@@ -15,6 +15,7 @@ import pytest
 from django.test import override_settings
 from prometheus_client import REGISTRY
 
+from console.deployments.room_actions import ADMIN_MUST_ACT
 from gateway import errors, holding, stream_errors
 from gateway.answers import for_request
 from gateway.errors import GatewayError, Surface
@@ -317,6 +318,25 @@ def test_a_wake_the_worker_could_not_make_room_for_answers_503_with_why_and_an_o
     assert error.message.endswith(
         "could not be woken: to fit napper (15.0 GiB per GPU on GPU 0) nothing can be put aside: big is always on."
     )
+
+
+def test_a_wake_only_an_admin_can_make_room_for_tells_clients_not_to_retry() -> None:
+    """A trial's SDK retried every 10 s (Retry-After) a wake a deployment on the stay policy blocked."""
+    blocked = "Not woken: To fit napper … only an admin's consent puts it aside." + ADMIN_MUST_ACT
+    waited = "Not woken: No room within 600 s: waiting for big's residency to end."
+    for why, code in ((blocked, "wake_needs_admin"), (waited, "wake_failed")):
+        snapshot = Snapshot(states={"napper": "asleep"}, asleep={"napper": ASLEEP}, not_woken={"napper": (5.0, why)})
+        with pytest.raises(GatewayError) as refused:
+            holding._ready(snapshot, "napper", 10, 0.0)
+        assert (refused.value.status, refused.value.code) == (503, code)
+        if code == "wake_needs_admin":
+            assert refused.value.retry_after is None and errors.NO_RETRY[0] in refused.value.headers
+            assert refused.value.message == (
+                "The model 'napper' was put aside to share the GPUs and cannot be woken until an admin makes room: "
+                "To fit napper … only an admin's consent puts it aside."
+            )
+        else:
+            assert refused.value.retry_after == 10 and not refused.value.headers
 
 
 def test_a_deployment_stopped_by_an_admin_while_requests_wait_answers_them_503() -> None:

@@ -35,6 +35,9 @@ from engines.room import GIB, Action, Room, Verdict
 log = logging.getLogger(__name__)
 S = DeploymentState
 NOT_WOKEN = "Not woken: "  # a failed wake's reason when no room was made (it stays as it was)
+# said last in a room's refusal that waiting will not end (it needs an admin's consent, or nothing can be put aside):
+# the gateway tells clients not to retry (gateway.holding)
+ADMIN_MUST_ACT = " Only an admin can make this room."
 POLL_EVERY = 0.5  # seconds between looks while room is being made
 LOCK_SECONDS = 30  # a decision holds the lock at most this long (a worker that dies lets it lapse)
 
@@ -113,7 +116,7 @@ def with_room(
 ) -> tuple[Deployment | None, str]:
     """Make room for the deployment while it stays in ``state``, until ``fits`` says (under the lock) that it has
     it, within HEARTH_WAKE_TIMEOUT seconds, its state reason saying what it waits for. Returns the deployment then;
-    else None and why ("" when it left ``state`` meanwhile)."""
+    else None and why ("" when it left ``state`` meanwhile; ending with ADMIN_MUST_ACT where no wait would help)."""
     deadline, why = time.monotonic() + settings.HEARTH_WAKE_TIMEOUT, ""
     while time.monotonic() < deadline:
         dep = Deployment.objects.filter(pk=dep_id).first()
@@ -129,7 +132,7 @@ def with_room(
                     room = room_for(Asked(dep.name, dep.stored_plan, in_place), exclude=dep.pk, consent=consent)
                     why = room.words()
                     if room.verdict in (Verdict.ASK, Verdict.NONE):
-                        return None, why
+                        return None, why + ADMIN_MUST_ACT
                     if room.verdict == Verdict.MAKE:
                         put_aside(room, dep)
                     said = why if room.verdict == Verdict.WAIT else ""
