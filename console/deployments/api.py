@@ -132,25 +132,37 @@ def get_deployment(request: HttpRequest, pk: int) -> Deployment:
     return get_object_or_404(Deployment.objects.select_related("slo"), pk=pk)
 
 
+class RoomIn(Body):
+    """An optional body of launch and wake: ``make_room`` as on create (the query's ``?make_room=true`` too)."""
+
+    make_room: StrictBool = False
+
+
+class NoBody(Body):
+    """An optional body of an operation that takes no field: ``{}``, or none; anything in it is a 400 naming it."""
+
+
 @router.post("/deployments/{pk}/launch", response={202: DeploymentOut})
-def launch_deployment(request: HttpRequest, pk: int, make_room: bool = False) -> Status[Deployment]:
+def launch_deployment(
+    request: HttpRequest, pk: int, make_room: bool = False, data: RoomIn | None = None
+) -> Status[Deployment]:
     """Launch a stopped or failed deployment. One that does not fit the free GPUs waits in pending ("Waiting for
-    room: ...") while idle deployments are put aside (by their idle policy, or with ``?make_room=true``, the
-    admin's consent), or is a 400 saying what would make room."""
+    room: ...") while idle deployments are put aside (by their idle policy, or with ``make_room`` true, in the body
+    or the query, the admin's consent), or is a 400 saying what would make room."""
     dep = get_object_or_404(Deployment, pk=pk)
-    admin_actions.launch(dep, make_room=make_room)
+    admin_actions.launch(dep, make_room=make_room or bool(data and data.make_room))
     return Status(202, dep)
 
 
 @router.post("/deployments/{pk}/stop", response={202: DeploymentOut})
-def stop_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
+def stop_deployment(request: HttpRequest, pk: int, data: NoBody | None = None) -> Status[Deployment]:
     dep = get_object_or_404(Deployment, pk=pk)
     admin_actions.stop(dep)
     return Status(202, dep)
 
 
 @router.post("/deployments/{pk}/sleep", response={202: DeploymentOut})
-def sleep_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
+def sleep_deployment(request: HttpRequest, pk: int, data: NoBody | None = None) -> Status[Deployment]:
     """Put a ready deployment to sleep at its sleep level (400: not ready, requests in flight, or its engine was
     started without sleep mode); it shows sleeping, then asleep."""
     dep = get_object_or_404(Deployment, pk=pk)
@@ -159,12 +171,14 @@ def sleep_deployment(request: HttpRequest, pk: int) -> Status[Deployment]:
 
 
 @router.post("/deployments/{pk}/wake", response={202: DeploymentOut})
-def wake_deployment(request: HttpRequest, pk: int, make_room: bool = False) -> Status[Deployment]:
+def wake_deployment(
+    request: HttpRequest, pk: int, make_room: bool = False, data: RoomIn | None = None
+) -> Status[Deployment]:
     """Wake a deployment asleep or stopped to save (400 for one in another state), putting idle deployments aside
-    for it by their idle policy, or with ``?make_room=true`` also those whose policy is stay (the admin's consent).
-    One that finds no room stays as it was, its state reason saying why ("Not woken: ...")."""
+    for it by their idle policy, or with ``make_room`` true (body or query) also those whose policy is stay (the
+    admin's consent). One that finds no room stays as it was, its state reason saying why ("Not woken: ...")."""
     dep = get_object_or_404(Deployment, pk=pk)
-    idle_actions.wake_by_hand(dep, make_room=make_room)
+    idle_actions.wake_by_hand(dep, make_room=make_room or bool(data and data.make_room))
     return Status(202, dep)
 
 
