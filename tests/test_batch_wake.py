@@ -57,7 +57,11 @@ def test_a_batch_waits_for_a_deployment_asleep_and_does_not_wake_it(
 ) -> None:
     client, dep, gpt, batch = asleep_with_a_batch(web, "dozer")
     deadline = time.monotonic() + 60
-    while getattr(gpt.batches.retrieve(batch.id), "waiting_reason", None) != "deployment dozer is asleep":
+    waits = (
+        "deployment dozer is asleep: batches do not wake it (HEARTH_BATCH_WAKES_DEPLOYMENTS is off); the lines go "
+        "once a request or an admin wakes it"
+    )
+    while getattr(gpt.batches.retrieve(batch.id), "waiting_reason", None) != waits:
         assert time.monotonic() < deadline, worker.output()[-3000:]
         time.sleep(0.5)
     awake = launched(client, "waker")  # a batch for a deployment awake runs meanwhile: the one asleep holds up none

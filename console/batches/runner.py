@@ -99,6 +99,20 @@ class Served:
             return True
         return self.state not in SENT and self.desired != DesiredState.STOPPED_IDLE
 
+    @property
+    def waiting_words(self) -> str:
+        """What a batch held for it waits for, and, where a request would bring it back but a batch line may not,
+        how to end the wait (a trial's batch sat "in progress" for a model asleep, nothing saying it never would
+        wake it)."""
+        words = f"deployment {self.name} is {self.state}"
+        comes_back = self.state in SENT or self.desired == DesiredState.STOPPED_IDLE
+        if comes_back and not settings.HEARTH_BATCH_WAKES_DEPLOYMENTS:
+            words += (
+                ": batches do not wake it (HEARTH_BATCH_WAKES_DEPLOYMENTS is off); the lines go once a request or an "
+                "admin wakes it"
+            )
+        return words
+
 
 def served(models: list[str]) -> dict[str, Served]:
     """Model name → the deployment serving it, for those of ``models`` a deployment serves (one query)."""
@@ -257,7 +271,7 @@ class _Runner:
         for model in [m for m in self.parked if not self._held(m)]:
             pending.extendleft(reversed(self.parked.pop(model)))
         waits = [f for m in models if (f := now.get(m)) is not None and f.held]
-        reason = f"deployment {waits[0].name} is {waits[0].state}" if waits else ""
+        reason = waits[0].waiting_words if waits else ""
         if reason != self.reason:
             await Batch.objects.filter(pk=self.pk).aupdate(waiting_reason=reason)
             self.reason = reason
