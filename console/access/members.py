@@ -39,13 +39,22 @@ def add_member(actor: Any, username: str, password: str, role: str) -> Any:
     username = username.strip()
     if not username or len(username) > 150 or not username.isprintable():
         raise ConsoleError("Give a username of 1–150 printable characters.")
+    users = get_user_model()
+    try:
+        users._meta.get_field("username").run_validators(username)  # as Django's own forms check it
+    except ValidationError as exc:
+        raise ConsoleError(" ".join(exc.messages)) from None
+    if taken := users.objects.filter(username__iexact=username).first():
+        raise ConsoleError(
+            f"A user named {taken.get_username()!r} already exists; names that differ only in case would read as "
+            "one person in the audit log."
+        )
     if len(password) > MAX_PASSWORD:
         raise ConsoleError(f"A password may have at most {MAX_PASSWORD} characters.")
     try:
         validate_password(password)
     except ValidationError as exc:
         raise ConsoleError(" ".join(exc.messages)) from None
-    users = get_user_model()
     try:
         with transaction.atomic():
             user = users.objects.create_user(username, "", password, is_superuser=role == Role.ADMIN)
