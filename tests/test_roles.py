@@ -41,6 +41,7 @@ PAGES = {
     "access:revoke": ("", "AM"),
     "access:members": ("A", "A"),
     "access:member": ("A", "A"),
+    "access:member_password": ("", "A"),
     "audit:log": ("A", ""),
     "audit:export_csv": ("A", ""),
     "audit:export_json": ("A", ""),

@@ -19,6 +19,26 @@ class MemberAddForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
 
+class MemberPasswordForm(forms.Form):
+    """An admin's new password for a member, typed twice; kept as typed (no strip), as sign-in takes it."""
+
+    password = forms.CharField(
+        widget=forms.PasswordInput,
+        strip=False,
+        min_length=8,
+        max_length=128,
+        label="New password",
+        help_text="Their sessions end; tell them the password, which they can change after signing in.",
+    )
+    password2 = forms.CharField(widget=forms.PasswordInput, strip=False, max_length=128, label="New password (again)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("password") and data.get("password2") is not None and data["password"] != data["password2"]:
+            self.add_error("password2", "The two passwords differ.")
+        return data
+
+
 class MemberForm(LimitErrors):
     role = forms.ChoiceField(
         choices=Role.choices, help_text="A viewer looks and acts on nothing: made one, their live keys are revoked."

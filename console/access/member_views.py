@@ -1,5 +1,5 @@
 """The members pages (admins only, console.access.policy): everyone with their role and keys, a form to
-add someone, and one member's role, state and limits."""
+add someone, and one member's role, state and limits, and a new password for one who forgot theirs."""
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -7,10 +7,11 @@ from django.db import transaction
 from django.db.models import Count, F, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from console.access import members
 from console.access.key_activity import spent_by
-from console.access.member_forms import MemberAddForm, MemberForm
+from console.access.member_forms import MemberAddForm, MemberForm, MemberPasswordForm
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
 from console.errors import ConsoleError
@@ -33,15 +34,15 @@ def members_page(request: HttpRequest) -> HttpResponse:
     return render(request, "access/members.html", {"form": form, "rows": rows})
 
 
-def member_page(request: HttpRequest, pk: int) -> HttpResponse:
+def member_page(request: HttpRequest, pk: int, password_form: MemberPasswordForm | None = None) -> HttpResponse:
     user = get_object_or_404(get_user_model().objects.select_related("member"), pk=pk)
     member = Member.objects.filter(user=user).first()
     initial: dict[str, object] = {"role": role_of(user), "is_active": user.is_active}
     if member is not None:
         initial |= {name: getattr(member, name) for name in members.MEMBER_LIMITS}
         initial["allowed_models"] = ", ".join(member.allowed_models)
-    form = MemberForm(request.POST or None, initial=initial)
-    if request.method == "POST" and form.is_valid():
+    form = MemberForm(request.POST if password_form is None else None, initial=initial)
+    if request.method == "POST" and password_form is None and form.is_valid():
         try:
             with transaction.atomic():  # all of the form or none of it
                 members.set_role(request.user, user, form.cleaned_data["role"])
@@ -68,5 +69,22 @@ def member_page(request: HttpRequest, pk: int) -> HttpResponse:
         "sso": member and member.oidc_subject,
         "member": member,
         "spent": spent_by(user),
+        "password_form": password_form or MemberPasswordForm(),
     }
     return render(request, "access/member.html", context)
+
+
+@require_POST
+def member_password(request: HttpRequest, pk: int) -> HttpResponse:
+    """An admin's new password for the member (members.set_password); the page again with the errors if refused."""
+    user = get_object_or_404(get_user_model(), pk=pk)
+    form = MemberPasswordForm(request.POST)
+    if form.is_valid():
+        try:
+            members.set_password(request.user, user, form.cleaned_data["password"])
+        except ConsoleError as exc:
+            form.add_error("password", str(exc))
+        else:
+            messages.success(request, f"New password set for {user.get_username()}; their sessions ended.")
+            return redirect("access:member", user.pk)
+    return member_page(request, pk, password_form=form)

@@ -105,6 +105,22 @@ def _keep_an_admin(leaving: Any) -> None:
         raise ConsoleError(f"{leaving.get_username()} is the only active admin; make someone else admin first.")
 
 
+def set_password(actor: Any, user: Any, password: str) -> None:
+    """An admin sets ``user``'s password (one who forgot theirs): checked by Django's validators, audited as
+    ``member.password`` with ``set_by_admin``; their sessions end (Django's session hash). Raises ConsoleError for a
+    password refused, or an account from the identity provider (it has none here)."""
+    if not user.has_usable_password():
+        raise ConsoleError(f"{user.get_username()} signs in with single sign-on and has no password here.")
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise ConsoleError(" ".join(exc.messages)) from None
+    with transaction.atomic():
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        record(actor, "member.password", user, {"set_by_admin": True})
+
+
 def set_active(actor: Any, user: Any, active: bool) -> None:
     """Enable or disable ``user``. Disabling ends their sign-in and revokes their live keys."""
     if user.is_active == active:

@@ -38,6 +38,7 @@ PAGES: dict[str, tuple[Access, Access]] = {
     "access:revoke": (NOBODY, KEY_HOLDERS),
     "access:members": (ADMINS, ADMINS),
     "access:member": (ADMINS, ADMINS),
+    "access:member_password": (NOBODY, ADMINS),
     "audit:log": (ADMINS, NOBODY),
     "audit:export_csv": (ADMINS, NOBODY),
     "audit:export_json": (ADMINS, NOBODY),

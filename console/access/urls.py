@@ -17,4 +17,5 @@ urlpatterns = [
     path("keys/<int:pk>/revoke/", key_views.key_revoke, name="revoke"),
     path("members/", member_views.members_page, name="members"),
     path("members/<int:pk>/", member_views.member_page, name="member"),
+    path("members/<int:pk>/password/", member_views.member_password, name="member_password"),
 ]
