@@ -65,6 +65,7 @@ def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any
     for name in BUDGETS:
         if out.get(name) is not None:
             out[name] = budget(out[name], name)
+    budgets_in_order(out.get("daily_budget_usd"), out.get("monthly_budget_usd"))
     if out.get("expires_at") is not None:
         out["expires_at"] = expiry_moment(out["expires_at"])
     if "allowed_models" in out:
@@ -75,6 +76,17 @@ def checked(limits: dict[str, Any], held: Collection[str] = ()) -> dict[str, Any
         except ConsoleError as exc:
             raise LimitError(str(exc), "allowed_models") from None
     return out
+
+
+def budgets_in_order(daily: Decimal | None, monthly: Decimal | None) -> None:
+    """Raises LimitError for a daily budget over the monthly one (USD): the monthly one would always stop spending
+    first, so one of them is a slip (a trial saved daily 5, monthly 2 without a word)."""
+    if daily is not None and monthly is not None and daily > monthly:
+        raise LimitError(
+            f"daily_budget_usd ({daily} USD) is more than monthly_budget_usd ({monthly} USD), which would stop "
+            "spending first: lower the daily budget or raise the monthly one.",
+            "daily_budget_usd",
+        )
 
 
 def expiry_moment(value: object) -> datetime:

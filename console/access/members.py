@@ -163,6 +163,8 @@ def set_member_limits(actor: Any, user: Any, **limits: Any) -> Member:
     with transaction.atomic():
         role = role_of(user) or Role.VIEWER
         member, _ = Member.objects.select_for_update().get_or_create(user=user, defaults={"role": role})
+        budgets = {name: fields.get(name, getattr(member, name)) for name in key_limits.BUDGETS}
+        key_limits.budgets_in_order(budgets["daily_budget_usd"], budgets["monthly_budget_usd"])
         before = {name: getattr(member, name) for name in fields}
         Member.objects.filter(pk=member.pk).update(**fields)
         member.refresh_from_db()
