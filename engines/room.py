@@ -204,7 +204,8 @@ def _obstacle(h: Holder, residency: float) -> tuple[str, bool]:
         return f"has {h.in_flight} request{'s' if h.in_flight > 1 else ''} in flight", True
     if h.awake_seconds < residency:
         left = residency - h.awake_seconds
-        return f"woke {duration_words(h.awake_seconds)} ago and stays awake {duration_words(left)} more", True
+        awake = duration_words(h.awake_seconds)
+        return f"came up {awake} ago (launched or woken) and stays up {duration_words(left)} more", True
     return "", False
 
 

@@ -265,7 +265,7 @@ def test_the_70b_plan_s_footprint_is_what_an_h100_holds_and_asleep_it_keeps_1_4_
             Verdict.WAIT,
             [],
             (),
-            "waits for room: A woke 40 s ago and stays awake 1 min more.",
+            "waits for room: A came up 40 s ago (launched or woken) and stays up 1 min more.",
             id="a residency: wait",
         ),
         pytest.param(

@@ -122,8 +122,8 @@ def test_one_woken_under_the_residency_stays_awake(admin: Client) -> None:
     reason = third["plan"]["reasons"][0]  # type: ignore[index]
     assert settings.HEARTH_MIN_RESIDENCY == 120
     assert reason == (
-        "At launch: c (73.2 GiB per GPU on 4 GPUs) waits for room: a woke 30 s ago and stays awake 1 min more; "
-        "b woke 30 s ago and stays awake 1 min more."
+        "At launch: c (73.2 GiB per GPU on 4 GPUs) waits for room: a came up 30 s ago (launched or woken) and stays "
+        "up 1 min more; b came up 30 s ago (launched or woken) and stays up 1 min more."
     )
 
 
@@ -202,8 +202,8 @@ def test_a_wake_waiting_for_room_says_so_and_one_that_found_none_says_why(admin:
 
     with override_settings(HEARTH_WAKE_TIMEOUT=0.2), mock.patch.object(Deployment, "progress", progress):
         room_actions.wake(a, "A request came for it.")
-    waiting = "a (73.2 GiB per GPU on 4 GPUs) waits for room: c woke "
-    assert seen[0].startswith(waiting) and seen[0].endswith(" ago and stays awake 1 min more."), seen
+    waiting = "a (73.2 GiB per GPU on 4 GPUs) waits for room: c came up "
+    assert seen[0].startswith(waiting) and seen[0].endswith(" ago (launched or woken) and stays up 1 min more."), seen
     asleep = Deployment.objects.get(pk=a)
     assert asleep.state == S.ASLEEP and asleep.state_reason.startswith(f"Not woken: No room within 0 s: {waiting}")
 
