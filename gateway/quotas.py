@@ -299,12 +299,13 @@ def _over_budget(
     if used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
         return GatewayError(400, message, code="exceeds_key_budget")
-    left = (
-        ""
+    state = (
+        "is spent"
         if used >= limit
-        else f" for this request: {usd_text(limit - used)} is left, and it may cost up to {usd_text(wanted)}"
+        else f"has {usd_text(limit - used)} left, less than this request may cost (up to {usd_text(wanted)}: its "
+        "prompt and output limit); ask for fewer output tokens (max_tokens) to pass now"
     )
-    message = f"{budget[0].upper()}{budget[1:]} is spent{left}; it renews in {retry:,} s{_at(now, retry)}."
+    message = f"{budget[0].upper()}{budget[1:]} {state}; it renews in {retry:,} s{_at(now, retry)}."
     headers = _no_retry_past_a_minute(retry)
     return Refused(
         429,

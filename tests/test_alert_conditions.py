@@ -100,7 +100,7 @@ def test_a_key_refused_for_its_budget_is_at_100_percent_though_its_spending_is_n
     assert list(conditions.budget(rule, now)) == [f"key {key.prefix} (ci) today at 80 %"]
     refused("This key's limit of 20 requests per minute is reached; it renews in 3 s.")
     assert list(conditions.budget(rule, now)) == [f"key {key.prefix} (ci) today at 80 %"]
-    refused("This key's daily budget of $1.00 is spent for this request: $0.07 is left, and it may cost up to $0.08")
+    refused("This key's daily budget of $1.00 has $0.07 left, less than this request may cost (up to $0.08: …)")
     held = conditions.budget(rule, now)
     assert held[f"key {key.prefix} (ci) today at 100 %"] == (
         f"key {key.prefix} (ci) is refused for its budget today: $0.9300 of its $1.00 spent (93 %), and a request "

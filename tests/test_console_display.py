@@ -315,7 +315,8 @@ def test_a_refusal_says_what_a_caller_can_change() -> None:
     nano = 10**9
     partly = refusal(len(LIMITS), nano // 100, nano // 100 - 714_400, 1_200_000, time.time()).message
     assert partly.startswith(
-        "This key's daily budget of $0.01 is spent for this request: $0.0007144 is left, and it may cost up to $0.0012;"
+        "This key's daily budget of $0.01 has $0.0007144 left, less than this request may cost (up to $0.0012: its "
+        "prompt and output limit); ask for fewer output tokens (max_tokens) to pass now; it renews in "
     )
 
 

@@ -49,8 +49,9 @@ def test_a_key_refused_for_its_budget_says_so_where_it_said_active(admin: Client
 def test_budget_words_drop_the_countdown_the_log_kept() -> None:
     assert budget_words(SPENT) == "This key's daily budget of $1.00 is spent; it renews 2026-12-08 00:00 UTC"
     owner = (
-        "The daily budget of this key's owner (over all their keys) of $2.00 is spent for this request: $0.01 is left, "
-        "and it may cost up to $0.02; it renews in 42 s."
+        "The daily budget of this key's owner (over all their keys) of $2.00 has $0.01 left, less than this request "
+        "may cost (up to $0.02: its prompt and output limit); ask for fewer output tokens (max_tokens) to pass now; "
+        "it renews in 42 s."
     )
-    assert budget_words(owner).endswith("up to $0.02; it renews within a minute")
+    assert budget_words(owner).endswith("to pass now; it renews within a minute")
     assert budget_words(None) == "" and budget_words("odd") == "odd"
