@@ -37,8 +37,10 @@ if SECRET_KEY.strip().lower() in PLACEHOLDER_SECRETS or SECRET_KEY.startswith("d
         raise ImproperlyConfigured(
             "SECRET_KEY is empty or a placeholder. For the appliance `make up` runs, give this command the same "
             f"HEARTH_DATA_DIR (it reads the key `make up` keeps in {UP_SECRET_KEY_FILE}); never make a new key "
-            "for an appliance that has data: its sealed engine keys and sessions need the old one. For a new "
-            "one, set SECRET_KEY (or SECRET_KEY_FILE) to a long random string, e.g. the output of: "
+            "for an appliance that has data: its sealed engine keys and sessions need the old one. To restore a "
+            "backup into a new data folder, run `make up` with it once first (it makes the key there), then "
+            "`make down` and the restore. For a new appliance elsewhere, set SECRET_KEY (or SECRET_KEY_FILE) to a "
+            "long random string, e.g. the output of: "
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
         )
     SECRET_KEY = "django-insecure-development-only"  # noqa: S105 - DEBUG only, refused above otherwise
