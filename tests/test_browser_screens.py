@@ -44,7 +44,7 @@ NOT_PAGES = {
     "deployments:remedy", "deployments:delete", "deployments:add-endpoint", "deployments:remove-endpoint",
     "observability:dashboard", "observability:dashboard_live", "observability:panel", "observability:series",
     "observability:slo", "preflight:checks", "weights:free", "alerts:rule", "alerts:destination", "alerts:test",
-    "batches:table", "batches:progress", "batches:cancel", "batches:file", "batches:guessed",
+    "batches:table", "batches:progress", "batches:cancel", "batches:file", "batches:guessed", "access:member_password",
 }  # fmt: skip
 # Chromium logs a 404 answer as a console error; the 404 page is that answer on purpose.
 EXPECTED_CONSOLE = {"not-found": "404"}

@@ -41,7 +41,7 @@ def member_page(request: HttpRequest, pk: int, password_form: MemberPasswordForm
     if member is not None:
         initial |= {name: getattr(member, name) for name in members.MEMBER_LIMITS}
         initial["allowed_models"] = ", ".join(member.allowed_models)
-    form = MemberForm(request.POST if password_form is None else None, initial=initial)
+    form = MemberForm((request.POST or None) if password_form is None else None, initial=initial)
     if request.method == "POST" and password_form is None and form.is_valid():
         try:
             with transaction.atomic():  # all of the form or none of it
