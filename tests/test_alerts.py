@@ -169,8 +169,10 @@ def test_a_failing_webhook_is_retried_with_backoff_its_failures_shown_and_its_se
         page = admin.get("/alerts/").content.decode()
         assert delivery.attempt(delivery_id) is None
     row = Delivery.objects.get(pk=delivery_id)
-    assert row.sent_at and row.attempts == 3 and row.last_error == ""
+    assert row.sent_at and row.attempts == 3 and row.last_error.endswith("answered 503")  # kept: it was late
     assert len(webhook.posts) == 1
+    sent = re.search(r'<table data-table="failures">(.*?)</table>', admin.get("/alerts/").content.decode(), re.S)
+    assert sent and f"sent after retries, {row.sent_at:%H:%M:%S} UTC" in sent.group(1)  # not gone once sent
     failures = re.search(r'<table data-table="failures">(.*?)</table>', page, re.S)
     assert failures and f"{webhook.url}/… answered 503" in failures.group(1) and "retrying" in failures.group(1)
     assert f"<code>{webhook.url}/…</code>" in page

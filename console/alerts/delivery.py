@@ -108,7 +108,7 @@ def attempt(delivery_id: int) -> float | None:
                 "alert %s %s by %s failed (try %d): %s", d.alert_id, d.event, d.channel, d.attempts, d.last_error
             )
         else:
-            d.sent_at, d.last_error = timezone.now(), ""
+            d.sent_at = timezone.now()  # its last failure stays: the page lists it as sent after retries
         d.save(update_fields=["attempts", "sent_at", "given_up", "last_error"])
     if d.sent_at is not None or d.given_up:
         return None

@@ -60,7 +60,7 @@ class Channel(models.TextChoices):
 class Delivery(models.Model):
     """One piece of news of an alert to one channel: tried ``attempts`` times (tasks.deliver retries with
     backoff), sent at ``sent_at`` (None: not yet, or given up: ``given_up``), ``last_error`` the last failure in
-    words (never the webhook's URL beyond its scheme and host)."""
+    words (never the webhook's URL beyond its scheme and host), kept once a retry is sent ("" : none failed)."""
 
     alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="deliveries")
     event = models.CharField(max_length=10, choices=Event.choices)
