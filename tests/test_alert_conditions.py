@@ -2,6 +2,7 @@
 fresh user's trial: a stale-monitoring alert after every wake, a crashed replica's exit read "None", a KV-cache
 rule at 5 with 1e308 minutes saved). The conditions against live engines: tests/test_alerts_live.py."""
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -22,6 +23,7 @@ from console.audit.models import AuditEntry
 from console.deployments.models import Deployment, DesiredState, Replica
 from console.deployments.watching import STABLE_AFTER
 from console.observability.models import RequestLog, ScrapeHealth
+from console.observability.queue_depth import depth_key
 from console.observability.spent import key_counters, periods
 from tests.test_panels import deployment
 
@@ -80,6 +82,24 @@ def test_a_crash_loop_ends_once_its_replica_has_served_as_long_as_its_crash_coun
     assert conditions.deployment_failed(rule, time.time()) == {}
     Replica.objects.filter(pk=replica.pk).update(running=False)  # crashed again: the news again until it serves
     assert list(conditions.deployment_failed(rule, time.time())) == ["deployment crashy"]
+
+
+def test_requests_held_in_the_gateways_lanes_are_requests_waiting() -> None:
+    """A deployment at its capacity holds standard and batch requests in the gateway (gateway.lanes), its engine's
+    own queue empty: the alert counts those held too."""
+    dep = deployment("busy")
+    rule = rules()["requests_waiting"]
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    r.hset(depth_key(dep.pk), "gw:1", json.dumps({"standard": 10, "batch": 5, "at": time.time()}))
+    try:
+        assert conditions.requests_waiting(rule, time.time()) == {}  # 15, under the default 16
+        r.hset(depth_key(dep.pk), "gw:2", json.dumps({"standard": 1, "batch": 0, "at": time.time()}))
+        assert conditions.requests_waiting(rule, time.time()) == {
+            "requests_held of busy": "busy: 16 requests waiting in the gateway's priority lanes (11 standard, 5 batch) "
+            "while it runs all it can, at or over 16"
+        }
+    finally:
+        r.delete(depth_key(dep.pk))
 
 
 def test_a_key_refused_for_its_budget_is_at_100_percent_though_its_spending_is_not(admin_user: Any) -> None:

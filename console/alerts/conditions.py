@@ -22,6 +22,7 @@ from console.deployments.models import Deployment, DeploymentState, DesiredState
 from console.deployments.watching import STABLE_AFTER
 from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth
 from console.observability.outcomes import ERRORS
+from console.observability.queue_depth import queue_depth
 from console.observability.request_stats_sql import OUTCOME_WHERE
 from console.observability.spent import key_counters, owner_counters, periods
 from engines.room import duration_words
@@ -132,7 +133,22 @@ def _saturation(name: str, words: str, shown: Callable[[float], str]) -> Callabl
 
 
 kv_cache_high = _saturation("kv_cache_usage", "KV-cache use", lambda v: f"{v:.0%}")
-requests_waiting = _saturation("requests_waiting", "requests waiting", lambda v: f"{v:g}")
+_engine_waiting = _saturation("requests_waiting", "requests waiting", lambda v: f"{v:g}")
+
+
+def requests_waiting(rule: AlertRule, now: float) -> Holding:
+    """Replicas with ``threshold`` requests or more waiting in their engine's queue, and deployments with that many
+    held in the gateway's priority lanes (console.observability.queue_depth): a deployment at its capacity holds
+    standard and batch requests in the gateway, not in the engine, so its engine's queue alone would never say so."""
+    out = _engine_waiting(rule, now)
+    ready = dict(Deployment.objects.filter(state=S.READY).values_list("pk", "name"))
+    for pk, held in queue_depth(ready).items():
+        if (waiting := held["standard"] + held["batch"]) >= rule.threshold:
+            out[f"requests_held of {ready[pk]}"] = (
+                f"{ready[pk]}: {waiting:g} requests waiting in the gateway's priority lanes ({held['standard']} "
+                f"standard, {held['batch']} batch) while it runs all it can, at or over {rule.threshold:g}"
+            )
+    return out
 
 
 def _window(rule: AlertRule, now: float) -> tuple[datetime, float]:

@@ -69,7 +69,8 @@ KINDS: dict[str, Kind] = {
         16,
         5,
         60,
-        "Requests queued for a replica's batch at or over this many, at every scrape for the rule's minutes.",
+        "Requests queued for a replica's batch, or held in the gateway's priority lanes for a deployment running all "
+        "it can, at or over this many, for the rule's minutes.",
         least=1,
         whole=True,
     ),
