@@ -23,6 +23,10 @@ VALID = {
     "POST /api/plan": {"model": "smol"},
     "POST /api/deployments": {"name": "d2", "model": "smol", "max_model_len": 1024},
     "POST /api/deployments/{pk}/change": {"max_model_len": 1024},
+    "POST /api/deployments/{pk}/launch": {"make_room": False},
+    "POST /api/deployments/{pk}/wake": {"make_room": False},
+    "POST /api/deployments/{pk}/stop": {},
+    "POST /api/deployments/{pk}/sleep": {},
     "POST /api/deployments/{pk}/capacity-checks": {"profile": "chat", "levels": [1, 2], "max_seconds": 30},
     "POST /api/deployments/{pk}/slo": {"ttft_seconds": 1.0, "itl_seconds": 0.05},
     "POST /api/deployments/{pk}/tunings": {"knob": "max_num_seqs", "values": "64, 128"},
@@ -73,7 +77,8 @@ def fields(operation: str) -> dict[str, str]:
     method, path = operation.split()
     schema = api.get_openapi_schema()
     body = schema["paths"][path][method.lower()]["requestBody"]["content"]["application/json"]["schema"]
-    props = schema["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]["properties"]
+    ref = next(b["$ref"] for b in (body, *body.get("anyOf", [])) if "$ref" in b)  # an optional body: anyOf it, null
+    props = schema["components"]["schemas"][ref.rsplit("/", 1)[1]].get("properties", {})
     types = {name: _json_type(prop) for name, prop in props.items()}
     return {name: kind for name, kind in types.items() if kind in SPOILED}
 
