@@ -268,10 +268,12 @@ def test_an_admin_sends_a_test_to_each_destination_and_the_page_says_what_each_d
     box, port = smtp
     page = admin.get("/alerts/").content.decode()
     assert "Send a test" not in page  # nothing set up to test
+    assert "Alerts reach no one outside this console: no webhook or email is set." in page  # said at the top
     assert "Nothing to test" in admin.post("/alerts/test/", follow=True).content.decode()
     Destination.objects.update_or_create(pk=1, defaults={"webhook_url": f"{webhook.url}/{SECRET}", "email_to": TO})
     page = admin.get("/alerts/").content.decode()
     assert "Send a test" in page and f"through the SMTP server <code>{settings.EMAIL_HOST}:" in page
+    assert 'data-field="nowhere"' not in page
     assert "Messages carry no link to this page while <code>HEARTH_HOSTNAME</code> is unset" in page
     with override_settings(HEARTH_HOSTNAME="hearth.example.com"):
         assert 'data-field="no-console-url"' not in admin.get("/alerts/").content.decode()

@@ -275,7 +275,7 @@ def test_a_members_day_and_month_spending_shows_beside_their_budgets(admin: Clie
     measured(dep)
     Member.objects.filter(user=member).update(daily_budget_usd=Decimal("2.00"), monthly_budget_usd=Decimal("30.00"))
     before = admin.get(f"/members/{member.pk}/").text  # no request priced yet: said so, not "$0.00" (a trial)
-    assert 'data-field="spent_today">nothing priced<' in before and "$0.00" not in before
+    assert 'data-field="spent_today">nothing (no priced request)<' in before and "$0.00" not in before
     keys = [
         ApiKey.objects.create(name=f"mia {n}", prefix=f"hk-miamia{n:02d}", key_hash="x", owner=member) for n in (1, 2)
     ]
@@ -378,3 +378,13 @@ def test_a_redis_that_does_not_answer_fails_the_scrape_in_its_timeouts_not_for_e
     finally:
         pricing._client.cache_clear()
         silent.close()
+
+
+def test_the_cost_at_use_names_no_period_longer_than_the_deployment_has_been_made() -> None:
+    """A review saw "24 h $1,773.05 · 7 days $1,773.05 · 30 days $1,773.05" for a deployment 40 s old."""
+    dep = deployment("young")
+    now = datetime.now(UTC)
+    assert [u.label for u in cost.use_costs(dep, now, Decimal(3))] == ["since made"]
+    Deployment.objects.filter(pk=dep.pk).update(created_at=now - timedelta(days=3))
+    dep.refresh_from_db()
+    assert [u.label for u in cost.use_costs(dep, now, Decimal(3))] == ["last 24 h", "since made"]

@@ -26,7 +26,9 @@ def test_one_slo_is_shown_and_set_on_both_pages(admin: Client) -> None:
     assert slo_of(row) is None and check_slo(row) == (CHECK_DEFAULT, False)
     page = admin.get(capacity).text
     assert "No SLO set: checks measure goodput at TTFT ≤ 2.0 s, ITL ≤ 0.1 s." in page
-    assert 'placeholder="2.0 (default)"' in page and 'value="2.0"' not in page  # not offered as if chosen
+    assert (
+        'placeholder="2.0"' in page and "Empty: the default, 2.0 s." in page and 'value="2.0"' not in page
+    )  # not offered as if chosen
     admin.post(f"/deployments/{dep['id']}/slo/", {"ttft_seconds": "1.5", "itl_seconds": ""})
     page = admin.get(capacity).text
     assert "SLO (the deployment's, its panels' too): TTFT ≤ 1.5 s, ITL not checked." in page

@@ -74,7 +74,9 @@ def _slo_form(slo: Slo, own: bool) -> SloForm:
         return SloForm(initial={"ttft_seconds": slo.ttft_seconds, "itl_seconds": slo.itl_seconds})
     form = SloForm()
     for name in ("ttft_seconds", "itl_seconds"):
-        form.fields[name].widget.attrs["placeholder"] = f"{getattr(slo, name)} (default)"
+        field = form.fields[name]
+        field.widget.attrs["placeholder"] = f"{getattr(slo, name)}"
+        field.help_text = f"Empty: the default, {getattr(slo, name)} s."  # the placeholder alone was cut off
     return form
 
 

@@ -227,5 +227,13 @@ def use_cost(dep: Deployment, label: str, start: datetime, end: datetime, usd_pe
 
 
 def use_costs(dep: Deployment, now: datetime, usd_per_hour: Decimal | None) -> list[UseCost]:
-    """``use_cost`` over each of USE_PERIODS ending at ``now``."""
-    return [use_cost(dep, label, now - timedelta(days=days), now, usd_per_hour) for label, days in USE_PERIODS]
+    """``use_cost`` over each of USE_PERIODS ending at ``now`` that began after ``dep`` was made, and the first that
+    began before, named "since made" (a review saw "24 h, 7 days, 30 days" with one figure three times for a
+    deployment 40 s old)."""
+    out = []
+    for label, days in USE_PERIODS:
+        start = now - timedelta(days=days)
+        if start < dep.created_at:
+            return [*out, use_cost(dep, "since made", dep.created_at, now, usd_per_hour)]
+        out.append(use_cost(dep, label, start, now, usd_per_hour))
+    return out

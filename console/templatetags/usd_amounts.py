@@ -29,6 +29,6 @@ def charged(value: Decimal | float | str | None) -> str:
 
 @register.filter
 def spent(value: Decimal | float | str | None) -> str:
-    """A sum of charges as ``usd_text`` writes it; None (no request with a price in the period) → "nothing priced",
-    never "$0.00", which would say priced requests cost nothing."""
-    return "nothing priced" if value is None or value == "" else usd_text(Decimal(str(value)))
+    """A sum of charges as ``usd_text`` writes it; None (no request with a price in the period) → "nothing (no priced
+    request)", never "$0.00", which would say priced requests cost nothing."""
+    return "nothing (no priced request)" if value is None or value == "" else usd_text(Decimal(str(value)))
