@@ -151,6 +151,9 @@ def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each
     assert (rule.threshold, rule.for_minutes, rule.repeat_minutes) == (0.95, 10, 60)
     [entry] = AuditEntry.objects.filter(action="alerts.rule")
     assert entry.changes == {"threshold": [0.9, 0.95], "for_minutes": [5.0, 10.0]} and entry.actor_name == "admin"
+    page = tune(enabled="on", threshold="0.95", for_minutes="10", repeat_minutes="60")  # saved again as it is
+    assert "“KV cache nearly full”: no change." in page
+    assert AuditEntry.objects.filter(action="alerts.rule").count() == 1  # no entry of nothing changed
 
 
 def test_a_destination_change_is_audited_without_the_webhooks_secret(admin: Client) -> None:

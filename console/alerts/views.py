@@ -117,8 +117,11 @@ def tune_rule(request: HttpRequest, kind: str) -> HttpResponse:
     form = RuleForm(request.POST, instance=rule, prefix=kind)
     if form.is_valid():
         with transaction.atomic():
-            record(None, "alerts.rule", form.save(), form_changes(form))
-        messages.success(request, f"Rule “{KINDS[kind].title}” saved.")
+            if changes := form_changes(form):  # a save that changed nothing is no entry (a trial's audit noise)
+                record(None, "alerts.rule", form.save(), changes)
+        messages.success(
+            request, f"Rule “{KINDS[kind].title}” saved." if changes else f"“{KINDS[kind].title}”: no change."
+        )
         return redirect("alerts:page")
     messages.error(
         request,
@@ -146,8 +149,9 @@ def set_destination(request: HttpRequest) -> HttpResponse:
             before, after = (shown_url(url or "") or "none" for url in changes["webhook_url"])
             changes["webhook_url"] = [before, f"{after} (another path)" if after == before else after]
         with transaction.atomic():
-            record(None, "alerts.destination", form.save(), changes)
-        messages.success(request, "Alert destinations saved.")
+            if changes:
+                record(None, "alerts.destination", form.save(), changes)
+        messages.success(request, "Alert destinations saved." if changes else "Alert destinations: no change.")
         return redirect("alerts:page")
     refused = {field: [str(e) for e in errors] for field, errors in form.errors.items()}
     messages.error(request, "Not saved: " + " ".join(" ".join(errors) for errors in refused.values()))

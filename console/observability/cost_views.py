@@ -40,7 +40,10 @@ def costs(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
             return redirect("observability:costs")
     today = datetime.now(UTC).date()
-    day = _day(request.GET.get("day", ""), today)
+    asked = request.GET.get("day", "").strip()
+    day = _day(asked, today)
+    if asked and day.isoformat() != asked[:10]:  # not a day, or one to come: say which day is shown instead
+        messages.warning(request, f"{asked[:40]!r} is not a past day (YYYY-MM-DD); showing {day:%Y-%m-%d}.")
     own = own_keys(request)
     days = [
         (today - timedelta(days=n), cost.visible_to(cost.key_costs(today - timedelta(days=n)), own))
