@@ -38,7 +38,7 @@ from gateway.asgi_io import Receive, Scope, Send, send_json
 from gateway.callers import authenticate, key_and_route, model_object, offered_keys
 from gateway.connect_policy import AddressGate
 from gateway.errors import GatewayError, Surface
-from gateway.holding import Holding
+from gateway.holding import Holding, woken_plan
 from gateway.lanes import Lanes
 from gateway.ledger import Ledger
 from gateway.model_list import model_list
@@ -254,20 +254,20 @@ class Gateway:
         key, route = await self.registry.resolve(arrived, lambda s: key_and_route(s, offered, request))
         if line is not None and route.asleep and not batch_lines.may_wake():
             raise batch_lines.asleep(route.served_model_name)
-        batch_id = line.batch_id if line is not None else ""
         plan = await self.planner.plan(path, body, request, key, route, surface, kind, arrived, hops)
-        plan = replace(plan, batch_id=batch_id)
+        plan = replace(plan, batch_id=line.batch_id if line is not None else "")
         relay = Relay(plan, self.engines, self.router)
         if not route.asleep:
             await self._serve(relay, ids, receive, send)
             return
 
         async def woken() -> None:
-            """Held for the wake (gateway.holding), then planned again on the ready route, from the body as sent."""
+            """Held for the wake (gateway.holding), then planned again on the ready route, from the body as sent
+            (holding.woken_plan)."""
             ready = await self.holding.hold(relay.plan, relay.state, send)
             again = parse_body(body, path)
             planned = await self.planner.plan(path, body, again, key, ready, surface, kind, arrived, hops)
-            relay.plan = replace(planned, batch_id=batch_id, ratelimits=relay.plan.ratelimits)
+            relay.plan = woken_plan(planned, relay.plan, relay.state)
 
         await self._serve(relay, ids, receive, send, woken)
 

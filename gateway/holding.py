@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from prometheus_client import Counter, Histogram
@@ -156,6 +156,18 @@ async def _ask_for_wake(route: Route) -> str | None:
         WAKES_ASKED.labels(route.served_model_name).inc()
         log.info("wake of %s asked for: a request came for it", route.served_model_name)
     return None
+
+
+WAKE_HEADER = b"x-hearth-wake-seconds"
+
+
+def woken_plan(planned: RelayPlan, held: RelayPlan, state: RelayState) -> RelayPlan:
+    """The plan made again on the ready route once woken (``planned``), with the held one's batch id and rate-limit
+    headers, and WAKE_HEADER: how long the request was held for the wake, in seconds, where its head has not gone
+    out yet (a whole answer; a stream's goes out with the keep-alives, before the wake ends). A trial's client
+    waited 102 s for a 200 that said nothing of why."""
+    waited = (WAKE_HEADER, f"{state.wake_seconds or 0.0:.1f}".encode())
+    return replace(planned, batch_id=held.batch_id, ratelimits=held.ratelimits, headers=(*planned.headers, waited))
 
 
 def _ready(snapshot: Snapshot, name: str, retry_after: int, since: float) -> Route | None:

@@ -146,6 +146,7 @@ def test_fifty_requests_to_a_sleeping_deployment_wake_it_once_and_are_all_answer
     answers = asyncio.run(burst(gateway, key, "crowd", 50))
     assert [a.status_code for a in answers] == [200] * 50, [a.text for a in answers if a.status_code != 200][:3]
     assert all(a.json()["choices"][0]["message"]["content"] for a in answers)
+    assert all(float(a.headers["x-hearth-wake-seconds"]) > 1.0 for a in answers)  # told why the 200 came late
     assert client.get(f"/api/deployments/{dep_id}").json()["state"] == "ready"
     assert DeploymentEvent.objects.filter(deployment_id=dep_id, kind="wake").count() == 1
     assert AuditEntry.objects.filter(action="deployment.wake", target_id=str(dep_id)).count() == 1
@@ -158,6 +159,7 @@ def test_fifty_requests_to_a_sleeping_deployment_wake_it_once_and_are_all_answer
         gateway + "/v1/chat/completions", headers=headers(key), json={"model": "crowd", **CHAT}, timeout=30
     )
     assert answer.status_code == 200 and rows("crowd", 51)[-1].woke_engine is False  # awake now: not held
+    assert "x-hearth-wake-seconds" not in answer.headers
     stop(client, dep_id)
 
 

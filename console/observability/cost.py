@@ -230,7 +230,7 @@ def use_costs(dep: Deployment, now: datetime, usd_per_hour: Decimal | None) -> l
     """``use_cost`` over each of USE_PERIODS ending at ``now`` that began after ``dep`` was made, and the first that
     began before, named "since made" (a review saw "24 h, 7 days, 30 days" with one figure three times for a
     deployment 40 s old)."""
-    out = []
+    out: list[UseCost] = []
     for label, days in USE_PERIODS:
         start = now - timedelta(days=days)
         if start < dep.created_at:
