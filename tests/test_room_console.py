@@ -282,3 +282,17 @@ def test_the_form_shows_the_room_and_the_launch_button_offers_consent(admin: Cli
     Deployment.objects.filter(pk=third["id"]).update(state=S.FAILED)  # type: ignore[arg-type]
     page = admin.get(f"/deployments/{third['id']}/").content.decode()
     assert 'name="make_room"' in page
+
+
+def test_a_new_deployment_on_gpus_a_sleeping_one_holds_says_its_wake_will_need_them(admin: Client) -> None:
+    """A trial's new always-up deployment took the GPUs of one asleep, whose next wake then found no room: create
+    said nothing of it."""
+    _, b = box_of_two(admin)
+    Deployment.objects.filter(pk=b).update(state=S.ASLEEP, desired=DesiredState.ASLEEP)
+    status, third = create(admin, "c", idle_policy="stay")
+    assert status == 201, third
+    assert third["plan"]["gpu_indices"] == [4, 5, 6, 7]  # type: ignore[index]
+    assert (
+        "b is asleep on GPUs 4–7, which this plan takes: its wake needs them back and puts this deployment aside by "
+        "its idle policy (one that stays up, only with an admin's consent)."
+    ) in third["plan"]["reasons"]  # type: ignore[operator]

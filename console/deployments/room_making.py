@@ -24,7 +24,7 @@ from console.deployments.models import Deployment, DeploymentEvent, DeploymentSt
 from console.deployments.planning import plan_for
 from console.errors import ConsoleError
 from engines.gpus import Inventory
-from engines.room import Box, Holder, Need, Room, Verdict, awake_bytes_per_gpu, gib, make_room
+from engines.room import Box, Holder, Need, Room, Verdict, awake_bytes_per_gpu, gib, gpus_words, make_room
 from engines.stored_plan import StoredPlan
 
 S = DeploymentState
@@ -206,7 +206,7 @@ def new_plan(name: str, model: ModelSource, engine: str, options: Mapping[str, A
     except ConsoleError as exc:
         plan, error = None, str(exc)  # every GPU is held: the whole box says whether room would help
     if plan is not None and (plan.fits or plan.gpu is None):
-        return NewPlan(plan)
+        return NewPlan(_sleepers_noted(plan))
     everyone = dict.fromkeys(Deployment.objects.values_list("pk", flat=True), "stop")
     whole = plan_for(model, engine, **options, aside=everyone)
     if not whole.fits:
@@ -217,9 +217,23 @@ def new_plan(name: str, model: ModelSource, engine: str, options: Mapping[str, A
     room = room_for(Asked(name, whole), consent=consent)
     if room.verdict == Verdict.MAKE:
         made = plan_for(model, engine, **options, aside=aside_of(room))
-        return NewPlan(made.noted(f"At launch: {room.words()}", first=True), room)
+        return NewPlan(_sleepers_noted(made.noted(f"At launch: {room.words()}", first=True)), room)
     if room.verdict == Verdict.WAIT:
         return NewPlan(whole.noted(f"At launch: {room.words()}", first=True), room)
     consent_words = " Create it with Make room (API: make_room) to put them aside and launch it."
     hint = consent_words if room.verdict == Verdict.ASK else ""
     return NewPlan(plan or whole, room, f"{why} {room.words()}{hint}")
+
+
+def _sleepers_noted(plan: StoredPlan) -> StoredPlan:
+    """``plan`` with a reason naming each deployment asleep on GPUs it takes: that one wakes in place, so its wake
+    will need them back (a trial's new always-up deployment stranded a sleeping one, nothing said at create)."""
+    taken = set(plan.gpu_indices)
+    for hold in gpu_holds.holds():
+        if hold.asleep and (shared := taken & set(hold.gpus)):
+            plan = plan.noted(
+                f"{hold.dep.name} is asleep on {gpus_words(sorted(shared))}, which this plan takes: its wake needs "
+                "them back and puts this deployment aside by its idle policy (one that stays up, only with an "
+                "admin's consent)."
+            )
+    return plan
