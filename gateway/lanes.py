@@ -8,7 +8,8 @@ instead of piling onto the engine, and go on as it drains.
   seconds while the deployment has traffic in this process, one reading shared by all its requests): KV-cache use
   over HEARTH_LANE_KV_THRESHOLD (0.9 by default; the mean over replicas), or requests waiting in the engines (plus
   those this process sent on since the reading, less those it saw end since), or, once a capacity is known, the
-  engines' requests (running plus waiting, with the same correction) at that capacity less a headroom kept for
+  engines' requests (running plus waiting, with the same correction, and never fewer than this process has sent on
+  and not seen end: a reading may be older than they are) at that capacity less a headroom kept for
   interactive requests (1/HEADROOM_SHARE of it, and at least one request from a capacity of two: an interactive
   request sent into an engine's queue waits behind everything in it, a trial's 20–44 s behind batch work). A
   replica's capacity is its ``max_num_seqs`` where Hearth launched it with one (``Route.max_num_seqs``), lowered to
@@ -216,7 +217,10 @@ class Lane:
             return True
         if r.capacity is None:  # slow start: at most as many again as the engines have, until the next reading
             return sent_on >= max(SLOW_START, r.running)
-        return r.running + r.waiting + sent_on >= r.capacity - headroom(r.capacity)
+        # this process's own requests sent on are in the engine whatever a reading taken before they reached its
+        # metrics says (a trial's first burst filled all 4 places with batch work, none kept for interactive)
+        occupied = max(r.running + r.waiting + sent_on, self.in_flight)
+        return occupied >= r.capacity - headroom(r.capacity)
 
     def must_wait(self, priority: str) -> bool:
         if priority == INTERACTIVE:

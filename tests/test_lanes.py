@@ -176,12 +176,16 @@ def test_an_engine_launched_with_max_num_seqs_is_never_filled_past_it_less_one_k
     reading had taught it a capacity, and interactive requests waited 20-44 s in the engine's queue behind them."""
 
     class Engine(Readings):
-        """An engine of max_num_seqs 4 running what the lane sent on."""
+        """An engine of max_num_seqs 4 running what the lane sent on, its metrics a reading late: the first reading
+        sees none of the first request (it has not reached the engine's metrics yet)."""
 
         async def read(self, upstreams: tuple[Upstream, ...]) -> dict[int, Load]:
             self.reads += 1
-            sent = gate._lanes[DEP].in_flight
+            sent = self.seen
+            self.seen = gate._lanes[DEP].in_flight
             return {5: Load(running=min(sent, 4), waiting=max(sent - 4, 0), kv_usage=0.2)}
+
+        seen = 0
 
     async def test() -> None:
         nonlocal gate
