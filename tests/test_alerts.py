@@ -99,7 +99,8 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
         assert body["alert"]["kind"] == "budget" and body["alert"]["subject"] == f"key {key.prefix} (ci) today at 80 %"
         name = socket.gethostname()  # no HEARTH_HOSTNAME: the machine's name says which box sent it
         assert body["appliance"] == name and body["text"] == (
-            f"[Hearth {name}] FIRING: Budget spent: key {key.prefix} (ci) spent $0.8500 today: 85 % of its $1.00 budget"
+            f"[Hearth {name}] FIRING: Budget spent: key {key.prefix} (ci) spent $0.8500 today: 85 % of its $1.00 "
+            "budget, at or over 80 %"
         )
         [mail] = box.messages  # its subject what it is about, not the whole message (a trial's held a traceback)
         assert mail["To"] == "ops@example.com"

@@ -12,7 +12,7 @@ from console.access.models import ApiKey, Member
 pytestmark = pytest.mark.django_db
 JSON = "application/json"
 SAID = (
-    "daily_budget_usd (5.00 USD) is more than monthly_budget_usd (2.00 USD), which would stop spending first: lower "
+    "daily_budget_usd is 5.00 USD, more than the monthly budget of 2.00 USD, which would stop spending first: lower "
     "the daily budget or raise the monthly one."
 )
 
@@ -34,4 +34,4 @@ def test_a_daily_budget_over_the_monthly_one_is_refused(admin: Client, member: A
         f"/members/{member.pk}/",
         {"role": "member", "is_active": "on", "daily_budget_usd": "5", "monthly_budget_usd": "2"},
     ).content.decode()
-    assert "lower the daily budget or raise the monthly one." in page
+    assert "Daily budget (USD) is 5.00 USD, more than the monthly budget of 2.00 USD" in page  # the form's label

@@ -48,7 +48,12 @@ def test_a_key_for_someone_else_is_refused_to_members_and_for_whom_holds_none(ad
     Member.objects.create(user=viewer, role="viewer")
     gone = User.objects.create_user("gus", "", MEMBER_PASSWORD, is_active=False)
     Member.objects.create(user=gone, role="member")
-    assert "No one here is named 'nobody'" in post(admin, {"name": "x", "owner": "nobody"}).json()["detail"]
+    assert (
+        "No one here is named 'nobody'; owner takes a username"
+        in post(admin, {"name": "x", "owner": "nobody"}).json()["detail"]
+    )
+    said = post(admin, {"name": "x", "owner": "MIA"}).json()["detail"]
+    assert said == "No one here is named 'MIA'; did you mean 'mia'? Usernames are case-sensitive."
     for name in ("vic", "gus"):
         refused = post(admin, {"name": "x", "owner": name})
         assert refused.status_code == 400 and f"{name} may hold no key" in refused.json()["detail"]

@@ -122,9 +122,16 @@ def list_keys(request: HttpRequest) -> list[ApiKey]:
 def create_key(request: HttpRequest, data: KeyIn) -> Status[dict[str, object]]:
     owner = None
     if data.owner is not None:
-        owner = get_user_model().objects.filter(username=data.owner).first()
+        people = get_user_model().objects
+        owner = people.filter(username=data.owner).first()
         if owner is None:
-            raise ConsoleError(f"No one here is named {data.owner!r}; owner takes a username (GET /api/members).")
+            near = people.filter(username__iexact=data.owner).first()
+            said = (
+                f"did you mean {near.get_username()!r}? Usernames are case-sensitive."
+                if near
+                else "owner takes a username (GET /api/members)."
+            )
+            raise ConsoleError(f"No one here is named {data.owner!r}; {said}")
     row, key = keys.create_key(data.name, request.user, owner=owner, **data.dict(exclude={"name", "owner"}))
     return Status(201, {"id": row.pk, "name": row.name, "prefix": row.prefix, "key": key})
 

@@ -83,7 +83,7 @@ def budgets_in_order(daily: Decimal | None, monthly: Decimal | None) -> None:
     first, so one of them is a slip (a trial saved daily 5, monthly 2 without a word)."""
     if daily is not None and monthly is not None and daily > monthly:
         raise LimitError(
-            f"daily_budget_usd ({daily} USD) is more than monthly_budget_usd ({monthly} USD), which would stop "
+            f"daily_budget_usd is {daily} USD, more than the monthly budget of {monthly} USD, which would stop "
             "spending first: lower the daily budget or raise the monthly one.",
             "daily_budget_usd",
         )

@@ -237,7 +237,8 @@ def budget(rule: AlertRule, now: float) -> Holding:
             for level in sorted({rule.threshold, 100.0}):
                 if share >= Decimal(str(level)):
                     out[f"{who} {period} at {level:g} %"] = (
-                        f"{who} spent ${spent:.4f} {period}: {share:.0f} % of its ${limit} budget"
+                        f"{who} spent ${spent:.4f} {period}: {share:.0f} % of its ${limit} budget, at or over "
+                        f"{level:g} %"
                     )
             refused = RequestLog.objects.filter(
                 theirs,
