@@ -1,11 +1,13 @@
 """One rule for a level-1 sleep whose copy of the weights the host RAM cannot hold now, on every path that puts a
 deployment to sleep: the room stops it instead (tests/test_room.py), the idle policy stops it instead, and an admin's
 Sleep is refused with why (a trial's 70B on a 23 GiB host slept at level 1 by its idle policy and by an admin's
-Sleep, though its page said it would be stopped instead)."""
+Sleep, though its page said it would be stopped instead). A simulated box judges nothing here: its engines copy
+nothing to this host (tests/test_sleep_live.py sleeps a simulated 8B at level 1 on a 24 GiB test machine)."""
 
 import secrets
 from collections.abc import Iterator
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +25,8 @@ RAM = 64 * 1024**3
 @pytest.fixture(autouse=True)
 def own_instance(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(room_making, "host_available_bytes", lambda: RAM)  # the host's MemAvailable, as read
+    real = SimpleNamespace(simulated=False)  # real GPUs: a level-1 copy lands in this host's RAM
+    monkeypatch.setattr(room_making, "current_inventory", lambda: real)
     with override_settings(HEARTH_INSTANCE=f"level-one-{secrets.token_hex(4)}"):
         yield
 
@@ -83,3 +87,11 @@ def test_an_admins_sleep_is_refused_with_why(admin: Client) -> None:
     )
     dep.refresh_from_db()
     assert dep.state == DeploymentState.READY
+
+
+def test_a_simulated_box_sleeps_at_level_one_whatever_this_hosts_ram(admin: Client, monkeypatch: Any) -> None:
+    monkeypatch.setattr(room_making, "current_inventory", lambda: SimpleNamespace(simulated=True))
+    said = claims(monkeypatch)
+    idle(admin, 131 * 1024**3)
+    idling.apply_idle_policies()
+    assert [what for what, _ in said] == ["sleep"]

@@ -101,15 +101,18 @@ def _copy_bytes(dep: Deployment) -> int:
 def level_one_over_host(dep: Deployment) -> str:
     """Why ``dep``'s sleep at level 1 cannot be taken now, as engines.room says it when it makes room: its weights'
     copy is more than the host RAM free ("a level-1 sleep would copy 131.4 GiB of weights to host RAM, 20.9 GiB is
-    free"); "" at level 2 or for a copy that fits. The idle policy stops such a deployment instead and an admin's
-    Sleep is refused (a trial's 70B went to sleep at level 1 on a 23 GiB host)."""
+    free"); "" at level 2, for a copy that fits, or on a simulated box (its engines copy nothing to this host, and a
+    test run's RAM is not the simulated box's). The idle policy stops such a deployment instead and an admin's
+    Sleep is refused (a trial's 70B went to sleep at level 1 on a 23 GiB host: on real GPUs, the kernel's OOM
+    killer's work)."""
     if dep.sleep_level != 1:
         return ""
     try:
-        simulated = current_inventory().simulated
+        if current_inventory().simulated:
+            return ""
     except InventoryError:
-        simulated = False
-    copy, free = _copy_bytes(dep), _host_free(simulated, gpu_holds.holds(dep.pk))
+        pass
+    copy, free = _copy_bytes(dep), _host_free(False, gpu_holds.holds(dep.pk))
     if copy <= free:
         return ""
     return f"a level-1 sleep would copy {gib(copy)} of weights to host RAM, {gib(free)} is free"
