@@ -35,7 +35,7 @@ from django.conf import settings
 from prometheus_client import Counter, Histogram
 
 from console.deployments import wakeups
-from console.deployments.room_actions import ADMIN_MUST_ACT, NOT_WOKEN
+from console.deployments.wakeups import ADMIN_MUST_ACT, NOT_WOKEN
 from gateway import errors
 from gateway.asgi_io import Send
 from gateway.errors import COMING_STATES

@@ -15,7 +15,7 @@ import pytest
 from django.test import override_settings
 from prometheus_client import REGISTRY
 
-from console.deployments.room_actions import ADMIN_MUST_ACT
+from console.deployments.wakeups import ADMIN_MUST_ACT
 from gateway import errors, holding, stream_errors
 from gateway.answers import for_request
 from gateway.errors import GatewayError, Surface

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from console.audit.models import AuditEntry
 from console.catalog.models import ModelSource
-from console.deployments import activity, room_actions
+from console.deployments import activity, room_actions, wakeups
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.deployments.room_making import Asked, room_for
 from engines.room import Verdict
@@ -220,7 +220,7 @@ def test_a_wake_puts_aside_a_stay_policy_only_with_the_admins_consent(admin: Cli
         room_actions.wake(a, "Woken by an admin.")
         refused = Deployment.objects.get(pk=a).state_reason
         assert refused.startswith("Not woken: To fit a") and "only an admin's consent puts it aside" in refused
-        assert refused.endswith(room_actions.ADMIN_MUST_ACT)  # the gateway tells clients not to retry
+        assert refused.endswith(wakeups.ADMIN_MUST_ACT)  # the gateway tells clients not to retry
         assert Deployment.objects.get(name="c").state == S.READY
         room_actions.wake(a, "Woken by an admin.", consent=True)
     stopping = Deployment.objects.get(name="c")

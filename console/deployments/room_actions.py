@@ -29,15 +29,12 @@ from console.audit.recording import record
 from console.deployments import changes, idle_actions, launching, sleeping, wakeups
 from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState
 from console.deployments.room_making import Asked, aside_of, fits_now, room_for
+from console.deployments.wakeups import ADMIN_MUST_ACT, NOT_WOKEN
 from console.errors import ConsoleError
 from engines.room import GIB, Action, Room, Verdict
 
 log = logging.getLogger(__name__)
 S = DeploymentState
-NOT_WOKEN = "Not woken: "  # a failed wake's reason when no room was made (it stays as it was)
-# said last in a room's refusal that waiting will not end (it needs an admin's consent, or nothing can be put aside):
-# the gateway tells clients not to retry (gateway.holding)
-ADMIN_MUST_ACT = " Only an admin can make this room."
 POLL_EVERY = 0.5  # seconds between looks while room is being made
 LOCK_SECONDS = 30  # a decision holds the lock at most this long (a worker that dies lets it lapse)
 

@@ -13,6 +13,10 @@ from django.conf import settings
 from appliance.redis_keys import redis_key
 from console.deployments import dispatch
 
+NOT_WOKEN = "Not woken: "  # a failed wake's reason when no room was made (console.deployments.room_actions)
+# said last in a room's refusal that waiting will not end (it needs an admin's consent, or nothing can be put aside):
+# the gateway tells clients not to retry (gateway.holding)
+ADMIN_MUST_ACT = " Only an admin can make this room."
 LAPSE_MARGIN = 60  # seconds past HEARTH_WAKE_TIMEOUT an ask outlives a worker that died mid-wake
 REDIS_TIMEOUT = 1.0  # seconds to connect or answer
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState
-from console.deployments.room_actions import NOT_WOKEN
+from console.deployments.wakeups import NOT_WOKEN
 from engines.room import duration_words
 
 S = DeploymentState
