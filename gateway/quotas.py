@@ -239,13 +239,20 @@ class SlotsTaken(Refused):
 
 
 def refusal(
-    index: int, limit: int, used: int, wanted: int, now: float, counted: tuple[int, int, int] = (0, 0, 0)
+    index: int,
+    limit: int,
+    used: int,
+    wanted: int,
+    now: float,
+    counted: tuple[int, int, int] = (0, 0, 0),
+    prompt_cost: int = 0,
 ) -> GatewayError:
     """The refusal of counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: a Refused
     429, or a 400 when the request alone is over it. ``used`` is already counted or reserved, ``wanted`` what the
-    request would add (USD counters in nano-USD), ``counted`` the Refused's."""
+    request would add (USD counters in nano-USD), ``counted`` the Refused's, ``prompt_cost`` what the prompt alone
+    of ``wanted`` costs (nano-USD; a budget's words)."""
     if index >= len(LIMITS):
-        return _over_budget(index - len(LIMITS), limit, used, wanted, now, counted)
+        return _over_budget(index - len(LIMITS), limit, used, (wanted, prompt_cost), now, counted)
     what, window = LIMITS[index]
     if what.startswith("tokens") and used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         return GatewayError(
@@ -291,20 +298,22 @@ def _at(now: float, retry: int) -> str:
 
 
 def _over_budget(
-    index: int, limit: int, used: int, wanted: int, now: float, counted: tuple[int, int, int]
+    index: int, limit: int, used: int, costs: tuple[int, int], now: float, counted: tuple[int, int, int]
 ) -> GatewayError:
-    """OpenAI's type and code for a spent quota are ``insufficient_quota`` (its "Error codes" guide)."""
-    what, window = BUDGETS[index]
+    """``costs``: what the request may cost and its prompt alone, nano-USD. OpenAI's type and code for a spent quota
+    are ``insufficient_quota`` (its "Error codes" guide)."""
+    (what, window), (wanted, prompt_cost) = BUDGETS[index], costs
     budget, retry = f"{what} of {usd_text(limit)}", seconds_to_turn(window, now)
     if used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
         return GatewayError(400, message, code="exceeds_key_budget")
-    state = (
-        "is spent"
-        if used >= limit
-        else f"has {usd_text(limit - used)} left, less than this request may cost (up to {usd_text(wanted)}: its "
-        "prompt and output limit); ask for fewer output tokens (max_tokens) to pass now"
-    )
+    left = f"has {usd_text(limit - used)} left, less than this request may cost (up to {usd_text(wanted)}: its prompt"
+    if used >= limit:
+        state = "is spent"
+    elif prompt_cost > limit - used:  # no output limit passes: a trial was told to lower max_tokens, already 1
+        state = f"{left} alone may cost {usd_text(prompt_cost)}); send a shorter prompt to pass now"
+    else:
+        state = f"{left} and output limit); ask for fewer output tokens (max_tokens) to pass now"
     message = f"{budget[0].upper()}{budget[1:]} {state}; it renews in {retry:,} s{_at(now, retry)}."
     headers = _no_retry_past_a_minute(retry)
     return Refused(

@@ -76,7 +76,8 @@ TTL = {"minute": 120, "day": DAY_TTL, "month": MONTH_TTL}  # seconds each window
 #       (gateway.prices.price_factor; '' or absent 1): the price is read times it, and returned so; 21 the prompt's
 #       part of the tokens (absent 0), priced at the input price where the price is "input,output".
 # Returns {0, cost reserved (nano-USD), price ('' none), requests this minute, tokens this minute, tokens today (the
-# last three with this request's)} or {index of the full counter (1-8), used, wanted}.
+# last three with this request's)} or {index of the full counter (1-8), used, wanted, the same three counters without
+# this request, what its prompt alone costs (nano-USD; 0 without a price)}.
 # What ``tokens`` cost in USD at ``price`` (a number, or "input,output" where the ``prompt`` tokens among them cost the
 # first and the rest the second, console.observability.pricing); ADMIT rounds it up, ``settle`` to the nearest.
 PRICED_FUNCTION = """
@@ -106,7 +107,9 @@ for i = 1, 8 do
     if used + adds[i] > tonumber(limit) then
       local c = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
       local rpm, tpm, tpd = tonumber(c[1] or '0'), tonumber(c[2] or '0'), tonumber(c[3] or '0')
-      return {i, used, string.format('%d', adds[i]), rpm, tpm, tpd}
+      local prompt, prompt_cost = tonumber(ARGV[21] or '0'), 0
+      if price then prompt_cost = math.ceil(priced(price, prompt, prompt) * 1e9) end
+      return {i, used, string.format('%d', adds[i]), rpm, tpm, tpd, string.format('%d', prompt_cost)}
     end
   end
 end
@@ -315,7 +318,8 @@ class Reservations:
         index, first, second = int(answer[0]), answer[1], answer[2]
         counted = (int(answer[3]), int(answer[4]), int(answer[5]))
         if index:
-            raise quotas.refusal(index - 1, int(limits[index - 1] or 0), int(first), int(second), now, counted)
+            limit, prompt_cost = int(limits[index - 1] or 0), int(answer[6])
+            raise quotas.refusal(index - 1, limit, int(first), int(second), now, counted, prompt_cost)
         price = second.decode() if isinstance(second, bytes) else str(second)
         return Reservation(keys, rid, tokens, int(first), price, owned, counted)
 
