@@ -121,9 +121,11 @@ def test_an_admins_keys_have_no_ceilings(admin_user: Any) -> None:
 def test_a_key_limit_change_keeps_within_the_ceiling_and_a_budget_is_in_cents(mia: Client, member: Any) -> None:
     Member.objects.filter(user=member).update(daily_budget_usd=Decimal("3"))
     created = mia.post("/api/keys", {"name": "k", "daily_budget_usd": "1.5"}, content_type="application/json").json()
+    finer = mia.patch(f"/api/keys/{created['id']}", {"daily_budget_usd": "2.999"}, content_type="application/json")
+    assert finer.status_code == 400 and "2.999 USD would be 3.00" in finer.json()["detail"]  # not rounded unsaid
     patched = mia.patch(
         f"/api/keys/{created['id']}",
-        {"daily_budget_usd": "2.999", "max_tokens_cap": 64},
+        {"daily_budget_usd": "3.00", "max_tokens_cap": 64},
         content_type="application/json",
     )
     assert patched.status_code == 200, patched.content

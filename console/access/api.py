@@ -14,7 +14,7 @@ from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool
 
 from console.access import keys, members
-from console.access.key_activity import with_activity
+from console.access.key_activity import budget_words, with_activity
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
 from console.api_bodies import Body, Integer
@@ -92,11 +92,17 @@ class KeyRow(Schema):
     revoked: bool
     requests_today: int
     tokens_today: int
-    cost_today: Decimal | None  # USD charged (gateway.reservations); None: no request was priced
+    cost_today: float | None  # USD charged (gateway.reservations), a number as GET /api/usage's; None: none priced
     requests_month: int
     tokens_month: int
-    cost_month: Decimal | None
-    budget_refusal: str | None  # the latest refusal for a budget within 10 min today, as the 429 said it; None: none
+    cost_month: float | None
+    budget_refusal: str | None  # the latest refusal for a budget within 10 min today, without its countdown; None
+
+    @staticmethod
+    def resolve_budget_refusal(obj: ApiKey) -> str | None:
+        """The 429's words with when the budget renews as a UTC time, not its countdown, which is stale once logged
+        (a trial read "renews in 2,130,935 s" ten minutes on)."""
+        return budget_words(getattr(obj, "budget_refusal", None)) or None
 
     @staticmethod
     def resolve_owner(obj: ApiKey) -> str | None:
@@ -202,8 +208,10 @@ class MemberOut(Schema):
 
     @staticmethod
     def resolve_limits(obj: Any) -> dict[str, Any]:
+        """Their limits; budgets as a key's are given, USD strings to the cent ("25.00")."""
         member = Member.objects.filter(user=obj).first()
-        return {name: getattr(member, name) if member else None for name in members.MEMBER_LIMITS}
+        limits = {name: getattr(member, name) if member else None for name in members.MEMBER_LIMITS}
+        return {name: str(v) if isinstance(v, Decimal) else v for name, v in limits.items()}
 
 
 @router.get("/members", response=list[MemberOut])

@@ -73,6 +73,11 @@ def budget_words(message: str | None) -> str:
     return f"{message[: found.start()]}; it renews {when}"
 
 
+def with_budget_refusal(keys: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
+    """``keys`` annotated with ``budget_refusal`` alone (module docstring; None: none), for a status beside others'."""
+    return keys.annotate(budget_refusal=_budget_refusal())
+
+
 def with_activity(keys: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
     """``keys`` annotated with ``requests_today``, ``refused_today`` and ``failed_today`` (of those, REFUSED and
     FAILED), ``tokens_today``, ``cost_today`` (USD, None: no price), the same for the month (``requests_month``,

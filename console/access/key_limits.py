@@ -107,11 +107,15 @@ def expiry_moment(value: object) -> datetime:
 
 
 def budget(value: object, name: str) -> Decimal:
-    """A USD amount from 0.01 to 9,999,999,999.99, rounded to cents. Raises LimitError about ``name`` otherwise."""
+    """A USD amount from 0.01 to 9,999,999,999.99, to the cent. Raises LimitError about ``name`` otherwise, and for
+    an amount finer than a cent (a trial's 0.0157 was kept as 0.02, a budget 27 % over what was asked)."""
     try:
-        amount = Decimal(str(value)).quantize(Decimal("0.01"))
+        given = Decimal(str(value))
+        amount = given.quantize(Decimal("0.01"))
     except (InvalidOperation, ValueError):
         raise LimitError(f"{name} must be an amount in USD, e.g. 25 or 12.50.", name) from None
+    if amount != given and BUDGET_MIN <= amount <= BUDGET_MAX:
+        raise LimitError(f"{name} is kept to the cent: {given} USD would be {amount}; give it with 2 decimals.", name)
     if not BUDGET_MIN <= amount <= BUDGET_MAX:
         raise LimitError(f"{name} must be from {BUDGET_MIN} to {BUDGET_MAX:,} USD (or empty for no budget).", name)
     return amount

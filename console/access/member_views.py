@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access import members
-from console.access.key_activity import spent_by
+from console.access.key_activity import spent_by, with_budget_refusal
 from console.access.member_forms import MemberAddForm, MemberForm, MemberPasswordForm
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
@@ -60,7 +60,9 @@ def member_page(request: HttpRequest, pk: int, password_form: MemberPasswordForm
                     "no new one can be made until enough are revoked (below).",
                 )
             return redirect("access:member", user.pk)
-    keys = ApiKey.objects.filter(owner=user).order_by(F("revoked_at").desc(nulls_first=True), "-created_at")
+    keys = with_budget_refusal(ApiKey.objects.filter(owner=user).select_related("owner__member")).order_by(
+        F("revoked_at").desc(nulls_first=True), "-created_at"
+    )
     context = {
         "person": user,
         "person_role": role_of(user),
