@@ -201,6 +201,8 @@ def test_a_cancelled_batch_counts_the_lines_it_never_ran(client: Client, world: 
     assert [p.not_run for p in progress([cut, world["done"]], timezone.now())] == [31, 0]
     page = signed_in(client, "mia").get("/batch-jobs/").content.decode()
     assert '9 done</span> · <span>0 failed</span> · <span data-field="not-run">31 not run (cancelled)</span>' in page
+    page = client.get(f"/batch-jobs/{cut.public_id}/").content.decode()  # a trial read it as still running
+    assert "None: no line it ran failed." in page and "so far" not in page and "Expires" not in page
 
 
 def test_cost_so_far_is_the_request_logs_charge_of_the_batchs_lines(client: Client, world: dict[str, Any]) -> None:
