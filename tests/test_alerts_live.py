@@ -181,6 +181,26 @@ def test_a_stopped_beat_fires_monitoring_stale_once_and_resolves_when_beat_runs_
     assert news(webhook, "monitoring_stale")[0][1] == "celery beat"
 
 
+def test_a_killed_upkeep_worker_is_told_by_the_long_task_worker_and_resolves_when_it_runs_again(
+    celery: Celery, webhook: Webhook
+) -> None:
+    """A trial's kill -9 of the upkeep worker, which runs every evaluation, went unreported for minutes: the long-task
+    worker evaluates in its own queue meanwhile and sends the news from there (nothing is evaluated here)."""
+    celery.start_worker()
+    celery.start_beat()
+    running = celery_heartbeats.read
+    until(lambda: not running().beat_stopped() and not running().worker_stopped(), 60, lambda: None)
+    only("monitoring_stale", webhook, for_minutes=0, repeat_minutes=60)
+    assert news(webhook, "monitoring_stale") == [] and celery.worker is not None
+    celery.worker.upkeep.crash()  # told once it is silent past its limit and the long one has run UPKEEP_GRACE
+    until(lambda: bool(news(webhook, "monitoring_stale")), 90, lambda: None, celery.worker)
+    fired = webhook.bodies()[0]["alert"]
+    assert (fired["subject"], fired["message"][:33]) == ("celery worker", "The upkeep worker is not running ")
+    celery.worker.upkeep.restart()
+    until(lambda: len(news(webhook, "monitoring_stale")) >= 2, 60, lambda: None, celery.worker)
+    fired_then_resolved(webhook, "monitoring_stale")
+
+
 def test_a_budget_crossed_by_real_requests_fires_once_and_resolves_when_the_budget_is_raised(
     served: Served, webhook: Webhook
 ) -> None:

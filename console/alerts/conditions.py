@@ -86,16 +86,24 @@ def _exit(r: Replica) -> str:
 
 
 def monitoring_stale(rule: AlertRule, now: float) -> Holding:
-    """Beat not running (appliance.celery_heartbeats), else ready replicas without a good scrape for ``threshold``
+    """Beat or the upkeep worker not running (appliance.celery_heartbeats; the long-task worker evaluates while the
+    upkeep one is stopped: console.alerts.tasks), else ready replicas without a good scrape for ``threshold``
     scrape intervals: since their last good one, or since they or their deployment last became ready (a wake:
     nothing is scraped while a deployment sleeps, and its first scrape after the wake comes within an interval)."""
     liveness = celery_heartbeats.read()
     if liveness.unreadable:
         return {"celery beat": f"Cannot tell whether Celery beat runs: {liveness.unreadable}"}
+    out: Holding = {}
     if stopped := liveness.beat_stopped():
-        return {"celery beat": f"{stopped}: nothing is scraped, reconciled or checked"}
+        out["celery beat"] = f"{stopped}: nothing is scraped, reconciled or checked"
+    if stopped := liveness.worker_stopped():  # a trial's kill -9 of the upkeep worker went unreported for minutes
+        out["celery worker"] = (
+            f"The upkeep worker is not running ({stopped}): nothing is scraped or reconciled, no crashed engine is "
+            "restarted, and alerts come from the long-task worker"
+        )
+    if out:  # nothing is scraped: a replica's scrapes say nothing more
+        return out
     limit = rule.threshold * settings.HEARTH_SCRAPE_INTERVAL
-    out = {}
     replicas = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
     for r in replicas.select_related("deployment"):
         health = ScrapeHealth.objects.filter(replica=r).first()
