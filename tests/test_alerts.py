@@ -122,6 +122,8 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
             f"key {key.prefix} (ci) spent $1.2000"
         )
         assert len(box.messages) == 1 + 1 + 1 + 2
+        ended = str(box.messages[-1].get_payload())
+        assert "\r\nSince: " in ended and " (held from then)\r\nResolved: " in ended and "Resolved: " not in str(mail)
     assert Alert.objects.filter(resolved_at=None).count() == 0
 
 

@@ -164,12 +164,9 @@ def _deliver(channel: Channel, payload: dict[str, object], destination: Destinat
         raise ValueError("no email address is set any more")
     alert = payload["alert"]
     assert isinstance(alert, dict)
-    lines = [
-        str(payload["text"]),
-        "",
-        f"About: {alert['subject']}",
-        f"Since: {alert['since']}",
-    ]
+    lines = [str(payload["text"]), "", f"About: {alert['subject']}", f"Since: {alert['since']} (held from then)"]
+    if alert.get("resolved_at"):  # a trial's RESOLVED email said when it began and not when it ended
+        lines.append(f"Resolved: {alert['resolved_at']}")
     if payload["console_url"]:
         lines.append(f"Console: {payload['console_url']}")
     head = "TEST" if payload["event"] == "test" else f"{WORDS[Event(str(payload['event']))]}: {alert['title']}"
