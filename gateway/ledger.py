@@ -312,7 +312,7 @@ class Ledger:
         now, changed = time.time(), []
         for ticket in self.open.values():
             state = ticket.state
-            said = (state.token_chunks, state.status)
+            said = (state.live_token_chunks() if state.live_token_chunks else state.token_chunks, state.status)
             if ticket.noted and said != ticket.said:
                 ticket.said = said
                 progress = {"chunks": said[0], "status": said[1], "ttft": state.ttft_seconds, "updated": now}

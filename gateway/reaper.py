@@ -34,8 +34,8 @@ from gateway.reservations import counter_keys, settlement
 log = logging.getLogger(__name__)
 PROCESS_GONE = (
     "The Hearth web process relaying this request stopped (killed or crashed) before the request ended; "
-    "the client's connection closed without an error. Recorded from its last note: the output tokens "
-    "counted then, the prompt's not known."
+    "its client's connection was cut with no error message sent (clients report a connection error). Recorded "
+    "from its last note, at most a few seconds old: the output tokens counted then, the prompt's not known."
 )
 
 

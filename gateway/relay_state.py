@@ -1,6 +1,7 @@
 """What changes while one request is relayed (gateway.relay), read by the accounting of its end (gateway.ledger,
 gateway.app) and by the modules that act on it meanwhile (gateway.holding, gateway.lanes)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,9 @@ class RelayState:
     at_boundary: bool = True  # the bytes sent so far end between two events: a keep-alive may go now
     ttft_seconds: float | None = None  # from the request's arrival until its first generated token went out
     token_chunks: int = 0  # events that carried generated tokens (gateway.sse.StreamWatcher)
+    # while gateway.fast_forward relays the stream: token_chunks with the events it relayed so far (the notes of
+    # gateway.ledger read it, so a process killed meanwhile is recorded with them); None otherwise
+    live_token_chunks: Callable[[], int] | None = None
     usage: dict[str, Any] = field(default_factory=dict)  # the engine's usage object; {} when it sent none
     finish_reason: str | None = None
     truncated: bool = False  # the stream ended without its terminal event

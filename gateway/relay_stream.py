@@ -186,6 +186,7 @@ class StreamedAnswer:
         if handover is None:
             return
         self.handover, self.handovers = handover, self.handovers + 1
+        self.state.live_token_chunks = lambda: self.watcher.token_chunks + handover.seen().events
         transport.pause_reading()  # the client's, for the handover (uvicorn had not paused it)
         self.answer.hand_over(handover)
 
@@ -193,7 +194,7 @@ class StreamedAnswer:
         """The stream given back by the C (gateway.fast_forward.Back): what it relayed counted, what it did not
         send written, both sides read here again; the engine's bytes it did not relay read as they would have been,
         unless the stream is over (``stop`` took it back)."""
-        self.handover = None
+        self.handover, self.state.live_token_chunks = None, None
         watcher, state = self.watcher, self.state
         watcher.token_chunks += back.events
         state.token_chunks = watcher.token_chunks

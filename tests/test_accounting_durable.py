@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.reaper import PROCESS_GONE
 from tests.gatewayworld import RedisServer
 from tests.ledgerworld import (
     Engine,
@@ -27,6 +28,7 @@ from tests.ledgerworld import (
 )
 
 pytestmark = [pytest.mark.process, pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
+KEEPALIVE = {"HEARTH_SSE_KEEPALIVE": "15"}  # appliance.settings' default
 
 
 @pytest.fixture
@@ -119,6 +121,42 @@ def test_a_relay_killed_during_16_open_streams_leaves_16_rows_each_cut_with_the_
     finally:
         world.web.stop()
     assert all(f"Child process [{pid}] died" in world.web.output() for pid in killed)
+
+
+def test_a_relay_killed_mid_stream_records_the_chunks_the_c_relayed_by_its_last_note(
+    live_env: dict[str, str], tmp_path: Path, admin_user: object, engine: Engine, own_redis: RedisServer
+) -> None:
+    """A trial killed a relay 4.6 s into a steady stream: its row said 2 tokens, its note's count from before the
+    stream went to gateway.fast_forward, which a steady stream never leaves. Rows now hold the count of a note at
+    most a few seconds old (that notes read the C's count: tests/test_gateway_ledger.py), and say the client's
+    connection was cut."""
+    # the default keep-alive (the suite's 1 s would note the C's count at each keep-alive check)
+    world = open_world(live_env, tmp_path, admin_user, engine, own_redis.url, HEARTH_WEB_WORKERS="2", **KEEPALIVE)
+    seen = [Stream() for _ in range(4)]
+    killed: set[int] = set()
+
+    async def kill_mid_stream() -> None:
+        async with httpx.AsyncClient(base_url=world.base, timeout=120) as client:
+            key = next(iter(world.keys.values()))[1]
+            tasks = [asyncio.ensure_future(stream(client, key, "[[every=0.05]] hi", 400, s)) for s in seen]
+            deadline = time.monotonic() + 60
+            while not (len(notes := world.notes()) == 4 and all(n.get("chunks", 0) >= 40 for n in notes.values())):
+                assert time.monotonic() < deadline, ([s.chunks for s in seen], world.notes())
+                await asyncio.sleep(0.2)
+            killed.update(int(note["process"].split("/")[2]) for note in notes.values())
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+            await asyncio.gather(*tasks)
+
+    try:
+        asyncio.run(kill_mid_stream())
+        assert all(s.error and not s.done and s.chunks < 400 for s in seen)
+        within(30, lambda: len(world.rows()) == 4)
+        rows = world.rows()
+        assert all(40 <= (r.completion_tokens or 0) <= max(s.chunks for s in seen) for r in rows), rows
+        assert {r.error for r in rows} == {PROCESS_GONE} and "connection was cut with no error message" in PROCESS_GONE
+    finally:
+        world.web.stop()
 
 
 def test_after_a_burst_every_row_is_in_the_database_within_10_s_of_its_request_s_end(
