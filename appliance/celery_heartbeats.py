@@ -220,15 +220,28 @@ def _queues() -> list[str]:
 
 
 def forget_old_workers(**kwargs: object) -> None:
-    """``worker_ready`` receiver: the entries of workers that stopped or fell silent are dropped (a worker starts)."""
+    """``worker_ready`` receiver: the entries of workers that stopped or fell silent are dropped (a worker starts),
+    and a worker taking the upkeep queue notes when it started (``upkeep_started_at``)."""
 
     def prune(r: redis.Redis) -> None:
         key, now = redis_key("celery-workers"), time.time()
         gone = [field for field, raw in r.hgetall(key).items() if not _decode(raw).running(now)]
         if gone:
             r.hdel(key, *gone)
+        if UPKEEP_QUEUE in _queues():
+            r.set(redis_key("upkeep-started"), repr(now))
 
     _write(prune)
+
+
+def upkeep_started_at() -> float | None:
+    """When an upkeep worker last started (Unix s): nothing was scraped before it while the worker was down, as in
+    a restart; None when not known (never noted, or Redis did not answer)."""
+    try:
+        raw = _client().get(redis_key("upkeep-started"))
+    except (redis.RedisError, OSError):
+        return None
+    return float(raw) if raw else None
 
 
 def start_beat_heartbeat(every: float) -> None:

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.test import Client
 
 from appliance import celery_heartbeats
+from appliance.redis_keys import redis_key
 from console.access import key_activity
 from console.access.keys import create_key
 from console.alerts import conditions
@@ -47,6 +48,13 @@ def test_monitoring_is_not_stale_after_a_wake_until_a_scrape_is_late_from_it(mon
     Deployment.objects.filter(pk=dep.pk).update(state_since=at(600))  # awake 10 minutes, and not scraped since
     [message] = conditions.monitoring_stale(rule, time.time()).values()
     assert message.startswith(f"No good scrape of replica {replica.runtime_name}'s /metrics (nap) for 600 s")
+    started = redis_key("upkeep-started")  # as an upkeep worker notes its start (celery_heartbeats)
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    r.set(started, repr(time.time() - 2))
+    try:  # a restart of the worker that scrapes: its silence is no stale scrape (a trial's alert at each make up)
+        assert conditions.monitoring_stale(rule, time.time()) == {}
+    finally:
+        r.delete(started)
 
 
 def test_a_crashed_replica_waiting_to_restart_or_loading_again_says_how_its_engine_ended() -> None:

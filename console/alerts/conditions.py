@@ -88,8 +88,9 @@ def _exit(r: Replica) -> str:
 def monitoring_stale(rule: AlertRule, now: float) -> Holding:
     """Beat or the upkeep worker not running (appliance.celery_heartbeats; the long-task worker evaluates while the
     upkeep one is stopped: console.alerts.tasks), else ready replicas without a good scrape for ``threshold``
-    scrape intervals: since their last good one, or since they or their deployment last became ready (a wake:
-    nothing is scraped while a deployment sleeps, and its first scrape after the wake comes within an interval)."""
+    scrape intervals: since their last good one, since they or their deployment last became ready (a wake:
+    nothing is scraped while a deployment sleeps, and its first scrape after the wake comes within an interval), or
+    since the upkeep worker, which scrapes, last started."""
     liveness = celery_heartbeats.read()
     if liveness.unreadable:
         return {"celery beat": f"Cannot tell whether Celery beat runs: {liveness.unreadable}"}
@@ -104,10 +105,12 @@ def monitoring_stale(rule: AlertRule, now: float) -> Holding:
     if out:  # nothing is scraped: a replica's scrapes say nothing more
         return out
     limit = rule.threshold * settings.HEARTH_SCRAPE_INTERVAL
+    started = celery_heartbeats.upkeep_started_at()  # a restart's silence is no stale scrape (a trial's every make up)
+    worker_start = datetime.fromtimestamp(started, UTC) if started else None
     replicas = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
     for r in replicas.select_related("deployment"):
         health = ScrapeHealth.objects.filter(replica=r).first()
-        since = [r.ready_at, r.deployment.state_since, health.last_success_at if health else None]
+        since = [r.ready_at, r.deployment.state_since, health.last_success_at if health else None, worker_start]
         last = max(at for at in since if at is not None)
         if now - last.timestamp() > limit:
             error = f" (last error: {health.last_error})" if health and health.last_error else ""
