@@ -120,3 +120,17 @@ def test_a_day_with_no_reconciliation_says_which_deployments_it_leaves_out(admin
     """A trial's CPU deployment had a token price and $0.33 charged; the page said no priced deployment was up."""
     page = admin.get("/costs/").content.decode()
     assert "one on CPU, or on GPUs with no $/hour, is left out (its keys' charges are in the table below)" in page
+
+
+def test_the_members_api_gives_what_their_keys_were_charged_as_the_member_page_does(admin: Client, member: Any) -> None:
+    """A trial found the member page's "Their keys were charged $X" nowhere in GET /api/members."""
+    assert next(m for m in admin.get("/api/members").json() if m["id"] == member.pk)["cost_today"] is None
+    key, _ = keys.create_key("laptop", member)
+    logged(key, 200, "0.00486")
+    logged(key, 200, "0.00486")
+    listed = next(m for m in admin.get("/api/members").json() if m["id"] == member.pk)
+    assert (listed["cost_today"], listed["cost_month"]) == (0.00972, 0.00972)
+    assert (
+        'Their keys were charged <strong data-field="spent_today">$0.0097'
+        in admin.get(f"/members/{member.pk}/").content.decode()
+    )

@@ -14,7 +14,7 @@ from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool
 
 from console.access import keys, members
-from console.access.key_activity import budget_words, with_activity
+from console.access.key_activity import budget_words, spent_by, with_activity
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
 from console.api_bodies import Body, Integer
@@ -201,6 +201,18 @@ class MemberOut(Schema):
     role: str
     is_active: bool
     limits: dict[str, Any]
+    cost_today: float | None  # USD their keys were charged today (UTC), as their daily budget counts; None: none priced
+    cost_month: float | None  # the same this calendar month (UTC)
+
+    @staticmethod
+    def resolve_cost_today(obj: Any) -> float | None:
+        spent = spent_by(obj).today
+        return None if spent is None else float(spent)
+
+    @staticmethod
+    def resolve_cost_month(obj: Any) -> float | None:
+        spent = spent_by(obj).month
+        return None if spent is None else float(spent)
 
     @staticmethod
     def resolve_role(obj: Any) -> str:
