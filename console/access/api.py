@@ -14,7 +14,7 @@ from ninja import Field, Router, Schema, Status
 from pydantic import StrictBool
 
 from console.access import keys, members
-from console.access.key_activity import budget_words, spent_by, with_activity
+from console.access.key_activity import budget_words, with_activity, with_spent
 from console.access.models import ApiKey, Member
 from console.access.roles import role_of
 from console.api_bodies import Body, Integer
@@ -202,17 +202,7 @@ class MemberOut(Schema):
     is_active: bool
     limits: dict[str, Any]
     cost_today: float | None  # USD their keys were charged today (UTC), as their daily budget counts; None: none priced
-    cost_month: float | None  # the same this calendar month (UTC)
-
-    @staticmethod
-    def resolve_cost_today(obj: Any) -> float | None:
-        spent = spent_by(obj).today
-        return None if spent is None else float(spent)
-
-    @staticmethod
-    def resolve_cost_month(obj: Any) -> float | None:
-        spent = spent_by(obj).month
-        return None if spent is None else float(spent)
+    cost_month: float | None  # the same this calendar month (UTC); both from key_activity.with_spent
 
     @staticmethod
     def resolve_role(obj: Any) -> str:
@@ -226,14 +216,19 @@ class MemberOut(Schema):
         return {name: str(v) if isinstance(v, Decimal) else v for name, v in limits.items()}
 
 
+def _with_spent(pk: int) -> Any:
+    """The user ``pk`` as MemberOut reads one: with what their keys were charged (key_activity.with_spent)."""
+    return with_spent(get_user_model().objects.filter(pk=pk)).get()
+
+
 @router.get("/members", response=list[MemberOut])
 def list_members(request: HttpRequest) -> list[Any]:
-    return list(get_user_model().objects.order_by("username"))
+    return list(with_spent(get_user_model().objects.order_by("username")))
 
 
 @router.post("/members", response={201: MemberOut})
 def add_member(request: HttpRequest, data: MemberIn) -> Status[Any]:
-    return Status(201, members.add_member(request.user, data.username, data.password, data.role))
+    return Status(201, _with_spent(members.add_member(request.user, data.username, data.password, data.role).pk))
 
 
 @router.patch("/members/{pk}", response=MemberOut)
@@ -250,5 +245,4 @@ def update_member(request: HttpRequest, pk: int, data: MemberPatch) -> Any:
             limits["allowed_models"] = limits["allowed_models"] or []
         if limits:
             members.set_member_limits(request.user, user, **limits)
-    user.refresh_from_db()
-    return user
+    return _with_spent(user.pk)

@@ -19,6 +19,7 @@ from functools import reduce
 from operator import or_
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -111,11 +112,20 @@ class Spent:
     month: Decimal | None
 
 
-def spent_by(owner: Any) -> Spent:
-    """The sum of the costs of ``owner``'s keys' requests today and this month (module docstring)."""
+def with_spent(people: QuerySet[Any]) -> QuerySet[Any]:
+    """``people`` (users) annotated with ``cost_today`` and ``cost_month``: the sum of the costs of their keys'
+    requests today and this month (module docstring; USD, None: nothing priced), in one query for the whole list."""
     day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    today, month = Q(requests__created_at__gte=day), Q(requests__created_at__gte=day.replace(day=1))
-    sums = ApiKey.objects.filter(owner=owner).aggregate(
-        today=Sum("requests__cost_usd", filter=today), month=Sum("requests__cost_usd", filter=month)
+    today = Q(api_keys__requests__created_at__gte=day)
+    month = Q(api_keys__requests__created_at__gte=day.replace(day=1))
+    annotated: QuerySet[Any] = people.annotate(
+        cost_today=Sum("api_keys__requests__cost_usd", filter=today),
+        cost_month=Sum("api_keys__requests__cost_usd", filter=month),
     )
-    return Spent(sums["today"], sums["month"])
+    return annotated
+
+
+def spent_by(owner: Any) -> Spent:
+    """The sum of the costs of ``owner``'s keys' requests today and this month (``with_spent``)."""
+    sums = with_spent(get_user_model().objects.filter(pk=owner.pk)).values("cost_today", "cost_month").get()
+    return Spent(sums["cost_today"], sums["cost_month"])

@@ -114,10 +114,10 @@ def budget(value: object, name: str) -> Decimal:
         amount = given.quantize(Decimal("0.01"))
     except (InvalidOperation, ValueError):
         raise LimitError(f"{name} must be an amount in USD, e.g. 25 or 12.50.", name) from None
-    if amount != given and BUDGET_MIN <= amount <= BUDGET_MAX:
-        raise LimitError(f"{name} is kept to the cent: {given} USD would be {amount}; give it with 2 decimals.", name)
     if not BUDGET_MIN <= amount <= BUDGET_MAX:
         raise LimitError(f"{name} must be from {BUDGET_MIN} to {BUDGET_MAX:,} USD (or empty for no budget).", name)
+    if amount != given:
+        raise LimitError(f"{name} is kept to the cent: {given} USD would be {amount}; give it with 2 decimals.", name)
     return amount
 
 

@@ -112,7 +112,7 @@ def level_one_over_host(dep: Deployment) -> str:
             return ""
     except InventoryError:
         pass
-    copy, free = _copy_bytes(dep), _host_free(False, gpu_holds.holds(dep.pk))
+    copy, free = _copy_bytes(dep), host_available_bytes()  # a real box: its copies are in MemAvailable already
     if copy <= free:
         return ""
     return f"a level-1 sleep would copy {gib(copy)} of weights to host RAM, {gib(free)} is free"
