@@ -1,4 +1,5 @@
-"""How uvicorn's supervisor judges the relay processes' health (appliance.web_server).
+"""How uvicorn's supervisor judges the relay processes' health and lets go of their socket at a stop
+(appliance.web_server).
 
 uvicorn's supervisor pings each worker in turn every half second and kills, then replaces, one that does not
 answer within ``timeout_worker_healthcheck`` seconds; its streams are cut with it. A thread of the worker
@@ -11,6 +12,13 @@ supervisor, so no end of file tells it), and the other workers wait with it: wit
 moment was replaced a minute later. ``HealthChecked`` looks every PING_STEP seconds whether the worker still
 runs, and gives up at once when it does not; an answer later than SLOW_ANSWER seconds is logged (a starved
 relay says so in the web log before it is ever killed).
+
+At a stop, uvicorn's supervisor tells each worker to drain (HEARTH_DRAIN_SECONDS) and waits for them; each worker
+closes its copy of the listening socket at once, but the supervisor kept its own open through the drain, so the
+kernel went on completing connections nobody would accept: a request sent during ``make down`` hung until its
+client gave up, and no gateway saw it to record it (trial). ``install`` makes the supervisor close its copy as soon as
+the workers are told, so such a request is refused at once (connection refused) and its client can retry elsewhere
+or later.
 """
 
 import logging
@@ -44,6 +52,19 @@ class HealthChecked(multiprocess.Process):
         return started
 
 
+def _terminate_all_closing_sockets(self: multiprocess.Multiprocess) -> None:
+    """uvicorn's ``terminate_all`` (each worker told to drain and stop), then the supervisor's listening sockets
+    closed: the last copies once the workers have closed theirs, so no new connection is taken."""
+    _terminate_all(self)
+    for sock in self.sockets:
+        sock.close()
+
+
+_terminate_all = multiprocess.Multiprocess.terminate_all
+
+
 def install() -> None:
-    """Make uvicorn's supervisor start its workers as ``HealthChecked`` (it looks the class up at each start)."""
+    """Make uvicorn's supervisor start its workers as ``HealthChecked`` (it looks the class up at each start) and
+    close its listening sockets once it has told them to stop."""
     multiprocess.Process = HealthChecked  # type: ignore[misc]
+    multiprocess.Multiprocess.terminate_all = _terminate_all_closing_sockets  # type: ignore[method-assign]

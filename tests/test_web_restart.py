@@ -98,3 +98,43 @@ def test_a_restart_during_64_open_streams_ends_each_completed_or_with_an_error_e
         assert answer.status_code == 200, answer.text
     finally:
         web.stop()
+
+
+def test_a_request_sent_while_the_web_server_drains_is_refused_at_once_not_left_hanging(
+    served: Served, live_env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {
+        **live_env,
+        "HEARTH_WEB_WORKERS": "2",
+        "HEARTH_DRAIN_SECONDS": "30",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+    }
+    base = f"http://127.0.0.1:{port}"
+    web = start(env, port, tmp_path / "web.log")
+
+    async def scenario() -> tuple[str, str]:
+        opened: asyncio.Queue[None] = asyncio.Queue()
+        stream = asyncio.ensure_future(one_stream(base, served.key, opened))
+        await asyncio.wait_for(opened.get(), 60)
+        web.proc.send_signal(signal.SIGTERM)  # the drain begins; the stream goes on meanwhile
+        async with httpx.AsyncClient(timeout=10) as client:
+            while True:  # the supervisor acts on the signal within its half-second round
+                try:
+                    await client.get(f"{base}/health")
+                except httpx.ConnectError:
+                    late = "refused"
+                    break
+                except httpx.TimeoutException:  # taken by the kernel and never answered: what a client saw before
+                    late = "hung"
+                    break
+                await asyncio.sleep(0.1)
+        return late, await stream
+
+    try:
+        late, ending = asyncio.run(scenario())
+        assert web.proc.wait(60) == 0, web.output()[-3000:]
+    finally:
+        web.stop()
+    assert late == "refused"
+    assert ending in {"done", "error: gateway_restarting"}, ending
