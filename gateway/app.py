@@ -177,11 +177,10 @@ class Gateway:
     async def _log_refusal(
         self, scope: Scope, endpoint: str, surface: str, status: int, ids: RequestIds, error: str = ""
     ) -> None:
-        """The request-log row of a request answered with ``status`` and the message ``error`` before an engine
-        was chosen, when its key authenticated or was refused although genuine (``hearth.key``, set by
-        ``_dispatch`` and gateway.callers.authenticate), with the model its body named (``hearth.model``)."""
-        key = scope.get("hearth.key")
-        if key is not None:
+        """The request-log row of a request answered with ``status`` and the message ``error`` before an engine was
+        chosen, when its key authenticated or was refused although genuine (``hearth.key``, set by ``_dispatch`` and
+        gateway.callers.authenticate), its body's model and stream (``hearth.model``, ``hearth.stream``)."""
+        if (key := scope.get("hearth.key")) is not None:
             outcome = refusals.refused(
                 key,
                 scope.get("hearth.model", ""),
@@ -192,6 +191,7 @@ class Gateway:
                 ids,
                 scope.get("hearth.batch_id", ""),
                 error,
+                scope.get("hearth.stream", False),
             )
             await refusals.spool(self.reservations.redis, outcome)
 
@@ -249,6 +249,7 @@ class Gateway:
         body = await read_body(receive, scope["headers"])
         request = decode_body(body)
         scope["hearth.model"] = request["model"] if isinstance(request.get("model"), str) else ""
+        scope["hearth.stream"] = request.get("stream") is True
         check_fields(request, path)  # after the model is noted: a refusal's row names it
         kind, surface = POST_ROUTES[path]
         key, route = await self.registry.resolve(arrived, lambda s: key_and_route(s, offered, request))

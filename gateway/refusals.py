@@ -38,17 +38,18 @@ def refused(
     ids: RequestIds,
     batch_id: str = "",
     error: str = "",
+    stream: bool = False,
 ) -> Outcome:
     """The outcome of a request ``key`` sent to ``endpoint`` naming ``model``, refused with ``status`` and the
     message ``error`` its client was told; its duration runs from ``arrived`` (time.monotonic()) to now. Its class
-    is the key's, or batch for a line of the Batch ``batch_id``."""
+    is the key's, or batch for a line of the Batch ``batch_id``; ``stream`` whether its body asked for a stream."""
     return Outcome(
         key.id,
         key.prefix,
         model[:MODEL_CHARS],
         surface,
         endpoint[:ENDPOINT_CHARS],
-        False,
+        stream,
         status=status,
         duration_seconds=time.monotonic() - arrived,
         request_id=ids.own,

@@ -31,6 +31,15 @@ CHAT = "/v1/chat/completions"
 REFUSED = [
     ("not-json", "POST", CHAT, b"{not json", {}, 400, ""),
     ("unknown-model", "POST", CHAT, json.dumps({**ASK, "model": "no-such-model"}).encode(), {}, 404, "no-such-model"),
+    (
+        "streamed",
+        "POST",
+        CHAT,
+        json.dumps({**ASK, "model": "no-such-model", "stream": True}).encode(),
+        {},
+        404,
+        "no-such-model",
+    ),
     ("brotli", "POST", CHAT, json.dumps(ASK).encode(), {"content-encoding": "br"}, 415, ""),
     ("bad-gzip", "POST", CHAT, b"not gzip at all", {"content-encoding": "gzip"}, 400, ""),
     ("no-model", "POST", CHAT, json.dumps({"messages": []}).encode(), {}, 400, ""),
@@ -51,6 +60,7 @@ def test_a_refused_request_of_a_key_leaves_its_row(
     assert "error" in answer.json()  # the API's own error shape, not a page
     [row] = rows(client_request_id=f"refused-{name}")
     assert (row.status, row.endpoint, row.model) == (status, path, model)
+    assert row.stream == (b'"stream": true' in body)  # as its body asked (trial: every refusal said not streamed)
     assert row.error == answer.json()["error"]["message"] and row.error  # why, as the client was told
     assert row.api_key_id is not None and row.prompt_tokens is None and row.cost_usd is None
     assert abs((row.created_at - timezone.now()).total_seconds()) < 3600  # its own time, not the epoch
