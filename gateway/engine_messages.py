@@ -201,19 +201,32 @@ class StreamScrubber:
     as the chat route's in-stream error, ``{"error": {"message", "type", "param", "code"}}`` with the engine's
     values, which the openai SDK raises as an APIError: passed on flat, it was a chunk without ``choices``. And the
     ``data: [DONE]`` vLLM sends after its error event is dropped: to a client that reads no error event, a stream
-    ending in [DONE] looks finished. With ``messages`` (an Anthropic Messages stream), an error event's type that
-    is not Anthropic's (ANTHROPIC_ERROR_TYPES) is said as ``api_error``."""
+    ending in [DONE] looks finished. An error whose ``code`` is the engine's HTTP status (vLLM's ``{"type":
+    "InternalServerError", "code": 500}``) gets the type and code the same failure has in a whole answer
+    (gateway.errors.engine_error): ``server_error`` (``invalid_request_error`` below 500) and no code.
 
-    def __init__(self, what: str, chat: bool = False, messages: bool = False) -> None:
+    With ``messages`` (an Anthropic Messages stream), an error event's type that is not Anthropic's
+    (ANTHROPIC_ERROR_TYPES) is said as ``api_error``. With ``responses`` (an OpenAI Responses stream), a
+    ``response.completed`` event whose response is ``incomplete`` (vLLM's, for an answer cut at max_output_tokens)
+    is said as OpenAI's ``response.incomplete``: a client that reads the event's type (Codex, which then says
+    "Incomplete response returned, reason: max_output_tokens") took the cut answer as whole."""
+
+    def __init__(self, what: str, chat: bool = False, messages: bool = False, responses: bool = False) -> None:
         self.what = what  # the engine, for the log
-        self.chat, self.messages = chat, messages
+        self.chat, self.messages, self.responses = chat, messages, responses
         self.errored = False  # an error event went by
         self._held = b""
 
     def feed(self, chunk: bytes) -> bytes:
         """The whole events in what has arrived so far; b"" when none is complete yet."""
-        if not self._held and not self.errored and chunk.endswith(b"\n\n") and chunk.find(b'"error"') < 0:
-            return chunk  # whole events without an error: most reads, passed on without a copy
+        if (
+            not self._held
+            and not self.errored
+            and chunk.endswith(b"\n\n")
+            and chunk.find(b'"error"') < 0
+            and (not self.responses or chunk.find(b"response.completed") < 0)
+        ):
+            return chunk  # whole events without an error or an end to say again: most reads, passed on as they came
         data = self._held + chunk
         end = data.rfind(b"\n\n")
         if end < 0:
@@ -232,6 +245,8 @@ class StreamScrubber:
             events = b"\n".join(self._line(x) for x in events.split(b"\n"))
         if self.errored and self.chat:
             events = events.replace(b"data: [DONE]\n\n", b"")
+        if self.responses and events.find(b"response.completed") >= 0:
+            events = b"\n\n".join(_incomplete_said_so(x) for x in events.split(b"\n\n"))
         return events
 
     def _line(self, line: bytes) -> bytes:
@@ -251,7 +266,31 @@ class StreamScrubber:
         error = event.get("error")
         if self.messages and isinstance(error, dict) and error.get("type") not in ANTHROPIC_ERROR_TYPES:
             error["type"], changed = "api_error", True
+        if self.chat and isinstance(error, dict) and type(status := error.get("code")) is int:
+            error["type"] = "invalid_request_error" if status < 500 else "server_error"
+            error["code"], changed = None, True
         return b"data: " + json.dumps(event).encode() if changed else line
+
+
+def _incomplete_said_so(block: bytes) -> bytes:
+    """One event of a Responses stream, a ``response.completed`` whose response is ``incomplete`` said as the
+    ``response.incomplete`` OpenAI sends for it (its ``event:`` line and its data's ``type``); any other as it was."""
+    lines = block.split(b"\n")
+    data = next((i for i, line in enumerate(lines) if line.startswith(b"data:")), None)
+    if data is None:
+        return block
+    try:
+        event = json.loads(lines[data][5:])
+    except (ValueError, RecursionError):
+        return block
+    response = event.get("response") if isinstance(event, dict) else None
+    if event.get("type") != "response.completed" or not isinstance(response, dict):
+        return block
+    if response.get("status") != "incomplete":
+        return block
+    event["type"] = "response.incomplete"
+    lines[data] = b"data: " + json.dumps(event).encode()
+    return b"\n".join(b"event: response.incomplete" if x.startswith(b"event:") else x for x in lines)
 
 
 def _cleaned(event: dict[str, object], what: str) -> bool:

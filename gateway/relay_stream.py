@@ -79,7 +79,8 @@ class StreamedAnswer:
         self.converter = _converter(plan)
         what, chat = f"The engine serving {plan.model!r}", plan.kind == StreamKind.CHAT
         native_messages = self.converter is None and plan.kind == StreamKind.MESSAGES
-        self.scrubber = StreamScrubber(what, chat, native_messages) if self.converter is None else None
+        responses = plan.kind == StreamKind.RESPONSES
+        self.scrubber = StreamScrubber(what, chat, native_messages, responses) if self.converter is None else None
         self.start_usage = MessageStartUsage() if native_messages else None  # both cache fields in message_start
         self.pending: PendingSend | None = None  # a pushed send waiting on the client
         self.pending_ends_event = False

@@ -22,9 +22,10 @@ the delta's kind changes (reasoning, text, tool call) or another tool call begin
   at its end (``response.custom_tool_call_input.delta`` and ``.done``); parallel calls whose pieces the engine
   interleaves still go out one item at a time, each with all its arguments (gateway.chat_stream);
 
-and last ``response.completed`` with the whole response (status ``incomplete`` when the answer hit
-max_output_tokens, as vLLM reports it, with the usage). A stream cut before its end gets no
-``response.completed``: ``complete`` stays false and the caller ends it with ``response.failed``.
+and last ``response.completed`` with the whole response and its usage, or, when the answer hit
+max_output_tokens, ``response.incomplete`` with status ``incomplete``, as OpenAI sends it (vLLM says
+``response.completed`` then; gateway.engine_messages.StreamScrubber says it as OpenAI does too). A stream cut before
+its end gets neither: ``complete`` stays false and the caller ends it with ``response.failed``.
 """
 
 import json
@@ -165,5 +166,5 @@ class ChatStreamToResponses(ChatStreamReader):
         status = "incomplete" if self.finish_reason == "length" else "completed"
         response = response_object(self.request, self.model, self.response_id, self._output, status)
         response["usage"] = response_usage(self.usage)
-        self._emit(out, "response.completed", response=response)
+        self._emit(out, f"response.{status}", response=response)
         self._ended = True

@@ -224,3 +224,23 @@ def test_an_engine_that_died_mid_answer_is_said_so_the_client_can_act_on_it() ->
     error = json.loads(out.split(b"event: error\ndata: ")[1])["error"]
     assert error["type"] == "api_error" and "validation error" not in error["message"]
     assert error["message"].startswith("The engine failed during the answer") and ENGINE_LOG in error["message"]
+
+
+def test_an_engines_error_event_has_the_type_and_code_of_the_same_failure_in_a_whole_answer() -> None:
+    """vLLM's in-stream error names its exception class and HTTP status (trial: ``"type": "InternalServerError",
+    "code": 500`` in a stream, ``"type": "server_error", "code": null`` answered whole)."""
+    streams = ROOT / "tests" / "data" / "streams"
+    chat = (streams / "vllm-engine-core-killed-chat.sse").read_bytes()
+    out = StreamScrubber("The engine serving 'm'", chat=True).feed(chat)
+    error = json.loads(out.strip().split(b"\n\n")[-1][5:])["error"]
+    assert (error["type"], error["code"]) == ("server_error", None)
+    whole = json.loads(engine_error(500, json.dumps({"error": error}).encode()).body(Surface.OPENAI))["error"]
+    assert (whole["type"], whole["code"]) == (error["type"], error["code"])
+    refused = {"error": {"message": "bad", "type": "BadRequestError", "param": None, "code": 400}}
+    event = StreamScrubber("m", chat=True).feed(b"data: " + json.dumps(refused).encode() + b"\n\n")
+    assert json.loads(event[5:])["error"] == {
+        "message": "bad",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
