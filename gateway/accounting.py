@@ -11,6 +11,7 @@ failures, length-cut answers and empty ones.
 import logging
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -117,10 +118,16 @@ class Outcome:
         return prompt, completion, cached
 
 
-def count_refusal(surface: str, status: int) -> None:
-    """Count a request the gateway refused before choosing an engine (bad key, unknown model, ...), or whose
-    client left before its body was whole (499)."""
-    REQUESTS.labels("", surface, str(status)).inc()
+def count_refusal(surface: str, status: int, model: str = "", deployed: Collection[str] = ()) -> None:
+    """Count a request the gateway refused before choosing an engine (bad key, unknown model, a model not ready,
+    ...), or whose client left before its body was whole (499): under the ``model`` its body named when that is one
+    of the ``deployed`` models, in its outcomes too, as its request-log row counts on the panels (a trial's 503s for
+    a model still loading were model "" and no outcome, so a per-model error-rate alert missed them); else under "",
+    as a name a client made up would be a label for ever."""
+    label = model if model in deployed else ""
+    REQUESTS.labels(label, surface, str(status)).inc()
+    if label:
+        OUTCOMES.labels(label, outcome_of(status, None, False, False, None)).inc()
 
 
 def count(outcome: Outcome) -> None:

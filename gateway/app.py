@@ -150,7 +150,7 @@ class Gateway:
                 await send({"type": "http.response.body", "body": event, "more_body": False})
                 return
             if exc.status in REFUSED_BEFORE_RELAY and not exc.recorded:  # the rest gateway.accounting counted
-                count_refusal(surface, exc.status)
+                count_refusal(surface, exc.status, scope.get("hearth.model", ""), self.registry.snapshot.states)
             if not exc.recorded:
                 await self._log_refusal(scope, intended or path, surface, exc.status, ids, exc.message)
             retry = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after is not None else []
