@@ -381,3 +381,7 @@ def test_a_deployment_just_ready_waits_for_its_first_scrape_without_a_stale_bann
     late = live_panel(Deployment.objects.get(pk=dep.pk), now)  # three intervals and no scrape: stale, as before
     assert late.stale and not late.first_scrape_due and [r.name for r in late.failing] == ["llama-0"]
     assert "no replica's /metrics answered" in late.reasons["kv_cache_usage"]
+    dashboard = admin.get("/").text  # nothing at all scraped lately: the scraper's silence, not the replica's
+    assert "nothing scraped" in dashboard and "not answering" not in dashboard and "scraper_warning" in dashboard
+    html = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert "the scraper has tried no engine lately" in html and 'data-field="failing_replica"' not in html

@@ -83,6 +83,7 @@ class Panel:
     woke_seconds: float | None = None  # since it became ready after a wake, while it is ready; else None
     ready_seconds: float | None = None  # since it became ready, while it is ready; else None
     held_by_class: dict[str, int] | None = None  # held in the gateway's lanes, per class (queue_depth; None: unknown)
+    unscraped: bool = False  # the scraper has tried nothing lately (the dashboard's banner says why): no replica judged
 
     @property
     def state(self) -> str:
@@ -133,7 +134,11 @@ class Panel:
 
     @property
     def failing(self) -> list[ReplicaHealth]:
-        return [] if self.just_woke or self.first_scrape_due else [r for r in self.replicas if not r.fresh]
+        """Replicas without a recent good scrape; none while the scraper itself tries nothing (``unscraped``: a trial
+        saw "1 replica not answering" for one serving every request, with the upkeep worker killed)."""
+        if self.just_woke or self.first_scrape_due or self.unscraped:
+            return []
+        return [r for r in self.replicas if not r.fresh]
 
     @property
     def first_scrape_due(self) -> bool:

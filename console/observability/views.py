@@ -34,19 +34,27 @@ COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cach
 SCRAPED = (DeploymentState.LOADING, DeploymentState.READY)  # the states whose engines the scraper reads
 
 
+def scraper_silence(deps: list[Deployment]) -> tuple[float | None, bool]:
+    """Seconds since the scraper last tried any running replica (None: never), and whether that is a silence: over
+    STALE_AFTER_SCRAPES intervals while one of ``deps`` runs an engine (an asleep one is not scraped: no alarm)."""
+    last = ScrapeHealth.objects.filter(replica__running=True).order_by("-last_attempt_at").first()
+    scraper_age = time.time() - last.last_attempt_at.timestamp() if last and last.last_attempt_at else None
+    running = any(d.state in SCRAPED for d in deps)
+    return scraper_age, running and (
+        scraper_age is None or scraper_age > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL
+    )
+
+
 def _dashboard_context() -> dict[str, object]:
     deps = list(Deployment.objects.select_related("model").order_by("name"))
     shared, gpu_age, gpu_warning = gpu_strip.strip()
-    last = ScrapeHealth.objects.filter(replica__running=True).order_by("-last_attempt_at").first()
-    scraper_age = time.time() - last.last_attempt_at.timestamp() if last and last.last_attempt_at else None
-    running = any(d.state in SCRAPED for d in deps)  # an asleep engine is not scraped: its silence is no alarm
-    silent = running and (scraper_age is None or scraper_age > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL)
+    scraper_age, silent = scraper_silence(deps)
     held = gpu_strip.holders()
     telemetry = shared.telemetry if shared else []
     shown = panels(deps)
     depth = queue_depth([p.dep.pk for p in shown if p.ready])
     for p in shown:
-        p.held_by_class = depth.get(p.dep.pk)
+        p.held_by_class, p.unscraped = depth.get(p.dep.pk), silent
     return {
         "panels": shown,
         "gpus": shared,
@@ -89,6 +97,7 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
     """The live numbers of one deployment (observability/panel.html)."""
     dep = get_object_or_404(Deployment, pk=pk)
     panel = live_panel(dep)
+    panel.unscraped = scraper_silence([dep])[1]
     now = datetime.now(UTC)
     # in whole 5-minute periods and per day: they change slowly, so they are computed once a minute
     idle_key = f"observability:gpu-time:{dep.pk}"

@@ -83,7 +83,7 @@ def worker_report(wait: float | None = None) -> Report:
             return Report(str(raw["host"]), str(raw["checked_at"]), checks)
         if time.monotonic() >= deadline:
             raise NoAnswer(
-                f"No worker answered within {wait:g} s. Start it (docker compose up -d worker), or run "
-                "python manage.py doctor where the worker runs."
+                f"No worker answered within {wait:g} s. Start it (docker compose up -d worker; make up again where "
+                "make up runs it), or run python manage.py doctor where the worker runs."
             )
         time.sleep(0.1)
