@@ -100,6 +100,8 @@ class Outcome:
     batch_id: str = ""  # the Batch (batch_...) it was a line of; "" otherwise
     error: str = ""  # why it failed, as its client was told (gateway.errors' message); "" when it did not
     max_tokens_fitted: int | None = None  # the output limit sent, lowered to fit the context; None: as asked
+    max_tokens_capped: int | None = None  # the output limit sent, lowered or set by a cap; None: no cap applied
+    max_tokens_capped_by: str = ""  # whose cap: key, deployment, limit or budget (gateway.rewrite.capped_header)
 
     def tokens(self) -> tuple[int | None, int | None, int | None]:
         """(prompt, completion, cached) from any of the three APIs' usage objects: OpenAI chat's
@@ -207,4 +209,6 @@ def row_of(o: Outcome) -> Row:
         "batch_id": o.batch_id,
         "error": o.error[:ERROR_CHARS],
         "max_tokens_fitted": o.max_tokens_fitted,
+        "max_tokens_capped": o.max_tokens_capped,
+        "max_tokens_capped_by": o.max_tokens_capped_by,
     }

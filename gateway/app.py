@@ -350,7 +350,7 @@ class Gateway:
             priority=plan.priority,
             batch_id=plan.batch_id,
             error=state.error,
-            max_tokens_fitted=plan.max_tokens_fitted,
+            **plan.output_limits(),
         )
         # a client that left once the engine had its request: a whole answer, or a stream before its first event
         if (state.streamed or (state.client_gone and state.asked_engine)) and (

@@ -27,6 +27,7 @@ from gateway.rewrite import (
     ask_for_usage,
     cap_max_tokens,
     capped_header,
+    capped_to,
     engine_spelling,
     output_limit,
     tokenize_request,
@@ -89,6 +90,12 @@ class RelayPlan:
     def keepalive(self) -> bytes:
         """What a keep-alive is on the client's surface."""
         return KEEPALIVE[self.surface]
+
+    def output_limits(self) -> dict[str, Any]:
+        """The request-log fields of the output limit the gateway sent instead of the client's (gateway.accounting's
+        Outcome): fitted to the context, and set by a cap (its limit and whose cap)."""
+        capped, by = capped_to(self.headers) or (None, "")
+        return {"max_tokens_fitted": self.max_tokens_fitted, "max_tokens_capped": capped, "max_tokens_capped_by": by}
 
 
 class Planner:

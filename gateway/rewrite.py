@@ -4,6 +4,7 @@ Messages or OpenAI's Responses API. Pure functions on the parsed request.
 """
 
 import json
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, TypeGuard
 
@@ -90,6 +91,16 @@ def capped_header(asked: int | None, cap: int, by: str) -> tuple[bytes, bytes]:
     ``16; requested=100; cap=key`` (``requested=none``; ``cap`` is ``key`` or ``deployment``, whose cap it was, or
     ``limit`` or ``budget``: what the key's token limits or budgets leave, gateway.quotas.output_within_limit)."""
     return CAPPED_HEADER, f"{cap}; requested={'none' if asked is None else asked}; cap={by}".encode()
+
+
+def capped_to(headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+    """The output limit the last ``capped_header`` among ``headers`` set and whose cap it was (``(16, "key")``);
+    None when no cap applied."""
+    found = [value for name, value in headers if name == CAPPED_HEADER]
+    if not found:
+        return None
+    limit, _, by = found[-1].decode().partition("; ")
+    return int(limit), by.rpartition("cap=")[2]
 
 
 def _at_most(value: object, cap: int) -> bool:

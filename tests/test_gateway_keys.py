@@ -16,6 +16,7 @@ from tests.simworld import (
     wait_for_logs,
     wait_state,
 )
+from tests.test_gateway_request_ids import rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -167,8 +168,18 @@ def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Wor
     assert wait_state(client, dep_id, {"ready", "failed"})["state"] == "ready"
     key = client.post("/api/keys", json={"name": "any"}).json()["key"]
     reply = openai.OpenAI(base_url=f"{web}/v1", api_key=key, max_retries=0).chat.completions.create(
-        model="capped", messages=[{"role": "user", "content": "Talk a lot"}], max_tokens=100
+        model="capped",
+        messages=[{"role": "user", "content": "Talk a lot"}],
+        max_tokens=100,
+        extra_headers={"x-request-id": "capped-by-deployment"},
     )
     assert reply.usage and reply.usage.completion_tokens == 2
+    [row] = rows(client_request_id="capped-by-deployment")  # the Requests page and its export say the cap did it
+    assert (row.max_tokens_capped, row.max_tokens_capped_by, row.max_tokens_fitted) == (2, "deployment", None)
+    page = client.get("/requests/").text
+    assert "max_tokens capped to 2 tokens by the deployment&#x27;s max_tokens cap" in page, page[-3000:]
+    export = client.get("/requests/export.csv").text.splitlines()
+    assert export[0].endswith(",max_tokens_fitted,max_tokens_capped,max_tokens_capped_by,wake_seconds")
+    assert any(line.endswith(",,2,deployment,") for line in export[1:]), export
     client.post(f"/api/deployments/{dep_id}/stop")
     wait_state(client, dep_id, {"stopped"})

@@ -12,7 +12,7 @@ from gateway.app import Gateway
 from gateway.errors import GatewayError, Surface
 from gateway.quotas import Quota, Used, _reserved_nano, output_within_limit, tokens_to_reserve, usd_text
 from gateway.registry import KeyEntry, Route, Upstream
-from gateway.rewrite import ask_for_usage, cap_max_tokens, output_limit, with_fields
+from gateway.rewrite import ask_for_usage, cap_max_tokens, capped_header, capped_to, output_limit, with_fields
 from gateway.sse import StreamKind
 
 CHAT = "/v1/chat/completions"
@@ -64,6 +64,15 @@ def test_every_limit_field_a_request_holds_is_capped_not_only_the_first() -> Non
     assert cap_max_tokens(CHAT, {"max_completion_tokens": 4, "max_tokens": 8}, 8) == {}
     assert cap_max_tokens("/v1/responses", {"max_output_tokens": "999"}, 8) == {"max_output_tokens": 8}
     assert cap_max_tokens("/v1/embeddings", {"max_tokens": 100}, 8) == {}
+
+
+def test_the_request_log_reads_the_last_cap_a_plan_applied_from_its_headers() -> None:
+    """A key's cap, then what its budget leaves: the row says the budget set the limit sent."""
+    fitted = (b"x-hearth-max-tokens-fitted", b"900; requested=4000; prompt=7292; max_model_len=8192")
+    assert capped_to([fitted]) is None
+    headers = [capped_header(None, 4096, "key"), fitted, capped_header(4096, 312, "budget")]
+    assert capped_to(headers) == (312, "budget")
+    assert capped_to([capped_header(100, 2, "deployment")]) == (2, "deployment")
 
 
 def test_the_output_limit_is_the_largest_field_held_as_engines_differ_on_which_they_read() -> None:

@@ -5,6 +5,13 @@ service levels goodput is measured against."""
 from django.db import models
 from django.utils import timezone
 
+CAPPED_BY_WORDS = {  # RequestLog.max_tokens_capped_by, as the Requests page says it
+    "key": "the key's max_tokens cap",
+    "deployment": "the deployment's max_tokens cap",
+    "limit": "what the key's token limits left",
+    "budget": "what the key's budget left",
+}
+
 
 class RequestLog(models.Model):
     """A finished /v1 request. Times in seconds; tokens as the engine counted them (None: not reported)."""
@@ -79,6 +86,17 @@ class RequestLog(models.Model):
             "(gateway.context_fit; the answer said so in x-hearth-max-tokens-fitted); None: sent as asked."
         ),
     )
+    max_tokens_capped = models.PositiveIntegerField(
+        null=True,
+        help_text=(
+            "The output limit (tokens) the gateway sent after lowering the client's, or setting one it did not ask, "
+            "to a cap: the key's or the deployment's max_tokens cap, or what the key's token limits or budgets left "
+            "(max_tokens_capped_by; the answer said so in x-hearth-max-tokens-capped); None: no cap applied."
+        ),
+    )
+    max_tokens_capped_by = models.CharField(
+        max_length=12, blank=True, default="", help_text="Whose cap: key, deployment, limit or budget; blank: none."
+    )
     error = models.CharField(
         max_length=500,
         blank=True,
@@ -93,6 +111,11 @@ class RequestLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint} {self.model} {self.status}"
+
+    @property
+    def max_tokens_capped_words(self) -> str:
+        """Whose cap set the output limit, in words ("the key's max_tokens cap"); "" when none did."""
+        return CAPPED_BY_WORDS.get(self.max_tokens_capped_by, self.max_tokens_capped_by)
 
 
 class Resolution(models.IntegerChoices):

@@ -21,7 +21,8 @@ from console.templatetags.usd_amounts import usd_text
 NO_PRICE = "—"
 # the export's header; times in UTC (ISO 8601), durations in seconds to the millisecond, cost in USD; the class the
 # request ran at (console.access.models.Priority) and, for a Batch API line, its batch's id; why it failed, as its
-# client was told; the max_tokens the gateway fitted it to; the seconds it was held for its engine's wake (empty: none)
+# client was told; the max_tokens the gateway fitted it to, and the one a cap set and whose cap (key, deployment, limit,
+# budget); the seconds it was held for its engine's wake (empty: none)
 CSV_COLUMNS = (
     "time_utc",
     "request_id",
@@ -44,6 +45,8 @@ CSV_COLUMNS = (
     "batch_id",
     "error",
     "max_tokens_fitted",
+    "max_tokens_capped",
+    "max_tokens_capped_by",
     "wake_seconds",
 )
 
@@ -97,6 +100,8 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         r.batch_id,
         r.error,
         "" if r.max_tokens_fitted is None else r.max_tokens_fitted,
+        "" if r.max_tokens_capped is None else r.max_tokens_capped,
+        r.max_tokens_capped_by,
         _seconds(r.wake_seconds) if r.woke_engine else "",
     )
 

@@ -62,6 +62,8 @@ COLUMNS = (
     "batch_id",
     "error",
     "max_tokens_fitted",
+    "max_tokens_capped",
+    "max_tokens_capped_by",
 )
 
 
@@ -156,7 +158,7 @@ def _values(row: Row) -> tuple[Any, ...]:
     cost = row.get("cost_usd")
     values = {**row, "created_at": created, "cost_usd": None if cost is None else Decimal(int(cost)) / NANO}
     defaults = {"finish_reason": "", "key_prefix": "", "tool_call_failures": 0, "priority": "standard", "batch_id": ""}
-    defaults["error"] = ""  # a row an older gateway spooled
+    defaults["error"] = defaults["max_tokens_capped_by"] = ""  # a row an older gateway spooled
     flags = ("stream", "truncated", "client_cancelled", "usage_estimated", "length_cut", "empty_answer", "woke_engine")
     for flag in flags:
         defaults[flag] = False
