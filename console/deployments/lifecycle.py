@@ -264,6 +264,11 @@ def _explain(dep: Deployment, exit_code: int | None, oom: bool, cause: str, when
         reason += (
             " It was killed (SIGKILL): by an admin, or by the kernel's OOM killer when the host ran out of memory."
         )
+    elif exit_code is None:  # started by a worker before its last restart: no one waits for its exit
+        reason += (
+            " Its exit code cannot be read (a worker before this one started it); where the line above is not what "
+            "ended it, it was killed: by an admin, or by the kernel's OOM killer when the host ran out of memory."
+        )
     return reason
 
 
