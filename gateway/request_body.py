@@ -40,15 +40,24 @@ CHOICE_FIELDS = ("n", "best_of")
 REQUIRED = {"/v1/messages": ("max_tokens", "the most tokens the answer may have")}
 # Another API's field an endpoint's engine would drop without a word (vLLM and SGLang take unknown fields): a system
 # prompt sent as Anthropic's top-level ``system`` to an OpenAI endpoint was answered as if there were none. OpenAI's
-# own API refuses it ("Unrecognized request argument supplied: system").
-FOREIGN = {
+# own API refuses it ("Unrecognized request argument supplied: system"). A chat's ``messages`` sent to an endpoint
+# that reads none was refused as "'messages' must be an array" (a trial), naming a field the endpoint does not have.
+FOREIGN: dict[str, tuple[tuple[str, str], ...]] = {
     "/v1/chat/completions": (
-        "system",
-        "send the system prompt as the first message, with the role system (a top-level 'system' is Anthropic's "
-        "/v1/messages)",
+        (
+            "system",
+            "send the system prompt as the first message, with the role system (a top-level 'system' is Anthropic's "
+            "/v1/messages)",
+        ),
     ),
-    "/v1/responses": ("system", "send the system prompt as 'instructions'"),
-    "/v1/completions": ("system", "a completion continues its 'prompt' alone, so put the system prompt in it"),
+    "/v1/responses": (
+        ("system", "send the system prompt as 'instructions'"),
+        ("messages", "send the conversation as 'input' (a 'messages' array is /v1/chat/completions')"),
+    ),
+    "/v1/completions": (
+        ("system", "a completion continues its 'prompt' alone, so put the system prompt in it"),
+        ("messages", "a completion continues its 'prompt' (a 'messages' array is /v1/chat/completions')"),
+    ),
 }
 
 
@@ -79,13 +88,15 @@ def check_fields(request: dict[str, Any], endpoint: str) -> None:
     engine would ignore (FOREIGN), a field ``endpoint`` requires that is missing (REQUIRED), or a token limit under 1
     (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a prompt), or more than MAX_CHOICES choices, as
     OpenAI's and Anthropic's APIs refuse them."""
+    for name, instead in FOREIGN.get(endpoint, ()):
+        if request.get(name) is not None:  # null: not sent, as elsewhere
+            raise GatewayError(
+                400, f"'{name}' is not a field of {endpoint}, which would ignore it: {instead}.", param=name
+            )
     for name, kind, what in FIELD_TYPES:
         value = request.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             raise GatewayError(400, f"'{name}' must be {what}.", param=name)
-    if endpoint in FOREIGN and request.get(FOREIGN[endpoint][0]) is not None:  # null: not sent, as elsewhere
-        name, instead = FOREIGN[endpoint]
-        raise GatewayError(400, f"'{name}' is not a field of {endpoint}, which would ignore it: {instead}.", param=name)
     if endpoint in REQUIRED and request.get(REQUIRED[endpoint][0]) is None:
         name, meaning = REQUIRED[endpoint]
         raise GatewayError(400, f"'{name}' is required: {meaning}.", param=name)

@@ -28,6 +28,9 @@ from gateway.request_body import parse_body
         (b'{"system": "Be brief."}', "/v1/chat/completions", "'system' is not a field of /v1/chat/completions"),
         (b'{"system": "Be brief."}', "/v1/responses", "send the system prompt as 'instructions'."),
         (b'{"system": "Be brief.", "prompt": "Hi"}', "/v1/completions", "so put the system prompt in it."),
+        (b'{"messages": "hi"}', "/v1/responses", "'messages' is not a field of /v1/responses, which would ignore it"),
+        (b'{"messages": [], "input": "Hi"}', "/v1/responses", "send the conversation as 'input'"),
+        (b'{"messages": "hi", "prompt": "Hi"}', "/v1/completions", "'messages' is not a field of /v1/completions"),
         (b'{"n": 1000}', "/v1/chat/completions", "'n' must be at most 128; it is 1,000."),  # a trial's CPU engine
         (b'{"best_of": 129}', "/v1/completions", "'best_of' must be at most 128; it is 129."),
     ],
