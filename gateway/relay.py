@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from console.deployments import engine_checks
 from gateway import errors
 from gateway.answers import for_request, tally_whole
 from gateway.asgi_io import Receive, Send
@@ -110,6 +111,8 @@ class Relay:
             return
         if tried and refused == tried:
             raise errors.upstream_refused(plan.model)
+        if tried and plan.route.deployment_id:
+            await _ask_check(plan)
         raise errors.upstream_unreachable(plan.model, plan.retry_after)
 
     async def _answer(self, answer: Answer, send: Send) -> None:
@@ -205,3 +208,12 @@ class Relay:
         if not self.state.answered:
             self.state.client_gone = True
             relay.cancel()
+
+
+async def _ask_check(plan: RelayPlan) -> None:
+    """Ask the worker to look at the engines of ``plan``'s deployment now (console.deployments.engine_checks): none
+    could be reached. Redis or the broker away is logged; the client's 503 goes out all the same."""
+    try:
+        await asyncio.to_thread(engine_checks.ask_check, plan.route.deployment_id)
+    except Exception as exc:  # redis' errors, or kombu's when the broker cannot be reached
+        log.warning("a check of %s's engines could not be asked for: %s", plan.model, exc)

@@ -24,6 +24,7 @@ WAKE = "console.deployments.tasks.wake_deployment"  # (deployment id, reason); c
 STOP_IDLE = "console.deployments.tasks.stop_idle_deployment"  # (deployment id, reason)
 LAUNCH_WHEN_ROOM = "console.deployments.tasks.launch_when_room"  # (deployment id, the admin's consent)
 SCALE = "console.deployments.tasks.scale_deployment"
+CHECK_SERVING = "console.deployments.tasks.check_serving"  # (deployment id); console.deployments.engine_checks
 NAMES = (
     LAUNCH,
     RESUME_LAUNCH,
@@ -37,6 +38,7 @@ NAMES = (
     STOP_IDLE,
     LAUNCH_WHEN_ROOM,
     SCALE,
+    CHECK_SERVING,
 )
 
 

@@ -16,7 +16,7 @@ from console.deployments.idling import apply_idle_policies, resume_stale_swaps
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.deployments.restoring import asleep_engines_gone, relaunch_wanted
 from console.deployments.scaling import resume_stale_scales
-from console.deployments.watching import engine_ended, mend_engine_versions, restart
+from console.deployments.watching import check_serving, mend_engine_versions, restart
 
 log = logging.getLogger(__name__)
 S = DeploymentState
@@ -41,11 +41,7 @@ def reconcile() -> None:
     resume_stale_swaps()
     relaunch_wanted()
     asleep_engines_gone()
-    serving = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
-    for replica in serving:
-        status = get_runtime(replica.runtime).status(replica.runtime_name)
-        if not status.running:
-            engine_ended(replica, status)
+    check_serving()
     mend_engine_versions()
     due = Replica.objects.launched().filter(running=False, stopped_at__isnull=True, restart_at__lte=timezone.now())
     for replica_id in due.values_list("pk", flat=True):

@@ -89,6 +89,13 @@ def scale_deployment(deployment_id: int) -> None:
     scaling.scale(deployment_id)
 
 
+@shared_task(name=dispatch.CHECK_SERVING)
+def check_serving(deployment_id: int) -> None:
+    """Whether the deployment's serving engines still run, now: the gateway reached none of them
+    (console.deployments.engine_checks)."""
+    watching.check_serving(deployment_id)
+
+
 @shared_task(name=dispatch.RECONCILE)
 def reconcile() -> None:
     """What should run against what runs (beat, every HEARTH_RECONCILE_INTERVAL seconds)."""

@@ -123,6 +123,17 @@ def mend_engine_versions() -> None:
             Deployment.objects.filter(pk=dep.pk, engine_version="").update(engine_version=version)
 
 
+def check_serving(deployment_id: int | None = None) -> None:
+    """Ask each serving replica's runtime whether its engine still runs (of one deployment, or of every ready one),
+    and end those that do not as ``engine_ended`` says: each reconcile for all, and at once for a deployment whose
+    every replica the gateway could not reach (console.deployments.engine_checks)."""
+    serving = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
+    for replica in serving if deployment_id is None else serving.filter(deployment_id=deployment_id):
+        status = get_runtime(replica.runtime).status(replica.runtime_name)
+        if not status.running:
+            engine_ended(replica, status)
+
+
 def engine_ended(replica: Replica, status: RuntimeStatus) -> None:
     """A replica's engine is gone. Never served yet: the launch failed. Served before: restart it after
     a backoff that doubles with each crash in a row, up to HEARTH_MAX_RESTARTS; then the deployment fails.
