@@ -385,3 +385,15 @@ def test_a_deployment_just_ready_waits_for_its_first_scrape_without_a_stale_bann
     assert "nothing scraped" in dashboard and "not answering" not in dashboard and "scraper_warning" in dashboard
     html = admin.get(f"/deployments/{dep.pk}/panel/").text
     assert "the scraper has tried no engine lately" in html and 'data-field="failing_replica"' not in html
+
+
+def test_todays_usage_by_key_shows_while_the_deployment_is_not_ready(admin: Client) -> None:
+    """The usage is the request log's: a trial found it hidden ("No goodput or usage") while the deployment loaded."""
+    from console.access.models import ApiKey
+
+    dep = deployment("reloading")
+    Deployment.objects.filter(pk=dep.pk).update(state="loading")
+    key = ApiKey.objects.create(name="ci runner", prefix="hk-cirunner", key_hash="x")
+    log_row("reloading", api_key=key, prompt_tokens=30, completion_tokens=12)
+    html = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert "No goodput: the deployment is" in html and "ci runner" in html and ">42<" in html
