@@ -52,11 +52,11 @@ FOREIGN: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "/v1/responses": (
         ("system", "send the system prompt as 'instructions'"),
-        ("messages", "send the conversation as 'input' (a 'messages' array is /v1/chat/completions')"),
+        ("messages", "send the conversation as 'input' (/v1/chat/completions takes a 'messages' array)"),
     ),
     "/v1/completions": (
         ("system", "a completion continues its 'prompt' alone, so put the system prompt in it"),
-        ("messages", "a completion continues its 'prompt' (a 'messages' array is /v1/chat/completions')"),
+        ("messages", "a completion continues its 'prompt' (/v1/chat/completions takes a 'messages' array)"),
     ),
 }
 

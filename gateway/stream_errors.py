@@ -28,7 +28,10 @@ def stream_cut_message(cut: StreamCut, idle_seconds: float, engine_error: str | 
     if cut == StreamCut.ENGINE_ERROR and engine_error:
         return f"The engine failed: {clean(engine_error, 'An engine error in a translated stream')}"
     if cut == StreamCut.RESTART:
-        return "Hearth's web process restarted before the stream finished; the response is incomplete: retry."
+        return (
+            "Hearth's web process stopped (a restart or make down) before the stream finished; the response is "
+            "incomplete: retry."
+        )
     return "The engine ended the stream before it finished; the response is incomplete."
 
 

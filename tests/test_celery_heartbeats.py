@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +21,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from appliance import celery_heartbeats
 from appliance.celery_heartbeats import Heartbeat, Liveness, limit_for
@@ -165,8 +166,16 @@ def test_every_page_s_header_warns_until_beat_and_a_worker_note_that_they_run(ad
 
 @pytest.mark.django_db
 def test_the_dashboard_names_why_the_scraper_is_silent(admin: Client, own_instance: str) -> None:
+    ready_long = timezone.now() - timedelta(minutes=5)  # past the scrapes it would have had: their lack is a silence
     Deployment.objects.create(
-        name="d", engine="simulator", served_model_name="d", max_model_len=0, kv_space_gib=0, plan={}, state="ready"
+        name="d",
+        engine="simulator",
+        served_model_name="d",
+        max_model_len=0,
+        kv_space_gib=0,
+        plan={},
+        state="ready",
+        state_since=ready_long,
     )
     page = admin.get("/").content.decode()
     cause = re.search(r'data-field="scraper_silence_cause">(.*?)</span>', page)

@@ -397,3 +397,15 @@ def test_todays_usage_by_key_shows_while_the_deployment_is_not_ready(admin: Clie
     log_row("reloading", api_key=key, prompt_tokens=30, completion_tokens=12)
     html = admin.get(f"/deployments/{dep.pk}/panel/").text
     assert "No goodput: the deployment is" in html and "ci runner" in html and ">42<" in html
+
+
+def test_a_launch_is_no_scraper_silence_and_a_silent_scraper_is_not_blamed_on_the_engine(admin: Client) -> None:
+    """The scraper reads ready engines only: a deployment ready for less than its first scrapes raises no banner (a
+    trial saw one through every launch); once the scraper is silent, a missing number says so, not that the engine
+    did not answer."""
+    dep = deployment("fresh")
+    assert 'data-field="scraper_warning"' not in admin.get("/").text  # ready just now, no scrape yet
+    Deployment.objects.filter(pk=dep.pk).update(state_since=datetime.now(UTC) - timedelta(seconds=10 * INTERVAL))
+    assert 'data-field="scraper_warning"' in admin.get("/").text
+    html = admin.get(f"/deployments/{dep.pk}/panel/").text
+    assert "nothing was scraped lately: the scraper is silent" in html and "/metrics answered" not in html

@@ -46,6 +46,7 @@ GAUGES = (
     "spec_accept_length",
 )
 COUNTERS_SHOWN = ("generation_tokens_total", "prompt_tokens_total")
+NO_ANSWER = "no replica's /metrics answered in the last scrapes"  # a number's reason, the scraper being at work
 
 
 @dataclass
@@ -139,6 +140,14 @@ class Panel:
         if self.just_woke or self.first_scrape_due or self.unscraped:
             return []
         return [r for r in self.replicas if not r.fresh]
+
+    def scraper_silent(self) -> None:
+        """The scraper has tried nothing lately (the dashboard's banner says why): no replica is judged by its old
+        scrapes (``failing``), and a number is missing for that, not because the engine did not answer (a trial)."""
+        self.unscraped = True
+        for name, why in self.reasons.items():
+            if why.startswith(NO_ANSWER):
+                self.reasons[name] = "nothing was scraped lately: the scraper is silent (the dashboard says why)"
 
     @property
     def first_scrape_due(self) -> bool:
@@ -251,7 +260,7 @@ def _fill(panel: Panel, now: float, rows: list[MappingRow]) -> None:
     flavor = next((r.flavor for r in panel.replicas if r.flavor), "")
     if not mine:
         errors = sorted({r.error for r in panel.replicas if r.error})  # e.g. an Ollama endpoint: no /metrics at all
-        why = "no replica's /metrics answered in the last scrapes" if panel.replicas else "no replica is running"
+        why = NO_ANSWER if panel.replicas else "no replica is running"
         why += f" ({errors[0]})" if errors and panel.replicas else ""
         why = "its first scrape has not come yet (it has just become ready)" if panel.first_scrape_due else why
         panel.reasons = {k: why for k in (*GAUGES, *COUNTERS_SHOWN, "ttft", "itl")}

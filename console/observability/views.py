@@ -31,18 +31,17 @@ from console.observability.request_log import cost_text, csv_lines, with_request
 from console.observability.request_stats_sql import OUTCOME_WHERE
 
 COSTS_EVERY = 60  # seconds a deployment's idle hours and per-key costs are cached for
-SCRAPED = (DeploymentState.LOADING, DeploymentState.READY)  # the states whose engines the scraper reads
 
 
 def scraper_silence(deps: list[Deployment]) -> tuple[float | None, bool]:
     """Seconds since the scraper last tried any running replica (None: never), and whether that is a silence: over
-    STALE_AFTER_SCRAPES intervals while one of ``deps`` runs an engine (an asleep one is not scraped: no alarm)."""
+    STALE_AFTER_SCRAPES intervals while one of ``deps`` has been ready longer than that (the scraper reads ready
+    engines only: a launch, or one asleep, is no alarm; a trial saw the banner through every launch)."""
     last = ScrapeHealth.objects.filter(replica__running=True).order_by("-last_attempt_at").first()
-    scraper_age = time.time() - last.last_attempt_at.timestamp() if last and last.last_attempt_at else None
-    running = any(d.state in SCRAPED for d in deps)
-    return scraper_age, running and (
-        scraper_age is None or scraper_age > STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL
-    )
+    now, window = time.time(), STALE_AFTER_SCRAPES * settings.HEARTH_SCRAPE_INTERVAL
+    scraper_age = now - last.last_attempt_at.timestamp() if last and last.last_attempt_at else None
+    due = any(d.state == DeploymentState.READY and now - d.state_since.timestamp() > window for d in deps)
+    return scraper_age, due and (scraper_age is None or scraper_age > window)
 
 
 def _dashboard_context() -> dict[str, object]:
@@ -54,7 +53,9 @@ def _dashboard_context() -> dict[str, object]:
     shown = panels(deps)
     depth = queue_depth([p.dep.pk for p in shown if p.ready])
     for p in shown:
-        p.held_by_class, p.unscraped = depth.get(p.dep.pk), silent
+        p.held_by_class = depth.get(p.dep.pk)
+        if silent:
+            p.scraper_silent()
     return {
         "panels": shown,
         "gpus": shared,
@@ -97,7 +98,8 @@ def deployment_panel(request: HttpRequest, pk: int) -> HttpResponse:
     """The live numbers of one deployment (observability/panel.html)."""
     dep = get_object_or_404(Deployment, pk=pk)
     panel = live_panel(dep)
-    panel.unscraped = scraper_silence([dep])[1]
+    if scraper_silence([dep])[1]:
+        panel.scraper_silent()
     now = datetime.now(UTC)
     # in whole 5-minute periods and per day: they change slowly, so they are computed once a minute
     idle_key = f"observability:gpu-time:{dep.pk}"
