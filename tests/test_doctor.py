@@ -444,7 +444,7 @@ def test_the_page_is_in_the_navigation_and_loads_the_checks(admin: Client) -> No
 @override_settings(HEARTH_DOCTOR_WAIT=0)
 def test_no_worker_answering_is_said_on_the_page_and_as_503(admin: Client) -> None:
     table = admin.get("/doctor/checks/").text
-    assert 'No worker answered within 0 s. Start it (docker compose up -d worker; make up again where ' in table
+    assert "No worker answered within 0 s. Start it (docker compose up -d worker; make up again where " in table
     resp = admin.get("/api/doctor")
     assert resp.status_code == 503 and resp.json()["detail"].startswith("No worker answered within 0 s")
 
