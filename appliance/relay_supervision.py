@@ -52,15 +52,15 @@ class HealthChecked(multiprocess.Process):
         return started
 
 
+_terminate_all = multiprocess.Multiprocess.terminate_all  # uvicorn's own, before ``install``
+
+
 def _terminate_all_closing_sockets(self: multiprocess.Multiprocess) -> None:
     """uvicorn's ``terminate_all`` (each worker told to drain and stop), then the supervisor's listening sockets
     closed: the last copies once the workers have closed theirs, so no new connection is taken."""
     _terminate_all(self)
     for sock in self.sockets:
         sock.close()
-
-
-_terminate_all = multiprocess.Multiprocess.terminate_all
 
 
 def install() -> None:

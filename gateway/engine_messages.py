@@ -283,8 +283,10 @@ def _incomplete_said_so(block: bytes) -> bytes:
         event = json.loads(lines[data][5:])
     except (ValueError, RecursionError):
         return block
-    response = event.get("response") if isinstance(event, dict) else None
-    if event.get("type") != "response.completed" or not isinstance(response, dict):
+    if not isinstance(event, dict) or event.get("type") != "response.completed":
+        return block
+    response = event.get("response")
+    if not isinstance(response, dict):
         return block
     if response.get("status") != "incomplete":
         return block

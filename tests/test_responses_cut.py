@@ -35,6 +35,8 @@ def test_vllms_completed_event_for_a_cut_responses_answer_is_said_as_response_in
     assert b"event: response.incomplete\n" in bare  # a read with no "error" in it is looked at too
     whole = StreamScrubber("m", responses=True)
     assert whole.feed(responses_terminal("completed")) == responses_terminal("completed")
+    odd = b'event: response.completed\ndata: ["response.completed"]\n\n'  # not an event object: passed on as it came
+    assert StreamScrubber("m", responses=True).feed(odd) == odd
     chat = StreamScrubber("m", chat=True)  # only a Responses stream is said so
     assert chat.feed(responses_terminal("incomplete")) == responses_terminal("incomplete")
 
