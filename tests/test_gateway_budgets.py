@@ -30,6 +30,7 @@ from tests.conftest import login
 from tests.gatewayworld import gateway_processes
 from tests.quotaworld import BURST, burst, counters, logged, make_key, one_request
 from tests.simworld import Served
+from tests.test_gateway_security import body_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PRICE = Decimal("0.0001")  # USD per token: $100 per million, so a burst spends cents
@@ -198,7 +199,7 @@ def test_a_spent_budget_is_refused_on_every_post_route_in_its_apis_shape(
         "max_tokens": 5,
     }
     for path, (_, surface) in POST_ROUTES.items():
-        answer = httpx.post(gateways[0] + path, headers={"Authorization": f"Bearer {key}"}, json=body)
+        answer = httpx.post(gateways[0] + path, headers={"Authorization": f"Bearer {key}"}, json=body_for(path, body))
         assert (answer.status_code, answer.headers["content-type"]) == (429, "application/json"), (path, answer.text)
         error = answer.json()["error"]
         assert "This key's daily budget of $0.01 is spent; it renews in" in error["message"], path

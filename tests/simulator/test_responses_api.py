@@ -51,7 +51,10 @@ def test_the_stream_follows_vllms_event_order_with_sequence_numbers(sim: Sim) ->
         sim, "/v1/responses", {"model": MODEL, "input": "Stream please", "max_output_tokens": 6, "stream": True}
     )
     names = [name for name, _ in events]
-    assert collapse(names) == [*TEXT_EVENTS, "response.output_text.delta", *TEXT_DONE, "response.completed"]
+    # cut at max_output_tokens: vLLM (and the simulator) end with response.completed; Hearth's gateway, in front of it
+    # in tests/test_conformance_translated.py, says OpenAI's response.incomplete (gateway.responses_chat_stream)
+    assert names[-1] in ("response.completed", "response.incomplete")
+    assert collapse(names) == [*TEXT_EVENTS, "response.output_text.delta", *TEXT_DONE, names[-1]]
     assert names.count("response.output_text.delta") == 6
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
     assert all(data["type"] == name for name, data in events)
