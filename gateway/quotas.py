@@ -26,6 +26,7 @@ from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
 
+from console.access.key_activity import FEWER_OUTPUT_TOKENS
 from console.access.models import ApiKey
 from gateway.charges import priced
 from gateway.errors import NO_RETRY, GatewayError
@@ -245,14 +246,14 @@ def refusal(
     wanted: int,
     now: float,
     counted: tuple[int, int, int] = (0, 0, 0),
-    prompt_cost: int = 0,
+    least: int = 0,
 ) -> GatewayError:
     """The refusal of counter ``index`` (LIMITS then BUDGETS, from 0) whose ``limit`` would be passed: a Refused
     429, or a 400 when the request alone is over it. ``used`` is already counted or reserved, ``wanted`` what the
-    request would add (USD counters in nano-USD), ``counted`` the Refused's, ``prompt_cost`` what the prompt alone
-    of ``wanted`` costs (nano-USD; a budget's words)."""
+    request would add (USD counters in nano-USD), ``counted`` the Refused's, ``least`` the least the request may
+    cost, its prompt and one output token (nano-USD; a budget's words)."""
     if index >= len(LIMITS):
-        return _over_budget(index - len(LIMITS), limit, used, (wanted, prompt_cost), now, counted)
+        return _over_budget(index - len(LIMITS), limit, used, (wanted, least), now, counted)
     what, window = LIMITS[index]
     if what.startswith("tokens") and used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         return GatewayError(
@@ -300,9 +301,9 @@ def _at(now: float, retry: int) -> str:
 def _over_budget(
     index: int, limit: int, used: int, costs: tuple[int, int], now: float, counted: tuple[int, int, int]
 ) -> GatewayError:
-    """``costs``: what the request may cost and its prompt alone, nano-USD. OpenAI's type and code for a spent quota
-    are ``insufficient_quota`` (its "Error codes" guide)."""
-    (what, window), (wanted, prompt_cost) = BUDGETS[index], costs
+    """``costs``: what the request may cost and the least it may, its prompt and one output token, nano-USD.
+    OpenAI's type and code for a spent quota are ``insufficient_quota`` (its "Error codes" guide)."""
+    (what, window), (wanted, least) = BUDGETS[index], costs
     budget, retry = f"{what} of {usd_text(limit)}", seconds_to_turn(window, now)
     if used < limit < wanted:  # no retry can pass: a 400, which SDKs do not retry
         message = f"This request could cost up to {usd_text(wanted)}, more than all of {budget}; ask for fewer tokens."
@@ -310,10 +311,10 @@ def _over_budget(
     left = f"has {usd_text(limit - used)} left, less than this request may cost (up to {usd_text(wanted)}: its prompt"
     if used >= limit:
         state = "is spent"
-    elif prompt_cost > limit - used:  # no output limit passes: a trial was told to lower max_tokens, already 1
-        state = f"{left} alone may cost {usd_text(prompt_cost)}); send a shorter prompt to pass now"
+    elif least > limit - used:  # no output limit passes: trials were told to lower max_tokens, already 1
+        state = f"{left} with one output token may cost {usd_text(least)}); send a shorter prompt to pass now"
     else:
-        state = f"{left} and output limit); ask for fewer output tokens (max_tokens) to pass now"
+        state = f"{left} and output limit); {FEWER_OUTPUT_TOKENS}"
     message = f"{budget[0].upper()}{budget[1:]} {state}; it renews in {retry:,} s{_at(now, retry)}."
     headers = _no_retry_past_a_minute(retry)
     return Refused(

@@ -77,7 +77,7 @@ TTL = {"minute": 120, "day": DAY_TTL, "month": MONTH_TTL}  # seconds each window
 #       part of the tokens (absent 0), priced at the input price where the price is "input,output".
 # Returns {0, cost reserved (nano-USD), price ('' none), requests this minute, tokens this minute, tokens today (the
 # last three with this request's)} or {index of the full counter (1-8), used, wanted, the same three counters without
-# this request, what its prompt alone costs (nano-USD; 0 without a price)}.
+# this request, the least it may cost: its prompt and one output token (nano-USD; 0 without a price)}.
 # What ``tokens`` cost in USD at ``price`` (a number, or "input,output" where the ``prompt`` tokens among them cost the
 # first and the rest the second, console.observability.pricing); ADMIT rounds it up, ``settle`` to the nearest.
 PRICED_FUNCTION = """
@@ -107,9 +107,9 @@ for i = 1, 8 do
     if used + adds[i] > tonumber(limit) then
       local c = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
       local rpm, tpm, tpd = tonumber(c[1] or '0'), tonumber(c[2] or '0'), tonumber(c[3] or '0')
-      local prompt, prompt_cost = tonumber(ARGV[21] or '0'), 0
-      if price then prompt_cost = math.ceil(priced(price, prompt, prompt) * 1e9) end
-      return {i, used, string.format('%d', adds[i]), rpm, tpm, tpd, string.format('%d', prompt_cost)}
+      local prompt, least = tonumber(ARGV[21] or '0'), 0
+      if price then least = math.ceil(priced(price, prompt + 1, prompt) * 1e9) end
+      return {i, used, string.format('%d', adds[i]), rpm, tpm, tpd, string.format('%d', least)}
     end
   end
 end
@@ -318,8 +318,8 @@ class Reservations:
         index, first, second = int(answer[0]), answer[1], answer[2]
         counted = (int(answer[3]), int(answer[4]), int(answer[5]))
         if index:
-            limit, prompt_cost = int(limits[index - 1] or 0), int(answer[6])
-            raise quotas.refusal(index - 1, limit, int(first), int(second), now, counted, prompt_cost)
+            limit, least = int(limits[index - 1] or 0), int(answer[6])
+            raise quotas.refusal(index - 1, limit, int(first), int(second), now, counted, least)
         price = second.decode() if isinstance(second, bytes) else str(second)
         return Reservation(keys, rid, tokens, int(first), price, owned, counted)
 

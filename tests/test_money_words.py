@@ -82,7 +82,7 @@ def test_the_member_page_says_a_keys_status_and_class_as_the_keys_pages_do(admin
     assert 'data-field="class">standard <small class="muted">(owner\'s default)</small>' in page
 
 
-def test_a_budget_refusal_whose_prompt_alone_costs_more_than_is_left_asks_for_a_shorter_prompt() -> None:
+def test_a_budget_refusal_whose_prompt_and_one_output_token_cost_more_than_is_left_asks_for_a_shorter_prompt() -> None:
     deployment, key = 90_011, 90_012
     quota = Quota(daily_usd=Decimal("0.10"))
 
@@ -97,8 +97,11 @@ def test_a_budget_refusal_whose_prompt_alone_costs_more_than_is_left_asks_for_a_
         held = await store.admit(key, quota, deployment, 60, prompt=60)
         await store.settle(held, key, None, deployment, 60, prompt=60)  # $0.06 spent, $0.04 left
         long_prompt = await refused(51, prompt=50)  # its prompt alone $0.05
-        assert "has $0.04 left, less than this request may cost (up to $0.052: its prompt alone may cost $0.05); " \
-            "send a shorter prompt to pass now; it renews in " in long_prompt  # fmt: skip
+        assert "has $0.04 left, less than this request may cost (up to $0.052: its prompt with one output token may " \
+            "cost $0.052); send a shorter prompt to pass now; it renews in " in long_prompt  # fmt: skip
+        # a trial's: the prompt alone costs all that is left and max_tokens is already 1, so no lower limit passes
+        all_left = await refused(41, prompt=40)
+        assert "(up to $0.042: its prompt with one output token may cost $0.042); send a shorter prompt" in all_left
         many_tokens = await refused(31, prompt=10)  # $0.01 + 21 × $0.002
         assert "(up to $0.052: its prompt and output limit); ask for fewer output tokens (max_tokens) to pass now" \
             in many_tokens  # fmt: skip

@@ -40,6 +40,9 @@ FAILED = Q(requests__client_cancelled=False) & (
 # it), by whose budget and period; such a refusal counts for REFUSED_WITHIN seconds (a budget an admin raised, or a
 # client that stopped asking, ends it).
 REFUSED_WITHIN = 600
+# How such a refusal ends when the request would pass with a lower output limit (the budget is not spent for smaller
+# requests): the alerts do not call that budget spent (console.alerts.conditions.budget).
+FEWER_OUTPUT_TOKENS = "ask for fewer output tokens (max_tokens) to pass now"
 REFUSED_FOR = {
     ("key", "today"): "This key's daily budget of $",
     ("key", "this month"): "This key's monthly budget of $",
