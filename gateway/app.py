@@ -361,11 +361,11 @@ class Gateway:
         return outcome
 
     async def _usage_so_far(self, plan: RelayPlan, outcome: Outcome, token_chunks: int) -> dict[str, Any]:
-        """The usage of a stream that went out in part, or without the engine's own count (the client left,
-        or the engine cut it), or of a request whose client left before any of its answer: what the engine
-        reported so far, its output raised to the ``token_chunks`` generated events sent (each at least one
-        token; 0 for a whole answer, whose output is unknown), and a missing prompt count asked of the engine's
-        /tokenize, so a cancelled request is billed and counted against the key's quotas."""
+        """The usage of a stream that went out in part, or without the engine's own count (the client left, or the
+        engine cut it), or of a request whose client left before any of its answer: what the engine reported so far,
+        its output raised to the ``token_chunks`` generated events sent (each at least one token; 0 for a whole
+        answer, whose output is unknown), and a missing prompt count: the engine's at admission (RelayPlan's), else
+        its /tokenize's now, so a request cut short, whoever cut it, is billed and counted for its prompt too."""
         usage = dict(outcome.usage)
         prompt, completion, _ = outcome.tokens()
         if prompt is not None and completion is not None and completion >= token_chunks:
@@ -373,11 +373,11 @@ class Gateway:
         outcome.usage_estimated = True
         output = "output_tokens" if "input_tokens" in usage and "prompt_tokens" not in usage else "completion_tokens"
         usage[output] = max(completion or 0, token_chunks)  # Anthropic's and Responses' name, or chat's
-        tokenize = tokenize_request(plan.endpoint, plan.request) if prompt is None else None
+        counted = plan.prompt_counted  # an engine that cut the stream may count nothing now
+        tokenize = tokenize_request(plan.endpoint, plan.request) if prompt is None and counted is None else None
         if tokenize and plan.route.upstreams:
             counted = await context_fit.count_prompt(self.engines, plan.route.upstreams[0], tokenize)
-            usage |= {"prompt_tokens": counted} if counted is not None else {}
-        return usage
+        return usage | ({"prompt_tokens": counted} if prompt is None and counted is not None else {})
 
 
 class _Tracked:

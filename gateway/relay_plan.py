@@ -71,6 +71,7 @@ class RelayPlan:
     headers: tuple[Header, ...] = ()  # added to the response head: the caps and fits applied
     reserve: int = 0  # tokens held against the key's limits and budgets from admission to settlement
     reserve_prompt: int = 0  # of those, the prompt's: priced at the input price where the price is "input,output"
+    prompt_counted: int | None = None  # the prompt's tokens as the engine counted them for the reservation; None: not
     hops: str = ""  # the hop header it is sent on with (gateway.loops); "" for the engines' default
     priority: str = "standard"  # the class it runs at: its key's, or "batch" for a Batch API line
     batch_id: str = ""  # the Batch's public id (batch_...) for a Batch API line; "" otherwise
@@ -133,7 +134,7 @@ class Planner:
             fields, headers = fields | fitted, headers + fit_headers
         adjusted = {**request, **fields}
         _within_context(path, adjusted, route)
-        reserve, reserve_prompt, (limited, limited_by) = await self._to_reserve(
+        reserve, (reserve_prompt, prompt_counted), (limited, limited_by) = await self._to_reserve(
             path, adjusted, len(body), route, prefix, key, unasked
         )
         if limited:
@@ -175,6 +176,7 @@ class Planner:
             headers=tuple(headers),
             reserve=reserve,
             reserve_prompt=reserve_prompt,
+            prompt_counted=prompt_counted,
             hops=hops,
             priority=key.priority,
             max_tokens_fitted=next(iter(fitted.values()), None),
@@ -207,19 +209,21 @@ class Planner:
         prefix: bytes,
         key: KeyEntry,
         unasked: bool,
-    ) -> tuple[int, int, tuple[dict[str, int], str]]:
+    ) -> tuple[int, tuple[int, int | None], tuple[dict[str, int], str]]:
         """The tokens a request of a key with a token limit or a budget reserves (gateway.quotas' docstring), its
-        prompt's part of them (its prompt as the engine counts it, else bounded by its size), and the output
-        limit set, with what set it, where its key's token limit or budget is under what it would reserve
-        (quotas.output_within_limit, told what is left where the client asked none: ``unasked``; ({}, "")
-        otherwise); (0, 0, ({}, "")) for any other key."""
+        prompt's part of them (its prompt as the engine counts it, else bounded by its size) with the engine's count
+        (None: not counted), and the output limit set, with what set it, where its key's token limit or budget is
+        under what it would reserve (quotas.output_within_limit, told what is left where the client asked none:
+        ``unasked``; ({}, "") otherwise); (0, (0, None), ({}, "")) for any other key."""
         if not key.quota.counts_tokens:
-            return 0, 0, ({}, "")
+            return 0, (0, None), ({}, "")
         upstream = self.router.order(route, prefix)[0] if route.upstreams else None
-        prompt = await context_fit.prompt_at_most(self.engines, upstream, tokenize_request(path, request), body_bytes)
+        tokenize = tokenize_request(path, request)
+        prompt, counted = await context_fit.prompt_at_most(self.engines, upstream, tokenize, body_bytes)
         price, used = await self._price_and_used(path, request, route, key, unasked)
         limited = quotas.output_within_limit(path, request, prompt, route.max_model_len, key.quota, price, used)
-        return quotas.tokens_to_reserve(path, request | limited[0], prompt, route.max_model_len), prompt, limited
+        reserve = quotas.tokens_to_reserve(path, request | limited[0], prompt, route.max_model_len)
+        return reserve, (prompt, counted), limited
 
     async def _price_and_used(
         self, path: str, request: dict[str, Any], route: Route, key: KeyEntry, unasked: bool

@@ -13,7 +13,7 @@ import pytest
 
 from appliance.runtimes import get_runtime
 from console.deployments.models import Replica
-from console.observability.models import ScrapeHealth
+from console.observability.models import RequestLog, ScrapeHealth
 from tests.conftest import Workers, login
 from tests.gatewayworld import within
 from tests.simworld import (
@@ -179,12 +179,23 @@ def _aborted(scrape: str) -> bool:
 
 
 def test_an_engine_that_dies_mid_stream_is_restarted_and_its_last_run_kept(served: Served) -> None:
-    stream = served.openai().chat.completions.create(
+    """And the cut request's row keeps its prompt, counted at admission for the key's token limit: the dead engine
+    could count nothing at the end (a trial's row had no prompt, so the prompt went unbilled)."""
+    limited = served.client.post("/api/keys", json={"name": "limited", "tokens_per_day": 100_000}).json()
+    sdk = openai.OpenAI(base_url=f"{served.web}/v1", api_key=limited["key"], max_retries=0, timeout=60)
+    stream = sdk.chat.completions.create(
         model="llama", messages=[{"role": "user", "content": "Go [[sim:die-mid-stream=3]]"}], stream=True
     )
     with pytest.raises(openai.APIError, match="ended the stream before it finished"):
         for _ in stream:
             pass
+    rows = RequestLog.objects.filter(api_key_id=limited["id"])
+    within(15, rows.exists)
+    row = rows.get()
+    assert row.truncated and row.prompt_tokens and row.completion_tokens == 3, (
+        row.prompt_tokens,
+        row.completion_tokens,
+    )
     deadline = time.monotonic() + 30
     while not ((replica := served.state()["replicas"][0])["restarts"] and replica["ready"]):
         assert time.monotonic() < deadline, replica
