@@ -393,7 +393,7 @@ def test_the_cost_at_use_names_no_period_longer_than_the_deployment_has_been_mad
 def test_a_day_that_is_no_past_day_says_which_day_the_costs_page_shows(admin: Client) -> None:
     today = datetime.now(UTC).date().isoformat()
     assert (
-        f"&#x27;2026-99-99&#x27; is not a past day (YYYY-MM-DD); showing {today}."
+        f"&#x27;2026-99-99&#x27; is not a past day (YYYY-MM-DD, from 0001-01-02); showing {today}."
         in admin.get("/costs/?day=2026-99-99").content.decode()
     )
     assert "is not a past day" not in admin.get(f"/costs/?day={today}").content.decode()

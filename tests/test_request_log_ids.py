@@ -99,16 +99,28 @@ def test_the_request_log_finds_a_request_by_the_gateways_id_or_the_clients(
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("query", [{"hours": "-5"}, {"status": "abc"}, {"hours": "24", "status": "99"}])
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        ({"hours": "-5"}, "Last hours: Ensure this value is greater than or equal to 1."),
+        ({"hours": "744"}, "Last hours: Ensure this value is less than or equal to 720."),  # a 31-day month
+        ({"hours": "10000"}, "Last hours: Ensure this value is less than or equal to 720."),
+        ({"hours": "abc"}, "Last hours: Enter a whole number."),
+        ({"status": "abc"}, "Status: Enter a whole number."),
+        ({"hours": "24", "status": "99"}, "Status: Ensure this value is greater than or equal to 100."),
+    ],
+)
 def test_a_filter_that_is_not_valid_lists_nothing_and_says_why(
-    admin: Client, rows: tuple[RequestLog, RequestLog], query: dict[str, str]
+    admin: Client, rows: tuple[RequestLog, RequestLog], query: dict[str, str], why: str
 ) -> None:
-    """A trial's ``?hours=-5`` showed its error above every row of the day, as if unfiltered."""
+    """A trial's ``?hours=-5`` showed its error above every row of the day, as if unfiltered; its CSV export answered
+    the header alone, so a script exporting got nothing without being told."""
     page = admin.get("/requests/", query).content.decode()
     assert "(0 requests)" in page and "No requests listed: a filter above is not valid." in page
     assert 'class="errorlist' in page
-    exported = b"".join(admin.get("/requests/export.csv", query).streaming_content).decode()  # type: ignore[attr-defined]
-    assert len(exported.splitlines()) == 1  # the header alone
+    exported = admin.get("/requests/export.csv", query)
+    assert exported.status_code == 400 and exported["Content-Type"].startswith("text/plain")
+    assert exported.content.decode() == why
 
 
 @pytest.mark.django_db
@@ -248,3 +260,38 @@ def test_a_failed_request_shows_why_on_the_page_and_in_the_csv(
     resp = admin.get("/requests/export.csv")
     table = {r["request_id"]: r for r in csv.DictReader(io.StringIO(b"".join(resp.streaming_content).decode()))}  # type: ignore[arg-type]
     assert (table["b" * 32]["error"], table[OURS]["error"]) == (why, "")
+
+
+@pytest.mark.django_db
+def test_the_csv_leaves_a_cell_empty_where_the_page_says_no_value_and_keeps_zeros(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    """A stream whose client left before any answer byte has no status: "—" on the page, and the CSV said 0."""
+    priced, unpriced = rows
+    RequestLog.objects.filter(pk=unpriced.pk).update(status=0, client_cancelled=True, stream=True)
+    RequestLog.objects.filter(pk=priced.pk).update(completion_tokens=0, cached_tokens=0, cost_usd=Decimal(0))
+    text = b"".join(admin.get("/requests/export.csv").streaming_content).decode()  # type: ignore[attr-defined]
+    table = {r["request_id"]: r for r in csv.DictReader(io.StringIO(text))}
+    columns = ("status", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd")
+    assert [table["b" * 32][c] for c in columns] == ["", "", "", "", ""]  # none known
+    assert [table[OURS][c] for c in columns] == ["200", "90", "0", "0", "0"]  # known to be zero
+
+
+@pytest.mark.django_db
+def test_the_key_filter_picks_one_key_by_its_whole_name_or_the_start_of_its_prefix(
+    admin: Client, admin_user: object
+) -> None:
+    """A trial's ``?key=g`` exported key g's rows and every row of bob-budget's (a g in its name)."""
+    keys = {name: create_key(name, admin_user)[0] for name in ("g", "bob-budget")}
+    for n, key in enumerate(keys.values()):
+        RequestLog.objects.create(
+            api_key=key, created_at=timezone.now(), duration_seconds=1.0, request_id=str(n) * 32, **FIELDS
+        )
+    g_prefix = keys["g"].prefix
+    for wanted in ("g", "G", g_prefix, g_prefix[:7]):
+        page = admin.get("/requests/", {"key": wanted}).content.decode()
+        assert "(1 request)" in page and "0" * 32 in page, wanted
+        text = b"".join(admin.get("/requests/export.csv", {"key": wanted}).streaming_content).decode()  # type: ignore[attr-defined]
+        assert [r["key_name"] for r in csv.DictReader(io.StringIO(text))] == ["g"], wanted
+    assert "(0 requests)" in admin.get("/requests/", {"key": "budget"}).content.decode()
+    assert "its whole name (any case), or its prefix or the start of it" in admin.get("/requests/").content.decode()

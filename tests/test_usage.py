@@ -4,7 +4,7 @@ only; CSV export."""
 
 import csv
 import io
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ from django.test import Client
 from console.access.keys import create_key
 from console.access.models import Member
 from console.observability.models import RequestLog
+from console.usage.aggregation import Window
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "a-long-password-1"
@@ -143,9 +144,27 @@ def test_the_csv_export_holds_the_pages_rows(client: Client, logs: dict[str, Any
         ("since=2026-12-01&until=2026-11-01", "start is after its end"),
         ("since=2024-01-01&until=2026-01-01", "at most 366 days"),
         ("group=team", "Group by one of: key, member, model"),
+        ("since=2026-01-01&until=Monday", "Give dates as YYYY-MM-DD."),
+        ("until=9999-12-31", "Give dates no later than 9999-12-30."),  # its day's end is no date: a trial's 500
+        ("since=9999-12-31&until=9999-12-31", "Give dates no later than 9999-12-30."),
     ],
 )
 def test_a_bad_window_or_grouping_is_explained(client: Client, logs: dict[str, Any], query: str, error: str) -> None:
+    """The same words from the API (its {"detail": ...}), the page (above its form) and the CSV (plain text)."""
     signed_in(client, "root")
-    assert error in client.get(f"/api/usage?{query}").json()["detail"]
-    assert client.get(f"/usage/?{query}").status_code == 400
+    answer = client.get(f"/api/usage?{query}")
+    assert answer.status_code == 400 and error in answer.json()["detail"]
+    page = client.get(f"/usage/?{query}")
+    assert page.status_code == 400 and error in page.content.decode().replace("&#x27;", "'")
+    export = client.get(f"/usage/export.csv?{query}")
+    assert export.status_code == 400 and error in export.content.decode()
+
+
+def test_a_window_in_the_calendars_first_days_is_empty_not_an_error(client: Client, logs: dict[str, Any]) -> None:
+    """The default start, 29 days before the end, stops at the calendar's first day (0001-01-05 was a 500)."""
+    assert Window.parse(until="0001-01-05") == Window(date(1, 1, 1), date(1, 1, 5))
+    signed_in(client, "root")
+    assert client.get("/api/usage?until=0001-01-05").json() == []
+    assert client.get("/api/usage?since=0001-01-01&until=0001-01-01").json() == []
+    assert client.get("/usage/export.csv?until=0001-01-05").status_code == 200
+    assert "No requests in this window." in client.get("/usage/?until=0001-01-05").content.decode()

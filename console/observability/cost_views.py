@@ -20,6 +20,7 @@ from console.observability.reconcile import reconcile_all
 from console.observability.views import own_keys
 
 DAYS_SHOWN = 7
+FIRST_DAY = date.min + timedelta(days=1)  # the page links the day before the one it shows, which must exist
 
 
 @login_required
@@ -42,8 +43,9 @@ def costs(request: HttpRequest) -> HttpResponse:
     today = datetime.now(UTC).date()
     asked = request.GET.get("day", "").strip()
     day = _day(asked, today)
-    if asked and day.isoformat() != asked[:10]:  # not a day, or one to come: say which day is shown instead
-        messages.warning(request, f"{asked[:40]!r} is not a past day (YYYY-MM-DD); showing {day:%Y-%m-%d}.")
+    if asked and day.isoformat() != asked[:10]:  # not a day, one to come or before FIRST_DAY: say which is shown
+        said = f"{asked[:40]!r} is not a past day (YYYY-MM-DD, from {FIRST_DAY.isoformat()})"
+        messages.warning(request, f"{said}; showing {day:%Y-%m-%d}.")
     own = own_keys(request)
     days = [
         (today - timedelta(days=n), cost.visible_to(cost.key_costs(today - timedelta(days=n)), own))
@@ -81,8 +83,9 @@ def _set_deployment_price(request: HttpRequest, form: DeploymentPriceForm) -> Ht
 
 
 def _day(text: str, today: date) -> date:
-    """``text`` as a day no later than ``today``; today when empty or not a date."""
+    """``text`` as a day no later than ``today``; today when empty, not a date or before FIRST_DAY."""
     try:
-        return min(date.fromisoformat(text.strip()[:10]), today)
+        asked = date.fromisoformat(text.strip()[:10])
     except ValueError:
         return today
+    return min(asked, today) if asked >= FIRST_DAY else today

@@ -14,8 +14,14 @@ from engines.metric_mappings import CANONICAL
 
 
 class RequestFilter(forms.Form):
+    """The request log's filters, shared by the Requests page and its CSV export."""
+
     model = forms.CharField(required=False)
-    key = forms.CharField(required=False, label="Key prefix or name")
+    key = forms.CharField(
+        required=False,
+        label="Key prefix or name",
+        help_text="One key: its whole name (any case), or its prefix or the start of it (hk-…).",
+    )
     status = forms.IntegerField(required=False, min_value=100, max_value=599)
     request_id = forms.CharField(
         required=False, max_length=128, label="Request id", help_text="The gateway's x-request-id, or the client's."
@@ -29,6 +35,11 @@ class RequestFilter(forms.Form):
         help_text="A Batch API batch's lines: its id, or the start of it.",
     )
     hours = forms.IntegerField(required=False, min_value=1, max_value=24 * 30, initial=24, label="Last hours")
+
+    def problems(self) -> str:
+        """The filters' errors as one line of text, each after its field's label ("Last hours: Ensure this value is
+        less than or equal to 720."); "" when they are valid."""
+        return " ".join(f"{self[name].label}: {error}" for name, errors in self.errors.items() for error in errors)
 
 
 class MappingForm(forms.ModelForm):  # type: ignore[type-arg]

@@ -22,7 +22,9 @@ NO_PRICE = "—"
 # the export's header; times in UTC (ISO 8601), durations in seconds to the millisecond, cost in USD; the class the
 # request ran at (console.access.models.Priority) and, for a Batch API line, its batch's id; why it failed, as its
 # client was told; the max_tokens the gateway fitted it to, and the one a cap set and whose cap (key, deployment, limit,
-# budget); the seconds it was held for its engine's wake (empty: none)
+# budget); the seconds it was held for its engine's wake (empty: none). A cell is empty where there is no value, never
+# 0, which stays for what is zero: no status (the client left before the engine's first bytes), tokens not counted,
+# no price.
 CSV_COLUMNS = (
     "time_utc",
     "request_id",
@@ -87,7 +89,7 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         r.model,
         r.endpoint,
         r.stream,
-        r.status,
+        r.status or "",  # 0: no answer had begun (the page's "—")
         outcome,
         r.finish_reason,
         r.prompt_tokens,

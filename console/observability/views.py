@@ -13,7 +13,7 @@ from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -174,8 +174,10 @@ def _filtered(form: RequestFilter, user: Any) -> QuerySet[RequestLog]:
     rows = rows.filter(created_at__gte=since)
     if data.get("model"):
         rows = rows.filter(model=data["model"])
-    if data.get("key"):
-        rows = rows.filter(Q(api_key__prefix__startswith=data["key"]) | Q(api_key__name__icontains=data["key"]))
+    if key := data.get("key"):  # one key: "g" is the key named g, not every key with a g in its name
+        rows = rows.filter(
+            Q(api_key__name__iexact=key) | Q(api_key__prefix__startswith=key) | Q(key_prefix__startswith=key)
+        )
     if data.get("status"):
         rows = rows.filter(status=data["status"])
     if data.get("request_id"):
@@ -205,10 +207,14 @@ def request_log(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def request_log_csv(request: HttpRequest) -> StreamingHttpResponse:
+def request_log_csv(request: HttpRequest) -> HttpResponseBase:
     """Every row the request log's filters pick (the page's query), newest first, as
-    ``requests-YYYYMMDD-HHMM.csv`` (console.observability.request_log.CSV_COLUMNS)."""
-    rows = _filtered(RequestFilter(request.GET or None), request.user).iterator(chunk_size=2000)
+    ``requests-YYYYMMDD-HHMM.csv`` (console.observability.request_log.CSV_COLUMNS); 400, in plain text saying which
+    filter and why, for a filter that is not valid (a script gets that, not an empty table)."""
+    form = RequestFilter(request.GET or None)
+    if form.is_bound and not form.is_valid():
+        return HttpResponse(form.problems(), status=400, content_type="text/plain; charset=utf-8")
+    rows = _filtered(form, request.user).iterator(chunk_size=2000)
     response = StreamingHttpResponse(csv_lines(rows), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="requests-{datetime.now(UTC):%Y%m%d-%H%M}.csv"'
     return response

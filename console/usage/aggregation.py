@@ -25,6 +25,7 @@ from console.observability.request_stats_sql import OUTCOME_WHERE
 
 GROUPS = {"key": "api_key__name", "member": "api_key__owner__username", "model": "model"}
 MAX_DAYS = 366
+LAST_DAY = date.max - timedelta(days=1)  # a window is read up to the midnight after its end, which must exist
 NO_PRICE = "no price"
 BATCH = Priority.BATCH.value
 # How a request ended, as console.observability.outcomes.outcome_of says: the service's failures (ERRORS) and the
@@ -74,14 +75,16 @@ class Window:
 
     @classmethod
     def parse(cls, since: str = "", until: str = "", today: date | None = None) -> "Window":
-        """From YYYY-MM-DD strings; empty: the last 30 days to today. Raises ConsoleError for a bad date,
-        an inverted window or one over MAX_DAYS days."""
+        """From YYYY-MM-DD strings; empty: the last 30 days to today (fewer from 0001-01-01). Raises ConsoleError
+        for a bad date, one after LAST_DAY, an inverted window or one over MAX_DAYS days."""
         today = today or datetime.now(UTC).date()
         try:
             end = date.fromisoformat(until) if until.strip() else today
-            start = date.fromisoformat(since) if since.strip() else end - timedelta(days=29)
+            start = date.fromisoformat(since) if since.strip() else date.fromordinal(max(end.toordinal() - 29, 1))
         except ValueError:
             raise ConsoleError("Give dates as YYYY-MM-DD.") from None
+        if max(start, end) > LAST_DAY:
+            raise ConsoleError(f"Give dates no later than {LAST_DAY}.")
         if start > end:
             raise ConsoleError("The window's start is after its end.")
         if (end - start).days + 1 > MAX_DAYS:
