@@ -85,7 +85,8 @@ class DeploymentPriceForm(forms.Form):
 
     def clean(self) -> dict[str, object]:
         data = super().clean() or {}
-        if data.get("input_usd") is None and data.get("output_usd") is not None:
+        given = "input_usd" not in self.errors  # one refused already says why (a trial's -1 was told to give one)
+        if given and data.get("input_usd") is None and data.get("output_usd") is not None:
             self.add_error("input_usd", "Give the input price too (or neither, for the price from capacity).")
         elif data.get("output_usd") is None:
             data["output_usd"] = data.get("input_usd")
