@@ -9,12 +9,26 @@ PY=${PY:-.venv/bin/python}
 DATA=${HEARTH_DATA_DIR:-$PWD/data}
 export HEARTH_DATA_DIR=$DATA
 
+# What each process up.sh starts runs: a pid file outlives its process (a kill -9, an OOM kill, a reboot) and its
+# number may be another program's by now (a trial's make down killed an unrelated process that had it).
+declare -A RUNS=([web]=appliance.web_server [worker]="celery -A appliance" [worker-long]="celery -A appliance"
+  [beat]="celery -A appliance" [redis]=redis-server)
+
+ours() {  # pid, name: whether the process is the one up.sh started as name for this data folder
+  local pid=$1 cmd dir
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ "$cmd" == *"${RUNS[$2]}"* ]] || return 1
+  # up.sh exports HEARTH_DATA_DIR to what it starts: another appliance's process of the same kind is not ours either
+  dir=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^HEARTH_DATA_DIR=//p')
+  [ -z "$dir" ] || [ "$(realpath -m "$dir")" = "$(realpath -m "$DATA")" ]
+}
+
 stop() {  # name [seconds to wait, default 10] [what it finishes meanwhile] [a signal for one still running then]
   local pidfile=$DATA/$1.pid pid wait=${2:-10} tick
   [ -f "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
-  if ! kill "$pid" 2>/dev/null; then
-    echo "down: $1 was not running (its pid file named $pid, which has ended)"
+  if ! ours "$pid" "$1" || ! kill "$pid" 2>/dev/null; then
+    echo "down: $1 was not running (its pid file named $pid, which has ended or is another program's now)"
     rm -f "$pidfile"
     return 0
   fi
@@ -33,6 +47,19 @@ stop() {  # name [seconds to wait, default 10] [what it finishes meanwhile] [a s
   rm -f "$pidfile"
 }
 
+# Whether process $1 runs the argv the JSON list in file $2 holds: the engine the process runtime started under that
+# name (appliance.runtimes.process checks so too).
+runs_argv() {
+  "$PY" - "$1" "$2" 2>/dev/null <<'EOF'
+import json, sys
+try:
+    with open(f"/proc/{sys.argv[1]}/cmdline", "rb") as running, open(sys.argv[2]) as started:
+        sys.exit(running.read().decode("utf-8", "surrogateescape").split("\0")[:-1] != json.load(started))
+except (OSError, ValueError):
+    sys.exit(1)
+EOF
+}
+
 # Without Hearth's database (none made yet, or unreachable): the process-runtime engines by their pid files.
 engines_by_pidfile() {
   local pidfile pid name
@@ -40,6 +67,7 @@ engines_by_pidfile() {
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile"); name=$(basename "$pidfile" .pid)
     kill -0 "$pid" 2>/dev/null || continue
+    runs_argv "$pid" "${pidfile%.pid}.argv" || { echo "down: $name's pid file names $pid, no longer its engine"; continue; }
     if [ "${KEEP_ENGINES:-0}" = 1 ]; then
       echo "down: kept running (KEEP_ENGINES=1) $name ($pid)"
     else

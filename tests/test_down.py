@@ -122,8 +122,39 @@ def test_a_pid_file_whose_process_ended_is_named_and_removed(tmp_path: Path) -> 
     ended = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True).stdout.strip()
     (tmp_path / "web.pid").write_text(ended)  # a web server that crashed, leaving its pid file
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    assert _down(tmp_path, env).strip() == f"down: web was not running (its pid file named {ended}, which has ended)"
+    said = f"down: web was not running (its pid file named {ended}, which has ended or is another program's now)"
+    assert _down(tmp_path, env).strip() == said
     assert not (tmp_path / "web.pid").exists()
+
+
+def _running(argv0: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``sleep 300`` running as ``argv0`` (its command line), in ``env``."""
+    return subprocess.Popen(["bash", "-c", f'exec -a "{argv0}" sleep 300'], env=env)
+
+
+def test_a_pid_file_whose_number_is_another_programs_now_leaves_that_program_be(tmp_path: Path) -> None:
+    """A trial: after a kill -9, the web server's pid was taken by another program, which make down killed."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    other = _running("unrelated-service", env)
+    another_appliances = _running("python -m celery -A appliance worker", {**env, "HEARTH_DATA_DIR": "/elsewhere"})
+    ours = _running("python -m appliance.web_server", {**env, "HEARTH_DATA_DIR": f"{tmp_path}/"})
+    engine = _running("python -m vllm.entrypoints.openai.api_server", env)
+    (tmp_path / "engines").mkdir()
+    (tmp_path / "engines" / "hearth-x-replica-1.pid").write_text(str(engine.pid))
+    (tmp_path / "engines" / "hearth-x-replica-1.argv").write_text('["sleep", "300"]')  # what the runtime started
+    for name, proc in (("beat", other), ("worker", another_appliances), ("web", ours)):
+        (tmp_path / f"{name}.pid").write_text(str(proc.pid))
+    try:
+        out = _down(tmp_path, env)
+        assert f"down: stopped web ({ours.pid})" in out and ours.wait(10) is not None
+        assert f"down: beat was not running (its pid file named {other.pid}, which has ended or is another" in out
+        assert f"down: worker was not running (its pid file named {another_appliances.pid}," in out
+        assert f"down: hearth-x-replica-1's pid file names {engine.pid}, no longer its engine" in out
+        assert other.poll() is None and another_appliances.poll() is None and engine.poll() is None
+    finally:
+        for proc in (other, another_appliances, ours, engine):
+            proc.kill()
+            proc.wait()
 
 
 def test_make_down_given_a_data_folder_make_up_never_had_says_so_and_makes_nothing(tmp_path: Path) -> None:
