@@ -126,18 +126,21 @@ def test_a_key_refused_for_its_budget_is_at_100_percent_though_its_spending_is_n
             duration_seconds=0, error=error,
         )  # fmt: skip
 
-    assert list(conditions.budget(rule, now)) == [f"key {key.prefix} (ci) today at 80 %"]
+    assert list(conditions.budget(rule, now)) == [f"key {key.pk} today at {conditions.THRESHOLD}"]
     refused("This key's limit of 20 requests per minute is reached; it renews in 3 s.")
-    assert list(conditions.budget(rule, now)) == [f"key {key.prefix} (ci) today at 80 %"]
-    refused("This key's daily budget of $1.00 has $0.07 left, less than this request may cost (up to $0.08: …)")
+    assert list(conditions.budget(rule, now)) == [f"key {key.pk} today at {conditions.THRESHOLD}"]
+    refused(
+        "This key's daily budget of $1.00 has $0.07 left, less than this request may cost (up to $0.08: its prompt "
+        "with one output token may cost $0.08); send a shorter prompt to pass now; it renews in 60 s."
+    )
     held = conditions.budget(rule, now)
-    assert held[f"key {key.prefix} (ci) today at 100 %"] == (
+    assert held[f"key {key.pk} today at 100 %"] == (
         f"key {key.prefix} (ci) is refused for its budget today: $0.9300 of its $1.00 spent (93 %), and a request "
-        "that may cost more than the $0.0700 left is refused"
+        "that may cost more than the $0.0700 left is refused, even with one output token"
     )
     later = now + key_activity.REFUSED_WITHIN + 1  # no refusal since (a budget raised, a client that stopped asking)
     if periods(later)[0] == day:
-        assert list(conditions.budget(rule, later)) == [f"key {key.prefix} (ci) today at 80 %"]
+        assert list(conditions.budget(rule, later)) == [f"key {key.pk} today at {conditions.THRESHOLD}"]
 
 
 def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each_change_is_audited(

@@ -84,6 +84,7 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
     only("budget")
     tune("budget", repeat_minutes=60)
     key, _ = create_key("ci", admin_user, daily_budget_usd=Decimal("1.00"))
+    low = f"key {key.pk} today at the rule's threshold"  # its subject: its id, not its prefix; the level, not 80 %
     now = time.time()
     if now % 86_400 > 86_400 - 2 * 3600:  # its 62 minutes must stay in one UTC day: a budget is the day's
         now += 2 * 3600  # (run at 23:16 UTC, the look at +59 min read the next day's 0 spent and resolved)
@@ -96,7 +97,7 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
         assert all(d.sent_at and d.attempts == 1 for d in fired)
         [(path, body)] = webhook.posts
         assert path == f"/hooks/{SECRET}" and body["schema"] == "hearth.alert/1" and body["event"] == "fired"
-        assert body["alert"]["kind"] == "budget" and body["alert"]["subject"] == f"key {key.prefix} (ci) today at 80 %"
+        assert body["alert"]["kind"] == "budget" and body["alert"]["subject"] == low
         name = socket.gethostname()  # no HEARTH_HOSTNAME: the machine's name says which box sent it
         assert body["appliance"] == name and body["text"] == (
             f"[Hearth {name}] FIRING: Budget spent: key {key.prefix} (ci) spent $0.8500 today: 85 % of its $1.00 "
@@ -104,8 +105,9 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
         )
         [mail] = box.messages  # its subject what it is about, not the whole message (a trial's held a traceback)
         assert mail["To"] == "ops@example.com"
-        assert mail["Subject"] == f"[Hearth {name}] FIRING: Budget spent: key {key.prefix} (ci) today at 80 %"
-        assert f"\r\nAbout: key {key.prefix} (ci) today at 80 %\r\n" in str(mail.get_payload())
+        said = f"key {key.prefix} (ci) today at 80 %"  # as people read it: its prefix and name, the percent of now
+        assert mail["Subject"] == f"[Hearth {name}] FIRING: Budget spent: {said}" and body["alert"]["about"] == said
+        assert f"\r\nAbout: {said}\r\n" in str(mail.get_payload())
         assert body["console_url"] == "" and "Console:" not in str(mail.get_payload())  # no HEARTH_HOSTNAME to link
         assert sent(now + 30) == [] and sent(now + 59 * 60) == []  # nothing twice within the repeat interval
         assert [d.event for d in sent(now + 60 * 60)] == ["repeated", "repeated"]
@@ -117,7 +119,7 @@ def test_a_budget_crossed_fires_once_at_80_and_100_percent_repeats_and_resolves(
         resolved = sent(now + 62 * 60)
         assert [d.event for d in resolved] == ["resolved"] * 4
         said = {b["alert"]["subject"]: b["text"] for b in webhook.bodies()[-2:]}
-        assert said[f"key {key.prefix} (ci) today at 100 %"].startswith(
+        assert said[f"key {key.pk} today at 100 %"].startswith(
             f"[Hearth {name}] RESOLVED: Budget spent: Resolved (the condition ended); last seen while it held: "
             f"key {key.prefix} (ci) spent $1.2000"
         )
@@ -395,7 +397,7 @@ def test_an_alerts_subject_links_to_its_page_where_there_is_one(
     for kind, subject in (
         ("error_rate", "deployment llama"),
         ("replica_not_ready", f"replica {replica.runtime_name}"),
-        ("budget", f"key {key.prefix} (ci) today at 80 %"),
+        ("budget", f"key {key.pk} today at the rule's threshold"),
         ("monitoring_stale", "celery beat"),
         ("deployment_failed", "deployment gone"),
     ):

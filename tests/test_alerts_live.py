@@ -23,7 +23,7 @@ from appliance import celery_heartbeats
 from console.access.models import ApiKey
 from console.alerts import delivery
 from console.alerts.evaluate import evaluate
-from console.alerts.models import AlertRule, Delivery, Destination
+from console.alerts.models import THRESHOLD, AlertRule, Delivery, Destination
 from console.alerts.rules import rules
 from console.alerts.tasks import evaluate_alerts
 from console.deployments.models import Replica
@@ -216,10 +216,10 @@ def test_a_budget_crossed_by_real_requests_fires_once_and_resolves_when_the_budg
             llm.chat.completions.create(model="llama", messages=[{"role": "user", "content": PROMPT}], max_tokens=256)
         evaluate_alerts()
 
-    until(lambda: ("fired", f"key {key.prefix} (budgeted) today at 80 %") in news(webhook, "budget"), 180, spend)
+    until(lambda: ("fired", f"key {key.pk} today at {THRESHOLD}") in news(webhook, "budget"), 180, spend)
     ApiKey.objects.filter(pk=key.pk).update(daily_budget_usd=Decimal("1000"))  # an admin raises it
-    until(lambda: ("resolved", f"key {key.prefix} (budgeted) today at 80 %") in news(webhook, "budget"), 60)
-    assert [e for e, s in news(webhook, "budget") if s.endswith("at 80 %")] == ["fired", "resolved"]
+    until(lambda: ("resolved", f"key {key.pk} today at {THRESHOLD}") in news(webhook, "budget"), 60)
+    assert [e for e, s in news(webhook, "budget") if s.endswith(f"at {THRESHOLD}")] == ["fired", "resolved"]
 
 
 def test_an_engine_out_of_memory_at_start_fires_deployment_failed_once_and_resolves_when_deleted(

@@ -23,9 +23,9 @@ def test_a_member_sees_only_their_own_budget_alerts(member: Any, admin: Client) 
     his, _ = create_key("bob laptop", bob)
     found, now = rules(), timezone.now()
     subjects = {
-        f"key {mine.prefix} (mia laptop) today at 100 %": "mia's key spent",
-        "member mia today at 80 %": "mia spent",
-        f"key {his.prefix} (bob laptop) today at 100 %": "bob's key spent $0.4200",
+        f"key {mine.pk} today at 100 %": "mia's key spent",
+        "member mia today at the rule's threshold": "mia spent",
+        f"key {his.pk} today at 100 %": "bob's key spent $0.4200",
         "member bob this month at 100 %": "bob spent $9.9900",
         "deployment llama": "llama failed",
     }

@@ -15,9 +15,9 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from appliance import celery_heartbeats
-from console.access.key_activity import REFUSED_FOR, REFUSED_WITHIN
+from console.access.key_activity import FEWER_OUTPUT_TOKENS, REFUSED_FOR, REFUSED_WITHIN
 from console.access.models import ApiKey, Member
-from console.alerts.models import AlertRule
+from console.alerts.models import THRESHOLD, AlertRule
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.deployments.watching import STABLE_AFTER
 from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth
@@ -206,37 +206,32 @@ def error_rate(rule: AlertRule, now: float) -> Holding:
     return out
 
 
+SPENT = "100 %"  # a budget alert's upper level as its subject names it; the lower one is models.THRESHOLD
+# A budget's owner: its subject's part (``key <id>``, ``member <username>``), its words (a key's prefix and name, which
+# a rotation changes), its spending counters' prefix, its daily and monthly budgets (USD), its requests' filter.
+_Owner = tuple[str, str, str, Decimal | None, Decimal | None, Q]
+
+
 def budget(rule: AlertRule, now: float) -> Holding:
     """Keys and members whose spending today or this month (UTC) reached ``threshold`` percent of its budget, and
-    100 %: the subject names the level, so each level fires once (at 100 % both hold). The 100 % level also holds
-    once a request was refused for that budget in that period, within REFUSED_WITHIN seconds: a request is refused
-    when what it may cost is more than what is left, so spending alone may never reach 100 % (a trial's stalled at
-    93 %, every request refused)."""
+    100 %: subject ``key <id> today at the rule's threshold``, ``member <username> this month at 100 %`` (at 100 %
+    both hold, so each level fires once; a username, as a key's name, is never changed in Hearth). A subject names
+    neither the threshold's percent nor a key's prefix: a threshold tuned or a key rotated (same row, new prefix:
+    console.access.keys.rotate_key) leaves its alert open, its message naming the prefix, name and percents of now
+    (a trial's 80 → 50 and a rotation resolved and fired each again; migration 0002 renamed the subjects of before).
+
+    The 100 % level also holds once a request was refused for that budget in that period, within REFUSED_WITHIN
+    seconds, by a refusal that no smaller request would pass: what even its prompt and one output token may cost is
+    more than is left, so spending alone may never reach 100 % (a trial's stalled at 93 %, every request refused).
+    A refusal that says fewer output tokens would pass (FEWER_OUTPUT_TOKENS: one large ``max_tokens``) is not the
+    budget spent (a trial's key at 9 % was called spent at 100 %, resolved and fired again at each such request)."""
+    r = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
     day, month = periods(now)
     today = datetime.fromtimestamp(now - now % 86_400, UTC)
     recent = datetime.fromtimestamp(now - REFUSED_WITHIN, UTC)
     since = {"today": max(today, recent), "this month": max(today.replace(day=1), recent)}
-    owners: list[tuple[str, str, Decimal | None, Decimal | None, Q]] = [
-        (f"key {k.prefix} ({k.name})", key_counters(k.pk), k.daily_budget_usd, k.monthly_budget_usd, Q(api_key=k))
-        for k in ApiKey.objects.filter(revoked_at=None).filter(
-            Q(daily_budget_usd__isnull=False) | Q(monthly_budget_usd__isnull=False)
-        )
-    ]
-    owners += [
-        (
-            f"member {m.user.username}",
-            owner_counters(m.user_id),
-            m.daily_budget_usd,
-            m.monthly_budget_usd,
-            Q(api_key__owner_id=m.user_id),
-        )
-        for m in Member.objects.select_related("user").filter(
-            Q(daily_budget_usd__isnull=False) | Q(monthly_budget_usd__isnull=False)
-        )
-    ]
-    r = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
     out = {}
-    for who, prefix, daily, monthly, theirs in owners:
+    for about, who, prefix, daily, monthly, theirs in _budget_owners():
         for period, limit, counter in (
             ("today", daily, f"{prefix}:usd:{day}"),
             ("this month", monthly, f"{prefix}:usd:{month}"),
@@ -247,7 +242,7 @@ def budget(rule: AlertRule, now: float) -> Holding:
             share = spent / limit * 100
             for level in sorted({rule.threshold, 100.0}):
                 if share >= Decimal(str(level)):
-                    out[f"{who} {period} at {level:g} %"] = (
+                    out[f"{about} {period} at {SPENT if level >= 100 else THRESHOLD}"] = (
                         f"{who} spent ${spent:.4f} {period}: {share:.0f} % of its ${limit} budget, at or over "
                         f"{level:g} %"
                     )
@@ -255,14 +250,43 @@ def budget(rule: AlertRule, now: float) -> Holding:
                 theirs,
                 status=429,
                 created_at__gte=since[period],
-                error__startswith=REFUSED_FOR[(who.split()[0], period)],
-            )
+                error__startswith=REFUSED_FOR[(about.split()[0], period)],
+            ).exclude(error__contains=FEWER_OUTPUT_TOKENS)
             if share < 100 and refused.exists():
-                out[f"{who} {period} at 100 %"] = (
+                out[f"{about} {period} at {SPENT}"] = (
                     f"{who} is refused for its budget {period}: ${spent:.4f} of its ${limit} spent ({share:.0f} %), "
-                    f"and a request that may cost more than the ${limit - spent:.4f} left is refused"
+                    f"and a request that may cost more than the ${limit - spent:.4f} left is refused, even with one "
+                    "output token"
                 )
     return out
+
+
+def _budget_owners() -> list[_Owner]:
+    """The live keys and the members with a budget (``_Owner``)."""
+    budgeted = Q(daily_budget_usd__isnull=False) | Q(monthly_budget_usd__isnull=False)
+    owners: list[_Owner] = [
+        (
+            f"key {k.pk}",
+            f"key {k.prefix} ({k.name})",
+            key_counters(k.pk),
+            k.daily_budget_usd,
+            k.monthly_budget_usd,
+            Q(api_key=k),
+        )
+        for k in ApiKey.objects.filter(revoked_at=None).filter(budgeted)
+    ]
+    owners += [
+        (
+            f"member {m.user.username}",
+            f"member {m.user.username}",
+            owner_counters(m.user_id),
+            m.daily_budget_usd,
+            m.monthly_budget_usd,
+            Q(api_key__owner_id=m.user_id),
+        )
+        for m in Member.objects.select_related("user").filter(budgeted)
+    ]
+    return owners
 
 
 def weights_disk(rule: AlertRule, now: float) -> Holding:

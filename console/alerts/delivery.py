@@ -5,9 +5,13 @@ are ever logged, stored in an error or shown (``shown_url``).
 The webhook body (schema version 1, stable: fields are only ever added)::
 
     {"schema": "hearth.alert/1", "event": "fired" | "repeated" | "resolved" | "test",
-     "alert": {"id": int, "kind": str, "title": str, "subject": str, "message": str,
+     "alert": {"id": int, "kind": str, "title": str, "subject": str, "about": str, "message": str,
                "since": ISO 8601, "fired_at": ISO 8601 | null, "resolved_at": ISO 8601 | null},
      "console_url": str ("" without HEARTH_HOSTNAME), "text": str, "appliance": str}
+
+``subject`` names what the alert is about as it stays while it holds (``key 17 today at the rule's threshold``: a key
+rotated or a threshold tuned keeps it); ``about`` says it as people read it, with the key's prefix and name and the
+percent of now (models.Alert.about), as an email's subject does.
 
 ``text`` is one line for a Slack or Mattermost incoming webhook, which post it as it is, naming the appliance that
 sent it (``appliance_name``: two boxes, or a box and its restored copy, may alert the same people). An email's
@@ -68,6 +72,7 @@ def body(d: Delivery) -> dict[str, object]:
             "kind": kind,
             "title": title,
             "subject": alert.subject,
+            "about": alert.about,
             "message": said,
             "since": _iso(alert.since),
             "fired_at": _iso(alert.fired_at),
@@ -120,7 +125,8 @@ def body_for_test() -> dict[str, object]:
     now = _iso(timezone.now())
     console = f"https://{settings.HEARTH_HOSTNAME}/alerts/" if settings.HEARTH_HOSTNAME else ""
     said = "A test sent from the Alerts page: this destination gets Hearth's alerts. No alert fired."
-    alert = {"id": 0, "kind": "test", "title": "Test", "subject": "alert destinations", "message": said}
+    alert = {"id": 0, "kind": "test", "title": "Test", "subject": "alert destinations", "about": "alert destinations"}
+    alert["message"] = said
     return {
         "schema": SCHEMA,
         "event": "test",
@@ -164,13 +170,13 @@ def _deliver(channel: Channel, payload: dict[str, object], destination: Destinat
         raise ValueError("no email address is set any more")
     alert = payload["alert"]
     assert isinstance(alert, dict)
-    lines = [str(payload["text"]), "", f"About: {alert['subject']}", f"Since: {alert['since']} (held from then)"]
+    lines = [str(payload["text"]), "", f"About: {alert['about']}", f"Since: {alert['since']} (held from then)"]
     if alert.get("resolved_at"):  # a trial's RESOLVED email said when it began and not when it ended
         lines.append(f"Resolved: {alert['resolved_at']}")
     if payload["console_url"]:
         lines.append(f"Console: {payload['console_url']}")
     head = "TEST" if payload["event"] == "test" else f"{WORDS[Event(str(payload['event']))]}: {alert['title']}"
-    subject = f"[Hearth {payload['appliance']}] {head}: {alert['subject']}"
+    subject = f"[Hearth {payload['appliance']}] {head}: {alert['about']}"
     send_mail(subject[:200], "\n".join(lines), None, to)
 
 

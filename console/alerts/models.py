@@ -4,6 +4,12 @@ each delivery of an alert's news to a webhook or by email, and where to send the
 from django.db import models
 from django.utils import timezone
 
+from console.access.models import ApiKey
+
+# A budget alert's lower level as its subject names it (console.alerts.conditions.budget): not by its percent, which an
+# admin tunes; ``Alert.about`` says the percent of now.
+THRESHOLD = "the rule's threshold"
+
 
 class AlertRule(models.Model):
     """One kind of alert as an admin tuned it: on or off, its threshold (unit per kind: rules.KINDS), how long
@@ -44,6 +50,20 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule.kind}: {self.subject}"
+
+    @property
+    def about(self) -> str:
+        """The subject as people read it (the Alerts page, an email's subject): a budget alert's ``key <id>`` as that
+        key's prefix and name of now, its "the rule's threshold" as the rule's percent of now, e.g. ``key hk-3UTM (g)
+        today at 80 %``; another subject, or a key gone, as it is."""
+        about = self.subject.removesuffix(THRESHOLD) + (
+            f"{self.rule.threshold:g} %" if self.subject.endswith(THRESHOLD) else ""
+        )
+        what, _, rest = about.partition(" ")
+        key_id, _, period = rest.partition(" ")
+        if what == "key" and key_id.isdigit() and (key := ApiKey.objects.filter(pk=int(key_id)).first()) is not None:
+            return f"key {key.prefix} ({key.name}) {period}"
+        return about
 
 
 class Event(models.TextChoices):

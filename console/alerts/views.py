@@ -97,14 +97,16 @@ def _titled(alerts: QuerySet[Alert], admin: bool) -> list[tuple[str, Alert, str]
 
 def _link(subject: str, admin: bool) -> str:
     """The console page of what an alert is about, named in its subject (console.alerts.conditions): a deployment, a
-    replica's deployment, a key (for an admin, who may open any key's page); '' for another subject, or one gone."""
+    replica's deployment, a key (``key <id> …``, for an admin, who may open any key's page); '' for another subject, or
+    one gone."""
     what, _, name = subject.partition(" ")
     if what == "deployment" and (dep := Deployment.objects.filter(name=name).first()) is not None:
         return reverse("deployments:detail", args=[dep.pk])
     if what == "replica" and (replica := Replica.objects.filter(runtime_name=name).first()) is not None:
         return reverse("deployments:detail", args=[replica.deployment_id])
-    if what == "key" and admin and (key := ApiKey.objects.filter(prefix=name.partition(" ")[0]).first()) is not None:
-        return reverse("access:key", args=[key.pk])
+    key_id = name.partition(" ")[0]
+    if what == "key" and admin and key_id.isdigit() and ApiKey.objects.filter(pk=int(key_id)).exists():
+        return reverse("access:key", args=[int(key_id)])
     return ""
 
 

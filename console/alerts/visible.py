@@ -18,8 +18,8 @@ def theirs(user: Any, prefix: str = "") -> Q:
     if role_of(user) != Role.MEMBER:
         return Q()
     own = Q(**{f"{prefix}subject__startswith": f"member {user.get_username()} "})
-    for key_prefix in ApiKey.objects.filter(owner=user).values_list("prefix", flat=True):
-        own |= Q(**{f"{prefix}subject__startswith": f"key {key_prefix} "})
+    for key_id in ApiKey.objects.filter(owner=user).values_list("pk", flat=True):  # by id: a rotation keeps it
+        own |= Q(**{f"{prefix}subject__startswith": f"key {key_id} "})
     return ~Q(**{f"{prefix}rule__kind": BUDGET}) | own
 
 
