@@ -350,7 +350,7 @@ class Gateway:
             priority=plan.priority,
             batch_id=plan.batch_id,
             error=state.error,
-            **plan.output_limits(),
+            **(plan.output_limits() if state.asked_engine else {}),  # none applied to a request no engine got
         )
         # a client that left once the engine had its request: a whole answer, or a stream before its first event
         if (state.streamed or (state.client_gone and state.asked_engine)) and (

@@ -181,5 +181,18 @@ def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Wor
     export = client.get("/requests/export.csv").text.splitlines()
     assert export[0].endswith(",max_tokens_fitted,max_tokens_capped,max_tokens_capped_by,wake_seconds")
     assert any(line.endswith(",,2,deployment,") for line in export[1:]), export
+    # a request refused at admission was sent nowhere: no cap is said of it (a trial's 429 row read "capped to 562")
+    once = client.post("/api/keys", json={"name": "once", "requests_per_minute": 1}).json()["key"]
+    statuses = [
+        httpx.post(
+            f"{web}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {once}", "x-request-id": f"capped-{n}"},
+            json={"model": "capped", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 100},
+            timeout=30,
+        ).status_code
+        for n in range(3)  # the minute turns at most once between them
+    ]
+    [refused] = rows(client_request_id=f"capped-{statuses.index(429)}")
+    assert (refused.status, refused.max_tokens_capped, refused.max_tokens_capped_by) == (429, None, "")
     client.post(f"/api/deployments/{dep_id}/stop")
     wait_state(client, dep_id, {"stopped"})
