@@ -137,3 +137,15 @@ def test_the_members_api_gives_what_their_keys_were_charged_as_the_member_page_d
         'Their keys were charged <strong data-field="spent_today">$0.0097'
         in admin.get(f"/members/{member.pk}/").content.decode()
     )
+
+
+def test_a_key_without_limits_of_its_own_shows_its_owners_budget_that_refuses_it_too(
+    admin: Client, member: Any
+) -> None:
+    """A trial: alice's keys read "Limits: none" on the keys list while her member budget refused them."""
+    free, _ = keys.create_key("free", member)
+    Member.objects.filter(user=member).update(daily_budget_usd=Decimal("1.00"), monthly_budget_usd=Decimal("20"))
+    said = "owner's $1.00/day $20.00/month</span>"
+    for page in (admin.get("/keys/").content.decode(), admin.get(f"/keys/{free.pk}/").content.decode()):
+        assert said in page
+        assert 'class="limits">none<' not in page.replace("\n", "")
