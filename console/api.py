@@ -24,6 +24,7 @@ from ninja.parser import Parser
 from ninja.security import django_auth
 
 from console.access.api import router as access
+from console.alerts.api import router as alerts
 from console.audit.api import router as audit
 from console.capacity.api import router as capacity
 from console.catalog.api import router as catalog
@@ -71,7 +72,7 @@ def _has_nul(value: object) -> bool:
 
 
 api = NinjaAPI(title="Hearth", version="1", auth=django_auth, urls_namespace="api", parser=ObjectParser())
-for router in (catalog, deployments, observability, access, preflight, usage, audit, capacity):
+for router in (catalog, deployments, observability, access, preflight, usage, audit, capacity, alerts):
     api.add_router("", router)
 
 

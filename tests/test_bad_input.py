@@ -37,6 +37,10 @@ VALID = {
     "POST /api/keys/{pk}/rotate": {"grace_seconds": 10},
     "POST /api/members": {"username": "u2", "password": "a-long-password-1", "role": "member"},
     "PATCH /api/members/{pk}": {"role": "member"},
+    "POST /api/gpu-prices": {"gpu_model": "NVIDIA L4", "usd_per_gpu_hour": "0.8", "source": "a quote"},
+    "PUT /api/deployments/{pk}/price": {"usd_per_million_input": "0.5", "usd_per_million_output": "1.5"},
+    "PATCH /api/alerts/rules/{kind}": {"enabled": True, "threshold": 0.5, "for_minutes": 5, "repeat_minutes": 60},
+    "PUT /api/alerts/destination": {"webhook_url": "https://hooks.example.com/x", "email_to": "a@b.co"},
 }
 SPOILED = {  # JSON type → values no field of that type accepts
     "string": [LONG, "a\u0000b", 5, ["x"]],
@@ -107,6 +111,7 @@ def test_every_api_operation_answers_each_spoiled_field_with_a_4xx_in_its_shape(
 ) -> None:
     method, path = operation.split()
     url = path.replace("{pk}", str(world[path.split("/")[2]])) if "{pk}" in path else path
+    url = url.replace("{kind}", "kv_cache_high")  # a ratio 0–1: every threshold past 1 is refused
     send = getattr(admin, method.lower())
     wrong = []
     bodies = [(body, body) for body in WHOLE]

@@ -153,6 +153,16 @@ API = {
     "POST /api/deployments/{pk}/tunings": "A",
     "GET /api/tunings/{pk}": "AMV",
     "POST /api/tunings/{pk}/{action}": "A",
+    "GET /api/gpu-prices": "AMV",
+    "POST /api/gpu-prices": "A",
+    "GET /api/deployment-prices": "AMV",
+    "PUT /api/deployments/{pk}/price": "A",
+    "GET /api/alerts": "AMV",
+    "GET /api/alerts/rules": "AMV",
+    "PATCH /api/alerts/rules/{kind}": "A",
+    "GET /api/alerts/destination": "AMV",
+    "PUT /api/alerts/destination": "A",
+    "POST /api/alerts/destination/test": "A",
 }
 LETTER = {"admin": "A", "member": "M", "viewer": "V"}
 
@@ -218,7 +228,7 @@ def sign_in(client: Client, username: str) -> None:
 def url_for(route: str, world: dict[str, Any]) -> str:
     """A concrete path for a route, its <pk> or {pk} filled with the object that URL is about."""
     if "pk" not in route:
-        return "/" + route.lstrip("/")
+        return "/" + route.lstrip("/").replace("{kind}", "error_rate")
     pk = (
         world["key"].pk
         if "keys" in route

@@ -139,6 +139,10 @@ API: dict[str, Access] = {
     "POST /api/tunings/{pk}/{action}": ADMINS,
     "POST /api/deployments/{pk}/remedy": ADMINS,
     "GET /api/deployments/{pk}/metrics": ALL,
+    "PUT /api/deployments/{pk}/price": ADMINS,
+    "GET /api/deployment-prices": ALL,  # the Costs page's table, which everyone reads
+    "GET /api/gpu-prices": ALL,
+    "POST /api/gpu-prices": ADMINS,
     "GET /api/deployments/{pk}/export": ALL,
     "GET /api/deployments/{pk}/export/{target}": ALL,
     "GET /api/doctor": ALL,
@@ -152,6 +156,12 @@ API: dict[str, Access] = {
     "PATCH /api/members/{pk}": ADMINS,
     "GET /api/usage": ALL,  # members see their own keys' usage
     "GET /api/audit": ADMINS,
+    "GET /api/alerts": ALL,  # members see every alert but others' budget alerts (console.alerts.visible)
+    "GET /api/alerts/rules": ALL,
+    "PATCH /api/alerts/rules/{kind}": ADMINS,
+    "GET /api/alerts/destination": ALL,  # the webhook as scheme and host, as on the Alerts page
+    "PUT /api/alerts/destination": ADMINS,
+    "POST /api/alerts/destination/test": ADMINS,
 }
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
