@@ -48,6 +48,20 @@ def shown_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/…" if url else ""  # (no user:password@)
 
 
+def audited(changes: dict[str, list[object]]) -> dict[str, list[object]]:
+    """``changes`` of a Destination (console.audit.recording.form_changes) as its audit entry keeps them: the webhook
+    a secret, so whether it was set, never what (``shown_url``, "another path" where only the path changed)."""
+    if "webhook_url" in changes:
+        before, after = (shown_url(str(url or "")) or "none" for url in changes["webhook_url"])
+        changes = changes | {"webhook_url": [before, f"{after} (another path)" if after == before else after]}
+    return changes
+
+
+def smtp_server() -> str:
+    """Where email goes, as host:port (Django's EMAIL_HOST and EMAIL_PORT)."""
+    return f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+
+
 def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at else None
 

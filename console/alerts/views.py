@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from console.access.models import ApiKey
 from console.access.roles import is_admin
-from console.alerts.delivery import send_test, shown_url
+from console.alerts.delivery import audited, send_test, shown_url, smtp_server
 from console.alerts.forms import DestinationForm, RuleForm
 from console.alerts.models import Alert, AlertRule, Delivery, Destination
 from console.alerts.rules import KINDS, rules
@@ -59,7 +59,7 @@ def _page(
         "email_to": destination.email_to,
         "email_typed": destination.email_to if email_to is None else email_to,
         "refused": refused or {},
-        "smtp_server": _smtp_server(),
+        "smtp_server": smtp_server(),
         "console_url": settings.HEARTH_HOSTNAME,
         "failures": [
             (_title(d.alert.rule.kind), d)
@@ -78,11 +78,6 @@ def _values(rule: AlertRule, typed: tuple[str, dict[str, object]] | None) -> dic
         return typed[1]
     shown: dict[str, object] = {name: f"{getattr(rule, name):g}" for name in COLUMNS}
     return shown | {"enabled": rule.enabled}
-
-
-def _smtp_server() -> str:
-    """Where email goes, as host:port (Django's EMAIL_HOST and EMAIL_PORT)."""
-    return f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
 
 
 def _title(kind: str) -> str:
@@ -146,10 +141,7 @@ def set_destination(request: HttpRequest) -> HttpResponse:
         data["webhook_url"] = destination.webhook_url
     form = DestinationForm(data, instance=destination)
     if form.is_valid():
-        changes = form_changes(form)
-        if "webhook_url" in changes:  # a secret: whether it was set, never what
-            before, after = (shown_url(url or "") or "none" for url in changes["webhook_url"])
-            changes["webhook_url"] = [before, f"{after} (another path)" if after == before else after]
+        changes = audited(form_changes(form))
         with transaction.atomic():
             if changes:
                 record(None, "alerts.destination", form.save(), changes)
@@ -175,7 +167,7 @@ def send_test_alert(request: HttpRequest) -> HttpResponse:
         if why and channel == "email":
             messages.error(
                 request,
-                f"The test by email ({shown[channel]}) failed at the SMTP server {_smtp_server()} (EMAIL_HOST and "
+                f"The test by email ({shown[channel]}) failed at the SMTP server {smtp_server()} (EMAIL_HOST and "
                 f"EMAIL_PORT in .env; docs/alerts.md): {why}",
             )
         elif why:

@@ -177,10 +177,7 @@ def set_deployment_price(request: HttpRequest, pk: int, data: DeploymentPriceIn)
     if not form.is_valid():
         raise _refused(form, _PRICE_FIELDS)
     paid_in, paid_out = form.cleaned_data["input_usd"], form.cleaned_data["output_usd"]
-    with transaction.atomic():
-        pricing.set_price(dep, paid_in, paid_out)
-        change = {"usd_per_million_input": str(paid_in), "usd_per_million_output": str(paid_out)}
-        record(None, "deployment.price", dep, change if paid_in is not None else {"from": "capacity"})
+    pricing.set_price(dep, paid_in, paid_out)
     return _deployment_price(dep, list(PriceSetting.objects.all()))
 
 

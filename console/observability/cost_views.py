@@ -73,10 +73,7 @@ def costs(request: HttpRequest) -> HttpResponse:
 
 def _set_deployment_price(request: HttpRequest, form: DeploymentPriceForm) -> HttpResponse:
     dep, paid_in, paid_out = (form.cleaned_data[k] for k in ("deployment", "input_usd", "output_usd"))
-    with transaction.atomic():
-        pricing.set_price(dep, paid_in, paid_out)
-        change = {"usd_per_million_input": str(paid_in), "usd_per_million_output": str(paid_out)}
-        record(None, "deployment.price", dep, change if paid_in is not None else {"from": "capacity"})
+    pricing.set_price(dep, paid_in, paid_out)
     said = "its capacity" if paid_in is None else "the price set"
     messages.success(request, f"{dep.name} now charges {said}.")
     return redirect("observability:costs")

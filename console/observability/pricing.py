@@ -32,7 +32,9 @@ from decimal import Decimal
 
 import redis
 from django.conf import settings
+from django.db import transaction
 
+from console.audit.recording import record
 from console.deployments.models import Deployment
 from console.observability.cost import MILLION, hourly_cost, price_per_token
 from console.observability.models import DeploymentPrice, PriceSetting
@@ -148,9 +150,13 @@ def record_capacity(dep: Deployment, levels: list[LevelResult], slo: Slo, run_id
 
 
 def set_price(dep: Deployment, input_per_million: Decimal | None, output_per_million: Decimal | None) -> None:
-    """An admin's price for ``dep`` (None both: back to the one from capacity), published at once."""
+    """An admin's price for ``dep`` (None both: back to the one from capacity), with its audit entry
+    (``deployment.price``), published at once."""
     fields = {"usd_per_million_input": input_per_million, "usd_per_million_output": output_per_million}
-    DeploymentPrice.objects.update_or_create(deployment=dep, defaults=fields)
+    with transaction.atomic():
+        DeploymentPrice.objects.update_or_create(deployment=dep, defaults=fields)
+        change = {"usd_per_million_input": str(input_per_million), "usd_per_million_output": str(output_per_million)}
+        record(None, "deployment.price", dep, change if input_per_million is not None else {"from": "capacity"})
     publish_price(dep)
 
 
