@@ -7,9 +7,9 @@ The archive is a gzip'd tar, created with mode 0600 (it holds secrets), of two m
 - ``manifest.json``: ``{"format": "hearth-backup", "version": 1, "created_at": ISO 8601 UTC, "database":
   "postgresql" | "sqlite", "migrations": [[app label, migration name], ...] (those applied at backup),
   "secret_key": the appliance's SECRET_KEY, "data": {"objects": rows, "bytes": size, "sha256": hex}}``;
-- ``data.jsonl``: every row of every table of the installed apps (users, members, API keys, models, deployments,
-  replicas, their events, prices, metric mappings and every other setting kept in the database, the request log,
-  metric history, the audit log, sign-in throttling, sessions, content types and permissions), one object a line in
+- ``data.jsonl``: every row of every table of the installed apps but sessions (users, members, API keys, models,
+  deployments, replicas, their events, prices, metric mappings and every other setting kept in the database, the
+  request log, metric history, the audit log, sign-in throttling, content types and permissions), one object a line in
   Django's own serialization format (``jsonl``, what ``dumpdata`` and ``loaddata`` read and write), primary keys
   kept: deployment ids (in URLs, in engine containers' ``hearth.deployment`` labels) stay what they were.
 
@@ -23,12 +23,15 @@ in one snapshot (PostgreSQL: REPEATABLE READ; SQLite: one deferred read transact
 Secrets: engine keys (SealedCharField) are written sealed under the appliance's SECRET_KEY, which the manifest
 holds. A restore opens them with the archive's key and seals them again under the target's own SECRET_KEY, so the
 target keeps its key and still reaches the engines. API keys are kept as their SHA-256 (console.access.key_format):
-the same keys work on the target whatever its SECRET_KEY. Sign-ins (sessions, signed with SECRET_KEY) survive only
-when the target runs with the archive's key (``restore`` says when it does not).
+the same keys work on the target whatever its SECRET_KEY. Sessions (LEFT_OUT) are not archived: a session's key is
+the console's ``sessionid`` cookie, so an archive holding them would sign its reader in as whoever was signed in;
+after a restore everyone signs in again.
 
-Not in the archive: Redis (the broker's queue, caches, rate-limit and spending counters, which beat checks against
-the request log, and the request-log spool's last seconds), and HEARTH_DATA_DIR's runtime files (engine pid files
-and logs, Prometheus's multiprocess files, beat's schedule): none is needed to read the data back. The SQLite
+Not in the archive (LEFT_OUT_WORDS): sessions; Redis (the broker's queue, caches, rate-limit windows and spending
+counters, which beat checks against the request log, and the request-log spool's last seconds); engine containers
+and the model weights they downloaded; HEARTH_DATA_DIR's runtime files (engine pid files and logs, Prometheus's
+multiprocess files, beat's schedule); the environment (``.env``, HEARTH_HF_TOKEN_FILE); Caddy's certificates;
+Prometheus's own data. None is needed to read the data back. The SQLite
 database under HEARTH_DATA_DIR is the data itself, and the generated ``secret_key`` file there is the SECRET_KEY
 the manifest holds.
 
@@ -69,6 +72,12 @@ MANIFEST, DATA = "manifest.json", "data.jsonl"
 PRIVATE = 0o600
 CHUNK = 2000  # rows read per query while dumping
 HASH_BLOCK = 1 << 20  # bytes
+LEFT_OUT = frozenset({"sessions.session"})  # models whose rows are not archived (module docstring)
+LEFT_OUT_WORDS = (
+    "console sessions (everyone signs in again), Redis (queues, caches, rate-limit windows, spending counters), "
+    "engine containers and model weights, runtime files, the environment (.env, the Hugging Face token file), "
+    "Caddy's certificates, Prometheus's data"
+)
 
 
 @dataclass(frozen=True)
@@ -111,8 +120,9 @@ class Manifest:
 
 
 def archived_models() -> list[type[Model]]:
-    """Every concrete model of the installed apps: an archive holds the rows of each."""
-    return [m for c in apps.get_app_configs() for m in c.get_models() if m._meta.managed and not m._meta.proxy]
+    """Every concrete model of the installed apps but those LEFT_OUT: an archive holds the rows of each."""
+    models = [m for c in apps.get_app_configs() for m in c.get_models() if m._meta.managed and not m._meta.proxy]
+    return [m for m in models if m._meta.label_lower not in LEFT_OUT]
 
 
 def tables(models: Iterable[type[Model]]) -> list[str]:
@@ -239,22 +249,24 @@ def _write_tar(path: Path, manifest: Manifest, data: Path) -> None:
             tar.addfile(info, stream)
 
 
-def read_manifest(archive: Path) -> Manifest:
+def read_manifest(archive: Path, name: str = "") -> Manifest:
     """The manifest of a whole archive: its members as backup writes them and its data of the size and SHA-256 the
-    manifest gives. Raises CommandError saying what is wrong (not a Hearth backup, truncated, altered)."""
+    manifest gives. Raises CommandError saying what is wrong (not a Hearth backup, truncated, altered), naming the
+    archive ``name`` (default its path)."""
+    name = name or str(archive)
     try:
         with tarfile.open(archive, "r:gz") as tar:
             if (names := tar.getnames()) != [MANIFEST, DATA]:
                 raise CommandError(
-                    f"{archive} is not a Hearth backup: one holds {MANIFEST} and {DATA}, this holds "
+                    f"{name} is not a Hearth backup: one holds {MANIFEST} and {DATA}, this holds "
                     f"{', '.join(names[:5]) or 'nothing'}"
                 )
             manifest = Manifest.from_json(member(tar, MANIFEST).read())
             sha256, size = _digest(member(tar, DATA))
     except (tarfile.TarError, OSError, EOFError, zlib.error, AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise CommandError(f"{archive} is not a whole Hearth backup ({type(exc).__name__}: {exc})") from exc
+        raise CommandError(f"{name} is not a whole Hearth backup ({type(exc).__name__}: {exc})") from exc
     if (sha256, size) != (manifest.sha256, manifest.size):
-        raise CommandError(f"{archive} is damaged: its data is not what its manifest says (SHA-256, size)")
+        raise CommandError(f"{name} is damaged: its data is not what its manifest says (SHA-256, size)")
     return manifest
 
 

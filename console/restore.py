@@ -12,15 +12,24 @@ and the reasons for its form. In order, changing nothing until the last step:
    are the other appliance's; this one's worker launches them again).
 
 A failure in step 4 rolls the whole of it back. The gateways are then told to read keys and routes again.
+
+Before step 4 the restore marks its time in Redis (console.observability.restored; a Redis that does not answer
+refuses the restore): the spending counters there keep what was spent since the backup, which the restored request
+log lacks, and beat's accounting check then never lowers a counter of this day or month to the log. A restore that
+fails after the mark leaves it: the counters of this day and month are only raised to the log until they end. Once
+step 4 is committed, the counters of keys and members made since the backup are deleted. Sessions are not archived
+(console.backup.LEFT_OUT), and an older archive's are not loaded: everyone signs in again.
 """
 
 import io
 import json
 import tarfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import redis
 from cryptography.fernet import InvalidToken
 from django.apps.registry import Apps
 from django.core import serializers
@@ -35,9 +44,10 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Model
 
-from console.backup import DATA, Manifest, archived_models, member, read_manifest, tables
+from console.backup import DATA, LEFT_OUT, Manifest, archived_models, member, read_manifest, tables
 from console.deployments.stopping import forget_restored_engines
 from console.fanout import bump_routing_version
+from console.observability import restored
 from console.sealed import SealedCharField, unseal_under
 
 # A freshly migrated database holds rows of these and is still empty: content types and permissions (migrate's
@@ -46,6 +56,11 @@ FILLED_BY_MIGRATE = frozenset(
     {"contenttypes.contenttype", "auth.permission", "observability.metricmapping", "observability.pricesetting"}
 )
 BATCH = 500  # rows written per INSERT (fewer where SQLite's limit on parameters says)
+SEALED_ELSEWHERE = (
+    "its sealed value (an engine key) does not open with the SECRET_KEY the archive's manifest holds: it was sealed "
+    "under another key, so the manifest and the data are not of one backup (its secret_key edited, or data.jsonl "
+    "taken from another appliance's archive); restore an archive as manage.py backup wrote it"
+)
 
 
 def unknown_migrations(manifest: Manifest) -> list[str]:
@@ -68,13 +83,15 @@ def tables_holding_rows() -> list[str]:
     return found
 
 
-def restore(archive: Path, *, force: bool) -> Manifest:
+def restore(archive: Path, *, force: bool, name: str = "") -> Manifest:
     """Restore ``archive`` into this appliance's database (see the module docstring for the order and what each
-    step refuses); returns its manifest. Raises CommandError, saying why, with the database as it was."""
-    manifest = read_manifest(archive)
+    step refuses); returns its manifest. Raises CommandError, saying why and naming the archive ``name`` (default its
+    path), with the database as it was."""
+    name = name or str(archive)
+    manifest = read_manifest(archive, name)
     if newer := unknown_migrations(manifest):
         raise CommandError(
-            f"{archive} comes from a newer Hearth: its schema has migrations this one lacks ({', '.join(newer)}). "
+            f"{name} comes from a newer Hearth: its schema has migrations this one lacks ({', '.join(newer)}). "
             "Upgrade Hearth to that version or later, then restore."
         )
     if not force and (held := tables_holding_rows()):
@@ -83,8 +100,17 @@ def restore(archive: Path, *, force: bool) -> Manifest:
             "restore into a fresh one, or pass --force to replace everything in it with the archive"
         )
     try:
+        restored.mark(time.time())
+    except (redis.RedisError, OSError) as exc:
+        raise CommandError(
+            f"restore refused, nothing changed: Redis did not answer ({exc}); the restore notes there that budgets "
+            "keep what was spent since the backup. Start Redis (make up) and restore again."
+        ) from exc
+    try:
         _rebuild(archive, manifest)
-    except (DatabaseError, serializers.base.DeserializationError, InvalidToken, LookupError) as exc:
+    except serializers.base.DeserializationError as exc:
+        raise CommandError(f"restore failed, nothing changed: {exc}") from exc
+    except (DatabaseError, LookupError) as exc:
         raise CommandError(f"restore failed, nothing changed: {type(exc).__name__}: {exc}") from exc
     return manifest
 
@@ -116,6 +142,7 @@ def _rebuild(archive: Path, manifest: Manifest) -> None:
         emit_post_migrate_signal(0, False, connection.alias)
         forget_restored_engines()
         transaction.on_commit(bump_routing_version)
+        transaction.on_commit(restored.forget_gone_holders)
 
 
 def _last_per_app(graph: MigrationGraph, migrations: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -149,19 +176,43 @@ def _drop_tables() -> None:
 
 
 def _records(lines: Iterable[str], secret_key: str, models: Apps) -> Iterator[dict[str, Any]]:
-    """The archive's rows in Django's Python serialization, each sealed value opened with the archive's key (saving
-    seals it again under this appliance's). Raises InvalidToken when the archive's key does not open one."""
+    """The archive's rows in Django's Python serialization but those of models LEFT_OUT (an older archive's
+    sessions), each sealed value opened with the archive's key (saving seals it again under this appliance's).
+    Raises DeserializationError naming the line of one that is not a row as backup writes it, or whose sealed value
+    the archive's key does not open; LookupError for a model the archive's schema lacks."""
     sealed: dict[str, list[str]] = {}  # model label → its sealed fields
-    for line in lines:
-        record = json.loads(line)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = _parsed(line, number)
         label = record["model"]
+        if label in LEFT_OUT:
+            continue
         if label not in sealed:
             fields = models.get_model(label)._meta.get_fields()
             sealed[label] = [f.name for f in fields if isinstance(f, SealedCharField)]
         for name in sealed[label]:
             if value := record["fields"].get(name):
-                record["fields"][name] = unseal_under(value, [secret_key])
+                try:
+                    record["fields"][name] = unseal_under(value, [secret_key])
+                except InvalidToken:
+                    raise serializers.base.DeserializationError(f"{DATA} line {number}: {SEALED_ELSEWHERE}") from None
         yield record
+
+
+def _parsed(line: str, number: int) -> dict[str, Any]:
+    """Line ``number`` of the archive's data as a row ``{"model": label, "fields": {...}, ...}``. Raises
+    DeserializationError naming the line (not showing it: a row may hold a secret) when it is not one."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        why = getattr(exc, "msg", type(exc).__name__)
+        raise serializers.base.DeserializationError(f"{DATA} line {number} is not JSON ({why})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("model"), str):
+        raise serializers.base.DeserializationError(f"{DATA} line {number} is not a row (it names no model)")
+    if not isinstance(record.get("fields"), dict):
+        raise serializers.base.DeserializationError(f"{DATA} line {number} is not a row (it has no fields)")
+    return record
 
 
 class _Deserializer(python.Deserializer):

@@ -28,7 +28,7 @@ def test_a_backup_over_an_earlier_archive_says_it_replaced_it(tmp_path: Path) ->
     call_command("backup", str(archive), stderr=said)
     assert said.getvalue().startswith("backup: ") and "replaced" not in said.getvalue()
     call_command("backup", str(archive), stderr=said)
-    assert said.getvalue().rstrip().endswith(f"to {archive} (it replaced the archive that was there)")
+    assert f"to {archive} (it replaced the archive that was there)\nbackup: not in it: " in said.getvalue()
 
 
 @pytest.mark.process

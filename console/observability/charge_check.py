@@ -13,6 +13,14 @@ the charge is mended), a request recorded by the check of a dead relay process a
 Each difference is logged, recorded in the audit log (``accounting.mended``) and mended: the counter is moved by
 the difference. The check reads the counters first and the requests in flight last, so a request that ran at
 any moment in between makes its key wait.
+
+But for a day or month that began before the database was restored (console.observability.restored): its counters
+hold what was spent since the backup, which its restored rows lack, so they are raised to the rows and never lowered.
+
+A key's tokens-per-day counter (``…:tpd:<day>``, gateway.reservations: the tokens, prompt and output as the log counts
+them, of the requests admitted that UTC day, plus what those running hold) is checked alike, for the live keys with
+a tokens-per-day limit, but only raised to the rows: a Redis that lost it would let the key use its day again.
+Per-minute windows are left as they are: a lost one is a minute's.
 """
 
 import json
@@ -26,13 +34,15 @@ from typing import cast
 
 import redis
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import Expression, F, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
 
 from console.access.models import ApiKey
 from console.audit.recording import record
 from console.observability.models import RequestLog
 from console.observability.request_rows import NANO
 from console.observability.request_spool import Entry, notes_key, processes_key, spool_key, text
+from console.observability.restored import restored_at
 from console.observability.spent import DAY_TTL, MONTH_TTL, key_counters, owner_counters, periods
 
 log = logging.getLogger(__name__)
@@ -44,12 +54,13 @@ EDGE = 10.0  # seconds: a request that started this close to a period's start ma
 
 @dataclass(frozen=True)
 class Mended:
-    """One counter moved to what the request log says: its name, what it held and what the rows add up to
-    (nano-USD)."""
+    """One counter moved to what the request log says: its name, what it held and what the rows add up to, in
+    ``unit``: ``nano_usd`` (a spending counter) or ``tokens`` (a tokens-per-day counter)."""
 
     counter: str
     held: int
     rows: int
+    unit: str = "nano_usd"
 
 
 def check(now: float | None = None) -> list[Mended]:
@@ -66,19 +77,27 @@ def check(now: float | None = None) -> list[Mended]:
             holders.setdefault(("owner", owner), []).append(key)
     day, month = periods(now)
     names = {(h, p): f"{_prefix(h)}:usd:{p}" for h in holders for p in (day, month)}
-    held = dict(zip(names, [int(v or 0) for v in r.mget(list(names.values()))] if names else [], strict=True))
+    limited = ApiKey.objects.filter(revoked_at__isnull=True, tokens_per_day__isnull=False).values_list("pk", flat=True)
+    daily = {key: f"{key_counters(key)}:tpd:{day}" for key in limited}
+    counters = [*names.values(), *daily.values()]
+    held = dict(zip(counters, [int(v or 0) for v in r.mget(counters)] if counters else [], strict=True))
     spent = {day: _rows_by_key(list(owners), day_start), month: _rows_by_key(list(owners), month_start)}
+    tokens, tokens_doubtful = _tokens_by_key(list(daily), day_start)
+    restored = restored_at(r)
     busy = _busy_keys(r, now)
     mended = []
     for (holder, period), name in names.items():
         keys = holders[holder]
         by_key, doubtful = spent[period]
-        if any(k in busy or k in doubtful for k in keys):
-            continue
         rows = sum(by_key.get(k, 0) for k in keys)
-        if rows != held[(holder, period)]:
-            ttl = DAY_TTL if period == day else MONTH_TTL
-            mended.append(_mend(r, name, held[(holder, period)], rows, ttl))
+        if any(k in busy or k in doubtful for k in keys) or rows == held[name]:
+            continue
+        if rows < held[name] and restored is not None and restored > (day_start if period == day else month_start):
+            continue  # spent since the backup its restored rows were taken by (module docstring)
+        mended.append(_mend(r, name, held[name], rows, DAY_TTL if period == day else MONTH_TTL))
+    for key, name in daily.items():
+        if key not in busy and key not in tokens_doubtful and tokens.get(key, 0) > held[name]:
+            mended.append(_mend(r, name, held[name], tokens.get(key, 0), DAY_TTL, "tokens"))
     return mended
 
 
@@ -102,23 +121,41 @@ def _spent_since(start: float) -> Q:
 
 
 def _rows_by_key(keys: list[int], start: float) -> tuple[dict[int, int], set[int]]:
-    """Nano-USD charged per key for the requests admitted since ``start`` (module docstring: a row's request was
-    admitted ``duration_seconds`` before it ended), and the keys with a request that started within EDGE seconds
-    of ``start``, which its counters may hold in either period (they wait for the next check)."""
+    """Nano-USD charged per key for the requests admitted since ``start`` (Unix s), and the keys whose counters may
+    hold a request in either period (``_admitted_since``)."""
+    charged = RequestLog.objects.filter(api_key_id__in=keys, cost_usd__isnull=False)
+    total, doubtful = _admitted_since(charged, start, F("cost_usd"))
+    return {key: int(cost * NANO) for key, cost in total.items()}, doubtful
+
+
+def _tokens_by_key(keys: list[int], start: float) -> tuple[dict[int, int], set[int]]:
+    """Tokens (prompt + output, as the gateway settles them) per key of the requests admitted since ``start`` (Unix
+    s), and the keys whose counters may hold a request in either period (``_admitted_since``)."""
+    rows = RequestLog.objects.filter(api_key_id__in=keys)
+    total, doubtful = _admitted_since(rows, start, Coalesce("prompt_tokens", 0) + Coalesce("completion_tokens", 0))
+    return {key: int(tokens) for key, tokens in total.items()}, doubtful
+
+
+def _admitted_since(
+    rows: QuerySet[RequestLog], start: float, value: Expression | F
+) -> tuple[dict[int, Decimal], set[int]]:
+    """``value`` summed per key over ``rows`` of the requests admitted since ``start`` (module docstring: a row's
+    request was admitted ``duration_seconds`` before it ended), and the keys with a request that started within EDGE
+    seconds of ``start``, which its counters may hold in either period (they wait for the next check)."""
     since = datetime.fromtimestamp(start, UTC)
-    rows = RequestLog.objects.filter(api_key_id__in=keys, created_at__gte=since, cost_usd__isnull=False)
+    rows = rows.filter(created_at__gte=since)
     total: dict[int, Decimal] = defaultdict(Decimal)
-    for key, cost in rows.values("api_key_id").annotate(cost=Sum("cost_usd")).values_list("api_key_id", "cost"):
-        total[key] += cost
+    for key, amount in rows.values("api_key_id").annotate(amount=Sum(value)).values_list("api_key_id", "amount"):
+        total[key] += Decimal(amount)
     edge, doubtful = datetime.fromtimestamp(start + LONG, UTC), set()
-    near = rows.filter(Q(created_at__lt=edge) | Q(duration_seconds__gt=LONG))
-    for key, ended, duration, cost in near.values_list("api_key_id", "created_at", "duration_seconds", "cost_usd"):
+    near = rows.filter(Q(created_at__lt=edge) | Q(duration_seconds__gt=LONG)).annotate(amount=value)
+    for key, ended, duration, amount in near.values_list("api_key_id", "created_at", "duration_seconds", "amount"):
         began = ended.timestamp() - duration
         if abs(began - start) < EDGE:
             doubtful.add(key)
-        if began < start and cost is not None:
-            total[key] -= cost
-    return {key: int(cost * NANO) for key, cost in total.items()}, doubtful
+        if began < start:
+            total[key] -= Decimal(amount)
+    return total, doubtful
 
 
 def _busy_keys(r: "redis.Redis", now: float) -> set[int]:
@@ -134,12 +171,12 @@ def _busy_keys(r: "redis.Redis", now: float) -> set[int]:
     return busy
 
 
-def _mend(r: "redis.Redis", counter: str, held: int, rows: int, ttl: int) -> Mended:
-    log.warning("accounting: %s held %d nano-USD, the request log %d; mended", counter, held, rows)
+def _mend(r: "redis.Redis", counter: str, held: int, rows: int, ttl: int, unit: str = "nano_usd") -> Mended:
+    log.warning("accounting: %s held %d %s, the request log %d; mended", counter, held, unit, rows)
     with r.pipeline(transaction=True) as pipe:
         pipe.incrby(counter, rows - held)
         pipe.expire(counter, ttl, nx=True)
         pipe.execute()
-    mended = Mended(counter, held, rows)
-    record(None, "accounting.mended", counter, {"counter_nano_usd": held, "request_log_nano_usd": rows})
+    mended = Mended(counter, held, rows, unit)
+    record(None, "accounting.mended", counter, {f"counter_{unit}": held, f"request_log_{unit}": rows})
     return mended

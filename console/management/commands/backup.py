@@ -8,13 +8,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from console.audit.recording import record
-from console.backup import NotAFile, backup
+from console.backup import LEFT_OUT_WORDS, NotAFile, backup
 
 
 class Command(BaseCommand):
     help = (
-        "Write the database (every table), SECRET_KEY and the sealed engine keys to one archive, mode 0600 "
-        "(FILE replaced whole once written; '-' for stdout). Restore it with: manage.py restore FILE."
+        "Write the database (every table but sessions), SECRET_KEY and the sealed engine keys to one archive, mode "
+        "0600 (FILE replaced whole once written; '-' for stdout). Restore it with: manage.py restore FILE."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -40,3 +40,4 @@ class Command(BaseCommand):
             f"backup: {manifest.objects} rows of the {manifest.database} database, {len(manifest.migrations)} "
             f"migrations applied, to {opts['file']}" + (" (it replaced the archive that was there)" if replaced else "")
         )
+        self.stderr.write(f"backup: not in it: {LEFT_OUT_WORDS}")

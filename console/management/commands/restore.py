@@ -41,7 +41,7 @@ class Command(BaseCommand):
             self._restore(spooled, opts["force"], "stdin")
 
     def _restore(self, archive: Path, force: bool, name: str) -> None:
-        manifest = restore(archive, force=force)
+        manifest = restore(archive, force=force, name=name)
         facts = {"rows": manifest.objects, "database": manifest.database, "made": manifest.created_at}
         record(None, "backup.restore", name, facts)
         self.stdout.write(
@@ -52,8 +52,11 @@ class Command(BaseCommand):
             "restore: keys, members and deployments are as they were then: a key revoked since works again "
             "(revoke it again), one made since is gone"
         )
+        self.stdout.write(
+            "restore: budgets keep what was spent since the backup: the spending and tokens-per-day counters in Redis "
+            "are not lowered to the restored request log, whose rows end when the backup was made (the requests "
+            "since are not in it, nor on the usage pages)"
+        )
+        self.stdout.write("restore: sessions are not in a backup: everyone signs in to the console again")
         if manifest.secret_key != settings.SECRET_KEY:
-            self.stdout.write(
-                "restore: this appliance's SECRET_KEY is not the archive's: API keys work as before, but everyone "
-                "signed in to the console signs in again"
-            )
+            self.stdout.write("restore: this appliance's SECRET_KEY is not the archive's: API keys work as before")
