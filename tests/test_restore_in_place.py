@@ -6,7 +6,6 @@ does not open, is refused in one line naming why, changing nothing, and so is an
 keeps the restore's mark); a restore from stdin names stdin."""
 
 import hashlib
-import io
 import json
 import tarfile
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_backup_restore import SECRET_A, Instance, instance
+from tests.test_backup_restore import SECRET_A, Instance, _rewritten, instance
 
 pytestmark = pytest.mark.process
 # The source's world: an admin owning "team-a" (a $5 day, 20,000 tokens a day) and a ready deployment whose replica
@@ -132,20 +131,10 @@ def _altered(archive: Path, into: Path, data: bytes | None = None, secret_key: s
     made to match (so only what is changed is wrong)."""
     with tarfile.open(archive, "r:gz") as tar:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
-    manifest = json.loads(members["manifest.json"])
-    members["data.jsonl"] = members["data.jsonl"] if data is None else data
-    manifest["data"] |= {
-        "bytes": len(members["data.jsonl"]),
-        "sha256": hashlib.sha256(members["data.jsonl"]).hexdigest(),
-    }
+    manifest, data = json.loads(members["manifest.json"]), members["data.jsonl"] if data is None else data
+    manifest["data"] |= {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     manifest["secret_key"] = secret_key or manifest["secret_key"]
-    members["manifest.json"] = json.dumps(manifest).encode()
-    with tarfile.open(into, "w:gz") as tar:
-        for name in ("manifest.json", "data.jsonl"):
-            info = tarfile.TarInfo(name)
-            info.size = len(members[name])
-            tar.addfile(info, io.BytesIO(members[name]))
-    return into
+    return _rewritten(archive, into, manifest, data)
 
 
 def test_an_archive_whose_data_is_not_json_or_not_sealed_under_its_key_is_refused_in_one_line(
