@@ -40,3 +40,22 @@ def test_a_command_without_a_secret_key_says_why_in_one_line(tmp_path: Path) -> 
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("manage.py: SECRET_KEY is empty or a placeholder.") and done.stdout == ""
+
+
+@pytest.mark.process
+def test_a_backup_of_a_data_folder_without_its_sqlite_database_says_so_and_makes_none(tmp_path: Path) -> None:
+    """A trial ran backup on a PostgreSQL appliance's folder without its DATABASE_URL: it was told to run migrate, and
+    an empty hearth.sqlite3 was left there, which make down then took for the appliance's database."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env |= {"HEARTH_DATA_DIR": str(tmp_path), "SECRET_KEY": "a-long-enough-secret-key-for-this-one-test-0123456789"}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "backup", str(tmp_path / "x.tar.gz")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"there is no database at {tmp_path}/hearth.sqlite3: give this command the HEARTH_DATA_DIR" in done.stderr
+    assert list(tmp_path.iterdir()) == []

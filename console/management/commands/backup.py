@@ -4,6 +4,7 @@
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
@@ -25,6 +26,12 @@ class Command(BaseCommand):
         replaced = opts["file"] != "-" and Path(opts["file"]).exists()
         if opts["file"] != "-" and not folder.is_dir():
             raise CommandError(f"cannot write {opts['file']}: there is no folder {folder}; make it or name another")
+        database = settings.DATABASES["default"]
+        if "sqlite" in database["ENGINE"] and not Path(database["NAME"]).exists():  # connecting would make it, empty
+            raise CommandError(
+                f"there is no database at {database['NAME']}: give this command the HEARTH_DATA_DIR of the appliance "
+                "(make up's), or its DATABASE_URL where it uses PostgreSQL"
+            )
         try:
             manifest = backup(opts["file"])
         except NotAFile as exc:
