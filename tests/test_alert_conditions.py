@@ -38,6 +38,7 @@ def at(seconds_ago: float) -> datetime:
 def test_monitoring_is_not_stale_after_a_wake_until_a_scrape_is_late_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
     celery_heartbeats.note_beat(5.0)  # as beat does for each task it sends
     monkeypatch.setattr(celery_heartbeats.Liveness, "worker_stopped", lambda self: "")  # an upkeep worker runs
+    monkeypatch.setattr(celery_heartbeats.Liveness, "long_worker_stopped", lambda self: "")  # and a long-task one
     dep = deployment("nap")
     replica = dep.replicas.get()
     Replica.objects.filter(pk=replica.pk).update(ready_at=at(3600))
@@ -55,6 +56,30 @@ def test_monitoring_is_not_stale_after_a_wake_until_a_scrape_is_late_from_it(mon
         assert conditions.monitoring_stale(rule, time.time()) == {}
     finally:
         r.delete(started)
+
+
+def test_a_stopped_long_task_worker_is_told_and_the_scrapes_are_still_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial's killed long-task worker got the console's banner and no alert: launches waited in silence."""
+    celery_heartbeats.note_beat(5.0)
+    monkeypatch.setattr(celery_heartbeats.Liveness, "worker_stopped", lambda self: "")
+    said = "no long-task worker has answered for 47 s"
+    monkeypatch.setattr(celery_heartbeats.Liveness, "long_worker_stopped", lambda self: said)
+    dep = deployment("late")
+    Deployment.objects.filter(pk=dep.pk).update(state_since=at(600))
+    replica = dep.replicas.get()
+    Replica.objects.filter(pk=replica.pk).update(ready_at=at(3600))
+    ScrapeHealth.objects.create(replica=replica, last_success_at=at(600))
+    held = conditions.monitoring_stale(rules()["monitoring_stale"], time.time())
+    assert held["celery worker-long"] == (
+        f"The long-task worker is not running ({said}): launches, batches and capacity checks wait"
+    )
+    assert f"scrapes of {replica.runtime_name}" in held  # the upkeep worker scrapes on: a late scrape is still told
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    r.set(redis_key("upkeep-started"), repr(time.time() - 2))
+    try:  # make up starts both workers together: the long one is not told of while it may still be starting
+        assert "celery worker-long" not in conditions.monitoring_stale(rules()["monitoring_stale"], time.time())
+    finally:
+        r.delete(redis_key("upkeep-started"))
 
 
 def test_a_crashed_replica_waiting_to_restart_or_loading_again_says_how_its_engine_ended() -> None:

@@ -85,12 +85,15 @@ def _exit(r: Replica) -> str:
     return "exit code not known" if code is None else f"exit {code}"
 
 
+LONG_WORKER_GRACE = 60.0  # seconds after the upkeep worker's start before a stopped long-task worker is told of
+
+
 def monitoring_stale(rule: AlertRule, now: float) -> Holding:
-    """Beat or the upkeep worker not running (appliance.celery_heartbeats; the long-task worker evaluates while the
-    upkeep one is stopped: console.alerts.tasks), else ready replicas without a good scrape for ``threshold``
-    scrape intervals: since their last good one, since they or their deployment last became ready (a wake:
-    nothing is scraped while a deployment sleeps, and its first scrape after the wake comes within an interval), or
-    since the upkeep worker, which scrapes, last started."""
+    """Beat, the upkeep worker or the long-task worker not running (appliance.celery_heartbeats; the long-task worker
+    evaluates while the upkeep one is stopped: console.alerts.tasks), and with beat and the upkeep worker running,
+    ready replicas without a good scrape for ``threshold`` scrape intervals: since their last good one, since they or
+    their deployment last became ready (a wake: nothing is scraped while a deployment sleeps, and its first scrape
+    after the wake comes within an interval), or since the upkeep worker, which scrapes, last started."""
     liveness = celery_heartbeats.read()
     if liveness.unreadable:
         return {"celery beat": f"Cannot tell whether Celery beat runs: {liveness.unreadable}"}
@@ -104,8 +107,14 @@ def monitoring_stale(rule: AlertRule, now: float) -> Holding:
         )
     if out:  # nothing is scraped: a replica's scrapes say nothing more
         return out
-    limit = rule.threshold * settings.HEARTH_SCRAPE_INTERVAL
     started = celery_heartbeats.upkeep_started_at()  # a restart's silence is no stale scrape (a trial's every make up)
+    # a trial's killed long-task worker got a banner and no alert; make up starts both workers together, so the long
+    # one is told of once the upkeep one has run LONG_WORKER_GRACE seconds
+    if (stopped := liveness.long_worker_stopped()) and (started is None or now - started >= LONG_WORKER_GRACE):
+        out["celery worker-long"] = (
+            f"The long-task worker is not running ({stopped}): launches, batches and capacity checks wait"
+        )
+    limit = rule.threshold * settings.HEARTH_SCRAPE_INTERVAL
     worker_start = datetime.fromtimestamp(started, UTC) if started else None
     replicas = Replica.objects.launched().filter(running=True, ready_at__isnull=False, deployment__state=S.READY)
     for r in replicas.select_related("deployment"):

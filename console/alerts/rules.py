@@ -51,8 +51,8 @@ KINDS: dict[str, Kind] = {
         3,
         0,
         60,
-        "Celery beat or the upkeep worker is not running, or a ready replica had no good scrape of its /metrics for "
-        "this many intervals.",
+        "Celery beat or a worker (upkeep, long tasks) is not running, or a ready replica had no good scrape of its "
+        "/metrics for this many intervals.",
         least=1,
     ),
     "kv_cache_high": Kind(
