@@ -52,7 +52,7 @@ ACTIONS = {
     "price.set": "GPU price set",
     "deployment.price": "deployment price per million tokens set (or back to the one from its capacity)",
     "mapping.set": "metric mapping saved",
-    "accounting.mended": "spending counter mended to the request log",
+    "accounting.mended": "spending or tokens-per-day counter mended to the request log",
     "batch.cancel": "batch cancelled (on the Batches page)",
     "alerts.rule": "alert rule tuned",
     "alerts.destination": "alert destinations changed (a webhook shown as its scheme and host only)",
