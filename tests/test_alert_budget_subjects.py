@@ -84,6 +84,16 @@ def test_a_refusal_no_smaller_request_passes_is_the_budget_spent_below_100_perce
     assert held[f"key {key.pk} today at {SPENT}"].startswith(f"key {key.prefix} (g) is refused for its budget today")
 
 
+def test_a_long_prompts_refusal_below_the_threshold_is_no_spent_budget(admin_user: Any) -> None:
+    """A trial's member at 28 % was called spent at 100 % for one 2,400-token prompt: a shorter one passed."""
+    key, _ = create_key("g", admin_user, daily_budget_usd=Decimal("3.00"))
+    now = time.time()
+    spend(key, "0.84", now)
+    long_prompt = "has $2.16 left, less than this request may cost (up to $2.40: its prompt with one output token"
+    refused(key, f"This key's daily budget of $3.00 {long_prompt} may cost $2.40); send a shorter prompt to pass now")
+    assert budget(only_budget(), now) == {}
+
+
 def test_a_threshold_tuned_from_80_to_50_leaves_the_open_alert_open_and_sends_nothing(admin_user: Any) -> None:
     key, _ = create_key("g", admin_user, daily_budget_usd=Decimal("1.00"))
     only_budget(threshold=80, repeat_minutes=60)

@@ -229,11 +229,12 @@ def budget(rule: AlertRule, now: float) -> Holding:
     console.access.keys.rotate_key) leaves its alert open, its message naming the prefix, name and percents of now
     (a trial's 80 → 50 and a rotation resolved and fired each again; migration 0002 renamed the subjects of before).
 
-    The 100 % level also holds once a request was refused for that budget in that period, within REFUSED_WITHIN
-    seconds, by a refusal that no smaller request would pass: what even its prompt and one output token may cost is
-    more than is left, so spending alone may never reach 100 % (a trial's stalled at 93 %, every request refused).
-    A refusal that says fewer output tokens would pass (FEWER_OUTPUT_TOKENS: one large ``max_tokens``) is not the
-    budget spent (a trial's key at 9 % was called spent at 100 %, resolved and fired again at each such request)."""
+    The 100 % level also holds once spending reached the threshold and a request was refused for that budget in
+    that period, within REFUSED_WITHIN seconds, by a refusal that no smaller output limit would pass (its prompt with
+    one output token costs more than is left): spending alone may never reach 100 % (a trial's stalled at 93 %,
+    every request refused). Below the threshold such a refusal is one long prompt's, and one that says fewer output
+    tokens would pass (FEWER_OUTPUT_TOKENS: one large ``max_tokens``) is not the budget spent either (trials' keys
+    at 9 % and 28 % were called spent at 100 %, resolved and fired again at each such request)."""
     r = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
     day, month = periods(now)
     today = datetime.fromtimestamp(now - now % 86_400, UTC)
@@ -261,7 +262,7 @@ def budget(rule: AlertRule, now: float) -> Holding:
                 created_at__gte=since[period],
                 error__startswith=REFUSED_FOR[(about.split()[0], period)],
             ).exclude(error__contains=FEWER_OUTPUT_TOKENS)
-            if share < 100 and refused.exists():
+            if Decimal(str(rule.threshold)) <= share < 100 and refused.exists():
                 out[f"{about} {period} at {SPENT}"] = (
                     f"{who} is refused for its budget {period}: ${spent:.4f} of its ${limit} spent ({share:.0f} %), "
                     f"and a request that may cost more than the ${limit - spent:.4f} left is refused, even with one "
