@@ -232,6 +232,13 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     assert ">(1 refused, 1 failed)</small>, 3 tok</td>" in mia.get("/keys/").content.decode()
     desk_rows = [r for r in mia.get("/api/usage?group=key").json() if r["group"].startswith("desk")]
     assert (sum(r["refused"] for r in desk_rows), sum(r["errors"] for r in desk_rows)) == (1, 1)
+    refused_only, _ = keys.create_key("tight", member)  # a check: its one request refused read "no price"
+    RequestLog.objects.create(
+        created_at=now, api_key=refused_only, model="smol", surface="openai", endpoint="chat", status=400,
+        duration_seconds=0,
+    )  # fmt: skip
+    page = mia.get(f"/keys/{refused_only.pk}/").content.decode()
+    assert "no price" not in page and 'data-field="cost_today">$0.00</span> today' in page
 
 
 def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:
