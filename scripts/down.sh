@@ -20,7 +20,7 @@ ours() {  # pid, name: whether the process is the one up.sh started as name for 
   [[ "$cmd" == *"${RUNS[$2]}"* ]] || return 1
   # up.sh exports HEARTH_DATA_DIR to what it starts: another appliance's process of the same kind is not ours either
   dir=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^HEARTH_DATA_DIR=//p')
-  [ -z "$dir" ] || [ "$(realpath -m "$dir")" = "$(realpath -m "$DATA")" ]
+  [ -n "$dir" ] && [ "$(realpath -m "$dir")" = "$(realpath -m "$DATA")" ]
 }
 
 stop() {  # name [seconds to wait, default 10] [what it finishes meanwhile] [a signal for one still running then]

@@ -137,12 +137,14 @@ def test_a_pid_file_whose_number_is_another_programs_now_leaves_that_program_be(
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     other = _running("unrelated-service", env)
     another_appliances = _running("python -m celery -A appliance worker", {**env, "HEARTH_DATA_DIR": "/elsewhere"})
+    unmarked = {k: v for k, v in env.items() if k != "HEARTH_DATA_DIR"}  # up.sh marks all it starts with one
+    no_folder = _running("celery -A appliance beat (not hearth)", unmarked)
     ours = _running("python -m appliance.web_server", {**env, "HEARTH_DATA_DIR": f"{tmp_path}/"})
     engine = _running("python -m vllm.entrypoints.openai.api_server", env)
     (tmp_path / "engines").mkdir()
     (tmp_path / "engines" / "hearth-x-replica-1.pid").write_text(str(engine.pid))
     (tmp_path / "engines" / "hearth-x-replica-1.argv").write_text('["sleep", "300"]')  # what the runtime started
-    for name, proc in (("beat", other), ("worker", another_appliances), ("web", ours)):
+    for name, proc in (("beat", other), ("worker", another_appliances), ("worker-long", no_folder), ("web", ours)):
         (tmp_path / f"{name}.pid").write_text(str(proc.pid))
     try:
         out = _down(tmp_path, env)
@@ -150,9 +152,10 @@ def test_a_pid_file_whose_number_is_another_programs_now_leaves_that_program_be(
         assert f"down: beat was not running (its pid file named {other.pid}, which has ended or is another" in out
         assert f"down: worker was not running (its pid file named {another_appliances.pid}," in out
         assert f"down: hearth-x-replica-1's pid file names {engine.pid}, no longer its engine" in out
-        assert other.poll() is None and another_appliances.poll() is None and engine.poll() is None
+        assert f"down: worker-long was not running (its pid file named {no_folder.pid}," in out
+        assert all(p.poll() is None for p in (other, another_appliances, no_folder, engine))
     finally:
-        for proc in (other, another_appliances, ours, engine):
+        for proc in (other, another_appliances, no_folder, ours, engine):
             proc.kill()
             proc.wait()
 
