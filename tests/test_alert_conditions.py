@@ -177,7 +177,7 @@ def test_a_rule_is_refused_past_what_its_threshold_and_minutes_can_mean_and_each
 
     page = tune(enabled="on", threshold="5", for_minutes="1e308", repeat_minutes="1e9")
     assert "not saved" in page
-    assert "Threshold: At most 1: the threshold is a ratio 0–1." in page
+    assert "Threshold: At most 1; its unit: ratio 0–1." in page
     assert 'name="kv_cache_high-threshold" value="5"' in page and 'value="1e308"' in page  # kept as typed
     assert "Holds for (min): At most 1,440 minutes (a day)." in page
     assert "Repeats every (min): At most 10,080 minutes (a week)." in page

@@ -231,10 +231,10 @@ def test_only_an_admin_tunes_a_rule_and_bad_numbers_are_refused(admin: Client, c
     ("kind", "typed", "said"),
     [
         ("requests_waiting", "2.5", "A whole number: the threshold counts requests."),
-        ("requests_waiting", "0", "At least 1: the threshold is requests."),
-        ("deployment_failed", "0", "At least 1: the threshold is restarts in a row."),
-        ("budget", "500", "At most 100: the threshold is a percent (and 100 %)."),
-        ("monitoring_stale", "0.5", "At least 1: the threshold is scrape intervals."),
+        ("requests_waiting", "0", "At least 1; its unit: requests."),
+        ("deployment_failed", "0", "At least 1; its unit: restarts in a row."),
+        ("budget", "500", "At most 100; its unit: percent (and 100 %)."),
+        ("monitoring_stale", "0.5", "At least 1; its unit: scrape intervals."),
     ],
 )
 def test_a_threshold_that_fires_always_or_never_is_refused(admin: Client, kind: str, typed: str, said: str) -> None:

@@ -102,15 +102,20 @@ def test_an_admin_tunes_a_rule_and_only_a_change_is_audited(admin: Client) -> No
 @pytest.mark.parametrize(
     ("kind", "body", "said"),
     [
-        ("kv_cache_high", {"threshold": 1.5}, "threshold: At most 1: the threshold is a ratio 0–1."),
+        ("kv_cache_high", {"threshold": 1.5}, "threshold: At most 1; its unit: ratio 0–1."),
         ("requests_waiting", {"threshold": 2.5}, "threshold: A whole number: the threshold counts requests."),
-        ("budget", {"threshold": 0.5}, "threshold: At least 1: the threshold is percent (and 100 %)."),
+        ("budget", {"threshold": 0.5}, "threshold: At least 1; its unit: percent (and 100 %)."),
         ("error_rate", {"threshold": -1}, "threshold: Must be 0 or more."),
         ("error_rate", {"for_minutes": 2000}, "for_minutes: At most 1,440 minutes (a day)."),
         ("error_rate", {"repeat_minutes": 0}, "repeat_minutes: Repeat at most once a minute (1 or more)."),
         ("error_rate", {"threshold": None}, "threshold: give a value, or leave the field out to keep it"),
         ("error_rate", {"threshold": "0.1"}, "threshold: Input should be a valid number"),
         ("error_rate", {"enabled": "yes"}, "enabled: Input should be a valid boolean"),
+        (
+            "replica_not_ready",
+            {"threshold": 5},
+            "threshold: the replica_not_ready rule has no threshold; leave the field out",
+        ),
     ],
 )
 def test_a_rule_out_of_its_range_is_a_400_naming_the_field_and_nothing_changes(

@@ -125,6 +125,8 @@ def tune_rule(request: HttpRequest, kind: str, data: RulePatch) -> dict[str, obj
     given = data.dict(exclude_unset=True)
     if nulls := [name for name, value in given.items() if value is None]:
         raise ConsoleError("; ".join(f"{name}: give a value, or leave the field out to keep it" for name in nulls))
+    if "threshold" in given and not KINDS[kind].unit:  # the page offers none for it (a check's 5 was taken)
+        raise ConsoleError(f"threshold: the {kind} rule has no threshold; leave the field out")
     rule = rules()[kind]
     form = RuleForm({name: getattr(rule, name) for name in RuleForm.Meta.fields} | given, instance=rule)
     if not form.is_valid():

@@ -36,9 +36,9 @@ class RuleForm(forms.ModelForm):  # type: ignore[type-arg]
     def _check_threshold(self, kind: Kind, threshold: float) -> None:
         """The threshold within what its unit means: a bound that makes the alert fire always or never is refused."""
         if kind.most is not None and threshold > kind.most:
-            self.add_error("threshold", f"At most {kind.most:g}: the threshold is a {kind.unit}.")
+            self.add_error("threshold", f"At most {kind.most:g}; its unit: {kind.unit}.")
         elif threshold < kind.least:
-            self.add_error("threshold", f"At least {kind.least:g}: the threshold is {kind.unit}.")
+            self.add_error("threshold", f"At least {kind.least:g}; its unit: {kind.unit}.")
         elif kind.whole and threshold != int(threshold):
             self.add_error("threshold", f"A whole number: the threshold counts {kind.unit}.")
 
