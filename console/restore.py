@@ -206,7 +206,10 @@ def _parsed(line: str, number: int) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except ValueError as exc:
-        why = getattr(exc, "msg", type(exc).__name__)
+        why = type(exc).__name__
+        if isinstance(exc, json.JSONDecodeError):  # where, without what the line holds
+            at = "the line's end" if exc.pos >= len(line.rstrip()) else f"character {exc.pos + 1}"
+            why = f"{exc.msg} at {at}"
         raise serializers.base.DeserializationError(f"{DATA} line {number} is not JSON ({why})") from None
     if not isinstance(record, dict) or not isinstance(record.get("model"), str):
         raise serializers.base.DeserializationError(f"{DATA} line {number} is not a row (it names no model)")

@@ -152,7 +152,7 @@ def test_an_archive_whose_data_is_not_json_or_not_sealed_under_its_key_is_refuse
     before = appliance.contents()
     refused = appliance.manage("restore", "--force", str(cut), check=False)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
-    said = f"restore failed, nothing changed: data.jsonl line {lines + 1} is not JSON (Expecting value)"
+    said = f"nothing changed: data.jsonl line {lines + 1} is not JSON (Expecting value at the line's end)"
     assert said in refused.stderr
     refused = appliance.manage("restore", "--force", str(other), check=False)
     assert refused.returncode == 1 and "restore failed, nothing changed: data.jsonl line " in refused.stderr
