@@ -18,6 +18,7 @@ ours() {  # pid, name: whether the process is the one up.sh started as name for 
   local pid=$1 cmd dir
   cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
   [[ "$cmd" == *"${RUNS[$2]}"* ]] || return 1
+  [ "$2" = redis ] && return 0  # redis-server writes its title over its environment; its pid file is its own
   # up.sh exports HEARTH_DATA_DIR to what it starts: another appliance's process of the same kind is not ours either
   dir=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^HEARTH_DATA_DIR=//p')
   [ -n "$dir" ] && [ "$(realpath -m "$dir")" = "$(realpath -m "$DATA")" ]
