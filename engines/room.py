@@ -187,7 +187,8 @@ def make_room(need: Need, holders: Sequence[Holder], box: Box, *, residency: flo
     if _choose(need, holders, box, [*eligible, *passing]) is not None:
         return Room(need, Verdict.WAIT, blockers=tuple(f"{h.name} {obstacles[h.name][0]}" for h in passing))
     standing = [h for h in _relevant(need, holders) if obstacles[h.name][0] or h not in allowed]
-    words = [f"{h.name} {obstacles[h.name][0] or 'has the idle policy stay'}" for h in standing]
+    # a stay policy first: it holds when a residency has passed (a check read a residency alone as "retry in a minute")
+    words = [f"{h.name} {'has the idle policy stay' if h not in allowed else obstacles[h.name][0]}" for h in standing]
     return Room(need, Verdict.NONE, blockers=tuple(words))
 
 

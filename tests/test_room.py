@@ -278,6 +278,16 @@ def test_the_70b_plan_s_footprint_is_what_an_h100_holds_and_asleep_it_keeps_1_4_
             "No room for C (73.2 GiB per GPU on 4 GPUs): A is always on; B is loading.",
             id="no room",
         ),
+        pytest.param(  # a check read "A came up 40 s ago … stays up 1 min more" as "retry in a minute"
+            [holder("A", LOW, 60, awake_seconds=40, policy="stay"), holder("B", HIGH, 60, always_on=True)],
+            NEED,
+            False,
+            Verdict.NONE,
+            [],
+            (),
+            "No room for C (73.2 GiB per GPU on 4 GPUs): A has the idle policy stay; B is always on.",
+            id="a stay policy within its residency",
+        ),
         pytest.param(
             [],
             Need("C", 90 * GIB, 1),
