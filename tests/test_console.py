@@ -233,7 +233,13 @@ def test_gpus_held_by_a_running_deployment_are_not_planned_again(admin: Client, 
     )
     assert "There are no GPUs" not in wide.json()["detail"]  # the refusal's own reason, not the held-GPU note
     third = create("third")
-    assert third.status_code == 400 and third.json()["detail"].startswith("Every GPU is held by a running deployment")
+    assert third.status_code == 400 and third.json()["detail"].startswith("Every GPU is held by a deployment serving")
+    never = admin.post(  # it fits nowhere on this box: stopping one would not help (a check was told to)
+        "/api/deployments",
+        {"name": "never", "model": smollm2.name, "engine": "simulator", "tensor_parallel_size": 4},
+        content_type="application/json",
+    )
+    assert never.status_code == 400 and "Stop one first" not in never.json()["detail"], never.json()
 
 
 def test_extra_engine_flags_from_the_console_form(admin: Client, smollm2: ModelSource) -> None:

@@ -148,9 +148,8 @@ def sizing_plan(
         budget = "vLLM's --kv-cache-memory-bytes" if engine == EngineKind.VLLM_CPU else "SGLang's --max-total-tokens"
         return StoredPlan(cpu_plan, inventory=f"CPU ({budget})")
     try:
-        inventory, held, asleep = free_gpus(current_inventory(), exclude, aside)
-        if held and not inventory.devices:
-            raise ConsoleError(f"Every GPU is held by a running deployment: {held}. Stop one first.")
+        whole = current_inventory()
+        inventory, held, asleep = free_gpus(whole, exclude, aside)
         request = PlanRequest(
             vllm_version=_vllm_release(engine),
             max_model_len=max_model_len,
@@ -159,6 +158,10 @@ def sizing_plan(
             tensor_parallel_size=tensor_parallel_size,
             max_num_seqs=max_num_seqs or DEFAULT_MAX_NUM_SEQS,
         )
+        if held and not inventory.devices:
+            if plan_gpu(config, model.weights_bytes, whole, request).fits:
+                raise ConsoleError(f"Every GPU is held by a deployment serving or launching: {held}. Stop one first.")
+            inventory, held = whole, ""  # it fits nowhere here: the plan says why, not "stop one" (a check's)
         gpu_plan = plan_gpu(config, model.weights_bytes, inventory, request)
     except (InventoryError, ValueError) as exc:
         raise ConsoleError(str(exc)) from None
