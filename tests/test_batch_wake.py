@@ -72,7 +72,8 @@ def test_a_batch_waits_for_a_deployment_asleep_and_does_not_wake_it(
     assert not RequestLog.objects.filter(batch_id=batch.id).exists()  # not sent: no 503 rows
     assert client.get(f"/api/deployments/{dep['id']}").json()["state"] == "asleep"
 
-    assert client.post(f"/api/deployments/{dep['id']}/wake").status_code == 202
+    asked = client.post(f"/api/deployments/{dep['id']}/wake")
+    assert asked.status_code == 202 and asked.json()["state_reason"].startswith("Wake asked: the worker wakes it")
     assert wait_state(client, dep["id"], {"ready", "failed"}, within=RECONCILED)["state"] == "ready"
     completed(gpt, batch.id)
     client.post(f"/api/deployments/{dep['id']}/stop")

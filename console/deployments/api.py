@@ -179,6 +179,8 @@ def wake_deployment(
     admin's consent). One that finds no room stays as it was, its state reason saying why ("Not woken: ...")."""
     dep = get_object_or_404(Deployment, pk=pk)
     idle_actions.wake_by_hand(dep, make_room=make_room or bool(data and data.make_room))
+    # the answer's reason is the ask's, not the last one's: a check's 202 echoed a "Not woken: …" of minutes before
+    dep.state_reason = f"Wake asked: the worker wakes it or says why not (GET /api/deployments/{dep.pk} follows it)."
     return Status(202, dep)
 
 
