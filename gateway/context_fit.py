@@ -53,8 +53,8 @@ async def count_prompt(engines: Engines, upstream: Upstream, body: dict[str, Any
 async def prompt_at_most(
     engines: Engines, upstream: Upstream | None, body: dict[str, Any] | None, body_bytes: int
 ) -> tuple[int, int | None]:
-    """(at most, counted): the prompt's tokens as ``upstream``'s engine counts the ``/tokenize`` body, twice; else
-    (no body, no upstream, no count) the bound a request of ``body_bytes`` bytes cannot exceed, and None."""
+    """(at most, counted): both the prompt's tokens as ``upstream``'s engine counts the ``/tokenize`` body; else (no
+    body, no upstream, no count) the bound a request of ``body_bytes`` bytes cannot exceed, and None."""
     counted = await count_prompt(engines, upstream, body) if body and upstream else None
     return (prompt_bound(body_bytes) if counted is None else counted), counted
 
