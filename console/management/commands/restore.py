@@ -41,7 +41,7 @@ class Command(BaseCommand):
             self._restore(spooled, opts["force"], "stdin")
 
     def _restore(self, archive: Path, force: bool, name: str) -> None:
-        manifest = restore(archive, force=force, name=name)
+        manifest = restore(archive, force=force, name=name, say=self.stdout.write)
         facts = {"rows": manifest.objects, "database": manifest.database, "made": manifest.created_at}
         record(None, "backup.restore", name, facts)
         self.stdout.write(
