@@ -5,8 +5,6 @@ their rules and messages, and its audit entries."""
 
 from datetime import datetime
 
-from django import forms
-from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import transaction
 from django.http import Http404, HttpRequest
 from ninja import Router, Schema
@@ -20,7 +18,7 @@ from console.alerts.views import RECENT
 from console.alerts.visible import visible
 from console.api_bodies import Body
 from console.audit.recording import form_changes, record
-from console.errors import ConsoleError
+from console.errors import ConsoleError, form_refusal
 
 router = Router(tags=["alerts"])
 
@@ -130,7 +128,7 @@ def tune_rule(request: HttpRequest, kind: str, data: RulePatch) -> dict[str, obj
     rule = rules()[kind]
     form = RuleForm({name: getattr(rule, name) for name in RuleForm.Meta.fields} | given, instance=rule)
     if not form.is_valid():
-        raise _refused(form)
+        raise form_refusal(form)
     with transaction.atomic():
         if changes := form_changes(form):  # a save that changed nothing is no entry, as on the page
             record(None, "alerts.rule", form.save(), changes)
@@ -175,7 +173,7 @@ def set_destination(request: HttpRequest, data: DestinationIn) -> dict[str, str]
     kept = {"webhook_url": destination.webhook_url, "email_to": destination.email_to}
     form = DestinationForm(kept | given, instance=destination)
     if not form.is_valid():
-        raise _refused(form)
+        raise form_refusal(form)
     changes = audited(form_changes(form))
     with transaction.atomic():
         if changes:
@@ -201,9 +199,3 @@ def test_destination(request: HttpRequest) -> list[dict[str, object]]:
     record(None, "alerts.test", destination, {channel: why or "sent" for channel, why in results})
     shown = {"webhook": shown_url(destination.webhook_url), "email": destination.email_to}
     return [{"channel": c, "to": shown[c], "sent": not why, "error": why} for c, why in results]
-
-
-def _refused(form: forms.BaseForm) -> ConsoleError:
-    """A form's errors as the API's 400: ``"field: message"`` for each (a message about no one field alone)."""
-    said = [f"{'' if f == NON_FIELD_ERRORS else f + ': '}{' '.join(str(m) for m in e)}" for f, e in form.errors.items()]
-    return ConsoleError("; ".join(said))

@@ -4,8 +4,6 @@ deployment's price per million tokens), set with that page's forms and audit ent
 from datetime import datetime
 from decimal import Decimal
 
-from django import forms
-from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import transaction
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
@@ -14,7 +12,7 @@ from ninja import Router, Schema
 from console.api_bodies import Body
 from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment
-from console.errors import ConsoleError
+from console.errors import form_refusal
 from console.observability import pricing
 from console.observability.cost import hourly_cost
 from console.observability.forms import DeploymentPriceForm, PriceForm
@@ -104,7 +102,7 @@ def set_gpu_price(request: HttpRequest, data: GpuPriceIn) -> PriceSetting:
     fields = {"gpu_model": data.gpu_model, "usd_per_gpu_hour": str(data.usd_per_gpu_hour), "source": data.source}
     form = PriceForm(fields, instance=PriceSetting.objects.filter(gpu_model=data.gpu_model).first())
     if not form.is_valid():
-        raise _refused(form)
+        raise form_refusal(form)
     with transaction.atomic():
         row: PriceSetting = form.save()
         record(None, "price.set", row, form_changes(form))
@@ -175,18 +173,7 @@ def set_deployment_price(request: HttpRequest, pk: int, data: DeploymentPriceIn)
     given = {"input_usd": data.usd_per_million_input, "output_usd": data.usd_per_million_output}
     form = DeploymentPriceForm({"deployment": dep.pk} | {k: "" if v is None else str(v) for k, v in given.items()})
     if not form.is_valid():
-        raise _refused(form, _PRICE_FIELDS)
+        raise form_refusal(form, _PRICE_FIELDS)
     paid_in, paid_out = form.cleaned_data["input_usd"], form.cleaned_data["output_usd"]
     pricing.set_price(dep, paid_in, paid_out)
     return _deployment_price(dep, list(PriceSetting.objects.all()))
-
-
-def _refused(form: forms.BaseForm, names: dict[str, str] | None = None) -> ConsoleError:
-    """A form's errors as the API's 400: ``"field: message"`` for each, the field as this API names it (a message
-    about no one field alone)."""
-    names = names or {}
-    said = [
-        f"{'' if f == NON_FIELD_ERRORS else names.get(f, f) + ': '}{' '.join(str(e) for e in errs)}"
-        for f, errs in form.errors.items()
-    ]
-    return ConsoleError("; ".join(said))
