@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.test import Client
+from django.test import Client, override_settings
 
 from console.access.models import ApiKey, Member
 from console.deployments.models import Deployment, DeploymentState, DesiredState
@@ -122,12 +122,13 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
     # the price charged: $3.00/hour ÷ (1,500 tokens/s × 3600) × 10⁶ = $0.5556 per million, whatever the traffic
     assert prices == ["0.0000005556"] * 3
     assert pricing.charged_price(dep).source == "capacity"
-    # at today's use: nothing served yet, then the GPU hours over the tokens, then dearer as idle hours add up
-    assert at_use[0].usd_per_million is None and at_use[0].usd == Decimal(3) * 2 * 300 / 3600
+    # at today's use: nothing served yet, then the GPU hours over the tokens, then dearer as idle hours add up;
+    # up from the first scrape to the last of each phase's end (3 s apart, the first a baseline)
+    assert at_use[0].usd_per_million is None and at_use[0].usd == Decimal(3) * 597 / 3600
     tokens = 20 * 9000
     assert at_use[1].tokens == at_use[2].tokens == tokens
-    for use, periods in ((at_use[1], 4), (at_use[2], 6)):
-        assert use.usd == Decimal(3) * periods * 300 / 3600
+    for use, seconds in ((at_use[1], 1197), (at_use[2], 1797)):
+        assert use.usd == Decimal(3) * seconds / 3600
         assert use.usd_per_million == use.usd / tokens * 1_000_000
     assert at_use[1].usd_per_million < at_use[2].usd_per_million  # type: ignore[operator]
     # the panels' 5-minute view: idle, then $3/h at 300 tokens/s, then idle again
@@ -162,6 +163,7 @@ def test_the_charged_price_holds_still_idle_busy_and_idle_while_the_cost_at_use_
         assert sum(Decimal(r["cost_usd"]) for r in log_csv if r["key_name"] == key.name) == charged
 
 
+@override_settings(HEARTH_SCRAPE_INTERVAL=60)
 def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_a_batch_discount_and_idle_time(
     admin: Client,
 ) -> None:
@@ -170,7 +172,7 @@ def test_a_days_reconciliation_adds_up_to_the_cent_with_three_keys_a_batch_disco
     engine = Engine(dep.replicas.get())
     day = datetime.now(UTC).date() - timedelta(days=1)
     ten = datetime(day.year, day.month, day.day, 10, tzinfo=UTC).timestamp()
-    for minute in range(120):  # up from 10:00 to 12:00: 24 five-minute periods, $12.00 of GPU time
+    for minute in range(121):  # up from 10:00 to 12:00, scraped once a minute: $12.00 of GPU time
         engine.step(ten + minute * 60, 0, 0, running=0, kv=0.0)
     keys = [ApiKey.objects.create(name=f"team {n}", prefix=f"hk-recon{n:03d}", key_hash="x") for n in (1, 2, 3)]
     for n, (key, prompt, completion) in enumerate(

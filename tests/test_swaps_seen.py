@@ -2,7 +2,8 @@
 deployment's state in coloured words and since when, the memory an asleep engine still holds on the GPU strip, its
 wake times (p50/p99) and how often it slept, GPU time by state with sleeping time not charged, and /metrics."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.test import Client
@@ -10,9 +11,11 @@ from django.utils import timezone
 from prometheus_client import generate_latest
 
 from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState
-from console.observability import cost
+from console.observability import cost, history
 from console.observability.export import engine_registry
+from console.observability.models import MetricSample, Resolution
 from console.observability.swaps import percentile, swaps
+from tests.test_panels import Engine, deployment
 from tests.test_room_console import box_of_two
 
 pytestmark = pytest.mark.django_db
@@ -113,3 +116,25 @@ def test_metrics_export_the_state_sleeps_wakes_and_wake_seconds(admin: Client) -
         line for line in text.splitlines() if line.startswith('hearth_deployment_state_seconds{deployment="a"}')
     )
     assert 3590 < float(seconds.split()[-1]) < 3700
+
+
+def test_a_model_up_three_minutes_of_a_period_is_counted_three_minutes_before_and_after_its_rollup() -> None:
+    """A trial's swapping model read "20 min up … $8.00" for ~6 min: up time counted in whole 5-minute periods."""
+    dep = deployment()  # one H100 at the seeded $3.00 per GPU-hour
+    engine = Engine(dep.replicas.get())
+    day = (timezone.now() - timedelta(hours=3)).date()
+    period = datetime(day.year, day.month, day.day, 1, tzinfo=UTC).timestamp()  # 01:00–01:05 UTC
+    for at in [*range(10, 131), *range(230, 291)]:  # woken at :10, asleep from 2:10 to 3:50 (not scraped), up again
+        engine.step(period + at, 5 if at == 100 else 0, 0, running=0, kv=0.0)
+    start, end = datetime.fromtimestamp(period, UTC), datetime.fromtimestamp(period + 300, UTC)
+
+    def counted() -> tuple[float, Decimal | None]:
+        return cost.hours_up(dep, day) * 3600, cost.use_cost(dep, "", start, end, Decimal(3)).usd
+
+    assert counted() == pytest.approx((180.0, Decimal(3) * 180 / 3600))  # 120 s + 60 s, the sleep not counted
+    assert history.roll_up(period + 2 * 3600, 1.0) == 1
+    assert counted() == pytest.approx((180.0, Decimal(3) * 180 / 3600))  # the rollup keeps its seconds up
+    rollup = MetricSample.objects.get(resolution=Resolution.FIVE_MINUTES)
+    del rollup.values["u"]  # a rollup made before up time was kept counts its whole period, as all did then
+    rollup.save()
+    assert counted()[0] == 300.0

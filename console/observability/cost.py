@@ -5,11 +5,13 @@ cost of hours nobody used it, and each API key's cost.
   GPU-hour; defaults in migration 0005 cite their sources; an admin edits them on the Costs page). A deployment
   on CPU, or on a GPU model without a price, has no $/hour: the panels say so, never $0.
 - Cost per million tokens at today's use (``use_cost``) = the GPU cost of a period ($/h × the hours it was up:
-  5-minute periods with scrapes) ÷ the tokens it served in it (prompt + completion, from the request log) × 10⁶:
-  what the box really cost per token, idle time included. The panel's live figure is the same division over the
-  last 5 minutes (console.observability.panel). Neither is what a key is charged: that is the steady price per
-  million tokens of console.observability.pricing.
-- Idle cost: $/h × the 5-minute periods of the last 24 h in which the deployment was up but generated nothing.
+  the seconds between its scrapes, ``_periods``) ÷ the tokens it served in it (prompt + completion, from the
+  request log) × 10⁶: what the box really cost per token, idle time included. The panel's live figure is the same
+  division over the last 5 minutes (console.observability.panel). Neither is what a key is charged: that is the
+  steady price per million tokens of console.observability.pricing.
+- Idle cost: $/h × the time of the last 24 h the deployment was up in 5-minute periods in which it counted no
+  token. Up time was once counted in whole 5-minute periods, which made a model that swaps in for two minutes look
+  up for five (a trial's "20 min up" for ~6); rollups made before then still count whole.
 - GPU time by state over the last 24 h (``gpu_time``): serving (up, with tokens), idle awake (up, none) and asleep
   (console.observability.swaps, from its sleeps and wakes). Up means ready and scraped; an engine asleep is not
   scraped, so its sleeping time is never counted as serving or idle time, and is not charged (its GPUs are free
@@ -25,12 +27,14 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment
+from console.observability.history import GAP_STEPS, ROLLUP, RawSample, step, to_datetime
 from console.observability.models import MetricSample, PriceSetting, RequestLog, Resolution
 from console.observability.swaps import swaps
 
@@ -89,35 +93,64 @@ def price_key_prefix() -> str:
     return redis_key("price_per_token:")
 
 
-def _periods(dep: Deployment, start: datetime, end: datetime) -> dict[float, float]:
-    """5-minute period start (Unix s) → tokens the engines counted in it, for every period in [start, end) with a
-    sample: the rollups, and the raw samples of the periods not rolled up yet."""
+@dataclass
+class Period:
+    """One 5-minute period of a deployment: ``up`` (seconds any replica was up: ready and scraped) and ``tokens``
+    (prompt + completion the engines counted in it)."""
+
+    up: float = 0.0
+    tokens: float = 0.0
+
+
+TOKEN_COUNTERS = ("generation_tokens_total", "prompt_tokens_total")
+
+
+def _periods(dep: Deployment, start: datetime, end: datetime) -> dict[float, Period]:
+    """5-minute period start (Unix s) → its Period, for every period in [start, end) with a sample: the rollups
+    (their ``u``; a rollup made before it was kept counts whole), and the raw samples of the periods not rolled up
+    yet, differenced as the panels difference them (console.observability.history.step: a step across a gap, an
+    engine asleep or down, adds no time). A period's up time is its longest-up replica's."""
     engines = MetricSample.objects.filter(deployment=dep, replica__isnull=False, at__gte=start, at__lt=end)
-    periods: dict[float, float] = {}
+    up: dict[tuple[float, int | None], float] = {}
+    tokens: dict[float, float] = {}
     last = None
-    rollups = engines.filter(resolution=Resolution.FIVE_MINUTES).values_list(  # only the two numbers, not the rows
-        "at", KT("values__d__generation_tokens_total"), KT("values__d__prompt_tokens_total")
+    rollups = engines.filter(resolution=Resolution.FIVE_MINUTES).values_list(  # only the numbers, not the rows
+        "at", "replica_id", KT("values__u"), *(KT(f"values__d__{c}") for c in TOKEN_COUNTERS)
     )
-    for at, generated, prompt in rollups:
+    for at, replica_id, seconds, *counted in rollups:
         key = at.timestamp()
-        periods[key] = periods.get(key, 0.0) + float(generated or 0) + float(prompt or 0)
+        up[key, replica_id] = float(ROLLUP if seconds is None else seconds)
+        tokens[key] = tokens.get(key, 0.0) + sum(float(n or 0) for n in counted)
         last = key if last is None else max(last, key)
-    recent = engines.filter(resolution=Resolution.SCRAPE)
-    if last is not None:
-        recent = recent.filter(at__gte=datetime.fromtimestamp(last + 300, UTC))
-    raw: dict[float, list[float]] = {}
-    for at, generated in recent.values_list("at", KT("values__v__generation_tokens_total")):
-        raw.setdefault(at.timestamp() // 300 * 300, []).append(float(generated or 0))
-    for key, counts in raw.items():
-        periods[key] = periods.get(key, 0.0) + (max(counts) - min(counts))
+    first = start.timestamp() if last is None else last + ROLLUP
+    interval = float(settings.HEARTH_SCRAPE_INTERVAL)
+    since = to_datetime(first - GAP_STEPS * interval - 1)  # the sample each replica's first step differences from
+    recent = MetricSample.objects.filter(
+        deployment=dep, replica__isnull=False, resolution=Resolution.SCRAPE, at__gte=since, at__lt=end
+    )
+    counters = [KT(f"values__v__{c}") for c in TOKEN_COUNTERS]
+    prev: dict[int | None, RawSample] = {}
+    for replica_id, at, *counted in recent.order_by("replica_id", "at").values_list("replica_id", "at", *counters):
+        values = {c: float(n) for c, n in zip(TOKEN_COUNTERS, counted, strict=True) if n is not None}
+        cur: RawSample = (at.timestamp(), values, {})
+        point = step(prev.get(replica_id), cur, interval)
+        prev[replica_id] = cur
+        if point.at < first:  # before the window: only what its first step differences from
+            continue
+        key = point.at // ROLLUP * ROLLUP
+        up[key, replica_id] = up.get((key, replica_id), 0.0) + point.dt
+        tokens[key] = tokens.get(key, 0.0) + sum(point.deltas.values())
+    periods: dict[float, Period] = {}
+    for (key, _), seconds in up.items():
+        period = periods.setdefault(key, Period(tokens=tokens.get(key, 0.0)))
+        period.up = max(period.up, seconds)
     return periods
 
 
 def idle_hours(dep: Deployment, now: datetime) -> tuple[float, float]:
-    """(hours up, hours up with no token counted) over the last 24 h, in whole 5-minute periods."""
-    periods = _periods(dep, now - timedelta(hours=24), now + timedelta(seconds=1))
-    period_hours = 300 / 3600
-    return len(periods) * period_hours, sum(1 for t in periods.values() if not t) * period_hours
+    """(hours up, hours up in 5-minute periods with no token counted) over the last 24 h."""
+    periods = _periods(dep, now - timedelta(hours=24), now + timedelta(seconds=1)).values()
+    return sum(p.up for p in periods) / 3600, sum(p.up for p in periods if not p.tokens) / 3600
 
 
 @dataclass(frozen=True)
@@ -139,9 +172,9 @@ def gpu_time(dep: Deployment, now: datetime) -> GpuTime:
 
 
 def hours_up(dep: Deployment, day: date) -> float:
-    """Hours of ``day`` (UTC) the deployment was up, in whole 5-minute periods with samples."""
+    """Hours of ``day`` (UTC) the deployment was up (``_periods``)."""
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    return len(_periods(dep, start, start + timedelta(days=1))) * 300 / 3600
+    return sum(p.up for p in _periods(dep, start, start + timedelta(days=1)).values()) / 3600
 
 
 @dataclass(frozen=True)
@@ -222,7 +255,8 @@ def use_cost(dep: Deployment, label: str, start: datetime, end: datetime, usd_pe
     used = logs.aggregate(t=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0))["t"]
     if usd_per_hour is None:
         return UseCost(label, None, used, None)
-    usd = usd_per_hour * Decimal(len(_periods(dep, start, end)) * 300) / 3600
+    seconds = sum(p.up for p in _periods(dep, start, end).values())
+    usd = usd_per_hour * Decimal(repr(round(seconds, 3))) / 3600
     return UseCost(label, usd, used, usd / used * MILLION if used else None)
 
 

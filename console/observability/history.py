@@ -226,6 +226,7 @@ def _engine_rollup(period: list[Point]) -> dict[str, object]:
         "d": deltas,
         "h": {k: _encode_hist(h) for k, h in merged.items() if h is not None},
         "n": len(period),
+        "u": round(sum(p.dt for p in period), 3),  # seconds up: the steps' widths (a gap's baseline adds none)
     }
 
 
