@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState
 from console.observability import cost, history
 from console.observability.export import engine_registry
-from console.observability.models import MetricSample, Resolution
+from console.observability.models import MetricSample, RequestLog, Resolution
 from console.observability.swaps import percentile, swaps
 from tests.test_panels import Engine, deployment
 from tests.test_room_console import box_of_two
@@ -40,17 +40,32 @@ def asleep_for_an_hour(dep_id: int) -> None:
     )
 
 
+def held_for_wakes(dep_id: int, *seconds: float) -> None:
+    """Requests held for the deployment's wakes, each ``seconds`` long (a trial's two clients held 107.6 s while
+    the wake itself took 2.12 s: the rest was the wait for room)."""
+    model = Deployment.objects.get(pk=dep_id).served_model_name
+    for n, held in enumerate(seconds):
+        RequestLog.objects.create(
+            model=model, surface="openai", endpoint="/v1/chat/completions", status=200, request_id=f"held-{n}",
+            woke_engine=True, wake_seconds=held, duration_seconds=held + 1,
+        )  # fmt: skip
+
+
 def test_the_dashboard_shows_each_state_in_coloured_words_since_when_and_the_memory_an_asleep_engine_holds(
     admin: Client,
 ) -> None:
     a, b = box_of_two(admin)
     asleep_for_an_hour(a)
+    held_for_wakes(a, 107.6, 2.5, 110.0)
     html = admin.get("/").content.decode()
     row = html[html.index('data-deployment="a"') :]
     row = row[: row.index("</tr>")]
     assert '<span class="state asleep" data-field="state">asleep (level 2)</span>' in row
     assert ">for 1 h 0 min</small>" in row
-    assert "asleep: the next request wakes it · holds 1.4 GiB on each of GPUs 0–3 · wakes in 2.00 s (p50)" in row
+    assert (
+        "asleep: the next request wakes it · holds 1.4 GiB on each of GPUs 0–3 · wakes in 2.00 s (p50)"
+        " · requests held 108 s (p50)"
+    ) in row
     assert ">not charged<" in row and "$12.00 an hour while it serves" in row  # 4 GPUs × $3.00
     gpu0 = html[html.index('data-gpu="0"') :]
     gpu0 = gpu0[: gpu0.index('data-gpu="1"')]
@@ -77,6 +92,10 @@ def test_the_deployment_panel_shows_its_wake_times_how_often_it_slept_and_gpu_ti
     assert '<span class="state asleep" data-field="swap_state">asleep (level 2)</span>' in panel
     assert 'data-field="sleeps">slept 3 times (2 at level 1, 1 at level 2)<' in panel
     assert 'data-field="wake_times">wake p50 2.00 s · p99 9.00 s <small class="muted">over 2 wakes</small><' in panel
+    assert 'data-field="held_times"' not in panel  # no request was held yet
+    held_for_wakes(a, 107.6, 2.5, 110.0)
+    held = admin.get(f"/deployments/{a}/panel/").content.decode()
+    assert 'requests held for a wake: p50 108 s · p99 110 s <small class="muted">over 3 requests<' in held
     assert 'data-field="held">holds 1.4 GiB on each of GPUs 0–3<' in panel
     assert 'data-field="hours_asleep">4.0 h</span> (not charged); GPU-hours = hours × 4 GPUs' in panel
     assert 'data-field="hours_serving">none<' in panel  # never scraped: no serving time counted

@@ -4,7 +4,10 @@ over a window, and how long it was asleep (the GPU time the cost panels count ap
 
 The state in words: "ready", "going to sleep", "asleep (level 2)", "waking", "stopped to save", else the state as
 the console says it. Times: Unix seconds or datetimes; durations in seconds. Wake times are the worker's, from the
-wake's start to ready (a wake in place, or the launch of one stopped to save); percentiles by nearest rank.
+wake's start to ready (a wake in place, or the launch of one stopped to save): they leave out the wait for room
+before it (another model put aside first, or an admin's stop). What clients waited is the held times: each request
+held for the deployment's wake, from the request log's ``wake_seconds`` (gateway.holding: the wait for room
+included, and a hold that ended refused). Percentiles by nearest rank.
 """
 
 import math
@@ -13,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState
 from console.deployments.wakeups import NOT_WOKEN
+from console.observability.models import RequestLog
 from engines.room import duration_words
 
 S = DeploymentState
@@ -55,8 +59,9 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclass(frozen=True)
 class Swaps:
-    """Over the window: sleeps (by level), stops to save, wakes and failed wakes, the wakes' p50 and p99 seconds;
-    and ``asleep_seconds``, how long it was asleep (or going to sleep, or waking) in it."""
+    """Over the window: sleeps (by level), stops to save, wakes and failed wakes, the wakes' p50 and p99 seconds,
+    the requests held for a wake and their held p50 and p99 seconds; and ``asleep_seconds``, how long it was asleep
+    (or going to sleep, or waking) in it."""
 
     sleeps: int = 0
     by_level: tuple[tuple[int, int], ...] = ()
@@ -65,6 +70,9 @@ class Swaps:
     failed: int = 0
     wake_p50: float | None = None
     wake_p99: float | None = None
+    held: int = 0
+    held_p50: float | None = None
+    held_p99: float | None = None
     asleep_seconds: float = 0.0
 
 
@@ -77,6 +85,8 @@ def swaps(dep: Deployment, now: datetime, window: float = WINDOW) -> Swaps:
     for e in sleeps:
         levels[e.level or 1] = levels.get(e.level or 1, 0) + 1
     woke = [e.seconds for e in events if e.kind == K.WAKE and e.seconds is not None]
+    rows = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=start, wake_seconds__isnull=False)
+    held = [s for s in rows.values_list("wake_seconds", flat=True) if s is not None]
     return Swaps(
         sleeps=len(sleeps),
         by_level=tuple(sorted(levels.items())),
@@ -85,6 +95,9 @@ def swaps(dep: Deployment, now: datetime, window: float = WINDOW) -> Swaps:
         failed=sum(1 for e in events if e.kind == K.WAKE_FAILED),
         wake_p50=percentile(woke, 0.5),
         wake_p99=percentile(woke, 0.99),
+        held=len(held),
+        held_p50=percentile(held, 0.5),
+        held_p99=percentile(held, 0.99),
         asleep_seconds=asleep_seconds(dep, start, now, events),
     )
 
