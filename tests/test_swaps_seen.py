@@ -64,7 +64,14 @@ def test_the_dashboard_shows_each_state_in_coloured_words_since_when_and_the_mem
     assert ">for 1 h 0 min</small>" in row
     assert (
         "asleep: the next request wakes it · holds 1.4 GiB on each of GPUs 0–3 · wakes in 2.00 s (p50)"
-        " · requests held 108 s (p50)"
+        " · requests held 108 s (p50)<"  # no wake failed: nothing said of failures
+    ) in row
+    event(a, K.WAKE_FAILED, 0.5, 1.0)
+    DeploymentEvent.objects.create(deployment_id=a, kind=K.WAKE_FAILED, reason="Not woken: every GPU is held by b")
+    row = admin.get("/").content.decode()
+    assert (
+        'held 108 s (p50) · <span class="warn">1 wake failed (24 h)</span>'
+        ' · <span class="warn">1 not woken for want of room (24 h)</span></td>'
     ) in row
     assert ">not charged<" in row and "$12.00 an hour while it serves" in row  # 4 GPUs × $3.00
     gpu0 = html[html.index('data-gpu="0"') :]
@@ -131,6 +138,7 @@ def test_metrics_export_the_state_sleeps_wakes_and_wake_seconds(admin: Client) -
     assert 'hearth_deployment_wakes_last_24h{deployment="a"} 2.0' in text
     assert 'hearth_deployment_wake_seconds_last_24h{deployment="a",quantile="0.99"} 9.0' in text
     assert 'hearth_deployment_wake_failures_last_24h{deployment="b"} 0.0' in text
+    assert 'hearth_deployment_wakes_without_room_last_24h{deployment="b"} 0.0' in text
     seconds = next(
         line for line in text.splitlines() if line.startswith('hearth_deployment_state_seconds{deployment="a"}')
     )

@@ -10,6 +10,7 @@ Sharing the GPUs over time (issue 29), for every deployment Hearth launched, fro
 sleeps and wakes (console.observability.swaps): ``hearth_deployment_state`` (1 for the state it is in, 0 for the
 others: STATES), ``hearth_deployment_state_seconds`` (since it entered it), and over the last 24 h
 ``hearth_deployment_sleeps_last_24h`` (by level), ``..._wakes_last_24h``, ``..._wake_failures_last_24h``,
+``..._wakes_without_room_last_24h`` (no room was made: it stayed asleep; not a failure),
 ``..._stops_to_save_last_24h``, ``..._asleep_seconds_last_24h`` and ``hearth_deployment_wake_seconds_last_24h``
 (quantile 0.5 and 0.99). Gauges over a window, not counters: the history keeps a deployment's newest
 DeploymentEvent.KEPT events, so a count of all of them would stop growing and then fall, which a counter may not.
@@ -116,6 +117,11 @@ def _swap_families(deps: list[Deployment]) -> Iterator[Metric]:
         "wakes": GaugeMetricFamily("hearth_deployment_wakes_last_24h", "Wakes in the last 24 h", labels=one),
         "failed": GaugeMetricFamily(
             "hearth_deployment_wake_failures_last_24h", "Failed wakes in the last 24 h", labels=one
+        ),
+        "not_woken": GaugeMetricFamily(
+            "hearth_deployment_wakes_without_room_last_24h",
+            "Wakes no room was made for in the last 24 h (it stayed asleep)",
+            labels=one,
         ),
         "stops": GaugeMetricFamily(
             "hearth_deployment_stops_to_save_last_24h", "Stops to save in the last 24 h", labels=one

@@ -59,7 +59,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclass(frozen=True)
 class Swaps:
-    """Over the window: sleeps (by level), stops to save, wakes and failed wakes, the wakes' p50 and p99 seconds,
+    """Over the window: sleeps (by level), stops to save, wakes, failed wakes and wakes no room was made for
+    (``not_woken``: it stayed asleep), the wakes' p50 and p99 seconds,
     the requests held for a wake and their held p50 and p99 seconds; and ``asleep_seconds``, how long it was asleep
     (or going to sleep, or waking) in it."""
 
@@ -68,6 +69,7 @@ class Swaps:
     stops: int = 0
     wakes: int = 0
     failed: int = 0
+    not_woken: int = 0
     wake_p50: float | None = None
     wake_p99: float | None = None
     held: int = 0
@@ -92,7 +94,8 @@ def swaps(dep: Deployment, now: datetime, window: float = WINDOW) -> Swaps:
         by_level=tuple(sorted(levels.items())),
         stops=sum(1 for e in events if e.kind == K.STOP_IDLE),
         wakes=len(woke),
-        failed=sum(1 for e in events if e.kind == K.WAKE_FAILED),
+        failed=sum(1 for e in events if e.kind == K.WAKE_FAILED and not e.reason.startswith(NOT_WOKEN)),
+        not_woken=sum(1 for e in events if e.kind == K.WAKE_FAILED and e.reason.startswith(NOT_WOKEN)),
         wake_p50=percentile(woke, 0.5),
         wake_p99=percentile(woke, 0.99),
         held=len(held),
