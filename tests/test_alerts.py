@@ -373,12 +373,13 @@ def test_an_error_rate_at_its_threshold_fires_and_resolves(webhook: Webhook) -> 
     Deployment.objects.filter(name="llama").update(desired="serving")
     requests_of("llama", 18)
     requests_of("llama", 1, truncated=True, client_cancelled=True)  # a client that left: no failure of the service
+    requests_of("llama", 30, status=429)  # refusals: the client's to fix, out of the share (1 of 50 would not fire)
     now = time.time()
     assert sent(now) == []
     requests_of("llama", 1, truncated=True)  # an engine that died mid-stream, as the panels count it
     assert [d.event for d in sent(now + 1)] == ["fired"]  # 1 of 20: 5 %
     said = webhook.bodies()[0]["alert"]["message"]
-    assert "1 of 20 requests in 10 min failed, answered 5xx or cut short (5.0%" in said
+    assert "1 of 20 requests in 10 min failed, answered 5xx or cut short (5.0%, at or over 5.0%; 30 refused" in said
     requests_of("llama", 20)
     assert [d.event for d in sent(now + 2)] == ["resolved"]  # 1 of 40
     requests_of("llama", 2, status=502)

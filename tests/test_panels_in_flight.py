@@ -93,17 +93,27 @@ def test_latencies_count_running_requests_from_their_first_byte_alike_in_python_
     assert next(iter(only_running.values())).running == 0
 
 
-def test_a_clients_400_is_a_refusal_beside_a_zero_error_rate_never_an_outage(admin: Client) -> None:
+def test_a_clients_400_is_a_refusal_never_an_outage_and_left_out_of_the_error_rate(admin: Client) -> None:
     dep = deployment()
     log_row("llama", status=400, ttft=None, completion_tokens=None, finish_reason="")
     stats = window_stats([dep], datetime.now(UTC) - timedelta(minutes=5), False, {})[dep.pk]
-    assert (stats.error_rate, stats.refusal_rate, stats.errors_by_status) == (0.0, 1.0, {400: 1})
+    assert (stats.error_rate, stats.refusal_rate, stats.errors_by_status) == (None, 1.0, {400: 1})
     dashboard = admin.get("/").content.decode()
     assert "100.0 %" not in dashboard and "1 refused (4xx)" in dashboard and "0 running" in dashboard
+    assert ">none answered<" in dashboard  # no request the service could fail: no rate, not 0.0 %
     panel = admin.get(f"/deployments/{dep.pk}/panel/").content.decode()
-    assert 'data-field="error_rate">0.0 %' in panel and 'data-field="refusal_rate">100.0 %' in panel
+    assert 'data-field="error_rate"><span class="nodata">none answered<' in panel
+    assert 'data-field="refusal_rate">100.0 %' in panel
     api = admin.get(f"/api/deployments/{dep.pk}/metrics").json()
-    assert (api["error_rate"], api["refusal_rate"], api["running"]) == (0.0, 1.0, 0)
+    assert (api["error_rate"], api["refusal_rate"], api["running"]) == (None, 1.0, 0)
+
+    for _ in range(3):  # a crash among refusals reads at its rate among the requests answered: 1 of 2, not 1 of 5
+        log_row("llama", status=400, ttft=None, completion_tokens=None, finish_reason="")
+    log_row("llama")
+    log_row("llama", status=500, ttft=None, completion_tokens=0)
+    stats = window_stats([dep], datetime.now(UTC) - timedelta(minutes=5), False, {})[dep.pk]
+    assert (stats.error_rate, stats.refusal_rate) == (0.5, pytest.approx(4 / 6))
+    assert 'data-field="error_rate">50.0 % <small class="muted">of 2</small>' in admin.get("/").content.decode()
 
 
 def test_the_pages_show_running_requests_and_their_ttft_before_any_ends(

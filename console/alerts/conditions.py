@@ -21,7 +21,7 @@ from console.alerts.models import THRESHOLD, AlertRule
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.deployments.watching import STABLE_AFTER
 from console.observability.models import MetricSample, RequestLog, Resolution, ScrapeHealth
-from console.observability.outcomes import ERRORS
+from console.observability.outcomes import ERRORS, REFUSALS
 from console.observability.queue_depth import queue_depth
 from console.observability.request_stats_sql import OUTCOME_WHERE
 from console.observability.spent import key_counters, owner_counters, periods
@@ -200,17 +200,22 @@ def ttft_slo_burn(rule: AlertRule, now: float) -> Holding:
 
 def error_rate(rule: AlertRule, now: float) -> Holding:
     """Deployments whose share of requests the service failed over the rule's minutes (a 5xx, or a stream the engine
-    cut short: the panels' errors, console.observability.outcomes.ERRORS) is at or over ``threshold``."""
+    cut short: the panels' errors, console.observability.outcomes.ERRORS) is at or over ``threshold``: a share of
+    the requests not refused (a 4xx is the client's to fix: a crash among many refusals fired late when they
+    counted)."""
     start, minutes = _window(rule, now)
     failed = functools.reduce(operator.or_, (OUTCOME_WHERE[outcome] for outcome in ERRORS))
+    refused = functools.reduce(operator.or_, (OUTCOME_WHERE[outcome] for outcome in REFUSALS))
     out = {}
     for dep in Deployment.objects.exclude(desired=DesiredState.STOPPED):
         mine = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=max(start, dep.created_at))
-        found = mine.aggregate(n=Count("id"), bad=Count("id", filter=failed))
+        found = mine.aggregate(n=Count("id", filter=~refused), bad=Count("id", filter=failed), refused=Count("id"))
+        found["refused"] -= found["n"]
         if found["n"] >= MIN_REQUESTS and found["bad"] / found["n"] >= rule.threshold:
+            aside = f"; {found['refused']} refused with a 4xx, left out" if found["refused"] else ""
             out[f"deployment {dep.name}"] = (
                 f"{dep.name}: {found['bad']} of {found['n']} requests in {minutes:g} min failed, answered 5xx or cut "
-                f"short ({found['bad'] / found['n']:.1%}, at or over {rule.threshold:.1%})"
+                f"short ({found['bad'] / found['n']:.1%}, at or over {rule.threshold:.1%}{aside})"
             )
     return out
 

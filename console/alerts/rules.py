@@ -91,7 +91,8 @@ KINDS: dict[str, Kind] = {
         10,
         60,
         "Over the last rule's minutes, the share of a deployment's requests the service failed (answered with a 5xx, "
-        "or a stream the engine cut short: the panels' errors) is at or over this.",
+        "or a stream the engine cut short: the panels' errors) is at or over this; requests refused with a 4xx are "
+        "left out of the share.",
         most=1,
     ),
     "budget": Kind(

@@ -96,9 +96,15 @@ class RequestStats:
         return sum(n for o, n in self.outcomes.items() if o in REFUSALS)
 
     @property
+    def answered(self) -> int:
+        """Requests that ended and were not refused: the ones the service could fail."""
+        return self.total - self.refusals
+
+    @property
     def error_rate(self) -> float | None:
-        """Share (0–1) of the requests that ended which the service failed; None when none ended."""
-        return self.errors / self.total if self.total else None
+        """Share (0–1) of the requests that ended, refusals left out, which the service failed; None when none
+        but refusals ended (a crash among many 4xx read as a low rate while they counted)."""
+        return self.errors / self.answered if self.answered else None
 
     @property
     def refusal_rate(self) -> float | None:
