@@ -212,7 +212,9 @@ class KeepAlive:
     async def _send(self) -> None:
         state = self.state
         if not state.head_sent:
-            state.head_sent = True
+            # the status its answer began with, logged if its client leaves before the engine's answer (which
+            # replaces it: an engine's error after this head is logged with its own status)
+            state.head_sent, state.status = True, 200
             head = [(b"content-type", b"text/event-stream"), *SSE_HEADERS, *self.plan.head_headers]
             await self.send({"type": "http.response.start", "status": 200, "headers": head})
         await self.send({"type": "http.response.body", "body": self.plan.keepalive, "more_body": True})

@@ -16,7 +16,7 @@ class RelayState:
     tally: AnswerTally  # what the answer holds (gateway.answers)
     quiet_since: float  # monotonic seconds of the last bytes sent to the client (the engine's, or a keep-alive)
     asked_engine: bool = False  # the request went to an engine, which may have begun its prefill
-    status: int = 0  # the engine's answer's HTTP status; 0 before its head came
+    status: int = 0  # the answer's HTTP status (the engine's, or 200 once a held stream's head went out); 0: none yet
     streamed: int = 0  # bytes of the engine's stream handed to the client (keep-alives and the gateway's own end aside)
     at_boundary: bool = True  # the bytes sent so far end between two events: a keep-alive may go now
     ttft_seconds: float | None = None  # from the request's arrival until its first generated token went out

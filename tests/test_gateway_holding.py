@@ -186,6 +186,7 @@ def test_a_held_stream_gets_its_head_then_keep_alives_and_a_held_whole_answer_no
         table.change(woken())
         await asyncio.gather(*waits)
         assert stream.status == 200 and states[0].head_sent and set(stream.bodies) == {KEEPALIVE[Surface.OPENAI]}
+        assert states[0].status == 200 and states[2].status == 0  # what a client that left now is logged with
         assert 3 <= len(stream.bodies) <= 6
         assert anthropic.status == 200 and set(anthropic.bodies) == {KEEPALIVE[Surface.ANTHROPIC]}
         assert whole.status == 0 and whole.bodies == [] and not states[2].head_sent
