@@ -239,6 +239,8 @@ def test_each_key_shows_its_owner_last_use_and_todays_and_this_months_use(mia: C
     )  # fmt: skip
     page = mia.get(f"/keys/{refused_only.pk}/").content.decode()
     assert "no price" not in page and 'data-field="cost_today">$0.00</span> today' in page
+    listed = next(k for k in mia.get("/api/keys").json() if k["id"] == refused_only.pk)
+    assert (listed["cost_today"], listed["cost_month"]) == (0, 0)  # charged nothing, as the page says; not null
 
 
 def test_allowed_models_must_be_served_in_the_api_and_on_the_keys_page(admin: Client) -> None:

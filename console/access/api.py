@@ -92,11 +92,21 @@ class KeyRow(Schema):
     revoked: bool
     requests_today: int
     tokens_today: int
-    cost_today: float | None  # USD charged (gateway.reservations), a number as GET /api/usage's; None: none priced
+    # USD charged (gateway.reservations), a number as GET /api/usage's; 0 when no request of the window ran (none
+    # sent, or all refused or failed: charged nothing, as the keys page's $0.00); None: those that ran had no price
+    cost_today: float | None
     requests_month: int
     tokens_month: int
     cost_month: float | None
     budget_refusal: str | None  # the latest refusal for a budget within 10 min today, without its countdown; None
+
+    @staticmethod
+    def resolve_cost_today(obj: ApiKey) -> Decimal | None:
+        return _charged(obj, "today")
+
+    @staticmethod
+    def resolve_cost_month(obj: ApiKey) -> Decimal | None:
+        return _charged(obj, "month")
 
     @staticmethod
     def resolve_budget_refusal(obj: ApiKey) -> str | None:
@@ -115,6 +125,13 @@ class KeyRow(Schema):
     @staticmethod
     def resolve_revoked(obj: ApiKey) -> bool:
         return obj.revoked_at is not None
+
+
+def _charged(key: ApiKey, window: str) -> Decimal | None:
+    """``key``'s cost over ``window`` ("today", "month"), as key_activity.with_activity annotated it (KeyRow)."""
+    cost = getattr(key, f"cost_{window}")
+    ran = getattr(key, f"requests_{window}") - getattr(key, f"refused_{window}") - getattr(key, f"failed_{window}")
+    return Decimal(0) if cost is None and not ran else cost
 
 
 @router.get("/keys", response=list[KeyRow])
