@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from console.audit.models import AuditEntry
 from console.catalog.models import ModelSource
-from console.deployments import admin_actions, room_actions, wakeups
+from console.deployments import admin_actions, room_actions, sleeping, wakeups
 from console.deployments.models import Deployment, DeploymentState, DesiredState, Replica
 from console.deployments.restoring import ASLEEP_GONE, NOT_YET, asleep_engines_gone, relaunch_wanted
 from console.deployments.stopping import stop_everything
@@ -129,6 +129,27 @@ def test_an_admins_stop_keeps_one_waiting_to_come_back_down(admin: Client) -> No
     again = admin.post(f"/api/deployments/{dep.pk}/stop", content_type=JSON)
     assert again.status_code == 400 and "nothing to stop" in again.json()["detail"]
     assert 'data-action="keep-stopped"' not in admin.get(f"/deployments/{dep.pk}/").content.decode()
+
+
+def test_an_admins_stop_keeps_one_stopped_to_save_down_while_a_request_is_held_for_it(
+    admin: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial's admin could not keep a stopped-to-save model down while a request waited for it: Stop answered
+    "nothing to stop", and the page offered only Wake, Launch and Delete."""
+    dep = deployment("saver", S.STOPPED, DesiredState.STOPPED_IDLE)
+    assert "saver" in load_snapshot().asleep  # a request for it is held for its launch
+    assert 'data-action="keep-stopped"' in admin.get(f"/deployments/{dep.pk}/").content.decode()
+    resp = admin.post(f"/api/deployments/{dep.pk}/stop", content_type=JSON)
+    assert resp.status_code == 202, resp.content
+    dep.refresh_from_db()
+    assert (dep.state, dep.desired, dep.state_reason) == ("stopped", "stopped", "Stopped by the admin.")
+    assert AuditEntry.objects.get(action="deployment.stop").changes == {"desired": ["stopped_idle", "stopped"]}
+    assert "saver" not in load_snapshot().asleep  # the held request is refused, not launched for
+    launched: list[str] = []
+    monkeypatch.setattr("console.deployments.sleeping.launch", lambda d, *a, **k: launched.append(d.name))
+    dep.desired = DesiredState.STOPPED_IDLE  # a wake task that read it before the stop: it launches nothing
+    sleeping._relaunch(dep, "A request came for it.", audited=True)
+    assert launched == [] and Deployment.objects.get(pk=dep.pk).wake_started_at is None
 
 
 def test_keep_stopped_on_the_page_keeps_it_down(admin: Client) -> None:

@@ -189,14 +189,15 @@ def launch(deployment: Deployment, make_room: bool = False, why: str = "") -> No
 
 
 def stop(deployment: Deployment) -> None:
-    """Move an active deployment to stopping and enqueue the stop after commit; one stopped with the appliance that
-    the worker would launch again (``relaunch_due``) is kept stopped instead (``desired`` stopped).
+    """Move an active deployment to stopping and enqueue the stop after commit; one stopped that a request or the
+    worker would launch again (stopped with the appliance, ``relaunch_due``, or stopped to save) is kept stopped
+    instead (``desired`` stopped: requests held for its wake are refused, a trial's admin could not keep one down).
 
     Raises ConsoleError when it is not running, or made of engines Hearth did not launch; ServiceAway, nothing
     changed, when the task queue does not answer (dispatch.send_after_commit).
     """
     external.refused(deployment, "stop")
-    if deployment.relaunch_due:
+    if deployment.relaunch_due or deployment.stopped_to_save:
         _keep_stopped(deployment)
         return
     with transaction.atomic():
@@ -212,16 +213,18 @@ def stop(deployment: Deployment) -> None:
 
 
 def _keep_stopped(deployment: Deployment) -> None:
-    """A deployment stopped with the appliance and wanted serving stays stopped: no relaunch, no wake by a request.
-    Raises ConsoleError when the worker launched it meanwhile."""
+    """A deployment stopped with the appliance and wanted serving, or stopped to save, stays stopped: no relaunch,
+    no wake by a request (those held for one are refused once the routes reload). Raises ConsoleError when the
+    worker launched it meanwhile."""
+    before = deployment.desired
     with transaction.atomic():
-        kept = Deployment.objects.filter(
-            pk=deployment.pk, state=DeploymentState.STOPPED, desired=DesiredState.SERVING
-        ).update(desired=DesiredState.STOPPED, state_reason="Stopped by the admin.")
+        kept = Deployment.objects.filter(pk=deployment.pk, state=DeploymentState.STOPPED, desired=before).update(
+            desired=DesiredState.STOPPED, state_reason="Stopped by the admin."
+        )
         if not kept:
             raise ConsoleError(f"{deployment.name} changed state meanwhile; try again.")
         deployment.desired, deployment.state_reason = DesiredState.STOPPED, "Stopped by the admin."
-        record(None, "deployment.stop", deployment, {"desired": [DesiredState.SERVING, DesiredState.STOPPED]})
+        record(None, "deployment.stop", deployment, {"desired": [before, DesiredState.STOPPED]})
         transaction.on_commit(bump_routing_version)
 
 

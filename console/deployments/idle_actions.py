@@ -103,8 +103,7 @@ def wake_by_hand(dep: Deployment, make_room: bool = False) -> None:
     the admin's consent to put aside idle deployments whose policy is stay. Raises ConsoleError for one in another
     state; ServiceAway when the task queue does not answer."""
     external.refused(dep, "wake")
-    stopped_to_save = dep.state == S.STOPPED and dep.desired == DesiredState.STOPPED_IDLE
-    if dep.state not in (S.SLEEPING, S.ASLEEP) and not stopped_to_save:
+    if dep.state not in (S.SLEEPING, S.ASLEEP) and not dep.stopped_to_save:
         raise ConsoleError(f"{dep.name} is {dep.state_words}; only one asleep or stopped to save can be woken.")
     dispatch.check_queue()
     with transaction.atomic():

@@ -223,6 +223,11 @@ class Deployment(models.Model):
         return list(self.events.order_by("-at", "-pk")[:count])
 
     @property
+    def stopped_to_save(self) -> bool:
+        """Stopped by its idle policy: the next request launches it again (console.deployments.sleeping)."""
+        return self.state == S.STOPPED and self.desired == DesiredState.STOPPED_IDLE
+
+    @property
     def asleep_or_saving(self) -> bool:
         """Put aside to share the GPUs: sleeping, asleep or waking, or stopped (stopping) to save; a request for it
         waits for a wake (console.deployments.wakeups) instead of being refused."""

@@ -182,9 +182,7 @@ def wake(deployment_id: int, reason: str, audited: bool = False, consent: bool =
     failed wake with why; the deployment stays as it was."""
     started = time.monotonic()
     dep = _settled(deployment_id)
-    stopped_to_save = (
-        dep is not None and dep.state == S.STOPPED and (dep.desired == DesiredState.STOPPED_IDLE or dep.relaunch_due)
-    )
+    stopped_to_save = dep is not None and (dep.stopped_to_save or dep.relaunch_due)
     if dep is not None and dep.state == S.ASLEEP:
         dep, why = with_room(deployment_id, S.ASLEEP, in_place=True, consent=consent, fits=_fits_in_place)
     elif stopped_to_save:

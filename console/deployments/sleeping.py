@@ -181,7 +181,8 @@ def _relaunch(dep: Deployment, reason: str, audited: bool) -> None:
     """The wake of a deployment stopped to save, or stopped with the appliance: its launch, the wake's start noted
     (ended by the move to ready or failed)."""
     now = timezone.now()
-    if not Deployment.objects.filter(pk=dep.pk, state=S.STOPPED).update(wake_started_at=now):
+    wanted = (DesiredState.STOPPED_IDLE, DesiredState.SERVING)  # not one an admin kept stopped since it was read
+    if not Deployment.objects.filter(pk=dep.pk, state=S.STOPPED, desired__in=wanted).update(wake_started_at=now):
         return
     dep.wake_started_at = now
     if not audited:
