@@ -202,7 +202,10 @@ def test_an_engine_that_dies_mid_stream_is_restarted_and_its_last_run_kept(serve
         time.sleep(0.3)
     assert replica["previous_exit_code"] == 1
     assert "EngineCore encountered a fatal error" in replica["previous_log_tail"]
-    assert "Previous run: exit code 1" in served.client.get(f"/deployments/{served.dep_id}/").text
+    page = served.client.get(f"/deployments/{served.dep_id}/").text
+    assert "Previous run: exit code 1" in page and '<tr data-event="crash">' in page  # in its history too
+    [crash] = [e for e in served.state()["events"] if e["kind"] == "crash"]
+    assert crash["reason"].startswith(f"{replica['runtime_name']}: ") and "Restarting in " in crash["reason"]
     answer = served.openai().chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hi"}])
     assert answer.choices[0].message.content
 

@@ -47,7 +47,7 @@ class EventOut(Schema):
 
 
 def history(dep: Deployment) -> list[DeploymentEvent]:
-    """Its HISTORY newest sleeps, wakes, stops to save and failed wakes."""
+    """Its HISTORY newest sleeps, wakes, stops to save, failed wakes and engine crashes."""
     return dep.recent_events(HISTORY)
 
 
@@ -139,7 +139,9 @@ class DeploymentOut(Schema):
     sleep_level: int
     always_on: bool
     wake_started_at: datetime | None = Field(description="When the wake under way began; null when none is.")
-    events: list[EventOut] = Field(description="Its newest sleeps, wakes, stops to save and failed wakes.")
+    events: list[EventOut] = Field(
+        description="Its newest sleeps, wakes, stops to save, failed wakes and engine crashes (kind 'crash')."
+    )
     plan: dict[str, object]
     extra_args: list[str]
     engine_env: dict[str, str]

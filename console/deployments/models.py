@@ -291,6 +291,7 @@ class DeploymentEvent(models.Model):
         WAKE = "wake"
         STOP_IDLE = "stop_idle", "stopped to save"
         WAKE_FAILED = "wake_failed", "wake failed"
+        CRASH = "crash", "engine crashed"  # a serving replica's engine ended by itself (console.deployments.watching)
 
     KEPT = 500  # events kept per deployment, the newest
 

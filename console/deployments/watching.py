@@ -18,7 +18,7 @@ from appliance.runtimes import RuntimeError_, RuntimeStatus, get_runtime
 from console.deployments import dispatch
 from console.deployments.launching import LOADING, WATCH_EVERY
 from console.deployments.lifecycle import end_all, end_replica, note_crash, restart_port, start_replica
-from console.deployments.models import Deployment, DeploymentState, Replica
+from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, Replica
 from console.deployments.scaling import added_replica_failed
 from console.fanout import bump_routing_version
 from engines.engine_version import VERSION_PATHS, version_from_engine
@@ -153,13 +153,16 @@ def engine_ended(replica: Replica, status: RuntimeStatus) -> None:
     if replica.restarts >= settings.HEARTH_MAX_RESTARTS:
         reason = end_replica(replica, status, "while serving")
         end_all(dep)
-        dep.move(S.FAILED, f"{reason} It crashed {replica.restarts + 1} times in a row; Hearth stopped restarting it.")
+        given_up = f"{reason} It crashed {replica.restarts + 1} times in a row; Hearth stopped restarting it."
+        DeploymentEvent.note(dep, DeploymentEvent.Kind.CRASH, None, reason=f"{replica.runtime_name}: {given_up}")
+        dep.move(S.FAILED, given_up)
         bump_routing_version()
         return
     delay = settings.HEARTH_RESTART_BACKOFF * 2**replica.restarts
     reason = note_crash(replica, status, delay)
     dispatch.send(dispatch.RESTART_REPLICA, replica.pk, countdown=delay)  # reconcile restarts it if this is lost
     what = f"{replica.runtime_name}: {reason} Restarting in {delay:.0f} s (restart {replica.restarts})."
+    DeploymentEvent.note(dep, DeploymentEvent.Kind.CRASH, None, reason=what)  # in its history, not only its state
     serving = dep.replicas.filter(running=True, ready_at__isnull=False).count()
     if serving == 0:
         if dep.state == S.LOADING:
