@@ -5,6 +5,7 @@ from django.db import models
 from django.utils import timezone
 
 from console.access.models import ApiKey
+from console.sealed import SealedCharField
 
 # A budget alert's lower level as its subject names it (console.alerts.conditions.budget): not by its percent, which an
 # admin tunes; ``Alert.about`` says the percent of now.
@@ -96,10 +97,12 @@ class Delivery(models.Model):
 
 
 class Destination(models.Model):
-    """Where alerts go (one row, pk 1): a webhook URL (its path and query may hold a secret: shown and logged as
-    scheme and host only) and email addresses (comma-separated; sent through Django's SMTP settings)."""
+    """Where alerts go (one row, pk 1): a webhook URL (its path and query may hold a secret, as a Slack webhook's
+    does: stored sealed, console.sealed, so a database dump or a backup holds none; shown and logged as scheme and
+    host only) and email addresses (comma-separated; sent through Django's SMTP settings)."""
 
-    webhook_url = models.CharField(max_length=2000, blank=True)
+    # up to 2,000 characters (DestinationForm), sealed: about 1.4 × + 110, so 3,000 stored
+    webhook_url = SealedCharField(max_length=3000, blank=True)
     email_to = models.CharField(max_length=1000, blank=True, help_text="Comma-separated addresses.")
     updated_at = models.DateTimeField(auto_now=True)
 
