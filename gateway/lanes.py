@@ -3,7 +3,9 @@ instead of piling onto the engine, and go on as it drains.
 
 - **Classes.** A request runs at its plan's ``priority`` (its key's class, or "batch" for a Batch API line):
   *interactive* is never held; *standard* is held while the deployment is saturated; *batch* too, and behind every
-  held standard request (it goes only when no standard request waits).
+  held standard request (it goes only when no standard request waits, in this process or another: each reading
+  also reads the other processes' held requests from the queue depth below; a trial's two relay processes sent 7
+  of 7 batch lines on while the other's standard requests waited).
 - **Saturated** means, at the latest reading of the deployment's replicas (gateway.engine_load, every READ_EVERY
   seconds while the deployment has traffic in this process, one reading shared by all its requests): KV-cache use
   over HEARTH_LANE_KV_THRESHOLD (0.9 by default; the mean over replicas), or requests waiting in the engines (plus
@@ -11,7 +13,11 @@ instead of piling onto the engine, and go on as it drains.
   engines' requests (running plus waiting, with the same correction, and never fewer than this process has sent on
   and not seen end: a reading may be older than they are) at that capacity less a headroom kept for
   interactive requests (1/HEADROOM_SHARE of it, and at least one request from a capacity of two: an interactive
-  request sent into an engine's queue waits behind everything in it, a trial's 20–44 s behind batch work). A
+  request sent into an engine's queue waits behind everything in it, a trial's 20–44 s behind batch work). The room
+  a reading leaves is shared between the processes holding requests for the deployment (this one and those the
+  queue depth says hold some): each sends on at most its share until the next reading (the room ÷ their number,
+  the remainder to the first by name), so two processes do not both fill the last place kept for interactive
+  requests (a trial's interactive request waited 5.9 s in the engine's queue). A
   replica's capacity is its ``max_num_seqs`` where Hearth launched it with one (``Route.max_num_seqs``), lowered to
   what it learned where that is less. It is learned per replica: the most requests it ran at a
   reading that had requests waiting in it, as the reading before did too (a queue that lasted, its ``max_num_seqs``
@@ -38,20 +44,16 @@ instead of piling onto the engine, and go on as it drains.
   (``Route.priority_scheduling``: an admin's extra flags, console.deployments.engine_flags.schedules_by_priority),
   the class also goes to the engine as the body's ``priority`` (ENGINE_PRIORITY), lanes on or off.
 
-Queue depth for the console (console.observability.queue_depth): each process writes its held requests per class to
-the Redis hash ``lanes:<deployment id>`` (appliance.redis_keys), field ``<host>:<pid>``, value ``{"standard": n,
-"batch": n, "at": Unix seconds}``, at each reading when it changed and every PUBLISH_EVERY seconds while busy; the
-field is deleted when the deployment's traffic in this process ends, and the hash expires DEPTH_TTL seconds after
-its last write. Metrics: ``hearth_gateway_lane_waiting{model,priority}`` (held now), held requests by how their hold
-ended (``hearth_gateway_lane_holds_total{model,priority,outcome}``: served, timeout, cancelled) and the seconds held.
+Queue depth (gateway.lane_depth): each process writes its held requests per class to Redis, at each reading when
+they changed and every PUBLISH_EVERY seconds while busy, for the console and for the other processes. Metrics:
+``hearth_gateway_lane_waiting{model,priority}`` (held now), held requests by how their hold ended
+(``hearth_gateway_lane_holds_total{model,priority,outcome}``: served, timeout, cancelled) and the seconds held.
 """
 
 import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -59,10 +61,8 @@ from dataclasses import dataclass, replace
 import redis.asyncio as aioredis
 from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
-from redis.exceptions import RedisError
 
-from appliance.redis_keys import redis_key
-from gateway import count_tokens, quotas
+from gateway import count_tokens, lane_depth, quotas
 from gateway.asgi_io import Send
 from gateway.engine_load import Load, LoadReader
 from gateway.errors import GatewayError
@@ -92,8 +92,6 @@ SLOW_START = 4  # requests sent on between two readings at least, while no capac
 RETRY_AFTER = 30  # seconds a request that waited too long is told to wait before it retries
 BYTES_PER_TOKEN = 4  # a prompt's tokens estimated from its body, for a key without token limits
 PUBLISH_EVERY = 2.0  # seconds between writes of an unchanged queue depth while busy
-DEPTH_TTL = 60  # seconds the Redis hash outlives its last write
-PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
 WAITING = Gauge("hearth_gateway_lane_waiting", "Requests held in a priority lane now", ["model", "priority"])
 HOLDS = Counter(
@@ -200,6 +198,8 @@ class Lane:
         self.unreadable = False  # the last reading got no replica's load: nothing is held until one answers
         self.watcher: asyncio.Task[None] | None = None
         self.published: tuple[dict[str, int], float] | None = None
+        self.standard_elsewhere = 0  # standard requests other processes hold, at the last reading
+        self.holders: list[str] = []  # the other processes holding requests for it, at the last reading
 
     @property
     def held(self) -> int:
@@ -219,13 +219,24 @@ class Lane:
             return sent_on >= max(SLOW_START, r.running)
         # this process's own requests sent on are in the engine whatever a reading taken before they reached its
         # metrics says (a trial's first burst filled all 4 places with batch work, none kept for interactive)
+        limit = r.capacity - headroom(r.capacity)
         occupied = max(r.running + r.waiting + sent_on, self.in_flight)
-        return occupied >= r.capacity - headroom(r.capacity)
+        return occupied >= limit or sent_on >= self._share(limit - r.running - r.waiting)
+
+    def _share(self, room: int) -> int:
+        """Of ``room`` places a reading left, those this process may fill before the next (module docstring)."""
+        if not self.holders:
+            return room
+        holders = sorted({*self.holders, self.lanes.process})
+        rank = holders.index(self.lanes.process)
+        return room // len(holders) + (1 if rank < room % len(holders) else 0)
 
     def must_wait(self, priority: str) -> bool:
         if priority == INTERACTIVE:
             return False
-        ahead = len(self.queues[STANDARD]) + (len(self.queues[BATCH]) if priority == BATCH else 0)
+        ahead = len(self.queues[STANDARD])
+        if priority == BATCH:
+            ahead += len(self.queues[BATCH]) + self.standard_elsewhere
         return ahead > 0 or self.saturated()
 
     async def admit(self, ticket: Ticket) -> None:
@@ -276,6 +287,8 @@ class Lane:
     def _release(self) -> None:
         """Send on held requests, standard before batch, each class in its fair order, while there is room."""
         while self.held and not self.saturated():
+            if not len(self.queues[STANDARD]) and self.standard_elsewhere:
+                break  # batch goes only when no standard request waits, here or in another process
             queue = self.queues[STANDARD] if len(self.queues[STANDARD]) else self.queues[BATCH]
             item = queue.pop()
             if item is None:
@@ -295,6 +308,7 @@ class Lane:
             while self.in_flight > 0 or self.held:
                 admitted, ended = self.admitted_since, self.ended_since
                 loads = await self.lanes.reader.read(self.route.upstreams)
+                await self._read_elsewhere()
                 self.admitted_since -= admitted  # those sent on while it was read may be in it or not: counted
                 self.ended_since -= ended
                 self.unreadable = not loads
@@ -329,32 +343,27 @@ class Lane:
             at=now,
         )
 
+    async def _read_elsewhere(self) -> None:
+        """The other processes' held requests for this deployment (gateway.lane_depth)."""
+        elsewhere = await lane_depth.elsewhere(self.lanes.redis, self.deployment_id, self.lanes.process)
+        self.standard_elsewhere, self.holders = elsewhere.standard, elsewhere.holders
+
     async def _publish(self, gone: bool = False) -> None:
-        """This process's held requests per class, in Redis (module docstring); the field deleted when ``gone``."""
+        """This process's held requests per class in Redis, when they changed or every PUBLISH_EVERY seconds; the
+        field deleted when ``gone`` (gateway.lane_depth)."""
         counts = {c: len(q) for c, q in self.queues.items()}
         now = time.monotonic()
         if not gone and self.published and self.published[0] == counts and now - self.published[1] < PUBLISH_EVERY:
             return
-        key = redis_key(f"lanes:{self.deployment_id}")
-        try:
-            async with asyncio.timeout(1.0):
-                if gone:
-                    await self.lanes.redis.hdel(key, PROCESS)
-                else:
-                    pipe = self.lanes.redis.pipeline(transaction=False)
-                    pipe.hset(key, PROCESS, json.dumps({**counts, "at": time.time()}))
-                    pipe.expire(key, DEPTH_TTL)
-                    await pipe.execute()
+        if await lane_depth.publish(self.lanes.redis, self.deployment_id, self.lanes.process, None if gone else counts):
             self.published = None if gone else (counts, now)
-        except (RedisError, TimeoutError) as exc:  # the console's view only: the lanes go on without it
-            log.warning("queue depth of deployment %s not written to Redis: %s", self.deployment_id, exc)
 
 
 class Lanes:
     """The lanes of every deployment this process relays to, on the gateway's Redis client (for queue depth)."""
 
-    def __init__(self, redis: aioredis.Redis, engines: Engines) -> None:
-        self.redis, self.reader = redis, LoadReader(engines)
+    def __init__(self, redis: aioredis.Redis, engines: Engines, process: str = lane_depth.PROCESS) -> None:
+        self.redis, self.reader, self.process = redis, LoadReader(engines), process  # process: its queue depth field
         self._lanes: dict[int, Lane] = {}
 
     def ticket(self, relay: Relay, send: Send, wake: Callable[[], Awaitable[None]] | None = None) -> Ticket:

@@ -1,0 +1,86 @@
+"""The priority lanes' queue depth in Redis (gateway.lanes): what each relay process holds, for the console
+(console.observability.queue_depth) and for the other processes, which hold batch work behind any process's held
+standard requests and share the room a reading leaves between the processes holding requests.
+
+Shape: the hash ``lanes:<deployment id>`` (appliance.redis_keys), field ``<host>:<pid>`` (PROCESS), value
+``{"standard": n, "batch": n, "at": Unix seconds}``; the field is deleted when the deployment's traffic in that
+process ends, and the hash expires DEPTH_TTL seconds after its last write. Another process's field counts for
+ELSEWHERE_FRESH seconds after it was written (a process killed leaves one behind). Redis not answering is logged and
+holds nothing back: each process then goes by its own queues alone.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from appliance.redis_keys import redis_key
+
+log = logging.getLogger(__name__)
+
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+DEPTH_TTL = 60  # seconds the hash outlives its last write
+ELSEWHERE_FRESH = 5.0  # seconds another process's field counts after it was written (it rewrites it every 2 s)
+TIMEOUT = 1.0  # seconds a read or write waits for Redis
+
+
+def depth_key(deployment_id: int) -> str:
+    """The Redis hash of a deployment's queue depth."""
+    return redis_key(f"lanes:{deployment_id}")
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """The other processes' held requests for a deployment: standard ones in all, and which processes hold any."""
+
+    standard: int = 0
+    holders: list[str] = field(default_factory=list)
+
+
+async def publish(client: aioredis.Redis, deployment_id: int, process: str, counts: dict[str, int] | None) -> bool:
+    """Write ``process``'s held requests per class (``counts``), or delete its field (None). False when Redis did
+    not take it (logged: the lanes go on without it)."""
+    key = depth_key(deployment_id)
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            if counts is None:
+                await client.hdel(key, process)
+            else:
+                pipe = client.pipeline(transaction=False)
+                pipe.hset(key, process, json.dumps({**counts, "at": time.time()}))
+                pipe.expire(key, DEPTH_TTL)
+                await pipe.execute()
+        return True
+    except (RedisError, TimeoutError) as exc:
+        log.warning("queue depth of deployment %s not written to Redis: %s", deployment_id, exc)
+        return False
+
+
+async def elsewhere(client: aioredis.Redis, deployment_id: int, process: str) -> Elsewhere:
+    """What the processes other than ``process`` hold for the deployment, from their fresh fields; none when Redis
+    does not answer."""
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            fields = await client.hgetall(depth_key(deployment_id))
+    except (RedisError, TimeoutError) as exc:
+        log.warning("queue depth of deployment %s not read from Redis: %s", deployment_id, exc)
+        return Elsewhere()
+    standard, holders = 0, []
+    for name, raw in fields.items():
+        other = name.decode() if isinstance(name, bytes) else str(name)
+        try:
+            depth = json.loads(raw)
+            fresh = time.time() - float(depth["at"]) <= ELSEWHERE_FRESH
+            held = int(depth.get("standard", 0)), int(depth.get("batch", 0))
+        except (ValueError, TypeError, KeyError):  # not a field a process of this version wrote
+            continue
+        if other != process and fresh and sum(held) > 0:
+            standard += held[0]
+            holders.append(other)
+    return Elsewhere(standard, holders)
