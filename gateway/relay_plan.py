@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from gateway import context_fit, quotas
+from gateway import context_fit, errors, quotas
 from gateway.errors import GatewayError, Surface
 from gateway.prices import Prices, price_factor, scaled
 from gateway.registry import KeyEntry, Route
@@ -130,7 +130,7 @@ class Planner:
         prefix = prefix_key(route.served_model_name, request) if len(route.upstreams) > 1 else b""
         fitted: dict[str, int] = {}
         if route.fit_max_tokens:
-            fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix)
+            fitted, fit_headers = await self.fit(path, request, fields, len(body), route, prefix, surface)
             fields, headers = fields | fitted, headers + fit_headers
         adjusted = {**request, **fields}
         _within_context(path, adjusted, route)
@@ -183,10 +183,18 @@ class Planner:
         )
 
     async def fit(
-        self, path: str, request: dict[str, Any], fields: dict[str, Any], body_bytes: int, route: Route, prefix: bytes
+        self,
+        path: str,
+        request: dict[str, Any],
+        fields: dict[str, Any],
+        body_bytes: int,
+        route: Route,
+        prefix: bytes,
+        surface: Surface,
     ) -> tuple[dict[str, int], list[Header]]:
         """The output limit lowered to what the context leaves (gateway.context_fit), with the response header
-        saying so; ({}, []) when the request fits or its prompt could not be counted."""
+        saying so; ({}, []) when the request fits or its prompt could not be counted. Raises GatewayError 400
+        (errors.prompt_too_long) for a prompt that leaves no room for an answer."""
         name, asked = output_limit(path, {**request, **fields}) or ("", None)
         if asked is None or not route.upstreams:
             return {}, []
@@ -195,6 +203,8 @@ class Planner:
         tokenize = tokenize_request(path, request)
         upstream = self.router.order(route, prefix)[0]
         prompt = await context_fit.count_prompt(self.engines, upstream, tokenize) if tokenize else None
+        if prompt is not None and prompt >= route.max_model_len:
+            raise errors.prompt_too_long(prompt, route.max_model_len, surface)
         fitted = context_fit.fitted_limit(asked, prompt, route.max_model_len) if prompt is not None else None
         if fitted is None or prompt is None:
             return {}, []

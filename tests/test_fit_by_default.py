@@ -17,7 +17,7 @@ from console.access import keys as apikeys
 from console.deployments.models import Deployment
 from console.fanout import bump_routing_version
 from console.observability.models import RequestLog
-from tests.test_gateway_request_defects import HI, EngineServer
+from tests.test_gateway_request_defects import HI, LONG, EngineServer
 
 pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]  # the web reads the test database
 LIMITS = {"max_tokens", "max_completion_tokens"}  # the chat API's, as the engine is sent them
@@ -96,6 +96,30 @@ def test_a_new_deployment_fits_an_over_long_limit_and_every_api_says_so(
     limits = [{k: b[k] for k in LIMITS if k in b} for b in engine.seen if LIMITS & set(b)]  # not /tokenize's
     assert [list(limit.values()) for limit in limits] == [[8185]], engine.seen
     assert ("data:" in text) == stream
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/v1/chat/completions", "This model's maximum context length is 8192 tokens. However, your messages resulted"),
+        ("/v1/messages", "prompt is too long: 9000 tokens > 8192 maximum"),
+    ],
+)
+def test_a_prompt_that_fills_the_context_is_refused_as_too_long_not_for_its_max_tokens(
+    web: str, key: str, engine: EngineServer, path: str, said: str
+) -> None:
+    """A trial's Claude Code (max_tokens 32,000) was told "max_tokens is 32,000, more than this model's whole
+    context … ask for fewer" once its conversation filled the 8K context: no fewer could help."""
+    engine.seen.clear()
+    body = {"model": "counted", "max_tokens": 32000, "messages": [{"role": "user", "content": LONG}]}
+    resp = httpx.post(web + path, json=body, headers={"x-api-key": key}, timeout=30)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["message"].startswith(said) and error["type"] == "invalid_request_error"
+    if path == "/v1/chat/completions":
+        assert error["code"] == "context_length_exceeded"
+    assert [b for b in engine.seen if LIMITS & set(b)] == []  # counted, then refused: the engine ran nothing
+    assert row_of(resp).status == 400
 
 
 def test_a_limit_that_fits_is_left_alone_and_says_nothing(web: str, key: str, engine: EngineServer) -> None:

@@ -23,12 +23,14 @@ pytestmark = [pytest.mark.process, pytest.mark.django_db(transaction=True)]  # t
 HI = [{"role": "user", "content": "Say something."}]
 ANSWER = {"role": "assistant", "content": "Something."}
 USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+LONG = "[[a prompt of 9,000 tokens]]"
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
     """An OpenAI-compatible server with only /v1/models and /v1/chat/completions (whole or streamed), and
-    /tokenize when its server's ``counts`` is set; 404 ``{"detail": "Not Found"}`` elsewhere, as FastAPI answers.
-    The bodies it was sent are kept in its server's ``seen``."""
+    /tokenize when its server's ``counts`` is set (7 tokens, 9,000 for a prompt holding LONG); 404
+    ``{"detail": "Not Found"}`` elsewhere, as FastAPI answers. The bodies it was sent are kept in its server's
+    ``seen``."""
 
     protocol_version = "HTTP/1.1"
     server: "EngineServer"
@@ -42,7 +44,8 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.seen.append(body)
         if self.path == "/tokenize" and self.server.counts:
-            return self._send(200, {"count": 7, "max_model_len": 8192, "tokens": list(range(7))})
+            count = 9000 if LONG in json.dumps(body) else 7  # a prompt that fills the context, where one says so
+            return self._send(200, {"count": count, "max_model_len": 8192, "tokens": list(range(count))})
         if self.path != "/v1/chat/completions":
             return self._send(404, {"detail": "Not Found"})
         chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": self.server.model}
