@@ -313,19 +313,19 @@ class Gateway:
         if relay.plan.endpoint != count_tokens.COUNT_TOKENS_PATH:
             await relay.serve(receive, send, before)
             return
-        held = count_tokens.HeldAnswer()
+        held = count_tokens.HeldAnswer(relay.plan.route.max_model_len)
         try:
             await relay.serve(receive, held, before)
         except GatewayError as exc:
             if not count_tokens.cannot_count(exc.status, exc.code):
                 raise
         else:
-            if not count_tokens.cannot_count(held.status):
+            if not count_tokens.cannot_count(held.status) and not held.over_context:
                 await held.release(send)
                 return
         relay.state.status, relay.state.error = 200, ""  # answered: the engine's refusal was not the client's
         headers = [count_tokens.ESTIMATED_HEADER, *relay.plan.head_headers]
-        await send_json(send, 200, count_tokens.estimated_body(relay.plan.request), headers)
+        await send_json(send, 200, count_tokens.estimated_body(relay.plan.request, held.at_least), headers)
 
     async def _outcome(self, relay: Relay, refused: int | None) -> Outcome:
         """How the request ended, for gateway.accounting: the plan's fixed fields, what the relay's state says,

@@ -5,7 +5,9 @@ stops it, where an estimate lets it go on (the engine still refuses a prompt tha
 
 The engine cannot count when it has no such endpoint (404, 405, 501: an OpenAI-only server, llama.cpp, an older
 vLLM) or answers it with something that is no count (gateway.whole_answer's 502 ``upstream_invalid``, or
-``upstream_not_json``). Any other answer (a 400 for a bad request, an engine that is down) is the client's as it is.
+``upstream_not_json``), or refuses the prompt as longer than its context (then the estimate is at least
+max_model_len + 1: the client learns it is over, which is why it counted). Any other answer (a 400 for a bad
+request, an engine that is down) is the client's as it is.
 
 The estimate: the prompt as the translation to the chat API renders it (``messages`` with the top-level ``system``
 first, ``tools`` as functions), its JSON's UTF-8 bytes over BYTES_PER_TOKEN, plus MESSAGE_FRAMING tokens a message.
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.asgi_io import Send
+from gateway.errors import CONTEXT_LENGTH
 from gateway.rewrite import tokenize_request
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -45,22 +48,32 @@ def estimate(request: Mapping[str, Any]) -> int:
     return max(1, math.ceil(len(rendered) / BYTES_PER_TOKEN) + framing)
 
 
-def estimated_body(request: Mapping[str, Any]) -> bytes:
-    """Anthropic's count_tokens answer, ``{"input_tokens": N}``, with the estimate."""
-    return json.dumps({"input_tokens": estimate(request)}).encode()
+def estimated_body(request: Mapping[str, Any], at_least: int = 1) -> bytes:
+    """Anthropic's count_tokens answer, ``{"input_tokens": N}``, with the estimate, ``at_least`` that."""
+    return json.dumps({"input_tokens": max(estimate(request), at_least)}).encode()
 
 
 class HeldAnswer:
     """A ``send`` that keeps a whole answer (its head and body) instead of sending it: ``status`` is its head's
-    status (0 before it), ``release`` sends what it kept."""
+    status (0 before it), ``release`` sends what it kept. ``over_context``: the answer is the engine's refusal of
+    a prompt longer than its context (gateway.errors.CONTEXT_LENGTH; vLLM's count_tokens refuses one, "at least
+    8193 input tokens", where a client counts precisely to learn it is over); ``at_least`` then the count it
+    implies, ``max_model_len`` + 1 (else 1)."""
 
-    def __init__(self) -> None:
-        self.status, self.messages = 0, list[Mapping[str, Any]]()
+    def __init__(self, max_model_len: int) -> None:
+        self.status, self.messages, self.max_model_len = 0, list[Mapping[str, Any]](), max_model_len
+        self.over_context = False
 
     async def __call__(self, message: Mapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
+        elif self.status == 400 and CONTEXT_LENGTH.search(bytes(message.get("body", b"")).decode("utf-8", "replace")):
+            self.over_context = True
         self.messages.append(message)
+
+    @property
+    def at_least(self) -> int:
+        return self.max_model_len + 1 if self.over_context and self.max_model_len else 1
 
     async def release(self, send: Send) -> None:
         for message in self.messages:

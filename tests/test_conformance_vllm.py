@@ -132,6 +132,11 @@ def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine
     logs = wait_for_logs(6)  # rows are written in batches: the six answers above, the refusal among them
     assert logs[1].stream and logs[1].completion_tokens == 4  # ...yet its usage was recorded
     assert [log.status for log in logs if log.status != 200] == [400]  # the refusal counts as an error
+    # a count over the context, which vLLM refuses ("at least 2049 input tokens"), is answered, over it
+    over = claude.messages.with_raw_response.count_tokens(
+        model="smol", messages=[{"role": "user", "content": "word " * 3000}]
+    )
+    assert over.parse().input_tokens > 2048 and over.headers["x-hearth-tokens-estimated"] == "true"
 
     # A client that leaves stops vLLM generating for it.
     with httpx.stream(
