@@ -151,6 +151,23 @@ def test_a_limit_the_gateway_fitted_to_the_context_shows_on_the_page_and_in_the_
 
 
 @pytest.mark.django_db
+def test_tool_calls_not_parsed_and_reasoning_tokens_show_on_the_page_and_in_the_csv(
+    admin: Client, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    """A trial's rows with tool_call_failures=1 read only "success tool_calls"; docs/agents.md says the log keeps
+    them."""
+    RequestLog.objects.filter(request_id=OURS).update(tool_call_failures=1, reasoning_tokens=1234)
+    page = admin.get("/requests/").content.decode()
+    assert page.count('data-field="tool-call-failures"') == 1 and ">1 tool call not parsed<" in page
+    assert page.count('data-field="reasoning-tokens"') == 1 and ">1,234 reasoning tokens<" in page
+    table = csv.DictReader(io.StringIO(b"".join(admin.get("/requests/export.csv").streaming_content).decode()))  # type: ignore[attr-defined]
+    assert {r["request_id"]: (r["tool_call_failures"], r["reasoning_tokens"]) for r in table} == {
+        OURS: ("1", "1234"),
+        "b" * 32: ("0", ""),  # none failed; no reasoning seen
+    }
+
+
+@pytest.mark.django_db
 def test_a_request_held_for_its_engines_wake_says_how_long_on_the_page_and_in_the_csv(
     admin: Client, rows: tuple[RequestLog, RequestLog]
 ) -> None:

@@ -50,6 +50,8 @@ CSV_COLUMNS = (
     "max_tokens_capped",
     "max_tokens_capped_by",
     "wake_seconds",
+    "reasoning_tokens",
+    "tool_call_failures",
 )
 
 
@@ -105,6 +107,8 @@ def _cells(r: RequestLog) -> tuple[object, ...]:
         "" if r.max_tokens_capped is None else r.max_tokens_capped,
         r.max_tokens_capped_by,
         _seconds(r.wake_seconds) if r.woke_engine else "",
+        r.reasoning_tokens,
+        r.tool_call_failures,
     )
 
 
