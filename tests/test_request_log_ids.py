@@ -108,6 +108,11 @@ def test_the_request_log_finds_a_request_by_the_gateways_id_or_the_clients(
         ({"hours": "abc"}, "Last hours: Enter a whole number."),
         ({"status": "abc"}, "Status: Enter a whole number."),
         ({"hours": "24", "status": "99"}, "Status: Ensure this value is greater than or equal to 100."),
+        (  # a trial's: every row exported, as if unfiltered
+            {"batch_id": "batch_7c27"},
+            "No filter is named batch_id; the filters are model, key, status, request_id, outcome, priority, batch, "
+            "hours.",
+        ),
     ],
 )
 def test_a_filter_that_is_not_valid_lists_nothing_and_says_why(

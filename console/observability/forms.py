@@ -4,6 +4,7 @@ tokens, a deployment's SLO."""
 from typing import ClassVar
 
 from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS
 
 from console.access.models import Priority
 from console.deployments.models import Deployment
@@ -35,11 +36,26 @@ class RequestFilter(forms.Form):
         help_text="A Batch API batch's lines: its id, or the start of it.",
     )
     hours = forms.IntegerField(required=False, min_value=1, max_value=24 * 30, initial=24, label="Last hours")
+    NOT_FILTERS = frozenset({"page"})  # the page's own parameter, beside the filters
+
+    def clean(self) -> dict[str, object]:
+        """A filter name the log does not know is refused, not ignored: a trial's ``?batch_id=`` exported every
+        row, where ``?batch=`` picks a batch's."""
+        cleaned = super().clean() or {}
+        unknown = sorted(set(self.data) - set(self.fields) - self.NOT_FILTERS)
+        if unknown:
+            names = ", ".join(self.fields)
+            self.add_error(None, f"No filter is named {', '.join(unknown)[:200]}; the filters are {names}.")
+        return cleaned
 
     def problems(self) -> str:
         """The filters' errors as one line of text, each after its field's label ("Last hours: Ensure this value is
         less than or equal to 720."); "" when they are valid."""
-        return " ".join(f"{self[name].label}: {error}" for name, errors in self.errors.items() for error in errors)
+        return " ".join(
+            f"{error}" if name == NON_FIELD_ERRORS else f"{self[name].label}: {error}"
+            for name, errors in self.errors.items()
+            for error in errors
+        )
 
 
 class MappingForm(forms.ModelForm):  # type: ignore[type-arg]
