@@ -15,6 +15,7 @@ from console.observability import cost, history
 from console.observability.export import engine_registry
 from console.observability.models import MetricSample, RequestLog, Resolution
 from console.observability.swaps import percentile, swaps
+from console.observability.templatetags import panel_format
 from tests.test_panels import Engine, deployment
 from tests.test_room_console import box_of_two
 
@@ -165,3 +166,12 @@ def test_a_model_up_three_minutes_of_a_period_is_counted_three_minutes_before_an
     del rollup.values["u"]  # a rollup made before up time was kept counts its whole period, as all did then
     rollup.save()
     assert counted()[0] == 300.0
+
+
+@pytest.mark.parametrize(
+    ("hours", "said"),
+    [(0, "none"), (0.0001, "under 1 s"), (5 / 3600, "5 s"), (59 / 3600, "59 s"), (0.083, "5 min"), (4.0, "4.0 h")],
+)
+def test_gpu_time_under_a_minute_is_said_in_seconds_not_0_min_beside_its_dollars(hours: float, said: str) -> None:
+    """A trial's panel read "idle awake 0 min ($0.0043 spent serving nobody)" for about 5 s."""
+    assert panel_format.hours(hours) == said

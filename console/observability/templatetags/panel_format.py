@@ -30,12 +30,17 @@ def seconds(value: Any) -> str:
 
 @register.filter
 def hours(value: Any) -> str:
-    """Hours of GPU time: 4.0 → "4.0 h", under an hour in minutes (0.083 → "5 min", not "0.1 h"), 0 → "none";
-    None → "no data"."""
+    """Hours of GPU time: 4.0 → "4.0 h", under an hour in minutes (0.083 → "5 min", not "0.1 h"), under a minute
+    in seconds (0.0014 → "5 s", not "0 min" beside the dollars it cost), under half a second "under 1 s", 0 →
+    "none"; None → "no data"."""
     if _missing(value):
         return "no data"
     h = float(value)
-    return "none" if h == 0 else f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
+    if h == 0:
+        return "none"
+    if h * 3600 < 59.5:
+        return "under 1 s" if h * 3600 < 0.5 else f"{h * 3600:.0f} s"
+    return f"{h * 60:.0f} min" if h < 1 else f"{h:,.1f} h"
 
 
 @register.filter
