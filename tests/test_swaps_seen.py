@@ -122,6 +122,21 @@ def test_asleep_time_counts_from_each_sleep_to_its_wake_and_the_window_s_edges(a
     assert cost.gpu_time(dep, timezone.now()).asleep == pytest.approx(4.5, abs=0.01)
 
 
+def test_time_stopped_to_save_counts_as_put_aside_as_asleep_time_does(admin: Client) -> None:
+    """A trial's model stopped to save twice, ~12 min, read "asleep none" and 0 s in /metrics."""
+    _, b = box_of_two(admin)
+    event(b, K.STOP_IDLE, 3, 2.0)
+    event(b, K.WAKE, 2, 50.0)  # launched again by a request: an hour stopped
+    event(b, K.STOP_IDLE, 0.5, 2.0)  # and stopped to save again, half an hour ago: still
+    Deployment.objects.filter(pk=b).update(
+        state=S.STOPPED, desired=DesiredState.STOPPED_IDLE, state_since=timezone.now() - timedelta(hours=0.5)
+    )
+    dep = Deployment.objects.get(pk=b)
+    assert swaps(dep, timezone.now()).asleep_seconds == pytest.approx(1.5 * 3600, abs=5)
+    panel = admin.get(f"/deployments/{b}/panel/").content.decode()
+    assert 'asleep or stopped to save <span data-field="hours_asleep">1.5 h</span> (not charged)' in panel
+
+
 @pytest.mark.parametrize(("values", "q", "p"), [([], 0.5, None), ([3.0], 0.99, 3.0), ([1, 2, 3, 4], 0.5, 2)])
 def test_percentiles_by_nearest_rank(values: list[float], q: float, p: float | None) -> None:
     assert percentile(values, q) == p

@@ -13,9 +13,9 @@ cost of hours nobody used it, and each API key's cost.
   token. Up time was once counted in whole 5-minute periods, which made a model that swaps in for two minutes look
   up for five (a trial's "20 min up" for ~6); rollups made before then still count whole.
 - GPU time by state over the last 24 h (``gpu_time``): serving (up, with tokens), idle awake (up, none) and asleep
-  (console.observability.swaps, from its sleeps and wakes). Up means ready and scraped; an engine asleep is not
-  scraped, so its sleeping time is never counted as serving or idle time, and is not charged (its GPUs are free
-  for others but the 1.4 GiB it keeps a GPU).
+  or stopped to save (console.observability.swaps, from its sleeps, stops to save and wakes). Up means ready and
+  scraped; an engine asleep is not scraped, so its sleeping time is never counted as serving or idle time, and is
+  not charged (its GPUs are free for others but the 1.4 GiB it keeps a GPU).
 - A key's cost (one definition, on every page and in every CSV) = the sum of what its requests were charged
   (RequestLog.cost_usd: tokens × the deployment's price per token when each ended); None where none was priced.
 

@@ -127,7 +127,9 @@ def _swap_families(deps: list[Deployment]) -> Iterator[Metric]:
             "hearth_deployment_stops_to_save_last_24h", "Stops to save in the last 24 h", labels=one
         ),
         "asleep_seconds": GaugeMetricFamily(
-            "hearth_deployment_asleep_seconds_last_24h", "Seconds asleep in the last 24 h", labels=one
+            "hearth_deployment_asleep_seconds_last_24h",
+            "Seconds asleep or stopped to save (put aside) in the last 24 h",
+            labels=one,
         ),
     }
     wake = GaugeMetricFamily(

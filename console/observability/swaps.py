@@ -60,9 +60,9 @@ def percentile(values: list[float], q: float) -> float | None:
 @dataclass(frozen=True)
 class Swaps:
     """Over the window: sleeps (by level), stops to save, wakes, failed wakes and wakes no room was made for
-    (``not_woken``: it stayed asleep), the wakes' p50 and p99 seconds,
-    the requests held for a wake and their held p50 and p99 seconds; and ``asleep_seconds``, how long it was asleep
-    (or going to sleep, or waking) in it."""
+    (``not_woken``: it stayed put aside), the wakes' p50 and p99 seconds,
+    the requests held for a wake and their held p50 and p99 seconds; and ``asleep_seconds``, how long it was put aside
+    in it: asleep (or going to sleep, or waking) or stopped to save."""
 
     sleeps: int = 0
     by_level: tuple[tuple[int, int], ...] = ()
@@ -105,22 +105,26 @@ def swaps(dep: Deployment, now: datetime, window: float = WINDOW) -> Swaps:
     )
 
 
+PUT_ASIDE = (K.SLEEP, K.STOP_IDLE)  # the events that free a deployment's GPUs until its next wake
+
+
 def asleep_seconds(dep: Deployment, start: datetime, end: datetime, events: list[DeploymentEvent]) -> float:
-    """Seconds of [start, end] it spent asleep: from each sleep (its event's time) to the next wake or failed wake
-    (not one that found no room: it stayed asleep), or to its last change of state when it was stopped meanwhile;
-    asleep since before ``start`` when its last event before it was a sleep. ``events``: its events in the window,
-    oldest first."""
+    """Seconds of [start, end] it spent put aside, asleep or stopped to save (both free its GPUs and are not
+    charged; a trial's model stopped to save for 12 min counted nowhere): from each sleep or stop to save (its
+    event's time) to the next wake or failed wake (not one that found no room: it stayed put aside), or to its last
+    change of state when it was stopped meanwhile; put aside since before ``start`` when its last event before it
+    was one of those. ``events``: its events in the window, oldest first."""
     before = dep.events.filter(at__lt=start).order_by("-at", "-pk").first()
-    since = start if before is not None and before.kind == K.SLEEP else None
+    since = start if before is not None and before.kind in PUT_ASIDE else None
     total = 0.0
     for e in events:
-        if e.kind == K.SLEEP and since is None:
+        if e.kind in PUT_ASIDE and since is None:
             since = e.at
         elif e.kind in (K.WAKE, K.WAKE_FAILED) and since is not None and not e.reason.startswith(NOT_WOKEN):
             total += (e.at - since).total_seconds()
             since = None
     if since is not None:
-        until = end if dep.state in ASLEEP else max(since, min(end, dep.state_since))
+        until = end if dep.state in ASLEEP or dep.stopped_to_save else max(since, min(end, dep.state_since))
         total += (until - since).total_seconds()
     return max(total, 0.0)
 
