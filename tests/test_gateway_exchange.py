@@ -262,12 +262,13 @@ def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine
         async with Server(tokenizer(12308, seen)) as engine:
             gateway = Gateway()
             target = route(engine.url, max_model_len=32768, fit_max_tokens=True)
-            fields, headers = await gateway.planner.fit(path, request_, {}, len(json.dumps(request_)), target, b"")
+            fit = gateway.planner.fit
+            fields, headers = await fit(path, request_, {}, len(json.dumps(request_)), target, b"", Surface.OPENAI)
             assert fields == {field: 32768 - 12308}
             ((name, value),) = headers
             assert name == b"x-hearth-max-tokens-fitted" and value.startswith(b"20460; requested=32000; prompt=12308")
             small = {**request_, field: 100}
-            assert await gateway.planner.fit(path, small, {}, len(json.dumps(small)), target, b"") == ({}, [])
+            assert await fit(path, small, {}, len(json.dumps(small)), target, b"", Surface.OPENAI) == ({}, [])
             gateway.engines.close()
 
     run(test)
