@@ -77,11 +77,22 @@ def clean(text: str, what: str) -> str:
 # message) has its errors under each shape's class name in the location (``messages.0.ChatCompletionUserMessageParam
 # .content``; tests/data/vllm-0.32.0-cpu-union-errors.json).
 VALIDATION_ERRORS = re.compile(r"\d+ validation errors?:\n")
-PYDANTIC_ERRORS = re.compile(r"\d+ validation errors? for \w+\n")
+PYDANTIC_ERRORS = re.compile(r"\d+ validation errors? for (\w+)\n")
+ANSWER_MODELS = re.compile(r"(?:Response|ContentBlock)$")  # vllm/entrypoints/anthropic/protocol.py, openai/…
 MORE_ERRORS = re.compile(r"\.\.\.and \d+ more errors?$")
 UNION_MEMBER = re.compile(r"[A-Z]\w*$")  # a shape's class name in a location; OpenAI's fields are snake_case
 PARAMETER_SUFFIX = re.compile(r" \(parameter=[A-Za-z_][\w.]*(?:, value=[^()]*)?\)$")
 Refusal = tuple[list[str], str, str]  # one error: its location's parts, its words, its pydantic type
+
+
+def answer_model(message: str) -> str | None:
+    """The class named by pydantic's text when it is one the engine builds its own answer from (ANSWER_MODELS: vLLM's
+    ``…Response`` and ``…ContentBlock`` classes), which the model's output did not fit: a trial's tool call whose
+    arguments were not a JSON object came back as a 400 "input: Input should be a valid dictionary", the client
+    blamed for the engine's answer. None for any other message: a request's refusal names its ``…Request`` class,
+    or a part of it (``ValidatorIterator`` for a message's content parts)."""
+    found = PYDANTIC_ERRORS.match(message)
+    return found.group(1) if found and ANSWER_MODELS.search(found.group(1)) else None
 
 
 def readable(message: str, param: object) -> tuple[str, object]:

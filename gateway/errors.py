@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.engine_messages import LOGGED_CHARS, clean, readable
+from gateway.engine_messages import LOGGED_CHARS, answer_model, clean, readable
 
 
 class Surface(StrEnum):
@@ -379,8 +379,18 @@ def engine_error(status: int, body: bytes, model: str = "", endpoint: str = "") 
         )
     elif status == 404 and message == "Not Found":
         message = "The engine serving this model does not offer this endpoint."
+    built = answer_model(message) if status < 500 else None
     message, param = readable(message[:LOGGED_CHARS], param)
     message = clean(message, f"An engine's HTTP {status} answer")
+    if built is not None:  # the engine's failure to build its own answer, not the client's request
+        return GatewayError(
+            502,
+            f"The engine serving '{model or 'this model'}' could not build its answer from what the model wrote "
+            f"({built}: {message}); the request was valid. Tool-call arguments that are not a JSON object do this: "
+            "a streamed request relays them as the model wrote them.",
+            type="server_error",
+            code="engine_answer_invalid",
+        )
     if not isinstance(param, str) or not PARAM.fullmatch(param):
         param = None  # a request field's name or nothing: the engine's own words go in the message only
     kind = "invalid_request_error" if status < 500 else "server_error"

@@ -148,13 +148,14 @@ class Relay:
         if answer.status >= 400:
             error = errors.engine_error(answer.status, body, plan.model, plan.endpoint)
             body, content_type, self.state.error = error.body(plan.surface), JSON, error.message
+            self.state.status = error.status  # 502 where the engine failed its own answer (errors.engine_error)
         elif plan.translation != Translation.NONE:
             body, content_type = translated(plan, whole), JSON
         elif whole is None:
             raise errors.upstream_not_json(plan.model)
         head = [(b"content-type", content_type), *plan.head_headers, *(errors.NO_RETRY if answer.status == 508 else ())]
         await self.ending()
-        await send({"type": "http.response.start", "status": answer.status, "headers": head})
+        await send({"type": "http.response.start", "status": self.state.status, "headers": head})
         await send({"type": "http.response.body", "body": body})
         self.state.answered = True
 

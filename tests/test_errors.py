@@ -154,3 +154,27 @@ def test_a_launch_waiting_for_room_says_so_without_naming_the_deployments_put_as
         "deployments are put aside for it first. Retry in 10 s."
     )
     assert not_ready("big", "pending", 10, "Waiting for a worker.").message.endswith("is pending). Retry in 10 s.")
+
+
+def test_an_engine_that_cannot_build_its_own_answer_is_its_502_not_the_clients_400() -> None:
+    """vLLM 0.32.0's /v1/messages, not streamed, a tool call whose arguments the model wrote as a string (a trial's
+    "gabenwelter"): its AnthropicContentBlock refuses them and the engine answers 400, which read "input: Input
+    should be a valid dictionary" as the client's invalid request, logged as a refusal."""
+    raw = {
+        "error": {
+            "message": "1 validation error for AnthropicContentBlock\ninput\n  Input should be a valid dictionary "
+            "[type=dict_type, input_value='gabenwelter', input_type=str]\n    For further information visit "
+            "https://errors.pydantic.dev/2.14/v/dict_type",
+            "type": "BadRequestError",
+            "code": 400,
+        }
+    }
+    error = engine_error(400, json.dumps(raw).encode(), "smol")
+    assert (error.status, error.code) == (502, "engine_answer_invalid")
+    body = json.loads(error.body(Surface.ANTHROPIC))["error"]
+    assert body["type"] == "api_error" and body["message"].startswith(
+        "The engine serving 'smol' could not build its answer from what the model wrote (AnthropicContentBlock: "
+        "input: Input should be a valid dictionary); the request was valid."
+    )
+    request_side = json.dumps({"error": {"message": raw["error"]["message"].replace("AnthropicContentBlock", "X")}})
+    assert engine_error(400, request_side.encode()).status == 400  # a request's own refusal stays the client's
