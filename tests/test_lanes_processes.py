@@ -76,6 +76,8 @@ def test_two_processes_that_read_one_place_free_send_one_request_on_between_them
     assert not lanes["a:1"].saturated() and lanes["b:2"].saturated()  # the place is a's, by name
     lanes["a:1"].admitted_since = 1  # a sent one on: full for it too until the next reading
     assert lanes["a:1"].saturated()
+    lanes["a:1"].ended_since = 1  # and one of its own ended: b's next reading sees that place free too
+    assert lanes["a:1"].saturated()
     lanes["a:1"].holders = lanes["b:2"].holders = []  # alone: the whole room is each one's
     assert not lanes["b:2"].saturated()
 
