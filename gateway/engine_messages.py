@@ -190,15 +190,24 @@ ENGINE_LOG = "The engine's log has the cause (an admin sees it on the deployment
 # Field required [type=missing, input_value={'error': {'message': 'En..., input_type=dict]…"), the engine's own
 # words cut to a few characters there.
 SEE_ABOVE = " See stack trace (above) for the root cause."
+# vLLM 0.32.0 asked for a thinking budget without --reasoning-parser: "thinking_token_budget is set but
+# reasoning_config is not configured. Please set --reasoning-parser…" (a trial's Anthropic client with ``thinking``)
+NO_REASONING_PARSER = re.compile(r"reasoning_config is not configured")
 UNREAD_ERROR = re.compile(r"\d+ validation errors? for ChatCompletionStreamResponse\n.*?input_value=\{'error'", re.S)
 
 
 def reworded(message: str) -> str:
-    """An engine's in-stream error ``message`` as the client can act on it: a pointer at a stack trace "above"
-    becomes one at the engine's log (ENGINE_LOG); pydantic's text about an error event vLLM's /v1/messages could
-    not read says the engine failed during the answer; any other message as it was."""
+    """An engine's error ``message`` as the client can act on it: a pointer at a stack trace "above" becomes one at
+    the engine's log (ENGINE_LOG); pydantic's text about an error event vLLM's /v1/messages could not read says the
+    engine failed during the answer; vLLM's refusal of a thinking budget on an engine without a reasoning parser
+    (its launch flag, which a client cannot set) says what the client can do; any other message as it was."""
     if UNREAD_ERROR.match(message):
         return f"The engine failed during the answer (vLLM's Messages API could not pass its error on). {ENGINE_LOG}"
+    if NO_REASONING_PARSER.search(message):
+        return (
+            "This deployment's engine runs without a reasoning parser, so it takes no thinking budget (Anthropic's "
+            "`thinking`): leave it out, or an admin sets the deployment's reasoning parser (its Change page)."
+        )
     return message.replace(SEE_ABOVE, f" {ENGINE_LOG}")
 
 

@@ -178,3 +178,18 @@ def test_an_engine_that_cannot_build_its_own_answer_is_its_502_not_the_clients_4
     )
     request_side = json.dumps({"error": {"message": raw["error"]["message"].replace("AnthropicContentBlock", "X")}})
     assert engine_error(400, request_side.encode()).status == 400  # a request's own refusal stays the client's
+
+
+def test_a_thinking_budget_on_an_engine_without_a_reasoning_parser_says_what_the_client_can_do() -> None:
+    """vLLM's words name its own launch flag, which a client cannot set (a trial's Anthropic client with thinking)."""
+    raw = {
+        "error": {
+            "message": "thinking_token_budget is set but reasoning_config is not configured. Please set "
+            "--reasoning-parser to use thinking_token_budget.",
+            "type": "BadRequestError",
+        }
+    }
+    error = json.loads(engine_error(400, json.dumps(raw).encode()).body(Surface.ANTHROPIC))["error"]
+    assert error["type"] == "invalid_request_error" and error["message"].startswith(
+        "This deployment's engine runs without a reasoning parser, so it takes no thinking budget"
+    )
