@@ -15,6 +15,7 @@ from django.test import Client, override_settings
 
 from console.deployments.models import Deployment
 from console.observability.in_flight import InFlight, in_flight, itl_so_far, tally
+from console.observability.models import RequestLog
 from console.observability.request_spool import alive_key, notes_key, processes_key
 from console.observability.request_stats import window_stats
 from tests.test_panels import deployment, log_row
@@ -81,11 +82,12 @@ def test_latencies_count_running_requests_from_their_first_byte_alike_in_python_
     for ttft in (0.05, 0.2, 0.4):
         log_row("llama", ttft=ttft)  # ITL (0.55 - ttft) / 10
     log_row("llama", status=500, ttft=None, completion_tokens=0)  # an engine's error: no speed
+    RequestLog.objects.filter(ttft_seconds=0.4).update(woke_engine=True, wake_seconds=0.3)  # its TTFT holds a wake
     flights = {dep.pk: InFlight(running=4, ttft=[1.0, 2.0], itl=[0.3])}
     since = datetime.now(UTC) - timedelta(minutes=5)
     for in_database in (True, False):  # PostgreSQL's aggregates, and the rows counted in Python
         stats = window_stats([dep], since, in_database, flights)[dep.pk]
-        assert stats.running == 4 and stats.running_ttft == 2 and stats.total == 4
+        assert stats.running == 4 and stats.running_ttft == 2 and stats.total == 4 and stats.held_for_wake == 1
         assert stats.ttft_count == 5 and stats.ttft_q["p50"] == pytest.approx(0.4)
         assert stats.ttft_q["p99"] == pytest.approx(1.0 + 0.96 * 1.0)  # numpy's linear rule over 5 values
         assert stats.itl_count == 4 and stats.itl_q["p50"] == pytest.approx((0.035 + 0.05) / 2)
@@ -135,3 +137,13 @@ def test_the_dashboard_says_none_streamed_after_only_whole_answers_never_no_requ
     row = admin.get("/").content.decode().split('data-field="user_ttft_q">')[1].split("</td>")[0]
     assert "none streamed" in row and "3 finished" in row
     assert "no requests" not in row and "no first token yet" not in row
+
+
+def test_the_dashboard_says_how_many_served_requests_were_held_for_a_wake_beside_their_ttft(admin: Client) -> None:
+    """A trial's dashboard read "TTFT p50 / p99 211 s / 211 s" after a relaunch, with no hint that the wait was the
+    engine's launch, not a slow engine."""
+    deployment()
+    log_row("llama", ttft=211.0, woke_engine=True, wake_seconds=210.5)
+    log_row("llama", ttft=0.2)
+    html = admin.get("/").content.decode()
+    assert '>2 finished</span> · <span data-field="held_for_wake"' in html and ">1 held for a wake</span>" in html

@@ -50,6 +50,7 @@ FIELDS = (
     "prompt_tokens",
     "ttft_seconds",
     "duration_seconds",
+    "woke_engine",
 )
 
 
@@ -79,6 +80,7 @@ class RequestStats:
     known: dict[str, tuple[int, dict[str, float | None]]] = field(default_factory=dict)  # aggregated elsewhere
     running: int | None = 0  # requests in flight now (None: Redis did not say)
     running_ttft: int = 0  # of them, those whose first token went out (their TTFT is in ``ttft``)
+    held_for_wake: int = 0  # served requests with a TTFT that were held for their engine's wake (it is in the TTFT)
 
     @property
     def total(self) -> int:
@@ -144,7 +146,7 @@ class RequestStats:
     def add(self, row: tuple, slo: Slo) -> None:  # type: ignore[type-arg]
         """Count one request log row (FIELDS' order)."""
         self.known.clear()  # percentiles worked out before this row are stale
-        _, _, key, status, finish, truncated, cancelled, completion, prompt, ttft, duration = row
+        _, _, key, status, finish, truncated, cancelled, completion, prompt, ttft, duration, woke = row
         outcome = outcome_of(status, finish, truncated, cancelled, completion)
         self.outcomes[outcome] += 1
         if outcome in ERRORS or outcome in REFUSALS:
@@ -153,6 +155,7 @@ class RequestStats:
         if outcome in SERVED:
             if ttft is not None:
                 self.ttft.append(ttft)
+                self.held_for_wake += bool(woke)
             if itl is not None:
                 self.itl.append(itl)
         if slo.any and slo.met(outcome, ttft, itl):
@@ -233,6 +236,7 @@ def _from_aggregates(a: request_stats_sql.Aggregates) -> RequestStats:
         completion_tokens=a.completion_tokens,
         tokens_by_key=a.tokens_by_key,
         met_slo=a.met_slo,
+        held_for_wake=a.held_for_wake,
     )
     stats.outcomes.update(a.outcomes)
     stats.known["ttft"], stats.known["itl"] = _found(*a.ttft), _found(*a.itl)

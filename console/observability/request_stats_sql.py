@@ -77,6 +77,7 @@ class Aggregates:
     met_slo: int = 0
     ttft: tuple[int, list[float] | None] = (0, None)
     itl: tuple[int, list[float] | None] = (0, None)
+    held_for_wake: int = 0  # served requests with a TTFT held for their engine's wake
 
 
 def window(models: Sequence[str], since: datetime, slos: dict[str, Slo]) -> dict[str, Aggregates]:
@@ -100,9 +101,14 @@ def window(models: Sequence[str], since: datetime, slos: dict[str, Slo]) -> dict
         out[k["model"]].tokens_by_key[k["api_key_id"]] = k["t"]
     served = rows.filter(outcome__in=SERVED).values("model")
     latency = served.annotate(
-        tn=Count("ttft_seconds"), tq=Percentiles("ttft_seconds"), inn=Count("itl"), iq=Percentiles("itl")
+        tn=Count("ttft_seconds"),
+        tq=Percentiles("ttft_seconds"),
+        inn=Count("itl"),
+        iq=Percentiles("itl"),
+        held=Count("id", filter=Q(woke_engine=True, ttft_seconds__isnull=False)),
     )
     for lat in latency:
+        out[lat["model"]].held_for_wake = lat["held"]
         out[lat["model"]].ttft = (lat["tn"], lat["tq"] if lat["tn"] else None)
         out[lat["model"]].itl = (lat["inn"], lat["iq"] if lat["inn"] else None)
     for model, slo in slos.items():
