@@ -190,6 +190,11 @@ def test_a_stalled_batch_and_an_ended_one_say_so_in_words(world: dict[str, Any])
     quick = a_batch(world["mine"], Status.COMPLETED, total=3, completed=3, in_progress_at=now, completed_at=now)
     assert progress([quick], now)[0].rate_words == "too quick to measure"  # not 3 lines in "1 s": 180 a minute
     assert progress([quick], now)[0].eta == "done in under a second"
+    took = a_batch(
+        world["mine"], Status.COMPLETED, total=3, completed=3, in_progress_at=now - timedelta(seconds=108),
+        completed_at=now,
+    )  # fmt: skip
+    assert progress([took], now)[0].eta == "done in 1 min 48 s"  # a trial read "done in 1 min"
     waiting = progress([a_batch(world["mine"], Status.VALIDATING)], now)[0]
     assert (waiting.rate, waiting.rate_words, waiting.eta) == (None, "not started", "no estimate yet")
 

@@ -82,12 +82,14 @@ def _ended_at(batch: Batch) -> datetime | None:
 
 def _ended_words(batch: Batch) -> str:
     """What the ETA column says of a batch that ended (its status is beside it): "done in 10 min", "ran 3 min",
-    "never ran"."""
+    "done in 1 min 48 s" (seconds under 10 min), "never ran"."""
     end, start = _ended_at(batch), batch.in_progress_at
     if start is None or end is None:
         return "never ran"
     seconds = (end - start).total_seconds()
     took = duration_words(seconds) if seconds >= 1 else "under a second"
+    if 60 <= seconds < 600 and int(seconds) % 60:  # "1 min 48 s", not "1 min" for 108 s (a trial's)
+        took = f"{took} {int(seconds) % 60} s"
     return f"done in {took}" if batch.status == Status.COMPLETED else f"ran {took}"
 
 
