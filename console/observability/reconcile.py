@@ -46,6 +46,7 @@ class Reconciliation:
     batch_discount_usd: Decimal = Decimal(0)
     batch_charged: bool = False  # batch-class requests were charged that day (their discount may round to $0.00)
     below_a_cent: frozenset[str] = frozenset()  # the keys charged something that rounds to $0.00
+    batch_below_a_cent: bool = False  # a batch discount above $0 that rounds to $0.00
 
     @property
     def charged_usd(self) -> Decimal:
@@ -98,7 +99,10 @@ def reconcile(dep: Deployment, day: date, own: set[int] | None = None) -> Reconc
     discount = cents(batch_usd / factor - batch_usd)
     idle = gpu - sum((usd for _, usd in shown), Decimal(0)) - discount
     below = frozenset(name for name, usd in keys.items() if usd > 0 and not cents(usd))
-    return Reconciliation(dep, day, hourly, hours, gpu, shown, idle, unpriced, discount, batch_usd > 0, below)
+    return Reconciliation(
+        dep, day, hourly, hours, gpu, shown, idle, unpriced, discount, batch_usd > 0, below,
+        batch_below_a_cent=batch_usd / factor > batch_usd and not discount,
+    )  # fmt: skip
 
 
 def reconcile_all(day: date, own: set[int] | None = None) -> list[Reconciliation]:
