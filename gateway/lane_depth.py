@@ -37,10 +37,11 @@ def depth_key(deployment_id: int) -> str:
 
 @dataclass(frozen=True)
 class Elsewhere:
-    """The other processes' held requests for a deployment: standard ones in all, and which processes hold any."""
+    """The other processes' held requests for a deployment: standard ones in all, and each process holding any with
+    its (standard, batch) counts."""
 
     standard: int = 0
-    holders: list[str] = field(default_factory=list)
+    held: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 async def publish(client: aioredis.Redis, deployment_id: int, process: str, counts: dict[str, int] | None) -> bool:
@@ -71,16 +72,16 @@ async def elsewhere(client: aioredis.Redis, deployment_id: int, process: str) ->
     except (RedisError, TimeoutError) as exc:
         log.warning("queue depth of deployment %s not read from Redis: %s", deployment_id, exc)
         return Elsewhere()
-    standard, holders = 0, []
+    standard, held = 0, {}
     for name, raw in fields.items():
         other = name.decode() if isinstance(name, bytes) else str(name)
         try:
             depth = json.loads(raw)
             fresh = time.time() - float(depth["at"]) <= ELSEWHERE_FRESH
-            held = int(depth.get("standard", 0)), int(depth.get("batch", 0))
+            counts = int(depth.get("standard", 0)), int(depth.get("batch", 0))
         except (ValueError, TypeError, KeyError):  # not a field a process of this version wrote
             continue
-        if other != process and fresh and sum(held) > 0:
-            standard += held[0]
-            holders.append(other)
-    return Elsewhere(standard, holders)
+        if other != process and fresh and sum(counts) > 0:
+            standard += counts[0]
+            held[other] = counts
+    return Elsewhere(standard, held)

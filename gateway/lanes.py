@@ -15,10 +15,10 @@ instead of piling onto the engine, and go on as it drains.
   interactive requests (1/HEADROOM_SHARE of it, and at least one request from a capacity of two: an interactive
   request sent into an engine's queue waits behind everything in it, a trial's 20–44 s behind batch work). The room
   a reading leaves is shared between the processes holding requests for the deployment (this one and those the
-  queue depth says hold some): each sends on at most its share until the next reading (the room ÷ their number,
-  the remainder to the first by name), and a request of its own that ends is no more room until a reading says so,
-  so two processes do not both fill the last place kept for interactive requests (a trial's interactive request
-  waited 5.9 s in the engine's queue). A
+  queue depth says hold requests the room could take): each sends on at most its share until the next reading
+  (the room ÷ their number, the remainder to each in turn, a second at a time), and a request of its own that
+  ends is no more room until a reading says so, so two processes do not both fill the last place kept for
+  interactive requests (a trial's interactive request waited 5.9 s in the engine's queue). A
   replica's capacity is its ``max_num_seqs`` where Hearth launched it with one (``Route.max_num_seqs``), lowered to
   what it learned where that is less. It is learned per replica: the most requests it ran at a
   reading that had requests waiting in it, as the reading before did too (a queue that lasted, its ``max_num_seqs``
@@ -93,6 +93,7 @@ SLOW_START = 4  # requests sent on between two readings at least, while no capac
 RETRY_AFTER = 30  # seconds a request that waited too long is told to wait before it retries
 BYTES_PER_TOKEN = 4  # a prompt's tokens estimated from its body, for a key without token limits
 PUBLISH_EVERY = 2.0  # seconds between writes of an unchanged queue depth while busy
+ROTATE_EVERY = 1.0  # seconds each turn at the remainder of the room shared between processes lasts
 
 WAITING = Gauge("hearth_gateway_lane_waiting", "Requests held in a priority lane now", ["model", "priority"])
 HOLDS = Counter(
@@ -200,7 +201,7 @@ class Lane:
         self.watcher: asyncio.Task[None] | None = None
         self.published: tuple[dict[str, int], float] | None = None
         self.standard_elsewhere = 0  # standard requests other processes hold, at the last reading
-        self.holders: list[str] = []  # the other processes holding requests for it, at the last reading
+        self.holders: list[str] = []  # the other processes that can use room, at the last reading (``_read_elsewhere``)
 
     @property
     def held(self) -> int:
@@ -230,11 +231,13 @@ class Lane:
         return bool(self.holders) and self.admitted_since >= self._share(limit - r.running - r.waiting)
 
     def _share(self, room: int) -> int:
-        """Of ``room`` places a reading left, those this process may fill before the next (module docstring)."""
+        """Of ``room`` places a reading left, those this process may fill before the next (module docstring): an
+        equal share, the remainder to the processes whose turn it is, the turn moving every ROTATE_EVERY seconds (a
+        check's process second by name waited 42–51 s while the first's newer requests went on at once)."""
         if not self.holders:
             return room
         holders = sorted({*self.holders, self.lanes.process})
-        rank = holders.index(self.lanes.process)
+        rank = (holders.index(self.lanes.process) + int(time.time() / ROTATE_EVERY)) % len(holders)
         return room // len(holders) + (1 if rank < room % len(holders) else 0)
 
     def must_wait(self, priority: str) -> bool:
@@ -350,9 +353,13 @@ class Lane:
         )
 
     async def _read_elsewhere(self) -> None:
-        """The other processes' held requests for this deployment (gateway.lane_depth)."""
+        """The other processes' held requests for this deployment (gateway.lane_depth), and those of them that can
+        use room: holding standard requests, or batch ones while no standard request waits anywhere (a process
+        holding only batch work behind another's standard requests took a share it could not use)."""
         elsewhere = await lane_depth.elsewhere(self.lanes.redis, self.deployment_id, self.lanes.process)
-        self.standard_elsewhere, self.holders = elsewhere.standard, elsewhere.holders
+        waiting = elsewhere.standard + len(self.queues[STANDARD])
+        self.standard_elsewhere = elsewhere.standard
+        self.holders = [p for p, (standard, batch) in elsewhere.held.items() if standard or (batch and not waiting)]
 
     async def _publish(self, gone: bool = False) -> None:
         """This process's held requests per class in Redis, when they changed or every PUBLISH_EVERY seconds; the

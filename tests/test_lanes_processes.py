@@ -13,6 +13,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from gateway import lane_depth
+from gateway import lanes as lanes_module
 from gateway.engine_load import Load
 from gateway.lanes import Lanes, Reading
 from gateway.snapshot import Route
@@ -63,8 +64,11 @@ def test_batch_waits_behind_standard_requests_another_process_holds() -> None:
     run(test)
 
 
-def test_two_processes_that_read_one_place_free_send_one_request_on_between_them_not_two() -> None:
+def test_two_processes_that_read_one_place_free_send_one_request_on_between_them_not_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Both read the same moment: two places taken of the three below the one kept for interactive requests."""
+    monkeypatch.setattr(lanes_module, "ROTATE_EVERY", 1e12)  # the first turn for as long as the test runs
     r = aioredis.Redis.from_url(settings.REDIS_URL)
     lanes = {}
     for name, other in (("a:1", "b:2"), ("b:2", "a:1")):
@@ -73,7 +77,7 @@ def test_two_processes_that_read_one_place_free_send_one_request_on_between_them
         lane.reading = Reading(running=2, waiting=0, kv_usage=0.2, capacity=4, at=time.monotonic())
         lane.holders = [other]  # each holds requests: the other's queue depth says so
         lanes[name] = lane
-    assert not lanes["a:1"].saturated() and lanes["b:2"].saturated()  # the place is a's, by name
+    assert not lanes["a:1"].saturated() and lanes["b:2"].saturated()  # the place is a's, in this turn
     lanes["a:1"].admitted_since = 1  # a sent one on: full for it too until the next reading
     assert lanes["a:1"].saturated()
     lanes["a:1"].ended_since = 1  # and one of its own ended: b's next reading sees that place free too
@@ -82,13 +86,40 @@ def test_two_processes_that_read_one_place_free_send_one_request_on_between_them
     assert not lanes["b:2"].saturated()
 
 
-@pytest.mark.parametrize(("holders", "room", "shares"), [((), 3, {"a:1": 3}), (("b:2",), 3, {"a:1": 2, "b:2": 1})])
-def test_the_room_is_shared_by_name_the_remainder_to_the_first(
-    holders: tuple[str, ...], room: int, shares: dict[str, int]
+@pytest.mark.parametrize(
+    ("holders", "room", "turns"),
+    [((), 3, [{"a:1": 3}] * 2), (("b:2",), 3, [{"a:1": 2, "b:2": 1}, {"a:1": 1, "b:2": 2}])],
+)
+def test_the_room_is_shared_equally_the_remainder_to_each_in_turn(
+    holders: tuple[str, ...], room: int, turns: list[dict[str, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A check's process second by name got no share of one free place for 42–51 s while the first's newer requests
+    went on at once."""
     r = aioredis.Redis.from_url(settings.REDIS_URL)
-    for name, share in shares.items():
-        lane = Lanes(r, Engines(1, 1), process=name).ticket(relay_of(plan(1, "standard")), Sent()).lane
-        assert lane is not None
-        lane.holders = [h for h in ("a:1", *holders) if h != name]
-        assert lane._share(room) == share
+    for second, shares in enumerate(turns):
+        monkeypatch.setattr(lanes_module.time, "time", lambda at=float(second): at)
+        for name, share in shares.items():
+            lane = Lanes(r, Engines(1, 1), process=name).ticket(relay_of(plan(1, "standard")), Sent()).lane
+            assert lane is not None
+            lane.holders = [h for h in ("a:1", *holders) if h != name]
+            assert lane._share(room) == share
+
+
+@override_settings(HEARTH_LANES=True)
+def test_a_process_holding_only_batch_work_behind_standard_requests_takes_no_share_of_the_room() -> None:
+    async def test() -> tuple[list[str], list[str]]:
+        r = aioredis.Redis.from_url(settings.REDIS_URL)
+        await r.delete(lane_depth.depth_key(DEP))
+        await lane_depth.publish(r, DEP, "a:1", {"standard": 0, "batch": 4})  # blocked: standard waits in b
+        await lane_depth.publish(r, DEP, "b:2", {"standard": 3, "batch": 0})
+        c = Lanes(r, Engines(1, 1), process="c:3").ticket(relay_of(plan(1, "standard", FOUR)), Sent()).lane
+        assert c is not None
+        await c._read_elsewhere()
+        blocked = c.holders
+        await lane_depth.publish(r, DEP, "b:2", {"standard": 0, "batch": 1})  # no standard request waits now
+        await c._read_elsewhere()
+        await r.delete(lane_depth.depth_key(DEP))
+        await r.aclose()
+        return blocked, sorted(c.holders)
+
+    assert run(test) == (["b:2"], ["a:1", "b:2"])
