@@ -209,10 +209,10 @@ def error_rate(rule: AlertRule, now: float) -> Holding:
     out = {}
     for dep in Deployment.objects.exclude(desired=DesiredState.STOPPED):
         mine = RequestLog.objects.filter(model=dep.served_model_name, created_at__gte=max(start, dep.created_at))
-        found = mine.aggregate(n=Count("id", filter=~refused), bad=Count("id", filter=failed), refused=Count("id"))
-        found["refused"] -= found["n"]
+        found = mine.aggregate(n=Count("id", filter=~refused), bad=Count("id", filter=failed), all=Count("id"))
         if found["n"] >= MIN_REQUESTS and found["bad"] / found["n"] >= rule.threshold:
-            aside = f"; {found['refused']} refused with a 4xx, left out" if found["refused"] else ""
+            left_out = found["all"] - found["n"]
+            aside = f"; {left_out} refused with a 4xx, left out" if left_out else ""
             out[f"deployment {dep.name}"] = (
                 f"{dep.name}: {found['bad']} of {found['n']} requests in {minutes:g} min failed, answered 5xx or cut "
                 f"short ({found['bad'] / found['n']:.1%}, at or over {rule.threshold:.1%}{aside})"
