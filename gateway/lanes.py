@@ -2,10 +2,11 @@
 instead of piling onto the engine, and go on as it drains.
 
 - **Classes.** A request runs at its plan's ``priority`` (its key's class, or "batch" for a Batch API line):
-  *interactive* is never held; *standard* is held while the deployment is saturated; *batch* too, and behind every
-  held standard request (it goes only when no standard request waits, in this process or another: each reading
-  also reads the other processes' held requests from the queue depth below; a trial's two relay processes sent 7
-  of 7 batch lines on while the other's standard requests waited).
+  *interactive* is never held; *standard* is held while the deployment is saturated, or while another standard
+  request is held in any process (a check's newer requests went on in one process while older ones waited in the
+  other); *batch* too, and behind every held standard request (it goes only when no standard request waits, in
+  this process or another: each reading also reads the other processes' held requests from the queue depth below;
+  a trial's two relay processes sent 7 of 7 batch lines on while the other's standard requests waited).
 - **Saturated** means, at the latest reading of the deployment's replicas (gateway.engine_load, every READ_EVERY
   seconds while the deployment has traffic in this process, one reading shared by all its requests): KV-cache use
   over HEARTH_LANE_KV_THRESHOLD (0.9 by default; the mean over replicas), or requests waiting in the engines (plus
@@ -243,9 +244,9 @@ class Lane:
     def must_wait(self, priority: str) -> bool:
         if priority == INTERACTIVE:
             return False
-        ahead = len(self.queues[STANDARD])
-        if priority == BATCH:
-            ahead += len(self.queues[BATCH]) + self.standard_elsewhere
+        ahead = (
+            len(self.queues[STANDARD]) + self.standard_elsewhere + (len(self.queues[BATCH]) if priority == BATCH else 0)
+        )
         return ahead > 0 or self.saturated()
 
     async def admit(self, ticket: Ticket) -> None:

@@ -123,3 +123,14 @@ def test_a_process_holding_only_batch_work_behind_standard_requests_takes_no_sha
         return blocked, sorted(c.holders)
 
     assert run(test) == (["b:2"], ["a:1", "b:2"])
+
+
+def test_a_new_standard_request_waits_its_turn_behind_one_another_process_holds() -> None:
+    """A check's newer standard requests went on in one process while older ones waited 16-19 s in the other."""
+    r = aioredis.Redis.from_url(settings.REDIS_URL)
+    lane = Lanes(r, Engines(1, 1), process="a:1").ticket(relay_of(plan(1, "standard", FOUR)), Sent()).lane
+    assert lane is not None
+    lane.reading = Reading(running=1, waiting=0, kv_usage=0.1, capacity=4, at=time.monotonic())  # room for two
+    assert not lane.must_wait("standard")
+    lane.standard_elsewhere, lane.holders = 1, ["b:2"]  # b holds an older one
+    assert lane.must_wait("standard") and lane.must_wait("batch") and not lane.must_wait("interactive")
