@@ -43,9 +43,9 @@ def test_the_costs_page_shows_the_charged_price_and_a_reconciliation_that_adds_u
         end = int(datetime.fromtimestamp(end, UTC).replace(hour=0, minute=0, second=0).timestamp())  # to midnight
     start = end - 7200
     day = datetime.fromtimestamp(start, UTC).date()
-    with transaction.atomic():
-        for minute in range(120):
-            engine.step(start + minute * 60, 0, 0, running=0, kv=0.0)
+    with transaction.atomic():  # up from start to end: a scrape every 3 s (the run's interval is 1 s; GPU time is
+        for k in range(-1, 2400):  # the time between scrapes, a gap of more adding none), each step ending in the day
+            engine.step(start + k * 3, 0, 0, running=0, kv=0.0)
     mia = django_user_model.objects.create_user("mia", "", "mia-password-1")
     Member.objects.create(user=mia, role="member", daily_budget_usd=Decimal("10"), monthly_budget_usd=Decimal("100"))
     budgets = {"owner": mia, "daily_budget_usd": Decimal("5"), "monthly_budget_usd": Decimal("50")}

@@ -179,8 +179,10 @@ def test_a_deployments_max_tokens_cap_applies_to_every_key(web: str, worker: Wor
     page = client.get("/requests/").text
     assert "max_tokens capped to 2 tokens by the deployment&#x27;s max_tokens cap" in page, page[-3000:]
     export = client.get("/requests/export.csv").text.splitlines()
-    assert export[0].endswith(",max_tokens_fitted,max_tokens_capped,max_tokens_capped_by,wake_seconds")
-    assert any(line.endswith(",,2,deployment,") for line in export[1:]), export
+    assert export[0].endswith(
+        ",max_tokens_fitted,max_tokens_capped,max_tokens_capped_by,wake_seconds,reasoning_tokens,tool_call_failures"
+    )
+    assert any(line.endswith(",,2,deployment,,,0") for line in export[1:]), export  # no reasoning, no failed call
     # a request refused at admission was sent nowhere: no cap is said of it (a trial's 429 row read "capped to 562")
     once = client.post("/api/keys", json={"name": "once", "requests_per_minute": 1}).json()["key"]
     statuses = [
