@@ -2,11 +2,12 @@
 (console.observability.queue_depth) and for the other processes, which hold batch work behind any process's held
 standard requests and share the room a reading leaves between the processes holding requests.
 
-Shape: the hash ``lanes:<deployment id>`` (appliance.redis_keys), field ``<host>:<pid>`` (PROCESS), value
-``{"standard": n, "batch": n, "at": Unix seconds}``; the field is deleted when the deployment's traffic in that
-process ends, and the hash expires DEPTH_TTL seconds after its last write. Another process's field counts for
-ELSEWHERE_FRESH seconds after it was written (a process killed leaves one behind). Redis not answering is logged and
-holds nothing back: each process then goes by its own queues alone.
+Shape (console.observability.queue_depth reads it too, and parses each field): the hash ``lanes:<deployment id>``
+(``depth_key``), field ``<host>:<pid>`` (PROCESS), value ``{"standard": n, "batch": n, "at": Unix seconds}``; the
+field is deleted when the deployment's traffic in that process ends, and the hash expires DEPTH_TTL seconds after
+its last write. Another process's field counts for ELSEWHERE_FRESH seconds after it was written (a process killed
+leaves one behind). Redis not answering is logged and holds nothing back: each process then goes by its own
+queues alone.
 """
 
 import asyncio
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from appliance.redis_keys import redis_key
+from console.observability.queue_depth import depth_key, entry_counts
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +29,6 @@ PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 DEPTH_TTL = 60  # seconds the hash outlives its last write
 ELSEWHERE_FRESH = 5.0  # seconds another process's field counts after it was written (it rewrites it every 2 s)
 TIMEOUT = 1.0  # seconds a read or write waits for Redis
-
-
-def depth_key(deployment_id: int) -> str:
-    """The Redis hash of a deployment's queue depth."""
-    return redis_key(f"lanes:{deployment_id}")
 
 
 @dataclass(frozen=True)
@@ -73,15 +69,11 @@ async def elsewhere(client: aioredis.Redis, deployment_id: int, process: str) ->
         log.warning("queue depth of deployment %s not read from Redis: %s", deployment_id, exc)
         return Elsewhere()
     standard, held = 0, {}
+    since = time.time() - ELSEWHERE_FRESH
     for name, raw in fields.items():
         other = name.decode() if isinstance(name, bytes) else str(name)
-        try:
-            depth = json.loads(raw)
-            fresh = time.time() - float(depth["at"]) <= ELSEWHERE_FRESH
-            counts = int(depth.get("standard", 0)), int(depth.get("batch", 0))
-        except (ValueError, TypeError, KeyError):  # not a field a process of this version wrote
-            continue
-        if other != process and fresh and sum(counts) > 0:
-            standard += counts[0]
-            held[other] = counts
+        counts = entry_counts(raw, since) if other != process else None
+        if counts is not None and counts["standard"] + counts["batch"] > 0:
+            standard += counts["standard"]
+            held[other] = (counts["standard"], counts["batch"])
     return Elsewhere(standard, held)

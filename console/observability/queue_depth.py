@@ -27,22 +27,27 @@ def depth_key(deployment_id: int) -> str:
     return redis_key(f"lanes:{deployment_id}")
 
 
+def entry_counts(raw: bytes | str, since: float) -> dict[str, int] | None:
+    """One process's entry as held requests per class (CLASSES, each present; a count that is not a whole number
+    above 0 is 0); None when it was written before ``since`` (Unix seconds) or is not such JSON (logged)."""
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        log.warning("a queue-depth entry that is not JSON (%r) is left out", raw[:80])
+        return None
+    if not isinstance(entry, dict) or not isinstance(at := entry.get("at"), int | float) or at < since:
+        return None
+    counts = {name: entry.get(name) for name in CLASSES}
+    return {name: c if isinstance(c, int) and not isinstance(c, bool) and c > 0 else 0 for name, c in counts.items()}
+
+
 def tally(entries: Iterable[bytes | str], now: float) -> dict[str, int]:
     """Held requests per class (CLASSES, each present) summed over the processes' entries written since
     ``now`` - STALE_AFTER (Unix seconds); entries that are not such JSON are left out (logged)."""
     out = dict.fromkeys(CLASSES, 0)
     for raw in entries:
-        try:
-            entry = json.loads(raw)
-        except ValueError:
-            log.warning("a queue-depth entry that is not JSON (%r) is left out", raw[:80])
-            continue
-        if not isinstance(entry, dict) or not isinstance(at := entry.get("at"), int | float) or at < now - STALE_AFTER:
-            continue
-        for name in CLASSES:
-            count = entry.get(name)
-            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-                out[name] += count
+        for name, count in (entry_counts(raw, now - STALE_AFTER) or {}).items():
+            out[name] += count
     return out
 
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from console.deployments.models import Deployment, DeploymentEvent, DeploymentState, DesiredState
+from console.deployments.models import Deployment, DeploymentEvent, DeploymentState
 from console.deployments.wakeups import NOT_WOKEN
 from console.observability.models import RequestLog
 from engines.room import duration_words
@@ -44,7 +44,7 @@ def state_label(dep: Deployment) -> str:
 def state_class(dep: Deployment) -> str:
     """The CSS class its state word is coloured by (static/hearth.css): the state, or "saving" for one stopped to
     save."""
-    if dep.state == S.STOPPED and dep.desired == DesiredState.STOPPED_IDLE:
+    if dep.stopped_to_save:
         return "saving"
     return str(dep.state)
 
