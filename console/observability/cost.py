@@ -36,7 +36,7 @@ from appliance.redis_keys import redis_key
 from console.deployments.models import Deployment
 from console.observability.history import GAP_STEPS, ROLLUP, RawSample, step, to_datetime
 from console.observability.models import MetricSample, PriceSetting, RequestLog, Resolution
-from console.observability.swaps import swaps
+from console.observability.swaps import asleep_seconds, window_events
 
 THROUGHPUT_WINDOW = 60  # seconds of counter deltas behind the panels' tokens/s
 MILLION = Decimal(1_000_000)
@@ -167,7 +167,8 @@ class GpuTime:
 def gpu_time(dep: Deployment, now: datetime) -> GpuTime:
     """``dep``'s GPU time by state over the 24 h before ``now`` (module docstring)."""
     up, idle = idle_hours(dep, now)
-    asleep = swaps(dep, now, window=24 * 3600).asleep_seconds / 3600
+    start = now - timedelta(hours=24)  # its put-aside time alone: not swaps()'s counts and request-log query
+    asleep = asleep_seconds(dep, start, now, window_events(dep, start)) / 3600
     return GpuTime(max(up - idle, 0.0), idle, asleep, len(dep.stored_plan.gpu_indices))
 
 

@@ -81,7 +81,7 @@ class Swaps:
 def swaps(dep: Deployment, now: datetime, window: float = WINDOW) -> Swaps:
     """``dep``'s swaps over the ``window`` seconds before ``now``."""
     start = now - timedelta(seconds=window)
-    events = list(dep.events.filter(at__gte=start).order_by("at", "pk"))
+    events = window_events(dep, start)
     sleeps = [e for e in events if e.kind == K.SLEEP]
     levels: dict[int, int] = {}
     for e in sleeps:
@@ -106,6 +106,11 @@ def swaps(dep: Deployment, now: datetime, window: float = WINDOW) -> Swaps:
 
 
 PUT_ASIDE = (K.SLEEP, K.STOP_IDLE)  # the events that free a deployment's GPUs until its next wake
+
+
+def window_events(dep: Deployment, start: datetime) -> list[DeploymentEvent]:
+    """``dep``'s events since ``start``, oldest first."""
+    return list(dep.events.filter(at__gte=start).order_by("at", "pk"))
 
 
 def asleep_seconds(dep: Deployment, start: datetime, end: datetime, events: list[DeploymentEvent]) -> float:
