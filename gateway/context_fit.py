@@ -9,6 +9,12 @@ renders it through the model's own chat template; the answer then carries ``x-he
 A request that surely fits is not counted: a byte-level tokenizer makes at most one token per byte of text,
 so a prompt is under FIT_BOUND_FACTOR × its body's bytes plus FIT_BOUND_SLACK tokens of chat-template
 framing; only a request whose limit plus that bound is over the context costs a /tokenize call.
+
+/tokenize renders a chat request as the engine's chat API does; a request the engine takes on its own Anthropic or
+Responses API is rendered by the engine's conversion of it, which /tokenize cannot be asked for: it is counted as
+gateway.rewrite translates it to chat, and fitted with RENDER_MARGIN tokens to spare (a trial's Claude Code turn
+counted 4,081 tokens, vLLM's /v1/messages rendered 4,084, and the answer fitted to the count ended at the context's
+end, cut with no error).
 """
 
 import asyncio
@@ -25,6 +31,7 @@ COUNT_TIMEOUT = 5.0  # seconds a /tokenize call may take before the count is giv
 FIT_BOUND_FACTOR = 2  # tokens per body byte, at most (one per byte of text; templates re-render JSON)
 FIT_BOUND_SLACK = 1024  # tokens of template framing (roles, special tokens, the tools preamble)
 FITTED_HEADER = b"x-hearth-max-tokens-fitted"
+RENDER_MARGIN = (100, 16)  # a translated count's spare tokens: 1/100 of the prompt, and 16 more (module docstring)
 
 
 async def count_prompt(engines: Engines, upstream: Upstream, body: dict[str, Any]) -> int | None:
@@ -70,11 +77,15 @@ def may_overflow(asked: int, body_bytes: int, max_model_len: int) -> bool:
     return asked + prompt_bound(body_bytes) > max_model_len
 
 
-def fitted_limit(asked: int, prompt: int, max_model_len: int) -> int | None:
-    """The output limit that fits ``prompt`` tokens in ``max_model_len``, when ``asked`` is over it and at
-    least one token is left; None when nothing needs changing or nothing can be done (the engine then
-    refuses the prompt itself, with its own numbers)."""
+def fitted_limit(asked: int, prompt: int, max_model_len: int, translated: bool = False) -> int | None:
+    """The output limit that fits ``prompt`` tokens in ``max_model_len`` (less RENDER_MARGIN where the count is
+    of a ``translated`` rendering: module docstring, at least one token), when ``asked`` is over it and at least one
+    token is left; None when nothing needs changing or nothing can be done (the engine then refuses the prompt
+    itself, with its own numbers)."""
     left = max_model_len - prompt
+    if translated:
+        share, spare = RENDER_MARGIN
+        left = min(left, max(1, left - prompt // share - spare))
     if asked <= left or left < 1:
         return None
     return left

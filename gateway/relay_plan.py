@@ -203,10 +203,16 @@ class Planner:
         tokenize = tokenize_request(path, request)
         upstream = self.router.order(route, prefix)[0]
         prompt = await context_fit.count_prompt(self.engines, upstream, tokenize) if tokenize else None
-        if prompt is not None and prompt >= route.max_model_len:
+        if prompt is None:
+            return {}, []
+        if prompt >= route.max_model_len:
             raise errors.prompt_too_long(prompt, route.max_model_len, surface)
-        fitted = context_fit.fitted_limit(asked, prompt, route.max_model_len) if prompt is not None else None
-        if fitted is None or prompt is None:
+        # the engine renders a request it takes on its own Anthropic or Responses API: not what /tokenize counted
+        translated = (
+            route.speaks_anthropic if path == "/v1/messages" else path == "/v1/responses" and route.speaks_responses
+        )
+        fitted = context_fit.fitted_limit(asked, prompt, route.max_model_len, translated)
+        if fitted is None:
             return {}, []
         return {name: fitted}, [context_fit.fitted_header(asked, fitted, prompt, route.max_model_len)]
 

@@ -148,10 +148,22 @@ def translate_for_chat_engine(path: str, request: dict[str, Any]) -> tuple[str, 
     return "/v1/chat/completions", chat, Translation.MESSAGES
 
 
+# A chat request's fields that change how the engine renders its prompt, which vLLM's TokenizeChatRequest takes too
+# (a reasoning model's chat_template_kwargs {"enable_thinking": false} renders other tokens than without it).
+TEMPLATE_FIELDS = (
+    "add_generation_prompt",
+    "continue_final_message",
+    "add_special_tokens",
+    "chat_template",
+    "chat_template_kwargs",
+)
+
+
 def tokenize_request(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """The body of a POST /tokenize (vLLM's TokenizeChatRequest or TokenizeCompletionRequest,
-    vllm/entrypoints/serve/tokenize/protocol.py) that counts ``request``'s prompt as the engine renders it;
-    None when it has none the engine can count (embeddings, a prompt of token ids)."""
+    vllm/entrypoints/serve/tokenize/protocol.py) that counts ``request``'s prompt as the engine renders it, with
+    the chat request's TEMPLATE_FIELDS; None when it has none the engine can count (embeddings, a prompt of token
+    ids)."""
     try:
         if path == "/v1/completions":
             prompt = request.get("prompt")
@@ -166,5 +178,5 @@ def tokenize_request(path: str, request: dict[str, Any]) -> dict[str, Any] | Non
             return None
     except TranslationError:
         return None
-    body = {"model": chat.get("model"), "messages": chat.get("messages"), "tools": chat.get("tools")}
+    body = {name: chat.get(name) for name in ("model", "messages", "tools", *TEMPLATE_FIELDS)}
     return {k: v for k, v in body.items() if v is not None} if isinstance(body["messages"], list) else None

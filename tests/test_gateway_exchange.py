@@ -243,16 +243,20 @@ def tokenizer(count: int, seen: list[bytes]) -> Script:
 
 
 PROMPT = {"messages": [{"role": "user", "content": "x " * 1000}]}
-ASKED = [
-    ("/v1/messages", "max_tokens", PROMPT),
-    (CHAT, "max_completion_tokens", PROMPT),
-    ("/v1/responses", "max_output_tokens", {"input": "x " * 1000}),
+SPARE = 12308 // 100 + 16  # context_fit.RENDER_MARGIN: the engine renders its own API's request, not /tokenize
+ASKED = [  # (path, its output-limit field, the prompt, the engine speaks that API, the limit fitted)
+    ("/v1/messages", "max_tokens", PROMPT, True, 32768 - 12308 - SPARE),
+    ("/v1/messages", "max_tokens", PROMPT, False, 32768 - 12308),  # the gateway's translation is what was counted
+    (CHAT, "max_completion_tokens", PROMPT, True, 32768 - 12308),
+    ("/v1/responses", "max_output_tokens", {"input": "x " * 1000}, True, 32768 - 12308 - SPARE),
 ]
 
 
-@pytest.mark.parametrize(("path", "field", "prompt"), ASKED, ids=["messages", "chat", "responses"])
+@pytest.mark.parametrize(
+    ("path", "field", "prompt", "native", "fitted"), ASKED, ids=["messages", "messages-translated", "chat", "responses"]
+)
 def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine(
-    path: str, field: str, prompt: dict[str, Any]
+    path: str, field: str, prompt: dict[str, Any], native: bool, fitted: int
 ) -> None:
     """Claude Code's first request: 12,308 prompt tokens and 32,000 output tokens asked of a 32K context."""
     seen: list[bytes] = []
@@ -261,12 +265,14 @@ def test_fit_lowers_an_over_long_limit_to_the_context_left_counted_by_the_engine
     async def test() -> None:
         async with Server(tokenizer(12308, seen)) as engine:
             gateway = Gateway()
-            target = route(engine.url, max_model_len=32768, fit_max_tokens=True)
+            target = route(engine.url, max_model_len=32768, fit_max_tokens=True, speaks_anthropic=native)
             fit = gateway.planner.fit
             fields, headers = await fit(path, request_, {}, len(json.dumps(request_)), target, b"", Surface.OPENAI)
-            assert fields == {field: 32768 - 12308}
+            assert fields == {field: fitted}
             ((name, value),) = headers
-            assert name == b"x-hearth-max-tokens-fitted" and value.startswith(b"20460; requested=32000; prompt=12308")
+            assert name == b"x-hearth-max-tokens-fitted" and value.startswith(
+                b"%d; requested=32000; prompt=12308" % fitted
+            )
             small = {**request_, field: 100}
             assert await fit(path, small, {}, len(json.dumps(small)), target, b"", Surface.OPENAI) == ({}, [])
             gateway.engines.close()

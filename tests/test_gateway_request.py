@@ -12,7 +12,15 @@ from gateway.app import Gateway
 from gateway.errors import GatewayError, Surface
 from gateway.quotas import Quota, Used, _reserved_nano, output_within_limit, tokens_to_reserve, usd_text
 from gateway.registry import KeyEntry, Route, Upstream
-from gateway.rewrite import ask_for_usage, cap_max_tokens, capped_header, capped_to, output_limit, with_fields
+from gateway.rewrite import (
+    ask_for_usage,
+    cap_max_tokens,
+    capped_header,
+    capped_to,
+    output_limit,
+    tokenize_request,
+    with_fields,
+)
 from gateway.sse import StreamKind
 
 CHAT = "/v1/chat/completions"
@@ -188,3 +196,18 @@ def test_dollars_are_written_to_the_cent_where_whole_cents_else_to_four_digits()
         "$1,234.56",
         "$0.08392",
     ]
+
+
+def test_the_prompt_is_counted_with_the_fields_that_change_how_the_engine_renders_it() -> None:
+    """A reasoning model's ``chat_template_kwargs`` (and the other template fields vLLM's /tokenize takes) render
+    other tokens: counted without them, a fitted limit could overrun the context by their difference."""
+    messages = [{"role": "user", "content": "hi"}]
+    chat = {"model": "m", "messages": messages, "max_tokens": 9, "chat_template_kwargs": {"enable_thinking": False}}
+    chat |= {"add_generation_prompt": False, "continue_final_message": True, "temperature": 0.2}
+    assert tokenize_request("/v1/chat/completions", chat) == {
+        "model": "m",
+        "messages": messages,
+        "add_generation_prompt": False,
+        "continue_final_message": True,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
