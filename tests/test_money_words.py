@@ -126,9 +126,20 @@ def test_a_day_with_no_reconciliation_says_which_deployments_it_leaves_out(admin
 
 
 def test_the_members_api_gives_what_their_keys_were_charged_as_the_member_page_does(admin: Client, member: Any) -> None:
-    """A trial found the member page's "Their keys were charged $X" nowhere in GET /api/members."""
-    assert next(m for m in admin.get("/api/members").json() if m["id"] == member.pk)["cost_today"] is None
+    """A trial found the member page's "Their keys were charged $X" nowhere in GET /api/members; then a member none
+    of whose requests ran read null (no price) where GET /api/keys gives their keys 0."""
+
+    def costs() -> tuple[float | None, float | None]:
+        listed = next(m for m in admin.get("/api/members").json() if m["id"] == member.pk)
+        return listed["cost_today"], listed["cost_month"]
+
+    assert costs() == (0, 0)  # no request: charged nothing
     key, _ = keys.create_key("laptop", member)
+    logged(key, 429, None)
+    assert costs() == (0, 0)  # refused: charged nothing, as the key's own cost says
+    assert [k["cost_today"] for k in admin.get("/api/keys").json() if k["id"] == key.pk] == [0]
+    logged(key, 200, None)
+    assert costs() == (None, None)  # one ran with no price: not known
     logged(key, 200, "0.00486")
     logged(key, 200, "0.00486")
     listed = next(m for m in admin.get("/api/members").json() if m["id"] == member.pk)

@@ -218,12 +218,22 @@ class MemberOut(Schema):
     role: str
     is_active: bool
     limits: dict[str, Any]
-    cost_today: float | None  # USD their keys were charged today (UTC), as their daily budget counts; None: none priced
+    # USD their keys were charged today (UTC), as their daily budget counts; 0 when none of their requests ran (as a
+    # key's cost in GET /api/keys); None: those that ran had no price
+    cost_today: float | None
     cost_month: float | None  # the same this calendar month (UTC); both from key_activity.with_spent
 
     @staticmethod
     def resolve_role(obj: Any) -> str:
         return str(role_of(obj))
+
+    @staticmethod
+    def resolve_cost_today(obj: Any) -> Decimal | None:
+        return Decimal(0) if obj.cost_today is None and not obj.ran_today else obj.cost_today
+
+    @staticmethod
+    def resolve_cost_month(obj: Any) -> Decimal | None:
+        return Decimal(0) if obj.cost_month is None and not obj.ran_month else obj.cost_month
 
     @staticmethod
     def resolve_limits(obj: Any) -> dict[str, Any]:

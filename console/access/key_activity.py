@@ -27,14 +27,22 @@ from django.utils import timezone
 from console.access.models import ApiKey
 
 NO_PRICE = "no price"
+
+
+def _outcomes(rows: str) -> tuple[Q, Q]:
+    """(refused, failed) of the request rows reached by the lookup ``rows`` ("requests" from a key)."""
+    ended = Q(**{f"{rows}__client_cancelled": False, f"{rows}__truncated": False})
+    refused = ended & Q(**{f"{rows}__status__gte": 400, f"{rows}__status__lt": 500})
+    failed = Q(**{f"{rows}__client_cancelled": False}) & (
+        Q(**{f"{rows}__truncated": True}) | Q(**{f"{rows}__status__gte": 500}) | Q(**{f"{rows}__status": 0})
+    )
+    return refused, failed
+
+
 # As the Usage page counts a request (console.observability.request_stats_sql.OUTCOME_WHERE, on the key's rows):
 # refused, a 4xx the client is to fix (a limit, a budget, a bad request); failed, the service's error (a 5xx, no
 # answer) or a stream cut short. A client that left is neither.
-_ENDED = Q(requests__client_cancelled=False, requests__truncated=False)
-REFUSED = _ENDED & Q(requests__status__gte=400, requests__status__lt=500)
-FAILED = Q(requests__client_cancelled=False) & (
-    Q(requests__truncated=True) | Q(requests__status__gte=500) | Q(requests__status=0)
-)
+REFUSED, FAILED = _outcomes("requests")
 
 # How the gateway's refusal for each budget begins (gateway.quotas.BUDGETS, its 429's message as the request log keeps
 # it), by whose budget and period; such a refusal counts for REFUSED_WITHIN seconds (a budget an admin raised, or a
@@ -117,13 +125,18 @@ class Spent:
 
 def with_spent(people: QuerySet[Any]) -> QuerySet[Any]:
     """``people`` (users) annotated with ``cost_today`` and ``cost_month``: the sum of the costs of their keys'
-    requests today and this month (module docstring; USD, None: nothing priced), in one query for the whole list."""
+    requests today and this month (module docstring; USD, None: nothing priced), and ``ran_today`` and
+    ``ran_month``, those of the requests neither refused nor failed (none ran: charged nothing), in one query for
+    the whole list."""
     day = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     today = Q(api_keys__requests__created_at__gte=day)
     month = Q(api_keys__requests__created_at__gte=day.replace(day=1))
+    refused, failed = _outcomes("api_keys__requests")
     annotated: QuerySet[Any] = people.annotate(
         cost_today=Sum("api_keys__requests__cost_usd", filter=today),
         cost_month=Sum("api_keys__requests__cost_usd", filter=month),
+        ran_today=Count("api_keys__requests", filter=today & ~refused & ~failed),
+        ran_month=Count("api_keys__requests", filter=month & ~refused & ~failed),
     )
     return annotated
 
