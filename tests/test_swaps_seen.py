@@ -75,6 +75,9 @@ def test_the_dashboard_shows_each_state_in_coloured_words_since_when_and_the_mem
         ' · <span class="warn">1 not woken for want of room (24 h)</span></td>'
     ) in row
     assert ">not charged<" in row and "$12.00 an hour while it serves" in row  # 4 GPUs × $3.00
+    # the API says it as the dashboard does: the price while it serves, nothing charged now
+    metrics = admin.get(f"/api/deployments/{a}/metrics").json()
+    assert (metrics["usd_per_hour"], metrics["charged_per_hour_now"]) == ("12.0000", "0")
     gpu0 = html[html.index('data-gpu="0"') :]
     gpu0 = gpu0[: gpu0.index('data-gpu="1"')]
     assert 'data-field="gpu_memory">1.4 / 79.6 GiB<' in gpu0

@@ -11,13 +11,13 @@ from ninja import Router, Schema
 
 from console.api_bodies import Body
 from console.audit.recording import form_changes, record
-from console.deployments.models import Deployment
+from console.deployments.models import Deployment, DeploymentState
 from console.errors import form_refusal
 from console.observability import pricing
 from console.observability.cost import hourly_cost
 from console.observability.forms import DeploymentPriceForm, PriceForm
 from console.observability.models import PriceSetting
-from console.observability.panel import live_panel
+from console.observability.panel import Panel, live_panel
 
 router = Router(tags=["metrics"])
 
@@ -29,7 +29,9 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
     health, user-visible TTFT and ITL percentiles (seconds; served requests of the latency window and the
     requests running now that have them), the requests running now at the gateway (None: not known), the
     window's finished requests by outcome, the service's error rate and the refusal rate (0–1, of those that
-    ended; None: none ended), $/hour, the cost per million tokens at the last 5 minutes' use (None: no price or
+    ended; None: none ended), $/hour (``usd_per_hour``: its GPUs' price while it serves; ``charged_per_hour_now``:
+    what it is charged now, "0" while it is asleep, waking, going to sleep or not running, as the dashboard's "not
+    charged"), the cost per million tokens at the last 5 minutes' use (None: no price or
     idle) and the price charged per million input and output tokens (None: no price) with where it comes from
     (``charged_from``: admin, capacity, plan; "" none; console.observability.pricing)."""
     p = live_panel(get_object_or_404(Deployment, pk=pk))
@@ -60,11 +62,20 @@ def deployment_metrics(request: HttpRequest, pk: int) -> dict[str, object]:
         "error_rate": p.requests.error_rate,
         "refusal_rate": p.requests.refusal_rate,
         "usd_per_hour": None if p.cost is None or p.cost.usd_per_hour is None else str(p.cost.usd_per_hour),
+        "charged_per_hour_now": _charged_now(p),
         "usd_per_million_tokens": None if per_million is None else str(per_million),
         "charged_usd_per_million_input": _text(p.charged.input_per_million if p.charged else None),
         "charged_usd_per_million_output": _text(p.charged.output_per_million if p.charged else None),
         "charged_from": p.charged.source if p.charged else "",
     }
+
+
+def _charged_now(p: Panel) -> str | None:
+    """``p``'s $/hour where its engines serve, "0" where they do not (console.observability.cost: GPU time is the
+    time between its scrapes, and one asleep or stopped is not scraped); None: no price."""
+    if p.cost is None or p.cost.usd_per_hour is None:
+        return None
+    return str(p.cost.usd_per_hour) if p.dep.state == DeploymentState.READY else "0"
 
 
 def _text(value: Decimal | None) -> str | None:

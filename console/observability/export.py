@@ -84,7 +84,9 @@ def _add(families: dict[str, Any], labels: list[str], values: dict) -> None:  # 
 
 def _deployment_families(deps: list[Deployment]) -> Iterator[Metric]:
     hourly = GaugeMetricFamily(
-        "hearth_deployment_usd_per_hour", "A deployment's GPUs' price, USD/hour", labels=["deployment"]
+        "hearth_deployment_usd_per_hour",
+        "A serving deployment's GPUs' price, USD/hour (one asleep or not running is charged nothing: not listed)",
+        labels=["deployment"],
     )
     tps = GaugeMetricFamily(
         "hearth_deployment_tokens_per_second",
