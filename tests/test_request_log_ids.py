@@ -317,3 +317,19 @@ def test_the_key_filter_picks_one_key_by_its_whole_name_or_the_start_of_its_pref
         assert [r["key_name"] for r in csv.DictReader(io.StringIO(text))] == ["g"], wanted
     assert "(0 requests)" in admin.get("/requests/", {"key": "budget"}).content.decode()
     assert "its whole name (any case), or its prefix or the start of it" in admin.get("/requests/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_keys_page_links_to_its_rows_in_the_request_log(
+    admin: Client, admin_user: object, rows: tuple[RequestLog, RequestLog]
+) -> None:
+    """A key's page counted its requests today and this month with no way to them (observability adds the link:
+    console.access.page_parts)."""
+    key = rows[0].api_key
+    other, _ = create_key("other", admin_user)
+    RequestLog.objects.create(api_key=other, created_at=timezone.now(), duration_seconds=1.0, **FIELDS)
+    page = admin.get(f"/keys/{key.pk}/").content.decode()
+    href = f"/requests/?key={key.prefix}&amp;hours=720"
+    assert f'<a href="{href}" data-field="key-requests">Its requests in the log (last 30 days)</a>' in page
+    listed = admin.get(href.replace("&amp;", "&")).content.decode()
+    assert "(2 requests)" in listed and OURS in listed

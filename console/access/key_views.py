@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_POST
 
-from console.access import keys, shown_once
+from console.access import keys, page_parts, shown_once
 from console.access.forms import ApiKeyForm, KeyChangeForm, RotateForm
 from console.access.key_activity import NO_PRICE, spent_by, with_activity
 from console.access.models import ApiKey, Priority, Role
@@ -91,7 +91,7 @@ def key_page(request: HttpRequest, pk: int) -> HttpResponse:
                 return redirect("access:key", key.pk)
     row = with_activity(keys.visible_keys(request.user).filter(pk=key.pk)).first() or key
     context = {"key": row, "form": form if may_manage else None, "rotate": RotateForm() if may_manage else None}
-    return _page(request, "access/key.html", context)
+    return _page(request, "access/key.html", {**context, "links": page_parts.links()})
 
 
 def _initial(key: ApiKey) -> dict[str, object]:
