@@ -27,6 +27,10 @@ REQUESTS_DIR = Path(__file__).resolve().parent / "agent_requests"
 # Room for one turn when the output limit is fitted or unset: a tool call carrying a file, or a short answer
 # (an agent's turns are mostly tool calls of a few hundred tokens).
 MIN_ANSWER_TOKENS = 2048
+# Context past the first request's prompt that a task of several turns needs (its tool results and answers
+# accumulate in every request after): less is served but tight. A trial's Claude Code on an 8K context (~4,100
+# tokens left after its prompt) had its first answer cut at the context's end and could not finish a task.
+ROOM_FOR_A_TASK = 16384
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed as one object: recorded_requests keeps one of each
@@ -75,13 +79,16 @@ def _release(version: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class AgentFit:
-    """Whether a context serves one agent: its ``prompt`` as rendered, the ``needed`` tokens, and why, in words."""
+    """Whether a context serves one agent: its ``prompt`` as rendered, the ``needed`` tokens, and why, in words;
+    ``room``: where it is served, the tokens the context leaves after the first request's prompt when that is under
+    ROOM_FOR_A_TASK (a task of several turns fills it), else None."""
 
     client: AgentRequest
     prompt: Prompt
     serves: bool
     needed: int
     reason: str
+    room: int | None = None
 
 
 def agent_fits(
@@ -100,7 +107,15 @@ def agent_fits(
         fitted = fit_max_tokens or asked is None
         needed = prompt.tokens + (MIN_ANSWER_TOKENS if fitted else asked or 0)
         reason = _reason(client, prompt, max_model_len, fit_max_tokens, needed, asked)
-        fits.append(AgentFit(client, prompt, max_model_len >= needed, needed, reason))
+        serves, left = max_model_len >= needed, max_model_len - prompt.tokens
+        room = left if serves and left < ROOM_FOR_A_TASK else None
+        if room is not None:
+            reason += (
+                f" But it leaves about {room:,} tokens for the whole task's turns (tool results and answers"
+                f" accumulate), which a task of a few turns fills; a max_model_len of"
+                f" {prompt.tokens + ROOM_FOR_A_TASK:,} or more gives it room."
+            )
+        fits.append(AgentFit(client, prompt, serves, needed, reason, room))
     return fits
 
 
@@ -153,6 +168,9 @@ class Served(Protocol):
     @property
     def needed(self) -> int: ...
 
+    @property
+    def room(self) -> int | None: ...
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -171,8 +189,16 @@ def agents_verdict(agents: Sequence[Served], max_model_len: int, refuses_tools: 
         return None
     served = [a.name for a in agents if a.serves]
     missed = [a for a in agents if not a.serves]
-    if not missed:
+    tight = [a for a in agents if a.serves and a.room is not None]
+    if not missed and not tight:
         return Verdict(f"{_names(served)} {_is(served)} served.", True)
+    if not missed:
+        rooms = " and ".join(f"{a.name} about {a.room:,}" for a in tight)
+        return Verdict(
+            f"{_names(served)} {_is(served)} served, but the context leaves little after the first request's prompt"
+            f" ({rooms} tokens for a whole task's turns), which a task of a few turns fills.",
+            False,
+        )
     if refuses_tools:
         why = (
             "without a tool-call parser this engine refuses every request that carries tools, which agents send; "

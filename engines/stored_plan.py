@@ -99,12 +99,14 @@ class Parsers:
 @dataclass(frozen=True)
 class AgentFact:
     """Whether the deployment's context serves one coding agent's first request (engines.agent_clients):
-    ``needed`` tokens of context, and why in words."""
+    ``needed`` tokens of context, and why in words; ``room``: served but tight, the tokens left after its prompt
+    (AgentFit.room; None: not tight, or a plan stored before it)."""
 
     name: str
     serves: bool
     needed: int
     reason: str
+    room: int | None = None
 
 
 @dataclass(frozen=True)

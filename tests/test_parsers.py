@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engines import argspec
-from engines.agent_clients import agent_fits, agents_verdict, recorded_requests
+from engines.agent_clients import ROOM_FOR_A_TASK, agent_fits, agents_verdict, recorded_requests
 from engines.parsers import FAMILIES, choose_parsers, shipped_parsers, template_text
 from engines.stored_plan import AgentFact
 
@@ -136,6 +136,13 @@ def test_a_context_that_fitting_would_save_says_so() -> None:
     claude = next(f for f in agent_fits(32768) if f.client.name == "Claude Code")
     assert not claude.serves and "fit max_tokens to the context left" in claude.reason
     assert [c.name for c in recorded_requests()] == ["Claude Code", "Codex"]
+    # served with its answers fitted, but a trial's Claude Code with ~4,100 tokens left could not finish a task
+    tight = next(f for f in agent_fits(claude.prompt.tokens + 3000, True) if f.client.name == "Claude Code")
+    assert (
+        tight.serves and tight.room == 3000 and "leaves about 3,000 tokens for the whole task's turns" in tight.reason
+    )
+    roomy = next(f for f in agent_fits(claude.prompt.tokens + ROOM_FOR_A_TASK, True) if f.client.name == "Claude Code")
+    assert roomy.serves and roomy.room is None
     assert recorded_requests()[0].max_tokens == 32_000  # engines/agent_requests/claude-code-2.1.328.json
 
 
@@ -175,8 +182,15 @@ def fact(name: str, serves: bool, needed: int) -> AgentFact:
             "tools, which agents send; choosing one serves them.",
             False,
         ),
+        (
+            [AgentFact("Claude Code", True, 6177, "", 4110), fact("Codex", True, 13687)],
+            False,
+            "Claude Code and Codex are served, but the context leaves little after the first request's prompt "
+            "(Claude Code about 4,110 tokens for a whole task's turns), which a task of a few turns fills.",
+            False,
+        ),
     ],
-    ids=["all", "some", "none-by-context", "none-by-tools"],
+    ids=["all", "some", "none-by-context", "none-by-tools", "tight"],
 )
 def test_the_plan_says_which_agents_it_serves_in_one_sentence(
     agents: list[AgentFact], refuses_tools: bool, sentence: str, ok: bool

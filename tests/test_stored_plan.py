@@ -106,7 +106,13 @@ def test_the_json_is_the_flat_shape_the_api_has_always_answered() -> None:
     assert stored["gpu_indices"] == [0, 1, 2, 3]  # every replica's, where the planner's result holds the first's
     assert plan.gpu.gpu_indices == [0, 1]
     assert stored["parsers"]["chosen"] == {"tool_call_parser": "llama3_json", "reasoning_parser": None}
-    assert stored["agents"][0] == {"name": "Claude Code", "serves": True, "needed": 59_000, "reason": "fits"}
+    assert stored["agents"][0] == {
+        "name": "Claude Code",
+        "serves": True,
+        "needed": 59_000,
+        "reason": "fits",
+        "room": None,
+    }
     cpu = through_json(cpu_plan())
     assert cpu["remedies"] == [] and cpu["inventory"] == "CPU (VLLM_CPU_KVCACHE_SPACE)" and cpu["block_size"] == 128
     assert through_json(StoredPlan(None)) == {"version": 2, "kind": "none"}

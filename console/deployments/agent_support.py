@@ -106,7 +106,9 @@ def agent_facts(
     sends tools on every request."""
     refused = " But it sends tools on every request, which this engine refuses without a tool-call parser."
     return tuple(
-        AgentFact(f.client.name, f.serves and takes_tools, f.needed, f.reason + ("" if takes_tools else refused))
+        AgentFact(
+            f.client.name, f.serves and takes_tools, f.needed, f.reason + ("" if takes_tools else refused), f.room
+        )
         for f in agent_fits(max_model_len, fit_max_tokens, chat_template, max_tokens_cap)
     )
 
