@@ -216,7 +216,8 @@ def test_bad_inputs_are_refused_whole(llama: Llama) -> None:
     bad = _refused(
         lambda: client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h")
     )
-    assert bad.status_code == 400 and "/v1/chat/completions" in bad.response.json()["error"]["message"]
+    said = "The request 'ok' in the file goes to /v1/chat/completions, not the batch's /v1/embeddings."
+    assert bad.status_code == 400 and bad.response.json()["error"]["message"] == said
     window: Any = "1h"  # past the SDK's type: the gateway must refuse it
     bad = _refused(
         lambda: client.batches.create(

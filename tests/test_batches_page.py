@@ -236,6 +236,11 @@ def test_a_batchs_page_lists_its_times_and_failed_lines(client: Client, world: d
     assert 'id="batch-live"' in ended and "hx-trigger" not in ended  # the last refresh: it polls no more
     assert "<dt>ETA</dt>" in page and "<dt>Cost so far</dt>" in page  # while it runs
     assert "<dt>Run</dt>" in ended and "<dt>Cost</dt>" in ended and "so far" not in ended  # once it ended
+    # its input file ("file-0") is gone: said, not shown as if it were there to download (a trial)
+    assert '<code>file-0</code> <small class="muted" data-field="input-deleted">deleted since' in page
+    kept = files.store(world["mine"].pk, "in.jsonl", Purpose.BATCH, OUTPUT, 1)
+    Batch.objects.filter(pk=batch.pk).update(input_file_id=kept.public_id)
+    assert "input-deleted" not in client.get(f"/batch-jobs/{batch.public_id}/").content.decode()
 
 
 def test_a_batchs_page_shows_its_tokens_and_links_its_lines_in_the_request_log(

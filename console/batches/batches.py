@@ -53,9 +53,9 @@ def create(key_id: int, input_file_id: str, endpoint: str, window: str, metadata
         why = f"File {input_file_id} has purpose {source.purpose!r}, not 'batch'."
         raise FileError(why, "input_file_id", "invalid_value")
     lines = files.checked_lines(files.whole(source))
-    for number, line in enumerate(lines, start=1):
+    for line in lines:  # named by its custom_id: its upload's errors number lines as an editor does, blanks too
         if line["url"] != endpoint:
-            why = f"Request {number} of the file goes to {line['url']}, not the batch's {endpoint}."
+            why = f"The request {line['custom_id']!r} in the file goes to {line['url']}, not the batch's {endpoint}."
             raise FileError(why, "endpoint", "invalid_value")
     with transaction.atomic():
         now = timezone.now()

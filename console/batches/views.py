@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from console.access.roles import may_manage_key, may_see_all
 from console.audit.recording import record
 from console.batches import batches, files
-from console.batches.models import RUNNING, Batch, LineState
+from console.batches.models import RUNNING, Batch, BatchFile, LineState
 from console.batches.progress import CANCELLABLE, RATE_WINDOW, progress
 
 LISTED = 200  # batches on the page, newest first
@@ -83,6 +83,7 @@ def _detail_context(request: HttpRequest, public_id: str) -> dict[str, object]:
         "error_lines": ERROR_LINES,
         "times": [(label, at) for label, name in TIMES if (at := getattr(batch, name)) is not None],
         "live": batch.status in RUNNING,
+        "input_deleted": not BatchFile.objects.filter(public_id=batch.input_file_id).exists(),
     } | _shared(request)
 
 
