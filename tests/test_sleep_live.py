@@ -83,6 +83,7 @@ def test_an_idle_deployment_sleeps_by_its_policy_and_a_request_s_wake_brings_it_
     assert not asleep_on_the_engine(replica)
     woke = awake["events"][0]
     assert woke["kind"] == "wake" and woke["seconds"] > 1.0  # the weights copied back
+    assert woke["level"] == 1  # the level it woke from
     within(10, lambda: not wake_asked(dep["id"]))
     key = client.post("/api/keys", json={"name": "napper"}).json()["key"]
     answer = httpx.post(
@@ -108,7 +109,7 @@ def test_a_wake_that_fails_ends_failed_with_the_engine_s_reason_and_no_engine_ru
     assert failed["state"] == "failed", failed
     assert "The wake failed: Call to wake_up method failed: CUDA Error: out of memory" in failed["state_reason"]
     assert ". Its engine was stopped (nothing is left half-awake)" in failed["state_reason"]  # the error a sentence
-    assert failed["events"][0]["kind"] == "wake_failed"
+    assert failed["events"][0]["kind"] == "wake_failed" and failed["events"][0]["level"] is not None
     replica = engine(dep["id"])
     assert replica.stopped_at is not None and not replica.running
     assert not get_runtime(replica.runtime).status(replica.runtime_name).running
@@ -136,7 +137,7 @@ def test_an_idle_deployment_with_a_stop_policy_is_stopped_to_save_and_a_wake_lau
     ready = wait_state(client, dep["id"], {"ready", "failed"})
     assert ready["state"] == "ready" and ready["desired"] == "serving", ready
     woke = ready["events"][0]
-    assert woke["kind"] == "wake" and woke["seconds"] > 0
+    assert woke["kind"] == "wake" and woke["seconds"] > 0 and woke["level"] is None  # a launch, from no level
     assert engine(dep["id"]).pk != first.pk  # a new engine: the wake of a stop is a launch
     assert AuditEntry.objects.filter(action="deployment.wake", target_id=str(dep["id"])).exists()
     client.post(f"/api/deployments/{dep['id']}/stop")

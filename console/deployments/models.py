@@ -242,12 +242,20 @@ class Deployment(models.Model):
         launched = self.model_id is not None and not self.external  # one Hearth launches (it has a model)
         return launched and self.state == S.STOPPED and self.desired == DesiredState.SERVING
 
-    def move(self, target: str, reason: str = "", event: EventNote | None = None, **fields: Any) -> bool:
+    def move(
+        self,
+        target: str,
+        reason: str = "",
+        event: EventNote | None = None,
+        wake_level: int | None = None,
+        **fields: Any,
+    ) -> bool:
         """Claim the transition to ``target`` with a conditional UPDATE; False if another got there first.
 
         Only states that TRANSITIONS allows into ``target`` are matched, so two workers never both win. The move to
         ready or failed ends a wake under way (as this object read ``wake_started_at``): its DeploymentEvent, a wake
-        with its seconds or a failed wake with ``reason``, is recorded; a move to stopping ends it without one.
+        with its seconds or a failed wake with ``reason`` (and ``wake_level``, the sleep level it woke from; None for
+        a launch again after a stop), is recorded; a move to stopping ends it without one.
         ``event`` (a kind, its seconds, its level) is recorded with the move. The move and its event are one
         transaction: no reader sees the new state without its event.
         """
@@ -263,7 +271,7 @@ class Deployment(models.Model):
                 return False
             if woke_from is not None and target in (S.READY, S.FAILED):
                 kind = DeploymentEvent.Kind.WAKE if target == S.READY else DeploymentEvent.Kind.WAKE_FAILED
-                DeploymentEvent.note(self, kind, (now - woke_from).total_seconds(), reason=reason)
+                DeploymentEvent.note(self, kind, (now - woke_from).total_seconds(), level=wake_level, reason=reason)
             if event is not None:
                 DeploymentEvent.note(self, event.kind, event.seconds, level=event.level, reason=event.reason)
         self.state, self.state_reason, self.state_since = target, reason, now

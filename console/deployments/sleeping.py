@@ -71,10 +71,11 @@ def _drained(dep: Deployment) -> bool:
         client.close()
 
 
-def fail(dep: Deployment, reason: str) -> None:
-    """Stop every engine of ``dep`` (nothing left half-asleep or half-awake) and fail it with ``reason``."""
+def fail(dep: Deployment, reason: str, wake_level: int | None = None) -> None:
+    """Stop every engine of ``dep`` (nothing left half-asleep or half-awake) and fail it with ``reason`` (a wake's
+    failure from sleep level ``wake_level``)."""
     end_all(dep)
-    dep.move(S.FAILED, reason)
+    dep.move(S.FAILED, reason, wake_level=wake_level)
     bump_routing_version()
 
 
@@ -171,9 +172,10 @@ def _wake_in_place(dep: Deployment, reason: str, audited: bool) -> None:
         fail(
             dep,
             f"The wake failed: {_sentence(exc)} Its engine was stopped (nothing is left half-awake); launch it again.",
+            level,
         )
         return
-    if dep.move(S.READY, f"Serving (woke from level {level} in {time.monotonic() - started:.1f} s)."):
+    if dep.move(S.READY, f"Serving (woke from level {level} in {time.monotonic() - started:.1f} s).", wake_level=level):
         bump_routing_version()
 
 
