@@ -179,10 +179,13 @@ def test_a_request_held_for_its_engines_wake_says_how_long_on_the_page_and_in_th
     RequestLog.objects.filter(request_id=OURS).update(woke_engine=True, wake_seconds=0.9, duration_seconds=65.86557259)
     page = admin.get("/requests/").content.decode()
     assert page.count('data-field="woke"') == 1 and "held 900 ms for its engine's wake" in page
+    # one refused while held (no room an admin's action would not be needed for): no wake came for it
+    RequestLog.objects.filter(request_id="b" * 32).update(woke_engine=True, wake_seconds=0.619, status=503)
+    assert "held 619 ms for a wake that did not come" in admin.get("/requests/").content.decode()
     table = csv.DictReader(io.StringIO(b"".join(admin.get("/requests/export.csv").streaming_content).decode()))  # type: ignore[attr-defined]
     assert {r["request_id"]: (r["wake_seconds"], r["duration_seconds"]) for r in table} == {
         OURS: ("0.9", "65.866"),  # to the millisecond (a fresh user's trial found the float's 17 digits)
-        "b" * 32: ("", "0.5"),
+        "b" * 32: ("0.619", "0.5"),
     }
 
 
