@@ -3,6 +3,7 @@ says which deployment holds a taken name, and takes engine flags as the form doe
 without its CSRF token is told the header that passes the check. An action whose task cannot be queued (a launch, a
 stop, a wake, a capacity check) is a 503 that changes nothing."""
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,15 +15,23 @@ from console.catalog.models import ModelSource
 from console.deployments.models import Deployment
 from tests.test_console import smollm2  # noqa: F401 - the fixture
 from tests.test_console_replicas import _running
+from tests.test_modelconfig import checkpoint
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("source", [{"path": "/models/smollm2"}, {"repo_id": "HuggingFaceTB/SmolLM2-135M-Instruct"}])
-def test_a_model_added_without_a_name_is_told_the_field(admin: Client, source: dict[str, str]) -> None:
-    resp = admin.post("/api/models", source, content_type="application/json")
-    assert resp.status_code == 400 and resp.json()["detail"].startswith("name: Field required")
-    assert not ModelSource.objects.exists()
+def test_a_model_added_without_a_name_is_named_after_its_folder(admin: Client, tmp_path: Path) -> None:
+    """POST /api/models with a path or a repo_id and no name was a 400 "name: Field required"; a user expects the
+    checkpoint's own name, as the Hugging Face id's last part or the folder's."""
+    (tmp_path / "SmolLM2-135M-Instruct").mkdir()
+    folder = checkpoint(tmp_path / "SmolLM2-135M-Instruct", [{"a": 1024}])
+    resp = admin.post("/api/models", {"path": f"{folder}/"}, content_type="application/json")
+    assert resp.status_code == 201 and resp.json()["name"] == "SmolLM2-135M-Instruct", resp.content
+    again = admin.post("/api/models", {"path": str(folder)}, content_type="application/json")
+    assert (
+        again.status_code == 400 and again.json()["detail"] == "A model named 'SmolLM2-135M-Instruct' already exists."
+    )
+    assert ModelSource.objects.count() == 1
 
 
 def test_extra_engine_flags_come_as_an_array_or_as_one_string_as_the_form_takes_them(

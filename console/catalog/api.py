@@ -1,5 +1,7 @@
 """The catalog's part of the JSON API: list, add and delete model sources, and the demo catalog's entries."""
 
+from pathlib import PurePosixPath
+
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router, Schema, Status
@@ -14,7 +16,7 @@ router = Router(tags=["models"])
 
 
 class ModelIn(Body):
-    name: str = ""  # the demo entry's own name when ``demo`` is given
+    name: str = ""  # "": the repo's or folder's own name (SmolLM2-135M-Instruct), the demo entry's with ``demo``
     path: str = ""
     repo_id: str = ""
     revision: str = "main"
@@ -65,12 +67,12 @@ def add_model(request: HttpRequest, data: ModelIn) -> Status[ModelSource]:
     once)."""
     if sum(map(bool, (data.path, data.repo_id, data.demo))) > 1:
         raise ConsoleError("Give one of a local path, a Hugging Face repo_id or a demo catalog entry, not several.")
-    if (data.path or data.repo_id) and not data.name.strip():
-        raise ConsoleError("name: Field required (the name deployments pick the model by, e.g. smollm2)")
+    # the name deployments pick the model by: given, else the last part of the repo id or the folder's path
+    name = data.name.strip() or PurePosixPath(data.repo_id.strip() or data.path.strip().rstrip("/")).name
     if data.path:
-        return Status(201, sources.add_local_model(data.name, data.path))
+        return Status(201, sources.add_local_model(name, data.path))
     if data.repo_id:
-        return Status(201, sources.add_hf_model(data.name, data.repo_id, data.revision))
+        return Status(201, sources.add_hf_model(name, data.repo_id, data.revision))
     if data.demo:
         model, added = sources.add_demo_model(data.demo)
         return Status(201 if added else 200, model)
