@@ -92,6 +92,9 @@ def fitted_limit(asked: int, prompt: int, max_model_len: int, translated: bool =
 
 
 def fitted_header(asked: int, fitted: int, prompt: int, max_model_len: int) -> tuple[bytes, bytes]:
-    """The response header saying the output limit was lowered, and from what."""
+    """The response header saying the output limit was lowered, and from what: ``spare`` the tokens kept for the
+    engine's own rendering where it was counted translated (RENDER_MARGIN), e.g. ``2001; requested=32000;
+    prompt=31; max_model_len=2048; spare=16``."""
     value = f"{fitted}; requested={asked}; prompt={prompt}; max_model_len={max_model_len}"
-    return FITTED_HEADER, value.encode()
+    spare = max_model_len - prompt - fitted
+    return FITTED_HEADER, (value + (f"; spare={spare}" if spare > 0 else "")).encode()

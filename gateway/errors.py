@@ -334,17 +334,18 @@ CONTEXT_LENGTH = re.compile(
 )
 
 
-def prompt_too_long(prompt: int, max_model_len: int, surface: "Surface") -> GatewayError:
+def prompt_too_long(prompt: int, max_model_len: int, surface: "Surface", field: str = "messages") -> GatewayError:
     """400 for a prompt (``prompt`` tokens, as the engine counted it) that leaves no room in ``max_model_len`` for
-    an answer, in the words each API's clients know it by: OpenAI's ``context_length_exceeded`` with its sentence,
-    Anthropic's "prompt is too long: N tokens > M maximum" (a trial's Claude Code was told to lower max_tokens
-    instead, which could not help: its prompt alone filled the context)."""
+    an answer, in the words each API's clients know it by: OpenAI's ``context_length_exceeded`` with its sentence
+    naming the request's ``field`` (messages, prompt, input), Anthropic's "prompt is too long: N tokens > M maximum"
+    (a trial's Claude Code was told to lower max_tokens instead, which could not help: its prompt alone filled the
+    context)."""
     if surface == Surface.ANTHROPIC:
         message = f"prompt is too long: {prompt} tokens > {max_model_len} maximum"
     else:
         message = (
-            f"This model's maximum context length is {max_model_len} tokens. However, your messages resulted in "
-            f"{prompt} tokens, with no room left for an answer. Please reduce the length of the messages."
+            f"This model's maximum context length is {max_model_len} tokens. However, your {field} resulted in "
+            f"{prompt} tokens, with no room left for an answer. Please reduce the length of the {field}."
         )
     return GatewayError(400, message, code="context_length_exceeded")
 

@@ -206,7 +206,8 @@ class Planner:
         if prompt is None:
             return {}, []
         if prompt >= route.max_model_len:
-            raise errors.prompt_too_long(prompt, route.max_model_len, surface)
+            field = {"/v1/completions": "prompt", "/v1/responses": "input"}.get(path, "messages")
+            raise errors.prompt_too_long(prompt, route.max_model_len, surface, field)
         # the engine renders a request it takes on its own Anthropic or Responses API: not what /tokenize counted
         translated = (
             route.speaks_anthropic if path == "/v1/messages" else path == "/v1/responses" and route.speaks_responses

@@ -288,7 +288,7 @@ def test_extra_engine_flags_from_the_console_form(admin: Client, smollm2: ModelS
         (
             "/api/deployments",
             {"name": "d", "model": "smollm2-135m", "max_model_len": 1e12},
-            "max_model_len must be 0 (the model's own) or 64 to 2,147,483,647 tokens, not 1,000,000,000,000",
+            "max_model_len must be 0 (the model's own) or 64 to 2,147,483,647 tokens, not 1,000,000,000,000.",
         ),
         (
             "/api/plan",

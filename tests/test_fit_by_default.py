@@ -103,6 +103,7 @@ def test_a_new_deployment_fits_an_over_long_limit_and_every_api_says_so(
     [
         ("/v1/chat/completions", "This model's maximum context length is 8192 tokens. However, your messages resulted"),
         ("/v1/messages", "prompt is too long: 9000 tokens > 8192 maximum"),
+        ("/v1/completions", "This model's maximum context length is 8192 tokens. However, your prompt resulted"),
     ],
 )
 def test_a_prompt_that_fills_the_context_is_refused_as_too_long_not_for_its_max_tokens(
@@ -111,12 +112,13 @@ def test_a_prompt_that_fills_the_context_is_refused_as_too_long_not_for_its_max_
     """A trial's Claude Code (max_tokens 32,000) was told "max_tokens is 32,000, more than this model's whole
     context … ask for fewer" once its conversation filled the 8K context: no fewer could help."""
     engine.seen.clear()
-    body = {"model": "counted", "max_tokens": 32000, "messages": [{"role": "user", "content": LONG}]}
+    prompt = {"prompt": LONG} if path == "/v1/completions" else {"messages": [{"role": "user", "content": LONG}]}
+    body = {"model": "counted", "max_tokens": 32000, **prompt}
     resp = httpx.post(web + path, json=body, headers={"x-api-key": key}, timeout=30)
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["message"].startswith(said) and error["type"] == "invalid_request_error"
-    if path == "/v1/chat/completions":
+    if path != "/v1/messages":
         assert error["code"] == "context_length_exceeded"
     assert [b for b in engine.seen if LIMITS & set(b)] == []  # counted, then refused: the engine ran nothing
     assert row_of(resp).status == 400

@@ -121,7 +121,8 @@ def sizing_plan(
     if not (max_model_len == 0 or MIN_MODEL_LEN <= max_model_len <= INT_MAX):
         raise ConsoleError(
             f"max_model_len must be 0 (the model's own) or {MIN_MODEL_LEN} to {INT_MAX:,} tokens, "
-            f"not {max_model_len:,}: a shorter context holds no prompt."
+            f"not {max_model_len:,}"
+            + (": a shorter context holds no prompt." if max_model_len < MIN_MODEL_LEN else ".")
         )
     if not 0 <= tensor_parallel_size <= 64:
         raise ConsoleError(f"Tensor parallel size must be 0 (auto) to 64 GPUs, not {tensor_parallel_size:,}.")
