@@ -36,6 +36,9 @@ def test_one_slo_is_shown_and_set_on_both_pages(admin: Client) -> None:
     for page in (f"/deployments/{dep['id']}/slo/", f"{capacity}slo/"):  # one SLO, one range on both pages
         admin.post(page, {"ttft_seconds": "1", "itl_seconds": "100"})
         assert slo_of(row) == before, page
+    refused = admin.post(f"/deployments/{dep['id']}/slo/", {"ttft_seconds": "nan", "itl_seconds": "inf"}, follow=True)
+    said = "The SLO was not saved: TTFT target (s): Enter a number.; ITL target (s): Enter a number."
+    assert said in refused.content.decode() and slo_of(row) == before  # each field named, not "Enter a number." twice
     admin.post(f"{capacity}slo/", {"ttft_seconds": "3", "itl_seconds": "0.2"})
     slo = slo_of(row)
     assert slo is not None and (slo.ttft_seconds, slo.itl_seconds) == (3.0, 0.2)

@@ -106,6 +106,10 @@ def test_a_clients_400_is_a_refusal_never_an_outage_and_left_out_of_the_error_ra
     panel = admin.get(f"/deployments/{dep.pk}/panel/").content.decode()
     assert 'data-field="error_rate"><span class="nodata">none answered<' in panel
     assert 'data-field="refusal_rate">100.0 %' in panel
+    # the count links to those rows in the request log (a trial found no way from the numbers to the requests)
+    href = "/requests/?model=llama&amp;outcome=refused&amp;hours=1"
+    assert f'data-field="outcome_refused"><a href="{href}"' in panel and 'data-field="outcome_success">0<' in panel
+    assert "(1 request)" in admin.get(href.replace("&amp;", "&")).content.decode()
     api = admin.get(f"/api/deployments/{dep.pk}/metrics").json()
     assert (api["error_rate"], api["refusal_rate"], api["running"]) == (None, 1.0, 0)
 

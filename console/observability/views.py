@@ -21,6 +21,7 @@ from appliance import celery_heartbeats
 from console.access.roles import may_see_all
 from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment, DeploymentState
+from console.errors import form_refusal
 from console.observability import charts, cost, gpu_strip
 from console.observability.forms import MappingForm, RequestFilter, SloForm
 from console.observability.models import MetricMapping, RequestLog, ScrapeHealth, ServiceLevel
@@ -157,7 +158,8 @@ def deployment_slo(request: HttpRequest, pk: int) -> HttpResponse:
             record(None, "deployment.slo", dep, form_changes(form))
         messages.success(request, "SLO saved.")
     else:
-        messages.error(request, " ".join(str(e) for errors in form.errors.values() for e in errors))
+        labels = {name: str(field.label) for name, field in form.fields.items()}  # "Enter a number." twice said neither
+        messages.error(request, f"The SLO was not saved: {form_refusal(form, labels)}")
     return redirect("deployments:detail", dep.pk)
 
 
