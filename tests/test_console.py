@@ -65,6 +65,12 @@ def test_the_plan_is_shown_before_launch_with_vllms_own_numbers(admin: Client, s
     assert 'data-field="kv_bytes_per_token">23,040<' in resp.text
     assert 'data-field="kv_capacity_tokens">46,592<' in resp.text
     assert "Fits." in resp.text
+    flagged = admin.post(  # what Create refuses, the preview refuses too (a trial's said "Fits." to it)
+        "/deployments/plan/",
+        {"name": "smol", "model": smollm2.pk, "engine": "vllm-cpu", "max_model_len": 2048, "kv_space_gib": 1,
+         "extra_args": "--max-model-len 4096"},
+    )  # fmt: skip
+    assert "--max-model-len: set it in the deployment&#x27;s fields" in flagged.text and "Fits." not in flagged.text
 
 
 def test_a_plan_that_does_not_fit_is_refused_with_the_remedy(admin: Client, smollm2: ModelSource) -> None:

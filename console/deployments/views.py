@@ -28,6 +28,7 @@ from console.deployments import (
     state_caveats,
 )
 from console.deployments.agent_settings import agent_settings
+from console.deployments.engine_flags import check_extra_args
 from console.deployments.forms import ChangeForm, DeploymentForm, EndpointForm, ExternalForm
 from console.deployments.idle_settings import idle_settings, merged, policy_words, set_idle_settings
 from console.deployments.models import Deployment, DeploymentState
@@ -72,7 +73,8 @@ def plan_preview(request: HttpRequest) -> HttpResponse:
     plan, error, note, room, hint = None, "", "", "", ""
     if form.is_valid():
         data = form.cleaned_data
-        try:
+        try:  # the flags Create would refuse, refused here first (a trial's preview said "Fits." to them)
+            check_extra_args(data["extra_args"], data["engine"])
             planned = new_plan(data["name"], data["model"], data["engine"], form.plan_options(), data["make_room"])
         except ConsoleError as exc:
             error = str(exc)
