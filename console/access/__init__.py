@@ -7,6 +7,7 @@ rotation and revoke (keys), with their pages and API router.
 May import: console.audit, appliance (appliance.redis_keys, for the one-time secrets' Redis keys) and
 console's shared modules. Nothing of the other console domains, nor engines. The keys pages count each
 key's requests through ApiKey's ``requests`` relation (the request log's foreign key), without importing
-console.observability, which adds the link to a key's requests to its page (page_parts); allowed models are checked against the deployments' served model names, which the
-console's shell hands over (served_models).
+console.observability, which adds the link to a key's requests to its page (page_parts); allowed models
+are checked against the deployments' served model names, which the console's shell hands over
+(served_models).
 """
