@@ -100,7 +100,7 @@ class Parsers:
 class AgentFact:
     """Whether the deployment's context serves one coding agent's first request (engines.agent_clients):
     ``needed`` tokens of context, and why in words; ``room``: served but tight, the tokens left after its prompt
-    (AgentFit.room; None: not tight, or a plan stored before it)."""
+    (AgentFit.room; None: not tight, or a plan stored before it; stored only when set)."""
 
     name: str
     serves: bool
@@ -258,7 +258,8 @@ class StoredPlan:
                 "gpu_name": self.gpu_name,
             }
         body["parsers"] = self.parsers.to_json() if self.parsers else None
-        body["agents"] = [asdict(a) for a in self.agents]
+        # "room" only where an agent is tight: a plan stored before it reads back as it was stored
+        body["agents"] = [{k: v for k, v in asdict(a).items() if k != "room" or v is not None} for a in self.agents]
         return body | head
 
     @classmethod

@@ -4,6 +4,7 @@ exactly, a newer version is refused with words, and its views give a launch what
 import dataclasses
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +107,10 @@ def test_the_json_is_the_flat_shape_the_api_has_always_answered() -> None:
     assert stored["gpu_indices"] == [0, 1, 2, 3]  # every replica's, where the planner's result holds the first's
     assert plan.gpu.gpu_indices == [0, 1]
     assert stored["parsers"]["chosen"] == {"tool_call_parser": "llama3_json", "reasoning_parser": None}
-    assert stored["agents"][0] == {
-        "name": "Claude Code",
-        "serves": True,
-        "needed": 59_000,
-        "reason": "fits",
-        "room": None,
-    }
+    assert stored["agents"][0] == {"name": "Claude Code", "serves": True, "needed": 59_000, "reason": "fits"}
+    tight = replace(cpu_plan(), agents=(AgentFact("Claude Code", True, 6177, "tight", 4110),))
+    assert through_json(tight)["agents"][0]["room"] == 4110  # stored only where set, and read back
+    assert StoredPlan.from_json(through_json(tight)).agents == tight.agents
     cpu = through_json(cpu_plan())
     assert cpu["remedies"] == [] and cpu["inventory"] == "CPU (VLLM_CPU_KVCACHE_SPACE)" and cpu["block_size"] == 128
     assert through_json(StoredPlan(None)) == {"version": 2, "kind": "none"}
