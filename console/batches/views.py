@@ -83,13 +83,16 @@ def _detail_context(request: HttpRequest, public_id: str) -> dict[str, object]:
         "error_lines": ERROR_LINES,
         "times": [(label, at) for label, name in TIMES if (at := getattr(batch, name)) is not None],
         "live": batch.status in RUNNING,
-        "input_deleted": not BatchFile.objects.filter(public_id=batch.input_file_id).exists(),
     } | _shared(request)
 
 
 def batch_detail(request: HttpRequest, public_id: str) -> HttpResponse:
-    """One batch: its progress, its times in each status, its files and its errors."""
-    return render(request, "batches/batch.html", _detail_context(request, public_id))
+    """One batch: its progress, its times in each status, its files and its errors; whether its input file was
+    deleted since (read here, not in every poll of the live part, which does not show it)."""
+    context = _detail_context(request, public_id)
+    batch: Batch = context["b"]  # type: ignore[assignment]
+    deleted = not BatchFile.objects.filter(public_id=batch.input_file_id).exists()
+    return render(request, "batches/batch.html", {**context, "input_deleted": deleted})
 
 
 def batch_progress(request: HttpRequest, public_id: str) -> HttpResponse:
