@@ -142,9 +142,7 @@ class Planner:
             headers.append(capped_header(asked, next(iter(limited.values())), limited_by))
             fields |= limited
         engine_path, translation, strip_usage = path, Translation.NONE, False
-        if (surface == Surface.ANTHROPIC and not route.speaks_anthropic) or (
-            path == "/v1/responses" and not route.speaks_responses
-        ):
+        if not takes_as_sent(path, route):
             request.update(fields)
             try:
                 engine_path, chat, translation = translate_for_chat_engine(path, request)
@@ -209,10 +207,8 @@ class Planner:
             field = {"/v1/completions": "prompt", "/v1/responses": "input"}.get(path, "messages")
             raise errors.prompt_too_long(prompt, route.max_model_len, surface, field)
         # the engine renders a request it takes on its own Anthropic or Responses API: not what /tokenize counted
-        translated = (
-            route.speaks_anthropic if path == "/v1/messages" else path == "/v1/responses" and route.speaks_responses
-        )
-        fitted = context_fit.fitted_limit(asked, prompt, route.max_model_len, translated)
+        own_rendering = path in OWN_APIS and takes_as_sent(path, route)
+        fitted = context_fit.fitted_limit(asked, prompt, route.max_model_len, own_rendering)
         if fitted is None:
             return {}, []
         return {name: fitted}, [context_fit.fitted_header(asked, fitted, prompt, route.max_model_len)]
@@ -265,6 +261,18 @@ class Planner:
         names = counter_keys(key.id, key.quota.owner_id, route.deployment_id, time.time())
         values = [int(v or 0) for v in await self.redis.mget([names[1], names[2], *names[4:8]])]
         return quotas.Used(values[0], values[1], (values[2], values[3], values[4], values[5]))
+
+
+OWN_APIS = ("/v1/messages", "/v1/responses")  # the APIs an engine may speak itself or have translated to chat
+
+
+def takes_as_sent(path: str, route: Route) -> bool:
+    """Whether ``route``'s engine takes a request to ``path`` on the API it was sent to: OpenAI's chat,
+    completions and embeddings always; Anthropic's (``/v1/messages``, its ``count_tokens``) and the Responses API
+    where the engine speaks them (``Route.speaks_anthropic``, ``speaks_responses``), else translated to chat."""
+    if path.startswith("/v1/messages"):
+        return route.speaks_anthropic
+    return path != "/v1/responses" or route.speaks_responses
 
 
 def _within_context(path: str, request: dict[str, Any], route: Route) -> None:
