@@ -152,6 +152,16 @@ def test_an_admins_stop_keeps_one_stopped_to_save_down_while_a_request_is_held_f
     assert launched == [] and Deployment.objects.get(pk=dep.pk).wake_started_at is None
 
 
+def test_a_stopping_deployment_says_so_and_offers_no_second_stop(admin: Client) -> None:
+    """A trial's deployment page offered Stop while the deployment was stopping (its drain under way)."""
+    dep = deployment("draining", S.STOPPING, DesiredState.STOPPED)
+    page = admin.get(f"/deployments/{dep.pk}/").content.decode()
+    assert 'data-field="stopping">Stopping: requests in flight get up to' in page
+    assert "<button>Stop</button>" not in page
+    ready = deployment("ready", S.READY, DesiredState.SERVING)
+    assert "<button>Stop</button>" in admin.get(f"/deployments/{ready.pk}/").content.decode()
+
+
 def test_keep_stopped_on_the_page_keeps_it_down(admin: Client) -> None:
     dep = deployment("page", S.STOPPED, DesiredState.SERVING)
     assert admin.post(f"/deployments/{dep.pk}/stop/").status_code == 302
