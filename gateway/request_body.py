@@ -38,6 +38,9 @@ CHOICE_FIELDS = ("n", "best_of")
 # Fields an endpoint's API requires that the engine may not ask for: Anthropic's Messages API refuses a request
 # without max_tokens, and vLLM's own /v1/messages answers one with its validator's dump.
 REQUIRED = {"/v1/messages": ("max_tokens", "the most tokens the answer may have")}
+# Numbers an endpoint's API holds to a range narrower than the engine's: Anthropic's temperature is 0-1, where vLLM's
+# /v1/messages (and a chat engine it is translated for) takes OpenAI's 0-2 and samples wilder than any Claude would.
+RANGES = {"/v1/messages": (("temperature", 0, 1, "Anthropic's range"),)}
 # Another API's field an endpoint's engine would drop without a word (vLLM and SGLang take unknown fields): a system
 # prompt sent as Anthropic's top-level ``system`` to an OpenAI endpoint was answered as if there were none. OpenAI's
 # own API refuses it ("Unrecognized request argument supplied: system"). A chat's ``messages`` sent to an endpoint
@@ -85,7 +88,8 @@ def decode_body(body: bytes) -> dict[str, Any]:
 
 def check_fields(request: dict[str, Any], endpoint: str) -> None:
     """Raises GatewayError 400 for a field the gateway reads of the wrong type, another API's field ``endpoint``'s
-    engine would ignore (FOREIGN), a field ``endpoint`` requires that is missing (REQUIRED), or a token limit under 1
+    engine would ignore (FOREIGN), a field ``endpoint`` requires that is missing (REQUIRED), a number out of the
+    API's range (RANGES), or a token limit under 1
     (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a prompt), or more than MAX_CHOICES choices, as
     OpenAI's and Anthropic's APIs refuse them."""
     for name, instead in FOREIGN.get(endpoint, ()):
@@ -103,6 +107,10 @@ def check_fields(request: dict[str, Any], endpoint: str) -> None:
     for name in CHOICE_FIELDS:
         if isinstance(request.get(name), int) and request[name] > MAX_CHOICES:
             raise GatewayError(400, f"'{name}' must be at most {MAX_CHOICES}; it is {request[name]:,}.", param=name)
+    for name, low, high, whose in RANGES.get(endpoint, ()):
+        value = request.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and not low <= value <= high:
+            raise GatewayError(400, f"'{name}' must be from {low} to {high} ({whose}); it is {value}.", param=name)
     least = 0 if endpoint == "/v1/completions" else 1
     for name in TOKEN_LIMITS:
         if isinstance(request.get(name), int) and request[name] < least:

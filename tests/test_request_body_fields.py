@@ -1,8 +1,9 @@
 """The fields the gateway reads in a request body are checked before it reads them (gateway.request_body): a wrong
 type, another API's field the engine would drop (a top-level system prompt sent to an OpenAI endpoint), a token limit
-no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), more than 128 choices, or
-Anthropic's max_tokens missing is the gateway's own 400 naming the field, where the engine answered with its
-validator's dump (or, translated for a chat engine, ran to the context's end where Anthropic's API refuses)."""
+no API accepts (negative; 0 outside /v1/completions, where 0 with echo scores a prompt), more than 128 choices, an
+Anthropic temperature out of 0-1, or Anthropic's max_tokens missing is the gateway's own 400 naming the field, where
+the engine answered with its validator's dump (or, translated for a chat engine, ran to the context's end where
+Anthropic's API refuses)."""
 
 import pytest
 
@@ -33,6 +34,8 @@ from gateway.request_body import parse_body
         (b'{"messages": "hi", "prompt": "Hi"}', "/v1/completions", "'messages' is not a field of /v1/completions"),
         (b'{"n": 1000}', "/v1/chat/completions", "'n' must be at most 128; it is 1,000."),  # a trial's CPU engine
         (b'{"best_of": 129}', "/v1/completions", "'best_of' must be at most 128; it is 129."),
+        (b'{"max_tokens": 9, "temperature": 1.5}', "/v1/messages", "'temperature' must be from 0 to 1 (Anthropic's"),
+        (b'{"max_tokens": 9, "temperature": -1}', "/v1/messages", "'temperature' must be from 0 to 1"),
     ],
 )
 def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str, message: str) -> None:
@@ -51,6 +54,8 @@ def test_a_field_the_gateway_reads_is_refused_by_name(body: bytes, endpoint: str
         (b"{}", ""),
         (b'{"system": "Be brief.", "max_tokens": 5}', "/v1/messages"),  # Anthropic's own field
         (b'{"system": null, "messages": []}', "/v1/chat/completions"),  # a client's unset field, sent as null
+        (b'{"max_tokens": 9, "temperature": 1}', "/v1/messages"),
+        (b'{"temperature": 1.5}', "/v1/chat/completions"),  # OpenAI's range is 0-2
     ],
 )
 def test_limits_the_apis_accept_pass(body: bytes, endpoint: str) -> None:
