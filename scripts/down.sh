@@ -104,8 +104,13 @@ mkdir -p "$DATA/logs"
 # shutdown (SIGQUIT) ends it; the next start resumes the launch (the download where it stopped) and the batch, and
 # the check reads failed
 stop worker-long 10 "the launches, batches and checks it runs" QUIT
-stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5)) "its open streams get ${HEARTH_DRAIN_SECONDS:-30} s (HEARTH_DRAIN_SECONDS) to finish"
+drain() {
+  stop web $((${HEARTH_DRAIN_SECONDS:-30} + 5)) "its open streams get ${HEARTH_DRAIN_SECONDS:-30} s (HEARTH_DRAIN_SECONDS) to finish"
+}
+# make up's restart (scripts/up.sh sets HEARTH_RESTART=1 with KEEP_ENGINES=1): the web server last, so the API
+# answers while the workers stop, and the engines, which serve on, not listed
+[ "${HEARTH_RESTART:-0}" = 1 ] || drain
 stop beat
 stop worker  # before the engines: its reconcile would restart them
-engines
+if [ "${HEARTH_RESTART:-0}" = 1 ]; then drain; else engines; fi
 stop redis

@@ -20,8 +20,14 @@ if [ -z "${SECRET_KEY:-}${SECRET_KEY_FILE:-}" ]; then
   export SECRET_KEY_FILE=$DATA/secret_key
 fi
 
-# A restart: stop the running web and workers first (and a redis-server up.sh started); serving engines stay.
-KEEP_ENGINES=1 bash scripts/down.sh >/dev/null 2>&1 || true  # a restart leaves serving engines be
+# A restart keeps the console's outage short: whether the schema needs changing is asked while the old processes
+# still serve (a Django start less once they are down), and the change itself waits until they are stopped (the
+# old code would write rows the new schema refuses). Then the running workers and beat stop, the web server last
+# (HEARTH_RESTART: the API answers until then), and a redis-server up.sh started; serving engines stay.
+migrated=0
+"$PY" manage.py migrate --check --noinput >/dev/null 2>&1 && migrated=1
+KEEP_ENGINES=1 HEARTH_RESTART=1 bash scripts/down.sh 2>&1 |
+  sed -n '/^down: \(stopped\|waiting\|[a-z-]* did not end\)/s/^down:/up: restart:/p' || true
 
 # From here every pid file in $DATA is this run's: should a step fail, they are stopped again (the web server, the
 # workers, beat, a redis-server started here), and the engines left be, as the restart above left them.
@@ -53,7 +59,7 @@ if [ -z "${HEARTH_GPU_INVENTORY:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
   echo "up: no NVIDIA GPU here: demo mode, planning on a simulated 8x H100 box (set HEARTH_GPU_INVENTORY to change)"
 fi
 
-"$PY" manage.py migrate --noinput >/dev/null
+[ "$migrated" = 1 ] || "$PY" manage.py migrate --noinput >/dev/null
 
 start() {  # name, command...
   local name=$1; shift

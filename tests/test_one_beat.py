@@ -1,9 +1,11 @@
 """`make up`'s bring-up (scripts/up.sh) runs beat as its own process: after the worker is killed with
-SIGKILL, and after a second bring-up, exactly one beat sends the periodic tasks; `make down` stops it.
+SIGKILL, and after a second bring-up (a restart, which stops the web server last), exactly one beat sends the
+periodic tasks; `make down` stops it.
 The appliance runs here on SQLite in its own data folder, with a Redis up.sh starts on its own port,
 and its files are checked for their modes along the way."""
 
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -52,9 +54,10 @@ def appliance(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     subprocess.run(["bash", "scripts/down.sh"], cwd=ROOT, env=env, capture_output=True, check=False)
 
 
-def up(env: dict[str, str]) -> None:
+def up(env: dict[str, str]) -> str:
     done = subprocess.run(["bash", "scripts/up.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 def test_a_sigkilled_worker_leaves_exactly_one_beat_and_the_data_folder_stays_private(
@@ -71,7 +74,10 @@ def test_a_sigkilled_worker_leaves_exactly_one_beat_and_the_data_folder_stays_pr
     os.kill(worker, signal.SIGKILL)
     time.sleep(1)
     assert len(beats(data)) == 1, "the worker's death took or added a beat"
-    up(env)  # make up again, as an admin would after a crash
+    again = up(env)  # make up again, as an admin would after a crash
+    # a restart stops the web server after beat and the workers (the API answers meanwhile), and says what it stopped
+    stopped = re.findall(r"^up: restart: stopped (\S+) \(\d+\)$", again, re.MULTILINE)
+    assert stopped == ["worker-long", "beat", "web", "redis"], again
     deadline = time.monotonic() + 20
     while len(beats(data)) != 1 and time.monotonic() < deadline:
         time.sleep(0.5)
