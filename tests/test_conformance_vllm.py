@@ -87,7 +87,44 @@ def engine(web: str, worker: Workers, admin_user: object) -> Iterator[Engine]:
     yield from serve_smol(web, 2048)
 
 
-def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine: Engine) -> None:
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def takes_tool_requests_on_every_api(engine: Engine) -> None:
+    """vLLM with the parsers the plan chose takes a request with tools on every API. A 135M model may not call the
+    tool: what must hold is that each request carrying tools is accepted and streamed to a clean end, never refused
+    ("auto" tool choice requires --enable-auto-tool-choice)."""
+    sdk, claude = engine.openai(), engine.anthropic()
+    chunks = list(sdk.chat.completions.create(model="smol", messages=HI, tools=[WEATHER], max_tokens=24, stream=True))  # type: ignore[arg-type]
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
+    tool = {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "input_schema": WEATHER["function"]["parameters"],
+    }
+    with claude.messages.stream(model="smol", max_tokens=24, tools=[tool], messages=HI) as stream:  # type: ignore[list-item]
+        final = stream.get_final_message()
+    assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    responses_tool = {"type": "function", **WEATHER["function"]}
+    with sdk.responses.stream(model="smol", input="Say hello.", tools=[responses_tool], max_output_tokens=24) as rs:
+        events = list(rs)
+    kinds, response = [event.type for event in events], events[-1].response  # type: ignore[union-attr]
+    assert kinds[0] == "response.created" and response.usage
+    assert kinds[-1] == f"response.{response.status}"  # cut at 24 tokens: response.incomplete, as OpenAI says
+    whole = sdk.responses.create(model="smol", input="Say hello.", max_output_tokens=8)
+    assert whole.output and whole.usage and whole.usage.output_tokens <= 8
+
+
+def test_vllm_through_the_gateway_with_both_sdks_tools_and_a_client_that_leaves(engine: Engine) -> None:
+    """One engine for the SDKs' surfaces and the requests with tools (each launch of vLLM CPU is a minute or two of
+    the engines' queue, make test's longest)."""
 
     sdk = engine.openai()
     chunks = list(
@@ -137,6 +174,7 @@ def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine
         model="smol", messages=[{"role": "user", "content": "word " * 3000}]
     )
     assert over.parse().input_tokens > 2048 and over.headers["x-hearth-tokens-estimated"] == "true"
+    takes_tool_requests_on_every_api(engine)
 
     # A client that leaves stops vLLM generating for it.
     with httpx.stream(
@@ -153,40 +191,6 @@ def test_vllm_through_the_gateway_with_both_sdks_and_a_client_that_leaves(engine
     while engine.running() != 0:
         assert time.monotonic() < deadline, "vLLM kept generating for a client that left"
         time.sleep(0.1)
-
-
-WEATHER: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-
-
-def test_vllm_with_the_chosen_parsers_takes_tool_requests_on_every_api(engine: Engine) -> None:
-    """A 135M model may not call the tool: what must hold is that each request carrying tools is accepted and
-    streamed to a clean end, never refused ("auto" tool choice requires --enable-auto-tool-choice)."""
-    sdk, claude = engine.openai(), engine.anthropic()
-    chunks = list(sdk.chat.completions.create(model="smol", messages=HI, tools=[WEATHER], max_tokens=24, stream=True))  # type: ignore[arg-type]
-    assert chunks[-1].choices[0].finish_reason in ("stop", "length", "tool_calls")
-    tool = {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "input_schema": WEATHER["function"]["parameters"],
-    }
-    with claude.messages.stream(model="smol", max_tokens=24, tools=[tool], messages=HI) as stream:  # type: ignore[list-item]
-        final = stream.get_final_message()
-    assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
-    responses_tool = {"type": "function", **WEATHER["function"]}
-    with sdk.responses.stream(model="smol", input="Say hello.", tools=[responses_tool], max_output_tokens=24) as rs:
-        events = list(rs)
-    kinds, response = [event.type for event in events], events[-1].response  # type: ignore[union-attr]
-    assert kinds[0] == "response.created" and response.usage
-    assert kinds[-1] == f"response.{response.status}"  # cut at 24 tokens: response.incomplete, as OpenAI says
-    whole = sdk.responses.create(model="smol", input="Say hello.", max_output_tokens=8)
-    assert whole.output and whole.usage and whole.usage.output_tokens <= 8
 
 
 @pytest.fixture
