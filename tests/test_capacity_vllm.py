@@ -1,5 +1,6 @@
-"""The capacity check on the real vLLM CPU engine: how many sequences of one length run at once before
-requests queue, measured from the engine's own gauges, against the plan's KV capacity (exact on CPU).
+"""The capacity check on the real vLLM CPU engine: the plan's KV capacity is what vLLM reports of its pool (its
+log and its /metrics) at a budget of a fraction of a GiB, and how many sequences of one length run at once before
+requests queue, measured from the engine's own gauges, matches it (exact on CPU).
 
 A small KV budget (64 MiB, which vLLM takes as ``--kv-cache-memory-bytes``: 22 blocks of 128 tokens) holds 11
 sessions of ~232 tokens, so 16 users fill it with ~3,200 tokens of prefill: under a minute on 2 cores. (At 1 GiB,
@@ -9,6 +10,7 @@ with 3600 s (pyproject.toml's pytest env).
 """
 
 import math
+import re
 import time
 
 import httpx
@@ -17,7 +19,7 @@ from django.conf import settings
 
 from engines.sizing import kv_block_tokens
 from tests.conftest import Workers, login
-from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, wait_for
+from tests.test_e2e_vllm import MODEL_DIR, READY_WITHIN, engine_built, engine_log, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1200)]
 __all__ = ["engine_built"]  # the module fixture that fails the test when the engine is not built
@@ -57,6 +59,14 @@ def test_sequences_running_at_once_before_requests_queue_match_the_plans_kv_capa
     client.post(f"/api/deployments/{dep['id']}/launch")
     assert wait_for(client, dep["id"], {"ready", "failed"}, READY_WITHIN)["state"] == "ready", worker.output()[-3000:]
     try:
+        # the plan's KV capacity is what vLLM reports of its pool, in its log and its /metrics as scraped
+        reported = re.search(r"KV cache size: ([\d,]+) tokens", engine_log(dep["id"]))
+        assert reported and int(reported.group(1).replace(",", "")) == CAPACITY
+        deadline = time.monotonic() + 20
+        while (scraped := client.get(f"/api/deployments/{dep['id']}/metrics").json())["age_seconds"] is None:
+            assert time.monotonic() < deadline, "no scrape within 20 s"
+            time.sleep(1)
+        assert scraped["values"]["kv_cache_size_tokens"] == CAPACITY
         check = {
             "profile": "chat",
             "levels": [USERS],
