@@ -235,7 +235,9 @@ class StreamedAnswer:
             chunk = self.scrubber.feed(chunk)
         watcher.feed(chunk)
         state.token_chunks = watcher.token_chunks  # live: a note of the request says how far it got (gateway.ledger)
-        if state.ttft_seconds is None and watcher.token_seen:
+        # TTFT at the first token generated, reasoning included (as vLLM's own histogram and `vllm bench serve`
+        # count it): an answer cut while still thinking had none where only text or a tool call counted
+        if state.ttft_seconds is None and watcher.token_chunks:
             state.ttft_seconds = time.monotonic() - self.plan.arrived
         # A client that leaves once the terminal event went by is done, not cancelled (a converted stream's
         # end is the converter's, sent by ``end``); so is one that leaves once the engine's error event went by

@@ -222,11 +222,15 @@ def test_reasoning_and_length_cuts_are_counted_per_request_and_in_prometheus(tra
     sdk = translated.openai()
     sdk.chat.completions.create(model="thinker", messages=HI, max_tokens=4)  # type: ignore[arg-type]
     list(sdk.chat.completions.create(model="thinker", messages=HI, max_tokens=30, stream=True))  # type: ignore[arg-type]
-    rows = wait_for_logs(2)
-    cut, streamed = rows
+    list(sdk.chat.completions.create(model="thinker", messages=HI, max_tokens=4, stream=True))  # type: ignore[arg-type]
+    rows = wait_for_logs(3)
+    cut, streamed, thinking = rows
     assert cut.length_cut and cut.reasoning_tokens == 4 and not cut.empty_answer  # all 4 went to thinking
     assert streamed.reasoning_tokens == 8 and not streamed.tool_call_failures
+    # a stream cut while thinking has a TTFT: its first token was reasoning (its row read "—")
+    assert thinking.reasoning_tokens == 4 and thinking.ttft_seconds is not None
+    assert streamed.ttft_seconds is not None and thinking.ttft_seconds <= thinking.duration_seconds
     scrape = hearth_metrics(translated.web)
     assert 'hearth_gateway_reasoning_tokens_total{key_prefix="' + translated.key[:11] in scrape
     assert "hearth_gateway_length_cut_answers_total" in scrape
-    assert RequestLog.objects.filter(reasoning_tokens__gt=0).count() == 2
+    assert RequestLog.objects.filter(reasoning_tokens__gt=0).count() == 3
