@@ -14,8 +14,7 @@ from console.alerts.delivery import audited, send_test, shown_url, smtp_server
 from console.alerts.forms import DestinationForm, RuleForm
 from console.alerts.models import Alert, AlertRule, Destination
 from console.alerts.rules import KINDS, rules
-from console.alerts.views import RECENT
-from console.alerts.visible import visible
+from console.alerts.visible import RECENT, visible
 from console.api_bodies import Body
 from console.audit.recording import form_changes, record
 from console.errors import ConsoleError, form_refusal

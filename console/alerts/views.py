@@ -20,11 +20,10 @@ from console.alerts.delivery import audited, send_test, shown_url, smtp_server
 from console.alerts.forms import DestinationForm, RuleForm
 from console.alerts.models import Alert, AlertRule, Delivery, Destination
 from console.alerts.rules import KINDS, rules
-from console.alerts.visible import theirs, visible
+from console.alerts.visible import RECENT, theirs, visible
 from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment, Replica
 
-RECENT = 20  # resolved alerts and failed deliveries listed
 COLUMNS = {"threshold": "Threshold", "for_minutes": "Holds for (min)", "repeat_minutes": "Repeats every (min)"}
 
 

@@ -1,6 +1,6 @@
 """Which alerts a person sees: admins and viewers every one (a viewer looks at the whole box, docs/teams.md); a member
 every one but the budget alerts of other people's keys and of other members (a trial's member read a colleague's
-spending in the header of every page)."""
+spending in the header of every page); and how many of the past ones are listed (RECENT)."""
 
 from typing import Any
 
@@ -10,6 +10,7 @@ from console.access.models import ApiKey, Role
 from console.access.roles import role_of
 from console.alerts.models import Alert
 
+RECENT = 20  # resolved alerts and failed deliveries listed (the Alerts page, GET /api/alerts)
 BUDGET = "budget"  # the rule kind whose subjects name a key or a member (console.alerts.conditions.budget)
 
 
