@@ -63,6 +63,8 @@ def test_an_admin_sets_a_new_gpu_price_and_updates_a_listed_one_each_audited(adm
         ("admin", f"{H100}: $3.25/GPU-hour"),
     ]
     assert entries[1].changes == {"usd_per_gpu_hour": ["2.0000", "3.25"], "source": ["test", ""]}
+    again = admin.post("/api/gpu-prices", {"gpu_model": H100, "usd_per_gpu_hour": "3.25"}, "application/json")
+    assert again.status_code == 200 and entries.count() == 2  # the same price again: nothing changed to audit
 
 
 @pytest.mark.parametrize(
@@ -118,8 +120,10 @@ def test_an_admin_sets_a_deployments_price_publishes_it_and_puts_it_back_to_capa
     assert published(priced) == "0.0000005,0.0000015"
     same = put(admin, url, {"usd_per_million_input": 0.8}).json()  # output left out: the input price
     assert (Decimal(same["usd_per_million_input"]), Decimal(same["usd_per_million_output"])) == (Decimal("0.8"),) * 2
+    assert put(admin, url, {"usd_per_million_input": "0.80"}).status_code == 200  # the same price: not audited
     back = put(admin, url, {"usd_per_million_input": None, "usd_per_million_output": None}).json()
     assert back["source"] != "admin"
+    put(admin, url, {"usd_per_million_input": None, "usd_per_million_output": None})  # back again: not audited
     entries = AuditEntry.objects.filter(action="deployment.price").order_by("pk")
     assert [e.changes for e in entries] == [
         {"usd_per_million_input": "0.5", "usd_per_million_output": "1.5"},

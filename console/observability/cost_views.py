@@ -37,7 +37,9 @@ def costs(request: HttpRequest) -> HttpResponse:
         form = PriceForm(request.POST, instance=instance)
         if form.is_valid():
             with transaction.atomic():
-                record(None, "price.set", form.save(), form_changes(form))
+                row = form.save()
+                if changes := form_changes(form):  # the same price saved again changes nothing to audit
+                    record(None, "price.set", row, changes)
             messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
             return redirect("observability:costs")
     today = datetime.now(UTC).date()

@@ -151,12 +151,14 @@ def record_capacity(dep: Deployment, levels: list[LevelResult], slo: Slo, run_id
 
 def set_price(dep: Deployment, input_per_million: Decimal | None, output_per_million: Decimal | None) -> None:
     """An admin's price for ``dep`` (None both: back to the one from capacity), with its audit entry
-    (``deployment.price``), published at once."""
+    (``deployment.price``; none when it was that already), published at once."""
     fields = {"usd_per_million_input": input_per_million, "usd_per_million_output": output_per_million}
     with transaction.atomic():
+        before = DeploymentPrice.objects.select_for_update().filter(deployment=dep).values(*fields).first()
         DeploymentPrice.objects.update_or_create(deployment=dep, defaults=fields)
         change = {"usd_per_million_input": str(input_per_million), "usd_per_million_output": str(output_per_million)}
-        record(None, "deployment.price", dep, change if input_per_million is not None else {"from": "capacity"})
+        if (before or dict.fromkeys(fields)) != fields:  # the same price set again changes nothing to audit
+            record(None, "deployment.price", dep, change if input_per_million is not None else {"from": "capacity"})
     publish_price(dep)
 
 
