@@ -108,8 +108,8 @@ def list_gpu_prices(request: HttpRequest) -> list[PriceSetting]:
 def set_gpu_price(request: HttpRequest, data: GpuPriceIn) -> PriceSetting:
     """Set a GPU model's price (admins), creating it or updating the one listed, with the Costs page's rules (PriceForm:
     a negative price, one past 4 decimal places or 6 digits before the point, and a model name over 100 characters
-    are a 400 naming the field) and its audit entry (``price.set``; none when nothing changed). Answers 200 with the row. Published prices
-    follow at the next scrape, as after the page's form."""
+    are a 400 naming the field) and its audit entry (``price.set``; none when nothing changed). Answers 200 with the
+    row. Published prices follow at the next scrape, as after the page's form."""
     fields = {"gpu_model": data.gpu_model, "usd_per_gpu_hour": str(data.usd_per_gpu_hour), "source": data.source}
     form = PriceForm(fields, instance=PriceSetting.objects.filter(gpu_model=data.gpu_model).first())
     if not form.is_valid():
