@@ -89,9 +89,8 @@ def decode_body(body: bytes) -> dict[str, Any]:
 def check_fields(request: dict[str, Any], endpoint: str) -> None:
     """Raises GatewayError 400 for a field the gateway reads of the wrong type, another API's field ``endpoint``'s
     engine would ignore (FOREIGN), a field ``endpoint`` requires that is missing (REQUIRED), a number out of the
-    API's range (RANGES), or a token limit under 1
-    (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a prompt), or more than MAX_CHOICES choices, as
-    OpenAI's and Anthropic's APIs refuse them."""
+    API's range (RANGES), a token limit under 1 (under 0 on ``/v1/completions``, where 0 with ``echo`` scores a
+    prompt), or more than MAX_CHOICES choices, as OpenAI's and Anthropic's APIs refuse them."""
     for name, instead in FOREIGN.get(endpoint, ()):
         if request.get(name) is not None:  # null: not sent, as elsewhere
             raise GatewayError(
