@@ -100,6 +100,7 @@ SCRIPTS_ONLY = {
     "HEARTH_HOST": "scripts/up.sh",
     "HEARTH_BIND": "compose.yaml",
     "KEEP_ENGINES": "scripts/down.sh",
+    "HEARTH_RESTART": "scripts/up.sh sets it for scripts/down.sh",
     "POSTGRES_PASSWORD": "compose.yaml",
     "DOCKER_GID": "compose.yaml",
     "HEARTH_MODELS_DIR": "compose.yaml",
