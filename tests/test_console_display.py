@@ -326,7 +326,7 @@ def test_one_logged_request_reads_1_request(admin: Client) -> None:
     log_row("llama")
     assert "(1 request)" in admin.get("/requests/").content.decode()
     panel = admin.get(f"/deployments/{dep.pk}/panel/").content.decode()
-    assert "first content byte to the client, 1 streamed request<" in panel, panel
+    assert "first token (reasoning included) to the client, 1 streamed request<" in panel, panel
     log_row("llama")
     assert "(2 requests)" in admin.get("/requests/").content.decode()
 

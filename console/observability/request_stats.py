@@ -2,12 +2,13 @@
 now (console.observability.in_flight): exact percentiles over a recent window for the panels, and per-scrape
 counts (with sparse histograms) of finished requests stored in the history for the charts.
 
-User-visible TTFT is the gateway's first content byte to the client (a reasoning model's hidden thinking
-counts as waiting); user-visible ITL is (duration − TTFT) / (completion tokens − 1), as AIPerf and GenAI-Perf
-define it. Only served requests (outcomes.SERVED) feed latencies and goodput, with the requests in flight whose
-first token went out (their TTFT is known from that byte, their ITL so far); refusals (4xx) are counted apart
-from errors (outcomes.ERRORS). Percentiles interpolate linearly between the nearest ranks (numpy's default, which
-AIPerf reports).
+User-visible TTFT is the gateway's first generated token to the client, a reasoning model's thinking included
+(gateway.relay_stream: as ``vllm bench serve``, the capacity check and the engine's histogram count it, so a
+deployment's TTFT SLO reads the same on each); user-visible ITL is (duration − TTFT) / (completion tokens − 1), as
+AIPerf and GenAI-Perf define it. Only served requests (outcomes.SERVED) feed latencies and goodput, with the
+requests in flight whose first token went out (their TTFT is known from that byte, their ITL so far); refusals
+(4xx) are counted apart from errors (outcomes.ERRORS). Percentiles interpolate linearly between the nearest ranks
+(numpy's default, which AIPerf reports).
 """
 
 import bisect
