@@ -4,13 +4,11 @@ deployment's price per million tokens), set with that page's forms and audit ent
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import transaction
 from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router, Schema
 
 from console.api_bodies import Body
-from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment, DeploymentState
 from console.errors import form_refusal
 from console.observability import pricing
@@ -114,11 +112,7 @@ def set_gpu_price(request: HttpRequest, data: GpuPriceIn) -> PriceSetting:
     form = PriceForm(fields, instance=PriceSetting.objects.filter(gpu_model=data.gpu_model).first())
     if not form.is_valid():
         raise form_refusal(form)
-    with transaction.atomic():
-        row: PriceSetting = form.save()
-        if changes := form_changes(form):  # the same price sent again changes nothing to audit
-            record(None, "price.set", row, changes)
-    return row
+    return pricing.save_gpu_price(form)
 
 
 class DeploymentPriceOut(Schema):

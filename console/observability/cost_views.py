@@ -7,11 +7,9 @@ from datetime import UTC, date, datetime, timedelta
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment
 from console.observability import cost, pricing
 from console.observability.forms import DeploymentPriceForm, PriceForm
@@ -36,10 +34,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         instance = PriceSetting.objects.filter(gpu_model=request.POST.get("gpu_model", "")).first()
         form = PriceForm(request.POST, instance=instance)
         if form.is_valid():
-            with transaction.atomic():
-                row = form.save()
-                if changes := form_changes(form):  # the same price saved again changes nothing to audit
-                    record(None, "price.set", row, changes)
+            pricing.save_gpu_price(form)
             messages.success(request, f"Price for {form.cleaned_data['gpu_model']} saved.")
             return redirect("observability:costs")
     today = datetime.now(UTC).date()

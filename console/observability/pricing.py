@@ -33,8 +33,9 @@ from decimal import Decimal
 import redis
 from django.conf import settings
 from django.db import transaction
+from django.forms import ModelForm
 
-from console.audit.recording import record
+from console.audit.recording import form_changes, record
 from console.deployments.models import Deployment
 from console.observability.cost import MILLION, hourly_cost, price_per_token
 from console.observability.models import DeploymentPrice, PriceSetting
@@ -147,6 +148,17 @@ def record_capacity(dep: Deployment, levels: list[LevelResult], slo: Slo, run_id
     DeploymentPrice.objects.update_or_create(deployment=dep, defaults=fields)
     publish_price(dep)
     return rate
+
+
+def save_gpu_price(form: "ModelForm[PriceSetting]") -> PriceSetting:
+    """A valid PriceForm's GPU price saved (the Costs page's form, ``POST /api/gpu-prices``), with its audit entry
+    (``price.set``) where it changed something: the same price saved again writes none. Typed as Django's ModelForm:
+    the gateway reads this module, and console.observability.forms is not for it (lint-imports)."""
+    with transaction.atomic():
+        row: PriceSetting = form.save()
+        if changes := form_changes(form):
+            record(None, "price.set", row, changes)
+    return row
 
 
 def set_price(dep: Deployment, input_per_million: Decimal | None, output_per_million: Decimal | None) -> None:
