@@ -203,8 +203,8 @@ def test_a_killed_upkeep_worker_is_told_by_the_long_task_worker_and_resolves_whe
     started = time.time()
     celery.start_worker()
     celery.start_beat()
-    running = celery_heartbeats.read
-    until(lambda: beat_started_here(started)() and not running().worker_stopped(), 60, lambda: None)
+    beat_seen = beat_started_here(started)
+    until(lambda: beat_seen() and not celery_heartbeats.read().worker_stopped(), 60, lambda: None)
     only("monitoring_stale", webhook, for_minutes=0, repeat_minutes=60)
     assert news(webhook, "monitoring_stale") == [] and celery.worker is not None
     celery.worker.upkeep.crash()  # told once it is silent past its limit and the long one has run UPKEEP_GRACE
